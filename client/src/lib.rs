@@ -1,0 +1,1 @@
+//! ringkv's wire protocol and async client.

@@ -1,0 +1,90 @@
+//! The engine's window on disks: a small async trait ([`Disk`], [`DiskFile`])
+//! and the 4 KiB-aligned buffers that O_DIRECT needs.
+//!
+//! Backends:
+//! - [`real`]: files opened with O_DIRECT on a compio runtime whose driver is
+//!   io_uring, or readiness polling with a blocking thread pool where the
+//!   kernel refuses io_uring (see [`runtime`]).
+//! - [`sim`]: an in-memory disk for tests with separate written and durable
+//!   images, driven by a seed, with fault injection.
+//! - [`throttle`]: wraps any backend in a device with a disk profile (token
+//!   buckets for IOPS, burst credit and bandwidth) and per-device metrics.
+//!
+//! All futures here are `!Send`: a file belongs to the shard thread that
+//! opened it. A `Disk` itself is `Clone + Send + Sync` so one value can be
+//! handed to every shard thread.
+
+mod buf;
+pub mod real;
+pub mod runtime;
+pub mod sim;
+pub mod throttle;
+
+pub use buf::{AlignedBuf, ALIGN};
+
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// A directory tree on one backend. Paths are absolute or relative to the
+/// process's working directory, exactly as for `std::fs`.
+pub trait Disk: Clone + Send + Sync + 'static {
+    type File: DiskFile;
+
+    /// Opens a file for reading and writing (O_DIRECT on real disks),
+    /// creating it when `create` is true.
+    fn open(&self, path: &Path, create: bool) -> impl Future<Output = io::Result<Self::File>>;
+
+    /// Removes a file. The removal is durable after `sync_dir` of its parent.
+    fn remove_file(&self, path: &Path) -> impl Future<Output = io::Result<()>>;
+
+    /// Renames a file atomically. Durable after `sync_dir` of the parent.
+    fn rename(&self, from: &Path, to: &Path) -> impl Future<Output = io::Result<()>>;
+
+    /// Makes creations, removals and renames in `dir` durable.
+    fn sync_dir(&self, dir: &Path) -> impl Future<Output = io::Result<()>>;
+
+    /// Creates a directory and its parents (durably on the sim disk).
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+
+    /// The files (not directories) directly inside `dir`, sorted by name.
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
+
+    /// Whether a file or directory exists at `path`.
+    fn exists(&self, path: &Path) -> bool;
+}
+
+/// One open file. Offsets and lengths of `write_at` and `read_at` must be
+/// multiples of [`ALIGN`]; buffers come from [`AlignedBuf`].
+pub trait DiskFile: 'static {
+    /// Writes all of `buf[..buf.len()]` at `offset`.
+    fn write_at(
+        &self,
+        buf: AlignedBuf,
+        offset: u64,
+    ) -> impl Future<Output = (io::Result<()>, AlignedBuf)>;
+
+    /// Reads up to `buf.capacity()` bytes at `offset` into `buf`, setting
+    /// `buf.len()` to the count read (short only at end of file).
+    fn read_at(
+        &self,
+        buf: AlignedBuf,
+        offset: u64,
+    ) -> impl Future<Output = (io::Result<usize>, AlignedBuf)>;
+
+    /// fdatasync: every completed write is durable when this returns Ok.
+    /// After an error nothing is known about unsynced data; callers must not
+    /// retry (the shard is poisoned instead).
+    fn sync_data(&self) -> impl Future<Output = io::Result<()>>;
+
+    /// Extends the file to `len` bytes (never shrinks) with zeroes actually
+    /// written, so later overwrites do not have to allocate blocks or
+    /// convert unwritten extents. Durable after `sync_data`.
+    fn allocate_zeroed(&self, len: u64) -> impl Future<Output = io::Result<()>>;
+
+    /// Sets the file length (shrinks or extends with a hole).
+    fn set_len(&self, len: u64) -> impl Future<Output = io::Result<()>>;
+
+    /// Current length in bytes.
+    fn len(&self) -> impl Future<Output = io::Result<u64>>;
+}

@@ -1,0 +1,1 @@
+//! The ringkv daemon as a library, so loadgen can embed it.
