@@ -1,46 +1,69 @@
-//! ringkv configuration: the schema, its defaults, and the disk profiles.
+//! ringkv configuration: the schema, its defaults, loading with complete
+//! error reports, validation, and the disk profiles.
 //!
 //! This crate depends on nothing else in the workspace. Every field here is
-//! documented in `docs/config.md` with its meaning, unit, default and range.
-//! Sizes and durations are written as human strings ("64MiB", "200us") and
-//! parsed through [`ByteSize`] and [`Duration`].
+//! documented in `docs/config.md` with its meaning, unit, default and range;
+//! `ringkv.toml` at the repository root lists every field at its default (a
+//! test keeps it equal to [`Config::default`]). Sizes and durations are written
+//! as human strings ("64MiB", "200us") and parsed through [`ByteSize`] and
+//! [`Duration`]. Load files with [`Config::load`] or [`Config::from_toml_str`]:
+//! they reject unknown keys and report every problem at once. The serde derives
+//! below exist for embedding; they stop at the first error and do not validate.
 
+mod error;
+mod load;
+mod profiles;
+mod suggest;
 mod units;
+mod validate;
 
-pub use units::{ByteSize, Duration, UnitError};
+pub use error::{ConfigError, ConfigErrors};
+pub use profiles::{builtin_profile, builtin_profile_names, BURST_WINDOW_SECS};
+pub use units::{ByteSize, Duration, UnitError, DURATION_UNITS, SIZE_UNITS};
+pub use validate::{
+    FRAME_OVERHEAD_BYTES_MAX, PAGE_SIZE_BYTES, SHARDS_MAX, WAL_RECORD_HEADER_BYTES_MAX,
+};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Number of shards; 0 means one shard per available core. Default: 0.
+    /// Number of shards; 0 means one shard per available core. Range 0..=256. Default: 0.
     pub shards: u32,
     pub server: ServerConfig,
     pub storage: StorageConfig,
     pub limits: LimitsConfig,
     pub io: IoConfig,
-    /// Named devices that storage parts are placed on (`wal`, `snapshot`, ...).
+    /// Named devices that storage parts are placed on (`wal`, ...). Names are
+    /// 1..=64 characters of `A-Za-z0-9_-`. Default: one device `wal` on the
+    /// `unthrottled` profile in the data directory.
     pub devices: BTreeMap<String, DeviceConfig>,
-    /// User-defined disk profiles, in addition to the built-in ones.
+    /// User-defined disk profiles, in addition to the built-in ones. A user
+    /// profile named like a built-in one replaces it. Default: none.
     pub profiles: BTreeMap<String, ProfileConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
-    /// Address of the binary-protocol listener. Default: "127.0.0.1:7379".
+    /// Address of the binary-protocol listener, `IP:PORT` (no host names).
+    /// Default: "127.0.0.1:7379".
     pub listen: String,
-    /// Address of the Prometheus `/metrics` listener; empty disables it. Default: "".
+    /// Address of the Prometheus `/metrics` listener, `IP:PORT`; empty disables
+    /// it. Must differ from `listen`. Default: "".
     pub metrics_listen: String,
-    /// Connections accepted at once across all shards. Default: 10000.
+    /// Connections accepted at once across all shards. Range 1..=1000000. Default: 10000.
     pub max_connections: u32,
-    /// A connection idle this long is closed. Default: "300s".
+    /// A connection idle this long is closed. Range "1ms"..="7d" (168h). Default: "300s".
     pub idle_timeout: Duration,
-    /// Frames a connection may have in flight (pipelined, not yet answered). Default: 128.
+    /// Frames a connection may have in flight (pipelined, not yet answered).
+    /// Range 1..=65536. Default: 128.
     pub pipeline_depth_max: u32,
 }
 
@@ -65,41 +88,51 @@ pub enum Durability {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
-    /// Directory holding the manifest, the lock file and one folder per shard. Default: "./data".
+    /// Directory holding the manifest, the lock file and one folder per shard.
+    /// Must not be empty. Default: "./data".
     pub data_dir: PathBuf,
     /// Storage tier. Default: "memory".
     pub tier: Tier,
     /// Durability mode. Default: "sync".
     pub durability: Durability,
-    /// Size of one preallocated WAL segment. Multiple of 4096. Default: "64MiB".
+    /// Size of one preallocated WAL segment. Multiple of 4096, range
+    /// "64KiB"..="64GiB". Default: "64MiB".
     pub wal_segment_size: ByteSize,
-    /// Most bytes one group commit writes. Multiple of 4096, <= wal_segment_size. Default: "1MiB".
+    /// Most bytes one group commit writes. Multiple of 4096, range
+    /// "4KiB"..="1GiB", <= wal_segment_size / 2, and >= value_bytes_max +
+    /// key_bytes_max + 64 (one record always fits a flush). Default: "2MiB".
     pub group_commit_max_bytes: ByteSize,
-    /// Longest a write waits for others to join its group commit. Default: "0us"
-    /// (a flush starts as soon as the previous one completes).
+    /// Longest a write waits for others to join its group commit. Range
+    /// "0s"..="1s". Default: "0s" (a flush starts as soon as the previous one
+    /// completes).
     pub group_commit_max_delay: Duration,
-    /// In `async` mode, how often buffered writes are flushed. Default: "10ms".
+    /// In `async` mode, how often buffered writes are flushed. Range
+    /// "100us"..="60s". Default: "10ms".
     pub flush_interval: Duration,
-    /// A checkpoint is taken once the WAL holds this many bytes past the last one. Default: "256MiB".
+    /// A checkpoint is taken once the WAL holds this many bytes past the last
+    /// one. Range "64KiB"..="1TiB". Default: "256MiB".
     pub checkpoint_wal_bytes: ByteSize,
-    /// A checkpoint is also taken this often if anything was written. "0s" disables. Default: "300s".
+    /// A checkpoint is also taken this often if anything was written. "0s"
+    /// disables. Range "0s"..="7d" (168h). Default: "300s".
     pub checkpoint_interval: Duration,
-    /// Device (in `[devices]`) the WAL and snapshots live on. Default: "wal".
+    /// Device (a key of `[devices]`) the WAL and snapshots live on. Default: "wal".
     pub wal_device: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
-    /// Largest key. Default: "1KiB". Range 1 B..=64 KiB.
+    /// Largest key. Range "1B"..="64KiB". Default: "1KiB".
     pub key_bytes_max: ByteSize,
-    /// Largest value. Default: "1MiB". Range 0..=64 MiB.
+    /// Largest value. Range "0B"..="64MiB". Default: "1MiB".
     pub value_bytes_max: ByteSize,
-    /// Largest wire frame. Default: "16MiB".
+    /// Largest wire frame. Range "4KiB"..="1GiB", and >= key_bytes_max +
+    /// value_bytes_max + 256 (one max-size PUT always fits). Default: "16MiB".
     pub frame_bytes_max: ByteSize,
-    /// Most operations in one frame or engine batch. Default: 10000.
+    /// Most operations in one frame or engine batch. Range 1..=1000000. Default: 10000.
     pub ops_per_frame_max: u32,
-    /// Capacity of each shard's inbound request channel, in batches. Default: 1024.
+    /// Capacity of each shard's inbound request channel, in batches. Range
+    /// 1..=65536. Default: 1024.
     pub shard_queue_depth: u32,
 }
 
@@ -133,22 +166,113 @@ pub struct DeviceConfig {
     pub profile: String,
 }
 
-/// A disk class: an IOPS rate with a burst credit, and optionally a bandwidth cap.
+/// A disk class: an IOPS rate with a burst credit, and optionally a bandwidth
+/// cap. See the module docs of `profiles` and `docs/config.md` for the burst
+/// model and the I/O counting rule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProfileConfig {
-    /// Sustained I/O operations per second; 0 means unlimited.
+    /// Sustained I/O operations per second; 0 means no IOPS limit (then
+    /// `burst_iops` and `burst_credit` must be 0). Range 0..=10000000. Default: 0.
     pub iops: u64,
-    /// Rate allowed while burst credit lasts (>= iops).
+    /// Rate allowed while burst credit lasts; >= iops. Range 0..=10000000. Default: 0.
     pub burst_iops: u64,
-    /// Burst credit, in I/Os, when full (the bucket refills at `iops`).
+    /// Burst credit, in I/Os, when full; the bucket starts full and refills at
+    /// `iops` per second. Must be > 0 when burst_iops > iops. Range
+    /// 0..=10^12. Default: 0.
     pub burst_credit: u64,
-    /// Bandwidth cap in bytes per second; "0B" means none.
+    /// Bandwidth cap in bytes per second; "0B" means none, else at least
+    /// `io_unit`. Range up to "1TiB". Default: "0B".
     pub bytes_per_sec: ByteSize,
-    /// An I/O larger than this counts as ceil(len / io_unit) I/Os.
+    /// An I/O larger than this counts as ceil(len / io_unit) I/Os. Multiple of
+    /// 4096, range "4KiB"..="64MiB". Default: "256KiB".
     pub io_unit: ByteSize,
-    /// Whether an fdatasync counts as one I/O.
+    /// Whether an fdatasync counts as one I/O. Default: true.
     pub count_fsync: bool,
+}
+
+/// A string that names no variant of a config enum.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} \"{value}\" (allowed: {})", allowed.join(", "))]
+pub struct UnknownVariant {
+    /// What was being parsed: "tier", "durability mode", "I/O backend".
+    pub kind: &'static str,
+    pub value: String,
+    pub allowed: &'static [&'static str],
+}
+
+/// Config enums written as lower-case names.
+pub(crate) trait NamedVariants: FromStr<Err = UnknownVariant> {
+    const NAMES: &'static [&'static str];
+}
+
+macro_rules! named_enum {
+    ($ty:ident, $kind:literal, $($variant:ident => $name:literal),+ $(,)?) => {
+        impl $ty {
+            /// The name used in the config file.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),+
+                }
+            }
+        }
+
+        impl NamedVariants for $ty {
+            const NAMES: &'static [&'static str] = &[$($name),+];
+        }
+
+        impl FromStr for $ty {
+            type Err = UnknownVariant;
+            fn from_str(s: &str) -> Result<Self, UnknownVariant> {
+                match s {
+                    $($name => Ok($ty::$variant),)+
+                    _ => Err(UnknownVariant {
+                        kind: $kind,
+                        value: s.to_string(),
+                        allowed: <$ty as NamedVariants>::NAMES,
+                    }),
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+named_enum!(Tier, "tier", Memory => "memory");
+named_enum!(Durability, "durability mode", Sync => "sync", Async => "async", None => "none");
+named_enum!(Backend, "I/O backend", Auto => "auto", Uring => "uring", Fallback => "fallback");
+
+impl Config {
+    /// The profile of this name: a user `[profiles]` entry first (it overrides
+    /// a built-in of the same name), then a built-in one.
+    pub fn profile(&self, name: &str) -> Option<ProfileConfig> {
+        self.profiles
+            .get(name)
+            .cloned()
+            .or_else(|| builtin_profile(name))
+    }
+
+    /// The profile of the device of this name (a key of `[devices]`), or
+    /// `None` if there is no such device or its profile is unknown.
+    pub fn device_profile(&self, device: &str) -> Option<ProfileConfig> {
+        self.devices
+            .get(device)
+            .and_then(|d| self.profile(&d.profile))
+    }
+
+    /// The effective configuration as TOML (every field, defaults included),
+    /// e.g. for `ringkv-server --print-config`. Loading the text back with
+    /// [`Config::from_toml_str`] gives an equal `Config`.
+    pub fn to_toml_string(&self) -> String {
+        // Every field is a string, integer, boolean or table keyed by strings,
+        // so serialization cannot fail; if it does, the schema itself is broken.
+        toml::to_string(self).expect("Config always serializes to TOML")
+    }
 }
 
 impl Default for Config {
@@ -186,7 +310,9 @@ impl Default for StorageConfig {
             tier: Tier::Memory,
             durability: Durability::Sync,
             wal_segment_size: ByteSize::mib(64),
-            group_commit_max_bytes: ByteSize::mib(1),
+            // 2 MiB, not 1 MiB: one max-size record (1 MiB value + 1 KiB key +
+            // header) must fit one flush.
+            group_commit_max_bytes: ByteSize::mib(2),
             group_commit_max_delay: Duration::from_micros(0),
             flush_interval: Duration::from_millis(10),
             checkpoint_wal_bytes: ByteSize::mib(256),
@@ -226,15 +352,9 @@ impl Default for DeviceConfig {
     }
 }
 
+/// The `unthrottled` profile: no limits.
 impl Default for ProfileConfig {
     fn default() -> Self {
-        ProfileConfig {
-            iops: 0,
-            burst_iops: 0,
-            burst_credit: 0,
-            bytes_per_sec: ByteSize(0),
-            io_unit: ByteSize::kib(256),
-            count_fsync: true,
-        }
+        ProfileConfig::unthrottled()
     }
 }

@@ -1,0 +1,860 @@
+//! Validation of a [`Config`]: the allowed range of every numeric field and the
+//! rules that tie fields together.
+//!
+//! Must hold: `validate` reports every broken rule, not only the first, and a
+//! rule that reads a field the loader could not parse is skipped (the parse
+//! error already names that field; a second message about a default value the
+//! user never chose would only mislead). The ranges here are the ones
+//! documented in `docs/config.md`; change both together.
+
+use crate::error::{ConfigError, ConfigErrors};
+use crate::suggest::nearest;
+use crate::{builtin_profile_names, ByteSize, Config, Duration, ProfileConfig};
+use std::collections::BTreeSet;
+use std::fmt::Display;
+use std::net::SocketAddr;
+
+/// O_DIRECT alignment: WAL segments, group-commit buffers and profile I/O
+/// units are multiples of this.
+pub const PAGE_SIZE_BYTES: u64 = 4096;
+/// Room reserved for one WAL record's header in the "one record always fits a
+/// flush" rule: `value_bytes_max + key_bytes_max + WAL_RECORD_HEADER_BYTES_MAX
+/// <= group_commit_max_bytes`. The WAL record header must not exceed it.
+pub const WAL_RECORD_HEADER_BYTES_MAX: u64 = 64;
+/// Room reserved for a frame header plus one operation header in the rule
+/// `frame_bytes_max >= key_bytes_max + value_bytes_max + FRAME_OVERHEAD_BYTES_MAX`
+/// (one max-size PUT always fits a frame).
+pub const FRAME_OVERHEAD_BYTES_MAX: u64 = 256;
+/// Most shards a node runs.
+pub const SHARDS_MAX: u32 = 256;
+
+const MAX_CONNECTIONS: (u32, u32) = (1, 1_000_000);
+const IDLE_TIMEOUT: (Duration, Duration) =
+    (Duration::from_millis(1), Duration::from_secs(7 * 86_400));
+const PIPELINE_DEPTH_MAX: (u32, u32) = (1, 65_536);
+const WAL_SEGMENT_SIZE: (ByteSize, ByteSize) = (ByteSize::kib(64), ByteSize::gib(64));
+const GROUP_COMMIT_MAX_BYTES: (ByteSize, ByteSize) = (ByteSize::kib(4), ByteSize::gib(1));
+const GROUP_COMMIT_MAX_DELAY: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(1));
+const FLUSH_INTERVAL: (Duration, Duration) = (Duration::from_micros(100), Duration::from_secs(60));
+const CHECKPOINT_WAL_BYTES: (ByteSize, ByteSize) = (ByteSize::kib(64), ByteSize::gib(1024));
+const CHECKPOINT_INTERVAL: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(7 * 86_400));
+const KEY_BYTES_MAX: (ByteSize, ByteSize) = (ByteSize(1), ByteSize::kib(64));
+const VALUE_BYTES_MAX: (ByteSize, ByteSize) = (ByteSize(0), ByteSize::mib(64));
+const FRAME_BYTES_MAX: (ByteSize, ByteSize) = (ByteSize::kib(4), ByteSize::gib(1));
+const OPS_PER_FRAME_MAX: (u32, u32) = (1, 1_000_000);
+const SHARD_QUEUE_DEPTH: (u32, u32) = (1, 65_536);
+const QUEUE_DEPTH: (u32, u32) = (8, 4096);
+const PROFILE_IOPS: (u64, u64) = (0, 10_000_000);
+const PROFILE_BURST_CREDIT: (u64, u64) = (0, 1_000_000_000_000);
+const PROFILE_BYTES_PER_SEC_MAX: ByteSize = ByteSize::gib(1024);
+const PROFILE_IO_UNIT: (ByteSize, ByteSize) = (ByteSize::kib(4), ByteSize::mib(64));
+const NAME_LEN_MAX: usize = 64;
+
+/// Collects errors. Works in two phases: first each field on its own (range,
+/// format), then the rules between fields. A field that failed to parse or is
+/// out of range is "bad", and a rule reading a bad field is skipped.
+pub(crate) struct Checker {
+    errors: Vec<ConfigError>,
+    bad: BTreeSet<String>,
+}
+
+/// How a value appears in a message: sizes and durations as the quoted
+/// strings one would write in TOML, numbers bare.
+fn quoted(v: impl Display) -> String {
+    format!("\"{v}\"")
+}
+
+impl Checker {
+    /// `failed`: fields the loader could not parse (they hold defaults).
+    pub(crate) fn new(failed: &BTreeSet<String>) -> Self {
+        Checker {
+            errors: Vec::new(),
+            bad: failed.clone(),
+        }
+    }
+
+    pub(crate) fn finish(self) -> Vec<ConfigError> {
+        self.errors
+    }
+
+    fn is_bad(&self, fields: &[&str]) -> bool {
+        fields.iter().any(|f| self.bad.contains(*f))
+    }
+
+    fn push(&mut self, error: ConfigError) {
+        if let Some(field) = error.field() {
+            self.bad.insert(field.to_string());
+        }
+        self.errors.push(error);
+    }
+
+    fn out_of_range(&mut self, field: &str, value: String, allowed: String) {
+        self.push(ConfigError::OutOfRange {
+            field: field.to_string(),
+            line: None,
+            value,
+            allowed,
+        });
+    }
+
+    fn range_u64(&mut self, field: &str, value: u64, (min, max): (u64, u64)) {
+        if !self.is_bad(&[field]) && !(min..=max).contains(&value) {
+            self.out_of_range(field, value.to_string(), format!("{min}..={max}"));
+        }
+    }
+
+    fn range_u32(&mut self, field: &str, value: u32, (min, max): (u32, u32)) {
+        self.range_u64(field, u64::from(value), (u64::from(min), u64::from(max)));
+    }
+
+    fn range_size(&mut self, field: &str, value: ByteSize, (min, max): (ByteSize, ByteSize)) {
+        if !self.is_bad(&[field]) && !(min..=max).contains(&value) {
+            self.out_of_range(field, quoted(value), format!("{min}..={max}"));
+        }
+    }
+
+    fn range_duration(&mut self, field: &str, value: Duration, (min, max): (Duration, Duration)) {
+        if !self.is_bad(&[field]) && !(min..=max).contains(&value) {
+            self.out_of_range(field, quoted(value), format!("{min}..={max}"));
+        }
+    }
+
+    /// Reports `rule` against `field` unless it `holds`, or unless `field` or
+    /// one of `reads` (the other fields the rule depends on) is bad.
+    fn rule(&mut self, holds: bool, field: &str, value: String, reads: &[&str], rule: String) {
+        if holds || self.is_bad(reads) || self.is_bad(&[field]) {
+            return;
+        }
+        self.push(ConfigError::Relation {
+            field: field.to_string(),
+            line: None,
+            value,
+            rule,
+        });
+    }
+
+    fn bad_value(&mut self, field: &str, value: String, reason: String) {
+        if self.is_bad(&[field]) {
+            return;
+        }
+        self.push(ConfigError::BadValue {
+            field: field.to_string(),
+            line: None,
+            value,
+            reason,
+        });
+    }
+
+    fn unknown_name(&mut self, field: &str, value: &str, kind: &'static str, known: Vec<String>) {
+        if self.is_bad(&[field]) {
+            return;
+        }
+        let suggestion = nearest(value, known.iter().map(String::as_str));
+        self.push(ConfigError::UnknownName {
+            field: field.to_string(),
+            line: None,
+            value: quoted(value),
+            kind,
+            known,
+            suggestion,
+        });
+    }
+
+    /// A device or profile name: 1 to 64 of `A-Z a-z 0-9 _ -`, so it can be
+    /// used as a metric label and a directory name.
+    fn name(&mut self, field: &str, name: &str) {
+        let ok = !name.is_empty()
+            && name.len() <= NAME_LEN_MAX
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !ok {
+            self.bad_value(
+                field,
+                quoted(name),
+                format!(
+                    "a name must be 1 to {NAME_LEN_MAX} characters of A-Z, a-z, 0-9, '_' and '-'"
+                ),
+            );
+        }
+    }
+
+    /// Multiple of [`PAGE_SIZE_BYTES`].
+    fn page_multiple(&mut self, field: &str, value: ByteSize) {
+        self.rule(
+            value.0 % PAGE_SIZE_BYTES == 0,
+            field,
+            quoted(value),
+            &[],
+            format!("must be a multiple of {PAGE_SIZE_BYTES} bytes (O_DIRECT alignment)"),
+        );
+    }
+
+    fn socket_addr(&mut self, field: &str, value: &str) -> Option<SocketAddr> {
+        if self.is_bad(&[field]) {
+            return None;
+        }
+        match value.parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                self.bad_value(
+                    field,
+                    quoted(value),
+                    "not an IP socket address; write IP:PORT such as \"127.0.0.1:7379\" or \"[::1]:7379\" (host names are not resolved)".to_string(),
+                );
+                None
+            }
+        }
+    }
+
+    pub(crate) fn config(&mut self, c: &Config) {
+        self.fields(c);
+        self.rules(c);
+        for (name, p) in &c.profiles {
+            let prefix = format!("profiles.{name}");
+            self.name(&prefix, name);
+            self.profile(&prefix, p);
+        }
+    }
+
+    /// Phase one: every field on its own.
+    fn fields(&mut self, c: &Config) {
+        self.range_u32("shards", c.shards, (0, SHARDS_MAX));
+
+        let s = &c.server;
+        self.socket_addr("server.listen", &s.listen);
+        if !s.metrics_listen.is_empty() {
+            self.socket_addr("server.metrics_listen", &s.metrics_listen);
+        }
+        self.range_u32("server.max_connections", s.max_connections, MAX_CONNECTIONS);
+        self.range_duration("server.idle_timeout", s.idle_timeout, IDLE_TIMEOUT);
+        self.range_u32(
+            "server.pipeline_depth_max",
+            s.pipeline_depth_max,
+            PIPELINE_DEPTH_MAX,
+        );
+
+        let s = &c.storage;
+        if s.data_dir.as_os_str().is_empty() {
+            self.bad_value(
+                "storage.data_dir",
+                "\"\"".to_string(),
+                "must name a directory".to_string(),
+            );
+        }
+        self.range_size(
+            "storage.wal_segment_size",
+            s.wal_segment_size,
+            WAL_SEGMENT_SIZE,
+        );
+        self.range_size(
+            "storage.group_commit_max_bytes",
+            s.group_commit_max_bytes,
+            GROUP_COMMIT_MAX_BYTES,
+        );
+        self.range_duration(
+            "storage.group_commit_max_delay",
+            s.group_commit_max_delay,
+            GROUP_COMMIT_MAX_DELAY,
+        );
+        self.range_duration("storage.flush_interval", s.flush_interval, FLUSH_INTERVAL);
+        self.range_size(
+            "storage.checkpoint_wal_bytes",
+            s.checkpoint_wal_bytes,
+            CHECKPOINT_WAL_BYTES,
+        );
+        self.range_duration(
+            "storage.checkpoint_interval",
+            s.checkpoint_interval,
+            CHECKPOINT_INTERVAL,
+        );
+
+        let l = &c.limits;
+        self.range_size("limits.key_bytes_max", l.key_bytes_max, KEY_BYTES_MAX);
+        self.range_size("limits.value_bytes_max", l.value_bytes_max, VALUE_BYTES_MAX);
+        self.range_size("limits.frame_bytes_max", l.frame_bytes_max, FRAME_BYTES_MAX);
+        self.range_u32(
+            "limits.ops_per_frame_max",
+            l.ops_per_frame_max,
+            OPS_PER_FRAME_MAX,
+        );
+        self.range_u32(
+            "limits.shard_queue_depth",
+            l.shard_queue_depth,
+            SHARD_QUEUE_DEPTH,
+        );
+
+        self.range_u32("io.queue_depth", c.io.queue_depth, QUEUE_DEPTH);
+
+        for name in c.devices.keys() {
+            self.name(&format!("devices.{name}"), name);
+        }
+    }
+
+    /// Phase two: the rules that tie fields together.
+    fn rules(&mut self, c: &Config) {
+        let s = &c.server;
+        if !s.metrics_listen.is_empty() {
+            let listen = s.listen.parse::<SocketAddr>();
+            let metrics = s.metrics_listen.parse::<SocketAddr>();
+            if let (Ok(l), Ok(m)) = (listen, metrics) {
+                self.rule(
+                    l != m || l.port() == 0,
+                    "server.metrics_listen",
+                    quoted(&s.metrics_listen),
+                    &["server.listen"],
+                    "must differ from server.listen (one port cannot serve both)".to_string(),
+                );
+            }
+        }
+
+        let s = &c.storage;
+        let l = &c.limits;
+        let gc = s.group_commit_max_bytes;
+        self.page_multiple("storage.wal_segment_size", s.wal_segment_size);
+        self.page_multiple("storage.group_commit_max_bytes", gc);
+        let half = ByteSize(s.wal_segment_size.0 / 2);
+        self.rule(
+            gc <= half,
+            "storage.group_commit_max_bytes",
+            quoted(gc),
+            &["storage.wal_segment_size"],
+            format!("must be <= storage.wal_segment_size / 2 ({half}) so a flush never straddles most of a segment"),
+        );
+        let record = l
+            .value_bytes_max
+            .0
+            .saturating_add(l.key_bytes_max.0)
+            .saturating_add(WAL_RECORD_HEADER_BYTES_MAX);
+        self.rule(
+            record <= gc.0,
+            "storage.group_commit_max_bytes",
+            quoted(gc),
+            &["limits.value_bytes_max", "limits.key_bytes_max"],
+            format!(
+                "must be >= limits.value_bytes_max + limits.key_bytes_max + {WAL_RECORD_HEADER_BYTES_MAX} ({record} bytes) so one record always fits a flush"
+            ),
+        );
+        if !c.devices.contains_key(&s.wal_device) && !self.is_bad(&["devices"]) {
+            self.unknown_name(
+                "storage.wal_device",
+                &s.wal_device,
+                "device",
+                c.devices.keys().cloned().collect(),
+            );
+        }
+
+        let put = l
+            .key_bytes_max
+            .0
+            .saturating_add(l.value_bytes_max.0)
+            .saturating_add(FRAME_OVERHEAD_BYTES_MAX);
+        self.rule(
+            put <= l.frame_bytes_max.0,
+            "limits.frame_bytes_max",
+            quoted(l.frame_bytes_max),
+            &["limits.value_bytes_max", "limits.key_bytes_max"],
+            format!(
+                "must be >= limits.key_bytes_max + limits.value_bytes_max + {FRAME_OVERHEAD_BYTES_MAX} ({put} bytes) so one max-size PUT fits a frame"
+            ),
+        );
+
+        let qd = c.io.queue_depth;
+        self.rule(
+            qd.is_power_of_two(),
+            "io.queue_depth",
+            qd.to_string(),
+            &[],
+            format!(
+                "must be a power of two in {}..={}",
+                QUEUE_DEPTH.0, QUEUE_DEPTH.1
+            ),
+        );
+
+        for (name, d) in &c.devices {
+            let field = format!("devices.{name}.profile");
+            // A profile table that could not be read is already reported.
+            let unreadable = self.is_bad(&[&format!("profiles.{}", d.profile)]);
+            if c.profile(&d.profile).is_none() && !unreadable {
+                let mut known: Vec<String> = builtin_profile_names()
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                for user in c.profiles.keys() {
+                    if !known.contains(user) {
+                        known.push(user.clone());
+                    }
+                }
+                self.unknown_name(&field, &d.profile, "profile", known);
+            }
+        }
+    }
+
+    /// The fields and rules of one disk profile, named `{prefix}.iops` etc.
+    pub(crate) fn profile(&mut self, prefix: &str, p: &ProfileConfig) {
+        let f = |name: &str| format!("{prefix}.{name}");
+        let (iops, burst_iops, credit) = (f("iops"), f("burst_iops"), f("burst_credit"));
+        let (io_unit, bps) = (f("io_unit"), f("bytes_per_sec"));
+        self.range_u64(&iops, p.iops, PROFILE_IOPS);
+        self.range_u64(&burst_iops, p.burst_iops, PROFILE_IOPS);
+        self.range_u64(&credit, p.burst_credit, PROFILE_BURST_CREDIT);
+        self.range_size(&io_unit, p.io_unit, PROFILE_IO_UNIT);
+        self.range_size(
+            &bps,
+            p.bytes_per_sec,
+            (ByteSize(0), PROFILE_BYTES_PER_SEC_MAX),
+        );
+
+        if p.iops == 0 {
+            self.rule(
+                p.burst_iops == 0,
+                &burst_iops,
+                p.burst_iops.to_string(),
+                &[&iops],
+                "must be 0 when iops = 0 (iops = 0 means no IOPS limit, so there is nothing to burst above)".to_string(),
+            );
+            self.rule(
+                p.burst_credit == 0,
+                &credit,
+                p.burst_credit.to_string(),
+                &[&iops],
+                "must be 0 when iops = 0 (iops = 0 means no IOPS limit)".to_string(),
+            );
+        } else {
+            self.rule(
+                p.burst_iops >= p.iops,
+                &burst_iops,
+                p.burst_iops.to_string(),
+                &[&iops],
+                format!(
+                    "must be >= iops ({}); set it equal to iops for a profile without burst",
+                    p.iops
+                ),
+            );
+            self.rule(
+                p.burst_iops <= p.iops || p.burst_credit > 0,
+                &credit,
+                p.burst_credit.to_string(),
+                &[&iops, &burst_iops],
+                format!(
+                    "must be > 0 when burst_iops ({}) > iops ({}), or the burst can never happen",
+                    p.burst_iops, p.iops
+                ),
+            );
+        }
+        self.page_multiple(&io_unit, p.io_unit);
+        self.rule(
+            p.bytes_per_sec.0 == 0 || p.bytes_per_sec >= p.io_unit,
+            &bps,
+            quoted(p.bytes_per_sec),
+            &[&io_unit],
+            format!(
+                "must be \"0B\" (no cap) or at least io_unit ({}) so one full-size I/O fits a second's budget",
+                p.io_unit
+            ),
+        );
+    }
+}
+
+impl Config {
+    /// Checks every range and every rule between fields (see
+    /// `docs/config.md`), reporting all problems at once.
+    pub fn validate(&self) -> Result<(), ConfigErrors> {
+        let mut c = Checker::new(&BTreeSet::new());
+        c.config(self);
+        let errors = c.finish();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigErrors::new(errors))
+        }
+    }
+}
+
+impl ProfileConfig {
+    /// Checks this profile's ranges and rules, naming fields
+    /// `profiles.{name}.*` in the errors.
+    pub fn validate(&self, name: &str) -> Result<(), ConfigErrors> {
+        let mut c = Checker::new(&BTreeSet::new());
+        let prefix = format!("profiles.{name}");
+        c.name(&prefix, name);
+        c.profile(&prefix, self);
+        let errors = c.finish();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigErrors::new(errors))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DeviceConfig;
+
+    /// The errors of `c`, as (field, display) pairs; empty when valid.
+    fn problems(c: &Config) -> Vec<(String, String)> {
+        match c.validate() {
+            Ok(()) => Vec::new(),
+            Err(e) => e
+                .iter()
+                .map(|e| (e.field().unwrap_or("").to_string(), e.to_string()))
+                .collect(),
+        }
+    }
+
+    /// Asserts exactly one problem, about `field`, whose message contains `text`.
+    fn assert_one(c: &Config, field: &str, text: &str) {
+        let p = problems(c);
+        assert_eq!(p.len(), 1, "expected one problem about {field}, got {p:#?}");
+        assert_eq!(p[0].0, field, "{p:#?}");
+        assert!(
+            p[0].1.contains(text),
+            "'{}' does not contain '{text}'",
+            p[0].1
+        );
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(problems(&Config::default()), Vec::<(String, String)>::new());
+    }
+
+    #[test]
+    fn wal_segment_size_must_be_page_aligned() {
+        let mut c = Config::default();
+        c.storage.wal_segment_size = ByteSize::mib(64).0.saturating_add(512).into();
+        assert_one(&c, "storage.wal_segment_size", "multiple of 4096");
+    }
+
+    #[test]
+    fn group_commit_max_bytes_must_be_page_aligned() {
+        let mut c = Config::default();
+        c.storage.group_commit_max_bytes = ByteSize(ByteSize::mib(2).0 + 100);
+        assert_one(&c, "storage.group_commit_max_bytes", "multiple of 4096");
+    }
+
+    #[test]
+    fn group_commit_at_most_half_a_segment() {
+        let mut c = Config::default();
+        c.storage.wal_segment_size = ByteSize::mib(4);
+        c.storage.group_commit_max_bytes = ByteSize::mib(2);
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.storage.group_commit_max_bytes = ByteSize(ByteSize::mib(2).0 + 4096);
+        assert_one(
+            &c,
+            "storage.group_commit_max_bytes",
+            "<= storage.wal_segment_size / 2 (2MiB)",
+        );
+    }
+
+    #[test]
+    fn one_max_size_record_fits_a_flush() {
+        let mut c = Config::default();
+        // 1 MiB value + 1 KiB key + 64 B header does not fit 1 MiB.
+        c.storage.group_commit_max_bytes = ByteSize::mib(1);
+        assert_one(
+            &c,
+            "storage.group_commit_max_bytes",
+            "one record always fits a flush",
+        );
+        // Exactly fitting is allowed: 2 MiB - 64 - 4096 value with a 4 KiB key.
+        c.storage.group_commit_max_bytes = ByteSize::mib(2);
+        c.limits.key_bytes_max = ByteSize::kib(4);
+        c.limits.value_bytes_max =
+            ByteSize(ByteSize::mib(2).0 - 4096 - WAL_RECORD_HEADER_BYTES_MAX);
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.limits.value_bytes_max = ByteSize(c.limits.value_bytes_max.0 + 1);
+        assert_one(
+            &c,
+            "storage.group_commit_max_bytes",
+            "one record always fits a flush",
+        );
+    }
+
+    #[test]
+    fn one_max_size_put_fits_a_frame() {
+        let mut c = Config::default();
+        c.limits.frame_bytes_max = ByteSize::mib(1);
+        assert_one(
+            &c,
+            "limits.frame_bytes_max",
+            "one max-size PUT fits a frame",
+        );
+        c.limits.frame_bytes_max =
+            ByteSize(ByteSize::mib(1).0 + ByteSize::kib(1).0 + FRAME_OVERHEAD_BYTES_MAX);
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+    }
+
+    #[test]
+    fn queue_depth_is_a_power_of_two_in_range() {
+        let mut c = Config::default();
+        for ok in [8, 16, 256, 4096] {
+            c.io.queue_depth = ok;
+            assert_eq!(problems(&c), Vec::<(String, String)>::new(), "{ok}");
+        }
+        c.io.queue_depth = 100;
+        assert_one(&c, "io.queue_depth", "power of two in 8..=4096");
+        for out in [0, 4, 8192] {
+            c.io.queue_depth = out;
+            assert_one(&c, "io.queue_depth", "out of range, allowed 8..=4096");
+        }
+    }
+
+    #[test]
+    fn wal_device_must_exist() {
+        let mut c = Config::default();
+        c.storage.wal_device = "wall".to_string();
+        assert_one(
+            &c,
+            "storage.wal_device",
+            "no device by that name — did you mean 'wal'? (known: wal)",
+        );
+    }
+
+    #[test]
+    fn device_profiles_must_exist() {
+        let mut c = Config::default();
+        c.devices.insert(
+            "cold".to_string(),
+            DeviceConfig {
+                path: "/mnt/cold".into(),
+                profile: "mydisk".to_string(),
+            },
+        );
+        assert_one(&c, "devices.cold.profile", "no profile by that name");
+        c.profiles
+            .insert("mydisk".to_string(), ProfileConfig::default());
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        for name in builtin_profile_names() {
+            c.devices.get_mut("cold").expect("cold").profile = name.to_string();
+            assert_eq!(problems(&c), Vec::<(String, String)>::new(), "{name}");
+        }
+    }
+
+    fn throttled(iops: u64, burst_iops: u64, burst_credit: u64) -> ProfileConfig {
+        ProfileConfig {
+            iops,
+            burst_iops,
+            burst_credit,
+            ..ProfileConfig::default()
+        }
+    }
+
+    #[test]
+    fn profile_burst_rules() {
+        assert!(throttled(100, 100, 0).validate("p").is_ok());
+        assert!(throttled(100, 500, 1_000).validate("p").is_ok());
+        let msg = |p: ProfileConfig| p.validate("p").expect_err("invalid").to_string();
+        assert!(msg(throttled(100, 50, 0))
+            .contains("profiles.p.burst_iops = 50: must be >= iops (100)"));
+        assert!(msg(throttled(100, 500, 0)).contains("profiles.p.burst_credit = 0: must be > 0"));
+        assert!(msg(throttled(0, 500, 0))
+            .contains("profiles.p.burst_iops = 500: must be 0 when iops = 0"));
+        assert!(msg(throttled(0, 0, 7))
+            .contains("profiles.p.burst_credit = 7: must be 0 when iops = 0"));
+        assert!(msg(throttled(20_000_000, 20_000_000, 0))
+            .contains("profiles.p.iops = 20000000: out of range"));
+    }
+
+    #[test]
+    fn profile_io_unit_and_bandwidth_rules() {
+        let with = |io_unit: u64, bps: u64| ProfileConfig {
+            io_unit: ByteSize(io_unit),
+            bytes_per_sec: ByteSize(bps),
+            ..ProfileConfig::default()
+        };
+        assert!(with(4096, 0).validate("p").is_ok());
+        assert!(with(4096, 4096).validate("p").is_ok());
+        let e = with(0, 0).validate("p").expect_err("zero unit");
+        assert_eq!(e.len(), 1);
+        assert!(
+            e.to_string()
+                .contains("profiles.p.io_unit = \"0B\": out of range"),
+            "{e}"
+        );
+        let e = with(6000, 0).validate("p").expect_err("unaligned unit");
+        assert!(e.to_string().contains("multiple of 4096"), "{e}");
+        let e = with(1 << 20, 1000)
+            .validate("p")
+            .expect_err("tiny bandwidth");
+        assert!(e.to_string().contains("at least io_unit (1MiB)"), "{e}");
+    }
+
+    #[test]
+    fn profile_and_device_names_are_label_safe() {
+        let mut c = Config::default();
+        c.profiles
+            .insert("my disk".to_string(), ProfileConfig::default());
+        assert_one(&c, "profiles.my disk", "a name must be");
+        let mut c = Config::default();
+        c.devices.insert(String::new(), DeviceConfig::default());
+        assert_one(&c, "devices.", "a name must be");
+    }
+
+    #[test]
+    fn listen_addresses() {
+        let mut c = Config::default();
+        c.server.listen = "localhost:7379".to_string();
+        assert_one(&c, "server.listen", "not an IP socket address");
+        let mut c = Config::default();
+        c.server.metrics_listen = "127.0.0.1:9100".to_string();
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.server.metrics_listen = "127.0.0.1".to_string();
+        assert_one(&c, "server.metrics_listen", "not an IP socket address");
+        c.server.metrics_listen = "127.0.0.1:7379".to_string();
+        assert_one(
+            &c,
+            "server.metrics_listen",
+            "must differ from server.listen",
+        );
+        // Two ephemeral ports are two different ports.
+        c.server.listen = "127.0.0.1:0".to_string();
+        c.server.metrics_listen = "127.0.0.1:0".to_string();
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.server.listen = "[::1]:7379".to_string();
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+    }
+
+    #[test]
+    fn data_dir_must_not_be_empty() {
+        let mut c = Config::default();
+        c.storage.data_dir = "".into();
+        assert_one(&c, "storage.data_dir", "must name a directory");
+    }
+
+    #[test]
+    fn every_numeric_range_rejects_values_just_outside() {
+        type Set = fn(&mut Config);
+        let cases: &[(&str, Set)] = &[
+            ("shards", |c| c.shards = SHARDS_MAX + 1),
+            ("server.max_connections", |c| c.server.max_connections = 0),
+            ("server.max_connections", |c| {
+                c.server.max_connections = 1_000_001
+            }),
+            ("server.idle_timeout", |c| {
+                c.server.idle_timeout = Duration::ZERO
+            }),
+            ("server.idle_timeout", |c| {
+                c.server.idle_timeout = Duration::from_secs(7 * 86_400 + 1)
+            }),
+            ("server.pipeline_depth_max", |c| {
+                c.server.pipeline_depth_max = 0
+            }),
+            ("server.pipeline_depth_max", |c| {
+                c.server.pipeline_depth_max = 65_537
+            }),
+            ("storage.wal_segment_size", |c| {
+                c.storage.wal_segment_size = ByteSize::kib(60)
+            }),
+            ("storage.wal_segment_size", |c| {
+                c.storage.wal_segment_size = ByteSize(ByteSize::gib(64).0 + 4096)
+            }),
+            ("storage.group_commit_max_bytes", |c| {
+                c.storage.group_commit_max_bytes = ByteSize(0)
+            }),
+            ("storage.group_commit_max_bytes", |c| {
+                c.storage.group_commit_max_bytes = ByteSize(ByteSize::gib(1).0 + 4096)
+            }),
+            ("storage.group_commit_max_delay", |c| {
+                c.storage.group_commit_max_delay = Duration::from_millis(1001)
+            }),
+            ("storage.flush_interval", |c| {
+                c.storage.flush_interval = Duration::from_micros(99)
+            }),
+            ("storage.flush_interval", |c| {
+                c.storage.flush_interval = Duration::from_secs(61)
+            }),
+            ("storage.checkpoint_wal_bytes", |c| {
+                c.storage.checkpoint_wal_bytes = ByteSize::kib(60)
+            }),
+            ("storage.checkpoint_wal_bytes", |c| {
+                c.storage.checkpoint_wal_bytes = ByteSize(ByteSize::gib(1024).0 + 1)
+            }),
+            ("storage.checkpoint_interval", |c| {
+                c.storage.checkpoint_interval = Duration::from_secs(7 * 86_400 + 1)
+            }),
+            ("limits.key_bytes_max", |c| {
+                c.limits.key_bytes_max = ByteSize(0)
+            }),
+            ("limits.key_bytes_max", |c| {
+                c.limits.key_bytes_max = ByteSize(ByteSize::kib(64).0 + 1)
+            }),
+            ("limits.value_bytes_max", |c| {
+                c.limits.value_bytes_max = ByteSize(ByteSize::mib(64).0 + 1)
+            }),
+            ("limits.value_bytes_max", |c| {
+                c.limits.value_bytes_max = ByteSize(u64::MAX)
+            }),
+            ("limits.frame_bytes_max", |c| {
+                c.limits.frame_bytes_max = ByteSize::kib(2)
+            }),
+            ("limits.frame_bytes_max", |c| {
+                c.limits.frame_bytes_max = ByteSize(ByteSize::gib(1).0 + 1)
+            }),
+            ("limits.ops_per_frame_max", |c| {
+                c.limits.ops_per_frame_max = 0
+            }),
+            ("limits.ops_per_frame_max", |c| {
+                c.limits.ops_per_frame_max = 1_000_001
+            }),
+            ("limits.shard_queue_depth", |c| {
+                c.limits.shard_queue_depth = 0
+            }),
+            ("limits.shard_queue_depth", |c| {
+                c.limits.shard_queue_depth = 65_537
+            }),
+        ];
+        for (field, set) in cases {
+            let mut c = Config::default();
+            set(&mut c);
+            assert_one(&c, field, "out of range, allowed");
+        }
+    }
+
+    #[test]
+    fn range_edges_are_accepted() {
+        let mut c = Config {
+            shards: SHARDS_MAX,
+            ..Config::default()
+        };
+        c.server.idle_timeout = Duration::from_millis(1);
+        c.storage.group_commit_max_delay = Duration::from_secs(1);
+        c.storage.flush_interval = Duration::from_micros(100);
+        c.storage.checkpoint_interval = Duration::ZERO;
+        c.storage.checkpoint_wal_bytes = ByteSize::kib(64);
+        c.limits.ops_per_frame_max = 1;
+        c.limits.shard_queue_depth = 65_536;
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        // The smallest segment: 64 KiB segments, 32 KiB flushes, small records.
+        c.storage.wal_segment_size = ByteSize::kib(64);
+        c.storage.group_commit_max_bytes = ByteSize::kib(32);
+        c.limits.key_bytes_max = ByteSize(1);
+        c.limits.value_bytes_max = ByteSize(0);
+        c.limits.frame_bytes_max = ByteSize::kib(4);
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+    }
+
+    #[test]
+    fn all_problems_are_reported_together() {
+        let mut c = Config {
+            shards: 1000,
+            ..Config::default()
+        };
+        c.io.queue_depth = 3;
+        c.storage.wal_device = "nope".to_string();
+        c.server.listen = "nowhere".to_string();
+        let fields: Vec<String> = problems(&c).into_iter().map(|(f, _)| f).collect();
+        assert_eq!(
+            fields,
+            // Fields on their own first, then the rules between fields.
+            [
+                "shards",
+                "server.listen",
+                "io.queue_depth",
+                "storage.wal_device"
+            ]
+        );
+    }
+}
