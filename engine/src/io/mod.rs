@@ -56,6 +56,7 @@ pub trait Disk: Clone + Send + Sync + 'static {
 
 /// One open file. Offsets and lengths of `write_at` and `read_at` must be
 /// multiples of [`ALIGN`]; buffers come from [`AlignedBuf`].
+#[allow(clippy::len_without_is_empty)]
 pub trait DiskFile: 'static {
     /// Writes all of `buf[..buf.len()]` at `offset`.
     fn write_at(

@@ -1,1 +1,573 @@
-//! (being written)
+//! Disk profiles enforced at the I/O layer: a [`Device`] per configured
+//! `[devices.NAME]`, shared by every shard that places files on it (like one
+//! physical disk), and [`Throttled`], a [`Disk`] wrapper whose files take
+//! their I/O budget from a device before each operation.
+//!
+//! What counts as one I/O (the rule of `tunables::ProfileConfig`): a read or
+//! write of `len` bytes costs `max(1, ceil(len / io_unit))` I/Os and `len`
+//! bytes of bandwidth; an fdatasync (and a directory fsync) costs 1 I/O when
+//! `count_fsync`; `allocate_zeroed` costs the zero bytes it writes. Reads are
+//! charged for the buffer's capacity (the most they can transfer).
+//!
+//! What must hold: an unlimited profile never waits and takes no lock; a
+//! limited one admits I/O exactly as the token buckets of [`Limiter`] allow
+//! (IOPS with burst credit, and bandwidth), in FIFO order; waiting is a
+//! compio timer, never a blocked thread, so the shard's other tasks run.
+//! Tokens are spent when reserved: a dropped future keeps its reservation.
+
+mod histogram;
+mod limiter;
+
+pub use histogram::{HistogramSnapshot, LatencyHistogram, HISTOGRAM_BUCKETS};
+pub use limiter::{Limiter, PACING_WINDOW_NS};
+
+use super::{AlignedBuf, Disk, DiskFile};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tunables::{Config, ProfileConfig};
+
+/// Why the configured devices cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeviceError {
+    #[error(
+        "devices.{device}.profile = \"{profile}\": no profile by that name (known: {})",
+        known.join(", ")
+    )]
+    UnknownProfile {
+        device: String,
+        profile: String,
+        known: Vec<String>,
+    },
+    #[error("devices.{device}.profile = \"{profile}\" is not a valid profile: {reason}")]
+    InvalidProfile {
+        device: String,
+        profile: String,
+        reason: String,
+    },
+}
+
+/// Counters of one device, updated with relaxed atomics from any thread.
+#[derive(Default)]
+struct DeviceCounters {
+    reads: AtomicU64,
+    writes: AtomicU64,
+    syncs: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    ios_admitted: AtomicU64,
+    wait_ns_total: AtomicU64,
+    waits: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// A copy of a device's metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeviceMetricsSnapshot {
+    /// Completed `read_at` calls.
+    pub reads: u64,
+    /// Completed `write_at` calls (zero-fill writes of `allocate_zeroed` excluded).
+    pub writes: u64,
+    /// Completed `sync_data` and `sync_dir` calls.
+    pub syncs: u64,
+    pub bytes_read: u64,
+    /// Bytes of `write_at` and `allocate_zeroed`.
+    pub bytes_written: u64,
+    /// I/O units admitted by the profile (see the module doc for the rule).
+    pub ios_admitted: u64,
+    /// Total time operations waited for tokens, in nanoseconds.
+    pub wait_ns_total: u64,
+    /// Operations that had to wait for tokens.
+    pub waits: u64,
+    /// Operations that returned an error from the backend.
+    pub errors: u64,
+    /// Burst credit (I/Os) held now; `None` when the profile has no IOPS limit.
+    pub credit: Option<u64>,
+    /// Latency of `sync_data` as the caller sees it (token wait included).
+    pub fsync_latency: HistogramSnapshot,
+    /// Latency of `write_at` as the caller sees it (token wait included).
+    pub write_latency: HistogramSnapshot,
+}
+
+/// One emulated (or real, when unthrottled) disk.
+pub struct Device {
+    name: String,
+    dir: PathBuf,
+    profile_name: String,
+    profile: ProfileConfig,
+    /// `None` when the profile limits nothing: no lock, no wait.
+    limiter: Option<Mutex<Limiter>>,
+    epoch: Instant,
+    counters: DeviceCounters,
+    fsync_latency: LatencyHistogram,
+    write_latency: LatencyHistogram,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("name", &self.name)
+            .field("dir", &self.dir)
+            .field("profile_name", &self.profile_name)
+            .field("profile", &self.profile)
+            .finish()
+    }
+}
+
+impl Device {
+    /// A device named `name` whose files live under `dir`, with the profile
+    /// `profile` (called `profile_name` in reports). Its buckets start full.
+    pub fn new(
+        name: impl Into<String>,
+        dir: impl Into<PathBuf>,
+        profile_name: impl Into<String>,
+        profile: ProfileConfig,
+    ) -> Result<Device, DeviceError> {
+        let name = name.into();
+        let profile_name = profile_name.into();
+        profile
+            .validate(&profile_name)
+            .map_err(|e| DeviceError::InvalidProfile {
+                device: name.clone(),
+                profile: profile_name.clone(),
+                reason: e.to_string(),
+            })?;
+        let limiter = Limiter::new(&profile);
+        Ok(Device {
+            name,
+            dir: dir.into(),
+            profile_name,
+            limiter: (!limiter.is_unlimited()).then(|| Mutex::new(limiter)),
+            profile,
+            epoch: Instant::now(),
+            counters: DeviceCounters::default(),
+            fsync_latency: LatencyHistogram::new(),
+            write_latency: LatencyHistogram::new(),
+        })
+    }
+
+    /// The key of `[devices]` this device was built from.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Directory of the device (the data directory when the config left it empty).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn profile_name(&self) -> &str {
+        &self.profile_name
+    }
+
+    pub fn profile(&self) -> &ProfileConfig {
+        &self.profile
+    }
+
+    /// Whether this device never waits (profile limits nothing).
+    pub fn is_unlimited(&self) -> bool {
+        self.limiter.is_none()
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Waits (on the compio timer) until the device admits an operation of
+    /// `ios` I/O units and `bytes` bytes. Returns at once when unlimited or
+    /// when the cost is zero. Needs a compio runtime only when it must wait.
+    pub async fn acquire(&self, ios: u64, bytes: u64) {
+        let Some(limiter) = &self.limiter else {
+            self.counters.ios_admitted.fetch_add(ios, Ordering::Relaxed);
+            return;
+        };
+        if ios == 0 && bytes == 0 {
+            return;
+        }
+        let now = self.now_ns();
+        let admit = limiter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reserve(now, ios, bytes);
+        self.counters.ios_admitted.fetch_add(ios, Ordering::Relaxed);
+        if admit > now {
+            self.counters.waits.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .wait_ns_total
+                .fetch_add(admit - now, Ordering::Relaxed);
+            compio::time::sleep_until(self.epoch + Duration::from_nanos(admit)).await;
+        }
+    }
+
+    /// I/O units a read or write of `len` bytes costs.
+    pub fn ios_for_len(&self, len: u64) -> u64 {
+        self.profile.ios_for_len(len)
+    }
+
+    /// Current metrics. Counters are read with relaxed loads; the credit
+    /// takes the device lock briefly.
+    pub fn metrics(&self) -> DeviceMetricsSnapshot {
+        let c = &self.counters;
+        let credit = self.limiter.as_ref().and_then(|l| {
+            let now = self.now_ns();
+            l.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .credit_at(now)
+        });
+        DeviceMetricsSnapshot {
+            reads: c.reads.load(Ordering::Relaxed),
+            writes: c.writes.load(Ordering::Relaxed),
+            syncs: c.syncs.load(Ordering::Relaxed),
+            bytes_read: c.bytes_read.load(Ordering::Relaxed),
+            bytes_written: c.bytes_written.load(Ordering::Relaxed),
+            ios_admitted: c.ios_admitted.load(Ordering::Relaxed),
+            wait_ns_total: c.wait_ns_total.load(Ordering::Relaxed),
+            waits: c.waits.load(Ordering::Relaxed),
+            errors: c.errors.load(Ordering::Relaxed),
+            credit,
+            fsync_latency: self.fsync_latency.snapshot(),
+            write_latency: self.write_latency.snapshot(),
+        }
+    }
+
+    fn count_result<T>(&self, result: &io::Result<T>) {
+        if result.is_err() {
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Builds one [`Device`] per `[devices.NAME]` of `config` (an empty `path`
+/// means the data directory). Fails on an unknown or invalid profile.
+pub fn build_devices(config: &Config) -> Result<BTreeMap<String, Arc<Device>>, DeviceError> {
+    let mut devices = BTreeMap::new();
+    for (name, device) in &config.devices {
+        let profile =
+            config
+                .profile(&device.profile)
+                .ok_or_else(|| DeviceError::UnknownProfile {
+                    device: name.clone(),
+                    profile: device.profile.clone(),
+                    known: tunables::builtin_profile_names()
+                        .iter()
+                        .map(|s| s.to_string())
+                        .chain(config.profiles.keys().cloned())
+                        .collect(),
+                })?;
+        let dir = if device.path.as_os_str().is_empty() {
+            config.storage.data_dir.clone()
+        } else {
+            device.path.clone()
+        };
+        let built = Device::new(name.clone(), dir, device.profile.clone(), profile)?;
+        devices.insert(name.clone(), Arc::new(built));
+    }
+    Ok(devices)
+}
+
+/// A [`Disk`] whose operations are admitted by a [`Device`].
+#[derive(Clone, Debug)]
+pub struct Throttled<D: Disk> {
+    inner: D,
+    device: Arc<Device>,
+}
+
+impl<D: Disk> Throttled<D> {
+    pub fn new(inner: D, device: Arc<Device>) -> Self {
+        Throttled { inner, device }
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+}
+
+/// A file of a [`Throttled`] disk.
+pub struct ThrottledFile<F: DiskFile> {
+    inner: F,
+    device: Arc<Device>,
+}
+
+impl<F: DiskFile> ThrottledFile<F> {
+    pub fn inner(&self) -> &F {
+        &self.inner
+    }
+}
+
+impl<F: DiskFile + std::fmt::Debug> std::fmt::Debug for ThrottledFile<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThrottledFile")
+            .field("inner", &self.inner)
+            .field("device", &self.device.name)
+            .finish()
+    }
+}
+
+impl<D: Disk> Disk for Throttled<D> {
+    type File = ThrottledFile<D::File>;
+
+    async fn open(&self, path: &Path, create: bool) -> io::Result<Self::File> {
+        let inner = self.inner.open(path, create).await?;
+        Ok(ThrottledFile {
+            inner,
+            device: self.device.clone(),
+        })
+    }
+
+    async fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_file(path).await
+    }
+
+    async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to).await
+    }
+
+    async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let device = &self.device;
+        device.acquire(device.profile.ios_for_fsync(), 0).await;
+        let result = self.inner.sync_dir(dir).await;
+        device.count_result(&result);
+        if result.is_ok() {
+            device.counters.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        self.inner.list_dir(dir)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+}
+
+impl<F: DiskFile> DiskFile for ThrottledFile<F> {
+    async fn write_at(&self, buf: AlignedBuf, offset: u64) -> (io::Result<()>, AlignedBuf) {
+        let started = Instant::now();
+        let len = buf.len() as u64;
+        let device = &self.device;
+        device.acquire(device.ios_for_len(len), len).await;
+        let (result, buf) = self.inner.write_at(buf, offset).await;
+        device.count_result(&result);
+        if result.is_ok() {
+            device.counters.writes.fetch_add(1, Ordering::Relaxed);
+            device
+                .counters
+                .bytes_written
+                .fetch_add(len, Ordering::Relaxed);
+            device.write_latency.record_duration(started.elapsed());
+        }
+        (result, buf)
+    }
+
+    async fn read_at(&self, buf: AlignedBuf, offset: u64) -> (io::Result<usize>, AlignedBuf) {
+        let len = buf.capacity() as u64;
+        let device = &self.device;
+        device.acquire(device.ios_for_len(len), len).await;
+        let (result, buf) = self.inner.read_at(buf, offset).await;
+        device.count_result(&result);
+        if let Ok(n) = &result {
+            device.counters.reads.fetch_add(1, Ordering::Relaxed);
+            device
+                .counters
+                .bytes_read
+                .fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        (result, buf)
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        let started = Instant::now();
+        let device = &self.device;
+        device.acquire(device.profile.ios_for_fsync(), 0).await;
+        let result = self.inner.sync_data().await;
+        device.count_result(&result);
+        if result.is_ok() {
+            device.counters.syncs.fetch_add(1, Ordering::Relaxed);
+            device.fsync_latency.record_duration(started.elapsed());
+        }
+        result
+    }
+
+    async fn allocate_zeroed(&self, len: u64) -> io::Result<()> {
+        let device = &self.device;
+        let current = self.inner.len().await?;
+        let zero_bytes = len.saturating_sub(current);
+        if zero_bytes > 0 {
+            device
+                .acquire(device.ios_for_len(zero_bytes), zero_bytes)
+                .await;
+        }
+        let result = self.inner.allocate_zeroed(len).await;
+        device.count_result(&result);
+        if result.is_ok() {
+            device
+                .counters
+                .bytes_written
+                .fetch_add(zero_bytes, Ordering::Relaxed);
+        }
+        result
+    }
+
+    async fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len).await
+    }
+
+    async fn len(&self) -> io::Result<u64> {
+        self.inner.len().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::sim::SimDisk;
+    use crate::io::ALIGN;
+    use tunables::{ByteSize, DeviceConfig};
+
+    #[test]
+    fn unknown_profile_names_device_and_profile() {
+        let mut config = Config::default();
+        config.devices.insert(
+            "cold".to_string(),
+            DeviceConfig {
+                path: PathBuf::from("/mnt/cold"),
+                profile: "floppy".to_string(),
+            },
+        );
+        let err = build_devices(&config).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("devices.cold.profile"), "{text}");
+        assert!(text.contains("floppy"), "{text}");
+        assert!(text.contains("sas"), "{text}");
+    }
+
+    #[test]
+    fn builds_every_device_with_its_profile_and_dir() {
+        let mut config = Config::default();
+        config.storage.data_dir = PathBuf::from("/var/lib/ringkv");
+        config.devices.insert(
+            "cold".to_string(),
+            DeviceConfig {
+                path: PathBuf::from("/mnt/cold"),
+                profile: "sas".to_string(),
+            },
+        );
+        config.profiles.insert(
+            "tiny".to_string(),
+            ProfileConfig {
+                iops: 10,
+                burst_iops: 10,
+                ..ProfileConfig::default()
+            },
+        );
+        config.devices.insert(
+            "slow".to_string(),
+            DeviceConfig {
+                path: PathBuf::new(),
+                profile: "tiny".to_string(),
+            },
+        );
+        let devices = build_devices(&config).unwrap();
+        assert_eq!(
+            devices.keys().collect::<Vec<_>>(),
+            vec!["cold", "slow", "wal"]
+        );
+        let cold = &devices["cold"];
+        assert_eq!(cold.profile_name(), "sas");
+        assert_eq!(cold.profile().iops, 1_800);
+        assert_eq!(cold.dir(), Path::new("/mnt/cold"));
+        assert!(!cold.is_unlimited());
+        assert_eq!(devices["slow"].profile().iops, 10);
+        assert_eq!(devices["slow"].dir(), Path::new("/var/lib/ringkv"));
+        assert!(devices["wal"].is_unlimited());
+        assert_eq!(devices["wal"].metrics().credit, None);
+        assert_eq!(cold.metrics().credit, Some(5_000 * 1_800));
+    }
+
+    #[test]
+    fn invalid_profile_is_refused() {
+        let bad = ProfileConfig {
+            iops: 100,
+            burst_iops: 50,
+            ..ProfileConfig::default()
+        };
+        let err = Device::new("d", "/x", "bad", bad).unwrap_err();
+        assert!(matches!(err, DeviceError::InvalidProfile { .. }), "{err}");
+    }
+
+    /// Unthrottled I/O never waits: it runs on pollster, which has no timer,
+    /// so any attempt to sleep would panic.
+    #[test]
+    fn unthrottled_never_waits() {
+        let device =
+            Arc::new(Device::new("wal", "", "unthrottled", ProfileConfig::unthrottled()).unwrap());
+        let disk = Throttled::new(SimDisk::new(1), device.clone());
+        pollster::block_on(async {
+            disk.create_dir_all(Path::new("/d")).unwrap();
+            let f = disk.open(Path::new("/d/f"), true).await.unwrap();
+            f.allocate_zeroed(64 * ALIGN as u64).await.unwrap();
+            for i in 0..2_000u64 {
+                let mut buf = AlignedBuf::with_capacity(ALIGN);
+                buf.extend_from_slice(&[1; ALIGN]);
+                let (r, _) = f.write_at(buf, (i % 64) * ALIGN as u64).await;
+                r.unwrap();
+                f.sync_data().await.unwrap();
+            }
+            disk.sync_dir(Path::new("/d")).await.unwrap();
+        });
+        let m = device.metrics();
+        assert_eq!(m.writes, 2_000);
+        assert_eq!(m.syncs, 2_001);
+        assert_eq!(m.waits, 0);
+        assert_eq!(m.wait_ns_total, 0);
+        assert_eq!(m.bytes_written, 2_000 * ALIGN as u64 + 64 * ALIGN as u64);
+        assert_eq!(m.fsync_latency.count(), 2_000);
+        assert_eq!(m.write_latency.count(), 2_000);
+    }
+
+    #[test]
+    fn costs_follow_the_profile_rule() {
+        let profile = ProfileConfig {
+            iops: 1_000_000,
+            burst_iops: 1_000_000,
+            burst_credit: 0,
+            bytes_per_sec: ByteSize(0),
+            io_unit: ByteSize::kib(16),
+            count_fsync: false,
+        };
+        let device = Arc::new(Device::new("d", "", "fast", profile).unwrap());
+        let disk = Throttled::new(SimDisk::new(2), device.clone());
+        compio::runtime::Runtime::new().unwrap().block_on(async {
+            disk.create_dir_all(Path::new("/d")).unwrap();
+            let f = disk.open(Path::new("/d/f"), true).await.unwrap();
+            let mut big = AlignedBuf::with_capacity(40 * 1024);
+            big.extend_from_slice(&[7; 40 * 1024]);
+            let (r, _) = f.write_at(big, 0).await; // ceil(40/16) = 3
+            r.unwrap();
+            let (r, _) = f.read_at(AlignedBuf::with_capacity(ALIGN), 0).await; // 1
+            r.unwrap();
+            f.sync_data().await.unwrap(); // 0: count_fsync = false
+            f.allocate_zeroed(128 * 1024).await.unwrap(); // 88 KiB more: 6
+        });
+        let m = device.metrics();
+        assert_eq!(m.ios_admitted, 3 + 1 + 6);
+        assert_eq!(m.reads, 1);
+        assert_eq!(m.bytes_read, ALIGN as u64);
+        assert_eq!(m.syncs, 1);
+    }
+}
