@@ -1,1 +1,632 @@
-fn main() {}
+//! `ringkv`: the command-line client. One command per invocation, or `-` to
+//! read commands from stdin and answer each with exactly one line, in order,
+//! while batching lines into frames and pipelining frames.
+
+use std::ffi::OsString;
+use std::io::{self, BufRead, Write};
+use std::os::unix::ffi::OsStringExt;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use ringkv_client::{Client, ClientError, Limits, OpReply, RequestOp};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// Exit status: a GET or DEL found no such key.
+const EXIT_NOT_FOUND: u8 = 1;
+/// Exit status: the server answered an error (or a request broke its limits).
+const EXIT_SERVER_ERROR: u8 = 3;
+/// Exit status: the server could not be reached, or the connection failed.
+const EXIT_CONNECTION: u8 = 4;
+
+/// Most operations the `-` mode puts in one frame.
+const STDIN_OPS_PER_FRAME_MAX: usize = 1000;
+/// Frames the `-` mode keeps in flight (also bounded by the server's depth).
+const STDIN_FRAMES_IN_FLIGHT_MAX: usize = 8;
+/// Lines read ahead of the batcher.
+const STDIN_LINES_QUEUED_MAX: usize = 4096;
+/// A partial batch is sent once no new line arrived for this long, so
+/// interactive use answers at once.
+const STDIN_IDLE_FLUSH: Duration = Duration::from_millis(2);
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ringkv",
+    version,
+    about = "Command-line client for a ringkv server",
+    after_help = "\
+Exit status: 0 success; 1 get/del: no such key; 2 usage error; 3 the server answered
+an error (or the request breaks its limits); 4 the server cannot be reached or the
+connection failed.
+
+With `-`, each stdin line is one command: `put KEY VALUE`, `get KEY`, `del KEY` or
+`ping`. VALUE is the rest of the line after KEY. Each command gets one output line,
+in order: `OK`, `PONG`, the value, `(nil)` or `ERR <message>`; blank lines are
+skipped. Keys and values in this mode use backslash escapes (\\\\ \\n \\r \\t \\xHH)
+on input and output, so every answer stays on one line."
+)]
+struct Cli {
+    /// Server address (host:port).
+    #[arg(long, short, default_value = "127.0.0.1:7379")]
+    server: String,
+    /// Seconds to wait for the connection, and for each answer.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Set KEY to VALUE; prints OK.
+    Put {
+        #[arg(value_parser = clap::value_parser!(OsString))]
+        key: OsString,
+        #[arg(value_parser = clap::value_parser!(OsString))]
+        value: OsString,
+    },
+    /// Print the value of KEY; prints nothing and exits 1 if there is none.
+    Get {
+        #[arg(value_parser = clap::value_parser!(OsString))]
+        key: OsString,
+    },
+    /// Remove KEY; prints OK, or nothing and exits 1 if there was none.
+    Del {
+        #[arg(value_parser = clap::value_parser!(OsString))]
+        key: OsString,
+    },
+    /// Round trip to the server; prints PONG.
+    Ping,
+    /// Print the server's counters, one `name value` per line.
+    Stats,
+    /// Print what the server said in the handshake: name, id, shards, limits.
+    Info,
+    /// Read commands from stdin, one per line (see below).
+    #[command(name = "-")]
+    Stdin,
+}
+
+/// A failure that ends the program with a message on stderr.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn from_client(error: ClientError) -> Failure {
+        let code = match &error {
+            ClientError::Server { .. } | ClientError::Limit(_) | ClientError::Refused { .. } => {
+                EXIT_SERVER_ERROR
+            }
+            _ => EXIT_CONNECTION,
+        };
+        Failure {
+            code,
+            message: error.to_string(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("ringkv: cannot start the async runtime: {error}");
+            return ExitCode::from(EXIT_CONNECTION);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("ringkv: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<u8, Failure> {
+    if !(cli.timeout.is_finite() && cli.timeout > 0.0) {
+        return Err(Failure {
+            code: 2,
+            message: format!("--timeout {} must be a positive number", cli.timeout),
+        });
+    }
+    let timeout = Duration::from_secs_f64(cli.timeout);
+    let client = Client::connect_timeout(cli.server.as_str(), timeout)
+        .await
+        .map_err(|error| Failure {
+            code: EXIT_CONNECTION,
+            message: format!("cannot talk to {}: {error}", cli.server),
+        })?;
+    let mut out = io::stdout().lock();
+    let printed = match cli.command {
+        Command::Put { key, value } => {
+            within(timeout, client.put(key.into_vec(), value.into_vec())).await?;
+            writeln!(out, "OK")
+        }
+        Command::Get { key } => match within(timeout, client.get(key.into_vec())).await? {
+            Some(value) => out.write_all(&value).and_then(|()| out.write_all(b"\n")),
+            None => return Ok(EXIT_NOT_FOUND),
+        },
+        Command::Del { key } => {
+            if !within(timeout, client.delete(key.into_vec())).await? {
+                return Ok(EXIT_NOT_FOUND);
+            }
+            writeln!(out, "OK")
+        }
+        Command::Ping => {
+            within(timeout, client.ping()).await?;
+            writeln!(out, "PONG")
+        }
+        Command::Stats => {
+            let entries = within(timeout, client.stats()).await?;
+            entries
+                .iter()
+                .try_for_each(|(name, value)| writeln!(out, "{name} {value}"))
+        }
+        Command::Info => print_info(&mut out, &client),
+        Command::Stdin => {
+            drop(out);
+            return run_stdin(Arc::new(client), timeout).await;
+        }
+    };
+    printed
+        .and_then(|()| out.flush())
+        .map_err(|error| Failure {
+            code: EXIT_CONNECTION,
+            message: format!("cannot write to stdout: {error}"),
+        })?;
+    Ok(0)
+}
+
+async fn within<T>(
+    timeout: Duration,
+    future: impl std::future::Future<Output = Result<T, ClientError>>,
+) -> Result<T, Failure> {
+    match tokio::time::timeout(timeout, future).await {
+        Ok(result) => result.map_err(Failure::from_client),
+        Err(_) => Err(Failure {
+            code: EXIT_CONNECTION,
+            message: format!("no answer from the server within {timeout:?}"),
+        }),
+    }
+}
+
+fn print_info(out: &mut impl Write, client: &Client) -> io::Result<()> {
+    let server = client.server_info();
+    let limits = client.limits();
+    writeln!(out, "server_name {}", server.server_name)?;
+    writeln!(out, "server_id {:#018x}", server.server_id)?;
+    writeln!(out, "shard_count {}", server.shard_count)?;
+    writeln!(out, "protocol_version {}", client.protocol_version())?;
+    writeln!(out, "peer {}", client.peer_addr())?;
+    writeln!(out, "frame_bytes_max {}", limits.frame_bytes_max)?;
+    writeln!(out, "ops_per_frame_max {}", limits.ops_per_frame_max)?;
+    writeln!(out, "key_bytes_max {}", limits.key_bytes_max)?;
+    writeln!(out, "value_bytes_max {}", limits.value_bytes_max)?;
+    writeln!(out, "pipeline_depth_max {}", limits.pipeline_depth_max)
+}
+
+/// One stdin command's slot in the output: answered by the server (as the
+/// op at this position of its batch) or already decided locally.
+enum Slot {
+    /// `ping` marks a PING, whose OK prints as `PONG`.
+    Op {
+        ping: bool,
+    },
+    Local(String),
+}
+
+/// One frame's worth of stdin commands, in line order.
+#[derive(Default)]
+struct Batch {
+    ops: Vec<RequestOp>,
+    slots: Vec<Slot>,
+    frame_bytes: usize,
+}
+
+/// A sent batch: its slots and the task awaiting its answer.
+type InFlight = (Vec<Slot>, JoinHandle<Result<Vec<OpReply>, Failure>>);
+
+async fn run_stdin(client: Arc<Client>, timeout: Duration) -> Result<u8, Failure> {
+    let (line_tx, mut lines) = mpsc::channel::<io::Result<Vec<u8>>>(STDIN_LINES_QUEUED_MAX);
+    // Stdin is read on its own thread: blocking reads must not stall the runtime.
+    std::thread::spawn(move || {
+        let mut stdin = io::stdin().lock();
+        loop {
+            let mut line = Vec::new();
+            match stdin.read_until(b'\n', &mut line) {
+                Ok(0) => break,
+                Ok(_) => {
+                    if line_tx.blocking_send(Ok(line)).is_err() {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    let _ = line_tx.blocking_send(Err(error));
+                    break;
+                }
+            }
+        }
+    });
+    let (sent_tx, sent) = mpsc::channel::<InFlight>(STDIN_FRAMES_IN_FLIGHT_MAX);
+    let printer = tokio::spawn(print_answers(sent));
+
+    let limits = *client.limits();
+    let ops_max = STDIN_OPS_PER_FRAME_MAX.min(limits.ops_per_frame_max as usize);
+    let mut batch = Batch::default();
+    let mut read_error = None;
+    loop {
+        let next = if batch.slots.is_empty() {
+            lines.recv().await
+        } else {
+            match tokio::time::timeout(STDIN_IDLE_FLUSH, lines.recv()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    if !send_batch(&client, &mut batch, &sent_tx, timeout).await {
+                        break;
+                    }
+                    continue;
+                }
+            }
+        };
+        let line = match next {
+            Some(Ok(line)) => line,
+            Some(Err(error)) => {
+                read_error = Some(error);
+                break;
+            }
+            None => break,
+        };
+        let op = match parse_line(&line) {
+            Ok(Some(op)) => op,
+            Ok(None) => continue,
+            Err(message) => {
+                batch.slots.push(Slot::Local(format!("ERR {message}")));
+                continue;
+            }
+        };
+        if let Err(error) = limits.check_op(0, &op) {
+            let message = error.to_string();
+            let message = message.strip_prefix("op 0: ").unwrap_or(&message);
+            batch
+                .slots
+                .push(Slot::Local(format!("ERR {}: {message}", error.status())));
+            continue;
+        }
+        let full = batch.ops.len() >= ops_max
+            || fits_frame(&limits, batch.frame_bytes + op.encoded_len()).is_err();
+        if full && !send_batch(&client, &mut batch, &sent_tx, timeout).await {
+            break;
+        }
+        if let Err(message) = fits_frame(&limits, op.encoded_len()) {
+            batch.slots.push(Slot::Local(format!("ERR {message}")));
+            continue;
+        }
+        batch.frame_bytes += op.encoded_len();
+        batch.slots.push(Slot::Op {
+            ping: op == RequestOp::Ping,
+        });
+        batch.ops.push(op);
+    }
+    if !batch.slots.is_empty() {
+        send_batch(&client, &mut batch, &sent_tx, timeout).await;
+    }
+    drop(sent_tx);
+    let outcome = match printer.await {
+        Ok(outcome) => outcome,
+        Err(error) => Err(Failure {
+            code: EXIT_CONNECTION,
+            message: format!("printer task failed: {error}"),
+        }),
+    };
+    if let Some(error) = read_error {
+        return Err(Failure {
+            code: EXIT_CONNECTION,
+            message: format!("cannot read stdin: {error}"),
+        });
+    }
+    outcome
+}
+
+/// Whether a frame of `ops_bytes` operation bytes fits the server's limit.
+fn fits_frame(limits: &Limits, ops_bytes: usize) -> Result<(), String> {
+    let len = ringkv_client::protocol::FRAME_HEADER_BYTES + ops_bytes;
+    if len > limits.frame_bytes_max as usize {
+        return Err(format!(
+            "FRAME_TOO_LARGE: this command needs a frame of {len} bytes, over the server's limit of {}",
+            limits.frame_bytes_max
+        ));
+    }
+    Ok(())
+}
+
+/// Sends the batch (if it holds ops) and queues it for printing. False once
+/// the printer stopped (the connection failed).
+async fn send_batch(
+    client: &Arc<Client>,
+    batch: &mut Batch,
+    sent: &mpsc::Sender<InFlight>,
+    timeout: Duration,
+) -> bool {
+    let Batch { ops, slots, .. } = std::mem::take(batch);
+    let client = Arc::clone(client);
+    let task = tokio::spawn(async move { within(timeout, client.batch(ops)).await });
+    sent.send((slots, task)).await.is_ok()
+}
+
+/// Prints every batch's answers in order. Stops at the first batch that
+/// failed as a whole for a connection reason (after answering its lines).
+async fn print_answers(mut sent: mpsc::Receiver<InFlight>) -> Result<u8, Failure> {
+    let mut out = io::BufWriter::new(io::stdout());
+    let mut code = 0;
+    let write_failed = |error: io::Error| Failure {
+        code: EXIT_CONNECTION,
+        message: format!("cannot write to stdout: {error}"),
+    };
+    while let Some((slots, task)) = sent.recv().await {
+        let outcome = match task.await {
+            Ok(outcome) => outcome,
+            Err(error) => Err(Failure {
+                code: EXIT_CONNECTION,
+                message: format!("request task failed: {error}"),
+            }),
+        };
+        let mut replies = match &outcome {
+            Ok(replies) => replies.iter(),
+            Err(_) => [].iter(),
+        };
+        for slot in &slots {
+            let line = match (slot, &outcome) {
+                (Slot::Local(line), _) => line.clone(),
+                (Slot::Op { ping }, Ok(_)) => match replies.next() {
+                    Some(OpReply::Ok) if *ping => "PONG".into(),
+                    Some(reply) => answer_line(reply),
+                    None => "ERR the server sent fewer answers than commands".into(),
+                },
+                (Slot::Op { .. }, Err(failure)) => format!("ERR {}", failure.message),
+            };
+            if line.starts_with("ERR ") {
+                code = EXIT_SERVER_ERROR;
+            }
+            out.write_all(line.as_bytes())
+                .and_then(|()| out.write_all(b"\n"))
+                .map_err(write_failed)?;
+        }
+        out.flush().map_err(write_failed)?;
+        if let Err(failure) = outcome {
+            if failure.code == EXIT_CONNECTION {
+                return Err(failure);
+            }
+        }
+    }
+    Ok(code)
+}
+
+fn answer_line(reply: &OpReply) -> String {
+    match reply {
+        OpReply::Ok => "OK".into(),
+        OpReply::Value(value) => escape(value),
+        OpReply::NotFound => "(nil)".into(),
+        OpReply::Stats(entries) => entries
+            .iter()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        OpReply::Error { status, message } => format!("ERR {status}: {message}"),
+    }
+}
+
+/// Parses one stdin line. `Ok(None)` for a blank line.
+fn parse_line(line: &[u8]) -> Result<Option<RequestOp>, String> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let (command, rest) = split_token(line);
+    if command.is_empty() {
+        return Ok(None);
+    }
+    let (key_token, rest) = split_token(rest);
+    let command = String::from_utf8_lossy(command).to_ascii_lowercase();
+    let key = || -> Result<Bytes, String> {
+        if key_token.is_empty() {
+            return Err(format!("{command} needs a KEY"));
+        }
+        unescape(key_token).map(Bytes::from)
+    };
+    let nothing_after = |what: &str| -> Result<(), String> {
+        if rest.iter().all(u8::is_ascii_whitespace) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{command} takes {what}; unexpected {:?}",
+                String::from_utf8_lossy(rest)
+            ))
+        }
+    };
+    let op = match command.as_str() {
+        "put" | "set" => {
+            if rest.is_empty() {
+                return Err("put needs KEY VALUE".into());
+            }
+            RequestOp::Put {
+                key: key()?,
+                value: Bytes::from(unescape(rest)?),
+            }
+        }
+        "get" => {
+            nothing_after("one KEY")?;
+            RequestOp::Get { key: key()? }
+        }
+        "del" | "delete" => {
+            nothing_after("one KEY")?;
+            RequestOp::Delete { key: key()? }
+        }
+        "ping" => {
+            if !key_token.is_empty() {
+                return Err("ping takes no arguments".into());
+            }
+            RequestOp::Ping
+        }
+        other => {
+            return Err(format!(
+                "unknown command {other:?} (expected put, get, del or ping)"
+            ))
+        }
+    };
+    Ok(Some(op))
+}
+
+/// Splits off the first whitespace-separated token; the rest starts after the
+/// whitespace that follows it.
+fn split_token(line: &[u8]) -> (&[u8], &[u8]) {
+    let start = line
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(line.len());
+    let line = &line[start..];
+    let end = line
+        .iter()
+        .position(u8::is_ascii_whitespace)
+        .unwrap_or(line.len());
+    let (token, rest) = line.split_at(end);
+    let skip = rest
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(rest.len());
+    (token, &rest[skip..])
+}
+
+/// Decodes `\\`, `\n`, `\r`, `\t` and `\xHH`.
+fn unescape(text: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut bytes = text.iter().copied().enumerate();
+    while let Some((at, byte)) = bytes.next() {
+        if byte != b'\\' {
+            out.push(byte);
+            continue;
+        }
+        let decoded = match bytes.next().map(|(_, b)| b) {
+            Some(b'\\') => b'\\',
+            Some(b'n') => b'\n',
+            Some(b'r') => b'\r',
+            Some(b't') => b'\t',
+            Some(b'x') => {
+                let hex =
+                    |digit: Option<(usize, u8)>| digit.and_then(|(_, d)| (d as char).to_digit(16));
+                match (hex(bytes.next()), hex(bytes.next())) {
+                    (Some(high), Some(low)) => (high * 16 + low) as u8,
+                    _ => {
+                        return Err(format!(
+                            "bad \\x escape at byte {at}: expected two hex digits"
+                        ))
+                    }
+                }
+            }
+            Some(other) => {
+                return Err(format!(
+                    "unknown escape \\{} at byte {at} (use \\\\ for a backslash)",
+                    other.escape_ascii()
+                ))
+            }
+            None => return Err("a trailing backslash escapes nothing (use \\\\)".into()),
+        };
+        out.push(decoded);
+    }
+    Ok(out)
+}
+
+/// Encodes a value for one output line: backslash, CR, LF, tab, other
+/// control bytes and bytes that are not UTF-8 are escaped; text passes as is.
+fn escape(value: &[u8]) -> String {
+    let mut out = String::with_capacity(value.len());
+    for chunk in value.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if c.is_control() => {
+                    let mut utf8 = [0u8; 4];
+                    for byte in c.encode_utf8(&mut utf8).bytes() {
+                        out.push_str(&format!("\\x{byte:02x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        for byte in chunk.invalid() {
+            out.push_str(&format!("\\x{byte:02x}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> Bytes {
+        Bytes::from(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn parses_commands_and_values_with_spaces() {
+        assert_eq!(
+            parse_line(b"put k hello world\r\n"),
+            Ok(Some(RequestOp::Put {
+                key: key("k"),
+                value: key("hello world")
+            }))
+        );
+        assert_eq!(
+            parse_line(b"  GET   k \n"),
+            Ok(Some(RequestOp::Get { key: key("k") }))
+        );
+        assert_eq!(
+            parse_line(b"del k"),
+            Ok(Some(RequestOp::Delete { key: key("k") }))
+        );
+        assert_eq!(parse_line(b"ping"), Ok(Some(RequestOp::Ping)));
+        assert_eq!(parse_line(b"   \n"), Ok(None));
+    }
+
+    #[test]
+    fn rejects_malformed_lines() {
+        assert!(parse_line(b"put k").unwrap_err().contains("KEY VALUE"));
+        assert!(parse_line(b"get").unwrap_err().contains("needs a KEY"));
+        assert!(parse_line(b"get a b").unwrap_err().contains("one KEY"));
+        assert!(parse_line(b"ping x").unwrap_err().contains("no arguments"));
+        assert!(parse_line(b"frob k")
+            .unwrap_err()
+            .contains("unknown command"));
+        assert!(parse_line(b"put k a\\qb")
+            .unwrap_err()
+            .contains("unknown escape \\q"));
+    }
+
+    #[test]
+    fn escapes_round_trip_through_unescape() {
+        let raw: Vec<u8> = (0..=255u8).chain("é\\ok".bytes()).collect();
+        let line = escape(&raw);
+        assert!(!line.contains('\n') && !line.contains('\r'));
+        assert_eq!(unescape(line.as_bytes()), Ok(raw));
+        assert_eq!(escape(b"plain text"), "plain text");
+        assert_eq!(escape("héllo".as_bytes()), "héllo");
+    }
+
+    #[test]
+    fn bad_hex_escapes_are_errors() {
+        assert!(unescape(b"\\x4").is_err());
+        assert!(unescape(b"\\xzz").is_err());
+        assert!(unescape(b"abc\\").is_err());
+        assert_eq!(unescape(b"\\x41\\t"), Ok(b"A\t".to_vec()));
+    }
+}

@@ -1,0 +1,655 @@
+//! An async tokio client: one TCP connection shared by many concurrent
+//! callers. Each [`Client::batch`] is one REQUEST frame; frames are pipelined
+//! (at most the server's `pipeline_depth_max` in flight, held by a semaphore)
+//! and a reader task hands each answer to its caller. The server answers in
+//! request order, so the reader matches every answer against the oldest
+//! outstanding request id and treats any disagreement as a protocol violation.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{lookup_host, TcpStream, ToSocketAddrs};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::task::{AbortHandle, JoinHandle};
+
+use crate::protocol::{
+    check_frame, decode_hello_ack, decode_response, encode_hello, encode_request, DecodeError,
+    ErrorFrame, Hello, HelloAck, LimitError, Limits, OpReply, Request, RequestOp, ServerFrame,
+    ServerInfo, Status, PROTOCOL_VERSION,
+};
+
+/// How long [`Client::connect`] waits for the TCP connection and the
+/// hello-ack together.
+pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+/// The writer coalesces queued frames into one write up to this many bytes.
+const WRITE_COALESCE_BYTES: usize = 256 << 10;
+/// The reader asks the socket for at least this much room per read.
+const READ_CHUNK_BYTES: usize = 64 << 10;
+
+/// Why a client call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The server address did not resolve.
+    #[error("cannot resolve the server address: {0}")]
+    Resolve(io::Error),
+    /// No resolved address accepted a TCP connection.
+    #[error("cannot connect to {addrs:?}: {source}")]
+    Connect {
+        addrs: Vec<SocketAddr>,
+        source: io::Error,
+    },
+    /// Connecting or the handshake took too long.
+    #[error("{what} timed out after {after:?}")]
+    Timeout { what: &'static str, after: Duration },
+    /// The socket failed during the handshake.
+    #[error("I/O error during the handshake with {peer}: {source}")]
+    Io { peer: SocketAddr, source: io::Error },
+    /// The server refused the handshake (its hello-ack carried an error).
+    #[error("server refused the connection ({status}): {message} (server speaks protocol version {server_version})")]
+    Refused {
+        status: Status,
+        message: String,
+        server_version: u16,
+    },
+    /// The server sent something the protocol does not allow. The connection
+    /// is closed.
+    #[error("protocol violation by the server: {0}")]
+    Protocol(ProtocolError),
+    /// The server refused a request as a whole (an ERROR frame), or a single
+    /// operation failed (for the one-operation conveniences).
+    #[error("server answered {status}: {message}")]
+    Server { status: Status, message: String },
+    /// The request breaks the limits the server advertised; nothing was sent.
+    #[error("request not sent: {0}")]
+    Limit(LimitError),
+    /// The connection is gone; `reason` says why.
+    #[error("connection closed: {reason}")]
+    Closed { reason: String },
+}
+
+/// A server breaking the protocol. The client closes the connection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    #[error("undecodable bytes: {0}")]
+    Decode(DecodeError),
+    #[error("server accepted protocol version {got}, this client speaks {expected}")]
+    Version { got: u16, expected: u16 },
+    #[error(
+        "answer for request {got} arrived while request {expected} was the oldest outstanding"
+    )]
+    IdMismatch { expected: u64, got: u64 },
+    #[error("answer for request {id} arrived with no request outstanding")]
+    Unsolicited { id: u64 },
+    #[error("response to request {id} has {got} results for {expected} operations")]
+    ResultCount {
+        id: u64,
+        expected: usize,
+        got: usize,
+    },
+    #[error("request {id} op {index}: a {reply} reply is not a valid answer to {op}")]
+    UnexpectedReply {
+        id: u64,
+        index: usize,
+        op: &'static str,
+        reply: Status,
+    },
+}
+
+/// One outstanding request, oldest first in [`State::pending`].
+struct Pending {
+    id: u64,
+    reply: oneshot::Sender<Result<Vec<OpReply>, ClientError>>,
+    /// Returned to the pipeline semaphore when the answer arrives (or the
+    /// connection dies), even if the caller stopped waiting.
+    _permit: OwnedSemaphorePermit,
+}
+
+struct State {
+    pending: VecDeque<Pending>,
+    /// Set once, when the connection dies; later calls fail with it.
+    closed: Option<String>,
+}
+
+/// What the reader and writer tasks share with the callers.
+struct Connection {
+    state: Mutex<State>,
+    permits: Arc<Semaphore>,
+    limits: Limits,
+}
+
+impl Connection {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave State half-updated
+        // (every critical section is a push, pop or drain), so recover it.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Marks the connection dead and fails every outstanding request with
+    /// `error()`. Idempotent: only the first reason is kept.
+    fn fail_all(&self, reason: String, error: impl Fn() -> ClientError) {
+        let drained: Vec<Pending> = {
+            let mut state = self.lock();
+            if state.closed.is_none() {
+                state.closed = Some(reason);
+            }
+            state.pending.drain(..).collect()
+        };
+        self.permits.close();
+        for pending in drained {
+            // The caller may have stopped waiting; that is fine.
+            let _ = pending.reply.send(Err(error()));
+        }
+    }
+}
+
+/// A connection to a ringkv server. `batch` and the conveniences take
+/// `&self`, so one `Client` (e.g. in an `Arc`) serves many tasks at once.
+/// Dropping it closes the connection.
+pub struct Client {
+    connection: Arc<Connection>,
+    frames: mpsc::UnboundedSender<Bytes>,
+    next_id: AtomicU64,
+    server: ServerInfo,
+    version: u16,
+    peer: SocketAddr,
+    reader: JoinHandle<()>,
+    writer: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("peer", &self.peer)
+            .field("server", &self.server)
+            .field("limits", &self.connection.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.writer.abort();
+    }
+}
+
+impl Client {
+    /// Connects to `addr` and does the handshake, within
+    /// [`CONNECT_TIMEOUT_DEFAULT`]. Must run inside a tokio runtime.
+    pub async fn connect(addr: impl ToSocketAddrs) -> Result<Client, ClientError> {
+        Client::connect_timeout(addr, CONNECT_TIMEOUT_DEFAULT).await
+    }
+
+    /// Like [`Client::connect`], with a bound on resolving, connecting and
+    /// the handshake together.
+    pub async fn connect_timeout(
+        addr: impl ToSocketAddrs,
+        timeout: Duration,
+    ) -> Result<Client, ClientError> {
+        match tokio::time::timeout(timeout, Client::connect_inner(addr)).await {
+            Ok(result) => result,
+            Err(_) => Err(ClientError::Timeout {
+                what: "connect and handshake",
+                after: timeout,
+            }),
+        }
+    }
+
+    async fn connect_inner(addr: impl ToSocketAddrs) -> Result<Client, ClientError> {
+        let addrs: Vec<SocketAddr> = lookup_host(addr)
+            .await
+            .map_err(ClientError::Resolve)?
+            .collect();
+        let mut last_error =
+            io::Error::new(io::ErrorKind::NotFound, "the address resolved to nothing");
+        let mut stream = None;
+        for addr in &addrs {
+            match TcpStream::connect(addr).await {
+                Ok(connected) => {
+                    stream = Some(connected);
+                    break;
+                }
+                Err(error) => last_error = error,
+            }
+        }
+        let Some(mut stream) = stream else {
+            return Err(ClientError::Connect {
+                addrs,
+                source: last_error,
+            });
+        };
+        let peer = stream.peer_addr().map_err(|source| ClientError::Io {
+            peer: addrs[0],
+            source,
+        })?;
+        let io_error = |source| ClientError::Io { peer, source };
+        // Small frames must not wait for Nagle: latency is the point of pipelining.
+        stream.set_nodelay(true).map_err(io_error)?;
+
+        let mut out = BytesMut::new();
+        encode_hello(&Hello::current(), &mut out);
+        stream.write_all(&out).await.map_err(io_error)?;
+
+        let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+        let ack = loop {
+            match decode_hello_ack(&mut buf) {
+                Ok(Some(ack)) => break ack,
+                Ok(None) => {}
+                Err(error) => return Err(ClientError::Protocol(ProtocolError::Decode(error))),
+            }
+            let read = stream.read_buf(&mut buf).await.map_err(io_error)?;
+            if read == 0 {
+                return Err(ClientError::Closed {
+                    reason: "the server closed the connection during the handshake".into(),
+                });
+            }
+        };
+        let (version, limits, server) = match ack {
+            HelloAck::Accepted {
+                version,
+                limits,
+                server,
+            } => (version, limits, server),
+            HelloAck::Refused {
+                version,
+                status,
+                message,
+            } => {
+                return Err(ClientError::Refused {
+                    status,
+                    message,
+                    server_version: version,
+                });
+            }
+        };
+        if version != PROTOCOL_VERSION {
+            return Err(ClientError::Protocol(ProtocolError::Version {
+                got: version,
+                expected: PROTOCOL_VERSION,
+            }));
+        }
+
+        let connection = Arc::new(Connection {
+            state: Mutex::new(State {
+                pending: VecDeque::new(),
+                closed: None,
+            }),
+            permits: Arc::new(Semaphore::new(
+                (limits.pipeline_depth_max as usize).min(Semaphore::MAX_PERMITS),
+            )),
+            limits,
+        });
+        let (read, write) = stream.into_split();
+        let (frames, queue) = mpsc::unbounded_channel();
+        // Bytes after the ack (none today) belong to the first frame.
+        let writer = tokio::spawn(write_loop(write, queue, Arc::clone(&connection)));
+        let reader = tokio::spawn(read_loop(
+            read,
+            buf,
+            Arc::clone(&connection),
+            writer.abort_handle(),
+        ));
+        Ok(Client {
+            connection,
+            frames,
+            next_id: AtomicU64::new(1),
+            server,
+            version,
+            peer,
+            reader,
+            writer,
+        })
+    }
+
+    /// The limits the server advertised; every request is checked against
+    /// them before it is sent.
+    pub fn limits(&self) -> &Limits {
+        &self.connection.limits
+    }
+
+    /// Who the server is, from its hello-ack.
+    pub fn server_info(&self) -> &ServerInfo {
+        &self.server
+    }
+
+    /// The protocol version of this connection.
+    pub fn protocol_version(&self) -> u16 {
+        self.version
+    }
+
+    /// The server's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Why the connection is closed, once it is.
+    pub fn closed_reason(&self) -> Option<String> {
+        self.connection.lock().closed.clone()
+    }
+
+    /// Sends `ops` as one frame and returns one reply per op, in order.
+    ///
+    /// Safe to call from many tasks at once: frames are pipelined, at most
+    /// `limits().pipeline_depth_max` in flight; further calls wait for a slot.
+    /// Per-operation failures are `OpReply::Error` entries; `Err` means the
+    /// whole batch failed (limits, an ERROR frame, or a dead connection). An
+    /// empty `ops` returns an empty list without touching the network.
+    ///
+    /// Dropping the future after the frame was queued does not cancel the
+    /// request on the server; its answer is discarded.
+    pub async fn batch(&self, ops: Vec<RequestOp>) -> Result<Vec<OpReply>, ClientError> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let request = Request { id, ops };
+        self.connection
+            .limits
+            .check_request(&request)
+            .map_err(ClientError::Limit)?;
+        let mut frame = BytesMut::new();
+        encode_request(&request, &mut frame);
+
+        let closed = |connection: &Connection| ClientError::Closed {
+            reason: connection
+                .lock()
+                .closed
+                .clone()
+                .unwrap_or_else(|| "client shut down".into()),
+        };
+        let permit = match Arc::clone(&self.connection.permits).acquire_owned().await {
+            Ok(permit) => permit,
+            Err(_) => return Err(closed(&self.connection)),
+        };
+        let (reply, answer) = oneshot::channel();
+        {
+            // Queueing the frame and its pending entry under one lock keeps
+            // both queues in the same order, which is how answers are matched.
+            let mut state = self.connection.lock();
+            if let Some(reason) = &state.closed {
+                return Err(ClientError::Closed {
+                    reason: reason.clone(),
+                });
+            }
+            if self.frames.send(frame.freeze()).is_err() {
+                return Err(ClientError::Closed {
+                    reason: "the writer task stopped".into(),
+                });
+            }
+            state.pending.push_back(Pending {
+                id,
+                reply,
+                _permit: permit,
+            });
+        }
+        let results = match answer.await {
+            Ok(result) => result?,
+            Err(_) => return Err(closed(&self.connection)),
+        };
+        check_replies(&request, &results).map_err(|error| {
+            // A server that answers nonsense cannot be trusted with more
+            // requests: fail them all and drop the socket.
+            self.connection
+                .fail_all(format!("protocol violation: {error}"), || {
+                    ClientError::Protocol(error.clone())
+                });
+            self.reader.abort();
+            self.writer.abort();
+            ClientError::Protocol(error)
+        })?;
+        Ok(results)
+    }
+
+    async fn single(&self, op: RequestOp) -> Result<OpReply, ClientError> {
+        let mut replies = self.batch(vec![op]).await?;
+        match replies.pop() {
+            Some(OpReply::Error { status, message }) => {
+                Err(ClientError::Server { status, message })
+            }
+            Some(reply) => Ok(reply),
+            // check_replies guarantees one reply per op.
+            None => unreachable!("batch returned no reply for one op"),
+        }
+    }
+
+    /// Sets `key` to `value`.
+    pub async fn put(
+        &self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+    ) -> Result<(), ClientError> {
+        self.single(RequestOp::Put {
+            key: key.into(),
+            value: value.into(),
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Reads `key`: `None` if it does not exist.
+    pub async fn get(&self, key: impl Into<Bytes>) -> Result<Option<Bytes>, ClientError> {
+        match self.single(RequestOp::Get { key: key.into() }).await? {
+            OpReply::Value(value) => Ok(Some(value)),
+            _ => Ok(None), // NOT_FOUND: the only other reply check_replies lets through
+        }
+    }
+
+    /// Removes `key`; true if it existed.
+    pub async fn delete(&self, key: impl Into<Bytes>) -> Result<bool, ClientError> {
+        Ok(self.single(RequestOp::Delete { key: key.into() }).await? == OpReply::Ok)
+    }
+
+    /// A round trip that does nothing on the server.
+    pub async fn ping(&self) -> Result<(), ClientError> {
+        self.single(RequestOp::Ping).await.map(drop)
+    }
+
+    /// The server's counters and settings, as (name, value) pairs.
+    pub async fn stats(&self) -> Result<Vec<(String, String)>, ClientError> {
+        match self.single(RequestOp::Stats).await? {
+            OpReply::Stats(entries) => Ok(entries),
+            _ => unreachable!("check_replies lets only STATS replies through for STATS"),
+        }
+    }
+}
+
+/// Checks a response against the request it answers: one reply per op, each
+/// a kind of reply its op can get.
+fn check_replies(request: &Request, results: &[OpReply]) -> Result<(), ProtocolError> {
+    if results.len() != request.ops.len() {
+        return Err(ProtocolError::ResultCount {
+            id: request.id,
+            expected: request.ops.len(),
+            got: results.len(),
+        });
+    }
+    for (index, (op, reply)) in request.ops.iter().zip(results).enumerate() {
+        if !op.accepts(reply) {
+            return Err(ProtocolError::UnexpectedReply {
+                id: request.id,
+                index,
+                op: op_name(op),
+                reply: reply.status(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn op_name(op: &RequestOp) -> &'static str {
+    match op {
+        RequestOp::Put { .. } => "PUT",
+        RequestOp::Get { .. } => "GET",
+        RequestOp::Delete { .. } => "DELETE",
+        RequestOp::Ping => "PING",
+        RequestOp::Stats => "STATS",
+    }
+}
+
+/// Sends queued frames, several per write when they queue up. Ends when the
+/// client is dropped (the queue closes) or the socket fails.
+async fn write_loop(
+    mut write: OwnedWriteHalf,
+    mut queue: mpsc::UnboundedReceiver<Bytes>,
+    connection: Arc<Connection>,
+) {
+    let mut coalesced = BytesMut::new();
+    while let Some(first) = queue.recv().await {
+        let result = if queue.is_empty() || first.len() >= WRITE_COALESCE_BYTES {
+            write.write_all(&first).await
+        } else {
+            coalesced.clear();
+            coalesced.extend_from_slice(&first);
+            while coalesced.len() < WRITE_COALESCE_BYTES {
+                match queue.try_recv() {
+                    Ok(frame) => coalesced.extend_from_slice(&frame),
+                    Err(_) => break,
+                }
+            }
+            write.write_all(&coalesced).await
+        };
+        if let Err(error) = result {
+            let reason = format!("write failed: {error}");
+            connection.fail_all(reason.clone(), || ClientError::Closed {
+                reason: reason.clone(),
+            });
+            return;
+        }
+    }
+}
+
+/// Reads answers and hands each to the oldest outstanding request. Ends at
+/// EOF, on a socket error, on a protocol violation or after an ERROR frame
+/// with CLOSE; every request still outstanding then fails, and the writer is
+/// stopped so the socket closes.
+async fn read_loop(
+    read: OwnedReadHalf,
+    buf: BytesMut,
+    connection: Arc<Connection>,
+    writer: AbortHandle,
+) {
+    let stop = read_until_stop(read, buf, &connection).await;
+    stop.apply(&connection);
+    writer.abort();
+}
+
+async fn read_until_stop(
+    mut read: OwnedReadHalf,
+    mut buf: BytesMut,
+    connection: &Connection,
+) -> Stop {
+    loop {
+        loop {
+            match decode_response(&mut buf, &connection.limits) {
+                Ok(Some(frame)) => {
+                    if let Some(stop) = deliver(connection, frame) {
+                        return stop;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    return Stop::Protocol(ProtocolError::Decode(error));
+                }
+            }
+        }
+        // The frame's length passed the limit check, so reserving what it
+        // needs is bounded by frame_bytes_max.
+        let want = match check_frame(&buf, &connection.limits) {
+            Err(DecodeError::NeedMore { have, need }) => (need - have).max(READ_CHUNK_BYTES),
+            _ => READ_CHUNK_BYTES,
+        };
+        buf.reserve(want);
+        match read.read_buf(&mut buf).await {
+            Ok(0) => {
+                let reason = if buf.is_empty() {
+                    "the server closed the connection".to_owned()
+                } else {
+                    format!("the server closed the connection in the middle of a frame ({} bytes buffered)", buf.len())
+                };
+                return Stop::Closed(reason);
+            }
+            Ok(_) => {}
+            Err(error) => {
+                return Stop::Closed(format!("read failed: {error}"));
+            }
+        }
+    }
+}
+
+/// Why the reader stopped, and what outstanding requests are told.
+enum Stop {
+    Closed(String),
+    Protocol(ProtocolError),
+    Fatal(ErrorFrame),
+}
+
+impl Stop {
+    fn apply(self, connection: &Connection) {
+        match self {
+            Stop::Closed(reason) => connection.fail_all(reason.clone(), || ClientError::Closed {
+                reason: reason.clone(),
+            }),
+            Stop::Protocol(error) => connection
+                .fail_all(format!("protocol violation: {error}"), || {
+                    ClientError::Protocol(error.clone())
+                }),
+            Stop::Fatal(frame) => connection.fail_all(
+                format!(
+                    "the server closed the connection ({}: {})",
+                    frame.status, frame.message
+                ),
+                || ClientError::Server {
+                    status: frame.status,
+                    message: frame.message.clone(),
+                },
+            ),
+        }
+    }
+}
+
+/// Hands one server frame to its request. `Some` when the reader must stop.
+fn deliver(connection: &Connection, frame: ServerFrame) -> Option<Stop> {
+    let (id, outcome, close) = match frame {
+        ServerFrame::Response(response) => (Some(response.id), Ok(response.results), None),
+        ServerFrame::Error(error) => {
+            let outcome = Err((error.status, error.message.clone()));
+            (error.id, outcome, error.close.then_some(error))
+        }
+    };
+    let Some(id) = id else {
+        // A connection-wide ERROR with CLOSE: every outstanding request fails with it.
+        return close.map(Stop::Fatal);
+    };
+    let pending = {
+        let mut state = connection.lock();
+        match state.pending.front() {
+            None => return Some(Stop::Protocol(ProtocolError::Unsolicited { id })),
+            Some(oldest) if oldest.id != id => {
+                let expected = oldest.id;
+                return Some(Stop::Protocol(ProtocolError::IdMismatch {
+                    expected,
+                    got: id,
+                }));
+            }
+            Some(_) => state.pending.pop_front(),
+        }
+    };
+    if let Some(pending) = pending {
+        let result = outcome.map_err(|(status, message)| ClientError::Server { status, message });
+        // The caller may have stopped waiting; its answer is dropped.
+        let _ = pending.reply.send(result);
+    }
+    close.map(Stop::Fatal)
+}

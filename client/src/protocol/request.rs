@@ -1,0 +1,449 @@
+//! REQUEST frames: a batch of operations under one request id. Decoding
+//! enforces the limits before it reads a key or value, and hands keys and
+//! values out as zero-copy slices of the frame.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::error::{DecodeError, FrameFault, LimitError};
+use super::frame::{begin_frame, finish_frame, open_frame, take_frame, wire_len, Cursor};
+use super::limits::Limits;
+use super::response::OpReply;
+use super::wire::{frame_kind, opcode, FRAME_HEADER_BYTES, OP_BYTES_MIN};
+
+/// One operation of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestOp {
+    /// Sets `key` to `value`. Answered OK.
+    Put { key: Bytes, value: Bytes },
+    /// Reads `key`. Answered with its value, or NOT_FOUND.
+    Get { key: Bytes },
+    /// Removes `key`. Answered OK if it existed, NOT_FOUND if not.
+    Delete { key: Bytes },
+    /// Does nothing. Answered OK.
+    Ping,
+    /// Asks for server and shard counters. Answered with STATS entries.
+    Stats,
+}
+
+impl RequestOp {
+    /// The opcode byte of this operation.
+    pub fn opcode(&self) -> u8 {
+        match self {
+            RequestOp::Put { .. } => opcode::PUT,
+            RequestOp::Get { .. } => opcode::GET,
+            RequestOp::Delete { .. } => opcode::DELETE,
+            RequestOp::Ping => opcode::PING,
+            RequestOp::Stats => opcode::STATS,
+        }
+    }
+
+    /// The key this operation addresses, if any.
+    pub fn key(&self) -> Option<&Bytes> {
+        match self {
+            RequestOp::Put { key, .. } | RequestOp::Get { key } | RequestOp::Delete { key } => {
+                Some(key)
+            }
+            RequestOp::Ping | RequestOp::Stats => None,
+        }
+    }
+
+    /// Bytes this operation takes in a frame.
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            RequestOp::Put { key, value } => 1 + 4 + key.len() + 4 + value.len(),
+            RequestOp::Get { key } | RequestOp::Delete { key } => 1 + 4 + key.len(),
+            RequestOp::Ping | RequestOp::Stats => 1,
+        }
+    }
+
+    /// Whether `reply` is a valid answer to this operation. Any error reply
+    /// is valid for any operation.
+    pub fn accepts(&self, reply: &OpReply) -> bool {
+        match reply {
+            OpReply::Error { .. } => true,
+            OpReply::Ok => matches!(
+                self,
+                RequestOp::Put { .. } | RequestOp::Delete { .. } | RequestOp::Ping
+            ),
+            OpReply::Value(_) => matches!(self, RequestOp::Get { .. }),
+            OpReply::NotFound => matches!(self, RequestOp::Get { .. } | RequestOp::Delete { .. }),
+            OpReply::Stats(_) => matches!(self, RequestOp::Stats),
+        }
+    }
+}
+
+/// A batch of operations. The response carries the same `id` and one result
+/// per operation, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub id: u64,
+    pub ops: Vec<RequestOp>,
+}
+
+impl Request {
+    /// Bytes of the encoded frame, length prefix included.
+    pub fn encoded_len(&self) -> usize {
+        FRAME_HEADER_BYTES + self.ops.iter().map(RequestOp::encoded_len).sum::<usize>()
+    }
+}
+
+/// Appends `request` to `buf` as one REQUEST frame.
+///
+/// Does not check [`Limits`] (see [`Limits::check_request`]); panics only if
+/// a count or length does not fit the wire's u32.
+pub fn encode_request(request: &Request, buf: &mut BytesMut) {
+    buf.reserve(request.encoded_len());
+    let count = wire_len(request.ops.len(), "operation count");
+    let start = begin_frame(buf, frame_kind::REQUEST, count, request.id);
+    for op in &request.ops {
+        buf.put_u8(op.opcode());
+        match op {
+            RequestOp::Put { key, value } => {
+                put_field(buf, key, "key");
+                put_field(buf, value, "value");
+            }
+            RequestOp::Get { key } | RequestOp::Delete { key } => put_field(buf, key, "key"),
+            RequestOp::Ping | RequestOp::Stats => {}
+        }
+    }
+    finish_frame(buf, start);
+}
+
+fn put_field(buf: &mut BytesMut, field: &[u8], what: &str) {
+    buf.put_u32_le(wire_len(field.len(), what));
+    buf.put_slice(field);
+}
+
+/// Removes one REQUEST frame from the front of `buf` and decodes it.
+///
+/// - `Ok(None)`: the frame is incomplete; nothing was consumed.
+/// - `Err(Rejected { id, .. })`: the frame was well framed but invalid; it
+///   has been consumed. Answer an ERROR frame for `id` and keep going.
+/// - any other `Err`: the stream cannot be trusted; answer an ERROR frame
+///   with CLOSE and close the connection. `buf` is left as it was.
+///
+/// Keys and values are slices of one shared frame buffer: copy them before
+/// keeping them long-term, or the whole frame stays allocated.
+pub fn decode_request(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Request>, DecodeError> {
+    let Some(frame) = take_frame(buf, limits)? else {
+        return Ok(None);
+    };
+    parse_request(&frame, limits)
+        .map(Some)
+        .map_err(|(id, fault)| DecodeError::Rejected { id, fault })
+}
+
+fn parse_request(frame: &Bytes, limits: &Limits) -> Result<Request, (u64, FrameFault)> {
+    let (header, mut cursor) = open_frame(frame)?;
+    let id = header.id;
+    let fault = |fault| (id, fault);
+    if header.kind != frame_kind::REQUEST {
+        return Err(fault(FrameFault::UnexpectedKind {
+            kind: header.kind,
+            expected: "REQUEST",
+        }));
+    }
+    let count = header.count as usize;
+    if count == 0 {
+        return Err(fault(FrameFault::OverLimit(LimitError::EmptyBatch)));
+    }
+    if count > limits.ops_per_frame_max as usize {
+        return Err(fault(FrameFault::OverLimit(LimitError::TooManyOps {
+            count,
+            max: limits.ops_per_frame_max,
+        })));
+    }
+    // The count is bounded by the limit and by what the body can hold.
+    let mut ops = Vec::with_capacity(count.min(cursor.remaining() / OP_BYTES_MIN));
+    for index in 0..count {
+        let op = parse_op(&mut cursor, index, limits).map_err(fault)?;
+        ops.push(op);
+    }
+    cursor.finish().map_err(fault)?;
+    Ok(Request { id, ops })
+}
+
+fn parse_op(
+    cursor: &mut Cursor<'_>,
+    index: usize,
+    limits: &Limits,
+) -> Result<RequestOp, FrameFault> {
+    let code = cursor.u8("opcode")?;
+    let op = match code {
+        opcode::PUT => {
+            let key = parse_key(cursor, index, limits)?;
+            let len = cursor.u32("value length")? as usize;
+            if len > limits.value_bytes_max as usize {
+                return Err(FrameFault::OverLimit(LimitError::ValueTooLarge {
+                    index,
+                    len,
+                    max: limits.value_bytes_max,
+                }));
+            }
+            let value = cursor.bytes(len, "value")?;
+            RequestOp::Put { key, value }
+        }
+        opcode::GET => RequestOp::Get {
+            key: parse_key(cursor, index, limits)?,
+        },
+        opcode::DELETE => RequestOp::Delete {
+            key: parse_key(cursor, index, limits)?,
+        },
+        opcode::PING => RequestOp::Ping,
+        opcode::STATS => RequestOp::Stats,
+        _ => {
+            return Err(match opcode::reserved_name(code) {
+                Some(name) => FrameFault::ReservedOpcode { index, code, name },
+                None => FrameFault::UnknownOpcode { index, code },
+            })
+        }
+    };
+    Ok(op)
+}
+
+fn parse_key(cursor: &mut Cursor<'_>, index: usize, limits: &Limits) -> Result<Bytes, FrameFault> {
+    let len = cursor.u32("key length")? as usize;
+    if len == 0 {
+        return Err(FrameFault::OverLimit(LimitError::EmptyKey { index }));
+    }
+    if len > limits.key_bytes_max as usize {
+        return Err(FrameFault::OverLimit(LimitError::KeyTooLarge {
+            index,
+            len,
+            max: limits.key_bytes_max,
+        }));
+    }
+    cursor.bytes(len, "key")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::wire::Status;
+
+    fn b(s: &'static str) -> Bytes {
+        Bytes::from_static(s.as_bytes())
+    }
+
+    fn sample() -> Request {
+        Request {
+            id: 0x0102_0304_0506_0708,
+            ops: vec![
+                RequestOp::Put {
+                    key: b("alpha"),
+                    value: b("one"),
+                },
+                RequestOp::Get { key: b("alpha") },
+                RequestOp::Delete { key: b("beta") },
+                RequestOp::Ping,
+                RequestOp::Stats,
+                RequestOp::Put {
+                    key: b("empty"),
+                    value: Bytes::new(),
+                },
+            ],
+        }
+    }
+
+    fn encoded(request: &Request) -> BytesMut {
+        let mut buf = BytesMut::new();
+        encode_request(request, &mut buf);
+        buf
+    }
+
+    /// Re-encodes a frame after editing its body, so the checksum stays valid
+    /// and the edit reaches the content checks.
+    fn reseal(mut frame: BytesMut) -> BytesMut {
+        let len = (frame.len() - 4) as u32;
+        frame[..4].copy_from_slice(&len.to_le_bytes());
+        let crc = crc32fast::hash(&frame[8..]);
+        frame[4..8].copy_from_slice(&crc.to_le_bytes());
+        frame
+    }
+
+    #[test]
+    fn round_trip_consumes_exactly_one_frame() {
+        let request = sample();
+        let mut buf = encoded(&request);
+        assert_eq!(buf.len(), request.encoded_len());
+        encode_request(
+            &Request {
+                id: 9,
+                ops: vec![RequestOp::Ping],
+            },
+            &mut buf,
+        );
+        let limits = Limits::default();
+        assert_eq!(decode_request(&mut buf, &limits), Ok(Some(request)));
+        assert_eq!(
+            decode_request(&mut buf, &limits),
+            Ok(Some(Request {
+                id: 9,
+                ops: vec![RequestOp::Ping]
+            }))
+        );
+        assert!(buf.is_empty());
+        assert_eq!(decode_request(&mut buf, &limits), Ok(None));
+    }
+
+    #[test]
+    fn over_limit_content_is_rejected_and_consumed() {
+        let limits = Limits {
+            key_bytes_max: 4,
+            ..Limits::default()
+        };
+        let mut buf = encoded(&sample());
+        let total = buf.len();
+        let error = decode_request(&mut buf, &limits).unwrap_err();
+        assert_eq!(
+            error,
+            DecodeError::Rejected {
+                id: 0x0102_0304_0506_0708,
+                fault: FrameFault::OverLimit(LimitError::KeyTooLarge {
+                    index: 0,
+                    len: 5,
+                    max: 4
+                })
+            }
+        );
+        assert_eq!(error.status(), Status::KeyTooLarge);
+        assert!(!error.closes_connection());
+        assert!(
+            buf.is_empty(),
+            "all {total} bytes of the rejected frame are consumed"
+        );
+    }
+
+    #[test]
+    fn reserved_opcode_is_unsupported_with_its_name() {
+        let mut frame = encoded(&Request {
+            id: 5,
+            ops: vec![RequestOp::Ping],
+        });
+        frame[24] = opcode::COMMIT;
+        let mut buf = reseal(frame);
+        let error = decode_request(&mut buf, &Limits::default()).unwrap_err();
+        assert_eq!(
+            error,
+            DecodeError::Rejected {
+                id: 5,
+                fault: FrameFault::ReservedOpcode {
+                    index: 0,
+                    code: 0x12,
+                    name: "COMMIT"
+                }
+            }
+        );
+        assert_eq!(error.status(), Status::Unsupported);
+        assert!(error.to_string().contains("COMMIT"), "{error}");
+    }
+
+    #[test]
+    fn unknown_opcode_and_trailing_bytes_are_rejected() {
+        let mut frame = encoded(&Request {
+            id: 6,
+            ops: vec![RequestOp::Ping],
+        });
+        frame[24] = 0x7f;
+        let error = decode_request(&mut reseal(frame), &Limits::default()).unwrap_err();
+        assert_eq!(
+            error,
+            DecodeError::Rejected {
+                id: 6,
+                fault: FrameFault::UnknownOpcode {
+                    index: 0,
+                    code: 0x7f
+                }
+            }
+        );
+
+        let mut frame = encoded(&Request {
+            id: 7,
+            ops: vec![RequestOp::Ping],
+        });
+        frame.put_u8(0);
+        let error = decode_request(&mut reseal(frame), &Limits::default()).unwrap_err();
+        assert_eq!(
+            error,
+            DecodeError::Rejected {
+                id: 7,
+                fault: FrameFault::TrailingBytes {
+                    offset: 25,
+                    count: 1
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn count_beyond_body_is_truncated_not_allocated() {
+        let mut frame = encoded(&Request {
+            id: 8,
+            ops: vec![RequestOp::Ping],
+        });
+        frame[12..16].copy_from_slice(&10_000u32.to_le_bytes());
+        let error = decode_request(&mut reseal(frame), &Limits::default()).unwrap_err();
+        assert_eq!(
+            error,
+            DecodeError::Rejected {
+                id: 8,
+                fault: FrameFault::Truncated {
+                    what: "opcode",
+                    offset: 25,
+                    need: 1,
+                    have: 0
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn empty_batch_and_wrong_kind_are_rejected() {
+        let mut frame = encoded(&Request {
+            id: 3,
+            ops: vec![RequestOp::Ping],
+        });
+        frame[12..16].copy_from_slice(&0u32.to_le_bytes());
+        let error = decode_request(&mut reseal(frame), &Limits::default()).unwrap_err();
+        assert_eq!(
+            error,
+            DecodeError::Rejected {
+                id: 3,
+                fault: FrameFault::OverLimit(LimitError::EmptyBatch)
+            }
+        );
+
+        let mut frame = encoded(&Request {
+            id: 4,
+            ops: vec![RequestOp::Ping],
+        });
+        frame[8] = frame_kind::RESPONSE;
+        let error = decode_request(&mut reseal(frame), &Limits::default()).unwrap_err();
+        assert_eq!(
+            error,
+            DecodeError::Rejected {
+                id: 4,
+                fault: FrameFault::UnexpectedKind {
+                    kind: 2,
+                    expected: "REQUEST"
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn accepts_matches_ops_to_replies() {
+        let get = RequestOp::Get { key: b("k") };
+        assert!(get.accepts(&OpReply::Value(b("v"))));
+        assert!(get.accepts(&OpReply::NotFound));
+        assert!(!get.accepts(&OpReply::Ok));
+        assert!(RequestOp::Ping.accepts(&OpReply::Ok));
+        assert!(!RequestOp::Ping.accepts(&OpReply::NotFound));
+        assert!(RequestOp::Stats.accepts(&OpReply::Stats(vec![])));
+        assert!(RequestOp::Put {
+            key: b("k"),
+            value: b("v")
+        }
+        .accepts(&OpReply::error(Status::Poisoned, "shard 1 poisoned")));
+    }
+}

@@ -1,0 +1,269 @@
+//! Numbers of wire format v1: magic, versions, sizes, frame kinds, opcodes,
+//! payload kinds and status codes. Every value here is part of the protocol
+//! and is documented in `docs/protocol.md`; changing one breaks every client.
+
+/// First four bytes of a hello and of a hello-ack: ASCII `RKV1`.
+pub const MAGIC: [u8; 4] = *b"RKV1";
+
+/// The protocol version this crate speaks (the highest one).
+pub const PROTOCOL_VERSION: u16 = 1;
+/// The oldest protocol version this crate speaks.
+pub const PROTOCOL_VERSION_MIN: u16 = 1;
+
+/// Size of a hello: magic, version, flags.
+pub const HELLO_BYTES: usize = 8;
+/// Size of the fixed part of a hello-ack: magic, version, status, reserved,
+/// body length, body checksum.
+pub const HELLO_ACK_PREFIX_BYTES: usize = 16;
+/// Largest hello-ack body a client accepts (checked before waiting for it).
+pub const HELLO_ACK_BODY_BYTES_MAX: usize = 4096;
+
+/// Size of the length prefix that starts every frame.
+pub const LEN_PREFIX_BYTES: usize = 4;
+/// Size of a frame header: length, checksum, kind, 3 reserved bytes, count, id.
+pub const FRAME_HEADER_BYTES: usize = 24;
+/// Offset of the first byte the frame checksum covers (just after it).
+pub const CHECKSUM_START: usize = 8;
+/// Smallest encoded operation (PING and STATS are one opcode byte).
+pub const OP_BYTES_MIN: usize = 1;
+/// Size of a result without payload: status, payload kind, payload length.
+pub const RESULT_HEADER_BYTES: usize = 6;
+/// Size of an ERROR frame body before its message: status, flags, message length.
+pub const ERROR_BODY_HEADER_BYTES: usize = 4;
+
+/// Longest error message, in UTF-8 bytes. Encoders cut longer messages at a
+/// character boundary; decoders reject longer ones.
+pub const MESSAGE_BYTES_MAX: usize = 1024;
+/// Longest server name in a hello-ack, in UTF-8 bytes (encoders cut longer ones).
+pub const SERVER_NAME_BYTES_MAX: usize = 256;
+/// Longest name or value text of one STATS entry (a u16 length on the wire).
+pub const STAT_TEXT_BYTES_MAX: usize = u16::MAX as usize;
+
+/// Smallest `frame_bytes_max` a server may advertise: room for an ERROR frame
+/// with the longest message, with margin.
+pub const FRAME_BYTES_MAX_FLOOR: u32 = 4096;
+
+const _: () = assert!(FRAME_HEADER_BYTES == LEN_PREFIX_BYTES + 4 + 1 + 3 + 4 + 8);
+const _: () = assert!(HELLO_ACK_PREFIX_BYTES == 4 + 2 + 1 + 1 + 4 + 4);
+const _: () = assert!(
+    FRAME_HEADER_BYTES + ERROR_BODY_HEADER_BYTES + MESSAGE_BYTES_MAX
+        <= FRAME_BYTES_MAX_FLOOR as usize
+);
+const _: () = assert!(MESSAGE_BYTES_MAX <= u16::MAX as usize);
+const _: () = assert!(SERVER_NAME_BYTES_MAX <= u16::MAX as usize);
+
+/// Kind byte of a frame (offset 8 of the header).
+pub mod frame_kind {
+    /// Client to server: a batch of operations.
+    pub const REQUEST: u8 = 0x01;
+    /// Server to client: one result per operation of a request.
+    pub const RESPONSE: u8 = 0x02;
+    /// Server to client: a request or the connection was refused as a whole.
+    pub const ERROR: u8 = 0x03;
+}
+
+/// Flag bits of an ERROR frame body.
+pub mod error_flags {
+    /// The server closes the connection after this frame.
+    pub const CLOSE: u8 = 0x01;
+    /// The header's request id names the rejected request.
+    pub const ID_VALID: u8 = 0x02;
+    /// Every bit v1 defines.
+    pub const KNOWN: u8 = CLOSE | ID_VALID;
+}
+
+/// Operation codes.
+pub mod opcode {
+    pub const PUT: u8 = 0x01;
+    pub const GET: u8 = 0x02;
+    pub const DELETE: u8 = 0x03;
+    pub const PING: u8 = 0x04;
+    pub const STATS: u8 = 0x05;
+
+    /// Reserved for interactive transactions (0x10..=0x1F).
+    pub const BEGIN: u8 = 0x10;
+    pub const GET_FOR_UPDATE: u8 = 0x11;
+    pub const COMMIT: u8 = 0x12;
+    pub const ROLLBACK: u8 = 0x13;
+    /// Reserved for range scans (0x20..=0x2F).
+    pub const SCAN: u8 = 0x20;
+
+    /// The name of a reserved opcode, or of its reserved family, if `code` is
+    /// in a reserved range. Reserved opcodes are refused with UNSUPPORTED.
+    pub fn reserved_name(code: u8) -> Option<&'static str> {
+        match code {
+            BEGIN => Some("BEGIN"),
+            GET_FOR_UPDATE => Some("GET_FOR_UPDATE"),
+            COMMIT => Some("COMMIT"),
+            ROLLBACK => Some("ROLLBACK"),
+            0x14..=0x1F => Some("a transaction opcode"),
+            SCAN => Some("SCAN"),
+            0x21..=0x2F => Some("a scan opcode"),
+            _ => None,
+        }
+    }
+}
+
+/// What follows a result's status byte.
+pub mod payload_kind {
+    /// No payload: the payload length is 0.
+    pub const NONE: u8 = 0x00;
+    /// The value of a GET hit.
+    pub const VALUE: u8 = 0x01;
+    /// A STATS blob: a list of (name, value) text pairs.
+    pub const STATS: u8 = 0x02;
+    /// A UTF-8 error message.
+    pub const MESSAGE: u8 = 0x03;
+}
+
+/// Outcome of one operation, of a whole frame, or of a handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Status {
+    /// Done; a GET hit carries its value, STATS carries its entries.
+    Ok = 0x00,
+    /// A GET or DELETE found no such key.
+    NotFound = 0x01,
+    /// The request breaks a protocol rule (empty key, truncated op, bad magic...).
+    BadRequest = 0x10,
+    /// The frame is over `frame_bytes_max` (or a response would be).
+    FrameTooLarge = 0x11,
+    /// The frame has more operations than `ops_per_frame_max`.
+    TooManyOps = 0x12,
+    /// A key is over `key_bytes_max`.
+    KeyTooLarge = 0x13,
+    /// A value is over `value_bytes_max`.
+    ValueTooLarge = 0x14,
+    /// A version, flag, frame kind or opcode this server does not implement.
+    Unsupported = 0x15,
+    /// The frame checksum does not match its bytes.
+    ChecksumMismatch = 0x16,
+    /// The shard hit an I/O error earlier and accepts no writes until restart.
+    Poisoned = 0x20,
+    /// The server is out of capacity (queue full, too many connections); retry later.
+    Overloaded = 0x21,
+    /// The server is stopping.
+    ShuttingDown = 0x22,
+    /// A bug or unexpected failure inside the server.
+    Internal = 0x23,
+}
+
+impl Status {
+    /// Every status, in code order.
+    pub const ALL: [Status; 13] = [
+        Status::Ok,
+        Status::NotFound,
+        Status::BadRequest,
+        Status::FrameTooLarge,
+        Status::TooManyOps,
+        Status::KeyTooLarge,
+        Status::ValueTooLarge,
+        Status::Unsupported,
+        Status::ChecksumMismatch,
+        Status::Poisoned,
+        Status::Overloaded,
+        Status::ShuttingDown,
+        Status::Internal,
+    ];
+
+    /// The status byte on the wire.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The status with this byte, if v1 defines it.
+    pub fn from_code(code: u8) -> Option<Status> {
+        Status::ALL.into_iter().find(|status| status.code() == code)
+    }
+
+    /// The name used in docs and messages, e.g. `KEY_TOO_LARGE`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::NotFound => "NOT_FOUND",
+            Status::BadRequest => "BAD_REQUEST",
+            Status::FrameTooLarge => "FRAME_TOO_LARGE",
+            Status::TooManyOps => "TOO_MANY_OPS",
+            Status::KeyTooLarge => "KEY_TOO_LARGE",
+            Status::ValueTooLarge => "VALUE_TOO_LARGE",
+            Status::Unsupported => "UNSUPPORTED",
+            Status::ChecksumMismatch => "CHECKSUM_MISMATCH",
+            Status::Poisoned => "POISONED",
+            Status::Overloaded => "OVERLOADED",
+            Status::ShuttingDown => "SHUTTING_DOWN",
+            Status::Internal => "INTERNAL",
+        }
+    }
+
+    /// The status with this name (as [`Status::name`] spells it).
+    pub fn from_name(name: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|status| status.name() == name)
+    }
+
+    /// Whether this status is a failure (everything but OK and NOT_FOUND).
+    pub const fn is_error(self) -> bool {
+        self.code() >= 0x10
+    }
+
+    /// Whether sending the same request again later may succeed unchanged.
+    pub const fn is_retryable(self) -> bool {
+        matches!(self, Status::Overloaded | Status::ShuttingDown)
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_codes_round_trip_and_are_unique() {
+        for status in Status::ALL {
+            assert_eq!(Status::from_code(status.code()), Some(status));
+            assert_eq!(Status::from_name(status.name()), Some(status));
+        }
+        let mut codes: Vec<u8> = Status::ALL.iter().map(|s| s.code()).collect();
+        codes.dedup();
+        assert_eq!(codes.len(), Status::ALL.len());
+        assert!(
+            codes.windows(2).all(|w| w[0] < w[1]),
+            "ALL is in code order"
+        );
+    }
+
+    #[test]
+    fn undefined_status_codes_are_rejected() {
+        for code in 0..=u8::MAX {
+            let defined = Status::ALL.iter().any(|s| s.code() == code);
+            assert_eq!(
+                Status::from_code(code).is_some(),
+                defined,
+                "code {code:#04x}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_ok_and_not_found_are_not_errors() {
+        let non_errors: Vec<Status> = Status::ALL.into_iter().filter(|s| !s.is_error()).collect();
+        assert_eq!(non_errors, vec![Status::Ok, Status::NotFound]);
+    }
+
+    #[test]
+    fn reserved_opcodes_cover_their_ranges_and_nothing_else() {
+        for code in 0..=u8::MAX {
+            let reserved = (0x10..=0x2F).contains(&code);
+            assert_eq!(
+                opcode::reserved_name(code).is_some(),
+                reserved,
+                "code {code:#04x}"
+            );
+        }
+        assert_eq!(opcode::reserved_name(opcode::COMMIT), Some("COMMIT"));
+    }
+}
