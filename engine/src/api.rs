@@ -51,7 +51,9 @@ pub enum OpError {
     ValueTooLarge { len: usize, max: usize },
     #[error("batch of {count} operations is over the limit of {max}")]
     BatchTooLarge { count: usize, max: usize },
-    #[error("shard {shard} is poisoned by an earlier I/O error and accepts no writes until restart")]
+    #[error(
+        "shard {shard} is poisoned by an earlier I/O error and accepts no writes until restart"
+    )]
     Poisoned { shard: usize },
     #[error("shard {shard} is overloaded (its queue is full)")]
     Overloaded { shard: usize },

@@ -3,10 +3,29 @@
 //! Thread-per-core and shared-nothing: each shard is an OS thread pinned to
 //! a core, running its own compio (io_uring) runtime, owning its slice of the
 //! keyspace, its own write-ahead log and its own storage tier.
+//!
+//! Start with [`Engine::open`] and [`Handle::batch`]. The on-disk formats
+//! and the durability rules are described in `docs/wal.md`.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod api;
 pub mod io;
 
+mod engine;
+pub mod error;
+pub mod hash;
+pub mod layout;
+pub mod manifest;
+pub mod metrics;
+mod shard;
+pub mod snapshot;
+pub mod tier;
+pub mod wal;
+
 pub use api::{Op, OpError, OpResult};
+pub use engine::{Engine, Handle};
+pub use error::{Damage, EngineError, ManifestError, SnapshotError, WalError};
+pub use io::runtime::BackendKind;
+pub use metrics::{DeviceMetrics, EngineMetrics, Histogram, ShardMetrics};
+pub use tunables::Durability;

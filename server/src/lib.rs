@@ -1,1 +1,29 @@
-//! The ringkv daemon as a library, so loadgen can embed it.
+//! ringkv-server as a library: the daemon's whole machinery, so `main.rs`
+//! stays a thin wrapper and loadgen can embed the very same server
+//! ([`start`] → [`RunningServer`]).
+//!
+//! Layout: `server` (start/stop) → `listener` (per-shard accept loop) →
+//! `connection` (reader + executor tasks) → `session` (pure frame
+//! processing) and `exec` (request ↔ engine batch); `status` maps engine
+//! errors to wire statuses; `stats` and `metrics` report; `http` serves
+//! /metrics; `sockets`, `lockfile`, `signals`, `cli` are the OS edges.
+
+pub mod cli;
+pub mod connection;
+pub mod counters;
+pub mod exec;
+pub mod http;
+pub mod listener;
+pub mod lockfile;
+pub mod metrics;
+pub mod pipe;
+pub mod prom;
+pub mod server;
+pub mod session;
+pub mod shard;
+pub mod signals;
+pub mod sockets;
+pub mod stats;
+pub mod status;
+
+pub use server::{limits_from_config, start, RunningServer, ServerError, StopHandle};

@@ -1,1 +1,126 @@
-fn main() {}
+//! `ringkv-server`: parse flags, build the effective configuration, start the
+//! server and stop it gracefully on SIGTERM/SIGINT. Everything else lives in
+//! the library so loadgen can embed the same server.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use ringkv_server::cli::Cli;
+use ringkv_server::signals::{block_termination_signals, spawn_signal_thread, Signal};
+use ringkv_server::sockets::raise_open_files_limit;
+
+/// Descriptors kept for WAL segments, snapshots, listeners and /metrics.
+const FD_HEADROOM: u64 = 256;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+
+    if let Some(path) = &cli.check_config {
+        return check_config(path);
+    }
+
+    let config = match cli.effective_config() {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!(
+                "ringkv-server: {} configuration error(s); nothing was started",
+                errors.len()
+            );
+            return ExitCode::from(2);
+        }
+    };
+    if cli.print_config {
+        print!("{}", config.to_toml_string());
+        return ExitCode::SUCCESS;
+    }
+
+    init_logging();
+    // Before any thread exists, so every thread inherits the mask and only
+    // the signal thread ever sees SIGTERM/SIGINT.
+    if let Err(e) = block_termination_signals() {
+        tracing::error!(error = %e, "cannot block SIGTERM/SIGINT");
+        return ExitCode::FAILURE;
+    }
+
+    // Every connection is a descriptor: lift the soft limit to the hard one.
+    let wanted = u64::from(config.server.max_connections) + FD_HEADROOM;
+    match raise_open_files_limit(wanted) {
+        Ok(limit) if limit < wanted => tracing::warn!(
+            limit,
+            max_connections = config.server.max_connections,
+            "the open-files limit is below server.max_connections plus headroom; \
+             connections beyond it will fail to be accepted"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
+    }
+
+    let server = match ringkv_server::start(config) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot start: {e}");
+            eprintln!("ringkv-server: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+
+    let stop = server.stop_handle();
+    let signals = spawn_signal_thread(move |signal: Signal| {
+        if stop.is_stop_requested() {
+            tracing::warn!(
+                signal = signal.name(),
+                "second termination signal: exiting now without finishing the graceful stop"
+            );
+            std::process::exit(1);
+        }
+        tracing::info!(
+            signal = signal.name(),
+            "termination signal received; stopping gracefully"
+        );
+        stop.request_stop();
+    });
+    if let Err(e) = signals {
+        tracing::error!(error = %e, "cannot start the signal thread; stopping");
+        return exit_after(server.shutdown());
+    }
+
+    server.wait();
+    exit_after(server.shutdown())
+}
+
+fn exit_after(result: Result<(), ringkv_server::ServerError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ringkv-server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check_config(path: &std::path::Path) -> ExitCode {
+    match tunables::Config::load(path) {
+        Ok(_) => {
+            println!("{}: configuration is valid", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            // One line per problem, each naming its field.
+            eprintln!("{errors}");
+            eprintln!("{}: {} error(s)", path.display(), errors.len());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .init();
+}

@@ -1,0 +1,125 @@
+//! `ringkv-crash-writer`: the victim of the kill -9 test (`engine/tests/kill9.rs`).
+//! Opens the engine on real disks in `sync` mode and writes batches from
+//! several threads forever, printing to stdout (flushed, one line at a
+//! time, under one lock so the line order is the real order):
+//! `W <batch> <key> <key> ...` before submitting a batch and `A <batch>`
+//! once it is acknowledged. Batch `b` puts `value(key, b)` for each key.
+//!
+//! Usage: `ringkv-crash-writer --dir PATH [--shards N] [--threads N] [--seed N]`
+
+use bytes::Bytes;
+use engine::{Engine, Op, OpResult};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Keys are `k<number>` with numbers below this.
+const KEY_SPACE: u64 = 500;
+const OPS_PER_BATCH: u64 = 20;
+
+/// The value batch `batch` writes to key number `key` (the kill -9 test
+/// computes the same bytes).
+fn value(key: u64, batch: u64) -> Vec<u8> {
+    let mut v = format!("{key}:{batch}:").into_bytes();
+    v.resize(64 + ((key * 7 + batch * 13) % 1500) as usize, b'#');
+    v
+}
+
+/// The config both this writer and the kill -9 test open the engine with.
+fn config(dir: PathBuf, shards: u32) -> tunables::Config {
+    let mut c = tunables::Config {
+        shards,
+        ..Default::default()
+    };
+    c.storage.data_dir = dir;
+    c.storage.durability = tunables::Durability::Sync;
+    c.storage.wal_segment_size = tunables::ByteSize::kib(256);
+    c.storage.group_commit_max_bytes = tunables::ByteSize::kib(64);
+    c.storage.checkpoint_wal_bytes = tunables::ByteSize::kib(512);
+    c.limits.key_bytes_max = tunables::ByteSize(64);
+    c.limits.value_bytes_max = tunables::ByteSize(4096);
+    c
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// SplitMix64 step.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(dir) = arg(&args, "--dir") else {
+        eprintln!("usage: ringkv-crash-writer --dir PATH [--shards N] [--threads N] [--seed N]");
+        std::process::exit(2);
+    };
+    let number = |name: &str, default: u64| -> u64 {
+        arg(&args, name).map_or(default, |s| {
+            s.parse().unwrap_or_else(|_| {
+                eprintln!("{name} must be a number");
+                std::process::exit(2)
+            })
+        })
+    };
+    let shards = number("--shards", 2) as u32;
+    let threads = number("--threads", 4);
+    let seed = number("--seed", 1);
+    let engine = match Engine::open(&config(PathBuf::from(dir), shards)) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("ringkv-crash-writer: open failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    let next_batch = Arc::new(AtomicU64::new(1));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let h = engine.handle();
+            let out = out.clone();
+            let next_batch = next_batch.clone();
+            std::thread::spawn(move || loop {
+                let batch = next_batch.fetch_add(1, Ordering::Relaxed);
+                let keys: Vec<u64> = (0..OPS_PER_BATCH)
+                    .map(|i| mix(seed ^ (batch << 8) ^ i) % KEY_SPACE)
+                    .collect();
+                let ops: Vec<Op> = keys
+                    .iter()
+                    .map(|&k| Op::Put {
+                        key: Bytes::from(format!("k{k}")),
+                        value: Bytes::from(value(k, batch)),
+                    })
+                    .collect();
+                {
+                    let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+                    let list: Vec<String> = keys.iter().map(u64::to_string).collect();
+                    let _ = writeln!(o, "W {batch} {}", list.join(" "));
+                    let _ = o.flush();
+                }
+                match h.batch_blocking(ops) {
+                    Ok(answers) if answers.iter().all(|a| *a == OpResult::Ok) => {
+                        let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+                        let _ = writeln!(o, "A {batch}");
+                        let _ = o.flush();
+                    }
+                    other => {
+                        eprintln!("ringkv-crash-writer: batch {batch} failed: {other:?}");
+                        std::process::exit(1);
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        let _ = w.join();
+    }
+}

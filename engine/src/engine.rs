@@ -1,0 +1,550 @@
+//! [`Engine`] (owns the shard threads: open, metrics, shutdown, halt) and
+//! [`Handle`] (the cloneable, thread-safe way to run operations).
+//!
+//! What must hold: `open` returns only after every shard recovered (or
+//! returns the first error after stopping the others); the manifest is
+//! checked before any shard touches its files, so a data directory is never
+//! opened with another shard count than it was written with.
+
+use crate::api::{Op, OpError, OpResult};
+use crate::error::EngineError;
+use crate::io::real::RealDisk;
+use crate::io::runtime::{build_runtime, choose_backend, BackendKind};
+use crate::io::throttle::{build_devices, Throttled};
+use crate::io::Disk;
+use crate::layout::ShardPaths;
+use crate::manifest::{self, Manifest};
+use crate::metrics::{DeviceMetrics, EngineMetrics, ShardStats};
+use crate::shard::core::CommitClock;
+use crate::shard::router::{
+    local_shard, Control, EngineShared, Limits, ShardMsg, CONTROL_QUEUE_DEPTH,
+};
+use crate::shard::thread::{run, ShardSettings, ShardStart};
+use crate::wal::format::record_size;
+use crate::wal::writer::buffer_bytes_needed;
+use bytes::Bytes;
+use futures::channel::oneshot;
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use tunables::{Config, Durability};
+
+static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The storage engine: one pinned thread per shard, each with its own
+/// runtime, WAL and tier. Not generic: the disk type is chosen at `open`.
+///
+/// Keys are routed to shard `fnv1a64(key) % shard_count` (see
+/// [`crate::hash`]); the shard count is recorded in `DATA/MANIFEST`.
+pub struct Engine {
+    shared: Arc<EngineShared>,
+    threads: Vec<JoinHandle<()>>,
+    halts: Vec<flume::Sender<()>>,
+    backend: BackendKind,
+    durability: Durability,
+}
+
+/// A cloneable handle to run operations on the engine, from any thread.
+///
+/// Durability of an answer follows the engine's mode: in `sync`, a write
+/// (or a batch containing one) is answered after the fdatasync covering it
+/// and everything logged before it; in `async`, once applied in memory; in
+/// `none`, the engine never writes files. Reads may see writes that are
+/// applied but not yet durable (as Redis does): a reader can observe a value
+/// that a crash then loses, if its writer had not yet been answered.
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<EngineShared>,
+}
+
+// A handle goes to any thread; the engine may be moved to another thread.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    const fn send<T: Send>() {}
+    send_sync::<Handle>();
+    send::<Engine>();
+};
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("engine_id", &self.shared.engine_id)
+            .field("shards", &self.shared.shard_count)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("engine_id", &self.shared.engine_id)
+            .field("shards", &self.shared.shard_count)
+            .field("backend", &self.backend)
+            .field("durability", &self.durability)
+            .finish()
+    }
+}
+
+fn config_err(reason: impl Into<String>) -> EngineError {
+    EngineError::Config {
+        reason: reason.into(),
+    }
+}
+
+impl Engine {
+    /// Opens (recovering if needed) the engine on real disks, with the
+    /// backend chosen by `config.io.backend` (io_uring, or the fallback).
+    pub fn open(config: &Config) -> Result<Engine, EngineError> {
+        Self::open_with_disk(config, RealDisk)
+    }
+
+    /// Opens the engine on any [`Disk`] (tests use [`crate::io::sim::SimDisk`]).
+    /// The WAL and snapshots go through the device named by
+    /// `config.storage.wal_device`, paying its disk profile.
+    pub fn open_with_disk<D: Disk>(config: &Config, disk: D) -> Result<Engine, EngineError> {
+        config
+            .validate()
+            .map_err(|errors| config_err(errors.to_string()))?;
+        let backend = choose_backend(config.io.backend)?;
+        let s = &config.storage;
+        let l = &config.limits;
+        let durability = s.durability;
+        let key_max = usize::try_from(l.key_bytes_max.as_u64())
+            .map_err(|_| config_err("key_bytes_max too large"))?;
+        let value_max = usize::try_from(l.value_bytes_max.as_u64())
+            .map_err(|_| config_err("value_bytes_max too large"))?;
+        let max_record_bytes = record_size(key_max, value_max);
+        let segment_bytes = s.wal_segment_size.as_u64();
+        let needed = buffer_bytes_needed(max_record_bytes) as u64;
+        if durability != Durability::None && segment_bytes < needed {
+            return Err(crate::error::WalError::SegmentTooSmall {
+                segment_bytes,
+                needed,
+            }
+            .into());
+        }
+        let group_commit_max_bytes = usize::try_from(s.group_commit_max_bytes.as_u64())
+            .map_err(|_| config_err("group_commit_max_bytes too large"))?;
+        let devices = build_devices(config)?;
+        let Some(wal_device) = devices.get(&s.wal_device).cloned() else {
+            return Err(config_err(format!(
+                "storage.wal_device = {:?} names no device in [devices] (known: {})",
+                s.wal_device,
+                devices.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        };
+        let wal_root = wal_device.dir().to_path_buf();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+        // The manifest decides the shard count before any shard starts.
+        let shard_count = if durability == Durability::None {
+            if config.shards == 0 {
+                cores
+            } else {
+                config.shards as usize
+            }
+        } else {
+            let data_dir = s.data_dir.clone();
+            let config_shards = config.shards;
+            let disk2 = disk.clone();
+            let root = wal_root.clone();
+            let result = std::thread::scope(|scope| {
+                scope
+                    .spawn(move || {
+                        let rt = build_runtime(backend, 8).map_err(|source| EngineError::Io {
+                            op: "build a runtime for the manifest",
+                            path: data_dir.clone(),
+                            source,
+                        })?;
+                        rt.block_on(settle_manifest(
+                            &disk2,
+                            &data_dir,
+                            &root,
+                            config_shards,
+                            cores,
+                        ))
+                    })
+                    .join()
+            });
+            match result {
+                Ok(r) => r? as usize,
+                Err(_) => return Err(EngineError::ShardPanicked { shard: 0 }),
+            }
+        };
+        if durability != Durability::None {
+            for shard in 0..shard_count {
+                let paths = ShardPaths::new(&wal_root, shard);
+                for dir in [&paths.wal_dir, &paths.snapshot_dir] {
+                    disk.create_dir_all(dir).map_err(|source| EngineError::Io {
+                        op: "create directory",
+                        path: dir.clone(),
+                        source,
+                    })?;
+                }
+            }
+        }
+
+        let settings = ShardSettings {
+            durability,
+            segment_bytes,
+            group_commit_max_bytes,
+            group_commit_max_delay: s.group_commit_max_delay.get(),
+            flush_interval: s.flush_interval.get(),
+            checkpoint_wal_bytes: s.checkpoint_wal_bytes.as_u64(),
+            checkpoint_interval: s.checkpoint_interval.get(),
+            max_record_bytes,
+        };
+        let engine_id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
+        let clock = Arc::new(CommitClock::new());
+        let core_ids = core_affinity::get_core_ids().unwrap_or_default();
+        let queue_depth = l.shard_queue_depth as usize;
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let mut inboxes = Vec::new();
+        let mut controls = Vec::new();
+        let mut halts = Vec::new();
+        let mut closed = Vec::new();
+        let mut stats = Vec::new();
+        let mut threads = Vec::new();
+        let throttled = Throttled::new(disk, wal_device.clone());
+        for shard in 0..shard_count {
+            let (inbox_tx, inbox_rx) = flume::bounded(queue_depth);
+            let (control_tx, control_rx) = flume::bounded(CONTROL_QUEUE_DEPTH);
+            let (halt_tx, halt_rx) = flume::bounded(1);
+            let shard_stats = Arc::new(ShardStats::new());
+            let shard_closed = Arc::new(AtomicBool::new(false));
+            let start = ShardStart {
+                engine_id,
+                shard,
+                disk: (durability != Durability::None).then(|| throttled.clone()),
+                paths: ShardPaths::new(&wal_root, shard),
+                settings,
+                stats: shard_stats.clone(),
+                clock: clock.clone(),
+                inbox: inbox_rx,
+                control: control_rx,
+                halt: halt_rx,
+                closed: shard_closed.clone(),
+                ready: ready_tx.clone(),
+                backend,
+                queue_depth: config.io.queue_depth,
+                core_id: (!core_ids.is_empty()).then(|| core_ids[shard % core_ids.len()]),
+            };
+            let spawned = std::thread::Builder::new()
+                .name(format!("ringkv-shard-{shard:03}"))
+                .spawn(move || run(start));
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(source) => {
+                    stop_threads(&halts, threads);
+                    return Err(EngineError::Io {
+                        op: "spawn shard thread",
+                        path: wal_root,
+                        source,
+                    });
+                }
+            }
+            inboxes.push(inbox_tx);
+            controls.push(control_tx);
+            halts.push(halt_tx);
+            closed.push(shard_closed);
+            stats.push(shard_stats);
+        }
+        drop(ready_tx);
+        let mut first_error = None;
+        for _ in 0..shard_count {
+            match ready_rx.recv() {
+                Ok((_, Ok(()))) => {}
+                Ok((_, Err(e))) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_error.get_or_insert(EngineError::ShardPanicked { shard: 0 });
+                    break;
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            stop_threads(&halts, threads);
+            return Err(e);
+        }
+        let shared = Arc::new(EngineShared {
+            engine_id,
+            shard_count,
+            inboxes,
+            closed,
+            controls,
+            stats,
+            devices: devices.into_values().collect(),
+            shutting_down: AtomicBool::new(false),
+            limits: Limits {
+                key_bytes_max: key_max,
+                value_bytes_max: value_max,
+                ops_per_batch_max: l.ops_per_frame_max as usize,
+            },
+        });
+        tracing::info!(
+            shards = shard_count,
+            backend = %backend,
+            durability = ?durability,
+            wal_root = %wal_root.display(),
+            wal_device = %wal_device.name(),
+            profile = %wal_device.profile_name(),
+            "engine open"
+        );
+        Ok(Engine {
+            shared,
+            threads,
+            halts,
+            backend,
+            durability,
+        })
+    }
+
+    /// A handle for running operations (cheap to clone, usable anywhere).
+    pub fn handle(&self) -> Handle {
+        Handle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shared.shard_count
+    }
+
+    /// Runs `f()`'s future as a task on shard `shard`'s own runtime thread
+    /// (the server runs its per-shard accept loop and connections there;
+    /// engine calls from such tasks to the local shard run inline, without
+    /// a channel hop). Panics if `shard >= shard_count()`. Silently drops
+    /// the task if the shard has already stopped.
+    pub fn spawn_on<F, Fut>(&self, shard: usize, f: F)
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        assert!(shard < self.shared.shard_count, "no shard {shard}");
+        if local_shard(self.shared.engine_id).is_some_and(|(s, _)| s == shard) {
+            compio::runtime::spawn(f()).detach();
+            return;
+        }
+        let task: crate::shard::router::SpawnFn = Box::new(move || Box::pin(f()));
+        if self.shared.controls[shard]
+            .send(Control::Spawn(task))
+            .is_err()
+        {
+            tracing::warn!(shard, "spawn_on: the shard has stopped; task dropped");
+        }
+    }
+
+    /// A snapshot of every counter: per shard and per device.
+    pub fn metrics(&self) -> EngineMetrics {
+        self.shared.metrics()
+    }
+
+    pub fn backend(&self) -> BackendKind {
+        self.backend
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Graceful stop: new work is refused with `ShuttingDown`, everything
+    /// already queued is answered, the WAL is flushed and fdatasync'ed, the
+    /// threads are joined. Errs if a shard ended poisoned or panicked.
+    /// Must not be called on a shard thread of this engine (it would wait
+    /// for itself); that panics.
+    pub fn shutdown(mut self) -> Result<(), EngineError> {
+        self.stop_gracefully()
+    }
+
+    /// Crash-like stop for tests: the shard threads stop at once (their
+    /// tasks are dropped at the next poll), nothing more is flushed.
+    pub fn halt(mut self) {
+        self.shared.shutting_down.store(true, Ordering::Release);
+        let threads = std::mem::take(&mut self.threads);
+        stop_threads(&self.halts, threads);
+    }
+
+    fn stop_gracefully(&mut self) -> Result<(), EngineError> {
+        if self.threads.is_empty() {
+            return Ok(());
+        }
+        assert!(
+            local_shard(self.shared.engine_id).is_none(),
+            "Engine::shutdown called on one of its own shard threads (it would wait for itself)"
+        );
+        self.shared.shutting_down.store(true, Ordering::Release);
+        let mut waits = Vec::new();
+        for (shard, inbox) in self.shared.inboxes.iter().enumerate() {
+            let (done, rx) = oneshot::channel();
+            if inbox.send(ShardMsg::Shutdown { done }).is_ok() {
+                waits.push((shard, rx));
+            }
+        }
+        let mut first_error = None;
+        for (shard, rx) in waits {
+            match pollster::block_on(rx) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_error.get_or_insert(EngineError::ShardPanicked { shard });
+                }
+            }
+        }
+        for (shard, t) in std::mem::take(&mut self.threads).into_iter().enumerate() {
+            if t.join().is_err() {
+                first_error.get_or_insert(EngineError::ShardPanicked { shard });
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Engine {
+    /// Dropping an engine that was neither shut down nor halted shuts it
+    /// down gracefully (errors are logged).
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_gracefully() {
+            tracing::error!(error = %e, "engine shutdown on drop failed");
+        }
+    }
+}
+
+fn stop_threads(halts: &[flume::Sender<()>], threads: Vec<JoinHandle<()>>) {
+    for h in halts {
+        let _ = h.try_send(());
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+}
+
+/// Reads (or writes, on first open) the manifest and returns the shard
+/// count to run with.
+async fn settle_manifest<D: Disk>(
+    disk: &D,
+    data_dir: &Path,
+    wal_root: &Path,
+    config_shards: u32,
+    cores: usize,
+) -> Result<u32, EngineError> {
+    disk.create_dir_all(data_dir)
+        .map_err(|source| EngineError::Io {
+            op: "create data directory",
+            path: data_dir.to_path_buf(),
+            source,
+        })?;
+    let existing = manifest::load(disk, data_dir).await?;
+    if existing.is_none() {
+        let first_shard = ShardPaths::new(wal_root, 0).dir;
+        if disk.exists(&first_shard) {
+            return Err(crate::error::ManifestError::Corrupt {
+                file: manifest::manifest_path(data_dir),
+                reason: format!(
+                    "the manifest is missing but {} exists: the shard count of this data is unknown, refusing to guess",
+                    first_shard.display()
+                ),
+            }
+            .into());
+        }
+    }
+    let count = manifest::resolve_shard_count(config_shards, existing.as_ref(), cores, data_dir)?;
+    if existing.is_none() {
+        manifest::store(disk, data_dir, &Manifest::current(count)).await?;
+    }
+    Ok(count)
+}
+
+impl EngineShared {
+    fn metrics(&self) -> EngineMetrics {
+        EngineMetrics {
+            shards: self
+                .stats
+                .iter()
+                .enumerate()
+                .map(|(i, s)| s.snapshot(i, self.inboxes[i].len()))
+                .collect(),
+            devices: self
+                .devices
+                .iter()
+                .map(|d| DeviceMetrics {
+                    name: d.name().to_string(),
+                    profile: d.profile_name().to_string(),
+                    io: d.metrics(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Handle {
+    pub fn shard_count(&self) -> usize {
+        self.shared.shard_count
+    }
+
+    /// The shard owning `key`: `fnv1a64(key) % shard_count`.
+    pub fn shard_of(&self, key: &[u8]) -> usize {
+        self.shared.shard_of(key)
+    }
+
+    /// Runs a batch; the answers come back in op order. An op that breaks a
+    /// limit (empty key, key or value too large) gets an error answer and
+    /// is not applied; the rest of the batch still runs. `Err` only refuses
+    /// the whole batch (`BatchTooLarge`, `ShuttingDown`). Called on a shard
+    /// thread, that shard's part runs inline.
+    pub async fn batch(&self, ops: Vec<Op>) -> Result<Vec<OpResult>, OpError> {
+        self.shared.batch(ops).await
+    }
+
+    /// [`Handle::batch`] for plain threads: blocks until answered. Must not
+    /// be called on a shard thread of this engine (it would block the
+    /// shard it waits for); that is a programming error and panics.
+    pub fn batch_blocking(&self, ops: Vec<Op>) -> Result<Vec<OpResult>, OpError> {
+        assert!(
+            local_shard(self.shared.engine_id).is_none(),
+            "Handle::batch_blocking called on a shard thread; use Handle::batch (async) there"
+        );
+        pollster::block_on(self.batch(ops))
+    }
+
+    fn one(results: Result<Vec<OpResult>, OpError>) -> Result<OpResult, OpError> {
+        let mut results = results?;
+        assert_eq!(results.len(), 1);
+        match results.pop() {
+            Some(OpResult::Err(e)) => Err(e),
+            Some(r) => Ok(r),
+            None => unreachable!("one answer per operation"),
+        }
+    }
+
+    pub async fn put(&self, key: Bytes, value: Bytes) -> Result<(), OpError> {
+        Self::one(self.batch(vec![Op::Put { key, value }]).await).map(|_| ())
+    }
+
+    pub async fn get(&self, key: Bytes) -> Result<Option<Bytes>, OpError> {
+        match Self::one(self.batch(vec![Op::Get { key }]).await)? {
+            OpResult::Value(v) => Ok(Some(v)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Removes `key`; `Ok(true)` if it existed.
+    pub async fn delete(&self, key: Bytes) -> Result<bool, OpError> {
+        Ok(matches!(
+            Self::one(self.batch(vec![Op::Delete { key }]).await)?,
+            OpResult::Ok
+        ))
+    }
+
+    /// See [`Engine::metrics`].
+    pub fn metrics(&self) -> EngineMetrics {
+        self.shared.metrics()
+    }
+}

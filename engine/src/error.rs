@@ -1,0 +1,239 @@
+//! The engine's error types, one enum per layer (`WalError`, `SnapshotError`,
+//! `ManifestError`), folded into [`EngineError`] with `From`. Every variant
+//! carries the facts a person needs to act: file, offset, expected, found.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Why a WAL record, flush or segment was judged damaged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Damage {
+    /// The stored checksum does not match the bytes.
+    ChecksumMismatch { expected: u32, found: u32 },
+    /// A record's size field is impossible (too small, past the segment end).
+    BadRecordSize { size: u64 },
+    /// A record kind this version does not know.
+    UnknownRecordKind { kind: u8 },
+    /// A reserved field or flag is not zero.
+    ReservedNotZero,
+    /// A flush did not end with a seal record on a block boundary.
+    MissingSeal,
+    /// A seal record does not describe the flush it closes.
+    SealMismatch {
+        field: &'static str,
+        expected: u64,
+        found: u64,
+    },
+    /// The first record of a flush lacks its FIRST flag, or a later one has it.
+    FlushBoundary,
+    /// LSNs must grow by exactly one per record.
+    LsnGap { expected: u64, found: u64 },
+    /// A segment header is damaged or describes another shard / segment.
+    BadSegmentHeader { reason: &'static str },
+    /// A valid segment header that names another shard or segment number
+    /// than its place in the directory: a misplaced file, not a torn write.
+    ForeignSegment {
+        expected_shard: u32,
+        found_shard: u32,
+        expected_seq: u64,
+        found_seq: u64,
+    },
+    /// A segment header's first LSN does not continue the log.
+    SegmentLsnMismatch { expected: u64, found: u64 },
+    /// Damage (or a hole) sits before a complete, valid flush: acknowledged
+    /// data may be behind the damage, so the log is not a torn tail.
+    ValidFlushAfterDamage { file: PathBuf, offset: u64 },
+    /// A complete, valid flush sits in a segment after an unused one.
+    UsedSegmentAfterUnused { file: PathBuf },
+    /// The WAL does not reach back to the snapshot (or to LSN 1).
+    MissingHistory { needed_lsn: u64, first_lsn: u64 },
+    /// A snapshot exists but the WAL directory holds no used segment.
+    NoWalForSnapshot { snapshot_lsn: u64 },
+}
+
+impl fmt::Display for Damage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Damage::ChecksumMismatch { expected, found } => {
+                write!(f, "checksum mismatch (stored {expected:#010x}, computed {found:#010x})")
+            }
+            Damage::BadRecordSize { size } => write!(f, "impossible record size {size}"),
+            Damage::UnknownRecordKind { kind } => write!(f, "unknown record kind {kind}"),
+            Damage::ReservedNotZero => write!(f, "a reserved field is not zero"),
+            Damage::MissingSeal => write!(f, "flush does not end with a seal record"),
+            Damage::SealMismatch {
+                field,
+                expected,
+                found,
+            } => write!(f, "seal field {field} is {found}, expected {expected}"),
+            Damage::FlushBoundary => write!(f, "FIRST flag out of place"),
+            Damage::LsnGap { expected, found } => {
+                write!(f, "LSN {found} where {expected} was expected")
+            }
+            Damage::BadSegmentHeader { reason } => write!(f, "bad segment header: {reason}"),
+            Damage::ForeignSegment {
+                expected_shard,
+                found_shard,
+                expected_seq,
+                found_seq,
+            } => write!(
+                f,
+                "segment header says shard {found_shard} segment {found_seq}, but the file is shard {expected_shard} segment {expected_seq} (misplaced file?)"
+            ),
+            Damage::SegmentLsnMismatch { expected, found } => write!(
+                f,
+                "segment starts at LSN {found} but the log continues at {expected}"
+            ),
+            Damage::ValidFlushAfterDamage { file, offset } => write!(
+                f,
+                "a complete flush follows at {} offset {offset}, so this is not a torn tail",
+                file.display()
+            ),
+            Damage::UsedSegmentAfterUnused { file } => write!(
+                f,
+                "segment {} holds data but an earlier segment is unused",
+                file.display()
+            ),
+            Damage::MissingHistory {
+                needed_lsn,
+                first_lsn,
+            } => write!(
+                f,
+                "the log must reach back to LSN {needed_lsn} but starts at {first_lsn}"
+            ),
+            Damage::NoWalForSnapshot { snapshot_lsn } => write!(
+                f,
+                "snapshot covers LSN {snapshot_lsn} but no WAL segment holds data"
+            ),
+        }
+    }
+}
+
+/// Errors of the write-ahead log: reading, writing, recovering.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WalError {
+    #[error("WAL {op} failed on {} at offset {offset}: {source}", file.display())]
+    Io {
+        op: &'static str,
+        file: PathBuf,
+        offset: u64,
+        #[source]
+        source: io::Error,
+    },
+    #[error("WAL is corrupt in {} at offset {offset}: {reason} (refusing to open; acknowledged data may be behind this point)", file.display())]
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        reason: Damage,
+    },
+    #[error("wal_segment_size of {segment_bytes} bytes cannot hold a segment header plus the largest record ({needed} bytes); raise it or lower the key/value limits")]
+    SegmentTooSmall { segment_bytes: u64, needed: u64 },
+}
+
+/// Errors of snapshot files (checkpoints).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    #[error("snapshot {op} failed on {} at offset {offset}: {source}", file.display())]
+    Io {
+        op: &'static str,
+        file: PathBuf,
+        offset: u64,
+        #[source]
+        source: io::Error,
+    },
+    #[error("snapshot {} is corrupt at offset {offset}: {reason}", file.display())]
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    #[error("snapshot {} is damaged ({reason}) and no older snapshot plus WAL covers it; refusing to open", file.display())]
+    NoUsableSnapshot { file: PathBuf, reason: String },
+    #[error("the WAL was poisoned while the checkpoint was being written")]
+    Aborted,
+}
+
+/// Errors of the data directory's manifest.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManifestError {
+    #[error("manifest {} I/O failed during {op}: {source}", file.display())]
+    Io {
+        op: &'static str,
+        file: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("manifest {} is corrupt: {reason}", file.display())]
+    Corrupt { file: PathBuf, reason: String },
+    #[error("manifest {} has format version {found}; this build reads version {supported}", file.display())]
+    UnsupportedVersion {
+        file: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    #[error("manifest {} names hash {found:?}; this build routes keys with {supported:?}", file.display())]
+    UnknownHash {
+        file: PathBuf,
+        found: String,
+        supported: &'static str,
+    },
+    #[error("the data directory {} was written with {manifest} shards but the config asks for {config}; re-sharding is not supported: set shards = {manifest} (or 0 to follow the manifest), or start from an empty data directory", dir.display())]
+    ShardCountMismatch {
+        dir: PathBuf,
+        manifest: u32,
+        config: u32,
+    },
+}
+
+/// Everything that can stop [`crate::Engine::open`] or
+/// [`crate::Engine::shutdown`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Backend(#[from] crate::io::runtime::BackendError),
+    #[error(transparent)]
+    Device(#[from] crate::io::throttle::DeviceError),
+    #[error("invalid engine configuration: {reason}")]
+    Config { reason: String },
+    #[error("{op} of {} failed: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("data directory {} is in use by another process (lock file held)", path.display())]
+    Locked { path: PathBuf },
+    #[error("shard {shard}: {source}")]
+    Shard {
+        shard: usize,
+        #[source]
+        source: Box<EngineError>,
+    },
+    #[error("shard {shard} thread panicked")]
+    ShardPanicked { shard: usize },
+    #[error("shard {shard} ended its WAL poisoned; its last writes may not be durable")]
+    PoisonedAtShutdown { shard: usize },
+}
+
+impl EngineError {
+    /// The innermost error, looking through [`EngineError::Shard`].
+    pub fn root(&self) -> &EngineError {
+        match self {
+            EngineError::Shard { source, .. } => source.root(),
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Where things live on disk. Data directory: `DATA/MANIFEST`. WAL device
+//! root (the `wal_device`'s path, or `DATA` when empty):
+//! `ROOT/shard-NNN/wal/SEQ.wal` and `ROOT/shard-NNN/snapshots/LSN.snap`
+//! (numbers zero-padded to 20 digits so names sort like numbers).
+
+use std::path::{Path, PathBuf};
+
+pub const WAL_SUFFIX: &str = ".wal";
+pub const SNAPSHOT_SUFFIX: &str = ".snap";
+pub const TMP_SUFFIX: &str = ".tmp";
+pub const DAMAGED_SUFFIX: &str = ".damaged";
+
+/// The directories of one shard.
+#[derive(Debug, Clone)]
+pub struct ShardPaths {
+    pub shard: usize,
+    pub dir: PathBuf,
+    pub wal_dir: PathBuf,
+    pub snapshot_dir: PathBuf,
+}
+
+impl ShardPaths {
+    pub fn new(root: &Path, shard: usize) -> ShardPaths {
+        let dir = root.join(format!("shard-{shard:03}"));
+        ShardPaths {
+            shard,
+            wal_dir: dir.join("wal"),
+            snapshot_dir: dir.join("snapshots"),
+            dir,
+        }
+    }
+
+    pub fn segment(&self, seq: u64) -> PathBuf {
+        self.wal_dir.join(format!("{seq:020}{WAL_SUFFIX}"))
+    }
+
+    pub fn snapshot(&self, lsn: u64) -> PathBuf {
+        self.snapshot_dir
+            .join(format!("{lsn:020}{SNAPSHOT_SUFFIX}"))
+    }
+
+    pub fn snapshot_tmp(&self, lsn: u64) -> PathBuf {
+        self.snapshot_dir
+            .join(format!("{lsn:020}{SNAPSHOT_SUFFIX}{TMP_SUFFIX}"))
+    }
+}
+
+/// The number in a file name `NNNN<suffix>`, if the name has that form.
+pub fn parse_numbered(path: &Path, suffix: &str) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    let digits = name.strip_suffix(suffix)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let p = ShardPaths::new(Path::new("/data"), 7);
+        assert_eq!(p.dir, Path::new("/data/shard-007"));
+        let seg = p.segment(42);
+        assert_eq!(
+            seg,
+            Path::new("/data/shard-007/wal/00000000000000000042.wal")
+        );
+        assert_eq!(parse_numbered(&seg, WAL_SUFFIX), Some(42));
+        assert_eq!(parse_numbered(&p.snapshot(9), SNAPSHOT_SUFFIX), Some(9));
+        assert_eq!(parse_numbered(&p.snapshot_tmp(9), SNAPSHOT_SUFFIX), None);
+        assert_eq!(parse_numbered(Path::new("x.wal"), WAL_SUFFIX), None);
+    }
+}

@@ -1,0 +1,563 @@
+//! The state of one shard and its apply path: operations are applied to
+//! the tier and logged to the WAL append buffer in one synchronous step
+//! (so LSN order is apply order), then answered when the durability mode
+//! allows. Lives on its shard thread only (`Rc`, `RefCell`); no borrow is
+//! ever held across an `.await`.
+//!
+//! What must hold: in `sync` mode a write (or a batch containing one) is
+//! answered only once every record logged before its answer is durable;
+//! after poisoning no write is logged or acknowledged; LSNs grow by one per
+//! record; commit versions are non-decreasing in LSN order.
+
+use crate::api::{Op, OpError, OpResult};
+use crate::hash::fnv1a64;
+use crate::metrics::ShardStats;
+use crate::shard::notify::Notify;
+use crate::tier::Tier;
+use crate::wal::format::{record_size, RecordKind};
+use crate::wal::writer::{Reserve, SealedFlush, WalAppender};
+use futures::channel::oneshot;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use tunables::Durability;
+
+/// The engine-wide commit-version clock (monotonic across shards).
+#[derive(Debug, Default)]
+pub(crate) struct CommitClock {
+    last: AtomicU64,
+}
+
+impl CommitClock {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// A new version, larger than every version handed out before.
+    pub(crate) fn next(&self) -> u64 {
+        self.last.fetch_add(1, Relaxed) + 1
+    }
+
+    /// Makes sure later versions are larger than `seen` (recovery).
+    pub(crate) fn observe(&self, seen: u64) {
+        self.last.fetch_max(seen, Relaxed);
+    }
+
+    pub(crate) fn current(&self) -> u64 {
+        self.last.load(Relaxed)
+    }
+}
+
+/// Which answers of a batch belong to writes (they turn into `Poisoned`
+/// if the shard is poisoned before their flush is durable).
+#[derive(Debug)]
+pub(crate) enum WriteSet {
+    None,
+    All,
+    Some(Vec<u32>),
+}
+
+impl WriteSet {
+    /// Records whether the answer at `index` (answers are pushed in order)
+    /// belongs to a write.
+    fn mark(&mut self, index: usize, is_write: bool) {
+        match (&mut *self, is_write) {
+            (WriteSet::None, true) if index == 0 => *self = WriteSet::All,
+            (WriteSet::None, true) => *self = WriteSet::Some(vec![index as u32]),
+            (WriteSet::All, false) => *self = WriteSet::Some((0..index as u32).collect()),
+            (WriteSet::Some(v), true) => v.push(index as u32),
+            _ => {}
+        }
+    }
+
+    fn poison(&self, results: &mut [OpResult], shard: usize) {
+        let err = || OpResult::Err(OpError::Poisoned { shard });
+        match self {
+            WriteSet::None => {}
+            WriteSet::All => results.iter_mut().for_each(|r| *r = err()),
+            WriteSet::Some(v) => v.iter().for_each(|&i| results[i as usize] = err()),
+        }
+    }
+}
+
+/// The outcome of applying a batch, before it is answered.
+#[derive(Debug)]
+pub(crate) struct Applied {
+    pub(crate) results: Vec<OpResult>,
+    /// LSN that must be durable before the answer (sync mode with writes).
+    pub(crate) wait_lsn: Option<u64>,
+    pub(crate) writes: WriteSet,
+}
+
+struct Pending {
+    lsn: u64,
+    applied: Applied,
+    reply: oneshot::Sender<Vec<OpResult>>,
+}
+
+struct CoreState {
+    tier: Box<dyn Tier>,
+    last_lsn: u64,
+    durable_lsn: u64,
+    poisoned: bool,
+    wal: Option<WalAppender>,
+    pending: VecDeque<Pending>,
+    wal_bytes_since_checkpoint: u64,
+    writes_since_checkpoint: u64,
+}
+
+/// Settings of the apply path.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CoreSettings {
+    pub(crate) shard: usize,
+    pub(crate) durability: Durability,
+    pub(crate) checkpoint_wal_bytes: u64,
+    pub(crate) max_record_bytes: usize,
+}
+
+/// One shard's state and the notifications between its tasks.
+pub(crate) struct ShardCore {
+    pub(crate) settings: CoreSettings,
+    pub(crate) stats: Arc<ShardStats>,
+    pub(crate) clock: Arc<CommitClock>,
+    state: RefCell<CoreState>,
+    /// WAL bytes after which a checkpoint is due: the configured
+    /// `checkpoint_wal_bytes`, or the size of the last snapshot if larger
+    /// (a checkpoint never costs more than the log it replaces; like Redis's
+    /// `auto-aof-rewrite-percentage 100`).
+    checkpoint_threshold: std::cell::Cell<u64>,
+    /// The flusher waits on this for records or a flush request.
+    pub(crate) flush_wanted: Notify,
+    /// Appenders wait on this for buffer space (or poisoning).
+    pub(crate) space_freed: Notify,
+    /// The segment creator waits on this (the appender moved to a new segment).
+    pub(crate) segment_rolled: Notify,
+    /// The checkpointer waits on this.
+    pub(crate) checkpoint_wanted: Notify,
+    /// Durable LSN moved (or the shard got poisoned).
+    pub(crate) durable_advanced: Notify,
+}
+
+/// Operation counts of one apply step, added to the atomics once.
+#[derive(Default)]
+struct Counts {
+    get: u64,
+    put: u64,
+    delete: u64,
+    failed: u64,
+    records: u64,
+}
+
+impl ShardCore {
+    pub(crate) fn new(
+        settings: CoreSettings,
+        tier: Box<dyn Tier>,
+        last_lsn: u64,
+        wal: Option<WalAppender>,
+        stats: Arc<ShardStats>,
+        clock: Arc<CommitClock>,
+    ) -> ShardCore {
+        assert_eq!(wal.is_some(), settings.durability != Durability::None);
+        stats.current_lsn.store(last_lsn, Relaxed);
+        stats.durable_lsn.store(last_lsn, Relaxed);
+        stats.keys.store(tier.len(), Relaxed);
+        stats.memory_bytes.store(tier.memory_bytes(), Relaxed);
+        ShardCore {
+            settings,
+            stats,
+            clock,
+            state: RefCell::new(CoreState {
+                tier,
+                last_lsn,
+                durable_lsn: last_lsn,
+                poisoned: false,
+                wal,
+                pending: VecDeque::new(),
+                wal_bytes_since_checkpoint: 0,
+                writes_since_checkpoint: 0,
+            }),
+            checkpoint_threshold: std::cell::Cell::new(settings.checkpoint_wal_bytes),
+            flush_wanted: Notify::new(),
+            space_freed: Notify::new(),
+            segment_rolled: Notify::new(),
+            checkpoint_wanted: Notify::new(),
+            durable_advanced: Notify::new(),
+        }
+    }
+
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.state.borrow().poisoned
+    }
+
+    pub(crate) fn last_lsn(&self) -> u64 {
+        self.state.borrow().last_lsn
+    }
+
+    /// Segment the open WAL buffer belongs to (0 without a WAL).
+    pub(crate) fn open_segment_seq(&self) -> u64 {
+        self.state.borrow().wal.as_ref().map_or(0, |w| w.open_seq())
+    }
+
+    /// (open buffer has records, a flush was requested, the buffer passed its threshold)
+    pub(crate) fn flush_state(&self) -> (bool, bool, bool) {
+        let st = self.state.borrow();
+        match &st.wal {
+            Some(w) => (
+                w.has_records(),
+                w.flush_requested,
+                w.open_bytes() >= w.flush_threshold() / 2,
+            ),
+            None => (false, false, false),
+        }
+    }
+
+    /// Runs `f` on the tier (reads from a checkpoint).
+    pub(crate) fn with_tier<R>(&self, f: impl FnOnce(&dyn Tier) -> R) -> R {
+        f(&*self.state.borrow().tier)
+    }
+
+    /// (WAL bytes, writes) since the last checkpoint.
+    pub(crate) fn since_checkpoint(&self) -> (u64, u64) {
+        let st = self.state.borrow();
+        (st.wal_bytes_since_checkpoint, st.writes_since_checkpoint)
+    }
+
+    /// WAL bytes after which the next checkpoint is due.
+    pub(crate) fn checkpoint_threshold(&self) -> u64 {
+        self.checkpoint_threshold.get()
+    }
+
+    /// A snapshot of `snapshot_bytes` was written: checkpoint again once
+    /// the WAL has grown by at least as much.
+    pub(crate) fn checkpoint_written(&self, snapshot_bytes: u64) {
+        self.checkpoint_threshold
+            .set(self.settings.checkpoint_wal_bytes.max(snapshot_bytes));
+    }
+
+    /// A checkpoint starts: count from zero again.
+    pub(crate) fn checkpoint_started(&self) {
+        let mut st = self.state.borrow_mut();
+        st.wal_bytes_since_checkpoint = 0;
+        st.writes_since_checkpoint = 0;
+    }
+
+    /// Applies as many of `ops` as fit in the WAL buffer now. Returns
+    /// whether all were applied (false: wait for buffer space).
+    fn apply_some(
+        &self,
+        ops: &mut std::iter::Peekable<std::vec::IntoIter<Op>>,
+        results: &mut Vec<OpResult>,
+        writes: &mut WriteSet,
+        had_write: &mut bool,
+        counts: &mut Counts,
+    ) -> bool {
+        let shard = self.settings.shard;
+        let mut st = self.state.borrow_mut();
+        let st = &mut *st;
+        let mut version = 0u64;
+        let mut appended = false;
+        let mut rolled = false;
+        let done = loop {
+            let Some(op) = ops.peek() else {
+                break true;
+            };
+            let index = results.len();
+            match op {
+                Op::Get { key } => {
+                    counts.get += 1;
+                    let r = match st.tier.get(fnv1a64(key), key) {
+                        Some(v) => OpResult::Value(v),
+                        None => OpResult::NotFound,
+                    };
+                    writes.mark(index, false);
+                    results.push(r);
+                }
+                Op::Put { .. } | Op::Delete { .. } if st.poisoned => {
+                    writes.mark(index, true);
+                    *had_write = true;
+                    match op {
+                        Op::Put { .. } => counts.put += 1,
+                        _ => counts.delete += 1,
+                    }
+                    counts.failed += 1;
+                    results.push(OpResult::Err(OpError::Poisoned { shard }));
+                }
+                Op::Put { key, value } => {
+                    let hash = fnv1a64(key);
+                    if let Some(wal) = &mut st.wal {
+                        let size = record_size(key.len(), value.len());
+                        assert!(
+                            size <= self.settings.max_record_bytes,
+                            "limits are checked before the shard"
+                        );
+                        let (reserve, moved) = wal.reserve(size);
+                        rolled |= moved;
+                        if reserve == Reserve::Full {
+                            wal.flush_requested = true;
+                            break false;
+                        }
+                        if version == 0 {
+                            version = self.clock.next();
+                        }
+                        st.last_lsn += 1;
+                        wal.append(st.last_lsn, version, RecordKind::Put, key, value);
+                        appended = true;
+                        counts.records += 1;
+                    }
+                    st.tier.put(hash, key, value);
+                    writes.mark(index, true);
+                    *had_write = true;
+                    counts.put += 1;
+                    results.push(OpResult::Ok);
+                }
+                Op::Delete { key } => {
+                    let hash = fnv1a64(key);
+                    if st.tier.contains(hash, key) {
+                        if let Some(wal) = &mut st.wal {
+                            let size = record_size(key.len(), 0);
+                            let (reserve, moved) = wal.reserve(size);
+                            rolled |= moved;
+                            if reserve == Reserve::Full {
+                                wal.flush_requested = true;
+                                break false;
+                            }
+                            if version == 0 {
+                                version = self.clock.next();
+                            }
+                            st.last_lsn += 1;
+                            wal.append(st.last_lsn, version, RecordKind::Delete, key, b"");
+                            appended = true;
+                            counts.records += 1;
+                        }
+                        st.tier.delete(hash, key);
+                        results.push(OpResult::Ok);
+                    } else {
+                        // Nothing to log, but in sync mode the answer still
+                        // waits for everything logged before it.
+                        results.push(OpResult::NotFound);
+                    }
+                    writes.mark(index, true);
+                    *had_write = true;
+                    counts.delete += 1;
+                }
+            }
+            ops.next();
+        };
+        if appended {
+            st.writes_since_checkpoint += 1;
+            self.stats.current_lsn.store(st.last_lsn, Relaxed);
+        }
+        let wake_flusher = appended || !done;
+        let keys = st.tier.len();
+        let memory = st.tier.memory_bytes();
+        // Notifications only schedule other tasks; no borrow is re-entered.
+        self.stats.keys.store(keys, Relaxed);
+        self.stats.memory_bytes.store(memory, Relaxed);
+        if wake_flusher {
+            self.flush_wanted.notify();
+        }
+        if rolled {
+            self.segment_rolled.notify();
+        }
+        done
+    }
+
+    /// Applies a batch to the tier and the WAL buffer, waiting for buffer
+    /// space when it is full (back-pressure); does not wait for durability.
+    pub(crate) async fn apply(&self, ops: Vec<Op>) -> Applied {
+        let mut results = Vec::with_capacity(ops.len());
+        let mut writes = WriteSet::None;
+        let mut had_write = false;
+        let mut counts = Counts::default();
+        let mut ops = ops.into_iter().peekable();
+        loop {
+            let space = self.space_freed.notified();
+            if self.apply_some(
+                &mut ops,
+                &mut results,
+                &mut writes,
+                &mut had_write,
+                &mut counts,
+            ) {
+                break;
+            }
+            space.await;
+        }
+        let s = &self.stats;
+        s.ops_get.fetch_add(counts.get, Relaxed);
+        s.ops_put.fetch_add(counts.put, Relaxed);
+        s.ops_delete.fetch_add(counts.delete, Relaxed);
+        if counts.failed > 0 {
+            s.ops_failed.fetch_add(counts.failed, Relaxed);
+        }
+        if counts.records > 0 {
+            s.wal_records.fetch_add(counts.records, Relaxed);
+        }
+        let wait_lsn = (had_write && self.settings.durability == Durability::Sync)
+            .then(|| self.state.borrow().last_lsn);
+        Applied {
+            results,
+            wait_lsn,
+            writes,
+        }
+    }
+
+    /// Answers an applied batch now, or queues the answer until the LSN it
+    /// waits for is durable.
+    pub(crate) fn complete(&self, mut applied: Applied, reply: oneshot::Sender<Vec<OpResult>>) {
+        let Some(lsn) = applied.wait_lsn else {
+            let _ = reply.send(applied.results);
+            return;
+        };
+        let mut st = self.state.borrow_mut();
+        if st.durable_lsn >= lsn {
+            drop(st);
+            let _ = reply.send(applied.results);
+        } else if st.poisoned {
+            drop(st);
+            applied
+                .writes
+                .poison(&mut applied.results, self.settings.shard);
+            let _ = reply.send(applied.results);
+        } else {
+            st.pending.push_back(Pending {
+                lsn,
+                applied,
+                reply,
+            });
+        }
+    }
+
+    /// Applies a batch and waits for its answer (the inline path of a
+    /// caller running on this shard's thread).
+    pub(crate) async fn execute(&self, ops: Vec<Op>) -> Vec<OpResult> {
+        let n = ops.len();
+        let applied = self.apply(ops).await;
+        let (tx, rx) = oneshot::channel();
+        self.complete(applied, tx);
+        match rx.await {
+            Ok(results) => results,
+            Err(_) => (0..n)
+                .map(|_| OpResult::Err(OpError::ShuttingDown))
+                .collect(),
+        }
+    }
+
+    /// The flusher takes the open buffer (sealed). Wakes blocked appenders.
+    pub(crate) fn take_flush(&self) -> Option<SealedFlush> {
+        let sealed = self.state.borrow_mut().wal.as_mut().and_then(|w| w.take());
+        if sealed.is_some() {
+            self.space_freed.notify();
+        }
+        sealed
+    }
+
+    /// A flush is durable: acknowledge everything it covers.
+    pub(crate) fn flush_complete(
+        &self,
+        last_lsn: u64,
+        buf: crate::io::AlignedBuf,
+        bytes: u64,
+        records: u64,
+        sync_us: u64,
+        live_wal_bytes: u64,
+    ) {
+        let mut ready = Vec::new();
+        let checkpoint_due;
+        {
+            let mut st = self.state.borrow_mut();
+            assert!(last_lsn > st.durable_lsn, "durable LSN only grows");
+            st.durable_lsn = last_lsn;
+            if let Some(w) = st.wal.as_mut() {
+                w.give_back(buf);
+            }
+            while st.pending.front().is_some_and(|p| p.lsn <= last_lsn) {
+                if let Some(p) = st.pending.pop_front() {
+                    ready.push(p);
+                }
+            }
+            st.wal_bytes_since_checkpoint += bytes;
+            checkpoint_due = st.wal_bytes_since_checkpoint >= self.checkpoint_threshold.get();
+        }
+        let s = &self.stats;
+        s.durable_lsn.store(last_lsn, Relaxed);
+        s.wal_flushes.fetch_add(1, Relaxed);
+        s.wal_bytes_written.fetch_add(bytes, Relaxed);
+        s.group_commit_records.record(records);
+        s.group_commit_bytes.record(bytes);
+        s.fdatasync_latency_us.record(sync_us);
+        s.wal_live_bytes.store(live_wal_bytes, Relaxed);
+        for p in ready {
+            let _ = p.reply.send(p.applied.results);
+        }
+        // A flush just returned its buffer: appenders may go on.
+        self.space_freed.notify();
+        self.durable_advanced.notify();
+        if checkpoint_due {
+            self.checkpoint_wanted.notify();
+        }
+    }
+
+    /// A WAL write or fdatasync failed: no more writes on this shard.
+    pub(crate) fn poison(&self, what: &str, file: &Path, offset: u64, err: &std::io::Error) {
+        tracing::error!(
+            shard = self.settings.shard,
+            file = %file.display(),
+            offset,
+            error = %err,
+            "WAL {what} failed: shard poisoned, it accepts no writes until restart (the fdatasync is never retried; restart recovers from what is on disk)"
+        );
+        let pending: Vec<Pending> = {
+            let mut st = self.state.borrow_mut();
+            st.poisoned = true;
+            st.pending.drain(..).collect()
+        };
+        self.stats.poisoned.store(true, Relaxed);
+        for mut p in pending {
+            p.applied
+                .writes
+                .poison(&mut p.applied.results, self.settings.shard);
+            let _ = p.reply.send(p.applied.results);
+        }
+        self.space_freed.notify();
+        self.durable_advanced.notify();
+        self.flush_wanted.notify();
+        self.checkpoint_wanted.notify();
+    }
+
+    /// The shard thread is ending without answering what waits: drop the
+    /// waiting answers so their callers see `ShuttingDown` instead of
+    /// waiting forever.
+    pub(crate) fn abandon(&self) {
+        let pending: Vec<Pending> = self.state.borrow_mut().pending.drain(..).collect();
+        drop(pending);
+    }
+
+    /// Asks the flusher to write the open buffer now.
+    pub(crate) fn request_flush(&self) {
+        if let Some(w) = self.state.borrow_mut().wal.as_mut() {
+            w.flush_requested = true;
+        }
+        self.flush_wanted.notify();
+    }
+
+    /// Waits until `lsn` is durable. Err if the shard is poisoned first.
+    pub(crate) async fn wait_durable(&self, lsn: u64) -> Result<(), ()> {
+        loop {
+            let advanced = self.durable_advanced.notified();
+            {
+                let st = self.state.borrow();
+                if st.durable_lsn >= lsn {
+                    return Ok(());
+                }
+                if st.poisoned {
+                    return Err(());
+                }
+            }
+            self.request_flush();
+            advanced.await;
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! Shards: one OS thread per core, each running its own compio runtime and
+//! owning its keys, WAL and tier. `router` holds the cross-thread plumbing,
+//! `core` the apply path, `thread` the thread's life (recovery, tasks,
+//! shutdown), `checkpoint` the snapshots, `notify` the wake-ups between a
+//! shard's tasks.
+
+pub mod checkpoint;
+pub mod core;
+pub mod notify;
+pub mod router;
+pub mod thread;

@@ -1,0 +1,316 @@
+//! The life of one shard thread: pin to a core, build the runtime, recover,
+//! start the WAL tasks (flusher, segment creator, checkpointer) and serve
+//! the inbox until shutdown, or stop dead on halt.
+//!
+//! What must hold: the shard reports ready only after recovery finished and
+//! the commit clock saw every recovered version; a graceful stop answers
+//! everything queued before it and leaves the WAL durable through the last
+//! LSN (or reports the poisoning); a broken invariant in an engine task
+//! aborts the process instead of serving on corrupt state.
+
+use crate::error::EngineError;
+use crate::io::runtime::{build_runtime, BackendKind};
+use crate::io::Disk;
+use crate::layout::ShardPaths;
+use crate::metrics::ShardStats;
+use crate::shard::checkpoint::{run_checkpointer, CheckpointSettings};
+use crate::shard::core::{CommitClock, CoreSettings, ShardCore};
+use crate::shard::router::{clear_local, set_local, Control, ShardMsg};
+use crate::tier::MemoryTier;
+use crate::wal::recovery::{recover, RecoveryConfig};
+use crate::wal::writer::{
+    run_flusher, run_segment_creator, FlusherSettings, SegmentFiles, WalAppender,
+};
+use futures::FutureExt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+use tunables::Durability;
+
+/// Per-shard settings taken from the config.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ShardSettings {
+    pub(crate) durability: Durability,
+    pub(crate) segment_bytes: u64,
+    pub(crate) group_commit_max_bytes: usize,
+    pub(crate) group_commit_max_delay: Duration,
+    pub(crate) flush_interval: Duration,
+    pub(crate) checkpoint_wal_bytes: u64,
+    pub(crate) checkpoint_interval: Duration,
+    pub(crate) max_record_bytes: usize,
+}
+
+/// Everything a shard thread starts with.
+pub(crate) struct ShardStart<D: Disk> {
+    pub(crate) engine_id: u64,
+    pub(crate) shard: usize,
+    /// `None` in `none` durability (no files at all).
+    pub(crate) disk: Option<D>,
+    pub(crate) paths: ShardPaths,
+    pub(crate) settings: ShardSettings,
+    pub(crate) stats: Arc<ShardStats>,
+    pub(crate) clock: Arc<CommitClock>,
+    pub(crate) inbox: flume::Receiver<ShardMsg>,
+    pub(crate) control: flume::Receiver<Control>,
+    pub(crate) halt: flume::Receiver<()>,
+    /// Set when this thread ends (see [`crate::shard::router::EngineShared::closed`]).
+    pub(crate) closed: Arc<std::sync::atomic::AtomicBool>,
+    pub(crate) ready: std::sync::mpsc::Sender<(usize, Result<(), EngineError>)>,
+    pub(crate) backend: BackendKind,
+    pub(crate) queue_depth: u32,
+    pub(crate) core_id: Option<core_affinity::CoreId>,
+}
+
+/// Spawns an engine task whose panic stops the process.
+pub(crate) fn spawn_critical(
+    name: &'static str,
+    shard: usize,
+    task: impl Future<Output = ()> + 'static,
+) {
+    compio::runtime::spawn(async move {
+        if let Err(panic) = AssertUnwindSafe(task).catch_unwind().await {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(shard, task = name, panic = %msg,
+                "engine task panicked (broken invariant); aborting rather than serving on corrupt state");
+            eprintln!("ringkv engine: shard {shard} task {name} panicked: {msg}; aborting");
+            std::process::abort();
+        }
+    })
+    .detach();
+}
+
+/// The body of a shard thread.
+pub(crate) fn run<D: Disk>(start: ShardStart<D>) {
+    let shard = start.shard;
+    if let Some(core) = start.core_id {
+        if !core_affinity::set_for_current(core) {
+            tracing::debug!(
+                shard,
+                core = core.id,
+                "could not pin the shard thread to its core; running unpinned"
+            );
+        }
+    }
+    let runtime = match build_runtime(start.backend, start.queue_depth) {
+        Ok(rt) => rt,
+        Err(source) => {
+            let _ = start.ready.send((
+                shard,
+                Err(EngineError::Io {
+                    op: "build the shard's I/O runtime",
+                    path: start.paths.dir.clone(),
+                    source,
+                }),
+            ));
+            return;
+        }
+    };
+    let halt = start.halt.clone();
+    let inbox = start.inbox.clone();
+    let closed = start.closed.clone();
+    runtime.block_on(async move {
+        let main = std::pin::pin!(shard_main(start));
+        let halted = std::pin::pin!(halt.recv_async());
+        futures::future::select(main, halted).await;
+    });
+    // Nothing is answered from here on: callers waiting on this shard must
+    // see their answer channel close, not wait forever.
+    closed.store(true, std::sync::atomic::Ordering::SeqCst);
+    if let Some(core) = clear_local() {
+        core.abandon();
+    }
+    while inbox.try_recv().is_ok() {}
+    drop(runtime);
+    while inbox.try_recv().is_ok() {}
+}
+
+async fn shard_main<D: Disk>(start: ShardStart<D>) {
+    let ShardStart {
+        engine_id,
+        shard,
+        disk,
+        paths,
+        settings,
+        stats,
+        clock,
+        inbox,
+        control,
+        ready,
+        ..
+    } = start;
+    let fail = |e: EngineError| {
+        let _ = ready.send((
+            shard,
+            Err(EngineError::Shard {
+                shard,
+                source: Box::new(e),
+            }),
+        ));
+    };
+
+    // 1. Recovery.
+    let (tier, last_lsn, wal_start) = match &disk {
+        None => (MemoryTier::new(), 0, None),
+        Some(disk) => {
+            let cfg = RecoveryConfig {
+                shard: shard as u32,
+                segment_bytes: settings.segment_bytes,
+            };
+            match recover(disk, &paths, cfg).await {
+                Ok(r) => {
+                    clock.observe(r.max_commit_version);
+                    stats
+                        .recovery_duration_us
+                        .store(r.duration.as_micros() as u64, Relaxed);
+                    stats
+                        .recovery_bytes_replayed
+                        .store(r.bytes_replayed, Relaxed);
+                    stats
+                        .recovery_records_replayed
+                        .store(r.records_replayed, Relaxed);
+                    stats
+                        .recovery_snapshot_entries
+                        .store(r.snapshot_entries, Relaxed);
+                    stats
+                        .checkpoint_last_lsn
+                        .store(r.snapshots.last().map_or(0, |s| s.lsn), Relaxed);
+                    tracing::info!(
+                        shard,
+                        duration_ms = r.duration.as_millis() as u64,
+                        snapshot_entries = r.snapshot_entries,
+                        records_replayed = r.records_replayed,
+                        bytes_replayed = r.bytes_replayed,
+                        bytes_read = r.bytes_read,
+                        last_lsn = r.last_lsn,
+                        cases = ?r.cases,
+                        "shard recovered"
+                    );
+                    let wal_start = (
+                        r.live_segments,
+                        (r.next_segment_seq, r.next_segment_recycled, r.spares),
+                        r.snapshots,
+                    );
+                    (r.tier, r.last_lsn, Some(wal_start))
+                }
+                Err(e) => {
+                    fail(e);
+                    return;
+                }
+            }
+        }
+    };
+
+    // 2. The core, and the WAL tasks.
+    let appender = wal_start.as_ref().map(|(_, (next_seq, _, _), _)| {
+        WalAppender::new(
+            shard as u32,
+            settings.segment_bytes,
+            settings.group_commit_max_bytes,
+            settings.max_record_bytes,
+            *next_seq,
+        )
+    });
+    let core = Rc::new(ShardCore::new(
+        CoreSettings {
+            shard,
+            durability: settings.durability,
+            checkpoint_wal_bytes: settings.checkpoint_wal_bytes,
+            max_record_bytes: settings.max_record_bytes,
+        },
+        Box::new(tier),
+        last_lsn,
+        appender,
+        stats.clone(),
+        clock,
+    ));
+    if let (Some(disk), Some((live, (next_seq, next_recycled, spares), snapshots))) =
+        (disk, wal_start)
+    {
+        let files = match SegmentFiles::open(
+            disk.clone(),
+            paths.clone(),
+            settings.segment_bytes,
+            live,
+            next_seq,
+            next_recycled,
+            spares,
+        )
+        .await
+        {
+            Ok(f) => Rc::new(f),
+            Err(e) => {
+                fail(e.into());
+                return;
+            }
+        };
+        spawn_critical(
+            "wal-flusher",
+            shard,
+            run_flusher(
+                core.clone(),
+                files.clone(),
+                FlusherSettings {
+                    durability: settings.durability,
+                    group_commit_max_delay: settings.group_commit_max_delay,
+                    flush_interval: settings.flush_interval,
+                },
+            ),
+        );
+        spawn_critical(
+            "segment-creator",
+            shard,
+            run_segment_creator(core.clone(), files.clone()),
+        );
+        spawn_critical(
+            "checkpointer",
+            shard,
+            run_checkpointer(
+                core.clone(),
+                files,
+                disk,
+                paths.clone(),
+                CheckpointSettings {
+                    wal_bytes: settings.checkpoint_wal_bytes,
+                    interval: settings.checkpoint_interval,
+                },
+                snapshots,
+            ),
+        );
+    }
+    set_local(engine_id, shard, core.clone());
+    compio::runtime::spawn(async move {
+        while let Ok(Control::Spawn(f)) = control.recv_async().await {
+            compio::runtime::spawn(f()).detach();
+        }
+    })
+    .detach();
+    let _ = ready.send((shard, Ok(())));
+
+    // 3. Serve the inbox.
+    while let Ok(msg) = inbox.recv_async().await {
+        match msg {
+            ShardMsg::Batch { ops, reply } => {
+                let applied = core.apply(ops).await;
+                core.complete(applied, reply);
+            }
+            ShardMsg::Shutdown { done } => {
+                let result = match settings.durability {
+                    Durability::None => Ok(()),
+                    _ => core
+                        .wait_durable(core.last_lsn())
+                        .await
+                        .map_err(|()| EngineError::PoisonedAtShutdown { shard }),
+                };
+                let _ = done.send(result);
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,473 @@
+//! Snapshot files (checkpoints of one shard's tier): the byte format, a
+//! streaming writer that turns blocks of entries into large O_DIRECT
+//! writes, and the loader used by recovery.
+//!
+//! Layout: a 4 KiB header block (magic, version, shard, covered LSN, max
+//! commit version, CRC), then a stream of checksummed blocks of entries, then
+//! a trailer (block count, entry count, end LSN, payload bytes, CRC), zero
+//! padded to a 4 KiB boundary. A snapshot is valid only if every block and
+//! the trailer check out and the counts agree; a file is only ever named
+//! `LSN.snap` after it was written in full and fdatasync'ed. Diagrams in
+//! `docs/wal.md`.
+
+use crate::error::SnapshotError;
+use crate::io::{AlignedBuf, DiskFile, ALIGN};
+use crate::tier::Tier;
+use crate::wal::format::FORMAT_VERSION;
+use crate::wal::reader::FileWindow;
+use std::path::{Path, PathBuf};
+
+pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RINGKVSN";
+const HEADER_BYTES: usize = 36;
+const BLOCK_MAGIC: [u8; 4] = *b"SBLK";
+const TRAILER_MAGIC: [u8; 4] = *b"STRL";
+/// Block header: magic, crc, seq u64, payload_len u32, entry_count u32.
+pub const BLOCK_HEADER_BYTES: usize = 24;
+/// Trailer: magic, crc, block_count, entry_count, end_lsn, payload_bytes, max_commit_version.
+pub const TRAILER_BYTES: usize = 48;
+/// Entry header: key_len u32, value_len u32.
+pub const ENTRY_HEADER_BYTES: usize = 8;
+/// A block is closed once its payload passes this size.
+pub const BLOCK_TARGET_BYTES: usize = 256 * 1024;
+/// Size of each O_DIRECT write of a snapshot.
+pub const WRITE_CHUNK_BYTES: usize = 1 << 20;
+const _: () = assert!(WRITE_CHUNK_BYTES % ALIGN == 0);
+const _: () = assert!(HEADER_BYTES <= ALIGN);
+
+/// What a snapshot's header and trailer say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotMeta {
+    pub shard: u32,
+    /// Every record with an LSN at or below this is reflected in the snapshot.
+    pub lsn: u64,
+    /// LSN applied when the copy ended; records in `(lsn, end_lsn]` may or
+    /// may not be reflected (a fuzzy snapshot), and are replayed from the WAL.
+    pub end_lsn: u64,
+    /// Largest commit version any entry may carry.
+    pub max_commit_version: u64,
+    pub entries: u64,
+    pub blocks: u64,
+}
+
+fn le4(b: &[u8]) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[..4]);
+    u32::from_le_bytes(a)
+}
+
+fn le8(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
+/// Encodes the header block.
+pub fn encode_header(shard: u32, lsn: u64, max_commit_version: u64, block: &mut [u8]) {
+    assert_eq!(block.len(), ALIGN);
+    block.fill(0);
+    block[0..8].copy_from_slice(&SNAPSHOT_MAGIC);
+    block[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    block[12..16].copy_from_slice(&shard.to_le_bytes());
+    block[16..24].copy_from_slice(&lsn.to_le_bytes());
+    block[24..32].copy_from_slice(&max_commit_version.to_le_bytes());
+    let crc = crc32fast::hash(&block[0..32]);
+    block[32..36].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Turns entries into checksummed blocks.
+#[derive(Debug, Default)]
+pub struct BlockEncoder {
+    next_seq: u64,
+    entries: u64,
+    payload_bytes: u64,
+    /// The open block: header placeholder plus payload.
+    open: Vec<u8>,
+    open_entries: u32,
+}
+
+impl BlockEncoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one entry, closing the open block into `out` first if it is full.
+    pub fn add(&mut self, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+        let entry = ENTRY_HEADER_BYTES + key.len() + value.len();
+        if self.open_entries > 0
+            && self.open.len() - BLOCK_HEADER_BYTES + entry > BLOCK_TARGET_BYTES
+        {
+            self.finish_block(out);
+        }
+        if self.open.is_empty() {
+            self.open.resize(BLOCK_HEADER_BYTES, 0);
+        }
+        let key_len = u32::try_from(key.len()).expect("key over 4 GiB");
+        let value_len = u32::try_from(value.len()).expect("value over 4 GiB");
+        self.open.extend_from_slice(&key_len.to_le_bytes());
+        self.open.extend_from_slice(&value_len.to_le_bytes());
+        self.open.extend_from_slice(key);
+        self.open.extend_from_slice(value);
+        self.open_entries += 1;
+    }
+
+    /// Closes the open block (if it has entries) into `out`.
+    pub fn finish_block(&mut self, out: &mut Vec<u8>) {
+        if self.open_entries == 0 {
+            return;
+        }
+        let payload_len = self.open.len() - BLOCK_HEADER_BYTES;
+        let payload_u32 = u32::try_from(payload_len).expect("block over 4 GiB");
+        let b = &mut self.open;
+        b[0..4].copy_from_slice(&BLOCK_MAGIC);
+        b[8..16].copy_from_slice(&self.next_seq.to_le_bytes());
+        b[16..20].copy_from_slice(&payload_u32.to_le_bytes());
+        b[20..24].copy_from_slice(&self.open_entries.to_le_bytes());
+        let crc = crc32fast::hash(&b[8..]);
+        b[4..8].copy_from_slice(&crc.to_le_bytes());
+        out.extend_from_slice(b);
+        self.next_seq += 1;
+        self.entries += u64::from(self.open_entries);
+        self.payload_bytes += payload_len as u64;
+        self.open.clear();
+        self.open_entries = 0;
+    }
+
+    /// The trailer closing the stream (call after the last `finish_block`).
+    pub fn trailer(&self, end_lsn: u64, max_commit_version: u64) -> [u8; TRAILER_BYTES] {
+        assert_eq!(self.open_entries, 0, "finish the open block first");
+        let mut t = [0u8; TRAILER_BYTES];
+        t[0..4].copy_from_slice(&TRAILER_MAGIC);
+        t[8..16].copy_from_slice(&self.next_seq.to_le_bytes());
+        t[16..24].copy_from_slice(&self.entries.to_le_bytes());
+        t[24..32].copy_from_slice(&end_lsn.to_le_bytes());
+        t[32..40].copy_from_slice(&self.payload_bytes.to_le_bytes());
+        t[40..48].copy_from_slice(&max_commit_version.to_le_bytes());
+        let crc = crc32fast::hash(&t[8..]);
+        t[4..8].copy_from_slice(&crc.to_le_bytes());
+        t
+    }
+
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+}
+
+/// Streams bytes into a file as large aligned O_DIRECT writes.
+pub struct ChunkWriter<'a, F: DiskFile> {
+    file: &'a F,
+    path: &'a Path,
+    buf: Option<AlignedBuf>,
+    file_offset: u64,
+}
+
+impl<'a, F: DiskFile> ChunkWriter<'a, F> {
+    pub fn new(file: &'a F, path: &'a Path) -> Self {
+        ChunkWriter {
+            file,
+            path,
+            buf: Some(AlignedBuf::with_capacity(WRITE_CHUNK_BYTES)),
+            file_offset: 0,
+        }
+    }
+
+    fn io_err(&self, op: &'static str, offset: u64, source: std::io::Error) -> SnapshotError {
+        SnapshotError::Io {
+            op,
+            file: self.path.to_path_buf(),
+            offset,
+            source,
+        }
+    }
+
+    async fn write_out(&mut self) -> Result<(), SnapshotError> {
+        let Some(mut buf) = self.buf.take() else {
+            unreachable!("chunk buffer always returned");
+        };
+        buf.pad_to_align();
+        let len = buf.len() as u64;
+        let offset = self.file_offset;
+        let (res, mut buf) = self.file.write_at(buf, offset).await;
+        buf.set_len(0);
+        self.buf = Some(buf);
+        res.map_err(|e| self.io_err("write", offset, e))?;
+        self.file_offset += len;
+        Ok(())
+    }
+
+    /// Appends bytes, writing every full chunk.
+    pub async fn write(&mut self, mut bytes: &[u8]) -> Result<(), SnapshotError> {
+        while !bytes.is_empty() {
+            let buf = self.buf.as_mut().expect("chunk buffer present");
+            let n = buf.remaining().min(bytes.len());
+            buf.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if buf.remaining() == 0 {
+                self.write_out().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what is buffered, zero padded to a block; returns the file length.
+    pub async fn finish(&mut self) -> Result<u64, SnapshotError> {
+        if self.buf.as_ref().is_some_and(|b| !b.is_empty()) {
+            self.write_out().await?;
+        }
+        Ok(self.file_offset)
+    }
+}
+
+/// Reads and checks a whole snapshot, putting every entry into `tier`.
+/// On error `tier` holds a partial load and must be discarded.
+pub async fn load<F: DiskFile>(
+    file: &F,
+    path: &Path,
+    expected_shard: u32,
+    tier: &mut dyn Tier,
+) -> Result<SnapshotMeta, SnapshotError> {
+    let corrupt = |offset: u64, reason: String| SnapshotError::Corrupt {
+        file: path.to_path_buf(),
+        offset,
+        reason,
+    };
+    let io_err = |offset: u64, source| SnapshotError::Io {
+        op: "read",
+        file: path.to_path_buf(),
+        offset,
+        source,
+    };
+    let mut win = FileWindow::new(file, path)
+        .await
+        .map_err(|e| io_err(0, e))?;
+    let header = win.get(0, ALIGN).await.map_err(|e| io_err(0, e))?;
+    if header.len() < ALIGN {
+        return Err(corrupt(0, "shorter than its header block".into()));
+    }
+    let stored = le4(&header[32..36]);
+    let computed = crc32fast::hash(&header[0..32]);
+    if stored != computed {
+        return Err(corrupt(
+            0,
+            format!("header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"),
+        ));
+    }
+    if header[0..8] != SNAPSHOT_MAGIC {
+        return Err(corrupt(0, "bad magic".into()));
+    }
+    if header[HEADER_BYTES..].iter().any(|&b| b != 0) {
+        return Err(corrupt(0, "bytes after the header are not zero".into()));
+    }
+    let version = le4(&header[8..12]);
+    if version != FORMAT_VERSION {
+        return Err(corrupt(0, format!("unsupported format version {version}")));
+    }
+    let shard = le4(&header[12..16]);
+    if shard != expected_shard {
+        return Err(corrupt(
+            0,
+            format!("belongs to shard {shard}, not {expected_shard}"),
+        ));
+    }
+    let lsn = le8(&header[16..24]);
+    let header_version = le8(&header[24..32]);
+
+    let mut pos = ALIGN as u64;
+    let mut blocks = 0u64;
+    let mut entries = 0u64;
+    let mut payload_total = 0u64;
+    loop {
+        let file_len = win.file_len();
+        let head = win
+            .get(pos, BLOCK_HEADER_BYTES)
+            .await
+            .map_err(|e| io_err(pos, e))?;
+        if head.len() < 4 {
+            return Err(corrupt(pos, "ends before its trailer".into()));
+        }
+        if head[0..4] == TRAILER_MAGIC {
+            let t = win
+                .get(pos, TRAILER_BYTES)
+                .await
+                .map_err(|e| io_err(pos, e))?;
+            if t.len() < TRAILER_BYTES {
+                return Err(corrupt(pos, "trailer cut short".into()));
+            }
+            let stored = le4(&t[4..8]);
+            let computed = crc32fast::hash(&t[8..TRAILER_BYTES]);
+            if stored != computed {
+                return Err(corrupt(pos, "trailer checksum mismatch".into()));
+            }
+            let (t_blocks, t_entries) = (le8(&t[8..16]), le8(&t[16..24]));
+            let end_lsn = le8(&t[24..32]);
+            let t_payload = le8(&t[32..40]);
+            let max_commit_version = le8(&t[40..48]).max(header_version);
+            if t_blocks != blocks || t_entries != entries || t_payload != payload_total {
+                return Err(corrupt(
+                    pos,
+                    format!(
+                        "trailer counts {t_blocks} blocks / {t_entries} entries / {t_payload} bytes, \
+                         file holds {blocks} / {entries} / {payload_total}"
+                    ),
+                ));
+            }
+            if end_lsn < lsn {
+                return Err(corrupt(
+                    pos,
+                    format!("end LSN {end_lsn} below start LSN {lsn}"),
+                ));
+            }
+            return Ok(SnapshotMeta {
+                shard,
+                lsn,
+                end_lsn,
+                max_commit_version,
+                entries,
+                blocks,
+            });
+        }
+        if head.len() < BLOCK_HEADER_BYTES || head[0..4] != BLOCK_MAGIC {
+            return Err(corrupt(pos, "expected a block or the trailer".into()));
+        }
+        let stored = le4(&head[4..8]);
+        let seq = le8(&head[8..16]);
+        let payload_len = u64::from(le4(&head[16..20]));
+        let count = le4(&head[20..24]);
+        let block_len = BLOCK_HEADER_BYTES as u64 + payload_len;
+        if pos + block_len > file_len {
+            return Err(corrupt(
+                pos,
+                format!("block of {block_len} bytes runs past the end"),
+            ));
+        }
+        let block = win
+            .get(pos, block_len as usize)
+            .await
+            .map_err(|e| io_err(pos, e))?;
+        let computed = crc32fast::hash(&block[8..]);
+        if stored != computed {
+            return Err(corrupt(
+                pos,
+                format!(
+                    "block checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+                ),
+            ));
+        }
+        if seq != blocks {
+            return Err(corrupt(
+                pos,
+                format!("block {seq} where {blocks} was expected"),
+            ));
+        }
+        let payload = &block[BLOCK_HEADER_BYTES..];
+        let mut at = 0usize;
+        for _ in 0..count {
+            if payload.len() - at < ENTRY_HEADER_BYTES {
+                return Err(corrupt(pos, "entry header past the block end".into()));
+            }
+            let k = le4(&payload[at..]) as usize;
+            let v = le4(&payload[at + 4..]) as usize;
+            at += ENTRY_HEADER_BYTES;
+            if payload.len() - at < k + v {
+                return Err(corrupt(pos, "entry past the block end".into()));
+            }
+            let key = &payload[at..at + k];
+            tier.put(crate::hash::fnv1a64(key), key, &payload[at + k..at + k + v]);
+            at += k + v;
+        }
+        if at != payload.len() {
+            return Err(corrupt(
+                pos,
+                "bytes left over after the block's entries".into(),
+            ));
+        }
+        blocks += 1;
+        entries += u64::from(count);
+        payload_total += payload_len;
+        pos += block_len;
+    }
+}
+
+/// A snapshot file found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotFile {
+    pub lsn: u64,
+    pub path: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::sim::SimDisk;
+    use crate::io::Disk;
+    use crate::tier::MemoryTier;
+
+    async fn write_snapshot(disk: &SimDisk, path: &Path, n: u32) -> u64 {
+        let file = disk.open(path, true).await.expect("open");
+        let mut w = ChunkWriter::new(&file, path);
+        let mut header = vec![0u8; ALIGN];
+        encode_header(1, 77, 5, &mut header);
+        w.write(&header).await.expect("write");
+        let mut enc = BlockEncoder::new();
+        let mut out = Vec::new();
+        for i in 0..n {
+            let k = format!("key-{i}");
+            enc.add(k.as_bytes(), &vec![i as u8; (i % 3000) as usize], &mut out);
+            if i % 97 == 0 {
+                enc.finish_block(&mut out);
+                w.write(&out).await.expect("write");
+                out.clear();
+            }
+        }
+        enc.finish_block(&mut out);
+        out.extend_from_slice(&enc.trailer(80, 6));
+        w.write(&out).await.expect("write");
+        let len = w.finish().await.expect("finish");
+        file.sync_data().await.expect("sync");
+        len
+    }
+
+    #[test]
+    fn round_trip_and_damage_detected() {
+        let rt = compio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            let disk = SimDisk::new(1);
+            disk.create_dir_all(Path::new("/s")).expect("dir");
+            let path = Path::new("/s/1.snap");
+            let len = write_snapshot(&disk, path, 1000).await;
+            assert_eq!(len % ALIGN as u64, 0);
+            let file = disk.open(path, false).await.expect("open");
+            let mut tier = MemoryTier::new();
+            let meta = load(&file, path, 1, &mut tier).await.expect("valid");
+            assert_eq!(meta.lsn, 77);
+            assert_eq!(meta.end_lsn, 80);
+            assert_eq!(meta.max_commit_version, 6);
+            assert_eq!(meta.entries, 1000);
+            assert_eq!(tier.len(), 1000);
+            let k = b"key-500";
+            assert_eq!(
+                tier.get(crate::hash::fnv1a64(k), k).as_deref(),
+                Some(&vec![(500 % 256) as u8; 500][..])
+            );
+            // Wrong shard.
+            assert!(load(&file, path, 2, &mut MemoryTier::new()).await.is_err());
+            drop(file);
+            // Any damaged byte in the data is detected.
+            for offset in [0u64, 40, 4096, 4100, 4096 + 30_000, len / 2, len - 4096] {
+                let image = disk.read_written(path).expect("image");
+                let data_end = image.iter().rposition(|&b| b != 0).expect("data") as u64;
+                let offset = offset.min(data_end);
+                disk.corrupt(path, offset, 1);
+                let file = disk.open(path, false).await.expect("open");
+                let res = load(&file, path, 1, &mut MemoryTier::new()).await;
+                assert!(res.is_err(), "damage at {offset} undetected");
+                disk.corrupt(path, offset, 1); // flip back
+            }
+            // A cut-off file is detected.
+            let file = disk.open(path, false).await.expect("open");
+            file.set_len(len / 2 / ALIGN as u64 * ALIGN as u64)
+                .await
+                .expect("truncate");
+            assert!(load(&file, path, 1, &mut MemoryTier::new()).await.is_err());
+        });
+    }
+}

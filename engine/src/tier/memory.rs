@@ -1,0 +1,342 @@
+//! The memory tier: every key and value in RAM, in one allocation per entry.
+//!
+//! Layout per entry: a thin pointer (8 bytes) in a hashbrown `HashTable`
+//! slot (+1 control byte) to one heap block `[key_len u32][value_len u32]
+//! [key][value]`. No per-entry hash is stored: a table resize re-hashes the
+//! key bytes. Entries are split into [`PARTITION_COUNT`] partitions by the
+//! top bits of the mixed key hash, so a checkpoint can copy one partition at
+//! a time and a table resize only ever moves one partition's slots.
+//! What must hold: `len` and `memory_bytes` always match the tables.
+
+use super::Tier;
+use crate::hash::mix;
+use bytes::Bytes;
+use hashbrown::HashTable;
+use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use std::ptr::NonNull;
+
+/// Partitions per shard tier (a power of two).
+pub const PARTITION_COUNT: usize = 256;
+const PARTITION_SHIFT: u32 = 64 - PARTITION_COUNT.trailing_zeros();
+const _: () = assert!(PARTITION_COUNT.is_power_of_two());
+
+const ENTRY_HEADER_BYTES: usize = 8;
+const ENTRY_ALIGN: usize = 8;
+
+/// One owned heap block `[key_len u32 LE][value_len u32 LE][key][value]`.
+struct Entry {
+    ptr: NonNull<u8>,
+}
+
+impl Entry {
+    fn layout(total: usize) -> Layout {
+        Layout::from_size_align(total, ENTRY_ALIGN).expect("entry layout")
+    }
+
+    fn new(key: &[u8], value: &[u8]) -> Entry {
+        let key_len = u32::try_from(key.len()).expect("key over 4 GiB");
+        let value_len = u32::try_from(value.len()).expect("value over 4 GiB");
+        let total = ENTRY_HEADER_BYTES + key.len() + value.len();
+        let layout = Self::layout(total);
+        // SAFETY: the layout has a non-zero size (at least the header).
+        let raw = unsafe { alloc(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            handle_alloc_error(layout);
+        };
+        // SAFETY: the block is `total` bytes; the four copies below fill it
+        // exactly, from sources that cannot overlap a fresh allocation.
+        unsafe {
+            let p = ptr.as_ptr();
+            std::ptr::copy_nonoverlapping(key_len.to_le_bytes().as_ptr(), p, 4);
+            std::ptr::copy_nonoverlapping(value_len.to_le_bytes().as_ptr(), p.add(4), 4);
+            std::ptr::copy_nonoverlapping(key.as_ptr(), p.add(ENTRY_HEADER_BYTES), key.len());
+            std::ptr::copy_nonoverlapping(
+                value.as_ptr(),
+                p.add(ENTRY_HEADER_BYTES + key.len()),
+                value.len(),
+            );
+        }
+        Entry { ptr }
+    }
+
+    fn lens(&self) -> (usize, usize) {
+        // SAFETY: ptr points to an initialised block of at least 8 bytes.
+        let header = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), ENTRY_HEADER_BYTES) };
+        let mut k = [0u8; 4];
+        let mut v = [0u8; 4];
+        k.copy_from_slice(&header[0..4]);
+        v.copy_from_slice(&header[4..8]);
+        (
+            u32::from_le_bytes(k) as usize,
+            u32::from_le_bytes(v) as usize,
+        )
+    }
+
+    fn alloc_bytes(&self) -> usize {
+        let (k, v) = self.lens();
+        ENTRY_HEADER_BYTES + k + v
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let len = self.alloc_bytes();
+        // SAFETY: the block is `len` initialised bytes, owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), len) }
+    }
+
+    fn key(&self) -> &[u8] {
+        let (k, _) = self.lens();
+        &self.bytes()[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + k]
+    }
+
+    fn value(&self) -> &[u8] {
+        let (k, _) = self.lens();
+        &self.bytes()[ENTRY_HEADER_BYTES + k..]
+    }
+
+    /// Replaces the value in place when its length is unchanged.
+    fn overwrite_value_same_len(&mut self, value: &[u8]) {
+        let (k, v) = self.lens();
+        assert_eq!(v, value.len());
+        // SAFETY: the value region is `v` bytes inside the owned block, and
+        // `value` cannot alias it (the caller's bytes live elsewhere).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                value.as_ptr(),
+                self.ptr.as_ptr().add(ENTRY_HEADER_BYTES + k),
+                v,
+            );
+        }
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let layout = Self::layout(self.alloc_bytes());
+        // SAFETY: allocated in `new` with exactly this layout.
+        unsafe { dealloc(self.ptr.as_ptr(), layout) }
+    }
+}
+
+struct Partition {
+    table: HashTable<Entry>,
+}
+
+/// All entries of one shard, in RAM.
+pub struct MemoryTier {
+    partitions: Box<[Partition]>,
+    len: u64,
+    /// Sum of entry block sizes.
+    entry_bytes: u64,
+    /// Sum of the tables' allocations.
+    table_bytes: u64,
+}
+
+impl Default for MemoryTier {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[inline]
+fn split(hash: u64) -> (usize, u64) {
+    let m = mix(hash);
+    // Top bits pick the partition; the table gets the word rotated so that
+    // neither its bucket bits (low) nor its tag bits (top 7) are the
+    // partition bits, which are the same for every entry of a partition.
+    ((m >> PARTITION_SHIFT) as usize, m.rotate_right(8))
+}
+
+#[inline]
+fn table_hash(entry: &Entry) -> u64 {
+    split(crate::hash::fnv1a64(entry.key())).1
+}
+
+impl MemoryTier {
+    pub fn new() -> Self {
+        let partitions = (0..PARTITION_COUNT)
+            .map(|_| Partition {
+                table: HashTable::new(),
+            })
+            .collect::<Vec<_>>()
+            .into_boxed_slice();
+        MemoryTier {
+            partitions,
+            len: 0,
+            entry_bytes: 0,
+            table_bytes: 0,
+        }
+    }
+
+    fn table_bytes_of(table: &HashTable<Entry>) -> u64 {
+        table.allocation_size() as u64
+    }
+}
+
+impl Tier for MemoryTier {
+    fn get(&self, hash: u64, key: &[u8]) -> Option<Bytes> {
+        let (p, h) = split(hash);
+        self.partitions[p]
+            .table
+            .find(h, |e| e.key() == key)
+            .map(|e| Bytes::copy_from_slice(e.value()))
+    }
+
+    fn contains(&self, hash: u64, key: &[u8]) -> bool {
+        let (p, h) = split(hash);
+        self.partitions[p]
+            .table
+            .find(h, |e| e.key() == key)
+            .is_some()
+    }
+
+    fn put(&mut self, hash: u64, key: &[u8], value: &[u8]) -> bool {
+        let (p, h) = split(hash);
+        let table = &mut self.partitions[p].table;
+        if let Some(entry) = table.find_mut(h, |e| e.key() == key) {
+            if entry.value().len() == value.len() {
+                entry.overwrite_value_same_len(value);
+            } else {
+                let old = entry.alloc_bytes() as u64;
+                *entry = Entry::new(key, value);
+                self.entry_bytes = self.entry_bytes - old + entry.alloc_bytes() as u64;
+            }
+            return false;
+        }
+        let before = Self::table_bytes_of(table);
+        let entry = Entry::new(key, value);
+        let size = entry.alloc_bytes() as u64;
+        table.insert_unique(h, entry, table_hash);
+        let after = Self::table_bytes_of(table);
+        self.table_bytes = self.table_bytes - before + after;
+        self.entry_bytes += size;
+        self.len += 1;
+        true
+    }
+
+    fn delete(&mut self, hash: u64, key: &[u8]) -> bool {
+        let (p, h) = split(hash);
+        let table = &mut self.partitions[p].table;
+        match table.find_entry(h, |e| e.key() == key) {
+            Ok(occupied) => {
+                let (entry, _) = occupied.remove();
+                self.entry_bytes -= entry.alloc_bytes() as u64;
+                self.len -= 1;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        self.entry_bytes
+            + self.table_bytes
+            + (self.partitions.len() * std::mem::size_of::<Partition>()) as u64
+    }
+
+    fn partition_count(&self) -> usize {
+        self.partitions.len()
+    }
+
+    fn visit_partition(&self, partition: usize, f: &mut dyn FnMut(&[u8], &[u8])) {
+        for entry in self.partitions[partition].table.iter() {
+            f(entry.key(), entry.value());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::fnv1a64;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn put(t: &mut MemoryTier, k: &[u8], v: &[u8]) -> bool {
+        t.put(fnv1a64(k), k, v)
+    }
+
+    fn recount(t: &MemoryTier) -> (u64, u64) {
+        let mut n = 0;
+        let mut bytes = 0;
+        for p in 0..t.partition_count() {
+            t.visit_partition(p, &mut |k, v| {
+                n += 1;
+                bytes += (ENTRY_HEADER_BYTES + k.len() + v.len()) as u64;
+            });
+        }
+        (n, bytes)
+    }
+
+    #[test]
+    fn put_get_delete() {
+        let mut t = MemoryTier::new();
+        assert!(put(&mut t, b"a", b"1"));
+        assert!(!put(&mut t, b"a", b"2"));
+        assert!(!put(&mut t, b"a", b"longer value"));
+        assert_eq!(
+            t.get(fnv1a64(b"a"), b"a").as_deref(),
+            Some(&b"longer value"[..])
+        );
+        assert_eq!(t.get(fnv1a64(b"b"), b"b"), None);
+        assert!(put(&mut t, b"e", b""));
+        assert_eq!(t.get(fnv1a64(b"e"), b"e").as_deref(), Some(&b""[..]));
+        assert_eq!(t.len(), 2);
+        assert!(t.delete(fnv1a64(b"a"), b"a"));
+        assert!(!t.delete(fnv1a64(b"a"), b"a"));
+        assert_eq!(t.len(), 1);
+        assert_eq!(recount(&t), (1, (ENTRY_HEADER_BYTES + 1) as u64));
+    }
+
+    #[test]
+    fn grows_across_resizes_and_accounts_memory() {
+        let mut t = MemoryTier::new();
+        for i in 0..50_000u32 {
+            let k = format!("key-{i}");
+            put(&mut t, k.as_bytes(), &i.to_le_bytes());
+        }
+        for i in 0..50_000u32 {
+            let k = format!("key-{i}");
+            assert_eq!(
+                t.get(fnv1a64(k.as_bytes()), k.as_bytes()).as_deref(),
+                Some(&i.to_le_bytes()[..])
+            );
+        }
+        let (n, entry_bytes) = recount(&t);
+        assert_eq!(n, 50_000);
+        assert_eq!(t.entry_bytes, entry_bytes);
+        let tables: u64 = t
+            .partitions
+            .iter()
+            .map(|p| p.table.allocation_size() as u64)
+            .sum();
+        assert_eq!(t.table_bytes, tables);
+        assert!(t.memory_bytes() > entry_bytes);
+        // Every partition got some keys: the partition bits are spread.
+        assert!(t.partitions.iter().all(|p| !p.table.is_empty()));
+    }
+
+    proptest! {
+        #[test]
+        fn behaves_like_a_btreemap(ops in proptest::collection::vec((0u8..3, 0u8..20, proptest::collection::vec(any::<u8>(), 0..40)), 1..400)) {
+            let mut t = MemoryTier::new();
+            let mut model = BTreeMap::new();
+            for (op, k, v) in ops {
+                let key = vec![b'k', k];
+                let h = fnv1a64(&key);
+                match op {
+                    0 => { prop_assert_eq!(t.put(h, &key, &v), model.insert(key.clone(), v).is_none()); }
+                    1 => { prop_assert_eq!(t.delete(h, &key), model.remove(&key).is_some()); }
+                    _ => { prop_assert_eq!(t.get(h, &key).map(|b| b.to_vec()), model.get(&key).cloned()); }
+                }
+            }
+            prop_assert_eq!(t.len(), model.len() as u64);
+            let (n, bytes) = recount(&t);
+            prop_assert_eq!(n, model.len() as u64);
+            prop_assert_eq!(t.entry_bytes, bytes);
+        }
+    }
+}

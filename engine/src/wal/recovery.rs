@@ -1,0 +1,839 @@
+//! Crash recovery of one shard: pick the snapshot, replay the WAL after it,
+//! decide where the log ends, and leave the directory ready for new
+//! writes. Every decision is one named row of [`RecoveryCase`], each with
+//! its own test.
+//!
+//! What must hold: every flush whose fdatasync returned before the crash is
+//! replayed; nothing from an incomplete flush is replayed; damage with a
+//! complete, newer flush after it refuses to open (naming file and offset)
+//! instead of silently dropping acknowledged data. Recovery writes nothing
+//! over the log: new writes go to another segment, and bytes after the
+//! log's end (a torn flush, or stale records of a recycled segment) are
+//! never mistaken for data because every later flush carries higher LSNs.
+
+use crate::error::{Damage, EngineError, SnapshotError, WalError};
+use crate::io::{AlignedBuf, Disk, DiskFile};
+use crate::layout::{
+    parse_numbered, ShardPaths, DAMAGED_SUFFIX, SNAPSHOT_SUFFIX, TMP_SUFFIX, WAL_SUFFIX,
+};
+use crate::snapshot::{self, SnapshotFile, SnapshotMeta};
+use crate::tier::{MemoryTier, Tier};
+use crate::wal::format::{
+    decode_segment_header, encode_segment_header, RecordKind, SegmentHeader, BLOCK_BYTES,
+    RECORD_HEADER_BYTES,
+};
+use crate::wal::reader::{
+    replay_flush, scan_flush, scan_tail, FileWindow, FlushScan, SegmentIdentity,
+};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The recovery decision table. Each row names what recovery saw and what
+/// it did; [`Recovered::cases`] lists the rows that fired, in order.
+///
+/// A segment's header is *used* (it names its first LSN), *unused* (all
+/// zero, or *prepared*: recycled and waiting for its first flush), or
+/// *damaged*. Only used segments hold records of the log.
+///
+/// | case | seen | decision |
+/// |---|---|---|
+/// | `NoWal` | no segment holds records | start at LSN snapshot + 1 |
+/// | `SnapshotLoaded` | newest snapshot valid | load it; replay from its LSN + 1 |
+/// | `DamagedSnapshotSkipped` | newest snapshot damaged, an older valid one and the WAL reach back to it | rename the damaged one `*.damaged`, use the older |
+/// | `NoUsableSnapshot` | snapshots exist, none valid with WAL coverage, WAL does not start at LSN 1 | refuse: [`SnapshotError::NoUsableSnapshot`] |
+/// | `SegmentSkipped` | the next used segment starts at or below snapshot + 1 | do not read this one (all its records are in the snapshot) |
+/// | `FlushReplayed` | a complete flush continuing the log | replay the records above the snapshot LSN, go on after its seal |
+/// | `LsnGap` | a complete flush, or the next used segment, starting above the next LSN | refuse: [`WalError::Corrupt`] with [`Damage::LsnGap`] |
+/// | `MissingHistory` | the first flush starts above snapshot + 1 | refuse: [`Damage::MissingHistory`] |
+/// | `Rollover` | the log stops in a segment and the next segment's header is used and starts at the next LSN | continue in the next segment |
+/// | `CleanEnd` | zeroes, or a complete flush with older LSNs (stale bytes of a recycled segment), where the next flush would start; the next segment is not used | the log ends here |
+/// | `TornTail` | a damaged flush (bad checksum, no seal, ...) at the end, no complete flush with newer LSNs after it | the log ends before it; it was never acknowledged and is never replayed |
+/// | `DamageBeforeData` | damage, zeroes or stale bytes, followed in the same segment (or a later damaged-header segment) by a complete flush with newer LSNs | refuse: [`WalError::Corrupt`] naming file + offset of the damage |
+/// | `UsedSegmentAfterUnused` | a used segment after the end of the log | refuse: [`Damage::UsedSegmentAfterUnused`] |
+/// | `UnusedSegmentReused` | an unused segment of the right size after the last used one | it receives the next flush |
+/// | `SegmentRecycled` | any other unused segment of the right size (or one whose only flush is torn) | kept as a spare for recycling |
+/// | `UnusedSegmentRemoved` | a short or damaged-header segment holding nothing | removed |
+/// | `NoWalForSnapshot` | a snapshot exists but no segment is used | refuse: [`Damage::NoWalForSnapshot`] |
+/// | (foreign segment) | a used header naming another shard or segment number | refuse: [`Damage::ForeignSegment`] |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryCase {
+    NoWal,
+    SnapshotLoaded,
+    DamagedSnapshotSkipped,
+    NoUsableSnapshot,
+    SegmentSkipped,
+    FlushReplayed,
+    LsnGap,
+    MissingHistory,
+    Rollover,
+    CleanEnd,
+    TornTail,
+    DamageBeforeData,
+    UsedSegmentAfterUnused,
+    UnusedSegmentReused,
+    SegmentRecycled,
+    UnusedSegmentRemoved,
+    NoWalForSnapshot,
+}
+
+/// A WAL segment holding records, kept after recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveSegment {
+    pub seq: u64,
+    pub path: PathBuf,
+    pub first_lsn: u64,
+    pub bytes: u64,
+}
+
+/// What recovery hands to the shard.
+pub struct Recovered {
+    pub tier: MemoryTier,
+    /// Last LSN of the recovered state (0 for an empty shard).
+    pub last_lsn: u64,
+    pub max_commit_version: u64,
+    /// Segments with records, oldest first.
+    pub live_segments: Vec<LiveSegment>,
+    /// The segment new writes go to (exists, full size, unused header).
+    pub next_segment_seq: u64,
+    /// Whether that segment was recycled (may hold stale bytes).
+    pub next_segment_recycled: bool,
+    /// Unused segments of the right size kept for recycling.
+    pub spares: Vec<PathBuf>,
+    /// Valid snapshots kept, oldest first.
+    pub snapshots: Vec<SnapshotFile>,
+    pub records_replayed: u64,
+    pub bytes_replayed: u64,
+    pub bytes_read: u64,
+    pub snapshot_entries: u64,
+    pub duration: Duration,
+    pub cases: Vec<RecoveryCase>,
+}
+
+/// Settings recovery needs.
+#[derive(Debug, Clone, Copy)]
+pub struct RecoveryConfig {
+    pub shard: u32,
+    pub segment_bytes: u64,
+}
+
+/// What block 0 of a segment says.
+#[derive(Debug, Clone)]
+enum HeaderState {
+    Used(SegmentHeader),
+    /// All zero, or prepared (recycled, waiting); `true` if recycled.
+    Unused {
+        recycled: bool,
+    },
+    Damaged(Damage),
+}
+
+struct Segment<D: Disk> {
+    seq: u64,
+    path: PathBuf,
+    file: D::File,
+    len: u64,
+    header: HeaderState,
+}
+
+impl<D: Disk> Segment<D> {
+    fn used(&self) -> Option<SegmentHeader> {
+        match self.header {
+            HeaderState::Used(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// Where the valid log ends: segment index, offset, and the damage found
+/// there (`None` for zeroes or stale bytes).
+type LogEnd = (usize, u64, Option<(u64, Damage)>);
+
+fn wal_io(op: &'static str, file: &Path, offset: u64) -> impl FnOnce(std::io::Error) -> WalError {
+    let file = file.to_path_buf();
+    move |source| WalError::Io {
+        op,
+        file,
+        offset,
+        source,
+    }
+}
+
+fn corrupt(file: &Path, offset: u64, reason: Damage) -> EngineError {
+    EngineError::Wal(WalError::Corrupt {
+        file: file.to_path_buf(),
+        offset,
+        reason,
+    })
+}
+
+async fn open_segments<D: Disk>(
+    disk: &D,
+    paths: &ShardPaths,
+    shard: u32,
+) -> Result<(Vec<Segment<D>>, u64), EngineError> {
+    let mut segments = Vec::new();
+    let mut max_seq = 0u64;
+    let files = disk
+        .list_dir(&paths.wal_dir)
+        .map_err(|source| EngineError::Io {
+            op: "list WAL directory",
+            path: paths.wal_dir.clone(),
+            source,
+        })?;
+    for path in files {
+        let Some(seq) = parse_numbered(&path, WAL_SUFFIX) else {
+            tracing::warn!(file = %path.display(), "ignoring a file that is not a WAL segment");
+            continue;
+        };
+        max_seq = max_seq.max(seq);
+        let file = disk
+            .open(&path, false)
+            .await
+            .map_err(wal_io("open", &path, 0))?;
+        let (header, len) = {
+            let mut win = FileWindow::new(&file, &path)
+                .await
+                .map_err(wal_io("stat", &path, 0))?;
+            let len = win.file_len();
+            let block = win
+                .get(0, BLOCK_BYTES)
+                .await
+                .map_err(wal_io("read", &path, 0))?;
+            let header = match decode_segment_header(block) {
+                Ok(None) => HeaderState::Unused { recycled: false },
+                Ok(Some(h)) if h.is_prepared() => HeaderState::Unused { recycled: true },
+                Ok(Some(h)) => {
+                    if h.shard != shard || h.seq != seq {
+                        return Err(corrupt(
+                            &path,
+                            0,
+                            Damage::ForeignSegment {
+                                expected_shard: shard,
+                                found_shard: h.shard,
+                                expected_seq: seq,
+                                found_seq: h.seq,
+                            },
+                        ));
+                    }
+                    HeaderState::Used(h)
+                }
+                Err(d) => HeaderState::Damaged(d),
+            };
+            (header, len)
+        };
+        segments.push(Segment {
+            seq,
+            path,
+            file,
+            len,
+            header,
+        });
+    }
+    segments.sort_by_key(|s| s.seq);
+    Ok((segments, max_seq))
+}
+
+fn list_snapshots<D: Disk>(
+    disk: &D,
+    paths: &ShardPaths,
+) -> Result<(Vec<SnapshotFile>, Vec<PathBuf>), EngineError> {
+    let files = disk
+        .list_dir(&paths.snapshot_dir)
+        .map_err(|source| EngineError::Io {
+            op: "list snapshot directory",
+            path: paths.snapshot_dir.clone(),
+            source,
+        })?;
+    let mut snaps = Vec::new();
+    let mut leftovers = Vec::new();
+    for path in files {
+        if let Some(lsn) = parse_numbered(&path, SNAPSHOT_SUFFIX) {
+            snaps.push(SnapshotFile { lsn, path });
+        } else if path.to_string_lossy().ends_with(TMP_SUFFIX) {
+            leftovers.push(path);
+        } else if !path.to_string_lossy().ends_with(DAMAGED_SUFFIX) {
+            tracing::warn!(file = %path.display(), "ignoring a file that is not a snapshot");
+        }
+    }
+    snaps.sort_by_key(|s| s.lsn);
+    Ok((snaps, leftovers))
+}
+
+/// Whether the record header at the damage point is one of the current
+/// generation's (LSN `next`), i.e. a torn write rather than stale bytes.
+async fn looks_current<F: DiskFile>(win: &mut FileWindow<'_, F>, offset: u64, next: u64) -> bool {
+    let Ok(head) = win.get(offset, RECORD_HEADER_BYTES).await else {
+        return false;
+    };
+    if head.len() < RECORD_HEADER_BYTES {
+        return false;
+    }
+    let mut lsn = [0u8; 8];
+    lsn.copy_from_slice(&head[8..16]);
+    u64::from_le_bytes(lsn) == next
+}
+
+/// Recovers one shard from `paths`. See [`RecoveryCase`] for the rules.
+pub async fn recover<D: Disk>(
+    disk: &D,
+    paths: &ShardPaths,
+    config: RecoveryConfig,
+) -> Result<Recovered, EngineError> {
+    let started = Instant::now();
+    let mut cases = Vec::new();
+    let (segments, max_seq) = open_segments(disk, paths, config.shard).await?;
+    let (snapshots, leftovers) = list_snapshots(disk, paths)?;
+    let mut dir_changed_snap = false;
+    for tmp in leftovers {
+        tracing::info!(file = %tmp.display(), "removing an unfinished snapshot");
+        disk.remove_file(&tmp)
+            .await
+            .map_err(|source| EngineError::Io {
+                op: "remove unfinished snapshot",
+                path: tmp.clone(),
+                source,
+            })?;
+        dir_changed_snap = true;
+    }
+
+    // --- Snapshot choice.
+    let first_header_lsn = segments.iter().find_map(|s| s.used().map(|h| h.first_lsn));
+    let mut tier = MemoryTier::new();
+    let mut base: Option<(SnapshotFile, SnapshotMeta)> = None;
+    let mut damaged: Vec<(SnapshotFile, SnapshotError)> = Vec::new();
+    let mut kept_snapshots = Vec::new();
+    for snap in snapshots.iter().rev() {
+        let file = disk
+            .open(&snap.path, false)
+            .await
+            .map_err(|source| SnapshotError::Io {
+                op: "open",
+                file: snap.path.clone(),
+                offset: 0,
+                source,
+            })?;
+        let mut candidate = MemoryTier::new();
+        match snapshot::load(&file, &snap.path, config.shard, &mut candidate).await {
+            Ok(meta) => {
+                if meta.lsn != snap.lsn {
+                    damaged.push((
+                        snap.clone(),
+                        SnapshotError::Corrupt {
+                            file: snap.path.clone(),
+                            offset: 0,
+                            reason: format!(
+                                "header covers LSN {} but the name says {}",
+                                meta.lsn, snap.lsn
+                            ),
+                        },
+                    ));
+                    continue;
+                }
+                if base.is_none() {
+                    if !damaged.is_empty() {
+                        // An older snapshot only helps if the WAL reaches back to it.
+                        let covered = first_header_lsn.is_some_and(|first| first <= meta.lsn + 1);
+                        if !covered {
+                            break;
+                        }
+                    }
+                    tier = candidate;
+                    base = Some((snap.clone(), meta));
+                    kept_snapshots.push(snap.clone());
+                } else {
+                    kept_snapshots.push(snap.clone());
+                }
+            }
+            Err(SnapshotError::Io {
+                op,
+                file,
+                offset,
+                source,
+            }) => {
+                return Err(SnapshotError::Io {
+                    op,
+                    file,
+                    offset,
+                    source,
+                }
+                .into());
+            }
+            Err(e) => {
+                tracing::warn!(file = %snap.path.display(), error = %e, "snapshot is damaged");
+                if base.is_none() {
+                    damaged.push((snap.clone(), e));
+                }
+            }
+        }
+    }
+    kept_snapshots.reverse();
+    if let Some((newest, err)) = damaged.first() {
+        if base.is_none() && first_header_lsn != Some(1) {
+            cases.push(RecoveryCase::NoUsableSnapshot);
+            return Err(SnapshotError::NoUsableSnapshot {
+                file: newest.path.clone(),
+                reason: err.to_string(),
+            }
+            .into());
+        }
+        for (snap, err) in &damaged {
+            let to = PathBuf::from(format!("{}{DAMAGED_SUFFIX}", snap.path.display()));
+            tracing::warn!(file = %snap.path.display(), error = %err, renamed_to = %to.display(),
+                "skipping a damaged snapshot: an older snapshot plus the WAL cover it");
+            disk.rename(&snap.path, &to)
+                .await
+                .map_err(|source| EngineError::Io {
+                    op: "rename damaged snapshot",
+                    path: snap.path.clone(),
+                    source,
+                })?;
+        }
+        dir_changed_snap = true;
+        cases.push(RecoveryCase::DamagedSnapshotSkipped);
+    }
+    if dir_changed_snap {
+        disk.sync_dir(&paths.snapshot_dir)
+            .await
+            .map_err(|source| EngineError::Io {
+                op: "fsync snapshot directory",
+                path: paths.snapshot_dir.clone(),
+                source,
+            })?;
+    }
+    let (snapshot_lsn, mut max_version, snapshot_entries) = match &base {
+        Some((_, meta)) => {
+            cases.push(RecoveryCase::SnapshotLoaded);
+            (meta.lsn, meta.max_commit_version, meta.entries)
+        }
+        None => (0, 0, 0),
+    };
+    let need = snapshot_lsn + 1;
+
+    // --- WAL replay.
+    let n = segments.len();
+    let used: Vec<usize> = (0..n).filter(|&i| segments[i].used().is_some()).collect();
+    if used.is_empty() {
+        if snapshot_lsn > 0 {
+            cases.push(RecoveryCase::NoWalForSnapshot);
+            return Err(corrupt(
+                &paths.wal_dir,
+                0,
+                Damage::NoWalForSnapshot { snapshot_lsn },
+            ));
+        }
+        cases.push(RecoveryCase::NoWal);
+    }
+    // Skip used segments whose successor starts at or below `need`.
+    let mut k = 0usize;
+    while k + 1 < used.len() {
+        match segments[used[k + 1]].used() {
+            Some(h) if h.first_lsn <= need => {
+                cases.push(RecoveryCase::SegmentSkipped);
+                k += 1;
+            }
+            _ => break,
+        }
+    }
+    let start = used.get(k).copied().unwrap_or(n);
+    let mut last_lsn: Option<u64> = None;
+    let mut records_replayed = 0u64;
+    let mut bytes_replayed = 0u64;
+    let mut bytes_read = 0u64;
+    let mut live_segments: Vec<LiveSegment> = Vec::new();
+    let mut end: Option<LogEnd> = None;
+    let mut i = start;
+    while i < n {
+        let seg = &segments[i];
+        let identity = SegmentIdentity {
+            shard: config.shard,
+            seq: seg.seq,
+        };
+        let mut win = FileWindow::new(&seg.file, &seg.path)
+            .await
+            .map_err(wal_io("stat", &seg.path, 0))?;
+        let mut pos = 0u64;
+        let seg_end: LogEnd = loop {
+            let scan = scan_flush(&mut win, pos, identity)
+                .await
+                .map_err(wal_io("read", &seg.path, pos))?;
+            match scan {
+                FlushScan::Complete(flush) => {
+                    match last_lsn {
+                        None if flush.first_lsn > need => {
+                            cases.push(RecoveryCase::MissingHistory);
+                            return Err(corrupt(
+                                &seg.path,
+                                pos,
+                                Damage::MissingHistory {
+                                    needed_lsn: need,
+                                    first_lsn: flush.first_lsn,
+                                },
+                            ));
+                        }
+                        // Older LSNs after the end: stale bytes of a
+                        // recycled segment (never at offset 0: a used header
+                        // names this flush's first LSN).
+                        Some(last) if pos > 0 && flush.first_lsn <= last => break (i, pos, None),
+                        Some(last) if flush.first_lsn != last + 1 => {
+                            cases.push(RecoveryCase::LsnGap);
+                            return Err(corrupt(
+                                &seg.path,
+                                pos,
+                                Damage::LsnGap {
+                                    expected: last + 1,
+                                    found: flush.first_lsn,
+                                },
+                            ));
+                        }
+                        _ => {}
+                    }
+                    if pos == 0 {
+                        live_segments.push(LiveSegment {
+                            seq: seg.seq,
+                            path: seg.path.clone(),
+                            first_lsn: flush.first_lsn,
+                            bytes: seg.len,
+                        });
+                    }
+                    let tier_ref = &mut tier;
+                    let mut replayed = 0u64;
+                    let mut version = max_version;
+                    let bytes = replay_flush(&mut win, &flush, &mut |r| {
+                        version = version.max(r.commit_version);
+                        if r.lsn < need {
+                            return;
+                        }
+                        let h = crate::hash::fnv1a64(r.key);
+                        match r.kind {
+                            RecordKind::Put => {
+                                tier_ref.put(h, r.key, r.value);
+                            }
+                            RecordKind::Delete => {
+                                tier_ref.delete(h, r.key);
+                            }
+                            RecordKind::Seal => unreachable!("replay_flush skips seals"),
+                        }
+                        replayed += 1;
+                    })
+                    .await
+                    .map_err(wal_io("read", &seg.path, pos))?;
+                    max_version = version;
+                    records_replayed += replayed;
+                    if flush.last_lsn >= need {
+                        bytes_replayed += bytes;
+                    }
+                    cases.push(RecoveryCase::FlushReplayed);
+                    last_lsn = Some(flush.last_lsn);
+                    pos = flush.end;
+                }
+                FlushScan::Zero => break (i, pos, None),
+                FlushScan::Damaged {
+                    offset,
+                    reason: reason @ Damage::ForeignSegment { .. },
+                } => return Err(corrupt(&seg.path, offset, reason)),
+                FlushScan::Damaged { offset, reason } => break (i, pos, Some((offset, reason))),
+            }
+        };
+        // The log stops in this segment at `pos`. Nothing newer may follow
+        // in it: a complete flush with newer LSNs means acknowledged data
+        // sits behind damage.
+        let after = last_lsn.unwrap_or(snapshot_lsn);
+        let tail = scan_tail(&mut win, pos, after, identity)
+            .await
+            .map_err(wal_io("read", &seg.path, pos))?;
+        if let Some(at) = tail.complete_flush_at {
+            cases.push(RecoveryCase::DamageBeforeData);
+            let offset = seg_end.2.as_ref().map_or(pos, |(o, _)| *o);
+            return Err(corrupt(
+                &seg.path,
+                offset,
+                Damage::ValidFlushAfterDamage {
+                    file: seg.path.clone(),
+                    offset: at,
+                },
+            ));
+        }
+        let torn = match &seg_end.2 {
+            Some((offset, _)) => {
+                // Damage right where the next flush starts: a torn write if
+                // its header carries the next LSN or the segment was never
+                // recycled (fresh segments hold no stale bytes).
+                let _ = offset;
+                // At offset 0 the used header itself names the next LSN.
+                pos == 0
+                    || !segments[i].used().is_some_and(|h| h.is_recycled())
+                    || looks_current(&mut win, pos, after + 1).await
+            }
+            None => tail.nonzero_end > pos && !segments[i].used().is_some_and(|h| h.is_recycled()),
+        };
+        bytes_read += win.bytes_read();
+        // Rollover: the next segment is used and continues the log.
+        if let Some(next) = segments.get(i + 1) {
+            if let Some(h) = next.used() {
+                let expected = after + 1;
+                if h.first_lsn == expected && last_lsn.is_some() {
+                    if seg_end.2.is_some() || torn {
+                        // A torn flush followed by a segment continuing at
+                        // the next LSN: the log was recovered once and went on.
+                        cases.push(RecoveryCase::TornTail);
+                    }
+                    cases.push(RecoveryCase::Rollover);
+                    i += 1;
+                    continue;
+                }
+                if last_lsn.is_some() {
+                    cases.push(RecoveryCase::LsnGap);
+                    return Err(corrupt(
+                        &next.path,
+                        0,
+                        Damage::LsnGap {
+                            expected,
+                            found: h.first_lsn,
+                        },
+                    ));
+                }
+            }
+        }
+        // A damaged header right after the end: that segment's first flush tore.
+        let torn = torn
+            || segments
+                .get(i + 1)
+                .is_some_and(|next| matches!(next.header, HeaderState::Damaged(_)));
+        if torn {
+            let (offset, reason) = seg_end
+                .2
+                .as_ref()
+                .map(|(o, d)| (*o, d.to_string()))
+                .unwrap_or((pos, "zeroes before written blocks".to_string()));
+            tracing::warn!(file = %segments[i].path.display(), flush_offset = pos, damage_offset = offset,
+                damage = %reason, "WAL ends with a torn flush (never acknowledged); it is not replayed");
+            cases.push(RecoveryCase::TornTail);
+        } else {
+            cases.push(RecoveryCase::CleanEnd);
+        }
+        end = Some(seg_end);
+        break;
+    }
+
+    // --- After the end: no used segment may follow; damaged headers may
+    // not hide newer flushes; unused segments become spares.
+    let after_lsn = last_lsn.unwrap_or(snapshot_lsn);
+    let (end_index, end_pos) = end.as_ref().map_or((n, 0), |(ei, ep, _)| (*ei, *ep));
+    let mut remove: Vec<usize> = Vec::new();
+    let mut spares: Vec<usize> = Vec::new();
+    for (j, seg) in segments.iter().enumerate() {
+        let after_end = j > end_index || (j == end_index && end_pos == 0 && seg.used().is_none());
+        let before_start = j < start;
+        match &seg.header {
+            HeaderState::Used(_) if after_end => {
+                cases.push(RecoveryCase::UsedSegmentAfterUnused);
+                return Err(corrupt(
+                    &segments[end_index.min(n - 1)].path,
+                    end_pos,
+                    Damage::UsedSegmentAfterUnused {
+                        file: seg.path.clone(),
+                    },
+                ));
+            }
+            HeaderState::Used(_) => {
+                // Part of the log, or skipped below the snapshot.
+                if j == end_index && end_pos == 0 {
+                    // Its first flush is torn: it holds nothing valid.
+                    spares.push(j);
+                }
+            }
+            HeaderState::Damaged(_) if after_end || before_start => {
+                if after_end {
+                    let mut win = FileWindow::new(&seg.file, &seg.path)
+                        .await
+                        .map_err(wal_io("stat", &seg.path, 0))?;
+                    let tail = scan_tail(
+                        &mut win,
+                        0,
+                        after_lsn,
+                        SegmentIdentity {
+                            shard: config.shard,
+                            seq: seg.seq,
+                        },
+                    )
+                    .await
+                    .map_err(wal_io("read", &seg.path, 0))?;
+                    bytes_read += win.bytes_read();
+                    if let Some(at) = tail.complete_flush_at {
+                        cases.push(RecoveryCase::DamageBeforeData);
+                        return Err(corrupt(
+                            &seg.path,
+                            0,
+                            Damage::ValidFlushAfterDamage {
+                                file: seg.path.clone(),
+                                offset: at,
+                            },
+                        ));
+                    }
+                }
+                remove.push(j);
+            }
+            HeaderState::Damaged(d) => {
+                // Inside the kept log region: the main scan met it.
+                tracing::warn!(file = %seg.path.display(), damage = %d, "damaged segment header");
+            }
+            HeaderState::Unused { .. } => spares.push(j),
+        }
+    }
+    // The segment for new writes: an unused one of the right size after
+    // every used one, else a spare renamed into place, else a new one.
+    let max_used_seq = used.last().map_or(0, |&u| segments[u].seq);
+    let fits = |j: &usize| segments[*j].len == config.segment_bytes;
+    let mut kept_spares = Vec::new();
+    let mut next: Option<(u64, bool)> = None;
+    for j in spares {
+        if !fits(&j) {
+            remove.push(j);
+            continue;
+        }
+        let recycled = !matches!(segments[j].header, HeaderState::Unused { recycled: false });
+        if next.is_none() && segments[j].seq > max_used_seq && segments[j].used().is_none() {
+            next = Some((segments[j].seq, recycled));
+            cases.push(RecoveryCase::UnusedSegmentReused);
+        } else {
+            if segments[j].used().is_some() {
+                // A torn first flush left a used header: prepare it.
+                prepare_segment(
+                    &segments[j].file,
+                    &segments[j].path,
+                    config.shard,
+                    config.segment_bytes,
+                )
+                .await?;
+            }
+            kept_spares.push(segments[j].path.clone());
+            cases.push(RecoveryCase::SegmentRecycled);
+        }
+    }
+    for &j in &remove {
+        let seg = &segments[j];
+        tracing::info!(file = %seg.path.display(), "removing a WAL segment that holds nothing");
+        disk.remove_file(&seg.path)
+            .await
+            .map_err(wal_io("remove", &seg.path, 0))?;
+        cases.push(RecoveryCase::UnusedSegmentRemoved);
+    }
+    if !remove.is_empty() {
+        disk.sync_dir(&paths.wal_dir).await.map_err(wal_io(
+            "fsync directory",
+            &paths.wal_dir,
+            0,
+        ))?;
+    }
+    let (next_segment_seq, next_segment_recycled) = match next {
+        Some(n) => n,
+        None => {
+            let seq = max_seq + 1;
+            match kept_spares.pop() {
+                Some(spare) => {
+                    recycle_into(disk, paths, &spare, seq).await?;
+                    (seq, true)
+                }
+                None => {
+                    create_segment(disk, paths, seq, config.segment_bytes).await?;
+                    (seq, false)
+                }
+            }
+        }
+    };
+    // Segments skipped below the snapshot stay until the next checkpoint
+    // recycles them.
+    for &u in &used[..k.min(used.len())] {
+        let seg = &segments[u];
+        if let Some(h) = seg.used() {
+            live_segments.insert(
+                live_segments.partition_point(|s| s.seq < seg.seq),
+                LiveSegment {
+                    seq: seg.seq,
+                    path: seg.path.clone(),
+                    first_lsn: h.first_lsn,
+                    bytes: seg.len,
+                },
+            );
+        }
+    }
+    let last_lsn = last_lsn.unwrap_or(snapshot_lsn).max(snapshot_lsn);
+    Ok(Recovered {
+        tier,
+        last_lsn,
+        max_commit_version: max_version,
+        live_segments,
+        next_segment_seq,
+        next_segment_recycled,
+        spares: kept_spares,
+        snapshots: kept_snapshots,
+        records_replayed,
+        bytes_replayed,
+        bytes_read,
+        snapshot_entries,
+        duration: started.elapsed(),
+        cases,
+    })
+}
+
+/// Overwrites block 0 of a segment with a prepared header (recycled,
+/// waiting for its first flush) and makes it durable. After this nothing
+/// in the file belongs to the log.
+pub async fn prepare_segment<F: DiskFile>(
+    file: &F,
+    path: &Path,
+    shard: u32,
+    segment_bytes: u64,
+) -> Result<(), WalError> {
+    let mut block = AlignedBuf::with_capacity(BLOCK_BYTES);
+    block.set_len(BLOCK_BYTES);
+    encode_segment_header(
+        &SegmentHeader::prepared(shard, segment_bytes),
+        block.as_mut_slice(),
+    );
+    let (res, _) = file.write_at(block, 0).await;
+    res.map_err(wal_io("write prepared header", path, 0))?;
+    file.sync_data().await.map_err(wal_io("fdatasync", path, 0))
+}
+
+/// Renames a prepared (or never written) segment file to segment `seq`
+/// and makes the rename durable.
+pub async fn recycle_into<D: Disk>(
+    disk: &D,
+    paths: &ShardPaths,
+    from: &Path,
+    seq: u64,
+) -> Result<(), WalError> {
+    let to = paths.segment(seq);
+    disk.rename(from, &to)
+        .await
+        .map_err(wal_io("rename (recycle)", from, 0))?;
+    disk.sync_dir(&paths.wal_dir)
+        .await
+        .map_err(wal_io("fsync directory", &paths.wal_dir, 0))
+}
+
+/// Creates segment `seq`: preallocated with written zeroes, length and
+/// name durable before it is returned.
+pub async fn create_segment<D: Disk>(
+    disk: &D,
+    paths: &ShardPaths,
+    seq: u64,
+    segment_bytes: u64,
+) -> Result<D::File, WalError> {
+    let path = paths.segment(seq);
+    let file = disk
+        .open(&path, true)
+        .await
+        .map_err(wal_io("create", &path, 0))?;
+    file.allocate_zeroed(segment_bytes)
+        .await
+        .map_err(wal_io("preallocate", &path, 0))?;
+    file.sync_data()
+        .await
+        .map_err(wal_io("fdatasync", &path, 0))?;
+    disk.sync_dir(&paths.wal_dir)
+        .await
+        .map_err(wal_io("fsync directory", &paths.wal_dir, 0))?;
+    Ok(file)
+}

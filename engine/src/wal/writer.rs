@@ -1,0 +1,724 @@
+//! The write side of one shard's WAL: the append buffer records are encoded
+//! into ([`WalAppender`], no I/O, used by the shard's apply path), the
+//! flusher task that turns each sealed buffer into one O_DIRECT write plus
+//! one fdatasync (group commit), and the segment files (created ahead of
+//! need, removed after checkpoints).
+//!
+//! What must hold: exactly one flush is in flight per shard, so flushes
+//! reach the disk in LSN order and only the last one can be torn; a flush
+//! starts on a block boundary past every earlier flush and never rewrites a
+//! block holding acknowledged records; a record is acknowledged (sync mode)
+//! only after the fdatasync of its flush returned; a failed write or
+//! fdatasync poisons the shard and is never retried.
+
+use crate::error::WalError;
+use crate::io::{AlignedBuf, Disk, DiskFile, ALIGN};
+use crate::layout::ShardPaths;
+use crate::shard::core::ShardCore;
+use crate::wal::format::{
+    encode_record, encode_seal, encode_segment_header, record_size, seal_size,
+    set_segment_header_flags, RecordKind, SealInfo, SegmentHeader, BLOCK_BYTES, FLAG_FIRST,
+    SEAL_RESERVE_BYTES, SEGMENT_FLAG_RECYCLED,
+};
+use crate::wal::recovery::{create_segment, prepare_segment, recycle_into, LiveSegment};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+/// Segment files kept for recycling, at least (see
+/// [`SegmentFiles::remove_covered`] for the bound). Recycling a segment
+/// costs one 4 KiB write, a rename and two fsyncs, instead of zero-filling
+/// a new one (which doubles the bytes the disk writes).
+pub const SPARE_SEGMENTS_MIN: usize = 2;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tunables::Durability;
+
+/// Bytes a flush buffer needs so that a segment header, one record of
+/// `max_record_bytes` and the largest seal always fit.
+pub fn buffer_bytes_needed(max_record_bytes: usize) -> usize {
+    BLOCK_BYTES + max_record_bytes + SEAL_RESERVE_BYTES
+}
+
+/// A flush ready to go to disk.
+#[derive(Debug)]
+pub struct SealedFlush {
+    pub buf: AlignedBuf,
+    pub seq: u64,
+    pub offset: u64,
+    pub first_lsn: u64,
+    pub last_lsn: u64,
+    pub records: u32,
+    pub starts_segment: bool,
+}
+
+/// The open flush buffer of one shard. Pure memory: records go in, sealed
+/// flushes come out.
+#[derive(Debug)]
+pub struct WalAppender {
+    shard: u32,
+    segment_bytes: u64,
+    flush_threshold: usize,
+    open: AlignedBuf,
+    open_seq: u64,
+    open_offset: u64,
+    open_first_lsn: u64,
+    open_last_lsn: u64,
+    open_records: u32,
+    spare: Option<AlignedBuf>,
+    /// Someone wants the open buffer flushed now (full buffer, shutdown,
+    /// checkpoint); the flusher clears it when it takes the buffer.
+    pub flush_requested: bool,
+}
+
+/// Whether a record could be appended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserve {
+    Fits,
+    /// The open buffer (or its segment) is full: wait for the flusher to take it.
+    Full,
+}
+
+impl WalAppender {
+    /// An appender whose next flush starts segment `seq` at offset 0.
+    pub fn new(
+        shard: u32,
+        segment_bytes: u64,
+        flush_threshold: usize,
+        max_record_bytes: usize,
+        seq: u64,
+    ) -> WalAppender {
+        let capacity = flush_threshold.max(buffer_bytes_needed(max_record_bytes));
+        assert!(
+            buffer_bytes_needed(max_record_bytes) as u64 <= segment_bytes,
+            "segment too small for one record (checked at open)"
+        );
+        assert_eq!(segment_bytes % ALIGN as u64, 0);
+        WalAppender {
+            shard,
+            segment_bytes,
+            flush_threshold,
+            open: AlignedBuf::with_capacity(capacity),
+            open_seq: seq,
+            open_offset: 0,
+            open_first_lsn: 0,
+            open_last_lsn: 0,
+            open_records: 0,
+            spare: Some(AlignedBuf::with_capacity(capacity)),
+            flush_requested: false,
+        }
+    }
+
+    pub fn has_records(&self) -> bool {
+        self.open_records > 0
+    }
+
+    /// Bytes of records (and header) in the open buffer.
+    pub fn open_bytes(&self) -> usize {
+        self.open.len()
+    }
+
+    pub fn flush_threshold(&self) -> usize {
+        self.flush_threshold
+    }
+
+    /// Segment the open buffer belongs to.
+    pub fn open_seq(&self) -> u64 {
+        self.open_seq
+    }
+
+    fn used_after(&self, size: usize) -> usize {
+        let header = if self.open_offset == 0 {
+            BLOCK_BYTES
+        } else {
+            0
+        };
+        let used = if self.open_records == 0 {
+            header
+        } else {
+            self.open.len()
+        };
+        used + size + SEAL_RESERVE_BYTES
+    }
+
+    fn fits(&self, size: usize) -> bool {
+        let need = self.used_after(size);
+        if self.open_records > 0 && need > self.flush_threshold {
+            return false;
+        }
+        need <= self.open.capacity() && self.open_offset + need as u64 <= self.segment_bytes
+    }
+
+    /// Checks room for a record of `size` bytes, moving an empty buffer to
+    /// the next segment when this one has no room left. Returns whether the
+    /// appender moved to a new segment along with the answer.
+    pub fn reserve(&mut self, size: usize) -> (Reserve, bool) {
+        if self.fits(size) {
+            return (Reserve::Fits, false);
+        }
+        if self.open_records > 0 {
+            return (Reserve::Full, false);
+        }
+        // Empty buffer, no room in this segment: the rest of it stays zero.
+        self.open_seq += 1;
+        self.open_offset = 0;
+        assert!(self.fits(size), "a record always fits an empty segment");
+        (Reserve::Fits, true)
+    }
+
+    /// Appends a record; `reserve` must have answered `Fits` for its size.
+    pub fn append(
+        &mut self,
+        lsn: u64,
+        commit_version: u64,
+        kind: RecordKind,
+        key: &[u8],
+        value: &[u8],
+    ) {
+        let size = record_size(key.len(), value.len());
+        debug_assert!(self.fits(size));
+        let flags = if self.open_records == 0 {
+            let header = if self.open_offset == 0 {
+                BLOCK_BYTES
+            } else {
+                0
+            };
+            self.open.set_len(header);
+            self.open_first_lsn = lsn;
+            FLAG_FIRST
+        } else {
+            assert_eq!(lsn, self.open_last_lsn + 1, "LSNs are contiguous");
+            0
+        };
+        let start = self.open.len();
+        self.open.set_len(start + size);
+        encode_record(
+            &mut self.open.as_mut_slice()[start..],
+            lsn,
+            commit_version,
+            kind,
+            flags,
+            key,
+            value,
+        );
+        self.open_last_lsn = lsn;
+        self.open_records += 1;
+    }
+
+    /// Seals the open buffer (segment header if it starts a segment, seal
+    /// record padding to a block) and hands it out; the spare buffer
+    /// becomes the open one. `None` if there is nothing to flush or the
+    /// spare is still out (a flush in flight).
+    pub fn take(&mut self) -> Option<SealedFlush> {
+        if self.open_records == 0 {
+            return None;
+        }
+        let spare = self.spare.take()?;
+        let mut buf = std::mem::replace(&mut self.open, spare);
+        self.open.set_len(0);
+        let starts_segment = self.open_offset == 0;
+        if starts_segment {
+            let header = SegmentHeader {
+                shard: self.shard,
+                seq: self.open_seq,
+                first_lsn: self.open_first_lsn,
+                segment_bytes: self.segment_bytes,
+                flags: 0,
+            };
+            encode_segment_header(&header, &mut buf.as_mut_slice()[..BLOCK_BYTES]);
+        }
+        let used = buf.len();
+        let seal = seal_size(used);
+        buf.set_len(used + seal);
+        encode_seal(
+            &mut buf.as_mut_slice()[used..],
+            &SealInfo {
+                flush_offset: self.open_offset,
+                first_lsn: self.open_first_lsn,
+                last_lsn: self.open_last_lsn,
+                record_count: self.open_records,
+            },
+        );
+        assert_eq!(buf.len() % BLOCK_BYTES, 0);
+        let sealed = SealedFlush {
+            seq: self.open_seq,
+            offset: self.open_offset,
+            first_lsn: self.open_first_lsn,
+            last_lsn: self.open_last_lsn,
+            records: self.open_records,
+            starts_segment,
+            buf,
+        };
+        self.open_offset += sealed.buf.len() as u64;
+        assert!(self.open_offset <= self.segment_bytes);
+        self.open_records = 0;
+        self.flush_requested = false;
+        Some(sealed)
+    }
+
+    /// Returns a buffer after its flush completed.
+    pub fn give_back(&mut self, mut buf: AlignedBuf) {
+        assert!(self.spare.is_none(), "two buffers per shard");
+        buf.set_len(0);
+        self.spare = Some(buf);
+    }
+}
+
+/// The open segment files of one shard, the segments holding records (for
+/// recycling after checkpoints) and the pool of recyclable files.
+pub struct SegmentFiles<D: Disk> {
+    disk: D,
+    paths: ShardPaths,
+    segment_bytes: u64,
+    files: RefCell<BTreeMap<u64, Rc<D::File>>>,
+    live: RefCell<Vec<LiveSegment>>,
+    /// Files with a prepared (or zero) header, ready to be renamed into place.
+    pool: RefCell<Vec<PathBuf>>,
+    /// Segments whose file was recycled (their first flush says so).
+    recycled: RefCell<BTreeSet<u64>>,
+    create_failed: RefCell<Option<String>>,
+    created: crate::shard::notify::Notify,
+    creating: Cell<bool>,
+}
+
+impl<D: Disk> SegmentFiles<D> {
+    /// Files after recovery: `live` segments hold records, `next_seq` exists
+    /// (unused header) and receives the next flush, `spares` may be recycled.
+    pub async fn open(
+        disk: D,
+        paths: ShardPaths,
+        segment_bytes: u64,
+        live: Vec<LiveSegment>,
+        next_seq: u64,
+        next_recycled: bool,
+        spares: Vec<PathBuf>,
+    ) -> Result<SegmentFiles<D>, WalError> {
+        let path = paths.segment(next_seq);
+        let file = disk
+            .open(&path, false)
+            .await
+            .map_err(|source| WalError::Io {
+                op: "open",
+                file: path.clone(),
+                offset: 0,
+                source,
+            })?;
+        let mut files = BTreeMap::new();
+        files.insert(next_seq, Rc::new(file));
+        let mut recycled = BTreeSet::new();
+        if next_recycled {
+            recycled.insert(next_seq);
+        }
+        Ok(SegmentFiles {
+            disk,
+            paths,
+            segment_bytes,
+            files: RefCell::new(files),
+            live: RefCell::new(live),
+            pool: RefCell::new(spares),
+            recycled: RefCell::new(recycled),
+            create_failed: RefCell::new(None),
+            created: crate::shard::notify::Notify::new(),
+            creating: Cell::new(false),
+        })
+    }
+
+    /// Number of segment files on disk (live, open spares, pool).
+    pub fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
+    pub fn file_count(&self) -> usize {
+        let live = self.live.borrow();
+        let files = self.files.borrow();
+        live.len()
+            + files
+                .keys()
+                .filter(|seq| !live.iter().any(|s| s.seq == **seq))
+                .count()
+            + self.pool.borrow().len()
+    }
+
+    fn has(&self, seq: u64) -> bool {
+        self.files.borrow().contains_key(&seq)
+    }
+
+    fn is_recycled(&self, seq: u64) -> bool {
+        self.recycled.borrow().contains(&seq)
+    }
+
+    /// The file of segment `seq`, waiting for its creation if needed.
+    async fn file(&self, seq: u64) -> Result<Rc<D::File>, String> {
+        loop {
+            if let Some(f) = self.files.borrow().get(&seq) {
+                return Ok(f.clone());
+            }
+            if let Some(e) = self.create_failed.borrow().clone() {
+                return Err(e);
+            }
+            self.created.notified().await;
+        }
+    }
+
+    /// Makes segment `seq` exist: a pooled file renamed into place, or a new
+    /// zero-filled one. Errors are kept for the flusher (which poisons the
+    /// shard when it needs that segment). Returns whether it recycled, if
+    /// it made a segment.
+    async fn create_ahead(&self, seq: u64) -> Option<bool> {
+        if self.has(seq) || self.creating.get() || self.create_failed.borrow().is_some() {
+            return None;
+        }
+        self.creating.set(true);
+        let spare = self.pool.borrow_mut().pop();
+        let result = match spare {
+            Some(from) => match recycle_into(&self.disk, &self.paths, &from, seq).await {
+                Ok(()) => {
+                    let path = self.paths.segment(seq);
+                    self.disk
+                        .open(&path, false)
+                        .await
+                        .map_err(|source| WalError::Io {
+                            op: "open",
+                            file: path,
+                            offset: 0,
+                            source,
+                        })
+                        .map(|f| (f, true))
+                }
+                Err(e) => Err(e),
+            },
+            None => create_segment(&self.disk, &self.paths, seq, self.segment_bytes)
+                .await
+                .map(|f| (f, false)),
+        };
+        self.creating.set(false);
+        let made = match result {
+            Ok((file, recycled)) => {
+                self.files.borrow_mut().insert(seq, Rc::new(file));
+                if recycled {
+                    self.recycled.borrow_mut().insert(seq);
+                }
+                Some(recycled)
+            }
+            Err(e) => {
+                tracing::error!(shard = self.paths.shard, error = %e, "preparing the next WAL segment failed");
+                *self.create_failed.borrow_mut() = Some(e.to_string());
+                None
+            }
+        };
+        self.created.notify();
+        made
+    }
+
+    fn mark_live(&self, seq: u64, first_lsn: u64) {
+        let mut live = self.live.borrow_mut();
+        assert!(
+            live.last().is_none_or(|s| s.seq < seq),
+            "segments go live in order"
+        );
+        live.push(LiveSegment {
+            seq,
+            path: self.paths.segment(seq),
+            first_lsn,
+            bytes: self.segment_bytes,
+        });
+    }
+
+    /// Retires every segment all of whose records are at or below
+    /// `covered_lsn` (the next live segment starts at or below
+    /// `covered_lsn + 1`): while the pool holds fewer than `pool_max`
+    /// files they get a prepared header and join it (enough spares for the
+    /// WAL written between two checkpoints), the rest are removed.
+    pub async fn remove_covered(
+        &self,
+        covered_lsn: u64,
+        pool_max: usize,
+    ) -> Result<usize, WalError> {
+        let pool_max = pool_max.max(SPARE_SEGMENTS_MIN);
+        let doomed: Vec<LiveSegment> = {
+            let live = self.live.borrow();
+            let mut n = 0;
+            while n + 1 < live.len() && live[n + 1].first_lsn <= covered_lsn + 1 {
+                n += 1;
+            }
+            live[..n].to_vec()
+        };
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        let mut removed = false;
+        for seg in &doomed {
+            self.files.borrow_mut().remove(&seg.seq);
+            self.recycled.borrow_mut().remove(&seg.seq);
+            self.live.borrow_mut().retain(|s| s.seq != seg.seq);
+            let io = |op: &'static str| {
+                let file = seg.path.clone();
+                move |source| WalError::Io {
+                    op,
+                    file,
+                    offset: 0,
+                    source,
+                }
+            };
+            if self.pool.borrow().len() < pool_max && seg.bytes == self.segment_bytes {
+                let file = self.disk.open(&seg.path, false).await.map_err(io("open"))?;
+                prepare_segment(
+                    &file,
+                    &seg.path,
+                    self.paths.shard as u32,
+                    self.segment_bytes,
+                )
+                .await?;
+                self.pool.borrow_mut().push(seg.path.clone());
+            } else {
+                self.disk
+                    .remove_file(&seg.path)
+                    .await
+                    .map_err(io("remove"))?;
+                removed = true;
+            }
+        }
+        if removed {
+            self.disk
+                .sync_dir(&self.paths.wal_dir)
+                .await
+                .map_err(|source| WalError::Io {
+                    op: "fsync directory",
+                    file: self.paths.wal_dir.clone(),
+                    offset: 0,
+                    source,
+                })?;
+        }
+        Ok(doomed.len())
+    }
+
+    /// Forgets the file handle of a segment that is full and flushed.
+    fn close_before(&self, seq: u64) {
+        self.files.borrow_mut().retain(|s, _| *s >= seq);
+    }
+}
+
+/// Flusher settings from the config.
+#[derive(Debug, Clone, Copy)]
+pub struct FlusherSettings {
+    pub durability: Durability,
+    pub group_commit_max_delay: Duration,
+    pub flush_interval: Duration,
+}
+
+/// Keeps one spare segment ready beyond the one the open buffer uses.
+pub(crate) async fn run_segment_creator<D: Disk>(core: Rc<ShardCore>, files: Rc<SegmentFiles<D>>) {
+    loop {
+        if core.is_poisoned() {
+            return;
+        }
+        let want = core.open_segment_seq() + 1;
+        let rolled = core.segment_rolled.notified();
+        match files.create_ahead(want).await {
+            Some(true) => {
+                core.stats
+                    .segments_recycled
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Some(false) => {
+                core.stats
+                    .segments_created
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            None => {}
+        }
+        if files.create_failed.borrow().is_some() {
+            return;
+        }
+        if core.open_segment_seq() + 1 == want {
+            rolled.await;
+        }
+    }
+}
+
+/// The group-commit loop of one shard: take the open buffer, write it,
+/// fdatasync, acknowledge, repeat. Exits only when the shard is poisoned.
+pub(crate) async fn run_flusher<D: Disk>(
+    core: Rc<ShardCore>,
+    files: Rc<SegmentFiles<D>>,
+    settings: FlusherSettings,
+) {
+    let mut last_flush = Instant::now();
+    loop {
+        // 1. Wait until there is something to flush (and, in async mode,
+        //    until the interval passed or someone asked for a flush).
+        loop {
+            if core.is_poisoned() {
+                return;
+            }
+            let (has_records, requested, full) = core.flush_state();
+            let due = match settings.durability {
+                Durability::Sync => has_records,
+                _ => {
+                    has_records
+                        && (requested || full || last_flush.elapsed() >= settings.flush_interval)
+                }
+            };
+            if due {
+                break;
+            }
+            let wanted = core.flush_wanted.notified();
+            if has_records && settings.durability != Durability::Sync {
+                let left = settings.flush_interval.saturating_sub(last_flush.elapsed());
+                let _ = compio::time::timeout(left, wanted).await;
+            } else {
+                wanted.await;
+            }
+        }
+        // 2. Optionally let more records join this group commit.
+        let delay = settings.group_commit_max_delay;
+        if settings.durability == Durability::Sync && !delay.is_zero() {
+            let (_, requested, full) = core.flush_state();
+            if !requested && !full {
+                let deadline = Instant::now() + delay;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    let wanted = core.flush_wanted.notified();
+                    let _ = compio::time::timeout(left, wanted).await;
+                    let (_, requested, full) = core.flush_state();
+                    if requested || full {
+                        break;
+                    }
+                }
+            }
+        }
+        // 3. Seal and write.
+        let Some(flush) = core.take_flush() else {
+            continue;
+        };
+        last_flush = Instant::now();
+        let path = files.paths.segment(flush.seq);
+        let file = match files.file(flush.seq).await {
+            Ok(f) => f,
+            Err(reason) => {
+                core.poison(
+                    "segment creation",
+                    &path,
+                    flush.offset,
+                    &std::io::Error::other(reason),
+                );
+                return;
+            }
+        };
+        if flush.starts_segment && flush.seq > 0 {
+            files.close_before(flush.seq);
+        }
+        let mut buf = flush.buf;
+        if flush.starts_segment && files.is_recycled(flush.seq) {
+            set_segment_header_flags(
+                &mut buf.as_mut_slice()[..BLOCK_BYTES],
+                SEGMENT_FLAG_RECYCLED,
+            );
+        }
+        let bytes = buf.len() as u64;
+        let (res, buf) = file.write_at(buf, flush.offset).await;
+        if let Err(e) = res {
+            core.poison("write", &path, flush.offset, &e);
+            return;
+        }
+        let sync_started = Instant::now();
+        if let Err(e) = file.sync_data().await {
+            core.poison("fdatasync", &path, flush.offset, &e);
+            return;
+        }
+        let sync_us = sync_started.elapsed().as_micros() as u64;
+        if flush.starts_segment {
+            files.mark_live(flush.seq, flush.first_lsn);
+        }
+        core.flush_complete(
+            flush.last_lsn,
+            buf,
+            bytes,
+            u64::from(flush.records),
+            sync_us,
+            files.file_count() as u64 * files.segment_bytes,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::format::{decode_record, decode_segment_header, Decoded};
+
+    #[test]
+    fn flushes_are_sealed_and_block_aligned() {
+        let seg = 64 * 1024;
+        let mut a = WalAppender::new(3, seg, 16 * 1024, 2000, 1);
+        assert_eq!(a.reserve(record_size(3, 100)), (Reserve::Fits, false));
+        a.append(1, 1, RecordKind::Put, b"abc", &[7; 100]);
+        a.append(2, 1, RecordKind::Delete, b"abc", b"");
+        let f = a.take().expect("flush");
+        assert!(f.starts_segment);
+        assert_eq!(
+            (f.seq, f.offset, f.first_lsn, f.last_lsn, f.records),
+            (1, 0, 1, 2, 2)
+        );
+        assert_eq!(f.buf.len() % BLOCK_BYTES, 0);
+        let bytes = f.buf.as_slice();
+        let h = decode_segment_header(&bytes[..BLOCK_BYTES])
+            .expect("header")
+            .expect("some");
+        assert_eq!((h.shard, h.seq, h.first_lsn), (3, 1, 1));
+        let Ok(Decoded::Record(r)) =
+            decode_record(&bytes[BLOCK_BYTES..], bytes.len() - BLOCK_BYTES)
+        else {
+            panic!("first record");
+        };
+        assert!(r.is_first());
+        // No spare until the flush comes back.
+        a.reserve(record_size(1, 1));
+        a.append(3, 2, RecordKind::Put, b"k", b"v");
+        assert!(a.take().is_none());
+        let next_offset = f.buf.len() as u64;
+        a.give_back(f.buf);
+        let g = a.take().expect("second flush");
+        assert!(!g.starts_segment);
+        assert_eq!(g.offset, next_offset);
+    }
+
+    #[test]
+    fn full_buffer_and_segment_rollover() {
+        let seg = 64 * 1024;
+        let mut a = WalAppender::new(0, seg, 16 * 1024, 4000, 5);
+        let mut lsn = 0;
+        let mut flushes = Vec::new();
+        let mut rolled = 0;
+        for _ in 0..200 {
+            let (r, moved) = a.reserve(record_size(8, 1000));
+            rolled += moved as u32;
+            if r == Reserve::Full {
+                let f = a.take().expect("full buffer flushes");
+                assert!(f.offset + f.buf.len() as u64 <= seg);
+                assert!(f.buf.len() <= 16 * 1024 + 4096);
+                let buf = AlignedBuf::with_capacity(f.buf.capacity());
+                flushes.push((f.seq, f.offset, f.buf.len()));
+                a.give_back(buf);
+                let (r, moved) = a.reserve(record_size(8, 1000));
+                rolled += moved as u32;
+                assert_eq!(r, Reserve::Fits);
+            }
+            lsn += 1;
+            a.append(lsn, 1, RecordKind::Put, b"12345678", &[1; 1000]);
+        }
+        assert!(
+            rolled >= 2,
+            "200 KB of records must span several 64 KiB segments"
+        );
+        // Flushes of one segment are contiguous and start at 0.
+        let mut expect: BTreeMap<u64, u64> = BTreeMap::new();
+        for (seq, offset, len) in flushes {
+            let e = expect.entry(seq).or_insert(0);
+            assert_eq!(*e, offset);
+            *e += len as u64;
+        }
+    }
+}

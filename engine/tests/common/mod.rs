@@ -1,0 +1,87 @@
+//! Helpers shared by the engine's integration tests: small-footprint
+//! configs (64 KiB segments so rollover and checkpoints happen quickly),
+//! op builders, and a bounded wait.
+
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use engine::{Op, OpResult};
+use std::path::Path;
+use tunables::{Backend, ByteSize, Config, Durability};
+
+/// A config for tests on the simulated disk: tiny segments and group
+/// commits, checkpoints every 128 KiB of WAL, no timed checkpoints.
+pub fn small_config(data_dir: &Path, shards: u32, durability: Durability) -> Config {
+    let mut c = Config {
+        shards,
+        ..Default::default()
+    };
+    c.storage.data_dir = data_dir.to_path_buf();
+    c.storage.durability = durability;
+    c.storage.wal_segment_size = ByteSize::kib(64);
+    c.storage.group_commit_max_bytes = ByteSize::kib(16);
+    c.storage.checkpoint_wal_bytes = ByteSize::kib(128);
+    c.storage.checkpoint_interval = tunables::Duration::from_secs(0);
+    c.storage.flush_interval = tunables::Duration::from_millis(2);
+    c.limits.key_bytes_max = ByteSize(64);
+    c.limits.value_bytes_max = ByteSize(2048);
+    c.limits.ops_per_frame_max = 500;
+    c.limits.shard_queue_depth = 16;
+    c.io.backend = Backend::Auto;
+    c
+}
+
+pub fn key(i: u64) -> Bytes {
+    Bytes::from(format!("key-{i:06}"))
+}
+
+/// A value naming its key and a version, of a length that varies with both.
+pub fn value(i: u64, version: u64) -> Bytes {
+    let len = 16 + ((i * 131 + version * 31) % 700) as usize;
+    let mut v = format!("v{i}:{version}:").into_bytes();
+    v.resize(len, b'.');
+    Bytes::from(v)
+}
+
+/// Parses a value made by [`value`] back into (key index, version).
+pub fn parse_value(v: &[u8]) -> Option<(u64, u64)> {
+    let s = std::str::from_utf8(v).ok()?;
+    let s = s.strip_prefix('v')?;
+    let mut parts = s.split(':');
+    let i = parts.next()?.parse().ok()?;
+    let version = parts.next()?.parse().ok()?;
+    Some((i, version))
+}
+
+pub fn put(i: u64, version: u64) -> Op {
+    Op::Put {
+        key: key(i),
+        value: value(i, version),
+    }
+}
+
+pub fn get(i: u64) -> Op {
+    Op::Get { key: key(i) }
+}
+
+pub fn del(i: u64) -> Op {
+    Op::Delete { key: key(i) }
+}
+
+pub fn value_of(r: &OpResult) -> Option<Bytes> {
+    match r {
+        OpResult::Value(v) => Some(v.clone()),
+        _ => None,
+    }
+}
+
+/// Installs a test log subscriber once (RUST_LOG picks the level).
+pub fn init_log() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_test_writer()
+        .try_init();
+}

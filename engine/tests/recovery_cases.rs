@@ -1,0 +1,807 @@
+//! One test per row of the recovery decision table
+//! (`engine::wal::recovery::RecoveryCase`). WAL logs are built with the
+//! engine's own append buffer (`WalAppender`), so they are byte-for-byte
+//! what the flusher writes, and then damaged on purpose; snapshot rows use
+//! a real engine that checkpointed.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use engine::io::sim::{SimDisk, SimFile};
+use engine::io::{AlignedBuf, Disk, DiskFile};
+use engine::layout::ShardPaths;
+use engine::tier::Tier;
+use engine::wal::format::{record_size, RecordKind, BLOCK_BYTES};
+use engine::wal::recovery::{recover, Recovered, RecoveryCase, RecoveryConfig};
+use engine::wal::writer::{Reserve, WalAppender};
+use engine::{Damage, Engine, EngineError, SnapshotError, WalError};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tunables::Durability;
+
+const SEG: u64 = 64 * 1024;
+const ROOT: &str = "/r";
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    compio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(f)
+}
+
+fn paths() -> ShardPaths {
+    ShardPaths::new(Path::new(ROOT), 0)
+}
+
+fn cfg() -> RecoveryConfig {
+    RecoveryConfig {
+        shard: 0,
+        segment_bytes: SEG,
+    }
+}
+
+/// Where one flush landed.
+#[derive(Debug, Clone, Copy)]
+struct FlushAt {
+    seq: u64,
+    offset: u64,
+    len: u64,
+}
+
+/// Writes a WAL exactly as the shard's flusher does.
+struct LogBuilder {
+    disk: SimDisk,
+    paths: ShardPaths,
+    appender: WalAppender,
+    files: BTreeMap<u64, SimFile>,
+    next_lsn: u64,
+    flushes: Vec<FlushAt>,
+    /// Segments whose file is recycled (their first flush says so).
+    recycled: std::collections::BTreeSet<u64>,
+}
+
+impl LogBuilder {
+    fn new(disk: &SimDisk, first_seq: u64, first_lsn: u64) -> LogBuilder {
+        let paths = paths();
+        disk.create_dir_all(&paths.wal_dir).expect("dir");
+        disk.create_dir_all(&paths.snapshot_dir).expect("dir");
+        LogBuilder {
+            disk: disk.clone(),
+            appender: WalAppender::new(0, SEG, 16 * 1024, record_size(64, 4096), first_seq),
+            paths,
+            files: BTreeMap::new(),
+            next_lsn: first_lsn,
+            flushes: Vec::new(),
+            recycled: Default::default(),
+        }
+    }
+
+    async fn file(&mut self, seq: u64) -> &SimFile {
+        if !self.files.contains_key(&seq) {
+            let path = self.paths.segment(seq);
+            let f = self.disk.open(&path, true).await.expect("create");
+            f.allocate_zeroed(SEG).await.expect("allocate");
+            f.sync_data().await.expect("sync");
+            self.disk
+                .sync_dir(&self.paths.wal_dir)
+                .await
+                .expect("sync dir");
+            self.files.insert(seq, f);
+        }
+        &self.files[&seq]
+    }
+
+    /// Appends a put of `key` -> `value(key, version)`, flushing first when
+    /// the buffer is full.
+    async fn put(&mut self, k: u64, version: u64) {
+        let (key, val) = (key(k), value(k, version));
+        if self.appender.reserve(record_size(key.len(), val.len())).0 == Reserve::Full {
+            self.flush().await;
+            assert_eq!(
+                self.appender.reserve(record_size(key.len(), val.len())).0,
+                Reserve::Fits
+            );
+        }
+        self.appender
+            .append(self.next_lsn, version, RecordKind::Put, &key, &val);
+        self.next_lsn += 1;
+    }
+
+    /// Seals and writes the open buffer (only `keep_blocks` of its blocks,
+    /// listed by index, when given: a torn write).
+    async fn write_flush(&mut self, keep_blocks: Option<&[usize]>) -> FlushAt {
+        let flush = self.appender.take().expect("records to flush");
+        let at = FlushAt {
+            seq: flush.seq,
+            offset: flush.offset,
+            len: flush.buf.len() as u64,
+        };
+        let mut buf = flush.buf;
+        if at.offset == 0 && self.recycled.contains(&at.seq) {
+            engine::wal::format::set_segment_header_flags(
+                &mut buf.as_mut_slice()[..BLOCK_BYTES],
+                engine::wal::format::SEGMENT_FLAG_RECYCLED,
+            );
+        }
+        let file = self.file(at.seq).await;
+        match keep_blocks {
+            None => {
+                let (r, b) = file.write_at(buf, at.offset).await;
+                r.expect("write");
+                file.sync_data().await.expect("sync");
+                self.appender.give_back(b);
+            }
+            Some(blocks) => {
+                for &i in blocks {
+                    let mut one = AlignedBuf::with_capacity(BLOCK_BYTES);
+                    one.extend_from_slice(&buf.as_slice()[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES]);
+                    let (r, _) = file
+                        .write_at(one, at.offset + (i * BLOCK_BYTES) as u64)
+                        .await;
+                    r.expect("write");
+                }
+                file.sync_data().await.expect("sync");
+                self.appender.give_back(buf);
+            }
+        }
+        self.flushes.push(at);
+        at
+    }
+
+    async fn flush(&mut self) -> FlushAt {
+        self.write_flush(None).await
+    }
+
+    fn segment_path(&self, seq: u64) -> PathBuf {
+        self.paths.segment(seq)
+    }
+}
+
+fn get(r: &Recovered, k: u64) -> Option<Bytes> {
+    let key = key(k);
+    r.tier.get(engine::hash::fnv1a64(&key), &key)
+}
+
+fn wal_corrupt(err: &EngineError) -> (&Path, u64, &Damage) {
+    match err.root() {
+        EngineError::Wal(WalError::Corrupt {
+            file,
+            offset,
+            reason,
+        }) => (file, *offset, reason),
+        other => panic!("expected WalError::Corrupt, got {other}"),
+    }
+}
+
+/// Builds records 1..=n (keys 0..n, version = lsn) in flushes of `per_flush`.
+async fn build(disk: &SimDisk, n: u64, per_flush: u64) -> LogBuilder {
+    let mut log = LogBuilder::new(disk, 1, 1);
+    for lsn in 1..=n {
+        log.put(lsn - 1, lsn).await;
+        if lsn % per_flush == 0 {
+            log.flush().await;
+        }
+    }
+    if log.appender.has_records() {
+        log.flush().await;
+    }
+    log
+}
+
+#[test]
+fn no_wal_starts_empty_with_a_fresh_segment() {
+    block_on(async {
+        let disk = SimDisk::new(1);
+        disk.create_dir_all(&paths().wal_dir).expect("dir");
+        disk.create_dir_all(&paths().snapshot_dir).expect("dir");
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        assert!(r.cases.contains(&RecoveryCase::NoWal));
+        assert_eq!((r.last_lsn, r.next_segment_seq), (0, 1));
+        assert_eq!(disk.file_len(&paths().segment(1)), Some(SEG));
+    });
+}
+
+#[test]
+fn complete_flushes_replay_to_a_clean_end() {
+    block_on(async {
+        let disk = SimDisk::new(2);
+        build(&disk, 30, 10).await;
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        assert_eq!(r.last_lsn, 30);
+        assert_eq!(r.records_replayed, 30);
+        assert_eq!(
+            r.cases
+                .iter()
+                .filter(|c| **c == RecoveryCase::FlushReplayed)
+                .count(),
+            3
+        );
+        assert!(r.cases.contains(&RecoveryCase::CleanEnd));
+        assert!(!r.cases.contains(&RecoveryCase::TornTail));
+        for k in 0..30 {
+            assert_eq!(get(&r, k), Some(value(k, k + 1)));
+        }
+        // New writes go to a fresh segment.
+        assert_eq!(r.next_segment_seq, 2);
+    });
+}
+
+#[test]
+fn rollover_continues_in_the_next_segment() {
+    block_on(async {
+        let disk = SimDisk::new(3);
+        let log = build(&disk, 400, 7).await;
+        let segments: std::collections::BTreeSet<u64> = log.flushes.iter().map(|f| f.seq).collect();
+        assert!(
+            segments.len() >= 3,
+            "the log must span segments: {segments:?}"
+        );
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        assert_eq!(r.last_lsn, 400);
+        assert_eq!(
+            r.cases
+                .iter()
+                .filter(|c| **c == RecoveryCase::Rollover)
+                .count(),
+            segments.len() - 1
+        );
+        assert_eq!(r.live_segments.len(), segments.len());
+        for k in 0..400 {
+            assert_eq!(get(&r, k), Some(value(k, k + 1)), "key {k}");
+        }
+    });
+}
+
+#[test]
+fn torn_tail_is_truncated_durably_and_never_replayed() {
+    for keep in [&[0usize][..], &[0, 2], &[1, 2], &[2]] {
+        block_on(async {
+            let disk = SimDisk::new(4);
+            let mut log = build(&disk, 20, 10).await;
+            // A flush of three blocks of which only `keep` reached the disk.
+            for k in 100..103 {
+                let (key, val) = (key(k), Bytes::from(vec![b'x'; 3000]));
+                log.appender.reserve(record_size(key.len(), val.len()));
+                log.appender
+                    .append(log.next_lsn, 1, RecordKind::Put, &key, &val);
+                log.next_lsn += 1;
+            }
+            let torn = log.write_flush(Some(keep)).await;
+            assert_eq!(torn.len, 3 * BLOCK_BYTES as u64);
+            let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+            assert!(
+                r.cases.contains(&RecoveryCase::TornTail),
+                "{keep:?}: {:?}",
+                r.cases
+            );
+            assert_eq!(r.last_lsn, 20, "{keep:?}");
+            for k in 0..20 {
+                assert_eq!(get(&r, k), Some(value(k, k + 1)));
+            }
+            for k in 100..103 {
+                assert_eq!(
+                    get(&r, k),
+                    None,
+                    "{keep:?}: a torn flush must not be replayed"
+                );
+            }
+            // Recovery wrote nothing over the log: recovering again gives the
+            // same answer, and the log goes on in the next segment.
+            let next_seq = r.next_segment_seq;
+            assert!(next_seq > torn.seq);
+            drop(r);
+            let again = recover(&disk, &paths(), cfg())
+                .await
+                .expect("recover again");
+            assert_eq!(again.last_lsn, 20);
+            assert_eq!(again.next_segment_seq, next_seq);
+            drop(again);
+            let mut more = LogBuilder::new(&disk, next_seq, 21);
+            for k in 200..205 {
+                more.put(k, 1).await;
+            }
+            more.flush().await;
+            let third = recover(&disk, &paths(), cfg())
+                .await
+                .expect("recover after new writes");
+            assert!(
+                third.cases.contains(&RecoveryCase::Rollover),
+                "{:?}",
+                third.cases
+            );
+            assert_eq!(third.last_lsn, 25);
+            for k in 100..103 {
+                assert_eq!(
+                    get(&third, k),
+                    None,
+                    "{keep:?}: the torn flush stays unreplayed"
+                );
+            }
+            assert_eq!(get(&third, 204), Some(value(204, 1)));
+        });
+    }
+}
+
+/// Fills the open segment until the next record rolls over, then writes
+/// the first flush of the new segment keeping only `keep` blocks.
+async fn tear_first_flush_of_next_segment(log: &mut LogBuilder, keep: &[usize]) -> (FlushAt, u64) {
+    let mut lsn_before = log.next_lsn - 1;
+    loop {
+        let (key, val) = (key(7), Bytes::from(vec![b'y'; 2000]));
+        let (res, moved) = log.appender.reserve(record_size(key.len(), val.len()));
+        if res == Reserve::Full {
+            log.flush().await;
+            lsn_before = log.next_lsn - 1;
+            continue;
+        }
+        log.appender
+            .append(log.next_lsn, 1, RecordKind::Put, &key, &val);
+        log.next_lsn += 1;
+        if moved {
+            break;
+        }
+    }
+    (log.write_flush(Some(keep)).await, lsn_before)
+}
+
+#[test]
+fn torn_first_flush_without_its_header_leaves_an_unused_segment() {
+    block_on(async {
+        let disk = SimDisk::new(5);
+        let mut log = build(&disk, 400, 7).await;
+        let last_seq = log.flushes.last().expect("flushes").seq;
+        let (torn, lsn_before) = tear_first_flush_of_next_segment(&mut log, &[1]).await;
+        assert_eq!((torn.seq, torn.offset), (last_seq + 1, 0));
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        assert_eq!(r.last_lsn, lsn_before);
+        // Its header never landed: the segment is unused and takes the
+        // next flush; the torn bytes after block 0 are never read.
+        assert_eq!(r.next_segment_seq, torn.seq, "{:?}", r.cases);
+        assert!(r.cases.contains(&RecoveryCase::UnusedSegmentReused));
+        drop(r);
+        let mut more = LogBuilder::new(&disk, torn.seq, lsn_before + 1);
+        more.put(300, 9).await;
+        more.flush().await;
+        let again = recover(&disk, &paths(), cfg()).await.expect("recover");
+        assert_eq!(again.last_lsn, lsn_before + 1);
+        assert_eq!(get(&again, 300), Some(value(300, 9)));
+    });
+}
+
+#[test]
+fn torn_first_flush_with_its_header_is_recycled() {
+    block_on(async {
+        let disk = SimDisk::new(17);
+        let mut log = build(&disk, 400, 7).await;
+        let (torn, lsn_before) = tear_first_flush_of_next_segment(&mut log, &[0]).await;
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        assert!(r.cases.contains(&RecoveryCase::TornTail), "{:?}", r.cases);
+        assert!(
+            r.cases.contains(&RecoveryCase::SegmentRecycled),
+            "{:?}",
+            r.cases
+        );
+        assert_eq!(r.last_lsn, lsn_before);
+        // It was prepared and renamed into place as the next segment.
+        assert_eq!(r.next_segment_seq, torn.seq + 1);
+        assert!(r.next_segment_recycled);
+        assert_eq!(disk.file_len(&log.segment_path(torn.seq)), None);
+    });
+}
+
+#[test]
+fn damage_followed_by_a_complete_flush_refuses_naming_file_and_offset() {
+    block_on(async {
+        let disk = SimDisk::new(6);
+        let log = build(&disk, 30, 10).await;
+        let second = log.flushes[1];
+        let path = log.segment_path(second.seq);
+        disk.corrupt(&path, second.offset + 100, 1);
+        let err = recover(&disk, &paths(), cfg())
+            .await
+            .err()
+            .expect("must refuse");
+        let (file, offset, reason) = wal_corrupt(&err);
+        assert_eq!(file, path);
+        assert_eq!(
+            offset, second.offset,
+            "damage is reported at the damaged record"
+        );
+        assert!(
+            matches!(reason, Damage::ValidFlushAfterDamage { offset, .. } if *offset == log.flushes[2].offset)
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&path.display().to_string()) && text.contains(&second.offset.to_string()),
+            "{text}"
+        );
+        // The same through the engine: open refuses.
+        let mut config = small_config(Path::new(ROOT), 1, Durability::Sync);
+        config.storage.checkpoint_wal_bytes = tunables::ByteSize::mib(64);
+        engine::manifest::store(
+            &disk,
+            Path::new(ROOT),
+            &engine::manifest::Manifest::current(1),
+        )
+        .await
+        .expect("manifest");
+        let err = Engine::open_with_disk(&config, disk.clone()).expect_err("open must refuse");
+        assert!(
+            matches!(err.root(), EngineError::Wal(WalError::Corrupt { .. })),
+            "{err}"
+        );
+    });
+}
+
+#[test]
+fn zeroed_flush_before_data_refuses() {
+    block_on(async {
+        let disk = SimDisk::new(7);
+        let log = build(&disk, 30, 10).await;
+        let second = log.flushes[1];
+        let path = log.segment_path(second.seq);
+        let f = disk.open(&path, false).await.expect("open");
+        let mut zeros = AlignedBuf::with_capacity(second.len as usize);
+        zeros.set_len(second.len as usize);
+        let (r, _) = f.write_at(zeros, second.offset).await;
+        r.expect("write");
+        f.sync_data().await.expect("sync");
+        let err = recover(&disk, &paths(), cfg())
+            .await
+            .err()
+            .expect("must refuse");
+        let (file, offset, _) = wal_corrupt(&err);
+        assert_eq!((file, offset), (path.as_path(), second.offset));
+    });
+}
+
+#[test]
+fn lsn_gap_refuses() {
+    block_on(async {
+        let disk = SimDisk::new(8);
+        let mut log = LogBuilder::new(&disk, 1, 1);
+        for k in 0..3 {
+            log.put(k, 1).await;
+        }
+        log.flush().await;
+        log.next_lsn = 10;
+        for k in 3..6 {
+            log.put(k, 1).await;
+        }
+        let gap = log.flush().await;
+        let err = recover(&disk, &paths(), cfg())
+            .await
+            .err()
+            .expect("must refuse");
+        let (_, offset, reason) = wal_corrupt(&err);
+        assert_eq!(offset, gap.offset);
+        assert_eq!(
+            *reason,
+            Damage::LsnGap {
+                expected: 4,
+                found: 10
+            }
+        );
+    });
+}
+
+#[test]
+fn missing_history_refuses() {
+    block_on(async {
+        let disk = SimDisk::new(9);
+        let mut log = LogBuilder::new(&disk, 1, 5);
+        log.put(1, 1).await;
+        log.flush().await;
+        let err = recover(&disk, &paths(), cfg())
+            .await
+            .err()
+            .expect("must refuse");
+        let (_, _, reason) = wal_corrupt(&err);
+        assert_eq!(
+            *reason,
+            Damage::MissingHistory {
+                needed_lsn: 1,
+                first_lsn: 5
+            }
+        );
+    });
+}
+
+#[test]
+fn unused_segments_after_the_end_are_reused_or_removed() {
+    block_on(async {
+        let disk = SimDisk::new(10);
+        build(&disk, 10, 10).await;
+        // A preallocated spare (seq 2) and a short, half-created one (seq 3).
+        for (seq, len) in [(2u64, SEG), (3, 8192)] {
+            let f = disk
+                .open(&paths().segment(seq), true)
+                .await
+                .expect("create");
+            f.allocate_zeroed(len).await.expect("allocate");
+            f.sync_data().await.expect("sync");
+        }
+        disk.sync_dir(&paths().wal_dir).await.expect("sync dir");
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        assert!(r.cases.contains(&RecoveryCase::UnusedSegmentReused));
+        assert!(r.cases.contains(&RecoveryCase::UnusedSegmentRemoved));
+        assert_eq!(r.next_segment_seq, 2);
+        assert!(disk.file_len(&paths().segment(3)).is_none());
+    });
+}
+
+#[test]
+fn data_after_an_unused_segment_refuses() {
+    block_on(async {
+        let disk = SimDisk::new(11);
+        let mut log = LogBuilder::new(&disk, 1, 1);
+        for k in 0..5 {
+            log.put(k, 1).await;
+        }
+        log.flush().await;
+        let f = disk.open(&paths().segment(2), true).await.expect("create");
+        f.allocate_zeroed(SEG).await.expect("allocate");
+        f.sync_data().await.expect("sync");
+        let mut later = LogBuilder::new(&disk, 3, 6);
+        for k in 5..10 {
+            later.put(k, 1).await;
+        }
+        later.flush().await;
+        let err = recover(&disk, &paths(), cfg())
+            .await
+            .err()
+            .expect("must refuse");
+        let (_, _, reason) = wal_corrupt(&err);
+        assert!(
+            matches!(reason, Damage::UsedSegmentAfterUnused { file } if *file == paths().segment(3)),
+            "{reason}"
+        );
+    });
+}
+
+#[test]
+fn next_segment_starting_at_a_wrong_lsn_refuses() {
+    block_on(async {
+        let disk = SimDisk::new(18);
+        let mut log = LogBuilder::new(&disk, 1, 1);
+        for k in 0..5 {
+            log.put(k, 1).await;
+        }
+        log.flush().await;
+        // The next segment starts at 9: LSNs 6..8 are missing.
+        let mut later = LogBuilder::new(&disk, 2, 9);
+        later.put(5, 1).await;
+        later.flush().await;
+        let err = recover(&disk, &paths(), cfg())
+            .await
+            .err()
+            .expect("must refuse");
+        let (file, _, reason) = wal_corrupt(&err);
+        assert_eq!(file, paths().segment(2));
+        assert_eq!(
+            *reason,
+            Damage::LsnGap {
+                expected: 6,
+                found: 9
+            }
+        );
+    });
+}
+
+#[test]
+fn stale_records_of_a_recycled_segment_are_never_replayed() {
+    block_on(async {
+        let disk = SimDisk::new(19);
+        // Segment 1: keys 0..60 at versions 1..=60 (version = LSN).
+        let log = build(&disk, 60, 6).await;
+        // Segment 2 is a recycled copy of segment 1: a prepared header and
+        // segment 1's flushes (all complete, all with older LSNs) after it.
+        let image = disk.read_durable(&log.segment_path(1)).expect("segment 1");
+        let f = disk.open(&paths().segment(2), true).await.expect("create");
+        let mut buf = AlignedBuf::with_capacity(image.len());
+        buf.extend_from_slice(&image);
+        let (r, _) = f.write_at(buf, 0).await;
+        r.expect("write");
+        engine::wal::recovery::prepare_segment(&f, &paths().segment(2), 0, SEG)
+            .await
+            .expect("prepare");
+        // The log goes on in segment 2 (LSN 61..): newer versions of keys
+        // 0..5, in one small flush; then a torn flush (LSN 67..).
+        let mut more = LogBuilder::new(&disk, 2, 61);
+        more.recycled.insert(2);
+        for k in 0..6 {
+            more.put(k, 1000 + k).await;
+        }
+        more.flush().await;
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        assert_eq!(r.last_lsn, 66);
+        assert!(r.cases.contains(&RecoveryCase::CleanEnd), "{:?}", r.cases);
+        for k in 0..6 {
+            assert_eq!(
+                get(&r, k),
+                Some(value(k, 1000 + k)),
+                "stale record replayed for key {k}"
+            );
+        }
+        for k in 6..60 {
+            assert_eq!(get(&r, k), Some(value(k, k + 1)));
+        }
+        drop(r);
+        for k in 100..103 {
+            let (key, val) = (key(k), Bytes::from(vec![b'x'; 3000]));
+            more.appender.reserve(record_size(key.len(), val.len()));
+            more.appender
+                .append(more.next_lsn, 1, RecordKind::Put, &key, &val);
+            more.next_lsn += 1;
+        }
+        more.write_flush(Some(&[0])).await;
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        assert!(r.cases.contains(&RecoveryCase::TornTail), "{:?}", r.cases);
+        assert_eq!(r.last_lsn, 66);
+        assert_eq!(get(&r, 100), None);
+    });
+}
+
+#[test]
+fn a_misplaced_segment_refuses() {
+    block_on(async {
+        let disk = SimDisk::new(12);
+        build(&disk, 10, 10).await;
+        let image = disk.read_durable(&paths().segment(1)).expect("segment");
+        let f = disk.open(&paths().segment(5), true).await.expect("create");
+        let mut buf = AlignedBuf::with_capacity(image.len());
+        buf.extend_from_slice(&image);
+        let (r, _) = f.write_at(buf, 0).await;
+        r.expect("write");
+        f.sync_data().await.expect("sync");
+        let err = recover(&disk, &paths(), cfg())
+            .await
+            .err()
+            .expect("must refuse");
+        let (_, _, reason) = wal_corrupt(&err);
+        assert!(
+            matches!(
+                reason,
+                Damage::ForeignSegment {
+                    found_seq: 1,
+                    expected_seq: 5,
+                    ..
+                }
+            ),
+            "{reason}"
+        );
+    });
+}
+
+/// Runs an engine (one shard) until it has taken `checkpoints`
+/// checkpoints, then shuts it down. Returns the final value version of
+/// keys 0..64.
+fn engine_with_checkpoints(disk: &SimDisk, checkpoints: u64) -> BTreeMap<u64, u64> {
+    let mut config = small_config(Path::new(ROOT), 1, Durability::Sync);
+    config.storage.checkpoint_wal_bytes = tunables::ByteSize::kib(64);
+    let engine = Engine::open_with_disk(&config, disk.clone()).expect("open");
+    let h = engine.handle();
+    let mut model = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut version = 0;
+    while engine.metrics().shards[0].checkpoints < checkpoints {
+        assert!(Instant::now() < deadline, "checkpoints never happened");
+        version += 1;
+        let ops = (0..64).map(|k| put(k, version)).collect();
+        h.batch_blocking(ops).expect("batch");
+        for k in 0..64 {
+            model.insert(k, version);
+        }
+    }
+    // A few more writes after the last checkpoint, so replay has work.
+    version += 1;
+    h.batch_blocking((0..10).map(|k| put(k, version)).collect())
+        .expect("batch");
+    for k in 0..10 {
+        model.insert(k, version);
+    }
+    engine.shutdown().expect("shutdown");
+    model
+}
+
+fn snapshots(disk: &SimDisk) -> Vec<PathBuf> {
+    disk.list_dir(&paths().snapshot_dir)
+        .expect("list")
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "snap"))
+        .collect()
+}
+
+fn check_model(r: &Recovered, model: &BTreeMap<u64, u64>) {
+    for (k, v) in model {
+        assert_eq!(get(r, *k), Some(value(*k, *v)), "key {k}");
+    }
+    assert_eq!(r.tier.len(), model.len() as u64);
+}
+
+#[test]
+fn snapshot_is_loaded_and_covered_segments_are_skipped() {
+    let disk = SimDisk::new(13);
+    let model = engine_with_checkpoints(&disk, 3);
+    assert_eq!(snapshots(&disk).len(), 2, "two snapshots are kept");
+    block_on(async {
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        assert!(
+            r.cases.contains(&RecoveryCase::SnapshotLoaded),
+            "{:?}",
+            r.cases
+        );
+        assert!(
+            r.cases.contains(&RecoveryCase::SegmentSkipped),
+            "{:?}",
+            r.cases
+        );
+        assert!(r.snapshot_entries > 0);
+        check_model(&r, &model);
+    });
+}
+
+#[test]
+fn damaged_newest_snapshot_falls_back_to_the_older_one() {
+    let disk = SimDisk::new(14);
+    let model = engine_with_checkpoints(&disk, 3);
+    let snaps = snapshots(&disk);
+    let newest = snaps.last().expect("snapshot").clone();
+    let len = disk.file_len(&newest).expect("len");
+    disk.corrupt(&newest, len / 2, 4);
+    block_on(async {
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        assert!(
+            r.cases.contains(&RecoveryCase::DamagedSnapshotSkipped),
+            "{:?}",
+            r.cases
+        );
+        assert!(r.cases.contains(&RecoveryCase::SnapshotLoaded));
+        check_model(&r, &model);
+    });
+    // The damaged file is set aside, not deleted.
+    let damaged = PathBuf::from(format!("{}.damaged", newest.display()));
+    assert!(disk.file_len(&damaged).is_some());
+    assert!(disk.file_len(&newest).is_none());
+}
+
+#[test]
+fn no_usable_snapshot_refuses() {
+    let disk = SimDisk::new(15);
+    engine_with_checkpoints(&disk, 3);
+    for s in snapshots(&disk) {
+        disk.corrupt(&s, 5000, 1);
+    }
+    assert!(
+        disk.file_len(&paths().segment(1)).is_none(),
+        "the oldest segments were removed"
+    );
+    let err = block_on(recover(&disk, &paths(), cfg()))
+        .err()
+        .expect("must refuse");
+    assert!(
+        matches!(
+            err.root(),
+            EngineError::Snapshot(SnapshotError::NoUsableSnapshot { .. })
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn snapshot_without_wal_refuses() {
+    let disk = SimDisk::new(16);
+    engine_with_checkpoints(&disk, 1);
+    for f in disk.list_dir(&paths().wal_dir).expect("list") {
+        block_on(disk.remove_file(&f)).expect("remove");
+    }
+    let err = block_on(recover(&disk, &paths(), cfg()))
+        .err()
+        .expect("must refuse");
+    let (_, _, reason) = wal_corrupt(&err);
+    assert!(
+        matches!(reason, Damage::NoWalForSnapshot { .. }),
+        "{reason}"
+    );
+}

@@ -1,0 +1,420 @@
+//! What `loadgen` does when run: resolve the flags, start an embedded server
+//! per device class (or use `--server`), run the workload, print the report,
+//! write `--json` / `--plot`, and choose the exit code.
+//!
+//! What must hold:
+//! - Each device class (and each durability, and each sweep size) gets a fresh
+//!   embedded server on a fresh data directory, so runs cannot contaminate
+//!   each other.
+//! - Results already measured are printed even if a later run fails.
+//! - The exit code is non-zero if anything failed or any answer was wrong:
+//!   0 = all good, 1 = wrong/failed answers, 2 = could not run,
+//!   130 = interrupted (SIGINT/SIGTERM; temporary data is removed first).
+
+use crate::cli::{format_count, Cli, Command, DurabilityArg, RunArgs, WorkloadArg};
+use crate::driver::DriverError;
+use crate::embedded::{EmbeddedError, EmbeddedServer};
+use crate::keys::InsertSequence;
+use crate::machine::{utc_now_rfc3339, Machine};
+use crate::plot::{plot, PlotError};
+use crate::record::ValuePool;
+use crate::report::{Report, ReportError, ResultRow, RunSettings, Status, SCHEMA};
+use crate::ringkv::RingkvTarget;
+use crate::settings::{Measure, Settings};
+use crate::target::{Session, Target};
+use crate::workloads::{gridgain, sweep, ycsb};
+use crate::{compare, render};
+use std::io::IsTerminal;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppError {
+    #[error(transparent)]
+    Cli(#[from] crate::cli::CliError),
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    #[error(transparent)]
+    Embedded(#[from] EmbeddedError),
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    #[error(transparent)]
+    Plot(#[from] PlotError),
+    #[error("cannot start the tokio runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("a blocking task (embedded server start/stop) failed: {0}")]
+    Join(String),
+    #[error("interrupted by {signal}; results measured so far are shown above")]
+    Interrupted { signal: &'static str },
+}
+
+/// Runs the parsed command line; returns the process exit code.
+pub fn main_with(cli: Cli) -> ExitCode {
+    let outcome = match cli.command {
+        Some(Command::Compare { base, new }) => run_compare(&base, &new),
+        Some(Command::Plot { report, out }) => run_plot(&report, &out),
+        None => run_benchmark(&cli.run),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e @ AppError::Interrupted { .. }) => {
+            eprintln!("loadgen: {e}");
+            ExitCode::from(130)
+        }
+        Err(e) => {
+            eprintln!("loadgen: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The first SIGINT/SIGTERM, as seen by the async side.
+struct Interrupt {
+    notify: Notify,
+    signal: Mutex<&'static str>,
+}
+
+/// Takes SIGINT/SIGTERM on a dedicated thread (the server crate's handler, no
+/// code in signal context): the first one stops the run cleanly — embedded
+/// servers shut down and their temporary data directories are removed — and a
+/// second one exits at once. Must run before any thread is started.
+fn install_interrupt() -> Option<Arc<Interrupt>> {
+    use ringkv_server::signals::{block_termination_signals, spawn_signal_thread};
+    if let Err(e) = block_termination_signals() {
+        eprintln!(
+            "loadgen: warning: cannot take over SIGINT/SIGTERM ({e}); Ctrl-C will not clean up"
+        );
+        return None;
+    }
+    let interrupt = Arc::new(Interrupt {
+        notify: Notify::new(),
+        signal: Mutex::new(""),
+    });
+    let seen = interrupt.clone();
+    let mut count = 0u32;
+    let spawned = spawn_signal_thread(move |signal| {
+        count += 1;
+        if count > 1 {
+            eprintln!(
+                "loadgen: second {}, exiting now (temporary data may be left behind)",
+                signal.name()
+            );
+            std::process::exit(130);
+        }
+        eprintln!(
+            "loadgen: {} — stopping and removing temporary data (again to exit at once)",
+            signal.name()
+        );
+        *seen.signal.lock().unwrap_or_else(|e| e.into_inner()) = signal.name();
+        seen.notify.notify_one();
+    });
+    match spawned {
+        Ok(_) => Some(interrupt),
+        Err(e) => {
+            eprintln!("loadgen: warning: cannot start the signal thread ({e}); SIGINT/SIGTERM are ignored");
+            None
+        }
+    }
+}
+
+async fn interrupted(interrupt: Option<Arc<Interrupt>>) -> AppError {
+    match interrupt {
+        Some(i) => {
+            i.notify.notified().await;
+            let signal = *i.signal.lock().unwrap_or_else(|e| e.into_inner());
+            AppError::Interrupted { signal }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+fn run_compare(base: &Path, new: &Path) -> Result<ExitCode, AppError> {
+    let b = Report::read_json(base)?;
+    let n = Report::read_json(new)?;
+    print!(
+        "{}",
+        compare::compare(
+            &b,
+            &base.display().to_string(),
+            &n,
+            &new.display().to_string()
+        )
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_plot(report: &Path, out: &Path) -> Result<ExitCode, AppError> {
+    let r = Report::read_json(report)?;
+    plot(&r, out)?;
+    eprintln!("loadgen: wrote {}", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$\\".contains(c)) {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            } else {
+                a
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn run_benchmark(args: &RunArgs) -> Result<ExitCode, AppError> {
+    let settings = args.settings(std::io::stderr().is_terminal())?;
+    let interrupt = install_interrupt();
+    let machine = Machine::detect();
+    let mut report = Report {
+        schema: SCHEMA.to_string(),
+        loadgen_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at: utc_now_rfc3339(),
+        command_line: command_line(),
+        machine: machine.clone(),
+        run: run_settings(args, &settings, &machine),
+        results: Vec::new(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(AppError::Runtime)?;
+    // On a signal the run's future is dropped: embedded servers shut down
+    // (RunningServer's Drop) and their data directories are removed (TempDir).
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            r = run_all(args, &settings, &mut report.results) => r,
+            e = interrupted(interrupt) => Err(e),
+        }
+    });
+    drop(runtime);
+
+    print!("{}", render::render(&report));
+    if let Some(path) = &args.json {
+        report.write_json(path)?;
+        eprintln!("loadgen: wrote {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        if report
+            .results
+            .iter()
+            .any(|r| r.status != Status::Unsupported)
+        {
+            plot(&report, path)?;
+            eprintln!("loadgen: wrote {}", path.display());
+        }
+    }
+    outcome?;
+    Ok(if report.has_errors() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings {
+    let mut notes = Vec::new();
+    if args.server.is_none() {
+        notes.push(format!(
+            "the embedded server runs in this process: its shard threads and the {} client tasks share the machine's {} CPUs",
+            s.threads, machine.cpus
+        ));
+    }
+    match args.workload {
+        WorkloadArg::Putget => notes.push(format!(
+            "{} records preloaded (the GridGain report used 15M; raise with --records); keys uniform over them",
+            format_count(s.records)
+        )),
+        WorkloadArg::Sweep => notes.push(format!(
+            "sweep sizes {}; each size written then read on a fresh server (or its own key range with --server); no warm-up: the phase is the timed unit",
+            s.sweep_sizes.iter().map(|n| format_count(*n)).collect::<Vec<_>>().join(", ")
+        )),
+        _ => notes.push(
+            "YCSB updates write the whole record (ringkv stores a record as one value); latency is per batch (use --batch 1 for per-operation latency)"
+                .to_string(),
+        ),
+    }
+    RunSettings {
+        workload: args.workload.name().to_string(),
+        target: if args.server.is_some() {
+            "server"
+        } else {
+            "embedded"
+        }
+        .to_string(),
+        server_addr: args.server.clone(),
+        devices: if args.server.is_some() {
+            Vec::new()
+        } else {
+            args.devices().iter().map(|d| d.to_string()).collect()
+        },
+        threads: s.threads,
+        batch: s.batch,
+        records: s.records,
+        duration_s: match s.measure {
+            Measure::Time(d) => Some(d.as_secs_f64()),
+            Measure::Ops(_) => None,
+        },
+        ops: match s.measure {
+            Measure::Ops(n) => Some(n),
+            Measure::Time(_) => None,
+        },
+        warmup_s: s.warmup.as_secs_f64(),
+        mode: s.mode().to_string(),
+        rate_ops_per_sec: match s.pacing {
+            crate::driver::Pacing::Open { ops_per_sec } => Some(ops_per_sec),
+            crate::driver::Pacing::Closed => None,
+        },
+        seed: s.seed,
+        field_count: s.shape.field_count,
+        field_length: s.shape.field_length,
+        sweep_sizes: if args.workload == WorkloadArg::Sweep {
+            s.sweep_sizes.clone()
+        } else {
+            Vec::new()
+        },
+        shards: args.shards,
+        notes,
+    }
+}
+
+/// Runs everything the flags ask for, appending rows as they are measured.
+pub async fn run_all(
+    args: &RunArgs,
+    s: &Settings,
+    rows: &mut Vec<ResultRow>,
+) -> Result<(), AppError> {
+    let timeout = Duration::from_secs_f64(args.timeout);
+    if let Some(addr) = &args.server {
+        let target = RingkvTarget::new(addr.clone(), timeout);
+        return run_on_target(&target, args.workload, s, "server", rows).await;
+    }
+    for device in args.devices() {
+        for durability in args.durabilities() {
+            if args.workload == WorkloadArg::Sweep {
+                for &n in &s.sweep_sizes {
+                    let server = start_embedded(device, durability, args.shards).await?;
+                    let target = RingkvTarget::new(server.addr().to_string(), timeout);
+                    let got = sweep::run_size(&target, s, n, 0, device).await;
+                    // The run's own error, if any, matters more than a failed stop.
+                    let stopped = stop_embedded(server).await;
+                    let got = got?;
+                    stopped?;
+                    announce(&got);
+                    rows.extend(got);
+                }
+            } else {
+                let server = start_embedded(device, durability, args.shards).await?;
+                let target = RingkvTarget::new(server.addr().to_string(), timeout);
+                let got = run_on_target(&target, args.workload, s, device, rows).await;
+                let stopped = stop_embedded(server).await;
+                got?;
+                stopped?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A workload against one server that is already running (`--server`; the
+/// embedded path also uses it for put/get and YCSB).
+pub async fn run_on_target<T: Target>(
+    target: &T,
+    workload: WorkloadArg,
+    s: &Settings,
+    label: &str,
+    rows: &mut Vec<ResultRow>,
+) -> Result<(), AppError> {
+    match workload {
+        WorkloadArg::Putget => {
+            let got = gridgain::run(target, s, label).await?;
+            announce(&got);
+            rows.extend(got);
+        }
+        WorkloadArg::Sweep => {
+            // One server for every size: each size gets its own key range.
+            for (i, &n) in s.sweep_sizes.iter().enumerate() {
+                let got = sweep::run_size(target, s, n, sweep::namespace(i), label).await?;
+                announce(&got);
+                rows.extend(got);
+            }
+        }
+        ycsb_workload => {
+            let scan = target
+                .connect()
+                .await
+                .map_err(DriverError::from)?
+                .supports_scan();
+            let mixes = ycsb_workload.ycsb_mixes();
+            // No load when nothing can run (E alone without SCAN).
+            if mixes.iter().any(|m| scan || m.scan == 0.0) {
+                let pool = Arc::new(ValuePool::new(s.seed, s.shape));
+                let load = gridgain::preload(target, s, &pool, label, "ycsb").await?;
+                announce(&load);
+                rows.extend(load);
+            }
+            let sequence = Arc::new(InsertSequence::new(s.records));
+            for mix in mixes {
+                let got = ycsb::run_mixes(target, s, &[mix], &sequence, scan, label).await?;
+                announce(&got);
+                rows.extend(got);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One progress line per result on stderr (visible in CI logs too).
+fn announce(rows: &[ResultRow]) {
+    for r in rows {
+        let what = match r.items {
+            Some(n) => format!("{} {} {}", r.workload, r.operation, format_count(n)),
+            None => format!("{} {}", r.workload, r.operation),
+        };
+        match r.status {
+            Status::Unsupported => eprintln!("[{}] {what}: unsupported", r.device),
+            _ => eprintln!(
+                "[{} {}] {what}: {:.1}K ops/s, batch avg {:.0} µs, p99 {:.0} µs{}",
+                r.device,
+                r.durability,
+                r.throughput_kops,
+                r.latency_us.avg,
+                r.latency_us.p99,
+                if r.status == Status::Errors {
+                    " (ERRORS)"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+}
+
+async fn start_embedded(
+    profile: &'static str,
+    durability: DurabilityArg,
+    shards: u32,
+) -> Result<EmbeddedServer, AppError> {
+    let server =
+        tokio::task::spawn_blocking(move || EmbeddedServer::start(profile, durability, shards))
+            .await
+            .map_err(|e| AppError::Join(e.to_string()))??;
+    eprintln!(
+        "[{profile} {}] embedded ringkv server on {}",
+        durability.name(),
+        server.addr()
+    );
+    Ok(server)
+}
+
+async fn stop_embedded(server: EmbeddedServer) -> Result<(), AppError> {
+    tokio::task::spawn_blocking(move || server.stop())
+        .await
+        .map_err(|e| AppError::Join(e.to_string()))??;
+    Ok(())
+}

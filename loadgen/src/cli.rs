@@ -1,0 +1,616 @@
+//! The `loadgen` command line: flags, their defaults, and the checks that
+//! turn them into [`Settings`].
+//!
+//! What must hold: `loadgen --help` names every flag with its default; a
+//! combination that cannot mean anything (`--server` with `--device`,
+//! `--duration` with `--ops`, a zero thread count) is refused with a message
+//! before anything runs.
+
+use crate::driver::Pacing;
+use crate::record::RecordShape;
+use crate::settings::{Measure, Settings};
+use crate::workloads::{sweep, ycsb};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default records preloaded before the put/get and YCSB phases.
+pub const DEFAULT_RECORDS: u64 = 200_000;
+/// Default measured seconds per phase.
+pub const DEFAULT_DURATION_S: f64 = 10.0;
+/// Default warm-up seconds per phase.
+pub const DEFAULT_WARMUP_S: f64 = 2.0;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "loadgen",
+    version,
+    about = "Benchmark ringkv with the workloads of the GridGain YCSB report, YCSB A-F and the MapDB/ChronicleMap sweep.",
+    long_about = "Benchmark ringkv with the workloads of the GridGain YCSB report, YCSB A-F and the \
+MapDB/ChronicleMap sweep.\n\nWithout --server, loadgen starts an embedded ringkv server (in this \
+process, on a temporary data directory and a loopback port) with the chosen disk profile, runs \
+the workload, and removes it. With --server ADDR it measures a running ringkv-server and reports \
+that server's own profile and durability (read from STATS).\n\nSee docs/loadgen.md for the \
+workloads, the table columns and the --json schema.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print "+298%"-style deltas per operation between two --json reports
+    /// (throughput: NEW/BASE - 1; latencies: BASE/NEW - 1, so positive = NEW is better).
+    Compare {
+        /// The baseline report.
+        base: PathBuf,
+        /// The report to compare against the baseline.
+        new: PathBuf,
+    },
+    /// Draw the SVG chart of a --json report (same chart as --plot).
+    Plot {
+        /// A report written by --json.
+        report: PathBuf,
+        /// The SVG file to write.
+        out: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WorkloadArg {
+    /// GridGain-style: preload, then batched puts, then batched gets.
+    #[value(alias = "gridgain")]
+    Putget,
+    /// YCSB core workloads A, B, C, F, D, E in YCSB's recommended order, after one load.
+    Ycsb,
+    /// YCSB A: 50% read, 50% update, zipfian.
+    #[value(name = "ycsb-a")]
+    YcsbA,
+    /// YCSB B: 95% read, 5% update, zipfian.
+    #[value(name = "ycsb-b")]
+    YcsbB,
+    /// YCSB C: 100% read, zipfian.
+    #[value(name = "ycsb-c")]
+    YcsbC,
+    /// YCSB D: 95% read, 5% insert, latest.
+    #[value(name = "ycsb-d")]
+    YcsbD,
+    /// YCSB E: 95% scan, 5% insert, zipfian (unsupported until ringkv has SCAN).
+    #[value(name = "ycsb-e")]
+    YcsbE,
+    /// YCSB F: 50% read, 50% read-modify-write, zipfian.
+    #[value(name = "ycsb-f")]
+    YcsbF,
+    /// MapDB/ChronicleMap: write N items then read N items, for each N.
+    Sweep,
+}
+
+impl WorkloadArg {
+    pub fn name(&self) -> &'static str {
+        match self {
+            WorkloadArg::Putget => "putget",
+            WorkloadArg::Ycsb => "ycsb",
+            WorkloadArg::YcsbA => "ycsb-a",
+            WorkloadArg::YcsbB => "ycsb-b",
+            WorkloadArg::YcsbC => "ycsb-c",
+            WorkloadArg::YcsbD => "ycsb-d",
+            WorkloadArg::YcsbE => "ycsb-e",
+            WorkloadArg::YcsbF => "ycsb-f",
+            WorkloadArg::Sweep => "sweep",
+        }
+    }
+
+    /// The YCSB mixes this workload runs, in order (empty for non-YCSB).
+    pub fn ycsb_mixes(&self) -> Vec<ycsb::Mix> {
+        match self {
+            WorkloadArg::Putget | WorkloadArg::Sweep => Vec::new(),
+            WorkloadArg::Ycsb => ycsb::RECOMMENDED_ORDER
+                .iter()
+                .filter_map(|n| ycsb::mix_named(n))
+                .collect(),
+            single => ycsb::mix_named(single.name()).into_iter().collect(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeviceArg {
+    /// 1,800 IOPS, burst 5,000 (the seed's "High I/O - SAS").
+    Sas,
+    /// 2,300 IOPS, burst 8,000 (the seed's "General Purpose SSD").
+    Gpssd,
+    /// 6,500 IOPS, burst 16,000 (the seed's "Ultra-high I/O SSD").
+    Nvme,
+    /// No emulation: the real disk.
+    Unthrottled,
+    /// sas, gpssd and nvme one after the other, printed side by side.
+    All,
+}
+
+impl DeviceArg {
+    /// Profile names to run, in order of increasing speed.
+    pub fn profiles(&self) -> Vec<&'static str> {
+        match self {
+            DeviceArg::Sas => vec!["sas"],
+            DeviceArg::Gpssd => vec!["gpssd"],
+            DeviceArg::Nvme => vec!["nvme"],
+            DeviceArg::Unthrottled => vec!["unthrottled"],
+            DeviceArg::All => vec!["sas", "gpssd", "nvme"],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DurabilityArg {
+    /// Acknowledge a write after the fdatasync that covers it (RAM+Disk).
+    Sync,
+    /// Acknowledge once in memory, flush in the background (RAM+Disk).
+    Async,
+    /// RAM only, no write-ahead log (RAM Only).
+    None,
+}
+
+impl DurabilityArg {
+    pub fn name(&self) -> &'static str {
+        match self {
+            DurabilityArg::Sync => "sync",
+            DurabilityArg::Async => "async",
+            DurabilityArg::None => "none",
+        }
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Workload to run.
+    #[arg(long, value_enum, default_value = "putget")]
+    pub workload: WorkloadArg,
+
+    /// Disk profile of the embedded server's WAL device. Not with --server.
+    /// [default: nvme]
+    #[arg(long, value_enum)]
+    pub device: Option<DeviceArg>,
+
+    /// Benchmark a running ringkv-server at this address (host:port) instead
+    /// of an embedded one.
+    #[arg(long, value_name = "ADDR")]
+    pub server: Option<String>,
+
+    /// Client tasks, each with its own connection.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub threads: usize,
+
+    /// Operations per batch (one request frame).
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub batch: usize,
+
+    /// Records preloaded before the put/get and YCSB phases (accepts K/M/G
+    /// suffixes: 15M). The GridGain report used 15M; the default fits a
+    /// 2-core machine in about a minute.
+    #[arg(long, default_value = "200K", value_parser = parse_count, value_name = "N")]
+    pub records: u64,
+
+    /// Measured seconds of each timed phase (after the warm-up).
+    /// [default: 10]
+    #[arg(long, value_name = "SECONDS", conflicts_with = "ops")]
+    pub duration: Option<f64>,
+
+    /// Measure this many operations per timed phase instead of a duration
+    /// (rounded up to whole batches; accepts K/M/G).
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    pub ops: Option<u64>,
+
+    /// Warm-up seconds before each timed phase; not measured.
+    #[arg(long, default_value_t = DEFAULT_WARMUP_S, value_name = "SECONDS")]
+    pub warmup: f64,
+
+    /// Durability of the embedded server. Not with --server.
+    /// [default: putget runs none (RAM Only) and then sync (RAM+Disk); other workloads: sync]
+    #[arg(long, value_enum)]
+    pub durability: Option<DurabilityArg>,
+
+    /// Open loop: send this many operations per second in total (accepts K/M),
+    /// measuring each batch from its intended send time. Default: closed loop.
+    #[arg(long, value_parser = parse_count, value_name = "R")]
+    pub rate: Option<u64>,
+
+    /// Seed of the key sequences and record values.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub seed: u64,
+
+    /// Largest sweep size: the sweep runs 10K, 100K, 1M, 10M, 50M up to this.
+    #[arg(long, default_value = "1M", value_parser = parse_count, value_name = "N")]
+    pub sweep_max: u64,
+
+    /// Exact sweep sizes, comma separated (e.g. 1K,5K); overrides --sweep-max.
+    #[arg(long, value_delimiter = ',', value_parser = parse_count, value_name = "LIST")]
+    pub sweep_sizes: Option<Vec<u64>>,
+
+    /// Shards of the embedded server (0 = one per core). Not with --server.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub shards: u32,
+
+    /// Fields per record (YCSB fieldcount).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub fields: usize,
+
+    /// Bytes per field (YCSB fieldlength).
+    #[arg(long, default_value_t = 100, value_name = "BYTES")]
+    pub field_length: usize,
+
+    /// A request not answered within this many seconds fails the run.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    pub timeout: f64,
+
+    /// Write every figure as JSON (schema ringkv-loadgen/1, docs/loadgen.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Write an SVG chart of throughput and latency percentiles per device class.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+/// A flag combination that cannot run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    #[error("--{flag} applies to the embedded server only; with --server the server's own {what} is used (and reported from STATS)")]
+    EmbeddedOnly {
+        flag: &'static str,
+        what: &'static str,
+    },
+    #[error("--{flag} must be at least {min}, got {got}")]
+    TooSmall {
+        flag: &'static str,
+        min: f64,
+        got: f64,
+    },
+    #[error("--sweep-max {max} leaves no sweep size (the smallest is 10K)")]
+    NoSweepSizes { max: u64 },
+}
+
+/// Parses `200K`, `15M`, `2G`, `1000`, `1_000` (decimal multipliers).
+pub fn parse_count(text: &str) -> Result<u64, String> {
+    let t = text.trim().replace('_', "");
+    let (digits, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1_000),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1_000_000),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1_000_000_000),
+        _ => (t.as_str(), 1),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a count (examples: 1000, 200K, 15M)"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+/// `10000` -> "10K", `1000000` -> "1M", `1500` -> "1500".
+pub fn format_count(n: u64) -> String {
+    if n >= 1_000_000_000 && n % 1_000_000_000 == 0 {
+        format!("{}G", n / 1_000_000_000)
+    } else if n >= 1_000_000 && n % 1_000_000 == 0 {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1_000 && n % 1_000 == 0 {
+        format!("{}K", n / 1_000)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Every size the sweep knows, smallest first (the seed's 10K..50M).
+pub const SWEEP_LADDER: [u64; 5] = [10_000, 100_000, 1_000_000, 10_000_000, 50_000_000];
+
+impl RunArgs {
+    /// Checks the flags and resolves defaults into [`Settings`].
+    pub fn settings(&self, progress: bool) -> Result<Settings, CliError> {
+        if self.server.is_some() {
+            if self.device.is_some() {
+                return Err(CliError::EmbeddedOnly {
+                    flag: "device",
+                    what: "disk profile",
+                });
+            }
+            if self.durability.is_some() {
+                return Err(CliError::EmbeddedOnly {
+                    flag: "durability",
+                    what: "durability",
+                });
+            }
+            if self.shards != 0 {
+                return Err(CliError::EmbeddedOnly {
+                    flag: "shards",
+                    what: "shard count",
+                });
+            }
+        }
+        let at_least = |flag: &'static str, got: f64, min: f64| {
+            if got >= min && got.is_finite() {
+                Ok(())
+            } else {
+                Err(CliError::TooSmall { flag, min, got })
+            }
+        };
+        at_least("threads", self.threads as f64, 1.0)?;
+        at_least("batch", self.batch as f64, 1.0)?;
+        at_least("records", self.records as f64, 1.0)?;
+        at_least("fields", self.fields as f64, 1.0)?;
+        at_least("field-length", self.field_length as f64, 1.0)?;
+        at_least("warmup", self.warmup, 0.0)?;
+        at_least("timeout", self.timeout, 0.001)?;
+        let measure = match (self.duration, self.ops) {
+            (_, Some(ops)) => {
+                at_least("ops", ops as f64, 1.0)?;
+                Measure::Ops(ops)
+            }
+            (Some(d), None) => {
+                at_least("duration", d, 0.001)?;
+                Measure::Time(Duration::from_secs_f64(d))
+            }
+            (None, None) => Measure::Time(Duration::from_secs_f64(DEFAULT_DURATION_S)),
+        };
+        let pacing = match self.rate {
+            Some(r) => {
+                at_least("rate", r as f64, 1.0)?;
+                Pacing::Open {
+                    ops_per_sec: r as f64,
+                }
+            }
+            None => Pacing::Closed,
+        };
+        let sweep_sizes = match &self.sweep_sizes {
+            Some(list) => {
+                for &n in list {
+                    at_least("sweep-sizes", n as f64, 1.0)?;
+                }
+                list.clone()
+            }
+            None => {
+                let sizes: Vec<u64> = SWEEP_LADDER
+                    .iter()
+                    .copied()
+                    .filter(|&n| n <= self.sweep_max)
+                    .collect();
+                if sizes.is_empty() {
+                    return Err(CliError::NoSweepSizes {
+                        max: self.sweep_max,
+                    });
+                }
+                sizes
+            }
+        };
+        Ok(Settings {
+            threads: self.threads,
+            batch: self.batch,
+            records: self.records,
+            measure,
+            warmup: Duration::from_secs_f64(self.warmup),
+            pacing,
+            seed: self.seed,
+            shape: RecordShape {
+                field_count: self.fields,
+                field_length: self.field_length,
+            },
+            progress,
+            sweep_sizes,
+        })
+    }
+
+    /// Durabilities to run on the embedded server, in order.
+    pub fn durabilities(&self) -> Vec<DurabilityArg> {
+        match (self.durability, self.workload) {
+            (Some(d), _) => vec![d],
+            (None, WorkloadArg::Putget) => vec![DurabilityArg::None, DurabilityArg::Sync],
+            (None, _) => vec![DurabilityArg::Sync],
+        }
+    }
+
+    /// Device classes to run on the embedded server.
+    pub fn devices(&self) -> Vec<&'static str> {
+        self.device.unwrap_or(DeviceArg::Nvme).profiles()
+    }
+}
+
+// The sweep's default list must be the ladder's prefix up to 1M.
+const _: () =
+    assert!(sweep::DEFAULT_SIZES.len() == 3 && SWEEP_LADDER[2] == sweep::DEFAULT_SIZES[2]);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Cli {
+        let mut full = vec!["loadgen"];
+        full.extend_from_slice(args);
+        Cli::try_parse_from(full).expect("parses")
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let cli = parse(&[]);
+        assert!(cli.command.is_none());
+        let r = &cli.run;
+        assert_eq!(r.workload, WorkloadArg::Putget);
+        assert_eq!(r.devices(), vec!["nvme"]);
+        assert_eq!((r.threads, r.batch, r.records), (16, 1000, 200_000));
+        assert_eq!(
+            r.durabilities(),
+            vec![DurabilityArg::None, DurabilityArg::Sync]
+        );
+        let s = r.settings(false).expect("settings");
+        assert_eq!(s.measure, Measure::Time(Duration::from_secs(10)));
+        assert_eq!(s.warmup, Duration::from_secs(2));
+        assert_eq!(s.pacing, Pacing::Closed);
+        assert_eq!(s.sweep_sizes, sweep::DEFAULT_SIZES.to_vec());
+        assert_eq!(s.shape, RecordShape::YCSB);
+    }
+
+    #[test]
+    fn counts_accept_suffixes() {
+        assert_eq!(parse_count("15M"), Ok(15_000_000));
+        assert_eq!(parse_count("200k"), Ok(200_000));
+        assert_eq!(parse_count("1_000"), Ok(1000));
+        assert_eq!(parse_count("2G"), Ok(2_000_000_000));
+        assert!(parse_count("ten").is_err());
+        assert!(parse_count("99999999999999G").is_err());
+        assert_eq!(format_count(10_000), "10K");
+        assert_eq!(format_count(50_000_000), "50M");
+        assert_eq!(format_count(1_500), "1500");
+        assert_eq!(format_count(0), "0");
+    }
+
+    #[test]
+    fn sweep_max_selects_the_ladder_prefix() {
+        let s = parse(&["--workload", "sweep", "--sweep-max", "50M"])
+            .run
+            .settings(false)
+            .expect("ok");
+        assert_eq!(s.sweep_sizes, SWEEP_LADDER.to_vec());
+        let s = parse(&["--sweep-sizes", "1K,5K"])
+            .run
+            .settings(false)
+            .expect("ok");
+        assert_eq!(s.sweep_sizes, vec![1_000, 5_000]);
+        let e = parse(&["--sweep-max", "5K"])
+            .run
+            .settings(false)
+            .unwrap_err();
+        assert_eq!(e, CliError::NoSweepSizes { max: 5_000 });
+    }
+
+    #[test]
+    fn server_refuses_embedded_only_flags() {
+        for flag in [
+            ["--device", "sas"],
+            ["--durability", "none"],
+            ["--shards", "2"],
+        ] {
+            let cli = parse(&["--server", "127.0.0.1:1", flag[0], flag[1]]);
+            assert!(
+                matches!(cli.run.settings(false), Err(CliError::EmbeddedOnly { .. })),
+                "{flag:?}"
+            );
+        }
+        assert!(parse(&["--server", "127.0.0.1:1"])
+            .run
+            .settings(false)
+            .is_ok());
+    }
+
+    #[test]
+    fn duration_and_ops_conflict_and_bad_values_are_refused() {
+        let argv = ["loadgen", "--duration", "3", "--ops", "100"];
+        assert!(Cli::try_parse_from(argv).is_err());
+        let e = parse(&["--threads", "0"]).run.settings(false).unwrap_err();
+        assert!(matches!(
+            e,
+            CliError::TooSmall {
+                flag: "threads",
+                ..
+            }
+        ));
+        let s = parse(&["--ops", "5K", "--rate", "20K"])
+            .run
+            .settings(false)
+            .expect("ok");
+        assert_eq!(s.measure, Measure::Ops(5_000));
+        assert_eq!(
+            s.pacing,
+            Pacing::Open {
+                ops_per_sec: 20_000.0
+            }
+        );
+        assert_eq!(s.mode(), "open");
+    }
+
+    #[test]
+    fn workloads_and_devices_resolve() {
+        let cli = parse(&[
+            "--workload",
+            "ycsb",
+            "--device",
+            "all",
+            "--durability",
+            "async",
+        ]);
+        assert_eq!(cli.run.devices(), vec!["sas", "gpssd", "nvme"]);
+        assert_eq!(cli.run.durabilities(), vec![DurabilityArg::Async]);
+        let names: Vec<&str> = cli
+            .run
+            .workload
+            .ycsb_mixes()
+            .iter()
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(names, ycsb::RECOMMENDED_ORDER.to_vec());
+        assert_eq!(
+            parse(&["--workload", "gridgain"]).run.workload,
+            WorkloadArg::Putget
+        );
+        assert_eq!(
+            parse(&["--workload", "ycsb-f"])
+                .run
+                .workload
+                .ycsb_mixes()
+                .len(),
+            1
+        );
+        assert_eq!(
+            parse(&["--workload", "sweep"]).run.durabilities(),
+            vec![DurabilityArg::Sync]
+        );
+    }
+
+    #[test]
+    fn subcommands_parse() {
+        let cli = parse(&["compare", "a.json", "b.json"]);
+        assert!(matches!(cli.command, Some(Command::Compare { .. })));
+        let cli = parse(&["plot", "a.json", "b.svg"]);
+        assert!(matches!(cli.command, Some(Command::Plot { .. })));
+    }
+
+    #[test]
+    fn help_mentions_every_flag_with_its_default() {
+        let help = Cli::command().render_long_help().to_string();
+        for flag in [
+            "--workload",
+            "--device",
+            "--server",
+            "--threads",
+            "--batch",
+            "--records",
+            "--duration",
+            "--ops",
+            "--durability",
+            "--rate",
+            "--seed",
+            "--json",
+            "--plot",
+            "--sweep-max",
+        ] {
+            assert!(help.contains(flag), "help lacks {flag}");
+        }
+        for default in [
+            "default: putget",
+            "default: 16",
+            "default: 1000",
+            "default: 200K",
+            "default: nvme",
+            "default: 10]",
+        ] {
+            assert!(help.contains(default), "help lacks {default:?}");
+        }
+    }
+}

@@ -1,0 +1,546 @@
+//! The human report: header (machine, run settings, server facts), the
+//! seed-shaped tables, the side-by-side device table and the error summary.
+//!
+//! What must hold: every number printed comes from the [`Report`]; nothing
+//! is recomputed from other sources. Rows with errors are flagged in the
+//! tables and summarised at the end, never silently printed as results.
+
+use crate::cli::format_count;
+use crate::report::{Report, ResultRow, Status};
+use crate::table::{fixed0, fixed1, thousands, Align, Table};
+use std::collections::BTreeSet;
+
+/// Operations that write (used for the device-ordering line).
+const WRITE_OPS: [&str; 5] = ["put", "write", "load", "update", "insert"];
+
+pub fn render(report: &Report) -> String {
+    let mut out = header(report);
+    let timed: Vec<&ResultRow> = report
+        .results
+        .iter()
+        .filter(|r| r.items.is_none() && r.status != Status::Unsupported)
+        .collect();
+    if !timed.is_empty() {
+        out.push_str("\nLatency is that of one batch; throughput counts operations.\n\n");
+        out.push_str(&main_table(&timed).render());
+    }
+    let sweep: Vec<&ResultRow> = report
+        .results
+        .iter()
+        .filter(|r| r.workload == "sweep")
+        .collect();
+    if !sweep.is_empty() {
+        out.push_str(&sweep_tables(&sweep));
+    }
+    let unsupported: Vec<&ResultRow> = report
+        .results
+        .iter()
+        .filter(|r| r.status == Status::Unsupported)
+        .collect();
+    for r in &unsupported {
+        out.push_str(&format!(
+            "\n{} {} on {}: unsupported — {}\n",
+            r.workload,
+            r.operation,
+            r.device,
+            r.note.as_deref().unwrap_or("")
+        ));
+    }
+    let measured: Vec<&ResultRow> = report
+        .results
+        .iter()
+        .filter(|r| r.status != Status::Unsupported)
+        .collect();
+    if !measured.is_empty() {
+        out.push_str("\nDetails (server STATS deltas over each measured window; WAL device):\n\n");
+        out.push_str(&detail_table(&measured).render());
+    }
+    let devices = devices_in_order(report);
+    if devices.len() > 1 {
+        out.push_str("\nDevice classes side by side:\n\n");
+        out.push_str(&side_by_side(&measured, &devices).render());
+        out.push_str(&ordering_lines(&measured, &devices));
+    }
+    for r in &measured {
+        if let Some(note) = &r.note {
+            out.push_str(&format!(
+                "\nnote: {} {} {} on {}: {note}\n",
+                r.workload, r.durability, r.operation, r.device
+            ));
+        }
+    }
+    out.push_str(&error_summary(report));
+    out
+}
+
+fn header(report: &Report) -> String {
+    let run = &report.run;
+    let mut s = format!(
+        "loadgen {} — workload {} — {}\n",
+        report.loadgen_version, run.workload, report.started_at
+    );
+    s.push_str(&format!("machine:  {}\n", report.machine.describe()));
+    s.push_str(&format!("command:  {}\n", report.command_line));
+    let target = match &run.server_addr {
+        Some(addr) => format!("ringkv-server at {addr}"),
+        None => format!(
+            "embedded ringkv server (in-process, temporary data directory, loopback), shards {}",
+            if run.shards == 0 {
+                "one per core".to_string()
+            } else {
+                run.shards.to_string()
+            }
+        ),
+    };
+    s.push_str(&format!("target:   {target}\n"));
+    let measure = match (run.duration_s, run.ops) {
+        (_, Some(ops)) => format!("{} ops measured per phase", format_count(ops)),
+        (Some(d), None) => format!("{d} s measured per phase"),
+        (None, None) => String::new(),
+    };
+    let mode = match (run.mode.as_str(), run.rate_ops_per_sec) {
+        ("open", Some(r)) => format!(
+            "open loop at {} ops/s (latency from intended send time)",
+            thousands(r as u64)
+        ),
+        _ => "closed loop".to_string(),
+    };
+    if run.workload == "sweep" {
+        let sizes: Vec<String> = run.sweep_sizes.iter().map(|n| format_count(*n)).collect();
+        s.push_str(&format!(
+            "run:      {} client tasks x batches of {}, write then read N records of {} x {} B for N = {}, {mode}, seed {}\n",
+            run.threads,
+            run.batch,
+            run.field_count,
+            run.field_length,
+            sizes.join(", "),
+            run.seed
+        ));
+    } else {
+        s.push_str(&format!(
+            "run:      {} client tasks x batches of {}, {} records of {} x {} B, {mode}, warm-up {} s excluded, {measure}, seed {}\n",
+            run.threads,
+            run.batch,
+            format_count(run.records),
+            run.field_count,
+            run.field_length,
+            run.warmup_s,
+            run.seed
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for r in &report.results {
+        let sv = &r.server;
+        let line = format!(
+            "server:   {}: ringkv {}, backend {}, {} shards, durability {}, WAL profile {} ({})\n",
+            r.device,
+            sv.version,
+            sv.backend,
+            sv.shards,
+            sv.durability,
+            sv.profile,
+            profile_limits(sv.iops_limit, sv.burst_iops)
+        );
+        if seen.insert(line.clone()) {
+            s.push_str(&line);
+        }
+    }
+    for note in &run.notes {
+        s.push_str(&format!("note:     {note}\n"));
+    }
+    s
+}
+
+fn profile_limits(iops: u64, burst: u64) -> String {
+    if iops == 0 {
+        "no IOPS limit".to_string()
+    } else {
+        format!("{} IOPS, burst {}", thousands(iops), thousands(burst))
+    }
+}
+
+/// The GridGain table's columns, one row per operation.
+pub fn main_table(rows: &[&ResultRow]) -> Table {
+    let mut t = Table::new(&[
+        ("Device", Align::Left),
+        ("Storage", Align::Left),
+        ("Durability", Align::Left),
+        ("Workload", Align::Left),
+        ("Operation", Align::Left),
+        ("Average latency (µs)", Align::Right),
+        ("95th % (µs)", Align::Right),
+        ("99th % (µs)", Align::Right),
+        ("Throughput, 1000 ops/s", Align::Right),
+    ]);
+    for r in rows.iter().filter(|r| r.operation != "load") {
+        // Nothing measured (an open loop that never caught up): no figures.
+        let figure = |v: String| if r.ops == 0 { "-".to_string() } else { v };
+        t.push(vec![
+            r.device.clone(),
+            r.storage.clone(),
+            r.durability.clone(),
+            r.workload.clone(),
+            flagged(r, &r.operation),
+            figure(fixed1(r.latency_us.avg)),
+            figure(fixed0(r.latency_us.p95)),
+            figure(fixed0(r.latency_us.p99)),
+            figure(fixed0(r.throughput_kops)),
+        ]);
+    }
+    t
+}
+
+fn flagged(r: &ResultRow, text: &str) -> String {
+    if r.status == Status::Errors {
+        format!("{text} (ERRORS)")
+    } else {
+        text.to_string()
+    }
+}
+
+/// The rest of every row's figures.
+pub fn detail_table(rows: &[&ResultRow]) -> Table {
+    let mut t = Table::new(&[
+        ("Device", Align::Left),
+        ("Durability", Align::Left),
+        ("Workload", Align::Left),
+        ("Operation", Align::Left),
+        ("Items", Align::Right),
+        ("Ops measured", Align::Right),
+        ("Seconds", Align::Right),
+        ("p50 (µs)", Align::Right),
+        ("p99.9 (µs)", Align::Right),
+        ("max (µs)", Align::Right),
+        ("Errors", Align::Right),
+        ("Dev I/Os", Align::Right),
+        ("Dev IOPS", Align::Right),
+        ("MB written", Align::Right),
+        ("fsync p99 (µs)", Align::Right),
+        ("Token wait (ms)", Align::Right),
+    ]);
+    for r in rows {
+        let dev = r.wal_device().cloned().unwrap_or_default();
+        let errors = r.errors.failed + r.errors.not_found + r.errors.wrong_value;
+        t.push(vec![
+            r.device.clone(),
+            r.durability.clone(),
+            r.workload.clone(),
+            r.operation.clone(),
+            r.items.map(format_count).unwrap_or_default(),
+            thousands(r.ops),
+            format!("{:.2}", r.elapsed_ns as f64 / 1e9),
+            fixed0(r.latency_us.p50),
+            fixed0(r.latency_us.p999),
+            fixed0(r.latency_us.max),
+            thousands(errors),
+            thousands(dev.ios),
+            fixed0(dev.iops),
+            fixed1(dev.bytes_written as f64 / 1e6),
+            thousands(dev.fsync_p99_us),
+            fixed1(dev.token_wait_us as f64 / 1e3),
+        ]);
+    }
+    t
+}
+
+/// One table per device class, shaped like the MapDB/ChronicleMap document:
+/// rows write/read, columns N, cells in nanoseconds.
+pub fn sweep_tables(rows: &[&ResultRow]) -> String {
+    let mut out = String::new();
+    let mut devices: Vec<&str> = Vec::new();
+    for r in rows {
+        if !devices.contains(&r.device.as_str()) {
+            devices.push(&r.device);
+        }
+    }
+    for device in devices {
+        let mine: Vec<&&ResultRow> = rows.iter().filter(|r| r.device == device).collect();
+        let mut sizes: Vec<u64> = mine.iter().filter_map(|r| r.items).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let Some(first) = mine.first() else { continue };
+        out.push_str(&format!(
+            "\n{device} — {} (durability {}, ringkv {})\n\n",
+            profile_limits(first.server.iops_limit, first.server.burst_iops),
+            first.durability,
+            first.server.version
+        ));
+        let mut columns: Vec<(String, Align)> = vec![("Storage(R/W)".to_string(), Align::Left)];
+        columns.extend(
+            sizes
+                .iter()
+                .map(|n| (format!("{}(ns)", format_count(*n)), Align::Right)),
+        );
+        let cols: Vec<(&str, Align)> = columns.iter().map(|(h, a)| (h.as_str(), *a)).collect();
+        let mut t = Table::new(&cols);
+        for (op, label) in [("write", "ringkv(W)"), ("read", "ringkv(R)")] {
+            let mut row = vec![label.to_string()];
+            for n in &sizes {
+                let cell = mine
+                    .iter()
+                    .find(|r| r.operation == op && r.items == Some(*n))
+                    .map(|r| flagged(r, &r.elapsed_ns.to_string()))
+                    .unwrap_or_default();
+                row.push(cell);
+            }
+            t.push(row);
+        }
+        out.push_str(&t.render());
+    }
+    out
+}
+
+/// Device classes in the order they first appear.
+pub fn devices_in_order(report: &Report) -> Vec<String> {
+    let mut devices: Vec<String> = Vec::new();
+    for r in &report.results {
+        if !devices.contains(&r.device) {
+            devices.push(r.device.clone());
+        }
+    }
+    devices
+}
+
+type RowKey = (String, String, String, Option<u64>);
+
+fn row_keys(rows: &[&ResultRow]) -> Vec<RowKey> {
+    let mut keys: Vec<RowKey> = Vec::new();
+    for r in rows {
+        let k = (
+            r.workload.clone(),
+            r.durability.clone(),
+            r.operation.clone(),
+            r.items,
+        );
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
+/// One column per device class; one row per (operation, metric).
+pub fn side_by_side(rows: &[&ResultRow], devices: &[String]) -> Table {
+    let mut columns: Vec<(&str, Align)> = vec![
+        ("Workload", Align::Left),
+        ("Durability", Align::Left),
+        ("Operation", Align::Left),
+        ("Metric", Align::Left),
+    ];
+    columns.extend(devices.iter().map(|d| (d.as_str(), Align::Right)));
+    let mut t = Table::new(&columns);
+    type Metric = (&'static str, fn(&ResultRow) -> String);
+    let metrics: [Metric; 7] = [
+        ("time (ns)", |r| r.elapsed_ns.to_string()),
+        ("throughput, 1000 ops/s", |r| fixed1(r.throughput_kops)),
+        ("avg latency (µs)", |r| fixed1(r.latency_us.avg)),
+        ("p99 latency (µs)", |r| fixed0(r.latency_us.p99)),
+        ("device IOPS", |r| {
+            fixed0(r.wal_device().map(|d| d.iops).unwrap_or(0.0))
+        }),
+        ("fsync p99 (µs)", |r| {
+            thousands(r.wal_device().map(|d| d.fsync_p99_us).unwrap_or(0))
+        }),
+        ("token wait (ms)", |r| {
+            fixed1(r.wal_device().map(|d| d.token_wait_us).unwrap_or(0) as f64 / 1e3)
+        }),
+    ];
+    for (workload, durability, op, items) in row_keys(rows) {
+        let label = match items {
+            Some(n) => format!("{op} {}", format_count(n)),
+            None => op.clone(),
+        };
+        for (name, metric) in &metrics {
+            if *name == "time (ns)" && items.is_none() {
+                continue;
+            }
+            let mut cells = vec![
+                workload.clone(),
+                durability.clone(),
+                label.clone(),
+                name.to_string(),
+            ];
+            for d in devices {
+                let cell = rows
+                    .iter()
+                    .find(|r| {
+                        &r.device == d
+                            && r.workload == workload
+                            && r.durability == durability
+                            && r.operation == op
+                            && r.items == items
+                    })
+                    .map(|r| metric(r))
+                    .unwrap_or_default();
+                cells.push(cell);
+            }
+            t.push(cells);
+        }
+    }
+    t
+}
+
+/// For each write operation measured on several classes: are the classes
+/// ordered by throughput as their profiles' IOPS limits say?
+pub fn ordering_lines(rows: &[&ResultRow], devices: &[String]) -> String {
+    let mut out = String::new();
+    for (workload, durability, op, items) in row_keys(rows) {
+        if !WRITE_OPS.contains(&op.as_str()) {
+            continue;
+        }
+        let mut cells: Vec<(&ResultRow, u64)> = devices
+            .iter()
+            .filter_map(|d| {
+                rows.iter().find(|r| {
+                    &r.device == d
+                        && r.workload == workload
+                        && r.durability == durability
+                        && r.operation == op
+                        && r.items == items
+                })
+            })
+            .map(|r| {
+                (
+                    *r,
+                    if r.server.iops_limit == 0 {
+                        u64::MAX
+                    } else {
+                        r.server.iops_limit
+                    },
+                )
+            })
+            .collect();
+        if cells.len() < 2 {
+            continue;
+        }
+        cells.sort_by_key(|(_, limit)| *limit);
+        let in_order = cells
+            .windows(2)
+            .all(|w| w[0].0.ops_per_sec <= w[1].0.ops_per_sec);
+        let chain: Vec<String> = cells
+            .iter()
+            .map(|(r, _)| format!("{} {}", r.device, fixed1(r.throughput_kops)))
+            .collect();
+        let what = match items {
+            Some(n) => format!("{workload} {op} {}", format_count(n)),
+            None => format!("{workload} {op}"),
+        };
+        out.push_str(&format!(
+            "ordering: {what} ({durability}), 1000 ops/s by profile IOPS: {} — {}\n",
+            chain.join(" <= "),
+            if in_order {
+                "in profile order"
+            } else {
+                "NOT in profile order"
+            }
+        ));
+    }
+    if !out.is_empty() {
+        out.insert(0, '\n');
+    }
+    out
+}
+
+fn error_summary(report: &Report) -> String {
+    let mut out = String::new();
+    for r in report.results.iter().filter(|r| r.status == Status::Errors) {
+        out.push_str(&format!(
+            "ERRORS: {} {} {} on {}: {} failed, {} not found, {} wrong values{}\n",
+            r.workload,
+            r.durability,
+            r.operation,
+            r.device,
+            r.errors.failed,
+            r.errors.not_found,
+            r.errors.wrong_value,
+            r.errors
+                .first_failure
+                .as_ref()
+                .map(|f| format!(" (first failure: {f})"))
+                .unwrap_or_default()
+        ));
+    }
+    if !out.is_empty() {
+        out.insert(0, '\n');
+        out.push_str("These results are not valid: the server gave wrong or failed answers.\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::sample_report;
+
+    #[test]
+    fn report_prints_seed_columns_and_side_by_side() {
+        let mut report = sample_report(&["sas", "gpssd", "nvme"], &["put", "get"], 1.0);
+        for (i, r) in report.results.iter_mut().enumerate() {
+            r.server.iops_limit = [1800, 2300, 6500][i / 2];
+        }
+        let text = render(&report);
+        assert!(text.contains("Average latency (µs)"));
+        assert!(text.contains("Throughput, 1000 ops/s"));
+        assert!(text.contains("Device classes side by side"));
+        assert!(
+            text.contains("| putget   | sync       | put       | throughput, 1000 ops/s |"),
+            "{text}"
+        );
+        assert!(text.contains("in profile order"), "{text}");
+        assert!(!text.contains("ERRORS"));
+    }
+
+    #[test]
+    fn ordering_line_flags_a_misordered_class() {
+        let mut report = sample_report(&["sas", "nvme"], &["put"], 1.0);
+        report.results[0].server.iops_limit = 1800;
+        report.results[0].ops_per_sec = 1e6;
+        report.results[1].server.iops_limit = 6500;
+        let rows: Vec<&ResultRow> = report.results.iter().collect();
+        let text = ordering_lines(&rows, &["sas".into(), "nvme".into()]);
+        assert!(text.contains("NOT in profile order"), "{text}");
+    }
+
+    #[test]
+    fn sweep_table_has_seed_shape() {
+        let mut report = sample_report(&["nvme"], &["write", "read"], 1.0);
+        let extra: Vec<ResultRow> = report
+            .results
+            .iter()
+            .map(|r| ResultRow {
+                items: Some(100_000),
+                elapsed_ns: 9_000_000,
+                ..r.clone()
+            })
+            .collect();
+        for r in report.results.iter_mut() {
+            r.items = Some(10_000);
+            r.workload = "sweep".into();
+        }
+        for mut r in extra {
+            r.workload = "sweep".into();
+            report.results.push(r);
+        }
+        let rows: Vec<&ResultRow> = report.results.iter().collect();
+        let text = sweep_tables(&rows);
+        assert!(
+            text.contains("| Storage(R/W) | 10K(ns) | 100K(ns) |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| ringkv(W)    | 1000000 |  9000000 |"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn errors_are_flagged_and_summarised() {
+        let mut report = sample_report(&["nvme"], &["get"], 1.0);
+        report.results[0].status = Status::Errors;
+        report.results[0].errors.wrong_value = 3;
+        let text = render(&report);
+        assert!(text.contains("get (ERRORS)"));
+        assert!(text.contains("3 wrong values"));
+        assert!(text.contains("not valid"));
+    }
+}

@@ -1,0 +1,481 @@
+//! The result model and the `--json` file (schema `ringkv-loadgen/1`,
+//! documented field by field in docs/loadgen.md).
+//!
+//! What must hold: every figure printed in a table comes from a [`ResultRow`]
+//! in the same [`Report`]; the schema string changes whenever a field changes
+//! meaning or is removed (adding fields keeps it); reading a file checks it.
+
+use crate::driver::{OpTally, PhaseOutcome};
+use crate::hist::LatencySummary;
+use crate::machine::Machine;
+use crate::stats::{device_counters, DeviceCounters, ServerInfo, StatsError};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The schema name written into every JSON file.
+pub const SCHEMA: &str = "ringkv-loadgen/1";
+
+/// Everything one `loadgen` invocation measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    pub loadgen_version: String,
+    /// UTC, RFC 3339.
+    pub started_at: String,
+    pub command_line: String,
+    pub machine: Machine,
+    pub run: RunSettings,
+    pub results: Vec<ResultRow>,
+}
+
+/// The settings the run used (after defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSettings {
+    pub workload: String,
+    /// "embedded" or "server".
+    pub target: String,
+    /// The `--server` address, if any.
+    pub server_addr: Option<String>,
+    /// Device classes asked for (embedded); empty with `--server`.
+    pub devices: Vec<String>,
+    pub threads: usize,
+    pub batch: usize,
+    pub records: u64,
+    pub duration_s: Option<f64>,
+    pub ops: Option<u64>,
+    pub warmup_s: f64,
+    /// "closed" or "open".
+    pub mode: String,
+    pub rate_ops_per_sec: Option<f64>,
+    pub seed: u64,
+    pub field_count: usize,
+    pub field_length: usize,
+    pub sweep_sizes: Vec<u64>,
+    /// Shards of the embedded server (0 = one per core).
+    pub shards: u32,
+    /// Free-text caveats printed in the header (CPU sharing, deviations).
+    pub notes: Vec<String>,
+}
+
+/// How a result ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Every operation answered as expected.
+    Ok,
+    /// Some operations failed, were missing or had wrong values.
+    Errors,
+    /// The server cannot run this operation (no numbers).
+    Unsupported,
+}
+
+/// Operations that went wrong during a phase (warm-up included).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ErrorCounts {
+    pub failed: u64,
+    pub not_found: u64,
+    pub wrong_value: u64,
+    pub first_failure: Option<String>,
+}
+
+/// WAL activity during the phase (server-wide STATS).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WalCounters {
+    pub bytes_written: u64,
+    pub flushes: u64,
+    /// Since-start p99 fdatasync latency, read after the phase.
+    pub fsync_p99_us: u64,
+}
+
+/// One operation of one workload on one device class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultRow {
+    /// Device class: the server's WAL-device profile, from STATS.
+    pub device: String,
+    pub workload: String,
+    pub operation: String,
+    /// The server's durability (sync | async | none), from STATS.
+    pub durability: String,
+    /// "RAM Only" (durability none) or "RAM+Disk".
+    pub storage: String,
+    /// Items written/read (the sweep's N); absent for timed phases.
+    pub items: Option<u64>,
+    pub status: Status,
+    /// Why a row is unsupported, or other caveats.
+    pub note: Option<String>,
+    /// "closed" or "open".
+    pub mode: String,
+    /// Operations measured (warm-up excluded).
+    pub ops: u64,
+    /// Batches (steps) measured.
+    pub batches: u64,
+    /// Measured time, nanoseconds.
+    pub elapsed_ns: u64,
+    pub ops_per_sec: f64,
+    /// `ops_per_sec / 1000`: the GridGain table's "Throughput, 1000 ops/s".
+    pub throughput_kops: f64,
+    /// Latency of one batch, µs (from the intended send time in open loop).
+    pub latency_us: LatencySummary,
+    pub errors: ErrorCounts,
+    pub server: ServerInfo,
+    /// Per-device activity during the measured window, by device name.
+    pub device_counters: BTreeMap<String, DeviceCounters>,
+    pub wal: WalCounters,
+}
+
+impl ResultRow {
+    /// The counters of the WAL device (`wal`, else the first one).
+    pub fn wal_device(&self) -> Option<&DeviceCounters> {
+        self.device_counters
+            .get("wal")
+            .or_else(|| self.device_counters.values().next())
+    }
+
+    /// Identity used to pair rows across files (`loadgen compare`).
+    pub fn key(&self) -> (String, String, String, String, Option<u64>) {
+        (
+            self.device.clone(),
+            self.workload.clone(),
+            self.durability.clone(),
+            self.operation.clone(),
+            self.items,
+        )
+    }
+
+    /// A row for an operation the server cannot run.
+    pub fn unsupported(
+        server: ServerInfo,
+        workload: &str,
+        operation: &str,
+        reason: &str,
+    ) -> ResultRow {
+        ResultRow {
+            device: server.profile.clone(),
+            workload: workload.to_string(),
+            operation: operation.to_string(),
+            durability: server.durability.clone(),
+            storage: storage_label(&server.durability).to_string(),
+            items: None,
+            status: Status::Unsupported,
+            note: Some(reason.to_string()),
+            mode: String::new(),
+            ops: 0,
+            batches: 0,
+            elapsed_ns: 0,
+            ops_per_sec: 0.0,
+            throughput_kops: 0.0,
+            latency_us: LatencySummary::default(),
+            errors: ErrorCounts::default(),
+            server,
+            device_counters: BTreeMap::new(),
+            wal: WalCounters::default(),
+        }
+    }
+}
+
+/// "RAM Only" for durability `none`, else "RAM+Disk" (the GridGain table's words).
+pub fn storage_label(durability: &str) -> &'static str {
+    if durability == "none" {
+        "RAM Only"
+    } else {
+        "RAM+Disk"
+    }
+}
+
+/// Turns a phase into rows, one per operation kind, in `order` (kinds not in
+/// `order` follow alphabetically). Throughput per kind is its operations over
+/// the phase's measured time.
+pub fn rows_from_phase(
+    workload: &str,
+    outcome: &PhaseOutcome,
+    order: &[&str],
+    items: Option<u64>,
+    mode: &str,
+) -> Result<Vec<ResultRow>, StatsError> {
+    let seconds = outcome.elapsed.as_secs_f64();
+    let counters = device_counters(&outcome.before, &outcome.after, seconds)?;
+    let server = outcome.after.info();
+    let wal = WalCounters {
+        bytes_written: outcome
+            .after
+            .wal_bytes_written
+            .saturating_sub(outcome.before.wal_bytes_written),
+        flushes: outcome
+            .after
+            .wal_flushes
+            .saturating_sub(outcome.before.wal_flushes),
+        fsync_p99_us: outcome.after.wal_fsync_p99_us,
+    };
+    let mut kinds: Vec<&&str> = outcome.tallies.keys().collect();
+    kinds.sort_by_key(|k| {
+        (
+            order.iter().position(|o| *o == **k).unwrap_or(usize::MAX),
+            **k,
+        )
+    });
+    Ok(kinds
+        .into_iter()
+        .map(|kind| {
+            let t: &OpTally = &outcome.tallies[*kind];
+            let ops_per_sec = if seconds > 0.0 { t.ops as f64 / seconds } else { 0.0 };
+            let errors = ErrorCounts {
+                failed: t.failed,
+                not_found: t.not_found,
+                wrong_value: t.wrong_value,
+                first_failure: t.first_failure.clone(),
+            };
+            ResultRow {
+                device: server.profile.clone(),
+                workload: workload.to_string(),
+                operation: kind.to_string(),
+                durability: server.durability.clone(),
+                storage: storage_label(&server.durability).to_string(),
+                items,
+                status: if t.error_count() == 0 { Status::Ok } else { Status::Errors },
+                note: (outcome.missed_batches > 0).then(|| {
+                    format!(
+                        "open loop fell behind: {} scheduled batches were not sent before the window closed (target rate not sustained)",
+                        outcome.missed_batches
+                    )
+                }),
+                mode: mode.to_string(),
+                ops: t.ops,
+                batches: t.steps,
+                elapsed_ns: u64::try_from(outcome.elapsed.as_nanos()).unwrap_or(u64::MAX),
+                ops_per_sec,
+                throughput_kops: ops_per_sec / 1000.0,
+                latency_us: t.hist.summary(),
+                errors,
+                server: server.clone(),
+                device_counters: counters.clone(),
+                wal: wal.clone(),
+            }
+        })
+        .collect())
+}
+
+/// Problems reading or writing report files.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReportError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a loadgen report: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{path} has schema {got:?}; this loadgen reads {expected:?}")]
+    Schema {
+        path: PathBuf,
+        expected: &'static str,
+        got: String,
+    },
+}
+
+impl Report {
+    pub fn write_json(&self, path: &Path) -> Result<(), ReportError> {
+        let text = serde_json::to_string_pretty(self).expect("a report always serializes");
+        std::fs::write(path, text + "\n").map_err(|source| ReportError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    pub fn read_json(path: &Path) -> Result<Report, ReportError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ReportError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        // Check the schema first so an old or foreign file gets a clear message.
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|source| ReportError::Parse {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let got = value
+            .get("schema")
+            .and_then(|s| s.as_str())
+            .unwrap_or("")
+            .to_string();
+        if got != SCHEMA {
+            return Err(ReportError::Schema {
+                path: path.to_path_buf(),
+                expected: SCHEMA,
+                got,
+            });
+        }
+        serde_json::from_value(value).map_err(|source| ReportError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Any row with errors.
+    pub fn has_errors(&self) -> bool {
+        self.results.iter().any(|r| r.status == Status::Errors)
+    }
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+    use crate::machine::Machine;
+
+    /// A report with one row per (device, operation), numbers derived from
+    /// `scale` so tests can tell rows apart.
+    pub fn sample_report(devices: &[&str], ops: &[&str], scale: f64) -> Report {
+        let mut results = Vec::new();
+        for (di, device) in devices.iter().enumerate() {
+            for (oi, op) in ops.iter().enumerate() {
+                let kops = scale * (100.0 + 10.0 * di as f64 + oi as f64);
+                let mut counters = BTreeMap::new();
+                counters.insert(
+                    "wal".to_string(),
+                    DeviceCounters {
+                        profile: device.to_string(),
+                        ios: 1000,
+                        iops: 500.0 * (di + 1) as f64,
+                        fsync_p99_us: 200,
+                        ..DeviceCounters::default()
+                    },
+                );
+                results.push(ResultRow {
+                    device: device.to_string(),
+                    workload: "putget".into(),
+                    operation: op.to_string(),
+                    durability: "sync".into(),
+                    storage: "RAM+Disk".into(),
+                    items: None,
+                    status: Status::Ok,
+                    note: None,
+                    mode: "closed".into(),
+                    ops: 1000,
+                    batches: 1,
+                    elapsed_ns: 1_000_000,
+                    ops_per_sec: kops * 1000.0,
+                    throughput_kops: kops,
+                    latency_us: LatencySummary {
+                        avg: 1000.0 / scale,
+                        p50: 900.0 / scale,
+                        p95: 2000.0 / scale,
+                        p99: 3000.0 / scale,
+                        p999: 4000.0 / scale,
+                        max: 5000.0 / scale,
+                    },
+                    errors: ErrorCounts::default(),
+                    server: ServerInfo {
+                        version: "0.1.0".into(),
+                        profile: device.to_string(),
+                        durability: "sync".into(),
+                        ..ServerInfo::default()
+                    },
+                    device_counters: counters,
+                    wal: WalCounters::default(),
+                });
+            }
+        }
+        Report {
+            schema: SCHEMA.into(),
+            loadgen_version: "0.1.0".into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            command_line: "loadgen".into(),
+            machine: Machine::default(),
+            run: RunSettings {
+                workload: "putget".into(),
+                target: "embedded".into(),
+                server_addr: None,
+                devices: devices.iter().map(|d| d.to_string()).collect(),
+                threads: 16,
+                batch: 1000,
+                records: 1000,
+                duration_s: Some(1.0),
+                ops: None,
+                warmup_s: 0.0,
+                mode: "closed".into(),
+                rate_ops_per_sec: None,
+                seed: 0,
+                field_count: 10,
+                field_length: 100,
+                sweep_sizes: vec![],
+                shards: 0,
+                notes: vec![],
+            },
+            results,
+        }
+    }
+
+    #[test]
+    fn json_round_trips_and_checks_schema() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("r.json");
+        let report = sample_report(&["nvme"], &["put", "get"], 1.0);
+        report.write_json(&path).expect("write");
+        assert_eq!(Report::read_json(&path).expect("read"), report);
+
+        let mut other = serde_json::to_value(&report).expect("value");
+        other["schema"] = serde_json::Value::from("something-else/9");
+        std::fs::write(&path, other.to_string()).expect("write");
+        assert!(matches!(
+            Report::read_json(&path),
+            Err(ReportError::Schema { .. })
+        ));
+
+        std::fs::write(&path, "not json").expect("write");
+        assert!(matches!(
+            Report::read_json(&path),
+            Err(ReportError::Parse { .. })
+        ));
+    }
+
+    #[test]
+    fn json_has_the_documented_field_names() {
+        let report = sample_report(&["nvme"], &["put"], 1.0);
+        let v = serde_json::to_value(&report).expect("value");
+        let row = &v["results"][0];
+        for field in [
+            "device",
+            "workload",
+            "operation",
+            "durability",
+            "ops_per_sec",
+            "latency_us",
+            "device_counters",
+        ] {
+            assert!(row.get(field).is_some(), "missing {field}");
+        }
+        for p in ["avg", "p50", "p95", "p99", "p999", "max"] {
+            assert!(row["latency_us"].get(p).is_some(), "missing latency_us.{p}");
+        }
+        for f in [
+            "ios",
+            "bytes_read",
+            "bytes_written",
+            "fsync_p99_us",
+            "token_wait_us",
+            "iops",
+        ] {
+            assert!(
+                row["device_counters"]["wal"].get(f).is_some(),
+                "missing device_counters.wal.{f}"
+            );
+        }
+        assert_eq!(row["status"], "ok");
+    }
+
+    #[test]
+    fn storage_labels_follow_the_seed_document() {
+        assert_eq!(storage_label("none"), "RAM Only");
+        assert_eq!(storage_label("sync"), "RAM+Disk");
+        assert_eq!(storage_label("async"), "RAM+Disk");
+    }
+}

@@ -1,0 +1,316 @@
+//! The server's STATS, read before and after each measured phase, and the
+//! per-device counters of a run (the deltas between the two reads).
+//!
+//! What must hold: counters in STATS are totals since server start, so a
+//! phase's figures are `after - before`; a counter that goes backwards (the
+//! server restarted) is reported, never turned into a huge unsigned delta.
+//! Names come from the STATS contract (docs/loadgen.md, "STATS keys used").
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What loadgen reads from one STATS answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServerSnapshot {
+    pub version: String,
+    pub backend: String,
+    pub durability: String,
+    pub shards: u64,
+    pub keys: u64,
+    pub memory_bytes: u64,
+    pub wal_bytes_written: u64,
+    pub wal_flushes: u64,
+    pub wal_fsync_p99_us: u64,
+    pub devices: BTreeMap<String, DeviceSnapshot>,
+}
+
+/// One device's STATS counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceSnapshot {
+    pub profile: String,
+    pub iops_limit: u64,
+    pub burst_iops: u64,
+    pub ios: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub syncs: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub token_wait_us: u64,
+    pub fsync_p99_us: u64,
+}
+
+/// Facts about the server that produced a result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    /// `server.version`.
+    pub version: String,
+    /// `server.backend` (uring | fallback).
+    pub backend: String,
+    /// `server.durability` (sync | async | none).
+    pub durability: String,
+    pub shards: u64,
+    /// Profile of the WAL device (the device class of the run).
+    pub profile: String,
+    /// Sustained IOPS of that profile (0 = unlimited).
+    pub iops_limit: u64,
+    pub burst_iops: u64,
+}
+
+/// A device's activity during one measured phase.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceCounters {
+    pub profile: String,
+    /// I/O units admitted by the throttle (after the profile's io_unit rule).
+    pub ios: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub syncs: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// `ios` divided by the phase's measured seconds.
+    pub iops: f64,
+    /// Time spent waiting for throttle tokens during the phase (µs).
+    pub token_wait_us: u64,
+    /// The server's p99 fdatasync latency through this device, read after the
+    /// phase (a since-start figure: STATS keeps no per-phase histogram).
+    pub fsync_p99_us: u64,
+}
+
+/// Problems reading STATS.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StatsError {
+    #[error("STATS value of {name} is {value:?}, expected an unsigned integer")]
+    NotANumber { name: String, value: String },
+    #[error(
+        "STATS counter {name} went backwards from {before} to {after} (did the server restart?)"
+    )]
+    Backwards {
+        name: String,
+        before: u64,
+        after: u64,
+    },
+}
+
+impl ServerSnapshot {
+    /// Parses STATS pairs; unknown names are ignored (more may be added).
+    pub fn parse(pairs: &[(String, String)]) -> Result<ServerSnapshot, StatsError> {
+        let mut snap = ServerSnapshot::default();
+        for (name, value) in pairs {
+            let num = || -> Result<u64, StatsError> {
+                // Gauges may be printed as decimals (e.g. "12.0"); counters are integers.
+                value
+                    .trim()
+                    .parse::<u64>()
+                    .or_else(|_| {
+                        value
+                            .trim()
+                            .parse::<f64>()
+                            .ok()
+                            .filter(|f| f.is_finite() && *f >= 0.0)
+                            .map(|f| f.round() as u64)
+                            .ok_or(())
+                    })
+                    .map_err(|()| StatsError::NotANumber {
+                        name: name.clone(),
+                        value: value.clone(),
+                    })
+            };
+            match name.as_str() {
+                "server.version" => snap.version = value.clone(),
+                "server.backend" => snap.backend = value.clone(),
+                "server.durability" => snap.durability = value.clone(),
+                "server.shards" => snap.shards = num()?,
+                "engine.keys" => snap.keys = num()?,
+                "engine.memory_bytes" => snap.memory_bytes = num()?,
+                "wal.bytes_written" => snap.wal_bytes_written = num()?,
+                "wal.flushes" => snap.wal_flushes = num()?,
+                "wal.fsync_p99_us" => snap.wal_fsync_p99_us = num()?,
+                _ => {
+                    if let Some(rest) = name.strip_prefix("device.") {
+                        if let Some((dev, field)) = rest.rsplit_once('.') {
+                            let d = snap.devices.entry(dev.to_string()).or_default();
+                            match field {
+                                "profile" => d.profile = value.clone(),
+                                "iops_limit" => d.iops_limit = num()?,
+                                "burst_iops" => d.burst_iops = num()?,
+                                "ios" => d.ios = num()?,
+                                "reads" => d.reads = num()?,
+                                "writes" => d.writes = num()?,
+                                "syncs" => d.syncs = num()?,
+                                "bytes_read" => d.bytes_read = num()?,
+                                "bytes_written" => d.bytes_written = num()?,
+                                "token_wait_us" => d.token_wait_us = num()?,
+                                "fsync_p99_us" => d.fsync_p99_us = num()?,
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(snap)
+    }
+
+    /// The device the WAL lives on: `wal` when present, else the first device.
+    pub fn wal_device(&self) -> Option<(&String, &DeviceSnapshot)> {
+        self.devices
+            .get_key_value("wal")
+            .or_else(|| self.devices.iter().next())
+    }
+
+    pub fn info(&self) -> ServerInfo {
+        let (profile, iops_limit, burst_iops) = match self.wal_device() {
+            Some((_, d)) => (d.profile.clone(), d.iops_limit, d.burst_iops),
+            None => (String::new(), 0, 0),
+        };
+        ServerInfo {
+            version: self.version.clone(),
+            backend: self.backend.clone(),
+            durability: self.durability.clone(),
+            shards: self.shards,
+            profile,
+            iops_limit,
+            burst_iops,
+        }
+    }
+}
+
+fn delta(name: &str, before: u64, after: u64) -> Result<u64, StatsError> {
+    after
+        .checked_sub(before)
+        .ok_or_else(|| StatsError::Backwards {
+            name: name.to_string(),
+            before,
+            after,
+        })
+}
+
+/// Per-device activity between `before` and `after` over `seconds`.
+pub fn device_counters(
+    before: &ServerSnapshot,
+    after: &ServerSnapshot,
+    seconds: f64,
+) -> Result<BTreeMap<String, DeviceCounters>, StatsError> {
+    let mut out = BTreeMap::new();
+    for (name, a) in &after.devices {
+        let zero = DeviceSnapshot::default();
+        let b = before.devices.get(name).unwrap_or(&zero);
+        let key = |f: &str| format!("device.{name}.{f}");
+        let ios = delta(&key("ios"), b.ios, a.ios)?;
+        out.insert(
+            name.clone(),
+            DeviceCounters {
+                profile: a.profile.clone(),
+                ios,
+                reads: delta(&key("reads"), b.reads, a.reads)?,
+                writes: delta(&key("writes"), b.writes, a.writes)?,
+                syncs: delta(&key("syncs"), b.syncs, a.syncs)?,
+                bytes_read: delta(&key("bytes_read"), b.bytes_read, a.bytes_read)?,
+                bytes_written: delta(&key("bytes_written"), b.bytes_written, a.bytes_written)?,
+                iops: if seconds > 0.0 {
+                    ios as f64 / seconds
+                } else {
+                    0.0
+                },
+                token_wait_us: delta(&key("token_wait_us"), b.token_wait_us, a.token_wait_us)?,
+                fsync_p99_us: a.fsync_p99_us,
+            },
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn parses_server_and_device_fields() {
+        let snap = ServerSnapshot::parse(&pairs(&[
+            ("server.version", "0.1.0"),
+            ("server.backend", "uring"),
+            ("server.durability", "sync"),
+            ("server.shards", "2"),
+            ("wal.fsync_p99_us", "170"),
+            ("device.wal.profile", "sas"),
+            ("device.wal.iops_limit", "1800"),
+            ("device.wal.burst_iops", "5000"),
+            ("device.wal.ios", "42"),
+            ("device.cold.data.profile", "nvme"),
+            ("some.future.key", "whatever"),
+        ]))
+        .expect("parse");
+        assert_eq!(snap.version, "0.1.0");
+        assert_eq!(snap.shards, 2);
+        assert_eq!(snap.wal_fsync_p99_us, 170);
+        assert_eq!(snap.devices["wal"].ios, 42);
+        assert_eq!(snap.devices["cold.data"].profile, "nvme");
+        let info = snap.info();
+        assert_eq!(
+            (info.profile.as_str(), info.iops_limit, info.burst_iops),
+            ("sas", 1800, 5000)
+        );
+    }
+
+    #[test]
+    fn rejects_non_numeric_counters() {
+        let err = ServerSnapshot::parse(&pairs(&[("device.wal.ios", "many")])).unwrap_err();
+        assert_eq!(
+            err,
+            StatsError::NotANumber {
+                name: "device.wal.ios".into(),
+                value: "many".into()
+            }
+        );
+        let ok = ServerSnapshot::parse(&pairs(&[("device.wal.fsync_p99_us", "12.6")]))
+            .expect("float gauge");
+        assert_eq!(ok.devices["wal"].fsync_p99_us, 13);
+    }
+
+    #[test]
+    fn counters_are_deltas_and_iops_is_per_second() {
+        let before = ServerSnapshot::parse(&pairs(&[
+            ("device.wal.ios", "100"),
+            ("device.wal.bytes_written", "4096"),
+            ("device.wal.token_wait_us", "5"),
+        ]))
+        .expect("parse");
+        let after = ServerSnapshot::parse(&pairs(&[
+            ("device.wal.profile", "nvme"),
+            ("device.wal.ios", "1100"),
+            ("device.wal.bytes_written", "8192"),
+            ("device.wal.token_wait_us", "25"),
+            ("device.wal.fsync_p99_us", "300"),
+        ]))
+        .expect("parse");
+        let c = device_counters(&before, &after, 2.0).expect("delta");
+        let wal = &c["wal"];
+        assert_eq!(wal.ios, 1000);
+        assert_eq!(wal.bytes_written, 4096);
+        assert_eq!(wal.token_wait_us, 20);
+        assert!((wal.iops - 500.0).abs() < 1e-9);
+        assert_eq!(wal.fsync_p99_us, 300);
+    }
+
+    #[test]
+    fn a_counter_going_backwards_is_an_error() {
+        let before = ServerSnapshot::parse(&pairs(&[("device.wal.ios", "100")])).expect("parse");
+        let after = ServerSnapshot::parse(&pairs(&[("device.wal.ios", "5")])).expect("parse");
+        assert!(matches!(
+            device_counters(&before, &after, 1.0),
+            Err(StatsError::Backwards {
+                before: 100,
+                after: 5,
+                ..
+            })
+        ));
+    }
+}

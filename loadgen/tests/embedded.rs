@@ -1,0 +1,152 @@
+//! The main job's path end to end, in a tiny size, so it never rots: the
+//! `loadgen` binary with an embedded server (both durabilities), `--json`,
+//! `compare` and `--plot`; and a three-class sweep through the library.
+//!
+//! What must hold: the binary exits 0 (every answer verified), prints the
+//! GridGain-shaped table, and its JSON carries the documented fields. No
+//! timing is asserted: only that things ran and answered correctly.
+
+use loadgen::cli::Cli;
+use loadgen::report::{Report, ResultRow, Status};
+use std::process::Command;
+
+fn loadgen() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_loadgen"))
+}
+
+const TINY: [&str; 12] = [
+    "--threads",
+    "4",
+    "--batch",
+    "50",
+    "--records",
+    "2K",
+    "--warmup",
+    "0.2",
+    "--duration",
+    "0.5",
+    "--timeout",
+    "60",
+];
+
+#[test]
+fn main_job_runs_embedded_and_reports() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("run.json");
+    let svg = dir.path().join("run.svg");
+    let out = loadgen()
+        .args(["--device", "nvme"])
+        .args(TINY)
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .expect("run loadgen");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "loadgen failed: {stdout}\n{stderr}");
+    assert!(stdout.contains("Throughput, 1000 ops/s"), "{stdout}");
+    assert!(
+        stdout.contains("RAM Only") && stdout.contains("RAM+Disk"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("machine:"), "{stdout}");
+
+    let report = Report::read_json(&json).expect("json");
+    let ops: Vec<(&str, &str)> = report
+        .results
+        .iter()
+        .map(|r| (r.durability.as_str(), r.operation.as_str()))
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            ("none", "load"),
+            ("none", "put"),
+            ("none", "get"),
+            ("sync", "load"),
+            ("sync", "put"),
+            ("sync", "get")
+        ]
+    );
+    for r in &report.results {
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(r.device, "nvme");
+        assert!(r.ops > 0 && r.ops_per_sec > 0.0, "{r:?}");
+        assert!(r.latency_us.max >= r.latency_us.p50);
+        assert!(!r.server.version.is_empty());
+    }
+    // RAM+Disk puts went through the WAL device.
+    let sync_put = report
+        .results
+        .iter()
+        .find(|r| r.durability == "sync" && r.operation == "put")
+        .expect("sync put");
+    let wal = sync_put.wal_device().expect("WAL device counters");
+    assert!(wal.bytes_written > 0 && wal.ios > 0, "{wal:?}");
+
+    let svg_text = std::fs::read_to_string(&svg).expect("svg");
+    assert!(svg_text.starts_with("<svg"));
+
+    let cmp = loadgen()
+        .arg("compare")
+        .arg(&json)
+        .arg(&json)
+        .output()
+        .expect("compare");
+    let cmp_out = String::from_utf8_lossy(&cmp.stdout);
+    assert!(cmp.status.success(), "{cmp_out}");
+    assert!(
+        cmp_out.contains("delta") && cmp_out.contains("+0%"),
+        "{cmp_out}"
+    );
+}
+
+#[test]
+fn bad_flags_exit_2_with_a_reason() {
+    let out = loadgen()
+        .args(["--server", "127.0.0.1:1", "--device", "sas"])
+        .output()
+        .expect("run loadgen");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("embedded server only"));
+}
+
+#[test]
+fn sweep_runs_on_every_class() {
+    let cli = <Cli as clap::Parser>::try_parse_from([
+        "loadgen",
+        "--device",
+        "all",
+        "--workload",
+        "sweep",
+        "--sweep-sizes",
+        "500,1500",
+        "--threads",
+        "4",
+        "--batch",
+        "100",
+    ])
+    .expect("flags");
+    let settings = cli.run.settings(false).expect("settings");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let mut rows: Vec<ResultRow> = Vec::new();
+    runtime
+        .block_on(loadgen::app::run_all(&cli.run, &settings, &mut rows))
+        .expect("sweep");
+    assert_eq!(rows.len(), 3 * 2 * 2, "{rows:#?}");
+    for device in ["sas", "gpssd", "nvme"] {
+        for n in [500, 1500] {
+            for op in ["write", "read"] {
+                let r = rows
+                    .iter()
+                    .find(|r| r.device == device && r.items == Some(n) && r.operation == op)
+                    .unwrap_or_else(|| panic!("no {device} {op} {n}"));
+                assert_eq!(r.ops, n);
+                assert_eq!(r.status, Status::Ok);
+                assert_eq!(r.server.profile, device);
+            }
+        }
+    }
+}

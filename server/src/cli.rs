@@ -1,0 +1,231 @@
+//! Command-line flags of `ringkv-server` and how they combine with the config
+//! file into the effective configuration.
+//!
+//! What must hold: defaults, then the file (`--config`), then flags — a flag
+//! always wins over the file, and the result is validated as a whole before
+//! anything starts. `--check-config` and `--print-config` never start a server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use tunables::{Backend, Config, ConfigErrors, Durability};
+
+/// ringkv-server: a persistent, thread-per-core key-value server.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "ringkv-server", version, about, long_about = None)]
+pub struct Cli {
+    /// Configuration file (TOML). Without it the defaults apply; flags below
+    /// override values from the file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Data directory (manifest, lock file, one folder per shard).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Address of the binary-protocol listener, e.g. 127.0.0.1:7379 (port 0
+    /// picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+
+    /// Address of the Prometheus /metrics endpoint (off unless set here or in
+    /// the file).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Number of shards; 0 means one per available core.
+    #[arg(long, value_name = "N")]
+    pub shards: Option<u32>,
+
+    /// When a write is acknowledged.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub durability: Option<DurabilityArg>,
+
+    /// Disk profile of the WAL device (sas, gpssd, nvme, unthrottled, or a
+    /// profile from the file).
+    #[arg(long, value_name = "PROFILE")]
+    pub device_profile: Option<String>,
+
+    /// I/O backend.
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    pub io_backend: Option<BackendArg>,
+
+    /// Most connections open at once across all shards.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<u32>,
+
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
+
+    /// Validate FILE, print every problem (one line each) and exit: 0 when the
+    /// file is valid, 1 when it is not.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["config", "print_config"])]
+    pub check_config: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DurabilityArg {
+    /// Acknowledge after the fdatasync that covers the write.
+    Sync,
+    /// Acknowledge once applied in memory; flush periodically.
+    Async,
+    /// RAM only, no WAL.
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// io_uring when allowed, else the fallback.
+    Auto,
+    /// io_uring or refuse to start.
+    Uring,
+    /// Always the fallback.
+    Fallback,
+}
+
+impl From<DurabilityArg> for Durability {
+    fn from(d: DurabilityArg) -> Durability {
+        match d {
+            DurabilityArg::Sync => Durability::Sync,
+            DurabilityArg::Async => Durability::Async,
+            DurabilityArg::None => Durability::None,
+        }
+    }
+}
+
+impl From<BackendArg> for Backend {
+    fn from(b: BackendArg) -> Backend {
+        match b {
+            BackendArg::Auto => Backend::Auto,
+            BackendArg::Uring => Backend::Uring,
+            BackendArg::Fallback => Backend::Fallback,
+        }
+    }
+}
+
+impl Cli {
+    /// Defaults, then the `--config` file, then the flags; validated.
+    pub fn effective_config(&self) -> Result<Config, ConfigErrors> {
+        let mut config = match &self.config {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        self.apply_overrides(&mut config);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Writes every flag that was given into `config`.
+    pub fn apply_overrides(&self, config: &mut Config) {
+        if let Some(dir) = &self.data_dir {
+            config.storage.data_dir = dir.clone();
+        }
+        if let Some(addr) = self.listen {
+            config.server.listen = addr.to_string();
+        }
+        if let Some(addr) = self.metrics_listen {
+            config.server.metrics_listen = addr.to_string();
+        }
+        if let Some(shards) = self.shards {
+            config.shards = shards;
+        }
+        if let Some(d) = self.durability {
+            config.storage.durability = d.into();
+        }
+        if let Some(profile) = &self.device_profile {
+            // The WAL device may not be declared in the file yet: create it on
+            // the data directory, as the default `wal` device is.
+            let device = config
+                .devices
+                .entry(config.storage.wal_device.clone())
+                .or_default();
+            device.profile = profile.clone();
+        }
+        if let Some(b) = self.io_backend {
+            config.io.backend = b.into();
+        }
+        if let Some(n) = self.max_connections {
+            config.server.max_connections = n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        let mut all = vec!["ringkv-server"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all).unwrap()
+    }
+
+    #[test]
+    fn flags_override_defaults() {
+        let cli = parse(&[
+            "--data-dir",
+            "/tmp/x",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:9100",
+            "--shards",
+            "3",
+            "--durability",
+            "async",
+            "--device-profile",
+            "nvme",
+            "--io-backend",
+            "fallback",
+            "--max-connections",
+            "7",
+        ]);
+        let mut config = Config::default();
+        cli.apply_overrides(&mut config);
+        assert_eq!(config.storage.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(config.server.listen, "127.0.0.1:0");
+        assert_eq!(config.server.metrics_listen, "127.0.0.1:9100");
+        assert_eq!(config.shards, 3);
+        assert_eq!(config.storage.durability, Durability::Async);
+        assert_eq!(config.devices[&config.storage.wal_device].profile, "nvme");
+        assert_eq!(config.io.backend, Backend::Fallback);
+        assert_eq!(config.server.max_connections, 7);
+    }
+
+    #[test]
+    fn no_flags_change_nothing() {
+        let cli = parse(&[]);
+        let mut config = Config::default();
+        cli.apply_overrides(&mut config);
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ringkv.toml");
+        std::fs::write(
+            &path,
+            "shards = 2\n[server]\nlisten = \"127.0.0.1:1234\"\n[storage]\ndurability = \"none\"\n",
+        )
+        .unwrap();
+        let cli = parse(&[
+            "--config",
+            path.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:4321",
+        ]);
+        let config = cli.effective_config().unwrap();
+        assert_eq!(config.server.listen, "127.0.0.1:4321");
+        assert_eq!(config.shards, 2);
+        assert_eq!(config.storage.durability, Durability::None);
+    }
+
+    #[test]
+    fn check_config_conflicts_with_config() {
+        let r = Cli::try_parse_from(["ringkv-server", "--check-config", "a", "--config", "b"]);
+        assert!(r.is_err());
+    }
+}

@@ -1,0 +1,458 @@
+//! One client connection on its shard thread: a reader task that reads and
+//! decodes frames ([`Session`]) and an executor task that runs them on the
+//! engine one after another and writes the answers, joined by a bounded
+//! [`Pipe`].
+//!
+//! What must hold:
+//! - answers leave in request order, and a connection's requests run one
+//!   after another (a request sees the effects of the ones before it);
+//! - at most `pipeline_depth_max` frames and about `frame_bytes_max` bytes
+//!   of decoded requests wait per connection; the read buffer never grows
+//!   past one frame (+ one read chunk); so one connection's memory is bounded
+//!   by a few times `frame_bytes_max` whatever the client sends;
+//! - a misbehaving client gets an error answer or a close with a logged
+//!   reason, and nothing it does reaches another connection.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use compio::buf::{BufResult, IntoInner, IoBuf};
+use compio::io::{AsyncRead, AsyncWriteExt};
+use compio::net::TcpStream;
+use ringkv_client::protocol::{encode_response, Status};
+
+use crate::counters::OpTally;
+use crate::exec::{assemble, plan};
+use crate::pipe::Pipe;
+use crate::session::{error_frame, CloseReason, Session, Step};
+use crate::shard::ShardContext;
+
+/// Smallest free space offered to one read.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// After a fatal protocol error, how long and how much the reader keeps
+/// draining input so the final ERROR frame is not lost to a TCP reset.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES_MAX: usize = 1 << 20;
+
+/// What the reader hands the executor.
+#[derive(Debug)]
+pub enum Work {
+    /// Bytes to write as they are.
+    Send(Bytes),
+    /// A request to run and answer; `received` is when it was decoded.
+    Run {
+        request: ringkv_client::protocol::Request,
+        received: Instant,
+    },
+    /// Write the bytes (if any), then stop: the connection is closing.
+    Close(Option<Bytes>),
+}
+
+/// The per-connection state the shard's housekeeping can see: when the
+/// connection last moved bytes, since when it has held part of a message
+/// without completing one, whether a request is running, and a forced close
+/// reason (idle timeout, shutdown).
+#[derive(Debug)]
+pub struct ConnState {
+    pub id: u64,
+    pub peer: SocketAddr,
+    fd: RawFd,
+    last_activity: Cell<Instant>,
+    /// Set while the reader waits on the socket with an incomplete message
+    /// buffered: when that message started waiting. A client that trickles
+    /// bytes without ever completing a message is cut off by this, not by
+    /// `last_activity`.
+    partial_since: Cell<Option<Instant>>,
+    executing: Cell<bool>,
+    forced: Cell<Option<CloseReason>>,
+}
+
+impl ConnState {
+    pub fn new(id: u64, peer: SocketAddr, fd: RawFd, now: Instant) -> ConnState {
+        ConnState {
+            id,
+            peer,
+            fd,
+            last_activity: Cell::new(now),
+            partial_since: Cell::new(None),
+            executing: Cell::new(false),
+            forced: Cell::new(None),
+        }
+    }
+
+    fn touch(&self) {
+        self.last_activity.set(Instant::now());
+    }
+
+    /// Whether the connection is idle for `timeout`: no bytes moved in
+    /// either direction while no request of it was running in the engine, or
+    /// an incomplete message buffered that long without completing.
+    pub fn is_idle(&self, now: Instant, timeout: Duration) -> bool {
+        let silent = !self.executing.get()
+            && now.saturating_duration_since(self.last_activity.get()) >= timeout;
+        let stalled = self
+            .partial_since
+            .get()
+            .is_some_and(|since| now.saturating_duration_since(since) >= timeout);
+        silent || stalled
+    }
+
+    /// The reader is about to wait on the socket; `partial` says whether it
+    /// holds part of a message, and `progressed` whether it completed one
+    /// since the last wait.
+    fn reading(&self, partial: bool, progressed: bool) {
+        match (partial, self.partial_since.get()) {
+            (false, _) => self.partial_since.set(None),
+            (true, Some(_)) if !progressed => {}
+            (true, _) => self.partial_since.set(Some(Instant::now())),
+        }
+    }
+
+    /// The reader stopped waiting on the socket (it is decoding or handing
+    /// requests over, which may wait on us, not on the client).
+    fn not_reading(&self) {
+        self.partial_since.set(None);
+    }
+
+    /// Stops reading (and, with `both`, writing) the socket: the reader sees
+    /// end-of-stream and the connection winds down, recording `reason`.
+    pub fn force_close(&self, reason: CloseReason, both: bool) {
+        if self.forced.get().is_none() {
+            self.forced.set(Some(reason));
+        }
+        let how = if both { libc::SHUT_RDWR } else { libc::SHUT_RD };
+        // SAFETY: `fd` belongs to a socket that stays open while this state
+        // is registered (the registry entry is removed before the socket is
+        // dropped); shutdown does not release the descriptor.
+        unsafe {
+            libc::shutdown(self.fd, how);
+        }
+    }
+
+    fn forced(&self) -> Option<CloseReason> {
+        self.forced.get()
+    }
+}
+
+/// Serves one accepted connection until it closes. The caller has counted it
+/// in the open-connection total; this function registers it with the shard
+/// for housekeeping and unregisters it at the end.
+pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(%peer, error = %e, "could not set TCP_NODELAY");
+    }
+    let stream = Rc::new(stream);
+    // Declared after `stream`: dropped (unregistered) before the socket.
+    let registration = ctx.register(peer, stream.as_raw_fd());
+    let conn = Rc::clone(registration.conn());
+    let limits = ctx.shared.limits;
+    let pipe: Pipe<Work> = Pipe::new(
+        limits.pipeline_depth_max as usize,
+        limits.frame_bytes_max as usize,
+    );
+    let reader = compio::runtime::spawn(read_loop(
+        Rc::clone(&ctx),
+        Rc::clone(&conn),
+        Rc::clone(&stream),
+        pipe.clone(),
+    ));
+    let write_outcome = execute_loop(&ctx, &conn, &stream, &pipe).await;
+    if write_outcome.is_err() {
+        // Nobody reads the answers any more: stop the reader too.
+        pipe.close_receiver();
+        conn.force_close(CloseReason::IoError, true);
+    }
+    let read_outcome = match reader.await {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            tracing::error!(%peer, error = ?e, "connection reader task failed");
+            ReadOutcome {
+                reason: CloseReason::IoError,
+                detail: "reader task failed".to_string(),
+            }
+        }
+    };
+    let reason = conn.forced().unwrap_or(read_outcome.reason);
+    let reason = match (&write_outcome, reason) {
+        (Err(_), CloseReason::PeerClosed) => CloseReason::IoError,
+        (_, r) => r,
+    };
+    ctx.counters().add_closed(reason);
+    log_close(
+        &ctx,
+        &conn,
+        reason,
+        &read_outcome.detail,
+        write_outcome.err(),
+    );
+    // `registration` drops here, then the last `stream` Rc closes the socket.
+}
+
+fn log_close(
+    ctx: &ShardContext,
+    conn: &ConnState,
+    reason: CloseReason,
+    detail: &str,
+    write_error: Option<std::io::Error>,
+) {
+    let peer = conn.peer;
+    match reason {
+        CloseReason::PeerClosed | CloseReason::Shutdown => {
+            tracing::debug!(%peer, conn = conn.id, reason = reason.name(), "connection closed")
+        }
+        CloseReason::IdleTimeout | CloseReason::IoError | CloseReason::TooManyConnections => {
+            tracing::debug!(%peer, conn = conn.id, reason = reason.name(), detail, write_error = ?write_error, "connection closed")
+        }
+        CloseReason::BadHandshake | CloseReason::ProtocolError => {
+            if ctx.allow_warning() {
+                tracing::warn!(%peer, conn = conn.id, reason = reason.name(), detail, "closed a connection that broke the protocol")
+            } else {
+                tracing::debug!(%peer, conn = conn.id, reason = reason.name(), detail, "closed a connection that broke the protocol")
+            }
+        }
+    }
+}
+
+/// How the reader ended.
+#[derive(Debug)]
+struct ReadOutcome {
+    reason: CloseReason,
+    detail: String,
+}
+
+async fn read_loop(
+    ctx: Rc<ShardContext>,
+    conn: Rc<ConnState>,
+    stream: Rc<TcpStream>,
+    pipe: Pipe<Work>,
+) -> ReadOutcome {
+    let mut session = Session::new(ctx.shared.limits, ctx.shared.hello_ack.clone());
+    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let outcome = loop {
+        // Hand every complete message in the buffer to the executor.
+        let mut closing = None;
+        let mut progressed = false;
+        loop {
+            let refuse = ctx
+                .shared
+                .is_shutting_down()
+                .then_some(Status::ShuttingDown);
+            let step = match session.next_step(&mut buf, refuse) {
+                None => break,
+                Some(step) => step,
+            };
+            progressed = true;
+            conn.not_reading();
+            let pushed = match step {
+                Step::Send(bytes) => {
+                    note_error_frame(&ctx, &bytes);
+                    pipe.push(Work::Send(bytes), 0).await
+                }
+                Step::Run {
+                    request,
+                    frame_bytes,
+                } => {
+                    pipe.push(
+                        Work::Run {
+                            request,
+                            received: Instant::now(),
+                        },
+                        frame_bytes,
+                    )
+                    .await
+                }
+                Step::Close { reply, reason } => {
+                    if let Some(bytes) = &reply {
+                        note_error_frame(&ctx, bytes);
+                    }
+                    let detail = session
+                        .last_error()
+                        .map(|e| e.to_string())
+                        .unwrap_or_default();
+                    closing = Some(ReadOutcome { reason, detail });
+                    pipe.push(Work::Close(reply), 0).await
+                }
+            };
+            if pushed.is_err() {
+                pipe.close_sender();
+                return ReadOutcome {
+                    reason: CloseReason::IoError,
+                    detail: "writer stopped".to_string(),
+                };
+            }
+            if closing.is_some() {
+                break;
+            }
+        }
+        if let Some(outcome) = closing {
+            pipe.close_sender();
+            linger(&stream, LINGER_TIME).await;
+            return outcome;
+        }
+        // Room for the rest of the current message, at least one chunk.
+        let want = session.bytes_wanted(&buf);
+        let spare = want.saturating_sub(buf.len()).max(READ_CHUNK_BYTES);
+        buf.reserve(spare);
+        let start = buf.len();
+        conn.reading(start > 0, progressed);
+        let BufResult(result, slice) = (&*stream).read(buf.slice(start..)).await;
+        buf = slice.into_inner();
+        match result {
+            Ok(0) => {
+                let detail = if buf.is_empty() {
+                    String::new()
+                } else {
+                    format!("{} bytes of an unfinished message were dropped", buf.len())
+                };
+                break ReadOutcome {
+                    reason: CloseReason::PeerClosed,
+                    detail,
+                };
+            }
+            Ok(n) => {
+                conn.touch();
+                ctx.counters().add_received(n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                break ReadOutcome {
+                    reason: CloseReason::IoError,
+                    detail: format!("read failed: {e}"),
+                }
+            }
+        }
+    };
+    pipe.close_sender();
+    outcome
+}
+
+/// Reads and drops input for a short while so the peer receives our last
+/// frame instead of a reset (closing with unread input sends RST).
+pub(crate) async fn linger(stream: &TcpStream, time: Duration) {
+    let deadline = Instant::now() + time;
+    let mut drained = 0usize;
+    let mut scratch = Vec::with_capacity(16 * 1024);
+    while drained < LINGER_BYTES_MAX {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let mut s = stream;
+        match compio::time::timeout(left, s.read(std::mem::take(&mut scratch))).await {
+            Ok(BufResult(Ok(n), back)) if n > 0 => {
+                drained += n;
+                scratch = back;
+                scratch.clear();
+            }
+            _ => return,
+        }
+    }
+}
+
+fn note_error_frame(ctx: &ShardContext, bytes: &Bytes) {
+    // ERROR frames and refused hello-acks both carry their status at a fixed
+    // place; count ERROR frames by status for the metrics.
+    use ringkv_client::protocol::{frame_kind, FRAME_HEADER_BYTES};
+    if bytes.len() > FRAME_HEADER_BYTES && bytes[8] == frame_kind::ERROR {
+        if let Some(status) = Status::from_code(bytes[FRAME_HEADER_BYTES]) {
+            ctx.counters().add_error_frame(status);
+        }
+    }
+}
+
+/// Runs requests in order and writes every answer. Returns when the reader
+/// is done and everything was written, or when a write fails.
+async fn execute_loop(
+    ctx: &Rc<ShardContext>,
+    conn: &ConnState,
+    stream: &TcpStream,
+    pipe: &Pipe<Work>,
+) -> std::io::Result<()> {
+    let frame_bytes_max = ctx.shared.limits.frame_bytes_max;
+    let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    while let Some((work, bytes)) = pipe.pop().await {
+        let stop = match work {
+            Work::Send(b) => {
+                out.extend_from_slice(&b);
+                false
+            }
+            Work::Close(reply) => {
+                if let Some(b) = reply {
+                    out.extend_from_slice(&b);
+                }
+                true
+            }
+            Work::Run { request, received } => {
+                let mut plan = plan(request);
+                let engine_ops = std::mem::take(&mut plan.engine_ops);
+                let answer = if engine_ops.is_empty() {
+                    None
+                } else {
+                    conn.executing.set(true);
+                    let answer = ctx.handle.batch(engine_ops).await;
+                    conn.executing.set(false);
+                    Some(answer)
+                };
+                let mut tally = OpTally::default();
+                let mut stats = || ctx.stats_pairs();
+                let response = assemble(&plan, answer, frame_bytes_max, &mut stats, &mut tally);
+                encode_response(&response, &mut out);
+                let latency_us = received.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
+                ctx.counters().add_request(&tally, latency_us);
+                false
+            }
+        };
+        out = write_out(ctx, conn, stream, out).await?;
+        pipe.complete(bytes);
+        if stop {
+            shutdown_write(stream).await;
+            return Ok(());
+        }
+    }
+    // The reader is done. If the server is stopping, say so before closing.
+    if conn.forced() == Some(CloseReason::Shutdown) {
+        out.extend_from_slice(&error_frame(
+            None,
+            Status::ShuttingDown,
+            "the server is shutting down".to_string(),
+            true,
+        ));
+        ctx.counters().add_error_frame(Status::ShuttingDown);
+        write_out(ctx, conn, stream, out).await?;
+    }
+    shutdown_write(stream).await;
+    Ok(())
+}
+
+async fn write_out(
+    ctx: &ShardContext,
+    conn: &ConnState,
+    mut stream: &TcpStream,
+    out: BytesMut,
+) -> std::io::Result<BytesMut> {
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let len = out.len();
+    let BufResult(result, mut out) = stream.write_all(out).await;
+    result?;
+    conn.touch();
+    ctx.counters().add_sent(len);
+    out.clear();
+    // Do not keep a huge buffer around after one large answer.
+    if out.capacity() > 4 * READ_CHUNK_BYTES {
+        out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    }
+    Ok(out)
+}
+
+async fn shutdown_write(mut stream: &TcpStream) {
+    use compio::io::AsyncWrite;
+    if let Err(e) = stream.shutdown().await {
+        tracing::trace!(error = %e, "shutdown(SHUT_WR) failed");
+    }
+}

@@ -1,0 +1,444 @@
+//! The `/metrics` page: the server's counters and the engine's metrics
+//! (per shard, per device) in Prometheus text format. Device series carry
+//! `device` and `profile` labels so a graph always says which disk profile
+//! produced it.
+//!
+//! What must hold: metric names and labels are stable (dashboards depend on
+//! them; docs/benchmarks.md and the README cite some), every histogram is
+//! cumulative, and rendering reads only snapshots (no lock on the data path).
+
+use engine::metrics::{DeviceMetrics, EngineMetrics, Histogram, ShardMetrics};
+use ringkv_client::protocol::Status;
+
+use crate::counters::OpKind;
+use crate::prom::{HistogramSample, PromText};
+use crate::session::CloseReason;
+use crate::shard::{DeviceFacts, Shared};
+
+/// Engine histogram to Prometheus buckets. `scale` divides bucket bounds and
+/// the sum (1e6 turns microseconds into seconds). The engine's last bucket
+/// is open-ended and only appears as `+Inf`.
+pub fn engine_histogram(h: &Histogram, scale: f64) -> HistogramSample {
+    let mut buckets = Vec::with_capacity(h.bounds.len());
+    let mut cumulative = 0u64;
+    for (i, (&bound, &count)) in h.bounds.iter().zip(&h.counts).enumerate() {
+        cumulative += count;
+        let last = i + 1 == h.bounds.len();
+        if !last && bound != u64::MAX {
+            buckets.push((bound as f64 / scale, cumulative));
+        }
+    }
+    HistogramSample {
+        buckets,
+        sum: h.sum as f64 / scale,
+        // Counts are read one by one while shards record: never report a
+        // total below the buckets.
+        count: h.count.max(cumulative),
+    }
+}
+
+/// Renders the whole page.
+pub fn render(shared: &Shared, engine: &EngineMetrics) -> String {
+    let mut p = PromText::new();
+    render_server(&mut p, shared);
+    for shard in &engine.shards {
+        render_shard(&mut p, shard);
+    }
+    for device in &engine.devices {
+        render_device(&mut p, shared, device);
+    }
+    p.render()
+}
+
+fn render_server(p: &mut PromText, shared: &Shared) {
+    let facts = &shared.facts;
+    let shards = facts.shard_count.to_string();
+    p.gauge(
+        "ringkv_info",
+        "Build and run facts of this server (value is always 1).",
+        &[
+            ("version", facts.version),
+            ("backend", &facts.backend),
+            ("durability", &facts.durability),
+            ("shards", &shards),
+        ],
+        1.0,
+    );
+    p.gauge(
+        "ringkv_uptime_seconds",
+        "Seconds since the server started.",
+        &[],
+        shared.started.elapsed().as_secs_f64(),
+    );
+    let c = shared.counters_total();
+    for kind in OpKind::ALL {
+        for status in Status::ALL {
+            let n = c.ops(kind, status);
+            // Always show OK so every op kind has a series from the start.
+            if n > 0 || status == Status::Ok {
+                p.counter(
+                    "ringkv_ops_total",
+                    "Operations answered, by type and wire status.",
+                    &[("op", kind.name()), ("status", status.name())],
+                    n,
+                );
+            }
+        }
+    }
+    p.counter(
+        "ringkv_requests_total",
+        "Request frames answered with a RESPONSE frame.",
+        &[],
+        c.requests,
+    );
+    for status in Status::ALL {
+        let n = c.error_frames(status);
+        if n > 0 {
+            p.counter(
+                "ringkv_error_frames_total",
+                "ERROR frames sent (refused requests or connections), by status.",
+                &[("status", status.name())],
+                n,
+            );
+        }
+    }
+    p.histogram(
+        "ringkv_batch_latency_seconds",
+        "Time from a request frame being decoded to its response being encoded.",
+        &[],
+        &c.batch_latency.to_sample_seconds(),
+    );
+    p.gauge(
+        "ringkv_connections_open",
+        "Client connections open now.",
+        &[],
+        shared.connections_open() as f64,
+    );
+    p.gauge(
+        "ringkv_connections_max",
+        "Most client connections allowed at once (server.max_connections).",
+        &[],
+        shared.max_connections as f64,
+    );
+    p.counter(
+        "ringkv_connections_accepted_total",
+        "TCP connections accepted (including refused ones).",
+        &[],
+        c.connections_accepted,
+    );
+    for reason in CloseReason::ALL {
+        p.counter(
+            "ringkv_connections_closed_total",
+            "Connections closed, by reason.",
+            &[("reason", reason.name())],
+            c.closed(reason),
+        );
+    }
+    p.counter(
+        "ringkv_network_received_bytes_total",
+        "Bytes read from client connections.",
+        &[],
+        c.bytes_received,
+    );
+    p.counter(
+        "ringkv_network_sent_bytes_total",
+        "Bytes written to client connections.",
+        &[],
+        c.bytes_sent,
+    );
+}
+
+fn render_shard(p: &mut PromText, s: &ShardMetrics) {
+    let shard = s.shard.to_string();
+    let l = [("shard", shard.as_str())];
+    p.gauge(
+        "ringkv_shard_keys",
+        "Keys stored in the shard.",
+        &l,
+        s.keys as f64,
+    );
+    p.gauge(
+        "ringkv_shard_memory_bytes",
+        "Bytes held by the shard's storage tier.",
+        &l,
+        s.memory_bytes as f64,
+    );
+    for (op, n) in [
+        ("get", s.ops_get),
+        ("put", s.ops_put),
+        ("delete", s.ops_delete),
+    ] {
+        p.counter(
+            "ringkv_shard_ops_total",
+            "Operations the shard executed, by type.",
+            &[("shard", shard.as_str()), ("op", op)],
+            n,
+        );
+    }
+    p.counter(
+        "ringkv_shard_ops_failed_total",
+        "Operations the shard answered with an error.",
+        &l,
+        s.ops_failed,
+    );
+    p.gauge(
+        "ringkv_shard_queue_depth",
+        "Sub-batches waiting in the shard's inbound channel.",
+        &l,
+        s.queue_depth as f64,
+    );
+    p.gauge(
+        "ringkv_shard_poisoned",
+        "1 if a failed write or fdatasync stopped the shard's writes until restart.",
+        &l,
+        f64::from(u8::from(s.poisoned)),
+    );
+    p.counter(
+        "ringkv_wal_written_bytes_total",
+        "Bytes written to WAL segments.",
+        &l,
+        s.wal_bytes_written,
+    );
+    p.counter(
+        "ringkv_wal_flushes_total",
+        "WAL group commits (one write and one fdatasync each).",
+        &l,
+        s.wal_flushes,
+    );
+    p.counter(
+        "ringkv_wal_records_total",
+        "Data records logged.",
+        &l,
+        s.wal_records,
+    );
+    p.histogram(
+        "ringkv_wal_group_commit_records",
+        "Records per WAL group commit.",
+        &l,
+        &engine_histogram(&s.group_commit_records, 1.0),
+    );
+    p.histogram(
+        "ringkv_wal_flush_bytes",
+        "Bytes per WAL group commit.",
+        &l,
+        &engine_histogram(&s.group_commit_bytes, 1.0),
+    );
+    p.histogram(
+        "ringkv_wal_fdatasync_seconds",
+        "fdatasync latency of WAL flushes.",
+        &l,
+        &engine_histogram(&s.fdatasync_latency_us, 1e6),
+    );
+    p.gauge(
+        "ringkv_wal_current_lsn",
+        "Last LSN assigned.",
+        &l,
+        s.current_lsn as f64,
+    );
+    p.gauge(
+        "ringkv_wal_durable_lsn",
+        "Last LSN known durable on disk.",
+        &l,
+        s.durable_lsn as f64,
+    );
+    p.gauge(
+        "ringkv_wal_live_bytes",
+        "Bytes in live WAL segment files.",
+        &l,
+        s.wal_live_bytes as f64,
+    );
+    p.counter(
+        "ringkv_checkpoints_total",
+        "Checkpoints (snapshots) written.",
+        &l,
+        s.checkpoints,
+    );
+    p.counter(
+        "ringkv_checkpoint_failures_total",
+        "Checkpoints that failed.",
+        &l,
+        s.checkpoint_failures,
+    );
+    p.gauge(
+        "ringkv_checkpoint_last_duration_seconds",
+        "Duration of the newest checkpoint.",
+        &l,
+        s.checkpoint_last_duration_us as f64 / 1e6,
+    );
+    p.gauge(
+        "ringkv_checkpoint_last_lsn",
+        "LSN covered by the newest checkpoint.",
+        &l,
+        s.checkpoint_last_lsn as f64,
+    );
+    p.gauge(
+        "ringkv_recovery_duration_seconds",
+        "Time the shard's recovery took at start.",
+        &l,
+        s.recovery_duration_us as f64 / 1e6,
+    );
+    p.gauge(
+        "ringkv_recovery_replayed_bytes",
+        "WAL bytes replayed at start.",
+        &l,
+        s.recovery_bytes_replayed as f64,
+    );
+    p.gauge(
+        "ringkv_recovery_replayed_records",
+        "WAL records replayed at start.",
+        &l,
+        s.recovery_records_replayed as f64,
+    );
+    p.gauge(
+        "ringkv_recovery_snapshot_entries",
+        "Entries loaded from the snapshot at start.",
+        &l,
+        s.recovery_snapshot_entries as f64,
+    );
+}
+
+/// Upper bounds (seconds) of the device latency histograms' buckets.
+const DEVICE_LATENCY_BOUNDS_S: [f64; 19] = [
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3,
+    250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A device latency snapshot (nanoseconds) as Prometheus buckets in seconds.
+fn device_latency(h: &engine::io::throttle::HistogramSnapshot) -> HistogramSample {
+    let buckets = DEVICE_LATENCY_BOUNDS_S
+        .iter()
+        .map(|&s| (s, h.count_at_most((s * 1e9) as u64)))
+        .collect::<Vec<_>>();
+    let last = buckets.last().map_or(0, |b| b.1);
+    HistogramSample {
+        buckets,
+        sum: h.sum() as f64 / 1e9,
+        count: h.count().max(last),
+    }
+}
+
+fn facts_of<'a>(shared: &'a Shared, device: &DeviceMetrics) -> Option<&'a DeviceFacts> {
+    shared.facts.devices.iter().find(|d| d.name == device.name)
+}
+
+/// The `device.NAME.*` STATS entries of one device (without the prefix).
+pub fn device_stats(shared: &Shared, d: &DeviceMetrics) -> Vec<(&'static str, String)> {
+    let profile = facts_of(shared, d).map(|f| &f.profile);
+    let io = &d.io;
+    vec![
+        ("profile", d.profile.clone()),
+        ("iops_limit", profile.map_or(0, |p| p.iops).to_string()),
+        (
+            "burst_iops",
+            profile.map_or(0, |p| p.burst_iops).to_string(),
+        ),
+        ("ios", io.ios_admitted.to_string()),
+        ("reads", io.reads.to_string()),
+        ("writes", io.writes.to_string()),
+        ("syncs", io.syncs.to_string()),
+        ("bytes_read", io.bytes_read.to_string()),
+        ("bytes_written", io.bytes_written.to_string()),
+        ("token_wait_us", (io.wait_ns_total / 1_000).to_string()),
+        (
+            "fsync_p99_us",
+            (io.fsync_latency.quantile(0.99) / 1_000).to_string(),
+        ),
+        ("credit", io.credit.unwrap_or(0).to_string()),
+    ]
+}
+
+fn render_device(p: &mut PromText, shared: &Shared, d: &DeviceMetrics) {
+    let l = [("device", d.name.as_str()), ("profile", d.profile.as_str())];
+    let io = &d.io;
+    let profile = facts_of(shared, d).map(|f| &f.profile);
+    p.gauge(
+        "ringkv_device_iops_limit",
+        "Sustained IOPS of the device's disk profile (0 = unlimited).",
+        &l,
+        profile.map_or(0, |p| p.iops) as f64,
+    );
+    p.gauge(
+        "ringkv_device_burst_iops",
+        "Burst IOPS of the device's disk profile.",
+        &l,
+        profile.map_or(0, |p| p.burst_iops) as f64,
+    );
+    p.gauge(
+        "ringkv_device_bandwidth_limit_bytes_per_second",
+        "Bandwidth cap of the device's disk profile (0 = none).",
+        &l,
+        profile.map_or(0, |p| p.bytes_per_sec.as_u64()) as f64,
+    );
+    p.counter(
+        "ringkv_device_ios_total",
+        "I/O units admitted by the disk profile (large I/Os count per io_unit).",
+        &l,
+        io.ios_admitted,
+    );
+    p.counter(
+        "ringkv_device_reads_total",
+        "Reads submitted.",
+        &l,
+        io.reads,
+    );
+    p.counter(
+        "ringkv_device_writes_total",
+        "Writes submitted.",
+        &l,
+        io.writes,
+    );
+    p.counter(
+        "ringkv_device_syncs_total",
+        "fdatasync and directory syncs submitted.",
+        &l,
+        io.syncs,
+    );
+    p.counter(
+        "ringkv_device_errors_total",
+        "Operations the backend failed.",
+        &l,
+        io.errors,
+    );
+    p.counter(
+        "ringkv_device_read_bytes_total",
+        "Bytes read.",
+        &l,
+        io.bytes_read,
+    );
+    p.counter(
+        "ringkv_device_written_bytes_total",
+        "Bytes written (including preallocation zero-fill).",
+        &l,
+        io.bytes_written,
+    );
+    p.counter_float(
+        "ringkv_device_token_wait_seconds_total",
+        "Total time operations waited for the profile's tokens.",
+        &l,
+        io.wait_ns_total as f64 / 1e9,
+    );
+    p.counter(
+        "ringkv_device_token_waits_total",
+        "Operations that had to wait for tokens.",
+        &l,
+        io.waits,
+    );
+    p.gauge(
+        "ringkv_device_burst_credit",
+        "Burst credit (I/Os) held now (0 when the profile has no IOPS limit).",
+        &l,
+        io.credit.unwrap_or(0) as f64,
+    );
+    p.histogram(
+        "ringkv_device_fsync_seconds",
+        "fdatasync latency through the device, token wait included.",
+        &l,
+        &device_latency(&io.fsync_latency),
+    );
+    p.histogram(
+        "ringkv_device_write_seconds",
+        "Write latency through the device, token wait included.",
+        &l,
+        &device_latency(&io.write_latency),
+    );
+}

@@ -1,0 +1,290 @@
+//! Property-based fuzzing of the server's per-connection byte processing
+//! (`Session`): random and mutated byte streams, split at random points,
+//! driven the way the connection reader drives it.
+//!
+//! Properties, for every input:
+//! - no panic; the buffer never grows past one frame plus one read chunk;
+//! - a well-formed stream yields the hello-ack then exactly its requests, in
+//!   order, however it is split; requests breaking a per-op limit get an
+//!   ERROR frame naming their id, and the stream goes on;
+//! - a damaged stream yields a correct prefix of that, then at most one
+//!   close, and nothing after the close.
+
+use bytes::{Bytes, BytesMut};
+use proptest::prelude::*;
+use ringkv_client::protocol::{
+    decode_hello_ack, decode_response, encode_hello, encode_hello_ack, encode_request, Hello,
+    HelloAck, LimitError, Limits, Request, RequestOp, ServerFrame, ServerInfo, Status,
+    PROTOCOL_VERSION,
+};
+use ringkv_server::session::{feed_checked, CloseReason, Session, Step};
+
+/// The reader's smallest read; the buffer may exceed a frame by this much.
+const CHUNK: usize = 4096;
+
+fn limits() -> Limits {
+    Limits {
+        frame_bytes_max: 16 * 1024,
+        ops_per_frame_max: 16,
+        key_bytes_max: 32,
+        value_bytes_max: 2048,
+        pipeline_depth_max: 4,
+    }
+}
+
+fn new_session() -> Session {
+    let mut ack = BytesMut::new();
+    encode_hello_ack(
+        &HelloAck::Accepted {
+            version: PROTOCOL_VERSION,
+            limits: limits(),
+            server: ServerInfo {
+                server_id: 1,
+                shard_count: 2,
+                server_name: "fuzz".into(),
+            },
+        },
+        &mut ack,
+    );
+    Session::new(limits(), ack.freeze())
+}
+
+fn drive(input: &[u8], cuts: &[usize]) -> Vec<Step> {
+    feed_checked(&mut new_session(), input, cuts, CHUNK)
+}
+
+fn key_strategy() -> impl Strategy<Value = Bytes> {
+    // Mostly valid keys, sometimes empty or over the 32-byte limit.
+    prop_oneof![
+        8 => prop::collection::vec(any::<u8>(), 1..=32),
+        1 => Just(Vec::new()),
+        1 => prop::collection::vec(any::<u8>(), 33..=40),
+    ]
+    .prop_map(Bytes::from)
+}
+
+fn op_strategy() -> impl Strategy<Value = RequestOp> {
+    prop_oneof![
+        4 => (key_strategy(), prop::collection::vec(any::<u8>(), 0..=2100))
+            .prop_map(|(key, value)| RequestOp::Put { key, value: Bytes::from(value) }),
+        4 => key_strategy().prop_map(|key| RequestOp::Get { key }),
+        2 => key_strategy().prop_map(|key| RequestOp::Delete { key }),
+        1 => Just(RequestOp::Ping),
+        1 => Just(RequestOp::Stats),
+    ]
+}
+
+fn request_strategy() -> impl Strategy<Value = Request> {
+    // Up to 18 ops: sometimes over the 16-op limit.
+    (any::<u64>(), prop::collection::vec(op_strategy(), 1..=18))
+        .prop_map(|(id, ops)| Request { id, ops })
+}
+
+fn encode_stream(requests: &[Request]) -> Vec<u8> {
+    let mut buf = BytesMut::new();
+    encode_hello(&Hello::current(), &mut buf);
+    for r in requests {
+        encode_request(r, &mut buf);
+    }
+    buf.to_vec()
+}
+
+/// What the server must do with one request of a well-formed stream.
+#[derive(Debug, PartialEq)]
+enum Expect {
+    Run(Request),
+    Reject { id: u64, status: Status },
+    CloseTooLarge,
+}
+
+fn expectation(r: &Request) -> Expect {
+    // The server judges the length prefix before it looks inside the frame.
+    if r.encoded_len() > limits().frame_bytes_max as usize {
+        return Expect::CloseTooLarge;
+    }
+    match limits().check_request(r) {
+        Ok(()) => Expect::Run(r.clone()),
+        Err(LimitError::FrameTooLarge { .. }) => Expect::CloseTooLarge,
+        Err(e) => Expect::Reject {
+            id: r.id,
+            status: e.status(),
+        },
+    }
+}
+
+fn error_frame_of(bytes: &Bytes) -> (Option<u64>, Status, bool) {
+    let mut b = BytesMut::from(&bytes[..]);
+    match decode_response(&mut b, &limits()) {
+        Ok(Some(ServerFrame::Error(e))) => (e.id, e.status, e.close),
+        other => panic!("expected an ERROR frame, got {other:?}"),
+    }
+}
+
+fn check_hello_ack(step: &Step) {
+    let Step::Send(bytes) = step else {
+        panic!("first step is not the hello-ack: {step:?}")
+    };
+    let mut b = BytesMut::from(&bytes[..]);
+    assert!(matches!(
+        decode_hello_ack(&mut b),
+        Ok(Some(HelloAck::Accepted { .. }))
+    ));
+}
+
+/// Checks `steps` (after the hello-ack) against `requests`; returns how many
+/// requests were matched before the steps ran out or closed.
+fn check_against(requests: &[Request], steps: &[Step], exact: bool) -> usize {
+    let mut matched = 0;
+    for step in steps {
+        let Some(r) = requests.get(matched) else {
+            // Past the known requests only a close may appear (damage).
+            assert!(!exact, "extra step {step:?}");
+            assert!(matches!(step, Step::Close { .. }), "extra step {step:?}");
+            return matched;
+        };
+        let expect = expectation(r);
+        match (step, &expect) {
+            (
+                Step::Run {
+                    request,
+                    frame_bytes,
+                },
+                Expect::Run(want),
+            ) if request == want => {
+                assert_eq!(*frame_bytes, want.encoded_len());
+            }
+            (Step::Send(bytes), Expect::Reject { id, status }) => {
+                let (got_id, got_status, close) = error_frame_of(bytes);
+                assert_eq!((got_id, got_status, close), (Some(*id), *status, false));
+            }
+            (
+                Step::Close {
+                    reply: Some(bytes),
+                    reason,
+                },
+                Expect::CloseTooLarge,
+            ) => {
+                assert_eq!(*reason, CloseReason::ProtocolError);
+                let (_, status, close) = error_frame_of(bytes);
+                assert_eq!((status, close), (Status::FrameTooLarge, true));
+                return matched;
+            }
+            (Step::Close { .. }, _) if !exact => return matched,
+            (step, expect) => panic!("request {matched}: expected {expect:?}, got {step:?}"),
+        }
+        matched += 1;
+    }
+    matched
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn arbitrary_bytes_never_break_the_session(
+        input in prop::collection::vec(any::<u8>(), 0..20_000),
+        cuts in prop::collection::vec(1usize..3000, 0..50),
+    ) {
+        let steps = drive(&input, &cuts);
+        // Random bytes almost never start with the magic; whatever happens,
+        // at most one close and it is last (checked in drive).
+        let closes = steps.iter().filter(|s| matches!(s, Step::Close { .. })).count();
+        prop_assert!(closes <= 1);
+    }
+
+    #[test]
+    fn valid_hello_then_garbage(
+        garbage in prop::collection::vec(any::<u8>(), 0..20_000),
+        cuts in prop::collection::vec(1usize..3000, 0..50),
+    ) {
+        let mut input = Vec::new();
+        let mut hello = BytesMut::new();
+        encode_hello(&Hello::current(), &mut hello);
+        input.extend_from_slice(&hello);
+        input.extend_from_slice(&garbage);
+        let steps = drive(&input, &cuts);
+        check_hello_ack(&steps[0]);
+        for step in &steps[1..] {
+            match step {
+                Step::Send(bytes) => {
+                    let (id, status, close) = error_frame_of(bytes);
+                    prop_assert!(id.is_some() && !close && status.is_error());
+                }
+                Step::Run { request, .. } => {
+                    prop_assert_eq!(limits().check_request(request), Ok(()));
+                }
+                Step::Close { reply, .. } => {
+                    if let Some(bytes) = reply {
+                        let (_, status, close) = error_frame_of(bytes);
+                        prop_assert!(close && status.is_error());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn well_formed_streams_are_answered_exactly_however_split(
+        requests in prop::collection::vec(request_strategy(), 1..12),
+        cuts in prop::collection::vec(1usize..5000, 0..80),
+    ) {
+        let input = encode_stream(&requests);
+        let steps = drive(&input, &cuts);
+        check_hello_ack(&steps[0]);
+        let matched = check_against(&requests, &steps[1..], true);
+        // Either every request was handled, or one over the frame limit
+        // closed the stream at its position.
+        if matched < requests.len() {
+            prop_assert_eq!(expectation(&requests[matched]), Expect::CloseTooLarge);
+        }
+    }
+
+    #[test]
+    fn damaged_streams_yield_a_correct_prefix_then_at_most_a_close(
+        requests in prop::collection::vec(request_strategy(), 1..8),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), 0u8..8), 1..4),
+        truncate in prop::option::of(any::<prop::sample::Index>()),
+        cuts in prop::collection::vec(1usize..5000, 0..80),
+    ) {
+        let mut input = encode_stream(&requests);
+        for (at, bit) in &flips {
+            let i = at.index(input.len());
+            input[i] ^= 1 << bit;
+        }
+        if let Some(at) = truncate {
+            let len = at.index(input.len() + 1);
+            input.truncate(len);
+        }
+        let steps = drive(&input, &cuts);
+        if let Some(Step::Send(_)) = steps.first() {
+            // The hello survived (or a flip made another valid hello).
+            let rest = &steps[1..];
+            check_against(&requests, rest, false);
+        } else if let Some(step) = steps.first() {
+            let is_close = matches!(step, Step::Close { reason: CloseReason::BadHandshake, .. });
+            prop_assert!(is_close, "unexpected first step {:?}", step);
+        }
+    }
+}
+
+#[test]
+fn thousand_pipelined_frames_split_byte_by_byte_in_places() {
+    let requests: Vec<Request> = (0..1000u64)
+        .map(|i| Request {
+            id: i,
+            ops: vec![RequestOp::Put {
+                key: Bytes::from(format!("key-{i}")),
+                value: Bytes::from(vec![(i % 251) as u8; (i % 300) as usize]),
+            }],
+        })
+        .collect();
+    let input = encode_stream(&requests);
+    let cuts: Vec<usize> = (0..5000).map(|i| 1 + (i * 7919) % 13).collect();
+    let steps = drive(&input, &cuts);
+    check_hello_ack(&steps[0]);
+    assert_eq!(check_against(&requests, &steps[1..], true), 1000);
+}
