@@ -265,14 +265,30 @@ impl ShardCore {
             };
             let index = results.len();
             match op {
-                Op::Get { key } => {
-                    counts.get += 1;
-                    let r = match st.tier.get(fnv1a64(key), key) {
-                        Some(v) => OpResult::Value(v),
-                        None => OpResult::NotFound,
-                    };
-                    writes.mark(index, false);
-                    results.push(r);
+                Op::Get { .. } => {
+                    // A run of consecutive GETs goes to the tier in one
+                    // call, so it can overlap their memory accesses. No
+                    // write sits inside the run, so each GET still sees
+                    // every write before it in the batch, and none after.
+                    let mut keys = Vec::new();
+                    while let Some(Op::Get { key }) = ops.next_if(|op| matches!(op, Op::Get { .. }))
+                    {
+                        keys.push(key);
+                    }
+                    let hashes: Vec<u64> = keys.iter().map(|key| fnv1a64(key)).collect();
+                    let mut values = Vec::with_capacity(keys.len());
+                    st.tier.get_many(&hashes, &keys, &mut values);
+                    assert_eq!(values.len(), keys.len(), "one answer per GET");
+                    counts.get += keys.len() as u64;
+                    for (offset, value) in values.into_iter().enumerate() {
+                        writes.mark(index + offset, false);
+                        results.push(match value {
+                            Some(v) => OpResult::Value(v),
+                            None => OpResult::NotFound,
+                        });
+                    }
+                    // The run is consumed already.
+                    continue;
                 }
                 Op::Put { .. } | Op::Delete { .. } if st.poisoned => {
                     writes.mark(index, true);

@@ -7,10 +7,16 @@
 //! top bits of the mixed key hash, so a checkpoint can copy one partition at
 //! a time and a table resize only ever moves one partition's slots.
 //! What must hold: `len` and `memory_bytes` always match the tables.
+//!
+//! Batched reads ([`Tier::get_many`]) first look up every key of the batch,
+//! then copy the values found: with no copy between two lookups the CPU
+//! overlaps the cache misses of several lookups. Values are copied into
+//! shared buffers of at most [`READ_CHUNK_BYTES_MAX`] bytes (one allocation
+//! per buffer, not per value).
 
 use super::Tier;
 use crate::hash::mix;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use hashbrown::HashTable;
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::ptr::NonNull;
@@ -22,6 +28,14 @@ const _: () = assert!(PARTITION_COUNT.is_power_of_two());
 
 const ENTRY_HEADER_BYTES: usize = 8;
 const ENTRY_ALIGN: usize = 8;
+
+/// Values read by one [`Tier::get_many`] are packed into shared buffers of
+/// at most this many bytes (a larger value gets a buffer of its own). A
+/// returned value keeps its whole buffer alive, so this bounds what a
+/// caller holding one small value can pin. A shared buffer stays below
+/// glibc's default mmap threshold (128 KiB), so it never costs an mmap and
+/// fresh page faults.
+pub const READ_CHUNK_BYTES_MAX: usize = 64 * 1024;
 
 /// One owned heap block `[key_len u32 LE][value_len u32 LE][key][value]`.
 struct Entry {
@@ -181,6 +195,49 @@ impl Tier for MemoryTier {
             .map(|e| Bytes::copy_from_slice(e.value()))
     }
 
+    /// Two passes: look up every key (the lookups are independent, so
+    /// their cache misses overlap), then copy the values found into shared
+    /// buffers of at most [`READ_CHUNK_BYTES_MAX`] bytes.
+    fn get_many(&self, hashes: &[u64], keys: &[Bytes], out: &mut Vec<Option<Bytes>>) {
+        assert_eq!(hashes.len(), keys.len());
+        let found: Vec<Option<&Entry>> = hashes
+            .iter()
+            .zip(keys)
+            .map(|(&hash, key)| {
+                let (p, h) = split(hash);
+                self.partitions[p].table.find(h, |e| e.key() == &key[..])
+            })
+            .collect();
+        let value_len = |e: &Option<&Entry>| e.map_or(0, |e| e.lens().1);
+        out.reserve(found.len());
+        let mut first = 0;
+        while first < found.len() {
+            // One buffer: values first..end, together at most
+            // READ_CHUNK_BYTES_MAX bytes (or one larger value alone).
+            let mut end = first;
+            let mut chunk_bytes = 0;
+            while let Some(entry) = found.get(end) {
+                let len = value_len(entry);
+                if end > first && chunk_bytes + len > READ_CHUNK_BYTES_MAX {
+                    break;
+                }
+                chunk_bytes += len;
+                end += 1;
+            }
+            let mut buf = BytesMut::with_capacity(chunk_bytes);
+            for entry in found[first..end].iter().flatten() {
+                buf.extend_from_slice(entry.value());
+            }
+            assert_eq!(buf.len(), chunk_bytes);
+            let mut chunk = buf.freeze();
+            for entry in &found[first..end] {
+                out.push(entry.map(|e| chunk.split_to(e.lens().1)));
+            }
+            assert!(chunk.is_empty());
+            first = end;
+        }
+    }
+
     fn contains(&self, hash: u64, key: &[u8]) -> bool {
         let (p, h) = split(hash);
         self.partitions[p]
@@ -317,6 +374,34 @@ mod tests {
         assert!(t.memory_bytes() > entry_bytes);
         // Every partition got some keys: the partition bits are spread.
         assert!(t.partitions.iter().all(|p| !p.table.is_empty()));
+    }
+
+    #[test]
+    fn get_many_answers_like_get() {
+        let mut t = MemoryTier::new();
+        let big = vec![7u8; READ_CHUNK_BYTES_MAX + 100];
+        for i in 0..3_000u32 {
+            let k = format!("key-{i}");
+            let v: Vec<u8> = match i % 50 {
+                0 => Vec::new(),
+                1 => big.clone(),
+                _ => (0..(i % 2_000)).map(|j| (i ^ j) as u8).collect(),
+            };
+            put(&mut t, k.as_bytes(), &v);
+        }
+        // Present, missing, repeated keys; batches of several sizes.
+        let keys: Vec<Bytes> = (0..4_000u32)
+            .map(|i| Bytes::from(format!("key-{}", (i * 7919) % 3_500)))
+            .collect();
+        let hashes: Vec<u64> = keys.iter().map(|k| fnv1a64(k)).collect();
+        for size in [0usize, 1, 5, 17, 1_000, 4_000] {
+            let mut out = vec![None];
+            t.get_many(&hashes[..size], &keys[..size], &mut out);
+            assert_eq!(out.len(), size + 1, "appends to out");
+            for (i, answer) in out[1..].iter().enumerate() {
+                assert_eq!(answer, &t.get(hashes[i], &keys[i]), "key {i}");
+            }
+        }
     }
 
     proptest! {

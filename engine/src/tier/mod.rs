@@ -13,6 +13,9 @@
 //!   It will add `fn get_cold(&self, ..) -> impl Future` (or turn `get` into
 //!   a two-step "hit or address" lookup) so the shard can keep serving other
 //!   requests while a read is in flight.
+//! - **Batched reads.** A shard hands each run of consecutive GETs to
+//!   [`Tier::get_many`] at once; the hybrid tier can use the same call to
+//!   issue the disk reads of a run's cold values together.
 //! - **Writes that append.** A put will append the value to the active value
 //!   segment and update the index; the WAL record stays the durability point,
 //!   so the value segments need no fsync of their own before an ack.
@@ -36,6 +39,18 @@ use bytes::Bytes;
 pub trait Tier {
     /// The value of `key`, copied out.
     fn get(&self, hash: u64, key: &[u8]) -> Option<Bytes>;
+    /// The values of many keys at once: appends one answer per key to
+    /// `out`, in the order of `keys`. `hashes[i]` is the routing hash of
+    /// `keys[i]`. The answers are exactly those of [`Tier::get`] for each
+    /// key in turn (a batch has no writes in between). A tier may overlap
+    /// the memory accesses of different keys (the memory tier looks every
+    /// key up before copying any value) and may pack
+    /// several values into one shared buffer: a returned `Bytes` can keep
+    /// that buffer alive (bounded per tier; see its docs) until it drops.
+    fn get_many(&self, hashes: &[u64], keys: &[Bytes], out: &mut Vec<Option<Bytes>>) {
+        assert_eq!(hashes.len(), keys.len());
+        out.extend(hashes.iter().zip(keys).map(|(&h, k)| self.get(h, k)));
+    }
     /// Whether `key` is present.
     fn contains(&self, hash: u64, key: &[u8]) -> bool;
     /// Sets `key` to `value`; returns true if the key was new.
