@@ -10,35 +10,13 @@
 use engine::{Engine, Op, OpResult};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-const KEY_SPACE: u64 = 500;
-
-/// Same as the writer's `value`.
-fn value(key: u64, batch: u64) -> Vec<u8> {
-    let mut v = format!("{key}:{batch}:").into_bytes();
-    v.resize(64 + ((key * 7 + batch * 13) % 1500) as usize, b'#');
-    v
-}
-
-/// Same as the writer's `config`.
-fn config(dir: PathBuf, shards: u32) -> tunables::Config {
-    let mut c = tunables::Config {
-        shards,
-        ..Default::default()
-    };
-    c.storage.data_dir = dir;
-    c.storage.durability = tunables::Durability::Sync;
-    c.storage.wal_segment_size = tunables::ByteSize::kib(256);
-    c.storage.group_commit_max_bytes = tunables::ByteSize::kib(64);
-    c.storage.checkpoint_wal_bytes = tunables::ByteSize::kib(512);
-    c.limits.key_bytes_max = tunables::ByteSize(64);
-    c.limits.value_bytes_max = tunables::ByteSize(4096);
-    c
-}
+#[path = "common/kill9_shape.rs"]
+mod kill9_shape;
+use kill9_shape::{config, value, KEY_SPACE};
 
 /// One batch as the writer reported it.
 struct Batch {

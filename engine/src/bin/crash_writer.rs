@@ -14,33 +14,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Keys are `k<number>` with numbers below this.
-const KEY_SPACE: u64 = 500;
+#[path = "../../tests/common/kill9_shape.rs"]
+mod kill9_shape;
+use kill9_shape::{config, value, KEY_SPACE};
+
 const OPS_PER_BATCH: u64 = 20;
-
-/// The value batch `batch` writes to key number `key` (the kill -9 test
-/// computes the same bytes).
-fn value(key: u64, batch: u64) -> Vec<u8> {
-    let mut v = format!("{key}:{batch}:").into_bytes();
-    v.resize(64 + ((key * 7 + batch * 13) % 1500) as usize, b'#');
-    v
-}
-
-/// The config both this writer and the kill -9 test open the engine with.
-fn config(dir: PathBuf, shards: u32) -> tunables::Config {
-    let mut c = tunables::Config {
-        shards,
-        ..Default::default()
-    };
-    c.storage.data_dir = dir;
-    c.storage.durability = tunables::Durability::Sync;
-    c.storage.wal_segment_size = tunables::ByteSize::kib(256);
-    c.storage.group_commit_max_bytes = tunables::ByteSize::kib(64);
-    c.storage.checkpoint_wal_bytes = tunables::ByteSize::kib(512);
-    c.limits.key_bytes_max = tunables::ByteSize(64);
-    c.limits.value_bytes_max = tunables::ByteSize(4096);
-    c
-}
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
