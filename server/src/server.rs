@@ -14,13 +14,13 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use ringkv_client::protocol::{encode_hello_ack, HelloAck, Limits, ServerInfo, PROTOCOL_VERSION};
+use ringkv_client::protocol::{Limits, ServerInfo};
 use tunables::Config;
 
 use crate::http::MetricsServer;
 use crate::listener::{run_shard, DRAIN_TIME};
 use crate::lockfile::{DirLock, LockError};
+use crate::session::accepted_hello_ack;
 use crate::shard::{DeviceFacts, ServerFacts, ShardContext, Shared};
 use crate::sockets::{bind_reuseport_group, BindError};
 
@@ -186,22 +186,17 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
             })
             .collect(),
     };
-    let mut hello_ack = BytesMut::new();
-    encode_hello_ack(
-        &HelloAck::Accepted {
-            version: PROTOCOL_VERSION,
-            limits,
-            server: ServerInfo {
-                server_id: server_id(),
-                shard_count: u32::try_from(shard_count).unwrap_or(u32::MAX),
-                server_name: format!("ringkv-server {}", env!("CARGO_PKG_VERSION")),
-            },
+    let hello_ack = accepted_hello_ack(
+        limits,
+        ServerInfo {
+            server_id: server_id(),
+            shard_count: u32::try_from(shard_count).unwrap_or(u32::MAX),
+            server_name: format!("ringkv-server {}", env!("CARGO_PKG_VERSION")),
         },
-        &mut hello_ack,
     );
     let shared = Arc::new(Shared::new(
         limits,
-        hello_ack.freeze(),
+        hello_ack,
         shard_count,
         config.server.idle_timeout.get(),
         config.server.max_connections as usize,

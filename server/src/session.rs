@@ -15,8 +15,25 @@
 use bytes::{Bytes, BytesMut};
 use ringkv_client::protocol::{
     check_frame, decode_hello, decode_request, encode_error, encode_hello_ack, DecodeError,
-    ErrorFrame, HelloAck, Limits, Request, Status, HELLO_BYTES, LEN_PREFIX_BYTES,
+    ErrorFrame, HelloAck, Limits, Request, ServerInfo, Status, HELLO_BYTES, LEN_PREFIX_BYTES,
+    PROTOCOL_VERSION,
 };
+
+/// The encoded hello-ack accepting a client: this protocol version, the
+/// limits the server enforces, and who the server is. A server encodes it
+/// once and hands a clone to every connection's [`Session::new`].
+pub fn accepted_hello_ack(limits: Limits, server: ServerInfo) -> Bytes {
+    let mut ack = BytesMut::new();
+    encode_hello_ack(
+        &HelloAck::Accepted {
+            version: PROTOCOL_VERSION,
+            limits,
+            server,
+        },
+        &mut ack,
+    );
+    ack.freeze()
+}
 
 /// What the connection must do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +131,12 @@ impl Session {
             hello_ack,
             last_error: None,
         }
+    }
+
+    /// A session that accepts a valid hello on behalf of `server`,
+    /// advertising `limits` (which it also enforces).
+    pub fn accepting(limits: Limits, server: ServerInfo) -> Session {
+        Session::new(limits, accepted_hello_ack(limits, server))
     }
 
     pub fn limits(&self) -> &Limits {
@@ -322,7 +345,7 @@ mod tests {
     use super::*;
     use ringkv_client::protocol::{
         decode_hello_ack, decode_response, encode_hello, encode_request, Hello, RequestOp,
-        ServerFrame, ServerInfo, PROTOCOL_VERSION,
+        ServerFrame,
     };
 
     fn limits() -> Limits {
@@ -336,20 +359,14 @@ mod tests {
     }
 
     fn session() -> Session {
-        let mut ack = BytesMut::new();
-        encode_hello_ack(
-            &HelloAck::Accepted {
-                version: PROTOCOL_VERSION,
-                limits: limits(),
-                server: ServerInfo {
-                    server_id: 7,
-                    shard_count: 2,
-                    server_name: "test".into(),
-                },
+        Session::accepting(
+            limits(),
+            ServerInfo {
+                server_id: 7,
+                shard_count: 2,
+                server_name: "test".into(),
             },
-            &mut ack,
-        );
-        Session::new(limits(), ack.freeze())
+        )
     }
 
     fn hello() -> BytesMut {

@@ -13,9 +13,8 @@
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use ringkv_client::protocol::{
-    decode_hello_ack, decode_response, encode_hello, encode_hello_ack, encode_request, Hello,
-    HelloAck, LimitError, Limits, Request, RequestOp, ServerFrame, ServerInfo, Status,
-    PROTOCOL_VERSION,
+    decode_hello_ack, decode_response, encode_hello, encode_request, Hello, HelloAck, LimitError,
+    Limits, Request, RequestOp, ServerFrame, ServerInfo, Status,
 };
 use ringkv_server::session::{feed_checked, CloseReason, Session, Step};
 
@@ -33,20 +32,14 @@ fn limits() -> Limits {
 }
 
 fn new_session() -> Session {
-    let mut ack = BytesMut::new();
-    encode_hello_ack(
-        &HelloAck::Accepted {
-            version: PROTOCOL_VERSION,
-            limits: limits(),
-            server: ServerInfo {
-                server_id: 1,
-                shard_count: 2,
-                server_name: "fuzz".into(),
-            },
+    Session::accepting(
+        limits(),
+        ServerInfo {
+            server_id: 1,
+            shard_count: 2,
+            server_name: "fuzz".into(),
         },
-        &mut ack,
-    );
-    Session::new(limits(), ack.freeze())
+    )
 }
 
 fn drive(input: &[u8], cuts: &[usize]) -> Vec<Step> {

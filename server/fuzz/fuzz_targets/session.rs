@@ -9,9 +9,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use ringkv_client::protocol::{
-    encode_hello, encode_hello_ack, Hello, HelloAck, Limits, ServerInfo, PROTOCOL_VERSION,
-};
+use ringkv_client::protocol::{encode_hello, Hello, Limits, ServerInfo};
 use ringkv_server::session::{feed_checked, Session, Step};
 
 fn limits() -> Limits {
@@ -25,20 +23,14 @@ fn limits() -> Limits {
 }
 
 fn session() -> Session {
-    let mut ack = BytesMut::new();
-    encode_hello_ack(
-        &HelloAck::Accepted {
-            version: PROTOCOL_VERSION,
-            limits: limits(),
-            server: ServerInfo {
-                server_id: 1,
-                shard_count: 2,
-                server_name: "fuzz".into(),
-            },
+    Session::accepting(
+        limits(),
+        ServerInfo {
+            server_id: 1,
+            shard_count: 2,
+            server_name: "fuzz".into(),
         },
-        &mut ack,
-    );
-    Session::new(limits(), ack.freeze())
+    )
 }
 
 /// Wraps fuzzer bytes into frames with a correct length prefix and CRC, so
