@@ -23,7 +23,7 @@ use bytes::{Bytes, BytesMut};
 use compio::buf::{BufResult, IntoInner, IoBuf};
 use compio::io::{AsyncRead, AsyncWriteExt};
 use compio::net::TcpStream;
-use ringkv_client::protocol::{encode_response, Status};
+use ringkv_protocol::{encode_response, Status};
 
 use crate::counters::OpTally;
 use crate::exec::{assemble, plan};
@@ -45,7 +45,7 @@ pub enum Work {
     Send(Bytes),
     /// A request to run and answer; `received` is when it was decoded.
     Run {
-        request: ringkv_client::protocol::Request,
+        request: ringkv_protocol::Request,
         received: Instant,
     },
     /// Write the bytes (if any), then stop: the connection is closing.
@@ -356,7 +356,7 @@ pub(crate) async fn linger(stream: &TcpStream, time: Duration) {
 fn note_error_frame(ctx: &ShardContext, bytes: &Bytes) {
     // ERROR frames and refused hello-acks both carry their status at a fixed
     // place; count ERROR frames by status for the metrics.
-    use ringkv_client::protocol::{frame_kind, FRAME_HEADER_BYTES};
+    use ringkv_protocol::{frame_kind, FRAME_HEADER_BYTES};
     if bytes.len() > FRAME_HEADER_BYTES && bytes[8] == frame_kind::ERROR {
         if let Some(status) = Status::from_code(bytes[FRAME_HEADER_BYTES]) {
             ctx.counters().add_error_frame(status);

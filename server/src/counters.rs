@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ringkv_client::protocol::Status;
+use ringkv_protocol::Status;
 
 use crate::prom::{LatencyCounts, LatencyHistogramUs};
 use crate::session::CloseReason;

@@ -8,7 +8,7 @@
 //! by FRAME_TOO_LARGE results, see `fit_response`).
 
 use engine::{Op, OpError, OpResult};
-use ringkv_client::protocol::{fit_response, OpReply, Request, RequestOp, Response, Status};
+use ringkv_protocol::{fit_response, OpReply, Request, RequestOp, Response, Status};
 
 use crate::counters::{OpKind, OpTally};
 use crate::status::{op_error_status, op_reply};

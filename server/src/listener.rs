@@ -16,7 +16,7 @@ use compio::buf::BufResult;
 use compio::io::AsyncWriteExt;
 use compio::net::{TcpListener, TcpStream};
 use futures::future::{select, Either};
-use ringkv_client::protocol::{encode_hello_ack, HelloAck, Status, PROTOCOL_VERSION};
+use ringkv_protocol::{encode_hello_ack, HelloAck, Status, PROTOCOL_VERSION};
 
 use crate::connection::{linger, serve};
 use crate::session::CloseReason;

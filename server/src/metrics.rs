@@ -8,7 +8,7 @@
 //! cumulative, and rendering reads only snapshots (no lock on the data path).
 
 use engine::metrics::{DeviceMetrics, EngineMetrics, Histogram, ShardMetrics};
-use ringkv_client::protocol::Status;
+use ringkv_protocol::Status;
 
 use crate::counters::OpKind;
 use crate::prom::{HistogramSample, PromText};

@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use ringkv_client::protocol::{Limits, ServerInfo};
+use ringkv_protocol::{Limits, ServerInfo};
 use tunables::Config;
 
 use crate::http::MetricsServer;
@@ -41,7 +41,7 @@ pub enum ServerError {
         reason: String,
     },
     #[error("the limits in the configuration cannot be advertised to clients: {0}")]
-    Limits(#[from] ringkv_client::protocol::LimitsError),
+    Limits(#[from] ringkv_protocol::LimitsError),
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error(transparent)]

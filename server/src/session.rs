@@ -13,7 +13,7 @@
 //!   one final ERROR frame with the CLOSE flag and then nothing more.
 
 use bytes::{Bytes, BytesMut};
-use ringkv_client::protocol::{
+use ringkv_protocol::{
     check_frame, decode_hello, decode_request, encode_error, encode_hello_ack, DecodeError,
     ErrorFrame, HelloAck, Limits, Request, ServerInfo, Status, HELLO_BYTES, LEN_PREFIX_BYTES,
     PROTOCOL_VERSION,
@@ -343,7 +343,7 @@ fn refusal_message(status: Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ringkv_client::protocol::{
+    use ringkv_protocol::{
         decode_hello_ack, decode_response, encode_hello, encode_request, Hello, RequestOp,
         ServerFrame,
     };

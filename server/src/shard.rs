@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ringkv_client::protocol::Limits;
+use ringkv_protocol::Limits;
 
 use crate::connection::ConnState;
 use crate::counters::{CountersSnapshot, ShardCounters};

@@ -3,7 +3,7 @@
 //! match.
 
 use engine::{OpError, OpResult};
-use ringkv_client::protocol::{OpReply, Status};
+use ringkv_protocol::{OpReply, Status};
 
 /// The wire status for an engine error (for one operation or a whole batch).
 pub fn op_error_status(error: &OpError) -> Status {

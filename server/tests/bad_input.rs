@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use common::*;
-use ringkv_client::protocol::{
+use ringkv_protocol::{
     decode_hello_ack, encode_hello, encode_request, opcode, HelloAck, Request, RequestOp,
     ServerFrame, Status, FRAME_HEADER_BYTES,
 };
@@ -326,7 +326,7 @@ fn thousands_of_idle_connections_do_not_stop_service() {
     );
     let mut idle: Vec<std::net::TcpStream> = (0..count).map(|_| raw_connect(server.addr)).collect();
     let mut hello = BytesMut::new();
-    encode_hello(&ringkv_client::protocol::Hello::current(), &mut hello);
+    encode_hello(&ringkv_protocol::Hello::current(), &mut hello);
     for s in idle.iter_mut().take(200) {
         s.write_all(&hello).unwrap();
     }

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use common::*;
-use ringkv_client::protocol::{
+use ringkv_client::OpReply;
+use ringkv_protocol::{
     decode_hello_ack, encode_hello, Hello, HelloAck, RequestOp, ServerFrame, Status,
 };
-use ringkv_client::OpReply;
 
 fn config(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("ringkv.toml");

@@ -138,7 +138,7 @@ fn mixed_batch_answers_in_order_and_limits_refuse_whole_frames() {
             },
         ],
     );
-    let Some(ringkv_client::protocol::ServerFrame::Response(r)) = conn.read_frame() else {
+    let Some(ringkv_protocol::ServerFrame::Response(r)) = conn.read_frame() else {
         panic!("expected a response")
     };
     assert_eq!(r.id, 7);
@@ -157,7 +157,7 @@ fn mixed_batch_answers_in_order_and_limits_refuse_whole_frames() {
             key: Bytes::from_static(b"seventeen-bytes!!"),
         }],
     );
-    let Some(ringkv_client::protocol::ServerFrame::Error(e)) = conn.read_frame() else {
+    let Some(ringkv_protocol::ServerFrame::Error(e)) = conn.read_frame() else {
         panic!("expected an ERROR frame")
     };
     assert_eq!(
@@ -170,7 +170,7 @@ fn mixed_batch_answers_in_order_and_limits_refuse_whole_frames() {
             key: Bytes::from_static(b"a"),
         }],
     );
-    let Some(ringkv_client::protocol::ServerFrame::Response(r)) = conn.read_frame() else {
+    let Some(ringkv_protocol::ServerFrame::Response(r)) = conn.read_frame() else {
         panic!("expected a response")
     };
     assert_eq!(

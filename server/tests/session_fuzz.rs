@@ -12,7 +12,7 @@
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
-use ringkv_client::protocol::{
+use ringkv_protocol::{
     decode_hello_ack, decode_response, encode_hello, encode_request, Hello, HelloAck, LimitError,
     Limits, Request, RequestOp, ServerFrame, ServerInfo, Status,
 };

@@ -9,7 +9,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use ringkv_client::protocol::{encode_hello, Hello, Limits, ServerInfo};
+use ringkv_protocol::{encode_hello, Hello, Limits, ServerInfo};
 use ringkv_server::session::{feed_checked, Session, Step};
 
 fn limits() -> Limits {

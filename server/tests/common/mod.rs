@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use ringkv_client::protocol::{
+use ringkv_protocol::{
     decode_hello_ack, decode_response, encode_hello, encode_request, Hello, HelloAck, Limits,
     Request, RequestOp, ServerFrame,
 };

@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use ringkv_client::protocol::{
+use ringkv_protocol::{
     decode_request, decode_response, encode_request, encode_response, Limits, OpReply, Request,
     RequestOp, Response,
 };

@@ -4,7 +4,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::prelude::*;
-use ringkv_client::protocol::{
+use ringkv_protocol::{
     check_frame, decode_hello, decode_hello_ack, decode_request, decode_response, encode_error,
     encode_hello, encode_hello_ack, encode_request, encode_response, frame_kind, DecodeError,
     ErrorFrame, Hello, HelloAck, Limits, OpReply, Request, RequestOp, Response, ServerFrame,

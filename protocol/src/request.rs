@@ -219,7 +219,7 @@ fn parse_key(cursor: &mut Cursor<'_>, index: usize, limits: &Limits) -> Result<B
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::wire::Status;
+    use crate::wire::Status;
 
     fn b(s: &'static str) -> Bytes {
         Bytes::from_static(s.as_bytes())

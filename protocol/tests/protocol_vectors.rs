@@ -4,7 +4,7 @@
 //! the wire format that the document does not follow fails here.
 
 use bytes::{Bytes, BytesMut};
-use ringkv_client::protocol::{
+use ringkv_protocol::{
     decode_hello, decode_hello_ack, decode_request, decode_response, encode_error, encode_hello,
     encode_hello_ack, encode_request, encode_response, DecodeError, ErrorFrame, Hello, HelloAck,
     Limits, OpReply, Request, RequestOp, Response, ServerFrame, ServerInfo, Status,
