@@ -195,6 +195,7 @@ impl Engine {
             checkpoint_wal_bytes: s.checkpoint_wal_bytes.as_u64(),
             checkpoint_interval: s.checkpoint_interval.get(),
             max_record_bytes,
+            value_bytes_max: value_max,
         };
         let engine_id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
         let clock = Arc::new(CommitClock::new());

@@ -23,7 +23,7 @@ pub mod snapshot;
 pub mod tier;
 pub mod wal;
 
-pub use api::{Op, OpError, OpResult};
+pub use api::{Op, OpError, OpResult, Update, UpdateAnswer, UpdateFn, UpdateOutcome, UpdateWrite};
 pub use engine::{Engine, Handle};
 pub use error::{Damage, EngineError, ManifestError, SnapshotError, WalError};
 pub use io::runtime::BackendKind;
