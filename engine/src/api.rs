@@ -83,10 +83,9 @@ pub enum UpdateAnswer {
 impl Op {
     pub fn key(&self) -> &Bytes {
         match self {
-            Op::Put { key, .. }
-            | Op::Get { key }
-            | Op::Delete { key }
-            | Op::Update { key, .. } => key,
+            Op::Put { key, .. } | Op::Get { key } | Op::Delete { key } | Op::Update { key, .. } => {
+                key
+            }
         }
     }
 

@@ -8,9 +8,7 @@ mod common;
 use bytes::Bytes;
 use common::*;
 use engine::io::sim::SimDisk;
-use engine::{
-    Engine, Op, OpError, OpResult, Update, UpdateAnswer, UpdateOutcome, UpdateWrite,
-};
+use engine::{Engine, Op, OpError, OpResult, Update, UpdateAnswer, UpdateOutcome, UpdateWrite};
 use std::path::Path;
 use tunables::Durability;
 

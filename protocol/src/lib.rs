@@ -13,6 +13,7 @@ mod frame;
 mod handshake;
 mod limits;
 mod request;
+pub mod resp;
 mod response;
 mod wire;
 
