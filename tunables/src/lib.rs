@@ -58,6 +58,10 @@ pub struct ServerConfig {
     /// Address of the Prometheus `/metrics` listener, `IP:PORT`; empty disables
     /// it. Must differ from `listen`. Default: "".
     pub metrics_listen: String,
+    /// Address of the Redis-protocol (RESP2/RESP3) listener, `IP:PORT`;
+    /// empty disables it. Served by every shard, like `listen`; must differ
+    /// from `listen` and `metrics_listen`. Default: "".
+    pub resp_listen: String,
     /// Connections accepted at once across all shards. Range 1..=1000000. Default: 10000.
     pub max_connections: u32,
     /// A connection idle this long is closed. Range "1ms"..="7d" (168h). Default: "300s".
@@ -296,6 +300,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: "127.0.0.1:7379".to_string(),
             metrics_listen: String::new(),
+            resp_listen: String::new(),
             max_connections: 10_000,
             idle_timeout: Duration::from_secs(300),
             pipeline_depth_max: 128,

@@ -28,6 +28,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
 pub(crate) const SERVER_KEYS: &[&str] = &[
     "listen",
     "metrics_listen",
+    "resp_listen",
     "max_connections",
     "idle_timeout",
     "pipeline_depth_max",
@@ -371,6 +372,7 @@ impl<'t> Loader<'t> {
             match key {
                 "listen" => self.field(p, v, &mut c.listen),
                 "metrics_listen" => self.field(p, v, &mut c.metrics_listen),
+                "resp_listen" => self.field(p, v, &mut c.resp_listen),
                 "max_connections" => self.field(p, v, &mut c.max_connections),
                 "idle_timeout" => self.field(p, v, &mut c.idle_timeout),
                 "pipeline_depth_max" => self.field(p, v, &mut c.pipeline_depth_max),
@@ -846,6 +848,7 @@ shards = 4
 [server]
 listen = \"0.0.0.0:9000\"
 metrics_listen = \"127.0.0.1:9100\"
+resp_listen = \"127.0.0.1:6390\"
 max_connections = 500
 idle_timeout = \"30s\"
 pipeline_depth_max = 16
@@ -888,6 +891,7 @@ count_fsync = false
         want.server = ServerConfig {
             listen: "0.0.0.0:9000".to_string(),
             metrics_listen: "127.0.0.1:9100".to_string(),
+            resp_listen: "127.0.0.1:6390".to_string(),
             max_connections: 500,
             idle_timeout: Duration::from_secs(30),
             pipeline_depth_max: 16,

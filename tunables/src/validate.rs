@@ -226,6 +226,9 @@ impl Checker {
         if !s.metrics_listen.is_empty() {
             self.socket_addr("server.metrics_listen", &s.metrics_listen);
         }
+        if !s.resp_listen.is_empty() {
+            self.socket_addr("server.resp_listen", &s.resp_listen);
+        }
         self.range_u32("server.max_connections", s.max_connections, MAX_CONNECTIONS);
         self.range_duration("server.idle_timeout", s.idle_timeout, IDLE_TIMEOUT);
         self.range_u32(
@@ -305,6 +308,24 @@ impl Checker {
                     &["server.listen"],
                     "must differ from server.listen (one port cannot serve both)".to_string(),
                 );
+            }
+        }
+        if !s.resp_listen.is_empty() {
+            if let Ok(r) = s.resp_listen.parse::<SocketAddr>() {
+                for (field, other) in [
+                    ("server.listen", &s.listen),
+                    ("server.metrics_listen", &s.metrics_listen),
+                ] {
+                    if let Ok(o) = other.parse::<SocketAddr>() {
+                        self.rule(
+                            r != o || r.port() == 0,
+                            "server.resp_listen",
+                            quoted(&s.resp_listen),
+                            &[field],
+                            format!("must differ from {field} (one port cannot serve both)"),
+                        );
+                    }
+                }
             }
         }
 
@@ -714,6 +735,27 @@ mod tests {
         c.server.metrics_listen = "127.0.0.1:0".to_string();
         assert_eq!(problems(&c), Vec::<(String, String)>::new());
         c.server.listen = "[::1]:7379".to_string();
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+    }
+
+    #[test]
+    fn resp_listen_is_an_address_apart_from_the_others() {
+        let mut c = Config::default();
+        c.server.resp_listen = "127.0.0.1:6379".to_string();
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.server.resp_listen = "redis:6379".to_string();
+        assert_one(&c, "server.resp_listen", "not an IP socket address");
+        c.server.resp_listen = "127.0.0.1:7379".to_string();
+        assert_one(&c, "server.resp_listen", "must differ from server.listen");
+        c.server.metrics_listen = "127.0.0.1:9100".to_string();
+        c.server.resp_listen = "127.0.0.1:9100".to_string();
+        assert_one(
+            &c,
+            "server.resp_listen",
+            "must differ from server.metrics_listen",
+        );
+        c.server.listen = "127.0.0.1:0".to_string();
+        c.server.resp_listen = "127.0.0.1:0".to_string();
         assert_eq!(problems(&c), Vec::<(String, String)>::new());
     }
 
