@@ -132,6 +132,11 @@ impl<T> Pipe<T> {
     }
 
     /// Marks one popped item of `bytes` as answered, freeing its room.
+    /// The next queued item, if one is queued now (never waits).
+    pub fn try_pop(&self) -> Option<(T, usize)> {
+        self.inner.borrow_mut().queue.pop_front()
+    }
+
     pub fn complete(&self, bytes: usize) {
         let mut i = self.inner.borrow_mut();
         assert!(

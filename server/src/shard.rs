@@ -32,6 +32,8 @@ pub struct ServerFacts {
     pub backend: String,
     pub durability: String,
     pub shard_count: usize,
+    /// The RESP listener's address, when enabled.
+    pub resp_listen: Option<SocketAddr>,
     /// Every configured device with its profile.
     pub devices: Vec<DeviceFacts>,
 }
@@ -51,6 +53,8 @@ pub struct Shared {
     /// The encoded hello-ack, identical for every connection.
     pub hello_ack: Bytes,
     pub counters: Box<[ShardCounters]>,
+    /// The RESP listener's counters, one block per shard.
+    pub resp_counters: Box<[crate::resp::RespCounters]>,
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub started: Instant,
@@ -75,6 +79,9 @@ impl Shared {
             limits,
             hello_ack,
             counters: (0..shard_count).map(|_| ShardCounters::default()).collect(),
+            resp_counters: (0..shard_count)
+                .map(|_| crate::resp::RespCounters::default())
+                .collect(),
             idle_timeout,
             max_connections,
             started: Instant::now(),
@@ -202,6 +209,10 @@ impl ShardContext {
 
     pub fn counters(&self) -> &ShardCounters {
         &self.shared.counters[self.shard]
+    }
+
+    pub fn resp_counters(&self) -> &crate::resp::RespCounters {
+        &self.shared.resp_counters[self.shard]
     }
 
     /// Adds a connection to this shard's registry; it stays there until the

@@ -1,0 +1,232 @@
+//! The RESP commands answered from the server's own state: DBSIZE, INFO
+//! and CONFIG GET. Each is read after every command before it on the
+//! connection has run (the executor runs its pending batch first).
+//!
+//! What must hold: INFO's field names are Redis's where a Redis field has
+//! the same meaning (clients parse `redis_version`, `role`, `loading`...);
+//! ringkv's own numbers are in a `# Ringkv` section with the STATS names;
+//! CONFIG GET answers only parameters whose value says something true
+//! about ringkv.
+
+use std::fmt::Write as _;
+
+use ringkv_protocol::resp::ReplyWriter;
+
+use super::command::{glob_match, ServerCommand, COMMANDS, REDIS_VERSION};
+use super::counters::RespTotals;
+use crate::shard::ShardContext;
+
+pub fn answer_server_command(ctx: &ShardContext, command: &ServerCommand, w: &mut ReplyWriter) {
+    match command {
+        ServerCommand::DbSize => {
+            let keys: u64 = ctx.handle.metrics().shards.iter().map(|s| s.keys).sum();
+            w.int(keys as i64);
+        }
+        ServerCommand::Info(sections) => w.verbatim(&info_text(ctx, sections)),
+        ServerCommand::ConfigGet(patterns) => {
+            let params = config_params(ctx);
+            let chosen: Vec<&(&str, String)> = params
+                .iter()
+                .filter(|(name, _)| patterns.iter().any(|p| glob_match(p, name.as_bytes())))
+                .collect();
+            w.map(chosen.len());
+            for (name, value) in chosen {
+                w.bulk(name.as_bytes());
+                w.bulk(value.as_bytes());
+            }
+        }
+    }
+}
+
+/// The parameters CONFIG GET knows, with values that hold for this server.
+fn config_params(ctx: &ShardContext) -> Vec<(&'static str, String)> {
+    let shared = &ctx.shared;
+    let facts = &shared.facts;
+    let (appendonly, appendfsync) = match facts.durability.as_str() {
+        "sync" => ("yes", "always"),
+        "async" => ("yes", "everysec"),
+        _ => ("no", "no"),
+    };
+    let (bind, port) = match facts.resp_listen {
+        Some(a) => (a.ip().to_string(), a.port().to_string()),
+        None => (String::new(), "0".to_string()),
+    };
+    vec![
+        ("save", String::new()),
+        ("appendonly", appendonly.to_string()),
+        ("appendfsync", appendfsync.to_string()),
+        ("databases", "1".to_string()),
+        ("maxclients", shared.max_connections.to_string()),
+        ("timeout", shared.idle_timeout.as_secs().to_string()),
+        ("bind", bind),
+        ("port", port),
+        ("maxmemory", "0".to_string()),
+        ("maxmemory-policy", "noeviction".to_string()),
+        (
+            "proto-max-bulk-len",
+            shared.limits.value_bytes_max.to_string(),
+        ),
+        (
+            "client-query-buffer-limit",
+            shared.limits.frame_bytes_max.to_string(),
+        ),
+        ("cluster-enabled", "no".to_string()),
+    ]
+}
+
+const DEFAULT_SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cluster",
+    "keyspace",
+    "ringkv",
+];
+const ALL_SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "commandstats",
+    "errorstats",
+    "cluster",
+    "keyspace",
+    "ringkv",
+];
+
+fn wanted_sections(asked: &[String]) -> Vec<&'static str> {
+    if asked.is_empty() {
+        return DEFAULT_SECTIONS.to_vec();
+    }
+    let mut out = Vec::new();
+    for a in asked {
+        let add: &[&'static str] = match a.as_str() {
+            "all" | "everything" => ALL_SECTIONS,
+            "default" => DEFAULT_SECTIONS,
+            other => match ALL_SECTIONS.iter().find(|s| **s == other) {
+                Some(s) => std::slice::from_ref(s),
+                None => &[],
+            },
+        };
+        for s in add {
+            if !out.contains(s) {
+                out.push(*s);
+            }
+        }
+    }
+    out
+}
+
+fn info_text(ctx: &ShardContext, asked: &[String]) -> String {
+    let shared = &ctx.shared;
+    let facts = &shared.facts;
+    let metrics = ctx.handle.metrics();
+    let resp = RespTotals::of(shared);
+    let keys: u64 = metrics.shards.iter().map(|s| s.keys).sum();
+    let memory: u64 = metrics.shards.iter().map(|s| s.memory_bytes).sum();
+    let uptime = shared.started.elapsed().as_secs();
+    let mut t = String::new();
+    for section in wanted_sections(asked) {
+        if !t.is_empty() {
+            t.push_str("\r\n");
+        }
+        match section {
+            "server" => {
+                let port = facts.resp_listen.map_or(0, |a| a.port());
+                let _ = write!(
+                    t,
+                    "# Server\r\nredis_version:{REDIS_VERSION}\r\nringkv_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:{}\r\nprocess_id:{}\r\ntcp_port:{port}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\n",
+                    facts.version,
+                    std::env::consts::OS,
+                    std::env::consts::ARCH,
+                    usize::BITS,
+                    std::process::id(),
+                    uptime / 86_400,
+                );
+            }
+            "clients" => {
+                let _ = write!(
+                    t,
+                    "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n",
+                    shared.connections_open(),
+                    shared.max_connections
+                );
+            }
+            "memory" => {
+                let _ = write!(
+                    t,
+                    "# Memory\r\nused_memory:{memory}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n"
+                );
+            }
+            "persistence" => {
+                let aof = u8::from(facts.durability != "none");
+                let _ = write!(
+                    t,
+                    "# Persistence\r\nloading:0\r\naof_enabled:{aof}\r\nrdb_changes_since_last_save:0\r\nringkv_durability:{}\r\n",
+                    facts.durability
+                );
+            }
+            "stats" => {
+                let _ = write!(
+                    t,
+                    "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_error_replies:{}\r\n",
+                    resp.connections_accepted, resp.commands, resp.errors
+                );
+            }
+            "replication" => t.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n"),
+            "commandstats" => {
+                t.push_str("# Commandstats\r\n");
+                for (name, calls) in COMMANDS.iter().zip(&resp.per_command) {
+                    if *calls > 0 {
+                        let _ = write!(t, "cmdstat_{name}:calls={calls}\r\n");
+                    }
+                }
+            }
+            "errorstats" => {
+                let _ = write!(t, "# Errorstats\r\nerrorstat_ERR:count={}\r\n", resp.errors);
+            }
+            "cluster" => t.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
+            "keyspace" => {
+                t.push_str("# Keyspace\r\n");
+                if keys > 0 {
+                    let _ = write!(t, "db0:keys={keys},expires=0,avg_ttl=0\r\n");
+                }
+            }
+            "ringkv" => {
+                t.push_str("# Ringkv\r\n");
+                for (name, value) in ctx.stats_pairs() {
+                    let _ = write!(t, "{}:{}\r\n", name.replace('.', "_"), value);
+                }
+                let _ = write!(
+                    t,
+                    "resp_connections_open:{}\r\nresp_commands_unknown:{}\r\n",
+                    resp.connections_open(),
+                    resp.unknown
+                );
+            }
+            _ => {}
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections() {
+        assert_eq!(wanted_sections(&[]), DEFAULT_SECTIONS);
+        assert_eq!(wanted_sections(&["server".into()]), vec!["server"]);
+        assert_eq!(wanted_sections(&["all".into()]), ALL_SECTIONS);
+        assert_eq!(
+            wanted_sections(&["keyspace".into(), "nonsense".into(), "keyspace".into()]),
+            vec!["keyspace"]
+        );
+    }
+}
