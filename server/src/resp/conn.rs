@@ -40,6 +40,8 @@ use crate::shard::ShardContext;
 
 /// Smallest free space offered to one read.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Replies beyond this many bytes are written before the next engine batch.
+const OUT_FLUSH_BYTES: usize = 256 * 1024;
 /// Most commands the reader hands over in one pipe item.
 const COMMANDS_PER_ITEM_MAX: usize = 1024;
 /// After a protocol error, how long the reader drains input so the error
@@ -319,7 +321,7 @@ async fn execute_loop(
             let commands = match work {
                 Work::Commands(c) => std::mem::take(c),
                 Work::Close(reply) => {
-                    run_batch(ctx, conn, &mut batch, &mut out).await;
+                    out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
                     out.extend_from_slice(reply);
                     ended = Some(Ended::Closed);
                     break 'items;
@@ -337,7 +339,7 @@ async fn execute_loop(
                     }
                     Planned::Engine { ops, finish } => {
                         if batch.ops.len() + ops.len() > env.ops_max {
-                            run_batch(ctx, conn, &mut batch, &mut out).await;
+                            out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
                         }
                         batch.pending.push(Pending::Engine {
                             start: batch.ops.len(),
@@ -348,12 +350,12 @@ async fn execute_loop(
                         batch.ops.extend(ops);
                     }
                     Planned::Server(command) => {
-                        run_batch(ctx, conn, &mut batch, &mut out).await;
+                        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
                         let mut w = ReplyWriter::new(&mut out, client.version);
                         answer_server_command(ctx, &command, &mut w);
                     }
                     Planned::Quit => {
-                        run_batch(ctx, conn, &mut batch, &mut out).await;
+                        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
                         ReplyWriter::new(&mut out, client.version).ok();
                         ended = Some(Ended::Closed);
                         break 'items;
@@ -361,7 +363,7 @@ async fn execute_loop(
                 }
             }
         }
-        run_batch(ctx, conn, &mut batch, &mut out).await;
+        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
         out = write_out(ctx, conn, stream, out).await?;
         for (_, bytes) in items.iter().take(completed) {
             pipe.complete(*bytes);
@@ -373,6 +375,23 @@ async fn execute_loop(
     }
     shutdown_write(stream).await;
     Ok(Ended::ReaderDone)
+}
+
+/// Runs the batch, then writes the replies out if they passed
+/// [`OUT_FLUSH_BYTES`], so a connection never holds the replies of more
+/// than one engine batch.
+async fn run_and_write(
+    ctx: &ShardContext,
+    conn: &ConnState,
+    stream: &TcpStream,
+    batch: &mut Batch,
+    mut out: BytesMut,
+) -> std::io::Result<BytesMut> {
+    run_batch(ctx, conn, batch, &mut out).await;
+    if out.len() >= OUT_FLUSH_BYTES {
+        out = write_out(ctx, conn, stream, out).await?;
+    }
+    Ok(out)
 }
 
 /// Runs the batch's engine ops (if any) as one engine batch and appends
