@@ -56,7 +56,7 @@ pub struct Engine {
 /// that a crash then loses, if its writer had not yet been answered.
 #[derive(Clone)]
 pub struct Handle {
-    shared: Arc<EngineShared>,
+    pub(crate) shared: Arc<EngineShared>,
 }
 
 // A handle goes to any thread; the engine may be moved to another thread.

@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod io;
+mod keyspace;
 
 mod engine;
 pub mod error;
@@ -27,5 +28,6 @@ pub use api::{Op, OpError, OpResult, Update, UpdateAnswer, UpdateFn, UpdateOutco
 pub use engine::{Engine, Handle};
 pub use error::{Damage, EngineError, ManifestError, SnapshotError, WalError};
 pub use io::runtime::BackendKind;
+pub use keyspace::{PartitionKeys, PARTITIONS_PER_SHARD};
 pub use metrics::{DeviceMetrics, EngineMetrics, Histogram, ShardMetrics};
 pub use tunables::Durability;
