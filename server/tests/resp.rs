@@ -449,3 +449,60 @@ fn kill_9_keeps_every_acknowledged_resp_write() {
     }
     assert_eq!(c.call("GET n"), bulk("500"));
 }
+
+#[test]
+fn keyspace_commands_across_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr) = start(dir.path(), &["--shards", "3"]);
+    let mut c = Resp::connect(addr);
+    assert_eq!(c.call("RANDOMKEY"), Reply::Null);
+    assert_eq!(c.call("KEYS *"), Reply::Array(vec![]));
+    let mut mset = String::from("MSET");
+    for i in 0..150 {
+        mset.push_str(&format!(" user:{i} v{i}"));
+    }
+    mset.push_str(" other x");
+    assert_eq!(c.call(&mset), ok());
+    let Reply::Array(keys) = c.call("KEYS user:1?") else {
+        panic!("KEYS answers an array")
+    };
+    assert_eq!(keys.len(), 10);
+    // A full SCAN returns every key at least once, whatever COUNT says.
+    let mut seen = std::collections::BTreeSet::new();
+    let mut cursor = "0".to_string();
+    let mut steps = 0;
+    loop {
+        let Reply::Array(parts) = c.call(&format!("SCAN {cursor} MATCH user:* COUNT 7")) else {
+            panic!("SCAN answers an array")
+        };
+        let [Reply::Bulk(next), Reply::Array(found)] = &parts[..] else {
+            panic!("SCAN answers [cursor, keys]: {parts:?}")
+        };
+        for k in found {
+            let Reply::Bulk(k) = k else { panic!("{k:?}") };
+            assert!(k.starts_with(b"user:"));
+            seen.insert(k.clone());
+        }
+        cursor = String::from_utf8(next.to_vec()).unwrap();
+        steps += 1;
+        assert!(steps < 10_000);
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 150);
+    assert_eq!(c.call("SCAN x"), err("ERR invalid cursor"));
+    assert!(matches!(c.call("RANDOMKEY"), Reply::Bulk(_)));
+    assert_eq!(c.call("RENAME user:1 renamed"), ok());
+    assert_eq!(c.call("GET renamed"), bulk("v1"));
+    assert_eq!(c.call("GET user:1"), Reply::Null);
+    assert_eq!(c.call("RENAME user:1 x"), err("ERR no such key"));
+    assert_eq!(c.call("RENAMENX renamed user:2"), Reply::Int(0));
+    assert_eq!(c.call("RENAMENX renamed fresh"), Reply::Int(1));
+    assert_eq!(c.call("GET fresh"), bulk("v1"));
+    assert_eq!(c.call("DBSIZE"), Reply::Int(151));
+    assert_eq!(c.call("FLUSHALL"), ok());
+    assert_eq!(c.call("DBSIZE"), Reply::Int(0));
+    assert_eq!(c.call("FLUSHDB ASYNC"), ok());
+    assert_eq!(c.call("FLUSHDB x"), err("ERR syntax error"));
+}

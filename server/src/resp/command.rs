@@ -78,6 +78,25 @@ pub enum ServerCommand {
     Info(Vec<String>),
     /// Glob patterns of parameter names.
     ConfigGet(Vec<Bytes>),
+    /// FLUSHDB / FLUSHALL.
+    Flush,
+    /// KEYS pattern.
+    Keys(Bytes),
+    /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type].
+    Scan {
+        cursor: u64,
+        pattern: Option<Bytes>,
+        count: usize,
+        /// False when TYPE asks for a type ringkv does not have.
+        strings: bool,
+    },
+    RandomKey,
+    /// RENAME / RENAMENX (`nx`).
+    Rename {
+        from: Bytes,
+        to: Bytes,
+        nx: bool,
+    },
 }
 
 /// What a command turned into.
@@ -108,6 +127,8 @@ pub const COMMANDS: &[&str] = &[
     "del",
     "echo",
     "exists",
+    "flushall",
+    "flushdb",
     "get",
     "getdel",
     "getrange",
@@ -117,10 +138,15 @@ pub const COMMANDS: &[&str] = &[
     "incrby",
     "incrbyfloat",
     "info",
+    "keys",
     "mget",
     "mset",
     "ping",
     "quit",
+    "randomkey",
+    "rename",
+    "renamenx",
+    "scan",
     "select",
     "set",
     "setnx",
@@ -204,7 +230,11 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         "set" | "mset" => -3,
         "setnx" | "getset" | "incrby" | "decrby" | "incrbyfloat" | "append" => 3,
         "getrange" | "substr" | "setrange" => 4,
-        "dbsize" | "time" => 1,
+        "dbsize" | "time" | "randomkey" => 1,
+        "flushdb" | "flushall" => -1,
+        "keys" => 2,
+        "scan" => -2,
+        "rename" | "renamenx" => 3,
         _ => return error(v, &unknown_command(args)),
     };
     let fits = if arity > 0 {
@@ -252,6 +282,25 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             }
         }
         "dbsize" => Planned::Server(ServerCommand::DbSize),
+        "flushdb" | "flushall" => match args.get(1) {
+            None => Planned::Server(ServerCommand::Flush),
+            Some(mode)
+                if n == 2
+                    && (mode.eq_ignore_ascii_case(b"sync")
+                        || mode.eq_ignore_ascii_case(b"async")) =>
+            {
+                Planned::Server(ServerCommand::Flush)
+            }
+            Some(_) => error(v, SYNTAX),
+        },
+        "keys" => Planned::Server(ServerCommand::Keys(key)),
+        "randomkey" => Planned::Server(ServerCommand::RandomKey),
+        "rename" | "renamenx" => Planned::Server(ServerCommand::Rename {
+            from: key,
+            to: args[2].clone(),
+            nx: name == "renamenx",
+        }),
+        "scan" => plan_scan(args, v),
         "info" => Planned::Server(ServerCommand::Info(
             args[1..]
                 .iter()
@@ -400,6 +449,44 @@ fn too_long(max: usize) -> String {
     format!(
         "ERR string exceeds maximum allowed size (ringkv's limits.value_bytes_max = {max} bytes)"
     )
+}
+
+/// SCAN's cursor is a shard and a partition: `shard * partitions +
+/// partition`; 0 starts a scan and ends one.
+fn plan_scan(args: &[Bytes], v: Version) -> Planned {
+    let Some(cursor) = std::str::from_utf8(&args[1])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        return error(v, "ERR invalid cursor");
+    };
+    let mut pattern = None;
+    let mut count = 10usize;
+    let mut strings = true;
+    let mut i = 2;
+    while i < args.len() {
+        let opt = String::from_utf8_lossy(&args[i]).to_ascii_uppercase();
+        let Some(value) = args.get(i + 1) else {
+            return error(v, SYNTAX);
+        };
+        match opt.as_str() {
+            "MATCH" => pattern = Some(value.clone()),
+            "COUNT" => match integer(value) {
+                None => return error(v, update::NOT_INTEGER),
+                Some(c) if c < 1 => return error(v, SYNTAX),
+                Some(c) => count = c.min(1 << 20) as usize,
+            },
+            "TYPE" => strings = value.eq_ignore_ascii_case(b"string"),
+            _ => return error(v, SYNTAX),
+        }
+        i += 2;
+    }
+    Planned::Server(ServerCommand::Scan {
+        cursor,
+        pattern,
+        count,
+        strings,
+    })
 }
 
 fn plan_set(args: &[Bytes], v: Version) -> Planned {

@@ -352,7 +352,9 @@ async fn execute_loop(
                     Planned::Server(command) => {
                         out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
                         let mut w = ReplyWriter::new(&mut out, client.version);
-                        answer_server_command(ctx, &command, &mut w);
+                        conn.set_executing(true);
+                        answer_server_command(ctx, &command, &mut w).await;
+                        conn.set_executing(false);
                     }
                     Planned::Quit => {
                         out = run_and_write(ctx, conn, stream, &mut batch, out).await?;

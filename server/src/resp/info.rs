@@ -1,6 +1,7 @@
-//! The RESP commands answered from the server's own state: DBSIZE, INFO
-//! and CONFIG GET. Each is read after every command before it on the
-//! connection has run (the executor runs its pending batch first).
+//! The RESP commands answered from the server's own state or from the
+//! whole keyspace: DBSIZE, INFO, CONFIG GET, FLUSHDB/FLUSHALL, KEYS, SCAN,
+//! RANDOMKEY, RENAME/RENAMENX. Each runs after every command before it on
+//! the connection has run (the executor runs its pending batch first).
 //!
 //! What must hold: INFO's field names are Redis's where a Redis field has
 //! the same meaning (clients parse `redis_version`, `role`, `loading`...);
@@ -10,14 +11,60 @@
 
 use std::fmt::Write as _;
 
+use bytes::Bytes;
+use engine::{Op, OpError, OpResult, Update, UpdateAnswer, PARTITIONS_PER_SHARD};
 use ringkv_protocol::resp::ReplyWriter;
 
-use super::command::{glob_match, ServerCommand, COMMANDS, REDIS_VERSION};
+use super::command::{glob_match, op_error_text, ServerCommand, COMMANDS, REDIS_VERSION};
 use super::counters::RespTotals;
+use super::update;
 use crate::shard::ShardContext;
 
-pub fn answer_server_command(ctx: &ShardContext, command: &ServerCommand, w: &mut ReplyWriter) {
+pub async fn answer_server_command(
+    ctx: &ShardContext,
+    command: &ServerCommand,
+    w: &mut ReplyWriter<'_>,
+) {
     match command {
+        ServerCommand::Flush => match ctx.handle.clear().await {
+            Ok(_) => w.ok(),
+            Err(e) => w.error(&op_error_text(&e)),
+        },
+        ServerCommand::Keys(pattern) => match keys(ctx, pattern).await {
+            Ok(keys) => {
+                w.array(keys.len());
+                for k in keys {
+                    w.bulk(&k);
+                }
+            }
+            Err(text) => w.error(&text),
+        },
+        ServerCommand::Scan {
+            cursor,
+            pattern,
+            count,
+            strings,
+        } => match scan(ctx, *cursor, *count).await {
+            Ok((next, keys)) => {
+                let keys: Vec<Bytes> = keys
+                    .into_iter()
+                    .filter(|k| *strings && pattern.as_ref().is_none_or(|p| glob_match(p, k)))
+                    .collect();
+                w.array(2);
+                w.bulk(next.to_string().as_bytes());
+                w.array(keys.len());
+                for k in keys {
+                    w.bulk(&k);
+                }
+            }
+            Err(e) => w.error(&op_error_text(&e)),
+        },
+        ServerCommand::RandomKey => match random_key(ctx).await {
+            Ok(Some(k)) => w.bulk(&k),
+            Ok(None) => w.null(),
+            Err(e) => w.error(&op_error_text(&e)),
+        },
+        ServerCommand::Rename { from, to, nx } => rename(ctx, from, to, *nx, w).await,
         ServerCommand::DbSize => {
             let keys: u64 = ctx.handle.metrics().shards.iter().map(|s| s.keys).sum();
             w.int(keys as i64);
@@ -35,6 +82,137 @@ pub fn answer_server_command(ctx: &ShardContext, command: &ServerCommand, w: &mu
                 w.bulk(value.as_bytes());
             }
         }
+    }
+}
+
+/// One SCAN step from `cursor` (`shard * partitions + partition`): whole
+/// partitions of one shard until about `count` keys; the next cursor is 0
+/// when every shard is done.
+async fn scan(ctx: &ShardContext, cursor: u64, count: usize) -> Result<(u64, Vec<Bytes>), OpError> {
+    let per_shard = PARTITIONS_PER_SHARD as u64;
+    let shards = ctx.handle.shard_count() as u64;
+    let (shard, partition) = (cursor / per_shard, cursor % per_shard);
+    if shard >= shards {
+        return Ok((0, Vec::new()));
+    }
+    let step = ctx
+        .handle
+        .partition_keys(shard as usize, partition as usize, count)
+        .await?;
+    let next = match step.next {
+        Some(p) => shard * per_shard + p as u64,
+        None if shard + 1 < shards => (shard + 1) * per_shard,
+        None => 0,
+    };
+    Ok((next, step.keys))
+}
+
+/// Every key matching `pattern`, refused when the answer would pass the
+/// frame limit (SCAN walks a large keyspace in steps instead).
+async fn keys(ctx: &ShardContext, pattern: &[u8]) -> Result<Vec<Bytes>, String> {
+    let max = ctx.shared.limits.frame_bytes_max as usize;
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    let mut cursor = 0;
+    loop {
+        let (next, keys) = scan(ctx, cursor, 4096)
+            .await
+            .map_err(|e| op_error_text(&e))?;
+        for k in keys {
+            if glob_match(pattern, &k) {
+                bytes += k.len() + 16;
+                if bytes > max {
+                    return Err(format!(
+                        "ERR the KEYS answer is over ringkv's limit of {max} bytes (limits.frame_bytes_max); use SCAN"
+                    ));
+                }
+                out.push(k);
+            }
+        }
+        if next == 0 {
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}
+
+/// A key from a random shard and partition (walking on from there), or
+/// `None` when there are no keys.
+async fn random_key(ctx: &ShardContext) -> Result<Option<Bytes>, OpError> {
+    use std::hash::{BuildHasher, Hasher};
+    let seed = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let shards = ctx.handle.shard_count();
+    let total = (shards * PARTITIONS_PER_SHARD) as u64;
+    let start = seed % total;
+    for step in 0..total {
+        let at = (start + step) % total;
+        let shard = (at / PARTITIONS_PER_SHARD as u64) as usize;
+        let partition = (at % PARTITIONS_PER_SHARD as u64) as usize;
+        // One partition at a time.
+        let found = ctx.handle.partition_keys(shard, partition, 1).await?;
+        if !found.keys.is_empty() {
+            let pick = (seed >> 32) as usize % found.keys.len();
+            return Ok(found.keys.into_iter().nth(pick));
+        }
+    }
+    Ok(None)
+}
+
+fn first(r: Result<Vec<OpResult>, OpError>) -> Result<OpResult, OpError> {
+    match r?.into_iter().next() {
+        Some(OpResult::Err(e)) => Err(e),
+        Some(other) => Ok(other),
+        None => Err(OpError::ShuttingDown),
+    }
+}
+
+/// RENAME / RENAMENX across shards without losing the value on a crash:
+/// read the source, write the destination (NX: only if absent), then delete
+/// the source only if it still holds what was copied. A crash in between
+/// leaves both keys, never neither.
+async fn rename(ctx: &ShardContext, from: &Bytes, to: &Bytes, nx: bool, w: &mut ReplyWriter<'_>) {
+    let value = match first(ctx.handle.batch(vec![Op::Get { key: from.clone() }]).await) {
+        Ok(OpResult::Value(v)) => v,
+        Ok(_) => return w.error("ERR no such key"),
+        Err(e) => return w.error(&op_error_text(&e)),
+    };
+    if from == to {
+        return if nx { w.int(0) } else { w.ok() };
+    }
+    let write = if nx {
+        Op::Update {
+            key: to.clone(),
+            update: Update {
+                apply: update::set_nx,
+                arg: value.clone(),
+                number: 0,
+            },
+        }
+    } else {
+        Op::Put {
+            key: to.clone(),
+            value: value.clone(),
+        }
+    };
+    match first(ctx.handle.batch(vec![write]).await) {
+        Ok(OpResult::Updated(UpdateAnswer::Int(0))) => return w.int(0),
+        Ok(_) => {}
+        Err(e) => return w.error(&op_error_text(&e)),
+    }
+    let delete = Op::Update {
+        key: from.clone(),
+        update: Update {
+            apply: update::delete_if_equal,
+            arg: value,
+            number: 0,
+        },
+    };
+    match first(ctx.handle.batch(vec![delete]).await) {
+        Ok(_) if nx => w.int(1),
+        Ok(_) => w.ok(),
+        Err(e) => w.error(&op_error_text(&e)),
     }
 }
 

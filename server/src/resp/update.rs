@@ -74,6 +74,18 @@ pub fn get_del(current: Option<Bytes>, _: &Bytes, _: i64) -> UpdateOutcome {
     }
 }
 
+/// Deletes the key if it still holds `arg` (the second half of RENAME);
+/// answers 1 if it did.
+pub fn delete_if_equal(current: Option<Bytes>, arg: &Bytes, _: i64) -> UpdateOutcome {
+    match current {
+        Some(v) if v == arg => UpdateOutcome {
+            write: UpdateWrite::Delete,
+            answer: UpdateAnswer::Int(1),
+        },
+        _ => keep(UpdateAnswer::Int(0)),
+    }
+}
+
 /// Redis's `string2ll` on a stored value (at most 20 characters).
 fn stored_integer(v: &[u8]) -> Option<i64> {
     if v.len() > 20 {
