@@ -20,7 +20,8 @@ use super::update;
 #[derive(Debug, Clone, Copy)]
 pub struct Env {
     pub value_bytes_max: usize,
-    /// Most engine operations one command may make.
+    /// Most engine operations in one engine batch (a command with more runs
+    /// as several batches, in order).
     pub ops_max: usize,
 }
 
@@ -325,9 +326,6 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             _ => error(v, update::NOT_INTEGER),
         },
         "mget" | "exists" => {
-            if n - 1 > env.ops_max {
-                return error(v, &too_many_keys(n - 1, env.ops_max));
-            }
             let ops = args[1..]
                 .iter()
                 .map(|k| Op::Get { key: k.clone() })
@@ -340,9 +338,6 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             engine(ops, finish)
         }
         "del" | "unlink" => {
-            if n - 1 > env.ops_max {
-                return error(v, &too_many_keys(n - 1, env.ops_max));
-            }
             let ops = args[1..]
                 .iter()
                 .map(|k| Op::Delete { key: k.clone() })
@@ -352,9 +347,6 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         "mset" => {
             if n % 2 != 1 {
                 return error(v, &wrong_arity("mset"));
-            }
-            if (n - 1) / 2 > env.ops_max {
-                return error(v, &too_many_keys((n - 1) / 2, env.ops_max));
             }
             let ops = args[1..]
                 .chunks(2)
@@ -439,10 +431,6 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
 
 fn engine(ops: Vec<Op>, finish: Finish) -> Planned {
     Planned::Engine { ops, finish }
-}
-
-fn too_many_keys(count: usize, max: usize) -> String {
-    format!("ERR {count} keys in one command is over ringkv's limit of {max} (limits.ops_per_frame_max)")
 }
 
 fn too_long(max: usize) -> String {
@@ -742,83 +730,107 @@ pub fn range(len: usize, start: i64, end: i64) -> (usize, usize) {
     (start as usize, end as usize + 1)
 }
 
-/// Redis's glob match (`stringmatchlen`) for CONFIG GET and INFO: `*`, `?`,
-/// `[abc]`, `[^a-z]`, `\x`; case-insensitive.
+/// Redis's glob match (`stringmatchlen`) for CONFIG GET, KEYS and SCAN:
+/// `*`, `?`, `[abc]`, `[^a-z]`, `\\x`; case-insensitive for CONFIG GET only
+/// (`nocase`). Linear backtracking to the last `*` only, so no pattern costs
+/// more than O(pattern × text); like Redis, a pattern that nests more than
+/// 1000 `*` matches nothing.
 pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    glob_at(pattern, text, 0)
+    glob(pattern, text, false)
 }
 
-fn glob_at(p: &[u8], t: &[u8], depth: usize) -> bool {
-    // Bounded recursion: a pattern of many stars cannot blow the stack.
-    if depth > 64 {
+/// [`glob_match`] ignoring ASCII case.
+pub fn glob_match_nocase(pattern: &[u8], text: &[u8]) -> bool {
+    glob(pattern, text, true)
+}
+
+const GLOB_STARS_MAX: usize = 1000;
+
+fn glob(pattern: &[u8], text: &[u8], nocase: bool) -> bool {
+    let fold = |c: u8| if nocase { c.to_ascii_lowercase() } else { c };
+    let mut stars = 0;
+    let mut i = 0;
+    while i < pattern.len() {
+        match pattern[i] {
+            b'\\' => i += 1,
+            b'*' if i + 1 < pattern.len() && pattern[i + 1] != b'*' => stars += 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    if stars > GLOB_STARS_MAX {
         return false;
     }
-    let lower = |c: u8| c.to_ascii_lowercase();
-    let (mut pi, mut ti) = (0, 0);
-    while pi < p.len() {
-        match p[pi] {
-            b'*' => {
-                while pi + 1 < p.len() && p[pi + 1] == b'*' {
-                    pi += 1;
+    let (mut p, mut t) = (0usize, 0usize);
+    // (pattern index after the last star, text index it is tried at)
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() {
+            if pattern[p] == b'*' {
+                while p < pattern.len() && pattern[p] == b'*' {
+                    p += 1;
                 }
-                if pi + 1 == p.len() {
+                if p == pattern.len() {
                     return true;
                 }
-                return (ti..=t.len()).any(|k| glob_at(&p[pi + 1..], &t[k..], depth + 1));
+                star = Some((p, t));
+                continue;
             }
-            b'?' => {
-                if ti >= t.len() {
-                    return false;
-                }
-                ti += 1;
-            }
-            b'[' => {
-                if ti >= t.len() {
-                    return false;
-                }
-                let c = lower(t[ti]);
-                pi += 1;
-                let negate = pi < p.len() && p[pi] == b'^';
-                if negate {
-                    pi += 1;
-                }
-                let mut matched = false;
-                while pi < p.len() && p[pi] != b']' {
-                    if p[pi] == b'\\' && pi + 1 < p.len() {
-                        pi += 1;
-                        matched |= lower(p[pi]) == c;
-                    } else if pi + 2 < p.len() && p[pi + 1] == b'-' && p[pi + 2] != b']' {
-                        let (a, b) = (lower(p[pi]), lower(p[pi + 2]));
-                        let (a, b) = if a <= b { (a, b) } else { (b, a) };
-                        matched |= (a..=b).contains(&c);
-                        pi += 2;
-                    } else {
-                        matched |= lower(p[pi]) == c;
-                    }
-                    pi += 1;
-                }
-                if matched == negate {
-                    return false;
-                }
-                ti += 1;
-            }
-            b'\\' if pi + 1 < p.len() => {
-                pi += 1;
-                if ti >= t.len() || lower(p[pi]) != lower(t[ti]) {
-                    return false;
-                }
-                ti += 1;
-            }
-            c => {
-                if ti >= t.len() || lower(c) != lower(t[ti]) {
-                    return false;
-                }
-                ti += 1;
+            let (matched, next) = glob_one(pattern, p, fold(text[t]), fold);
+            if matched {
+                p = next;
+                t += 1;
+                continue;
             }
         }
-        pi += 1;
+        match star {
+            Some((sp, st)) => {
+                p = sp;
+                t = st + 1;
+                star = Some((sp, st + 1));
+            }
+            None => return false,
+        }
     }
-    ti == t.len()
+    while p < pattern.len() && pattern[p] == b'*' {
+        p += 1;
+    }
+    p == pattern.len()
+}
+
+/// Whether the pattern token at `p` matches the character `c`, and where
+/// the next token starts.
+fn glob_one(pattern: &[u8], mut p: usize, c: u8, fold: impl Fn(u8) -> u8) -> (bool, usize) {
+    match pattern[p] {
+        b'?' => (true, p + 1),
+        b'\\' if p + 1 < pattern.len() => (fold(pattern[p + 1]) == c, p + 2),
+        b'[' => {
+            p += 1;
+            let negate = p < pattern.len() && pattern[p] == b'^';
+            if negate {
+                p += 1;
+            }
+            let mut matched = false;
+            while p < pattern.len() && pattern[p] != b']' {
+                if pattern[p] == b'\\' && p + 1 < pattern.len() {
+                    p += 1;
+                    matched |= fold(pattern[p]) == c;
+                } else if p + 2 < pattern.len() && pattern[p + 1] == b'-' && pattern[p + 2] != b']'
+                {
+                    let (a, b) = (fold(pattern[p]), fold(pattern[p + 2]));
+                    let (a, b) = if a <= b { (a, b) } else { (b, a) };
+                    matched |= (a..=b).contains(&c);
+                    p += 2;
+                } else {
+                    matched |= fold(pattern[p]) == c;
+                }
+                p += 1;
+            }
+            // Past the closing ']' (an unclosed class ends the pattern).
+            (matched != negate, (p + 1).min(pattern.len()))
+        }
+        other => (fold(other) == c, p + 1),
+    }
 }
 
 #[cfg(test)]
@@ -1057,7 +1069,19 @@ mod tests {
     fn globs() {
         assert!(glob_match(b"*", b"anything"));
         assert!(glob_match(b"append*", b"appendonly"));
-        assert!(glob_match(b"SAVE", b"save"));
+        assert!(glob_match_nocase(b"SAVE", b"save"));
+        assert!(!glob_match(b"SAVE", b"save"));
+        assert!(!glob_match(
+            b"a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b",
+            &[b'a'; 40]
+        ));
+        assert!(!glob_match(&b"*?".repeat(50_000), &[b'a'; 50_000]));
+        assert!(glob_match(b"h?llo", b"hello"));
+        assert!(glob_match(b"h*llo", b"heeeello"));
+        assert!(!glob_match(b"h*llo", b"heeeellx"));
+        assert!(glob_match(b"h\\*llo", b"h*llo"));
+        assert!(glob_match(b"*b", b"aab"));
+        assert!(glob_match(b"a*", b"a"));
         assert!(glob_match(b"s?ve", b"save"));
         assert!(glob_match(b"[abc]x", b"bx"));
         assert!(!glob_match(b"[^abc]x", b"bx"));

@@ -31,7 +31,8 @@ use compio::net::{TcpListener, TcpStream};
 use engine::{Op, OpResult};
 use ringkv_protocol::resp::{Command, ReplyWriter, RespDecoder, RespLimits, Version};
 
-use super::command::{finish, op_error_text, plan, Client, Env, Finish, Planned};
+use super::command::{finish, plan, Client, Env, Finish, Planned};
+use super::counters::RespCounters;
 use super::info::answer_server_command;
 use crate::connection::{linger, ConnState};
 use crate::pipe::Pipe;
@@ -56,7 +57,9 @@ const TOO_MANY_CLIENTS: &[u8] = b"-ERR max number of clients reached\r\n";
 pub fn resp_limits(limits: &ringkv_protocol::Limits) -> RespLimits {
     RespLimits {
         bulk_bytes_max: limits.key_bytes_max.max(limits.value_bytes_max) as usize,
-        args_max: 2 * limits.ops_per_frame_max as usize + 1,
+        // MSET of 2 × ops_per_frame_max pairs (it runs as several engine
+        // batches); each argument still counts against command_bytes_max.
+        args_max: 4 * limits.ops_per_frame_max as usize + 1,
         command_bytes_max: limits.frame_bytes_max as usize,
     }
 }
@@ -271,6 +274,8 @@ struct Batch {
 enum Pending {
     Ready(Bytes),
     Engine {
+        /// The command's counter slot.
+        slot: usize,
         start: usize,
         count: usize,
         finish: Finish,
@@ -329,19 +334,21 @@ async fn execute_loop(
             };
             for args in commands {
                 let planned = plan(&args, &mut client, &env);
-                ctx.resp_counters().add_command(&args[0]);
+                let slot = RespCounters::slot(&args[0]);
+                ctx.resp_counters().add_command(slot);
                 match planned {
                     Planned::Ready(reply) => {
                         if reply.first() == Some(&b'-') {
-                            ctx.resp_counters().add_error();
+                            ctx.resp_counters().add_rejected(slot);
                         }
                         batch.pending.push(Pending::Ready(reply));
                     }
                     Planned::Engine { ops, finish } => {
-                        if batch.ops.len() + ops.len() > env.ops_max {
+                        if !batch.ops.is_empty() && batch.ops.len() + ops.len() > env.ops_max {
                             out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
                         }
                         batch.pending.push(Pending::Engine {
+                            slot,
                             start: batch.ops.len(),
                             count: ops.len(),
                             finish,
@@ -402,43 +409,43 @@ async fn run_batch(ctx: &ShardContext, conn: &ConnState, batch: &mut Batch, out:
     if batch.is_empty() {
         return;
     }
-    let ops = std::mem::take(&mut batch.ops);
-    let answer = if ops.is_empty() {
-        Ok(Vec::new())
-    } else {
-        conn.set_executing(true);
-        let answer = ctx.handle.batch(ops).await;
-        conn.set_executing(false);
-        answer
-    };
+    // Engine batches of at most `ops_per_frame_max` ops, one after another
+    // (one command with more keys than that spans several).
+    let ops_max = (ctx.shared.limits.ops_per_frame_max as usize).max(1);
+    let mut ops = std::mem::take(&mut batch.ops);
+    let mut results: Vec<OpResult> = Vec::with_capacity(ops.len());
+    conn.set_executing(true);
+    while !ops.is_empty() {
+        let rest = ops.split_off(ops.len().min(ops_max));
+        let chunk = std::mem::replace(&mut ops, rest);
+        let n = chunk.len();
+        match ctx.handle.batch(chunk).await {
+            Ok(r) => results.extend(r),
+            Err(e) => results.extend(std::iter::repeat_n(OpResult::Err(e), n)),
+        }
+    }
+    conn.set_executing(false);
     for pending in batch.pending.drain(..) {
         match pending {
             Pending::Ready(reply) => out.extend_from_slice(&reply),
             Pending::Engine {
+                slot,
                 start,
                 count,
                 finish: f,
                 version,
             } => {
                 let mut w = ReplyWriter::new(out, version);
-                match &answer {
-                    Ok(results) => {
-                        let mine: &[OpResult] = &results[start..start + count];
-                        if mine.iter().any(|r| matches!(r, OpResult::Err(_)))
-                            || matches!(
-                                mine.first(),
-                                Some(OpResult::Updated(engine::UpdateAnswer::Refused(_)))
-                            )
-                        {
-                            ctx.resp_counters().add_error();
-                        }
-                        finish(f, mine, &mut w);
-                    }
-                    Err(e) => {
-                        ctx.resp_counters().add_error();
-                        w.error(&op_error_text(e));
-                    }
+                let mine: &[OpResult] = &results[start..start + count];
+                if mine.iter().any(|r| matches!(r, OpResult::Err(_)))
+                    || matches!(
+                        mine.first(),
+                        Some(OpResult::Updated(engine::UpdateAnswer::Refused(_)))
+                    )
+                {
+                    ctx.resp_counters().add_failed(slot);
                 }
+                finish(f, mine, &mut w);
             }
         }
     }

@@ -15,7 +15,9 @@ use bytes::Bytes;
 use engine::{Op, OpError, OpResult, Update, UpdateAnswer, PARTITIONS_PER_SHARD};
 use ringkv_protocol::resp::ReplyWriter;
 
-use super::command::{glob_match, op_error_text, ServerCommand, COMMANDS, REDIS_VERSION};
+use super::command::{
+    glob_match, glob_match_nocase, op_error_text, ServerCommand, COMMANDS, REDIS_VERSION,
+};
 use super::counters::RespTotals;
 use super::update;
 use crate::shard::ShardContext;
@@ -74,7 +76,11 @@ pub async fn answer_server_command(
             let params = config_params(ctx);
             let chosen: Vec<&(&str, String)> = params
                 .iter()
-                .filter(|(name, _)| patterns.iter().any(|p| glob_match(p, name.as_bytes())))
+                .filter(|(name, _)| {
+                    patterns
+                        .iter()
+                        .any(|p| glob_match_nocase(p, name.as_bytes()))
+                })
                 .collect();
             w.map(chosen.len());
             for (name, value) in chosen {
@@ -83,6 +89,19 @@ pub async fn answer_server_command(
             }
         }
     }
+}
+
+/// (user, system) CPU seconds of `who` (RUSAGE_SELF / RUSAGE_CHILDREN).
+fn cpu_seconds(who: libc::c_int) -> (f64, f64) {
+    // SAFETY: an all-zero rusage is a valid value, and getrusage only
+    // writes into the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage.
+    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+        return (0.0, 0.0);
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(usage.ru_utime), secs(usage.ru_stime))
 }
 
 /// One SCAN step from `cursor` (`shard * partitions + partition`): whole
@@ -259,6 +278,7 @@ const DEFAULT_SECTIONS: &[&str] = &[
     "persistence",
     "stats",
     "replication",
+    "cpu",
     "cluster",
     "keyspace",
     "ringkv",
@@ -270,8 +290,8 @@ const ALL_SECTIONS: &[&str] = &[
     "persistence",
     "stats",
     "replication",
+    "cpu",
     "commandstats",
-    "errorstats",
     "cluster",
     "keyspace",
     "ringkv",
@@ -356,17 +376,27 @@ fn info_text(ctx: &ShardContext, asked: &[String]) -> String {
                     resp.connections_accepted, resp.commands, resp.errors
                 );
             }
-            "replication" => t.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n"),
+            "replication" => t.push_str(
+                "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n",
+            ),
+            "cpu" => {
+                let (user, sys) = cpu_seconds(libc::RUSAGE_SELF);
+                let (user_children, sys_children) = cpu_seconds(libc::RUSAGE_CHILDREN);
+                let _ = write!(
+                    t,
+                    "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\nused_cpu_sys_children:{sys_children:.6}\r\nused_cpu_user_children:{user_children:.6}\r\n"
+                );
+            }
             "commandstats" => {
                 t.push_str("# Commandstats\r\n");
-                for (name, calls) in COMMANDS.iter().zip(&resp.per_command) {
+                for (name, (calls, rejected, failed)) in COMMANDS.iter().zip(&resp.per_command) {
                     if *calls > 0 {
-                        let _ = write!(t, "cmdstat_{name}:calls={calls}\r\n");
+                        let _ = write!(
+                            t,
+                            "cmdstat_{name}:calls={calls},rejected_calls={rejected},failed_calls={failed}\r\n"
+                        );
                     }
                 }
-            }
-            "errorstats" => {
-                let _ = write!(t, "# Errorstats\r\nerrorstat_ERR:count={}\r\n", resp.errors);
             }
             "cluster" => t.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
             "keyspace" => {
