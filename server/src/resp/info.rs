@@ -105,25 +105,33 @@ fn cpu_seconds(who: libc::c_int) -> (f64, f64) {
 }
 
 /// One SCAN step from `cursor` (`shard * partitions + partition`): whole
-/// partitions of one shard until about `count` keys; the next cursor is 0
-/// when every shard is done.
+/// partitions, shard after shard, until at least `count` keys were found
+/// or every shard is done (then the next cursor is 0).
 async fn scan(ctx: &ShardContext, cursor: u64, count: usize) -> Result<(u64, Vec<Bytes>), OpError> {
     let per_shard = PARTITIONS_PER_SHARD as u64;
     let shards = ctx.handle.shard_count() as u64;
-    let (shard, partition) = (cursor / per_shard, cursor % per_shard);
-    if shard >= shards {
-        return Ok((0, Vec::new()));
+    let (mut shard, mut partition) = (cursor / per_shard, cursor % per_shard);
+    let mut keys = Vec::new();
+    while shard < shards && keys.len() < count {
+        let step = ctx
+            .handle
+            .partition_keys(shard as usize, partition as usize, count - keys.len())
+            .await?;
+        keys.extend(step.keys);
+        match step.next {
+            Some(p) => partition = p as u64,
+            None => {
+                shard += 1;
+                partition = 0;
+            }
+        }
     }
-    let step = ctx
-        .handle
-        .partition_keys(shard as usize, partition as usize, count)
-        .await?;
-    let next = match step.next {
-        Some(p) => shard * per_shard + p as u64,
-        None if shard + 1 < shards => (shard + 1) * per_shard,
-        None => 0,
+    let next = if shard >= shards {
+        0
+    } else {
+        shard * per_shard + partition
     };
-    Ok((next, step.keys))
+    Ok((next, keys))
 }
 
 /// Every key matching `pattern`, refused when the answer would pass the
