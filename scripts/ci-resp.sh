@@ -163,7 +163,7 @@ fi
 
 if want bench; then
   start_ringkv bench
-  out=$(redis-benchmark -h 127.0.0.1 -p "$port" -t ping,set,get,incr,mset -n 2000 -c 8 -q 2>&1)
+  out=$(redis-benchmark -h 127.0.0.1 -p "$port" -t ping,set,get,incr,mset -n 1000 -c 8 -q 2>&1)
   printf '%s\n' "$out" | tr '\r' '\n' | grep 'requests per second' >&2 || true
   for t in PING_INLINE PING_MBULK SET GET INCR 'MSET (10 keys)'; do
     printf '%s\n' "$out" | tr '\r' '\n' | grep -q "^$t: .* requests per second" ||
@@ -172,7 +172,7 @@ if want bench; then
   if printf '%s\n' "$out" | grep -qi 'error'; then
     fail "redis-benchmark reported errors: $out"
   fi
-  expect_eq "$(redis-cli -h 127.0.0.1 -p "$port" GET counter:__rand_int__)" "2000" "INCR count after redis-benchmark"
+  expect_eq "$(redis-cli -h 127.0.0.1 -p "$port" GET counter:__rand_int__)" "1000" "INCR count after redis-benchmark"
   stop_ringkv
   log "redis-benchmark passed"
 fi
