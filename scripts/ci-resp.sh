@@ -32,7 +32,8 @@ PACKAGING_VERSION=24.2
 COVERAGE_VERSION=7.6.12
 
 # The Tcl units that run (each with the skips of its unit).
-TCL_UNITS=(unit/protocol unit/type/incr unit/type/string unit/quit unit/info-command)
+# (RESP_TCL_UNITS, space-separated, overrides the list.)
+read -r -a TCL_UNITS <<<"${RESP_TCL_UNITS:-unit/protocol unit/type/incr unit/type/string unit/quit unit/info-command}"
 # The Tcl tags the issue asks to exclude (tests that need a Redis feature
 # ringkv will not have: DEBUG, replication, RDB saves, ...).
 TCL_TAGS="-needs:debug -needs:repl -needs:save -needs:config-maxmemory -needs:config-resetstat -needs:reset -needs:pfdebug"
