@@ -54,14 +54,7 @@ pub fn builtin_profile(name: &str) -> Option<ProfileConfig> {
 impl ProfileConfig {
     /// No limit of any kind: every I/O goes straight to the backend.
     pub fn unthrottled() -> Self {
-        ProfileConfig {
-            iops: 0,
-            burst_iops: 0,
-            burst_credit: 0,
-            bytes_per_sec: ByteSize(0),
-            io_unit: ByteSize::kib(256),
-            count_fsync: true,
-        }
+        ProfileConfig::default()
     }
 
     /// True when the profile limits nothing: no IOPS limit (`iops == 0`) and

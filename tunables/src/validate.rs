@@ -8,8 +8,12 @@
 //! documented in `docs/config.md`; change both together.
 
 use crate::error::{ConfigError, ConfigErrors};
+use crate::schema::Section;
 use crate::suggest::nearest;
-use crate::{builtin_profile_names, ByteSize, Config, Duration, ProfileConfig};
+use crate::{
+    builtin_profile_names, ByteSize, Config, Duration, IoConfig, LimitsConfig, ProfileConfig,
+    ServerConfig, StorageConfig, SHARDS_MAX,
+};
 use std::collections::BTreeSet;
 use std::fmt::Display;
 use std::net::SocketAddr;
@@ -25,29 +29,7 @@ pub const WAL_RECORD_HEADER_BYTES_MAX: u64 = 64;
 /// `frame_bytes_max >= key_bytes_max + value_bytes_max + FRAME_OVERHEAD_BYTES_MAX`
 /// (one max-size PUT always fits a frame).
 pub const FRAME_OVERHEAD_BYTES_MAX: u64 = 256;
-/// Most shards a node runs.
-pub const SHARDS_MAX: u32 = 256;
-
-const MAX_CONNECTIONS: (u32, u32) = (1, 1_000_000);
-const IDLE_TIMEOUT: (Duration, Duration) =
-    (Duration::from_millis(1), Duration::from_secs(7 * 86_400));
-const PIPELINE_DEPTH_MAX: (u32, u32) = (1, 65_536);
-const WAL_SEGMENT_SIZE: (ByteSize, ByteSize) = (ByteSize::kib(64), ByteSize::gib(64));
-const GROUP_COMMIT_MAX_BYTES: (ByteSize, ByteSize) = (ByteSize::kib(4), ByteSize::gib(1));
-const GROUP_COMMIT_MAX_DELAY: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(1));
-const FLUSH_INTERVAL: (Duration, Duration) = (Duration::from_micros(100), Duration::from_secs(60));
-const CHECKPOINT_WAL_BYTES: (ByteSize, ByteSize) = (ByteSize::kib(64), ByteSize::gib(1024));
-const CHECKPOINT_INTERVAL: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(7 * 86_400));
-const KEY_BYTES_MAX: (ByteSize, ByteSize) = (ByteSize(1), ByteSize::kib(64));
-const VALUE_BYTES_MAX: (ByteSize, ByteSize) = (ByteSize(0), ByteSize::mib(64));
-const FRAME_BYTES_MAX: (ByteSize, ByteSize) = (ByteSize::kib(4), ByteSize::gib(1));
-const OPS_PER_FRAME_MAX: (u32, u32) = (1, 1_000_000);
-const SHARD_QUEUE_DEPTH: (u32, u32) = (1, 65_536);
 const QUEUE_DEPTH: (u32, u32) = (8, 4096);
-const PROFILE_IOPS: (u64, u64) = (0, 10_000_000);
-const PROFILE_BURST_CREDIT: (u64, u64) = (0, 1_000_000_000_000);
-const PROFILE_BYTES_PER_SEC_MAX: ByteSize = ByteSize::gib(1024);
-const PROFILE_IO_UNIT: (ByteSize, ByteSize) = (ByteSize::kib(4), ByteSize::mib(64));
 const NAME_LEN_MAX: usize = 64;
 
 /// Collects errors. Works in two phases: first each field on its own (range,
@@ -97,23 +79,33 @@ impl Checker {
         });
     }
 
-    fn range_u64(&mut self, field: &str, value: u64, (min, max): (u64, u64)) {
+    pub(crate) fn range_u64(&mut self, field: &str, value: u64, (min, max): (u64, u64)) {
         if !self.is_bad(&[field]) && !(min..=max).contains(&value) {
             self.out_of_range(field, value.to_string(), format!("{min}..={max}"));
         }
     }
 
-    fn range_u32(&mut self, field: &str, value: u32, (min, max): (u32, u32)) {
+    pub(crate) fn range_u32(&mut self, field: &str, value: u32, (min, max): (u32, u32)) {
         self.range_u64(field, u64::from(value), (u64::from(min), u64::from(max)));
     }
 
-    fn range_size(&mut self, field: &str, value: ByteSize, (min, max): (ByteSize, ByteSize)) {
+    pub(crate) fn range_size(
+        &mut self,
+        field: &str,
+        value: ByteSize,
+        (min, max): (ByteSize, ByteSize),
+    ) {
         if !self.is_bad(&[field]) && !(min..=max).contains(&value) {
             self.out_of_range(field, quoted(value), format!("{min}..={max}"));
         }
     }
 
-    fn range_duration(&mut self, field: &str, value: Duration, (min, max): (Duration, Duration)) {
+    pub(crate) fn range_duration(
+        &mut self,
+        field: &str,
+        value: Duration,
+        (min, max): (Duration, Duration),
+    ) {
         if !self.is_bad(&[field]) && !(min..=max).contains(&value) {
             self.out_of_range(field, quoted(value), format!("{min}..={max}"));
         }
@@ -133,7 +125,7 @@ impl Checker {
         });
     }
 
-    fn bad_value(&mut self, field: &str, value: String, reason: String) {
+    pub(crate) fn bad_value(&mut self, field: &str, value: String, reason: String) {
         if self.is_bad(&[field]) {
             return;
         }
@@ -190,7 +182,7 @@ impl Checker {
         );
     }
 
-    fn socket_addr(&mut self, field: &str, value: &str) -> Option<SocketAddr> {
+    pub(crate) fn socket_addr(&mut self, field: &str, value: &str) -> Option<SocketAddr> {
         if self.is_bad(&[field]) {
             return None;
         }
@@ -217,77 +209,17 @@ impl Checker {
         }
     }
 
-    /// Phase one: every field on its own.
+    /// Phase one: every field on its own (the checks declared in the schema).
     fn fields(&mut self, c: &Config) {
         self.range_u32("shards", c.shards, (0, SHARDS_MAX));
-
-        let s = &c.server;
-        self.socket_addr("server.listen", &s.listen);
-        if !s.metrics_listen.is_empty() {
-            self.socket_addr("server.metrics_listen", &s.metrics_listen);
-        }
-        self.range_u32("server.max_connections", s.max_connections, MAX_CONNECTIONS);
-        self.range_duration("server.idle_timeout", s.idle_timeout, IDLE_TIMEOUT);
-        self.range_u32(
-            "server.pipeline_depth_max",
-            s.pipeline_depth_max,
-            PIPELINE_DEPTH_MAX,
-        );
-
-        let s = &c.storage;
-        if s.data_dir.as_os_str().is_empty() {
-            self.bad_value(
-                "storage.data_dir",
-                "\"\"".to_string(),
-                "must name a directory".to_string(),
-            );
-        }
-        self.range_size(
-            "storage.wal_segment_size",
-            s.wal_segment_size,
-            WAL_SEGMENT_SIZE,
-        );
-        self.range_size(
-            "storage.group_commit_max_bytes",
-            s.group_commit_max_bytes,
-            GROUP_COMMIT_MAX_BYTES,
-        );
-        self.range_duration(
-            "storage.group_commit_max_delay",
-            s.group_commit_max_delay,
-            GROUP_COMMIT_MAX_DELAY,
-        );
-        self.range_duration("storage.flush_interval", s.flush_interval, FLUSH_INTERVAL);
-        self.range_size(
-            "storage.checkpoint_wal_bytes",
-            s.checkpoint_wal_bytes,
-            CHECKPOINT_WAL_BYTES,
-        );
-        self.range_duration(
-            "storage.checkpoint_interval",
-            s.checkpoint_interval,
-            CHECKPOINT_INTERVAL,
-        );
-
-        let l = &c.limits;
-        self.range_size("limits.key_bytes_max", l.key_bytes_max, KEY_BYTES_MAX);
-        self.range_size("limits.value_bytes_max", l.value_bytes_max, VALUE_BYTES_MAX);
-        self.range_size("limits.frame_bytes_max", l.frame_bytes_max, FRAME_BYTES_MAX);
-        self.range_u32(
-            "limits.ops_per_frame_max",
-            l.ops_per_frame_max,
-            OPS_PER_FRAME_MAX,
-        );
-        self.range_u32(
-            "limits.shard_queue_depth",
-            l.shard_queue_depth,
-            SHARD_QUEUE_DEPTH,
-        );
-
-        self.range_u32("io.queue_depth", c.io.queue_depth, QUEUE_DEPTH);
-
-        for name in c.devices.keys() {
-            self.name(&format!("devices.{name}"), name);
+        c.server.check_fields(self, ServerConfig::PATH);
+        c.storage.check_fields(self, StorageConfig::PATH);
+        c.limits.check_fields(self, LimitsConfig::PATH);
+        c.io.check_fields(self, IoConfig::PATH);
+        for (name, device) in &c.devices {
+            let prefix = format!("devices.{name}");
+            self.name(&prefix, name);
+            device.check_fields(self, &prefix);
         }
     }
 
@@ -395,15 +327,7 @@ impl Checker {
         let f = |name: &str| format!("{prefix}.{name}");
         let (iops, burst_iops, credit) = (f("iops"), f("burst_iops"), f("burst_credit"));
         let (io_unit, bps) = (f("io_unit"), f("bytes_per_sec"));
-        self.range_u64(&iops, p.iops, PROFILE_IOPS);
-        self.range_u64(&burst_iops, p.burst_iops, PROFILE_IOPS);
-        self.range_u64(&credit, p.burst_credit, PROFILE_BURST_CREDIT);
-        self.range_size(&io_unit, p.io_unit, PROFILE_IO_UNIT);
-        self.range_size(
-            &bps,
-            p.bytes_per_sec,
-            (ByteSize(0), PROFILE_BYTES_PER_SEC_MAX),
-        );
+        p.check_fields(self, prefix);
 
         if p.iops == 0 {
             self.rule(
