@@ -4,8 +4,10 @@
 //! What must hold: counters in STATS are totals since server start, so a
 //! phase's figures are `after - before`; a counter that goes backwards (the
 //! server restarted) is reported, never turned into a huge unsigned delta.
-//! Names come from the STATS contract (docs/loadgen.md, "STATS keys used").
+//! Names and their types come from `ringkv_protocol::stats`, shared with the
+//! server (docs/protocol.md lists them).
 
+use ringkv_protocol::stats::{Stats, StatsError as ProtocolStatsError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -94,63 +96,50 @@ pub enum StatsError {
 }
 
 impl ServerSnapshot {
-    /// Parses STATS pairs; unknown names are ignored (more may be added).
+    /// Reads STATS pairs through the shared typed reader
+    /// ([`ringkv_protocol::stats::Stats`]); unknown names are ignored.
     pub fn parse(pairs: &[(String, String)]) -> Result<ServerSnapshot, StatsError> {
-        let mut snap = ServerSnapshot::default();
-        for (name, value) in pairs {
-            let num = || -> Result<u64, StatsError> {
-                // Gauges may be printed as decimals (e.g. "12.0"); counters are integers.
-                value
-                    .trim()
-                    .parse::<u64>()
-                    .or_else(|_| {
-                        value
-                            .trim()
-                            .parse::<f64>()
-                            .ok()
-                            .filter(|f| f.is_finite() && *f >= 0.0)
-                            .map(|f| f.round() as u64)
-                            .ok_or(())
-                    })
-                    .map_err(|()| StatsError::NotANumber {
-                        name: name.clone(),
-                        value: value.clone(),
-                    })
-            };
-            match name.as_str() {
-                "server.version" => snap.version = value.clone(),
-                "server.backend" => snap.backend = value.clone(),
-                "server.durability" => snap.durability = value.clone(),
-                "server.shards" => snap.shards = num()?,
-                "engine.keys" => snap.keys = num()?,
-                "engine.memory_bytes" => snap.memory_bytes = num()?,
-                "wal.bytes_written" => snap.wal_bytes_written = num()?,
-                "wal.flushes" => snap.wal_flushes = num()?,
-                "wal.fsync_p99_us" => snap.wal_fsync_p99_us = num()?,
-                _ => {
-                    if let Some(rest) = name.strip_prefix("device.") {
-                        if let Some((dev, field)) = rest.rsplit_once('.') {
-                            let d = snap.devices.entry(dev.to_string()).or_default();
-                            match field {
-                                "profile" => d.profile = value.clone(),
-                                "iops_limit" => d.iops_limit = num()?,
-                                "burst_iops" => d.burst_iops = num()?,
-                                "ios" => d.ios = num()?,
-                                "reads" => d.reads = num()?,
-                                "writes" => d.writes = num()?,
-                                "syncs" => d.syncs = num()?,
-                                "bytes_read" => d.bytes_read = num()?,
-                                "bytes_written" => d.bytes_written = num()?,
-                                "token_wait_us" => d.token_wait_us = num()?,
-                                "fsync_p99_us" => d.fsync_p99_us = num()?,
-                                _ => {}
-                            }
-                        }
-                    }
-                }
+        let stats = Stats::from_pairs(pairs).map_err(|e| match e {
+            ProtocolStatsError::NotANumber { name, value } => {
+                StatsError::NotANumber { name, value }
             }
-        }
-        Ok(snap)
+            other => StatsError::NotANumber {
+                name: String::new(),
+                value: other.to_string(),
+            },
+        })?;
+        let devices = stats
+            .devices
+            .into_iter()
+            .map(|(name, d)| {
+                let snap = DeviceSnapshot {
+                    profile: d.profile,
+                    iops_limit: d.iops_limit,
+                    burst_iops: d.burst_iops,
+                    ios: d.ios,
+                    reads: d.reads,
+                    writes: d.writes,
+                    syncs: d.syncs,
+                    bytes_read: d.bytes_read,
+                    bytes_written: d.bytes_written,
+                    token_wait_us: d.token_wait_us,
+                    fsync_p99_us: d.fsync_p99_us,
+                };
+                (name, snap)
+            })
+            .collect();
+        Ok(ServerSnapshot {
+            version: stats.server.version,
+            backend: stats.server.backend,
+            durability: stats.server.durability,
+            shards: stats.server.shards,
+            keys: stats.engine.keys,
+            memory_bytes: stats.engine.memory_bytes,
+            wal_bytes_written: stats.wal.bytes_written,
+            wal_flushes: stats.wal.flushes,
+            wal_fsync_p99_us: stats.wal.fsync_p99_us,
+            devices,
+        })
     }
 
     /// The device the WAL lives on: `wal` when present, else the first device.
@@ -270,9 +259,8 @@ mod tests {
                 value: "many".into()
             }
         );
-        let ok = ServerSnapshot::parse(&pairs(&[("device.wal.fsync_p99_us", "12.6")]))
-            .expect("float gauge");
-        assert_eq!(ok.devices["wal"].fsync_p99_us, 13);
+        // Values are decimal integers (docs/protocol.md): a fraction is refused too.
+        assert!(ServerSnapshot::parse(&pairs(&[("device.wal.fsync_p99_us", "12.6")])).is_err());
     }
 
     #[test]

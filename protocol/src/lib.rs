@@ -16,6 +16,8 @@ mod request;
 mod response;
 mod wire;
 
+pub mod stats;
+
 pub use error::{DecodeError, FrameFault, LimitError, LimitsError};
 pub use frame::check_frame;
 pub use handshake::{

@@ -8,6 +8,7 @@
 //! cumulative, and rendering reads only snapshots (no lock on the data path).
 
 use engine::metrics::{DeviceMetrics, EngineMetrics, Histogram, ShardMetrics};
+use ringkv_protocol::stats::DeviceStats;
 use ringkv_protocol::Status;
 
 use crate::counters::OpKind;
@@ -322,29 +323,23 @@ fn facts_of<'a>(shared: &'a Shared, device: &DeviceMetrics) -> Option<&'a Device
 }
 
 /// The `device.NAME.*` STATS entries of one device (without the prefix).
-pub fn device_stats(shared: &Shared, d: &DeviceMetrics) -> Vec<(&'static str, String)> {
+pub fn device_stats(shared: &Shared, d: &DeviceMetrics) -> DeviceStats {
     let profile = facts_of(shared, d).map(|f| &f.profile);
     let io = &d.io;
-    vec![
-        ("profile", d.profile.clone()),
-        ("iops_limit", profile.map_or(0, |p| p.iops).to_string()),
-        (
-            "burst_iops",
-            profile.map_or(0, |p| p.burst_iops).to_string(),
-        ),
-        ("ios", io.ios_admitted.to_string()),
-        ("reads", io.reads.to_string()),
-        ("writes", io.writes.to_string()),
-        ("syncs", io.syncs.to_string()),
-        ("bytes_read", io.bytes_read.to_string()),
-        ("bytes_written", io.bytes_written.to_string()),
-        ("token_wait_us", (io.wait_ns_total / 1_000).to_string()),
-        (
-            "fsync_p99_us",
-            (io.fsync_latency.quantile(0.99) / 1_000).to_string(),
-        ),
-        ("credit", io.credit.unwrap_or(0).to_string()),
-    ]
+    DeviceStats {
+        profile: d.profile.clone(),
+        iops_limit: profile.map_or(0, |p| p.iops),
+        burst_iops: profile.map_or(0, |p| p.burst_iops),
+        ios: io.ios_admitted,
+        reads: io.reads,
+        writes: io.writes,
+        syncs: io.syncs,
+        bytes_read: io.bytes_read,
+        bytes_written: io.bytes_written,
+        token_wait_us: io.wait_ns_total / 1_000,
+        fsync_p99_us: io.fsync_latency.quantile(0.99) / 1_000,
+        credit: io.credit.unwrap_or(0),
+    }
 }
 
 fn render_device(p: &mut PromText, shared: &Shared, d: &DeviceMetrics) {
