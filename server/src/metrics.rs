@@ -7,36 +7,14 @@
 //! them; docs/benchmarks.md and the README cite some), every histogram is
 //! cumulative, and rendering reads only snapshots (no lock on the data path).
 
-use engine::metrics::{DeviceMetrics, EngineMetrics, Histogram, ShardMetrics};
+use engine::metrics::{DeviceMetrics, EngineMetrics, ShardMetrics};
 use ringkv_protocol::stats::DeviceStats;
 use ringkv_protocol::Status;
 
 use crate::counters::OpKind;
-use crate::prom::{HistogramSample, PromText};
+use crate::prom::{latency_sample, size_sample, PromText};
 use crate::session::CloseReason;
 use crate::shard::{DeviceFacts, Shared};
-
-/// Engine histogram to Prometheus buckets. `scale` divides bucket bounds and
-/// the sum (1e6 turns microseconds into seconds). The engine's last bucket
-/// is open-ended and only appears as `+Inf`.
-pub fn engine_histogram(h: &Histogram, scale: f64) -> HistogramSample {
-    let mut buckets = Vec::with_capacity(h.bounds.len());
-    let mut cumulative = 0u64;
-    for (i, (&bound, &count)) in h.bounds.iter().zip(&h.counts).enumerate() {
-        cumulative += count;
-        let last = i + 1 == h.bounds.len();
-        if !last && bound != u64::MAX {
-            buckets.push((bound as f64 / scale, cumulative));
-        }
-    }
-    HistogramSample {
-        buckets,
-        sum: h.sum as f64 / scale,
-        // Counts are read one by one while shards record: never report a
-        // total below the buckets.
-        count: h.count.max(cumulative),
-    }
-}
 
 /// Renders the whole page.
 pub fn render(shared: &Shared, engine: &EngineMetrics) -> String {
@@ -107,7 +85,7 @@ fn render_server(p: &mut PromText, shared: &Shared) {
         "ringkv_batch_latency_seconds",
         "Time from a request frame being decoded to its response being encoded.",
         &[],
-        &c.batch_latency.to_sample_seconds(),
+        &latency_sample(&c.batch_latency, 1e6),
     );
     p.gauge(
         "ringkv_connections_open",
@@ -216,19 +194,19 @@ fn render_shard(p: &mut PromText, s: &ShardMetrics) {
         "ringkv_wal_group_commit_records",
         "Records per WAL group commit.",
         &l,
-        &engine_histogram(&s.group_commit_records, 1.0),
+        &size_sample(&s.group_commit_records),
     );
     p.histogram(
         "ringkv_wal_flush_bytes",
         "Bytes per WAL group commit.",
         &l,
-        &engine_histogram(&s.group_commit_bytes, 1.0),
+        &size_sample(&s.group_commit_bytes),
     );
     p.histogram(
         "ringkv_wal_fdatasync_seconds",
         "fdatasync latency of WAL flushes.",
         &l,
-        &engine_histogram(&s.fdatasync_latency_us, 1e6),
+        &latency_sample(&s.fdatasync_latency_us, 1e6),
     );
     p.gauge(
         "ringkv_wal_current_lsn",
@@ -296,26 +274,6 @@ fn render_shard(p: &mut PromText, s: &ShardMetrics) {
         &l,
         s.recovery_snapshot_entries as f64,
     );
-}
-
-/// Upper bounds (seconds) of the device latency histograms' buckets.
-const DEVICE_LATENCY_BOUNDS_S: [f64; 19] = [
-    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3,
-    250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0,
-];
-
-/// A device latency snapshot (nanoseconds) as Prometheus buckets in seconds.
-fn device_latency(h: &engine::io::throttle::HistogramSnapshot) -> HistogramSample {
-    let buckets = DEVICE_LATENCY_BOUNDS_S
-        .iter()
-        .map(|&s| (s, h.count_at_most((s * 1e9) as u64)))
-        .collect::<Vec<_>>();
-    let last = buckets.last().map_or(0, |b| b.1);
-    HistogramSample {
-        buckets,
-        sum: h.sum() as f64 / 1e9,
-        count: h.count().max(last),
-    }
 }
 
 fn facts_of<'a>(shared: &'a Shared, device: &DeviceMetrics) -> Option<&'a DeviceFacts> {
@@ -428,12 +386,12 @@ fn render_device(p: &mut PromText, shared: &Shared, d: &DeviceMetrics) {
         "ringkv_device_fsync_seconds",
         "fdatasync latency through the device, token wait included.",
         &l,
-        &device_latency(&io.fsync_latency),
+        &latency_sample(&io.fsync_latency, 1e9),
     );
     p.histogram(
         "ringkv_device_write_seconds",
         "Write latency through the device, token wait included.",
         &l,
-        &device_latency(&io.write_latency),
+        &latency_sample(&io.write_latency, 1e9),
     );
 }

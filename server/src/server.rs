@@ -308,12 +308,8 @@ fn server_id() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    // SplitMix64 of time and pid: distinct across restarts and processes.
-    let mut z = nanos ^ (u64::from(std::process::id()) << 32);
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    // Mixed time and pid: distinct across restarts and processes.
+    engine::rng::mix64(nanos ^ (u64::from(std::process::id()) << 32))
 }
 
 impl RunningServer {

@@ -6,38 +6,21 @@
 //! device or shard that exists always has all its keys), values are plain
 //! decimal integers or the documented words, and nothing here blocks.
 
-use engine::metrics::{EngineMetrics, Histogram};
+use engine::histogram::HistogramSnapshot;
+use engine::metrics::EngineMetrics;
 use ringkv_protocol::stats::{EngineStats, OpsStats, ServerStats, ShardStats, Stats, WalStats};
 
 use crate::counters::OpKind;
 use crate::shard::Shared;
 
-/// Merges histograms with identical bucket bounds (the engine's are).
-pub fn merge_histograms<'a>(histograms: impl IntoIterator<Item = &'a Histogram>) -> Histogram {
-    let mut total = Histogram::default();
-    for h in histograms {
-        if total.bounds.is_empty() {
-            total.bounds = h.bounds.clone();
-            total.counts = vec![0; h.counts.len()];
-        }
-        assert_eq!(
-            total.bounds, h.bounds,
-            "engine histograms with different buckets"
-        );
-        for (t, c) in total.counts.iter_mut().zip(&h.counts) {
-            *t += c;
-        }
-        total.count += h.count;
-        total.sum += h.sum;
-    }
-    total
-}
-
 /// The STATS answer for this server and engine snapshot.
 pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
     let facts = &shared.facts;
     let counters = shared.counters_total();
-    let fsync = merge_histograms(engine.shards.iter().map(|s| &s.fdatasync_latency_us));
+    let mut fsync = HistogramSnapshot::default();
+    for s in &engine.shards {
+        fsync.merge(&s.fdatasync_latency_us);
+    }
     Stats {
         server: ServerStats {
             version: facts.version.to_string(),
@@ -59,7 +42,7 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
         wal: WalStats {
             bytes_written: engine.shards.iter().map(|s| s.wal_bytes_written).sum(),
             flushes: engine.shards.iter().map(|s| s.wal_flushes).sum(),
-            fsync_p99_us: fsync.quantile_bound(0.99),
+            fsync_p99_us: fsync.quantile(0.99),
         },
         devices: engine
             .devices

@@ -15,10 +15,9 @@
 //! compio timer, never a blocked thread, so the shard's other tasks run.
 //! Tokens are spent when reserved: a dropped future keeps its reservation.
 
-mod histogram;
 mod limiter;
 
-pub use histogram::{HistogramSnapshot, LatencyHistogram, HISTOGRAM_BUCKETS};
+pub use crate::histogram::{AtomicHistogram, HistogramSnapshot, HISTOGRAM_BUCKETS};
 pub use limiter::{Limiter, PACING_WINDOW_NS};
 
 use super::{AlignedBuf, Disk, DiskFile};
@@ -104,8 +103,8 @@ pub struct Device {
     limiter: Option<Mutex<Limiter>>,
     epoch: Instant,
     counters: DeviceCounters,
-    fsync_latency: LatencyHistogram,
-    write_latency: LatencyHistogram,
+    fsync_latency: AtomicHistogram,
+    write_latency: AtomicHistogram,
 }
 
 impl std::fmt::Debug for Device {
@@ -146,8 +145,8 @@ impl Device {
             profile,
             epoch: Instant::now(),
             counters: DeviceCounters::default(),
-            fsync_latency: LatencyHistogram::new(),
-            write_latency: LatencyHistogram::new(),
+            fsync_latency: AtomicHistogram::new(),
+            write_latency: AtomicHistogram::new(),
         })
     }
 
