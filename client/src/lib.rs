@@ -2,6 +2,8 @@
 //! `ringkv-protocol` crate, which the server shares; [`Client`] is a pipelining
 //! tokio client on top of it. This crate must not depend on the engine or the server.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 mod client;
 /// The sans-IO wire codec, re-exported from `ringkv-protocol`.
 pub use ringkv_protocol as protocol;

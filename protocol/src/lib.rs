@@ -8,6 +8,8 @@
 //! passed the [`Limits`], and tell an incomplete message (`Ok(None)`) apart
 //! from a bad one (`Err`).
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 mod error;
 mod frame;
 mod handshake;

@@ -7,9 +7,9 @@
 //! a deadline and a byte bound, one connection at a time, and the thread stops
 //! within one poll interval of [`MetricsServer::stop`].
 
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +19,10 @@ pub const REQUEST_HEAD_BYTES_MAX: usize = 8 * 1024;
 /// How long a client may take to send its request head.
 pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the accept loop checks whether it should stop.
-const POLL_INTERVAL_MS: libc::c_int = 100;
+const POLL_INTERVAL: Timespec = Timespec {
+    tv_sec: 0,
+    tv_nsec: 100_000_000,
+};
 
 /// The running endpoint; dropping it without [`MetricsServer::stop`] leaves
 /// the thread running until the process ends.
@@ -67,16 +70,10 @@ impl MetricsServer {
 }
 
 fn serve(listener: TcpListener, stop: &AtomicBool, render: &dyn Fn() -> String) {
-    let fd = listener.as_raw_fd();
     while !stop.load(Ordering::Acquire) {
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, count 1.
-        let ready = unsafe { libc::poll(&mut pfd, 1, POLL_INTERVAL_MS) };
-        if ready <= 0 {
+        let mut fds = [PollFd::new(&listener, PollFlags::IN)];
+        let ready = poll(&mut fds, Some(&POLL_INTERVAL)).unwrap_or(0);
+        if ready == 0 {
             continue;
         }
         match listener.accept() {
@@ -88,7 +85,7 @@ fn serve(listener: TcpListener, stop: &AtomicBool, render: &dyn Fn() -> String) 
             Err(e) => {
                 tracing::debug!(error = %e, "metrics accept failed");
                 // EMFILE and friends: back off instead of spinning.
-                std::thread::sleep(Duration::from_millis(POLL_INTERVAL_MS as u64));
+                std::thread::sleep(Duration::from_millis(100));
             }
         }
     }

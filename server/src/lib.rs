@@ -8,6 +8,8 @@
 //! errors to wire statuses; `stats` and `metrics` report; `http` serves
 //! /metrics; `sockets`, `lockfile`, `signals`, `cli` are the OS edges.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod cli;
 pub mod connection;
 pub mod counters;

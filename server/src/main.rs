@@ -2,6 +2,8 @@
 //! server and stop it gracefully on SIGTERM/SIGINT. Everything else lives in
 //! the library so loadgen can embed the same server.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 use std::process::ExitCode;
 
 use clap::Parser;

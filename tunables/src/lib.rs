@@ -10,6 +10,8 @@
 //! they reject unknown keys and report every problem at once. The serde derives
 //! below exist for embedding; they stop at the first error and do not validate.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 mod error;
 mod load;
 mod profiles;

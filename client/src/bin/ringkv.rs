@@ -2,6 +2,8 @@
 //! read commands from stdin and answer each with exactly one line, in order,
 //! while batching lines into frames and pipelining frames.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 use std::ffi::OsString;
 use std::io::{self, BufRead, Write};
 use std::os::unix::ffi::OsStringExt;

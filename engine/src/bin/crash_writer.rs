@@ -7,6 +7,8 @@
 //!
 //! Usage: `ringkv-crash-writer --dir PATH [--shards N] [--threads N] [--seed N]`
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 use bytes::Bytes;
 use engine::rng::mix64;
 use engine::{Engine, Op, OpResult};
