@@ -7,7 +7,7 @@
 //! Names and their types come from `ringkv_protocol::stats`, shared with the
 //! server (docs/protocol.md lists them).
 
-use ringkv_protocol::stats::{Stats, StatsError as ProtocolStatsError};
+use ringkv_protocol::stats::{DeviceStats, Stats, StatsError as ProtocolStatsError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -26,21 +26,8 @@ pub struct ServerSnapshot {
     pub devices: BTreeMap<String, DeviceSnapshot>,
 }
 
-/// One device's STATS counters.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DeviceSnapshot {
-    pub profile: String,
-    pub iops_limit: u64,
-    pub burst_iops: u64,
-    pub ios: u64,
-    pub reads: u64,
-    pub writes: u64,
-    pub syncs: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    pub token_wait_us: u64,
-    pub fsync_p99_us: u64,
-}
+/// One device's STATS counters, as the server sends them.
+pub type DeviceSnapshot = DeviceStats;
 
 /// Facts about the server that produced a result.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -108,26 +95,6 @@ impl ServerSnapshot {
                 value: other.to_string(),
             },
         })?;
-        let devices = stats
-            .devices
-            .into_iter()
-            .map(|(name, d)| {
-                let snap = DeviceSnapshot {
-                    profile: d.profile,
-                    iops_limit: d.iops_limit,
-                    burst_iops: d.burst_iops,
-                    ios: d.ios,
-                    reads: d.reads,
-                    writes: d.writes,
-                    syncs: d.syncs,
-                    bytes_read: d.bytes_read,
-                    bytes_written: d.bytes_written,
-                    token_wait_us: d.token_wait_us,
-                    fsync_p99_us: d.fsync_p99_us,
-                };
-                (name, snap)
-            })
-            .collect();
         Ok(ServerSnapshot {
             version: stats.server.version,
             backend: stats.server.backend,
@@ -138,7 +105,7 @@ impl ServerSnapshot {
             wal_bytes_written: stats.wal.bytes_written,
             wal_flushes: stats.wal.flushes,
             wal_fsync_p99_us: stats.wal.fsync_p99_us,
-            devices,
+            devices: stats.devices,
         })
     }
 

@@ -250,14 +250,7 @@ fn parse_ack_body(
             })
         }
         status if status.is_error() => {
-            let len = cursor.u16("message length")? as usize;
-            if len > MESSAGE_BYTES_MAX {
-                return Err(FrameFault::MessageTooLarge {
-                    len,
-                    max: MESSAGE_BYTES_MAX,
-                });
-            }
-            let message = cursor.text(len, "message")?;
+            let message = cursor.message()?;
             Ok(HelloAck::Refused {
                 version,
                 status,

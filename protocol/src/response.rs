@@ -7,7 +7,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::{DecodeError, FrameFault, LimitError};
 use super::frame::{
-    begin_frame, finish_frame, open_frame, take_frame, truncate_utf8, wire_len, Cursor,
+    begin_frame, finish_frame, open_frame, take_and_parse, truncate_utf8, wire_len, Cursor,
 };
 use super::limits::Limits;
 use super::wire::{
@@ -252,12 +252,7 @@ pub fn decode_response(
     buf: &mut BytesMut,
     limits: &Limits,
 ) -> Result<Option<ServerFrame>, DecodeError> {
-    let Some(frame) = take_frame(buf, limits)? else {
-        return Ok(None);
-    };
-    parse_server_frame(&frame, limits)
-        .map(Some)
-        .map_err(|(id, fault)| DecodeError::Rejected { id, fault })
+    take_and_parse(buf, limits, parse_server_frame)
 }
 
 fn parse_server_frame(frame: &Bytes, limits: &Limits) -> Result<ServerFrame, (u64, FrameFault)> {
@@ -394,14 +389,7 @@ fn parse_error_body(cursor: &mut Cursor<'_>, id: u64) -> Result<ErrorFrame, Fram
     if flags & (error_flags::CLOSE | error_flags::ID_VALID) == 0 {
         return Err(FrameFault::UnattributedError { flags });
     }
-    let len = cursor.u16("message length")? as usize;
-    if len > MESSAGE_BYTES_MAX {
-        return Err(FrameFault::MessageTooLarge {
-            len,
-            max: MESSAGE_BYTES_MAX,
-        });
-    }
-    let message = cursor.text(len, "message")?;
+    let message = cursor.message()?;
     Ok(ErrorFrame {
         id: (flags & error_flags::ID_VALID != 0).then_some(id),
         status,

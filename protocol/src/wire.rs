@@ -116,56 +116,61 @@ pub mod payload_kind {
     pub const MESSAGE: u8 = 0x03;
 }
 
-/// Outcome of one operation, of a whole frame, or of a handshake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Status {
+/// Declares [`Status`]: each status once, with its wire code, its name and
+/// its meaning; the enum, [`Status::ALL`] and [`Status::name`] follow.
+macro_rules! statuses {
+    ($($(#[doc = $doc:literal])+ $variant:ident = $code:literal, $name:literal;)+) => {
+        /// Outcome of one operation, of a whole frame, or of a handshake.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum Status {
+            $($(#[doc = $doc])+ $variant = $code,)+
+        }
+
+        impl Status {
+            /// Every status, in code order.
+            pub const ALL: [Status; [$($code),+].len()] = [$(Status::$variant),+];
+
+            /// The name used in docs and messages, e.g. `KEY_TOO_LARGE`.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Status::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
+statuses! {
     /// Done; a GET hit carries its value, STATS carries its entries.
-    Ok = 0x00,
+    Ok = 0x00, "OK";
     /// A GET or DELETE found no such key.
-    NotFound = 0x01,
+    NotFound = 0x01, "NOT_FOUND";
     /// The request breaks a protocol rule (empty key, truncated op, bad magic...).
-    BadRequest = 0x10,
+    BadRequest = 0x10, "BAD_REQUEST";
     /// The frame is over `frame_bytes_max` (or a response would be).
-    FrameTooLarge = 0x11,
+    FrameTooLarge = 0x11, "FRAME_TOO_LARGE";
     /// The frame has more operations than `ops_per_frame_max`.
-    TooManyOps = 0x12,
+    TooManyOps = 0x12, "TOO_MANY_OPS";
     /// A key is over `key_bytes_max`.
-    KeyTooLarge = 0x13,
+    KeyTooLarge = 0x13, "KEY_TOO_LARGE";
     /// A value is over `value_bytes_max`.
-    ValueTooLarge = 0x14,
+    ValueTooLarge = 0x14, "VALUE_TOO_LARGE";
     /// A version, flag, frame kind or opcode this server does not implement.
-    Unsupported = 0x15,
+    Unsupported = 0x15, "UNSUPPORTED";
     /// The frame checksum does not match its bytes.
-    ChecksumMismatch = 0x16,
+    ChecksumMismatch = 0x16, "CHECKSUM_MISMATCH";
     /// The shard hit an I/O error earlier and accepts no writes until restart.
-    Poisoned = 0x20,
+    Poisoned = 0x20, "POISONED";
     /// The server is out of capacity (queue full, too many connections); retry later.
-    Overloaded = 0x21,
+    Overloaded = 0x21, "OVERLOADED";
     /// The server is stopping.
-    ShuttingDown = 0x22,
+    ShuttingDown = 0x22, "SHUTTING_DOWN";
     /// A bug or unexpected failure inside the server.
-    Internal = 0x23,
+    Internal = 0x23, "INTERNAL";
 }
 
 impl Status {
-    /// Every status, in code order.
-    pub const ALL: [Status; 13] = [
-        Status::Ok,
-        Status::NotFound,
-        Status::BadRequest,
-        Status::FrameTooLarge,
-        Status::TooManyOps,
-        Status::KeyTooLarge,
-        Status::ValueTooLarge,
-        Status::Unsupported,
-        Status::ChecksumMismatch,
-        Status::Poisoned,
-        Status::Overloaded,
-        Status::ShuttingDown,
-        Status::Internal,
-    ];
-
     /// The status byte on the wire.
     pub const fn code(self) -> u8 {
         self as u8
@@ -174,25 +179,6 @@ impl Status {
     /// The status with this byte, if v1 defines it.
     pub fn from_code(code: u8) -> Option<Status> {
         Status::ALL.into_iter().find(|status| status.code() == code)
-    }
-
-    /// The name used in docs and messages, e.g. `KEY_TOO_LARGE`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Status::Ok => "OK",
-            Status::NotFound => "NOT_FOUND",
-            Status::BadRequest => "BAD_REQUEST",
-            Status::FrameTooLarge => "FRAME_TOO_LARGE",
-            Status::TooManyOps => "TOO_MANY_OPS",
-            Status::KeyTooLarge => "KEY_TOO_LARGE",
-            Status::ValueTooLarge => "VALUE_TOO_LARGE",
-            Status::Unsupported => "UNSUPPORTED",
-            Status::ChecksumMismatch => "CHECKSUM_MISMATCH",
-            Status::Poisoned => "POISONED",
-            Status::Overloaded => "OVERLOADED",
-            Status::ShuttingDown => "SHUTTING_DOWN",
-            Status::Internal => "INTERNAL",
-        }
     }
 
     /// The status with this name (as [`Status::name`] spells it).

@@ -34,43 +34,63 @@ pub enum BindError {
 /// Returns blocking std listeners, close-on-exec.
 pub fn bind_reuseport_group(addr: SocketAddr, count: usize) -> Result<Vec<TcpListener>, BindError> {
     assert!(count >= 1, "at least one listener is needed");
-    let step = |step: &'static str, addr: SocketAddr| {
-        move |source: io::Error| BindError::Socket { addr, step, source }
+    let first_reuse = if count > 1 {
+        ReusePort::AfterBind
+    } else {
+        ReusePort::No
     };
-    let first = new_socket(addr)?;
-    first
-        .set_reuse_address(true)
-        .map_err(step("set SO_REUSEADDR on", addr))?;
-    bind(&first, addr)?;
-    if count > 1 {
-        first
-            .set_reuse_port(true)
-            .map_err(step("set SO_REUSEPORT on", addr))?;
-    }
-    first
-        .listen(LISTEN_BACKLOG)
-        .map_err(step("listen on", addr))?;
+    let first = listening_socket(addr, first_reuse)?;
     let first = TcpListener::from(first);
-    let bound = first
-        .local_addr()
-        .map_err(step("read the address of", addr))?;
+    let bound = first.local_addr().map_err(|source| BindError::Socket {
+        addr,
+        step: "read the address of",
+        source,
+    })?;
     let mut listeners = Vec::with_capacity(count);
     listeners.push(first);
     for _ in 1..count {
-        let socket = new_socket(bound)?;
-        socket
-            .set_reuse_address(true)
-            .map_err(step("set SO_REUSEADDR on", bound))?;
-        socket
-            .set_reuse_port(true)
-            .map_err(step("set SO_REUSEPORT on", bound))?;
-        bind(&socket, bound)?;
-        socket
-            .listen(LISTEN_BACKLOG)
-            .map_err(step("listen on", bound))?;
-        listeners.push(TcpListener::from(socket));
+        listeners.push(TcpListener::from(listening_socket(
+            bound,
+            ReusePort::BeforeBind,
+        )?));
     }
     Ok(listeners)
+}
+
+/// How a socket of a group takes SO_REUSEPORT (see the module docs).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReusePort {
+    /// A group of one: never.
+    No,
+    /// The group's first socket: only after its bind succeeded, so the bind
+    /// refuses an address someone else holds.
+    AfterBind,
+    /// The later sockets: before their bind, to join the first.
+    BeforeBind,
+}
+
+/// A socket bound to `addr` and listening.
+fn listening_socket(addr: SocketAddr, reuse_port: ReusePort) -> Result<Socket, BindError> {
+    let fail =
+        |step: &'static str| move |source: io::Error| BindError::Socket { addr, step, source };
+    let set_reuse_port = |socket: &Socket| {
+        socket
+            .set_reuse_port(true)
+            .map_err(fail("set SO_REUSEPORT on"))
+    };
+    let socket = new_socket(addr)?;
+    socket
+        .set_reuse_address(true)
+        .map_err(fail("set SO_REUSEADDR on"))?;
+    if reuse_port == ReusePort::BeforeBind {
+        set_reuse_port(&socket)?;
+    }
+    bind(&socket, addr)?;
+    if reuse_port == ReusePort::AfterBind {
+        set_reuse_port(&socket)?;
+    }
+    socket.listen(LISTEN_BACKLOG).map_err(fail("listen on"))?;
+    Ok(socket)
 }
 
 /// A blocking TCP socket for `addr`'s family (socket2 sets close-on-exec).

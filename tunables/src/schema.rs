@@ -21,6 +21,9 @@ use std::path::PathBuf;
 use toml::de::DeValue;
 use toml::Spanned;
 
+/// One value of the file, with where it stands.
+type Value<'i> = Spanned<DeValue<'i>>;
+
 /// What a field's own value must satisfy (rules between fields are separate).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Check<T> {
@@ -77,29 +80,49 @@ fn quoted_toml(s: &str) -> String {
     format!("{s:?}")
 }
 
-impl FieldValue for u32 {
-    const KIND: &'static str = "integer";
-    fn toml_text(&self) -> String {
-        self.to_string()
-    }
-    fn check(&self, c: &mut Checker, field: &str, check: &Check<Self>) {
-        if let Check::Range(min, max) = check {
-            c.range_u32(field, *self, (*min, *max));
+/// Numbers: bare in TOML, checked against a range by `$range`.
+macro_rules! integer_field_value {
+    ($($ty:ty => $range:ident),*) => {$(
+        impl FieldValue for $ty {
+            const KIND: &'static str = "integer";
+            fn toml_text(&self) -> String {
+                self.to_string()
+            }
+            fn check(&self, c: &mut Checker, field: &str, check: &Check<Self>) {
+                if let Check::Range(min, max) = check {
+                    c.$range(field, *self, (*min, *max));
+                }
+            }
         }
-    }
+    )*};
 }
+integer_field_value!(u32 => range_u32, u64 => range_u64);
 
-impl FieldValue for u64 {
-    const KIND: &'static str = "integer";
-    fn toml_text(&self) -> String {
-        self.to_string()
-    }
-    fn check(&self, c: &mut Checker, field: &str, check: &Check<Self>) {
-        if let Check::Range(min, max) = check {
-            c.range_u64(field, *self, (*min, *max));
+/// Sizes and durations: quoted strings in TOML, checked against a range.
+macro_rules! unit_field_value {
+    ($($ty:ty => $kind:literal, $range:ident),*) => {$(
+        impl FieldValue for $ty {
+            const KIND: &'static str = $kind;
+            fn toml_text(&self) -> String {
+                quoted_toml(&self.to_string())
+            }
+            fn check(&self, c: &mut Checker, field: &str, check: &Check<Self>) {
+                if let Check::Range(min, max) = check {
+                    c.$range(field, *self, (*min, *max));
+                }
+            }
+            fn allowed(check: &Check<Self>) -> String {
+                match check {
+                    Check::Range(min, max) => {
+                        format!("`{}`..=`{}`", min.toml_text(), max.toml_text())
+                    }
+                    _ => "any".to_string(),
+                }
+            }
         }
-    }
+    )*};
 }
+unit_field_value!(ByteSize => "size", range_size, Duration => "duration", range_duration);
 
 impl FieldValue for bool {
     const KIND: &'static str = "boolean";
@@ -109,42 +132,6 @@ impl FieldValue for bool {
     fn check(&self, _: &mut Checker, _: &str, _: &Check<Self>) {}
     fn allowed(_: &Check<Self>) -> String {
         "`true`, `false`".to_string()
-    }
-}
-
-impl FieldValue for ByteSize {
-    const KIND: &'static str = "size";
-    fn toml_text(&self) -> String {
-        quoted_toml(&self.to_string())
-    }
-    fn check(&self, c: &mut Checker, field: &str, check: &Check<Self>) {
-        if let Check::Range(min, max) = check {
-            c.range_size(field, *self, (*min, *max));
-        }
-    }
-    fn allowed(check: &Check<Self>) -> String {
-        match check {
-            Check::Range(min, max) => format!("`{}`..=`{}`", min.toml_text(), max.toml_text()),
-            _ => "any".to_string(),
-        }
-    }
-}
-
-impl FieldValue for Duration {
-    const KIND: &'static str = "duration";
-    fn toml_text(&self) -> String {
-        quoted_toml(&self.to_string())
-    }
-    fn check(&self, c: &mut Checker, field: &str, check: &Check<Self>) {
-        if let Check::Range(min, max) = check {
-            c.range_duration(field, *self, (*min, *max));
-        }
-    }
-    fn allowed(check: &Check<Self>) -> String {
-        match check {
-            Check::Range(min, max) => format!("`{}`..=`{}`", min.toml_text(), max.toml_text()),
-            _ => "any".to_string(),
-        }
     }
 }
 
@@ -216,13 +203,8 @@ pub trait Section: Default {
     /// Reads `key` into its field; `false` if the section has no such key.
     #[doc(hidden)]
     #[allow(private_interfaces)]
-    fn read_key(
-        &mut self,
-        loader: &mut Loader<'_>,
-        key: &str,
-        path: String,
-        v: &Spanned<DeValue<'_>>,
-    ) -> bool;
+    fn read_key(&mut self, loader: &mut Loader<'_>, key: &str, path: String, v: &Value<'_>)
+        -> bool;
     /// Checks each field's own value, naming fields `{prefix}.{key}`.
     #[doc(hidden)]
     #[allow(private_interfaces)]
@@ -288,13 +270,7 @@ macro_rules! section {
             }
 
             #[allow(private_interfaces)]
-            fn read_key(
-                &mut self,
-                loader: &mut Loader<'_>,
-                key: &str,
-                path: String,
-                v: &Spanned<DeValue<'_>>,
-            ) -> bool {
+            fn read_key(&mut self, loader: &mut Loader<'_>, key: &str, path: String, v: &Value<'_>) -> bool {
                 match key {
                     $(stringify!($field) => loader.field(path, v, &mut self.$field),)+
                     _ => return false,
@@ -571,6 +547,9 @@ fn write_table(
 
 impl Config {
     fn write_toml(&self, out: &mut String, commented: bool) {
+        fn table<S: Section>(out: &mut String, header: &str, s: &S, commented: bool) {
+            write_table(out, header, &S::fields(), &s.values(), commented);
+        }
         write_table(
             out,
             "",
@@ -578,45 +557,16 @@ impl Config {
             &[("shards", self.shards.toml_text())],
             commented,
         );
-        write_table(
-            out,
-            "server",
-            &ServerConfig::fields(),
-            &self.server.values(),
-            commented,
-        );
-        write_table(
-            out,
-            "storage",
-            &StorageConfig::fields(),
-            &self.storage.values(),
-            commented,
-        );
-        write_table(
-            out,
-            "limits",
-            &LimitsConfig::fields(),
-            &self.limits.values(),
-            commented,
-        );
-        write_table(out, "io", &IoConfig::fields(), &self.io.values(), commented);
+        table(out, ServerConfig::PATH, &self.server, commented);
+        table(out, StorageConfig::PATH, &self.storage, commented);
+        table(out, LimitsConfig::PATH, &self.limits, commented);
+        table(out, IoConfig::PATH, &self.io, commented);
+        let named = |kind: &str, name: &str| format!("{kind}.{}", table_key(name));
         for (name, device) in &self.devices {
-            write_table(
-                out,
-                &format!("devices.{}", table_key(name)),
-                &DeviceConfig::fields(),
-                &device.values(),
-                commented,
-            );
+            table(out, &named("devices", name), device, commented);
         }
         for (name, profile) in &self.profiles {
-            write_table(
-                out,
-                &format!("profiles.{}", table_key(name)),
-                &ProfileConfig::fields(),
-                &profile.values(),
-                commented,
-            );
+            table(out, &named("profiles", name), profile, commented);
         }
     }
 
