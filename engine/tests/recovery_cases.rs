@@ -805,3 +805,73 @@ fn snapshot_without_wal_refuses() {
         "{reason}"
     );
 }
+
+/// The newest segment holding acknowledged records, found by its header.
+fn newest_used_segment(disk: &SimDisk) -> PathBuf {
+    let mut used: Vec<(u64, PathBuf)> = disk
+        .list_dir(&paths().wal_dir)
+        .expect("list")
+        .into_iter()
+        .filter_map(|p| {
+            let bytes = disk.read_written(&p)?;
+            match engine::wal::format::decode_segment_header(&bytes[..BLOCK_BYTES]) {
+                Ok(Some(h)) if !h.is_prepared() => Some((h.seq, p)),
+                _ => None,
+            }
+        })
+        .collect();
+    used.sort();
+    used.pop().expect("a used segment").1
+}
+
+#[test]
+fn deleted_newest_segment_refuses() {
+    let disk = SimDisk::new(17);
+    // Several segments of acknowledged writes, and checkpoints.
+    let model = engine_with_checkpoints(&disk, 2);
+    let newest = newest_used_segment(&disk);
+    // The intact directory recovers every acknowledged write.
+    block_on(async {
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        check_model(&r, &model);
+    });
+    block_on(disk.remove_file(&newest)).expect("remove");
+    let err = block_on(recover(&disk, &paths(), cfg()))
+        .err()
+        .expect("must refuse");
+    let (file, _, reason) = wal_corrupt(&err);
+    assert!(
+        matches!(reason, Damage::NewestSegmentMissing { .. }),
+        "{reason}"
+    );
+    assert_eq!(file, newest, "names the missing segment");
+}
+
+#[test]
+fn newest_segment_emptied_refuses() {
+    // Same, but the file is there with its header zeroed (truncated and
+    // re-created, or overwritten): it looks unused, which alone would read
+    // as a clean end.
+    let disk = SimDisk::new(18);
+    engine_with_checkpoints(&disk, 1);
+    let newest = newest_used_segment(&disk);
+    let zero = |disk: &SimDisk| {
+        block_on(async {
+            let f = disk.open(&newest, false).await.expect("open");
+            let mut b = AlignedBuf::with_capacity(BLOCK_BYTES);
+            b.set_len(BLOCK_BYTES);
+            let (res, _) = f.write_at(b, 0).await;
+            res.expect("write");
+            f.sync_data().await.expect("sync");
+        })
+    };
+    zero(&disk);
+    let err = block_on(recover(&disk, &paths(), cfg()))
+        .err()
+        .expect("must refuse");
+    let (_, _, reason) = wal_corrupt(&err);
+    assert!(
+        matches!(reason, Damage::NewestSegmentMissing { .. }),
+        "{reason}"
+    );
+}

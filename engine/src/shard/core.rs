@@ -236,6 +236,16 @@ impl ShardCore {
             .set(self.settings.checkpoint_wal_bytes.max(snapshot_bytes));
     }
 
+    /// Recovery replayed `bytes` of WAL holding `records` records after the
+    /// newest snapshot: they count toward the next checkpoint as if this
+    /// process had written them (a server that restarts often must still
+    /// checkpoint).
+    pub(crate) fn carry_over(&self, bytes: u64, records: u64) {
+        let mut st = self.state.borrow_mut();
+        st.wal_bytes_since_checkpoint = bytes;
+        st.writes_since_checkpoint = records;
+    }
+
     /// A checkpoint starts: count from zero again.
     pub(crate) fn checkpoint_started(&self) {
         let mut st = self.state.borrow_mut();

@@ -10,10 +10,10 @@
 
 use crate::error::EngineError;
 use crate::io::runtime::{build_runtime, BackendKind};
-use crate::io::Disk;
+use crate::io::{Disk, DiskFile};
 use crate::layout::ShardPaths;
 use crate::metrics::ShardStats;
-use crate::shard::checkpoint::{run_checkpointer, CheckpointSettings};
+use crate::shard::checkpoint::{checkpoint, run_checkpointer, CheckpointSettings};
 use crate::shard::core::{CommitClock, CoreSettings, ShardCore};
 use crate::shard::router::{clear_local, set_local, Control, ShardMsg};
 use crate::tier::MemoryTier;
@@ -156,8 +156,8 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
     };
 
     // 1. Recovery.
-    let (tier, last_lsn, wal_start) = match &disk {
-        None => (MemoryTier::new(), 0, None),
+    let (tier, last_lsn, wal_start, replayed) = match &disk {
+        None => (MemoryTier::new(), 0, None, (0, 0)),
         Some(disk) => {
             let cfg = RecoveryConfig {
                 shard: shard as u32,
@@ -196,8 +196,10 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                         r.live_segments,
                         (r.next_segment_seq, r.next_segment_recycled, r.spares),
                         r.snapshots,
+                        (r.head, r.head_found),
                     );
-                    (r.tier, r.last_lsn, Some(wal_start))
+                    let replayed = (r.wal_bytes_after_snapshot, r.records_replayed);
+                    (r.tier, r.last_lsn, Some(wal_start), replayed)
                 }
                 Err(e) => {
                     fail(e);
@@ -208,7 +210,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
     };
 
     // 2. The core, and the WAL tasks.
-    let appender = wal_start.as_ref().map(|(_, (next_seq, _, _), _)| {
+    let appender = wal_start.as_ref().map(|(_, (next_seq, _, _), _, _)| {
         WalAppender::new(
             shard as u32,
             settings.segment_bytes,
@@ -230,7 +232,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         stats.clone(),
         clock,
     ));
-    if let (Some(disk), Some((live, (next_seq, next_recycled, spares), snapshots))) =
+    if let (Some(disk), Some((live, (next_seq, next_recycled, spares), mut snapshots, head))) =
         (disk, wal_start)
     {
         let files = match SegmentFiles::open(
@@ -241,6 +243,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             next_seq,
             next_recycled,
             spares,
+            head,
         )
         .await
         {
@@ -263,6 +266,39 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                 },
             ),
         );
+        // The WAL replayed counts toward the next checkpoint, whatever the
+        // restart pattern; after a replay of a whole threshold or more, the
+        // checkpoint runs now, before the shard reports ready.
+        let newest_snapshot_bytes = match snapshots.last() {
+            Some(snap) => match disk.open(&snap.path, false).await {
+                Ok(f) => f.len().await.unwrap_or(0),
+                Err(_) => 0,
+            },
+            None => 0,
+        };
+        core.checkpoint_written(newest_snapshot_bytes);
+        core.carry_over(replayed.0, replayed.1);
+        if replayed.0 > 0 && replayed.0 >= core.checkpoint_threshold() {
+            let started = std::time::Instant::now();
+            match checkpoint(&core, &files, &disk, &paths, &mut snapshots).await {
+                Ok(_) => {
+                    tracing::info!(
+                        shard,
+                        bytes_replayed = replayed.0,
+                        duration_ms = started.elapsed().as_millis() as u64,
+                        "checkpoint after a long replay written before serving"
+                    );
+                }
+                Err(e) => {
+                    // Not fatal (e.g. a full disk): serve, and let the
+                    // checkpointer retry.
+                    core.carry_over(replayed.0, replayed.1);
+                    stats.checkpoint_failures.fetch_add(1, Relaxed);
+                    tracing::warn!(shard, error = %e,
+                        "checkpoint after recovery failed; serving anyway, the checkpointer retries");
+                }
+            }
+        }
         spawn_critical(
             "segment-creator",
             shard,

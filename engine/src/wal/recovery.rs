@@ -22,6 +22,7 @@ use crate::wal::format::{
     decode_segment_header, encode_segment_header, RecordKind, SegmentHeader, BLOCK_BYTES,
     RECORD_HEADER_BYTES,
 };
+use crate::wal::head::{read_head, HeadState};
 use crate::wal::reader::{
     replay_flush, scan_flush, scan_tail, FileWindow, FlushScan, SegmentIdentity,
 };
@@ -55,6 +56,7 @@ use std::time::{Duration, Instant};
 /// | `UnusedSegmentRemoved` | a short or damaged-header segment holding nothing | removed |
 /// | `NoWalForSnapshot` | a snapshot exists but no segment is used | refuse: [`Damage::NoWalForSnapshot`] |
 /// | (foreign segment) | a used header naming another shard or segment number | refuse: [`Damage::ForeignSegment`] |
+/// | `NewestSegmentMissing` | the WAL head (`wal.head`) names a segment with acknowledged records after the segment the log ends in | refuse: [`Damage::NewestSegmentMissing`] |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecoveryCase {
     NoWal,
@@ -74,6 +76,7 @@ pub enum RecoveryCase {
     SegmentRecycled,
     UnusedSegmentRemoved,
     NoWalForSnapshot,
+    NewestSegmentMissing,
 }
 
 /// A WAL segment holding records, kept after recovery.
@@ -102,11 +105,20 @@ pub struct Recovered {
     /// Valid snapshots kept, oldest first.
     pub snapshots: Vec<SnapshotFile>,
     pub records_replayed: u64,
+    /// Bytes of the replayed records.
     pub bytes_replayed: u64,
+    /// Bytes of the WAL flushes holding records after the snapshot (what
+    /// the flusher wrote for them: headers, records, seals and padding).
+    pub wal_bytes_after_snapshot: u64,
     pub bytes_read: u64,
     pub snapshot_entries: u64,
     pub duration: Duration,
     pub cases: Vec<RecoveryCase>,
+    /// The WAL head as read (`None`: no head file yet).
+    pub head: Option<HeadState>,
+    /// The head recovery found true: the newest segment holding a complete
+    /// flush of the log (seq 0 if none) and its first LSN.
+    pub head_found: HeadState,
 }
 
 /// Settings recovery needs.
@@ -281,6 +293,7 @@ pub async fn recover<D: Disk>(
 ) -> Result<Recovered, EngineError> {
     let started = Instant::now();
     let mut cases = Vec::new();
+    let head = read_head(disk, paths, config.shard).await?;
     let (segments, max_seq) = open_segments(disk, paths, config.shard).await?;
     let (snapshots, leftovers) = list_snapshots(disk, paths)?;
     let mut dir_changed_snap = false;
@@ -438,9 +451,12 @@ pub async fn recover<D: Disk>(
     let mut last_lsn: Option<u64> = None;
     let mut records_replayed = 0u64;
     let mut bytes_replayed = 0u64;
+    let mut wal_bytes_after_snapshot = 0u64;
     let mut bytes_read = 0u64;
     let mut live_segments: Vec<LiveSegment> = Vec::new();
     let mut end: Option<LogEnd> = None;
+    // The newest segment holding a complete flush of the log: (seq, first LSN).
+    let mut newest_used: Option<(u64, u64)> = None;
     let mut i = start;
     while i < n {
         let seg = &segments[i];
@@ -487,6 +503,10 @@ pub async fn recover<D: Disk>(
                         }
                         _ => {}
                     }
+                    if newest_used.is_none_or(|(seq, _)| seq < seg.seq) {
+                        let first = seg.used().map_or(flush.first_lsn, |h| h.first_lsn);
+                        newest_used = Some((seg.seq, first));
+                    }
                     if pos == 0 {
                         live_segments.push(LiveSegment {
                             seq: seg.seq,
@@ -521,6 +541,7 @@ pub async fn recover<D: Disk>(
                     records_replayed += replayed;
                     if flush.last_lsn >= need {
                         bytes_replayed += bytes;
+                        wal_bytes_after_snapshot += flush.end - pos;
                     }
                     cases.push(RecoveryCase::FlushReplayed);
                     last_lsn = Some(flush.last_lsn);
@@ -614,6 +635,28 @@ pub async fn recover<D: Disk>(
         end = Some(seg_end);
         break;
     }
+
+    // --- The head names the newest segment whose first flush was durable
+    // (and acknowledged): the log must reach it.
+    let found = newest_used.map_or(0, |(seq, _)| seq);
+    if let Some(h) = head {
+        if h.seq > found {
+            cases.push(RecoveryCase::NewestSegmentMissing);
+            return Err(corrupt(
+                &paths.segment(h.seq),
+                0,
+                Damage::NewestSegmentMissing {
+                    head_seq: h.seq,
+                    found_seq: found,
+                },
+            ));
+        }
+    }
+    let head_found = HeadState {
+        generation: 0,
+        seq: found,
+        first_lsn: newest_used.map_or(0, |(_, lsn)| lsn),
+    };
 
     // --- After the end: no used segment may follow; damaged headers may
     // not hide newer flushes; unused segments become spares.
@@ -769,10 +812,13 @@ pub async fn recover<D: Disk>(
         snapshots: kept_snapshots,
         records_replayed,
         bytes_replayed,
+        wal_bytes_after_snapshot,
         bytes_read,
         snapshot_entries,
         duration: started.elapsed(),
         cases,
+        head,
+        head_found,
     })
 }
 

@@ -20,6 +20,7 @@ use crate::wal::format::{
     set_segment_header_flags, RecordKind, SealInfo, SegmentHeader, BLOCK_BYTES, FLAG_FIRST,
     SEAL_RESERVE_BYTES, SEGMENT_FLAG_RECYCLED,
 };
+use crate::wal::head::{open_head, HeadState, WalHead};
 use crate::wal::recovery::{create_segment, prepare_segment, recycle_into, LiveSegment};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
@@ -279,11 +280,16 @@ pub struct SegmentFiles<D: Disk> {
     create_failed: RefCell<Option<String>>,
     created: crate::shard::notify::Notify,
     creating: Cell<bool>,
+    /// The WAL head (taken out by the flusher while it updates it).
+    head: RefCell<Option<WalHead<D::File>>>,
 }
 
 impl<D: Disk> SegmentFiles<D> {
     /// Files after recovery: `live` segments hold records, `next_seq` exists
     /// (unused header) and receives the next flush, `spares` may be recycled.
+    /// The WAL head is opened (`head` as read by recovery), or created
+    /// naming `head_found` when there was none.
+    #[allow(clippy::too_many_arguments)]
     pub async fn open(
         disk: D,
         paths: ShardPaths,
@@ -292,7 +298,9 @@ impl<D: Disk> SegmentFiles<D> {
         next_seq: u64,
         next_recycled: bool,
         spares: Vec<PathBuf>,
+        head: (Option<HeadState>, HeadState),
     ) -> Result<SegmentFiles<D>, WalError> {
+        let head = open_head(&disk, &paths, paths.shard as u32, head.0, head.1).await?;
         let path = paths.segment(next_seq);
         let file = disk
             .open(&path, false)
@@ -320,6 +328,7 @@ impl<D: Disk> SegmentFiles<D> {
             create_failed: RefCell::new(None),
             created: crate::shard::notify::Notify::new(),
             creating: Cell::new(false),
+            head: RefCell::new(Some(head)),
         })
     }
 
@@ -632,6 +641,21 @@ pub(crate) async fn run_flusher<D: Disk>(
         let sync_us = sync_started.elapsed().as_micros() as u64;
         if flush.starts_segment {
             files.mark_live(flush.seq, flush.first_lsn);
+            // The head names this segment before its first records are
+            // acknowledged, so losing the segment is detected at recovery.
+            let head = files.head.borrow_mut().take();
+            if let Some(mut head) = head {
+                let advanced = head.advance(flush.seq, flush.first_lsn).await;
+                *files.head.borrow_mut() = Some(head);
+                if let Err(e) = advanced {
+                    let (path, source) = match e {
+                        WalError::Io { file, source, .. } => (file, source),
+                        other => (path.clone(), std::io::Error::other(other.to_string())),
+                    };
+                    core.poison("head update", &path, 0, &source);
+                    return;
+                }
+            }
         }
         core.flush_complete(
             flush.last_lsn,
