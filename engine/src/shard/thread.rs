@@ -194,7 +194,11 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                     );
                     let wal_start = (
                         r.live_segments,
-                        (r.next_segment_seq, r.next_segment_recycled, r.spares),
+                        (
+                            (r.next_segment_seq, r.next_segment_ready),
+                            r.next_segment_recycled,
+                            r.spares,
+                        ),
                         r.snapshots,
                         (r.head, r.head_found),
                     );
@@ -210,7 +214,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
     };
 
     // 2. The core, and the WAL tasks.
-    let appender = wal_start.as_ref().map(|(_, (next_seq, _, _), _, _)| {
+    let appender = wal_start.as_ref().map(|(_, ((next_seq, _), _, _), _, _)| {
         WalAppender::new(
             shard as u32,
             settings.segment_bytes,
@@ -298,6 +302,32 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                         "checkpoint after recovery failed; serving anyway, the checkpointer retries");
                 }
             }
+        }
+        // Prepare, before reporting ready, the segment new writes go to and
+        // one spare after it (recycled from the pool when possible, else
+        // zero-filled), so the first writes neither wait for a zero-fill
+        // nor share the device with one. Then wait until the device has
+        // paid for that I/O (a throttled profile admits the read only
+        // then). Failures are not fatal: a nearly full disk still starts.
+        let open_seq = core.open_segment_seq();
+        let mut made_any = false;
+        for seq in [open_seq, open_seq + 1] {
+            if seq > open_seq && !files.has_segment(open_seq) {
+                break;
+            }
+            if let Some(recycled) = files.make(seq).await {
+                made_any = true;
+                let counter = if recycled {
+                    &stats.segments_recycled
+                } else {
+                    &stats.segments_created
+                };
+                counter.fetch_add(1, Relaxed);
+            }
+        }
+        if made_any {
+            files.settle(open_seq + 1).await;
+            files.settle(open_seq).await;
         }
         spawn_critical(
             "segment-creator",

@@ -96,8 +96,12 @@ pub struct Recovered {
     pub max_commit_version: u64,
     /// Segments with records, oldest first.
     pub live_segments: Vec<LiveSegment>,
-    /// The segment new writes go to (exists, full size, unused header).
+    /// The segment new writes go to (full size, unused header).
     pub next_segment_seq: u64,
+    /// Whether that segment exists. False when it had to be created and
+    /// that failed (a full disk): the shard starts, serves reads, and its
+    /// segment creator keeps trying; writes fail if it never succeeds.
+    pub next_segment_ready: bool,
     /// Whether that segment was recycled (may hold stale bytes).
     pub next_segment_recycled: bool,
     /// Unused segments of the right size kept for recycling.
@@ -192,7 +196,17 @@ async fn open_segments<D: Disk>(
             path: paths.wal_dir.clone(),
             source,
         })?;
+    let mut removed_tmp = false;
     for path in files {
+        if path.to_string_lossy().ends_with(SEGMENT_TMP_SUFFIX) {
+            // A segment whose creation did not finish (crash, full disk).
+            tracing::info!(file = %path.display(), "removing an unfinished WAL segment");
+            disk.remove_file(&path)
+                .await
+                .map_err(wal_io("remove unfinished segment", &path, 0))?;
+            removed_tmp = true;
+            continue;
+        }
         let Some(seq) = parse_numbered(&path, WAL_SUFFIX) else {
             tracing::warn!(file = %path.display(), "ignoring a file that is not a WAL segment");
             continue;
@@ -240,6 +254,13 @@ async fn open_segments<D: Disk>(
             len,
             header,
         });
+    }
+    if removed_tmp {
+        disk.sync_dir(&paths.wal_dir).await.map_err(wal_io(
+            "fsync directory",
+            &paths.wal_dir,
+            0,
+        ))?;
     }
     segments.sort_by_key(|s| s.seq);
     Ok((segments, max_seq))
@@ -768,19 +789,25 @@ pub async fn recover<D: Disk>(
             0,
         ))?;
     }
-    let (next_segment_seq, next_segment_recycled) = match next {
-        Some(n) => n,
+    let (next_segment_seq, next_segment_recycled, next_segment_ready) = match next {
+        Some((seq, recycled)) => (seq, recycled, true),
         None => {
             let seq = max_seq + 1;
             match kept_spares.pop() {
                 Some(spare) => {
                     recycle_into(disk, paths, &spare, seq).await?;
-                    (seq, true)
+                    (seq, true, true)
                 }
-                None => {
-                    create_segment(disk, paths, seq, config.segment_bytes).await?;
-                    (seq, false)
-                }
+                None => match create_segment(disk, paths, seq, config.segment_bytes).await {
+                    Ok(_) => (seq, false, true),
+                    Err(e) => {
+                        // A full disk must not keep the data from being
+                        // read: start without it.
+                        tracing::warn!(shard = config.shard, error = %e,
+                            "could not create the WAL segment for new writes; starting anyway (reads work, writes fail until it can be made)");
+                        (seq, false, false)
+                    }
+                },
             }
         }
     };
@@ -807,6 +834,7 @@ pub async fn recover<D: Disk>(
         max_commit_version: max_version,
         live_segments,
         next_segment_seq,
+        next_segment_ready,
         next_segment_recycled,
         spares: kept_spares,
         snapshots: kept_snapshots,
@@ -859,8 +887,15 @@ pub async fn recycle_into<D: Disk>(
         .map_err(wal_io("fsync directory", &paths.wal_dir, 0))
 }
 
-/// Creates segment `seq`: preallocated with written zeroes, length and
-/// name durable before it is returned.
+/// Suffix of a segment being created (`SEQ.wal.tmp`); recovery removes
+/// leftovers.
+pub const SEGMENT_TMP_SUFFIX: &str = ".wal.tmp";
+
+/// Creates segment `seq`: preallocated with written zeroes under a
+/// temporary name, fdatasync'ed, renamed into place, directory fsync'ed;
+/// length and name durable before it is returned. A failed creation (a
+/// full disk) removes its partial file, so it never leaves a short
+/// segment behind; a crash leaves only a `.wal.tmp` that recovery removes.
 pub async fn create_segment<D: Disk>(
     disk: &D,
     paths: &ShardPaths,
@@ -868,16 +903,28 @@ pub async fn create_segment<D: Disk>(
     segment_bytes: u64,
 ) -> Result<D::File, WalError> {
     let path = paths.segment(seq);
+    let tmp = PathBuf::from(format!("{}{}", path.display(), TMP_SUFFIX));
     let file = disk
-        .open(&path, true)
+        .open(&tmp, true)
         .await
-        .map_err(wal_io("create", &path, 0))?;
-    file.allocate_zeroed(segment_bytes)
+        .map_err(wal_io("create", &tmp, 0))?;
+    let filled = async {
+        file.allocate_zeroed(segment_bytes)
+            .await
+            .map_err(wal_io("preallocate", &tmp, 0))?;
+        file.sync_data().await.map_err(wal_io("fdatasync", &tmp, 0))
+    }
+    .await;
+    if let Err(e) = filled {
+        drop(file);
+        if let Err(rm) = disk.remove_file(&tmp).await {
+            tracing::warn!(file = %tmp.display(), error = %rm, "could not remove a partial WAL segment");
+        }
+        return Err(e);
+    }
+    disk.rename(&tmp, &path)
         .await
-        .map_err(wal_io("preallocate", &path, 0))?;
-    file.sync_data()
-        .await
-        .map_err(wal_io("fdatasync", &path, 0))?;
+        .map_err(wal_io("rename (new segment)", &tmp, 0))?;
     disk.sync_dir(&paths.wal_dir)
         .await
         .map_err(wal_io("fsync directory", &paths.wal_dir, 0))?;
