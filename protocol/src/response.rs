@@ -231,11 +231,9 @@ pub fn fit_response(response: &mut Response, frame_bytes_max: u32) -> usize {
     // whole message.
     let shrinkable = |r: &OpReply| !matches!(r, OpReply::Ok | OpReply::NotFound);
     let shrink_count = response.results.iter().filter(|r| shrinkable(r)).count();
-    let message_len = if shrink_count == 0 {
-        0
-    } else {
-        ((max - floor) / shrink_count).min(message.len())
-    };
+    let message_len = (max - floor)
+        .checked_div(shrink_count)
+        .map_or(0, |share| share.min(message.len()));
     let message = truncate_utf8(&message, message_len);
     let smallest = |r: &OpReply| {
         let payload = r.encoded_len() - RESULT_HEADER_BYTES;
