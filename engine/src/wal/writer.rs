@@ -285,6 +285,8 @@ pub struct SegmentFiles<D: Disk> {
     created: crate::shard::notify::Notify,
     /// The flusher wants a fresh creation attempt now.
     retry_wanted: crate::shard::notify::Notify,
+    /// The segment the flusher waits for, if it does not exist.
+    needed: Cell<Option<u64>>,
     creating: Cell<bool>,
     /// The WAL head (taken out by the flusher while it updates it).
     head: RefCell<Option<WalHead<D::File>>>,
@@ -338,6 +340,7 @@ impl<D: Disk> SegmentFiles<D> {
             create_failed: RefCell::new(None),
             created: crate::shard::notify::Notify::new(),
             retry_wanted: crate::shard::notify::Notify::new(),
+            needed: Cell::new(None),
             creating: Cell::new(false),
             head: RefCell::new(Some(head)),
         })
@@ -372,23 +375,28 @@ impl<D: Disk> SegmentFiles<D> {
     /// may have been freed since) and fails only if that one fails too.
     async fn file(&self, seq: u64) -> Result<Rc<D::File>, String> {
         let mut retried = false;
-        loop {
+        let result = loop {
             if let Some(f) = self.files.borrow().get(&seq) {
-                return Ok(f.clone());
+                break Ok(f.clone());
             }
             let failed = self.create_failed.borrow().clone();
             if let Some((failed_seq, e)) = failed {
                 if failed_seq == seq {
                     if retried {
-                        return Err(e);
+                        break Err(e);
                     }
                     retried = true;
                     *self.create_failed.borrow_mut() = None;
-                    self.retry_wanted.notify();
                 }
             }
+            // Tell the creator which segment is needed (the appender may
+            // already be past it) and wake it.
+            self.needed.set(Some(seq));
+            self.retry_wanted.notify();
             self.created.notified().await;
-        }
+        };
+        self.needed.set(None);
+        result
     }
 
     /// Reads block 0 of segment `seq` (which exists). On a throttled device
@@ -412,7 +420,18 @@ impl<D: Disk> SegmentFiles<D> {
             return None;
         }
         self.creating.set(true);
-        let spare = self.pool.borrow_mut().pop();
+        // A pooled file already named like the target is taken as it is:
+        // renaming another one onto its name would replace it while the
+        // pool still lists that name, and a later recycle would then rename
+        // a segment in use.
+        let spare = {
+            let target = self.paths.segment(seq);
+            let mut pool = self.pool.borrow_mut();
+            match pool.iter().position(|p| *p == target) {
+                Some(i) => Some(pool.remove(i)),
+                None => pool.pop(),
+            }
+        };
         let result = match spare {
             Some(from) => match recycle_into(&self.disk, &self.paths, &from, seq).await {
                 Ok(()) => {
@@ -575,10 +594,25 @@ pub(crate) async fn run_segment_creator<D: Disk>(core: Rc<ShardCore>, files: Rc<
         if core.is_poisoned() {
             return;
         }
-        let open = core.open_segment_seq();
-        let want = if files.has(open) { open + 1 } else { open };
         let rolled = core.segment_rolled.notified();
         let retry = files.retry_wanted.notified();
+        // The segment the flusher waits for first; else the open one if it
+        // is missing (a start on a full disk); else one spare ahead.
+        let open = core.open_segment_seq();
+        let want = match files.needed.get() {
+            Some(seq) if !files.has(seq) => Some(seq),
+            _ if !files.has(open) => Some(open),
+            _ if !files.has(open + 1) => Some(open + 1),
+            _ => None,
+        };
+        let Some(want) = want else {
+            // Nothing to make until the appender moves on or the flusher
+            // needs something.
+            let rolled = std::pin::pin!(rolled);
+            let retry = std::pin::pin!(retry);
+            futures::future::select(rolled, retry).await;
+            continue;
+        };
         match files.create_ahead(want).await {
             Some(true) => {
                 core.stats
@@ -597,10 +631,6 @@ pub(crate) async fn run_segment_creator<D: Disk>(core: Rc<ShardCore>, files: Rc<
             let retry = std::pin::pin!(retry);
             let either = futures::future::select(rolled, retry);
             let _ = compio::time::timeout(CREATE_RETRY_PAUSE, either).await;
-            continue;
-        }
-        if core.open_segment_seq() + 1 == want {
-            rolled.await;
         }
     }
 }
