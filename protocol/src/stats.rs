@@ -129,11 +129,11 @@ stats_group! {
 stats_group! {
     /// `ops.*`: operations answered, by kind, since start.
     pub struct OpsStats at "ops" {
-        /// PUT operations answered.
+        /// PUT operations answered (any status).
         put: u64, "count", "operations";
-        /// GET operations answered.
+        /// GET operations answered (any status).
         get: u64, "count", "operations";
-        /// DELETE operations answered.
+        /// DELETE operations answered (any status).
         delete: u64, "count", "operations";
     }
 }
@@ -175,15 +175,15 @@ stats_group! {
         reads: u64, "count", "operations";
         /// Write operations.
         writes: u64, "count", "operations";
-        /// fdatasync calls.
+        /// fdatasync and directory fsync calls.
         syncs: u64, "count", "operations";
         /// Bytes read.
         bytes_read: u64, "count", "bytes";
-        /// Bytes written.
+        /// Bytes written, segment zero-fill included.
         bytes_written: u64, "count", "bytes";
         /// Time I/O waited for throttle tokens.
         token_wait_us: u64, "count", "microseconds";
-        /// 99th percentile fdatasync latency on this device since start.
+        /// 99th percentile fdatasync latency on this device since start, token wait included.
         fsync_p99_us: u64, "gauge", "microseconds";
         /// Burst credit left, in I/Os (0 when the profile has no IOPS limit).
         credit: u64, "gauge", "I/Os";

@@ -136,6 +136,21 @@ impl ConnState {
     fn forced(&self) -> Option<CloseReason> {
         self.forced.get()
     }
+
+    /// Whether the peer is gone for good: the socket reports an error or a
+    /// hang-up (a reset, or both directions closed). A peer that only
+    /// closed its sending side may still read its answers: not gone.
+    fn peer_gone(&self) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for a socket that stays open while this
+        // state is registered; a zero timeout never blocks.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0
+    }
 }
 
 /// Serves one accepted connection until it closes. The caller has counted it
@@ -385,6 +400,14 @@ async fn execute_loop(
                     out.extend_from_slice(&b);
                 }
                 true
+            }
+            Work::Run { .. } if conn.peer_gone() => {
+                // Nobody will read the answer: do not run the request (nor
+                // the ones queued after it).
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "the client is gone; its queued requests are dropped",
+                ));
             }
             Work::Run { request, received } => {
                 let mut plan = plan(request);

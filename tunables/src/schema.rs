@@ -382,7 +382,9 @@ section! {
         /// In `"async"` mode, how often buffered writes are flushed.
         flush_interval: Duration = Duration::from_millis(10),
             kind None, check Check::Range(Duration::from_micros(100), Duration::from_secs(60));
-        /// Take a checkpoint once the WAL holds this many bytes past the last one.
+        /// Take a checkpoint once the WAL holds this many bytes past the last one (WAL
+        /// replayed at a start counts too; a start that replays this much checkpoints
+        /// before it is ready).
         checkpoint_wal_bytes: ByteSize = ByteSize::mib(256),
             kind None, check Check::Range(ByteSize::kib(64), ByteSize::gib(1024));
         /// Also take a checkpoint this often if anything was written; `"0s"` disables the timer.
@@ -403,7 +405,9 @@ section! {
         /// Largest value.
         value_bytes_max: ByteSize = ByteSize::mib(1),
             kind None, check Check::Range(ByteSize(0), ByteSize::mib(64));
-        /// Largest wire frame, in either direction.
+        /// Largest wire frame, in either direction. Also the most bytes of values one
+        /// request's GETs read per shard (later GETs answer FRAME_TOO_LARGE without a
+        /// lookup), which bounds a request's memory.
         frame_bytes_max: ByteSize = ByteSize::mib(16),
             kind None, check Check::Range(ByteSize::kib(4), ByteSize::gib(1)),
             note "see the rules below";

@@ -115,6 +115,13 @@ pub(crate) struct CoreSettings {
     pub(crate) durability: Durability,
     pub(crate) checkpoint_wal_bytes: u64,
     pub(crate) max_record_bytes: usize,
+    /// Largest value a GET can return.
+    pub(crate) value_bytes_max: usize,
+    /// Bytes of values one batch's GETs may read on this shard; the GET
+    /// that reaches it is still answered, later ones are not looked up
+    /// (they answer [`OpError::ReadLimitReached`]). Bounds the memory one
+    /// request takes to about this plus one value per shard.
+    pub(crate) read_bytes_max: usize,
 }
 
 /// One shard's state and the notifications between its tasks.
@@ -236,6 +243,16 @@ impl ShardCore {
             .set(self.settings.checkpoint_wal_bytes.max(snapshot_bytes));
     }
 
+    /// Recovery replayed `bytes` of WAL holding `records` records after the
+    /// newest snapshot: they count toward the next checkpoint as if this
+    /// process had written them (a server that restarts often must still
+    /// checkpoint).
+    pub(crate) fn carry_over(&self, bytes: u64, records: u64) {
+        let mut st = self.state.borrow_mut();
+        st.wal_bytes_since_checkpoint = bytes;
+        st.writes_since_checkpoint = records;
+    }
+
     /// A checkpoint starts: count from zero again.
     pub(crate) fn checkpoint_started(&self) {
         let mut st = self.state.borrow_mut();
@@ -245,6 +262,7 @@ impl ShardCore {
 
     /// Applies as many of `ops` as fit in the WAL buffer now. Returns
     /// whether all were applied (false: wait for buffer space).
+    #[allow(clippy::too_many_arguments)]
     fn apply_some(
         &self,
         ops: &mut std::iter::Peekable<std::vec::IntoIter<Op>>,
@@ -252,6 +270,7 @@ impl ShardCore {
         writes: &mut WriteSet,
         had_write: &mut bool,
         counts: &mut Counts,
+        read_left: &mut usize,
     ) -> bool {
         let shard = self.settings.shard;
         let mut st = self.state.borrow_mut();
@@ -276,14 +295,46 @@ impl ShardCore {
                         keys.push(key);
                     }
                     let hashes: Vec<u64> = keys.iter().map(|key| fnv1a64(key)).collect();
-                    let mut values = Vec::with_capacity(keys.len());
-                    st.tier.get_many(&hashes, &keys, &mut values);
-                    assert_eq!(values.len(), keys.len(), "one answer per GET");
                     counts.get += keys.len() as u64;
+                    // Look up in pieces that cannot read more than what is
+                    // left of the batch's read budget (each value is at most
+                    // `value_bytes_max`); once it is spent, later GETs are
+                    // not looked up.
+                    let value_max = self.settings.value_bytes_max.max(1);
+                    let mut values = Vec::with_capacity(keys.len());
+                    let mut start = 0;
+                    while start < keys.len() {
+                        if *read_left == 0 {
+                            let max = self.settings.read_bytes_max;
+                            values.extend(
+                                (start..keys.len())
+                                    .map(|_| Some(Err(OpError::ReadLimitReached { shard, max }))),
+                            );
+                            break;
+                        }
+                        let piece = (*read_left / value_max).clamp(1, keys.len() - start);
+                        let mut got = Vec::with_capacity(piece);
+                        st.tier.get_many(
+                            &hashes[start..start + piece],
+                            &keys[start..start + piece],
+                            &mut got,
+                        );
+                        assert_eq!(got.len(), piece, "one answer per GET");
+                        for v in got {
+                            let len = v.as_ref().map_or(0, |v| v.len());
+                            *read_left = read_left.saturating_sub(len);
+                            values.push(v.map(Ok));
+                        }
+                        start += piece;
+                    }
                     for (offset, value) in values.into_iter().enumerate() {
                         writes.mark(index + offset, false);
                         results.push(match value {
-                            Some(v) => OpResult::Value(v),
+                            Some(Ok(v)) => OpResult::Value(v),
+                            Some(Err(e)) => {
+                                counts.failed += 1;
+                                OpResult::Err(e)
+                            }
                             None => OpResult::NotFound,
                         });
                     }
@@ -387,6 +438,7 @@ impl ShardCore {
         let mut writes = WriteSet::None;
         let mut had_write = false;
         let mut counts = Counts::default();
+        let mut read_left = self.settings.read_bytes_max;
         let mut ops = ops.into_iter().peekable();
         loop {
             let space = self.space_freed.notified();
@@ -396,6 +448,7 @@ impl ShardCore {
                 &mut writes,
                 &mut had_write,
                 &mut counts,
+                &mut read_left,
             ) {
                 break;
             }
