@@ -115,8 +115,6 @@ pub(crate) struct CoreSettings {
     pub(crate) durability: Durability,
     pub(crate) checkpoint_wal_bytes: u64,
     pub(crate) max_record_bytes: usize,
-    /// Largest value a GET can return.
-    pub(crate) value_bytes_max: usize,
     /// Bytes of values one batch's GETs may read on this shard; the GET
     /// that reaches it is still answered, later ones are not looked up
     /// (they answer [`OpError::ReadLimitReached`]). Bounds the memory one
@@ -296,37 +294,19 @@ impl ShardCore {
                     }
                     let hashes: Vec<u64> = keys.iter().map(|key| fnv1a64(key)).collect();
                     counts.get += keys.len() as u64;
-                    // Look up in pieces that cannot read more than what is
-                    // left of the batch's read budget (each value is at most
-                    // `value_bytes_max`); once it is spent, later GETs are
-                    // not looked up.
-                    let value_max = self.settings.value_bytes_max.max(1);
-                    let mut values = Vec::with_capacity(keys.len());
-                    let mut start = 0;
-                    while start < keys.len() {
-                        if *read_left == 0 {
-                            let max = self.settings.read_bytes_max;
-                            values.extend(
-                                (start..keys.len())
-                                    .map(|_| Some(Err(OpError::ReadLimitReached { shard, max }))),
-                            );
-                            break;
-                        }
-                        let piece = (*read_left / value_max).clamp(1, keys.len() - start);
-                        let mut got = Vec::with_capacity(piece);
-                        st.tier.get_many(
-                            &hashes[start..start + piece],
-                            &keys[start..start + piece],
-                            &mut got,
-                        );
-                        assert_eq!(got.len(), piece, "one answer per GET");
-                        for v in got {
-                            let len = v.as_ref().map_or(0, |v| v.len());
-                            *read_left = read_left.saturating_sub(len);
-                            values.push(v.map(Ok));
-                        }
-                        start += piece;
-                    }
+                    // Values are copied only while the batch's read
+                    // budget lasts; later GETs are answered
+                    // `ReadLimitReached` without a copy.
+                    let mut found = Vec::with_capacity(keys.len());
+                    let answered = st
+                        .tier
+                        .get_many_within(&hashes, &keys, &mut found, read_left);
+                    assert_eq!(found.len(), answered, "one answer per GET answered");
+                    let max = self.settings.read_bytes_max;
+                    let values = found.into_iter().map(|v| v.map(Ok)).chain(
+                        (answered..keys.len())
+                            .map(|_| Some(Err(OpError::ReadLimitReached { shard, max }))),
+                    );
                     for (offset, value) in values.into_iter().enumerate() {
                         writes.mark(index + offset, false);
                         results.push(match value {

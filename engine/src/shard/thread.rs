@@ -41,7 +41,6 @@ pub(crate) struct ShardSettings {
     pub(crate) checkpoint_wal_bytes: u64,
     pub(crate) checkpoint_interval: Duration,
     pub(crate) max_record_bytes: usize,
-    pub(crate) value_bytes_max: usize,
     pub(crate) read_bytes_max: usize,
 }
 
@@ -231,7 +230,6 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             durability: settings.durability,
             checkpoint_wal_bytes: settings.checkpoint_wal_bytes,
             max_record_bytes: settings.max_record_bytes,
-            value_bytes_max: settings.value_bytes_max,
             read_bytes_max: settings.read_bytes_max,
         },
         Box::new(tier),

@@ -764,6 +764,52 @@ mod tests {
     use crate::wal::format::{decode_record, decode_segment_header, Decoded};
 
     #[test]
+    fn a_pooled_file_named_like_the_target_is_never_replaced() {
+        use crate::io::sim::SimDisk;
+        use crate::wal::recovery::create_segment;
+        let seg = 64 * 1024;
+        let disk = SimDisk::new(1);
+        let paths = ShardPaths::new(std::path::Path::new("/pool"), 0);
+        disk.create_dir_all(&paths.wal_dir).expect("dir");
+        compio::runtime::Runtime::new()
+            .expect("runtime")
+            .block_on(async {
+                for seq in [5, 10, 11, 12] {
+                    create_segment(&disk, &paths, seq, seg)
+                        .await
+                        .expect("create");
+                }
+                // Recovery handed out 10 for new writes; 5, 11 and 12 are
+                // spares, two of them named like segments to come.
+                let spares = [5, 11, 12].map(|s| paths.segment(s)).to_vec();
+                let head = HeadState {
+                    generation: 0,
+                    seq: 0,
+                    first_lsn: 0,
+                };
+                let files = SegmentFiles::open(
+                    disk.clone(),
+                    paths.clone(),
+                    seg,
+                    Vec::new(),
+                    (10, true),
+                    false,
+                    spares,
+                    (None, head),
+                )
+                .await
+                .expect("open");
+                assert_eq!(files.make(11).await, Some(true));
+                assert_eq!(files.make(12).await, Some(true));
+                for seq in [10, 11, 12] {
+                    assert!(disk.exists(&paths.segment(seq)), "segment {seq} is gone");
+                    assert!(files.has_segment(seq));
+                }
+                assert_eq!(*files.pool.borrow(), vec![paths.segment(5)]);
+            });
+    }
+
+    #[test]
     fn flushes_are_sealed_and_block_aligned() {
         let seg = 64 * 1024;
         let mut a = WalAppender::new(3, seg, 16 * 1024, 2000, 1);
