@@ -33,8 +33,12 @@ pub struct Report {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSettings {
     pub workload: String,
-    /// "embedded" or "server".
+    /// "engine" (in-process library), "embedded" (server on loopback) or
+    /// "server" (`--server ADDR`).
     pub target: String,
+    /// The sweep's method in words (sweep only).
+    #[serde(default)]
+    pub method: Option<String>,
     /// The `--server` address, if any.
     pub server_addr: Option<String>,
     /// Device classes asked for (embedded); empty with `--server`.
@@ -393,6 +397,7 @@ pub mod tests {
             run: RunSettings {
                 workload: "putget".into(),
                 target: "embedded".into(),
+                method: None,
                 server_addr: None,
                 devices: devices.iter().map(|d| d.to_string()).collect(),
                 threads: 16,
