@@ -58,7 +58,7 @@ pub enum AppError {
 /// Runs the parsed command line; returns the process exit code.
 pub fn main_with(cli: Cli) -> ExitCode {
     let outcome = match cli.command {
-        Some(Command::Compare { base, new }) => run_compare(&base, &new),
+        Some(Command::Compare { base, new, plot }) => run_compare(&base, &new, plot.as_deref()),
         Some(Command::Plot { report, out }) => run_plot(&report, &out),
         None => run_benchmark(&cli.run),
     };
@@ -135,9 +135,19 @@ async fn interrupted(interrupt: Option<Arc<Interrupt>>) -> AppError {
     }
 }
 
-fn run_compare(base: &Path, new: &Path) -> Result<ExitCode, AppError> {
+fn run_compare(base: &Path, new: &Path, plot: Option<&Path>) -> Result<ExitCode, AppError> {
     let b = Report::read_json(base)?;
     let n = Report::read_json(new)?;
+    if let Some(out) = plot {
+        crate::plot::plot_compare(
+            &b,
+            &base.display().to_string(),
+            &n,
+            &new.display().to_string(),
+            out,
+        )?;
+        eprintln!("loadgen: wrote {}", out.display());
+    }
     print!(
         "{}",
         compare::compare(

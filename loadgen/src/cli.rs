@@ -51,12 +51,15 @@ pub enum Command {
         base: PathBuf,
         /// The report to compare against the baseline.
         new: PathBuf,
+        /// Also draw A and B side by side per operation (.svg or .png).
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
     },
-    /// Draw the SVG chart of a --json report (same chart as --plot).
+    /// Draw the chart of a --json report (same chart as --plot).
     Plot {
         /// A report written by --json.
         report: PathBuf,
-        /// The SVG file to write.
+        /// The file to write: .svg, or .png (rendered from the SVG).
         out: PathBuf,
     },
 }
@@ -291,7 +294,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 
-    /// Write an SVG chart of throughput and latency percentiles per device class.
+    /// Write a chart: .svg, or .png (rendered from the SVG). put/get and YCSB:
+    /// throughput and latency by percentile; sweep: time vs N with the
+    /// document's published lines.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
 }

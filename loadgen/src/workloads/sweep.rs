@@ -348,7 +348,11 @@ struct ClientRun {
 
 /// One client loop of the in-process path: the work's calls in order, each
 /// timed, each answer checked (runs on a shard thread of the engine).
-async fn engine_client_loop(mut work: SweepWork, handle: engine::Handle) -> ClientRun {
+async fn engine_client_loop(
+    mut work: SweepWork,
+    handle: engine::Handle,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> ClientRun {
     let mut run = ClientRun {
         op: work.op,
         tally: crate::driver::OpTally::default(),
@@ -362,7 +366,7 @@ async fn engine_client_loop(mut work: SweepWork, handle: engine::Handle) -> Clie
             t.first_failure = Some(reason);
         }
     };
-    loop {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let numbers = work.next_items();
         if numbers.is_empty() {
             break;
@@ -411,6 +415,15 @@ async fn engine_client_loop(mut work: SweepWork, handle: engine::Handle) -> Clie
     run
 }
 
+/// Sets its flag when dropped.
+struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// One phase on the in-process engine: `s.threads` client loops on the
 /// engine's shard threads, merged into the driver's outcome shape.
 async fn engine_phase(
@@ -424,20 +437,26 @@ async fn engine_phase(
         .collect();
     let slots = Arc::new(slots);
     let clients = slots.len();
+    // If this phase is dropped (SIGINT/SIGTERM), the loops on the shard
+    // threads stop at their next call.
+    let stop = StopOnDrop(Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    let flag = stop.0.clone();
     let runs = target
         .run_on_shards(clients, move |t, handle| {
             let work = slots[t]
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .take();
+            let flag = flag.clone();
             async move {
                 match work {
-                    Some(work) => Some(engine_client_loop(work, handle).await),
+                    Some(work) => Some(engine_client_loop(work, handle, flag).await),
                     None => None,
                 }
             }
         })
         .await?;
+    drop(stop);
     let after = ServerSnapshot::parse(&target.connect().await?.stats().await?)?;
     let mut tallies = crate::driver::Tallies::new();
     let mut first = None;
