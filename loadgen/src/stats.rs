@@ -133,6 +133,26 @@ impl ServerSnapshot {
     }
 }
 
+/// A disk profile's limits, for the profile-accuracy report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProfileLimits {
+    /// Sustained I/O units per second (0 = unlimited).
+    pub iops: u64,
+    pub burst_iops: u64,
+    /// Bandwidth cap (0 = none).
+    pub bytes_per_sec: u64,
+}
+
+/// The limits of a built-in profile by name (`None` for a custom profile,
+/// whose limits STATS does not carry).
+pub fn profile_limits(profile: &str) -> Option<ProfileLimits> {
+    tunables::builtin_profile(profile).map(|p| ProfileLimits {
+        iops: p.iops,
+        burst_iops: p.burst_iops,
+        bytes_per_sec: p.bytes_per_sec.0,
+    })
+}
+
 fn delta(name: &str, before: u64, after: u64) -> Result<u64, StatsError> {
     after
         .checked_sub(before)
