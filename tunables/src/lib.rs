@@ -21,7 +21,8 @@ pub use error::{ConfigError, ConfigErrors};
 pub use profiles::{builtin_profile, builtin_profile_names, BURST_WINDOW_SECS};
 pub use units::{ByteSize, Duration, UnitError, DURATION_UNITS, SIZE_UNITS};
 pub use validate::{
-    FRAME_OVERHEAD_BYTES_MAX, PAGE_SIZE_BYTES, SHARDS_MAX, WAL_RECORD_HEADER_BYTES_MAX,
+    is_loopback, unprotected_listeners, FRAME_OVERHEAD_BYTES_MAX, PAGE_SIZE_BYTES,
+    PASSWORD_BYTES_MAX, SHARDS_MAX, WAL_RECORD_HEADER_BYTES_MAX,
 };
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+
+/// What [`Config::redacted`] writes in place of a password.
+pub const REDACTED: &str = "<redacted>";
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,6 +69,37 @@ pub struct ServerConfig {
     /// Frames a connection may have in flight (pipelined, not yet answered).
     /// Range 1..=65536. Default: 128.
     pub pipeline_depth_max: u32,
+
+    // --- Access control (issue 16). docs/config.md "Access control". ---
+    /// Password every client must present in the handshake; empty means none.
+    /// 1..=512 bytes when set; not together with `password_file`. Shown
+    /// redacted by `--print-config`. Default: "".
+    pub requirepass: String,
+    /// File whose content (one trailing newline removed) is the password;
+    /// keeps the secret out of this file. Empty means none. Read at start.
+    /// Default: "".
+    pub password_file: PathBuf,
+    /// Protected mode's opt-out: allow listening on a non-loopback address
+    /// with no password. Default: false.
+    pub dangerously_listen_without_password: bool,
+    /// A connection must finish its handshake (TLS included) within this.
+    /// Range "10ms"..="1h". Default: "10s".
+    pub handshake_timeout: Duration,
+    /// How long a wrong password waits before it is refused. Range
+    /// "0s"..="10s". Default: "200ms".
+    pub auth_failure_delay: Duration,
+    /// TLS on the binary-protocol listener. Needs `tls_cert_file` and
+    /// `tls_key_file`. Default: false.
+    pub tls_native: bool,
+    /// TLS (HTTPS) on the `/metrics` listener. Default: false.
+    pub tls_metrics: bool,
+    /// Certificate chain, PEM, leaf first. Default: "".
+    pub tls_cert_file: PathBuf,
+    /// Private key of the certificate, PEM (PKCS#8, PKCS#1 or SEC1). Default: "".
+    pub tls_key_file: PathBuf,
+    /// CA certificates, PEM: when set, TLS clients must present a certificate
+    /// signed by one of them. Default: "" (no client certificates).
+    pub tls_client_ca_file: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -265,6 +300,21 @@ impl Config {
             .and_then(|d| self.profile(&d.profile))
     }
 
+    /// Whether a password is configured (inline or in a file).
+    pub fn has_password(&self) -> bool {
+        !self.server.requirepass.is_empty() || !self.server.password_file.as_os_str().is_empty()
+    }
+
+    /// A copy safe to print: a set `server.requirepass` becomes
+    /// [`REDACTED`] (the password file's path is not secret and stays).
+    pub fn redacted(&self) -> Config {
+        let mut c = self.clone();
+        if !c.server.requirepass.is_empty() {
+            c.server.requirepass = REDACTED.to_string();
+        }
+        c
+    }
+
     /// The effective configuration as TOML (every field, defaults included),
     /// e.g. for `ringkv-server --print-config`. Loading the text back with
     /// [`Config::from_toml_str`] gives an equal `Config`.
@@ -299,6 +349,16 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             idle_timeout: Duration::from_secs(300),
             pipeline_depth_max: 128,
+            requirepass: String::new(),
+            password_file: PathBuf::new(),
+            dangerously_listen_without_password: false,
+            handshake_timeout: Duration::from_secs(10),
+            auth_failure_delay: Duration::from_millis(200),
+            tls_native: false,
+            tls_metrics: false,
+            tls_cert_file: PathBuf::new(),
+            tls_key_file: PathBuf::new(),
+            tls_client_ca_file: PathBuf::new(),
         }
     }
 }

@@ -31,6 +31,16 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "max_connections",
     "idle_timeout",
     "pipeline_depth_max",
+    "requirepass",
+    "password_file",
+    "dangerously_listen_without_password",
+    "handshake_timeout",
+    "auth_failure_delay",
+    "tls_native",
+    "tls_metrics",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_client_ca_file",
 ];
 pub(crate) const STORAGE_KEYS: &[&str] = &[
     "data_dir",
@@ -374,6 +384,18 @@ impl<'t> Loader<'t> {
                 "max_connections" => self.field(p, v, &mut c.max_connections),
                 "idle_timeout" => self.field(p, v, &mut c.idle_timeout),
                 "pipeline_depth_max" => self.field(p, v, &mut c.pipeline_depth_max),
+                "requirepass" => self.field(p, v, &mut c.requirepass),
+                "password_file" => self.field(p, v, &mut c.password_file),
+                "dangerously_listen_without_password" => {
+                    self.field(p, v, &mut c.dangerously_listen_without_password)
+                }
+                "handshake_timeout" => self.field(p, v, &mut c.handshake_timeout),
+                "auth_failure_delay" => self.field(p, v, &mut c.auth_failure_delay),
+                "tls_native" => self.field(p, v, &mut c.tls_native),
+                "tls_metrics" => self.field(p, v, &mut c.tls_metrics),
+                "tls_cert_file" => self.field(p, v, &mut c.tls_cert_file),
+                "tls_key_file" => self.field(p, v, &mut c.tls_key_file),
+                "tls_client_ca_file" => self.field(p, v, &mut c.tls_client_ca_file),
                 _ => self.unknown_key("server", key, k.span(), SERVER_KEYS),
             }
         }
@@ -849,6 +871,16 @@ metrics_listen = \"127.0.0.1:9100\"
 max_connections = 500
 idle_timeout = \"30s\"
 pipeline_depth_max = 16
+requirepass = \"pw\"
+password_file = \"\"
+dangerously_listen_without_password = true
+handshake_timeout = \"2s\"
+auth_failure_delay = \"50ms\"
+tls_native = true
+tls_metrics = true
+tls_cert_file = \"/etc/ringkv/cert.pem\"
+tls_key_file = \"/etc/ringkv/key.pem\"
+tls_client_ca_file = \"/etc/ringkv/ca.pem\"
 [storage]
 data_dir = \"/var/lib/ringkv\"
 tier = \"memory\"
@@ -891,6 +923,16 @@ count_fsync = false
             max_connections: 500,
             idle_timeout: Duration::from_secs(30),
             pipeline_depth_max: 16,
+            requirepass: "pw".to_string(),
+            password_file: PathBuf::new(),
+            dangerously_listen_without_password: true,
+            handshake_timeout: Duration::from_secs(2),
+            auth_failure_delay: Duration::from_millis(50),
+            tls_native: true,
+            tls_metrics: true,
+            tls_cert_file: PathBuf::from("/etc/ringkv/cert.pem"),
+            tls_key_file: PathBuf::from("/etc/ringkv/key.pem"),
+            tls_client_ca_file: PathBuf::from("/etc/ringkv/ca.pem"),
         };
         want.storage = StorageConfig {
             data_dir: PathBuf::from("/var/lib/ringkv"),
