@@ -181,6 +181,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     pub server: Option<String>,
 
+    /// With --server: TLS and password flags (--tls, --ca, --insecure,
+    /// --password-file or RINGKV_PASSWORD), as the `ringkv` CLI takes them.
+    #[command(flatten)]
+    pub connect: ringkv_client::ConnectArgs,
+
     /// Client tasks, each with its own connection.
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub threads: usize,

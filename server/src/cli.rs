@@ -55,7 +55,16 @@ pub struct Cli {
     #[arg(long, value_name = "N")]
     pub max_connections: Option<u32>,
 
-    /// Print the effective configuration as TOML and exit.
+    /// File holding the password clients must present (server.password_file).
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+
+    /// Protected mode's opt-out: listen on a non-loopback address with no
+    /// password. Anyone who can connect can then read and delete every key.
+    #[arg(long)]
+    pub dangerously_listen_without_password: bool,
+
+    /// Print the effective configuration as TOML (the password redacted) and exit.
     #[arg(long)]
     pub print_config: bool,
 
@@ -148,6 +157,14 @@ impl Cli {
         }
         if let Some(n) = self.max_connections {
             config.server.max_connections = n;
+        }
+        if let Some(path) = &self.password_file {
+            config.server.password_file = path.clone();
+            // The flag replaces an inline password from the file.
+            config.server.requirepass.clear();
+        }
+        if self.dangerously_listen_without_password {
+            config.server.dangerously_listen_without_password = true;
         }
     }
 }

@@ -17,6 +17,7 @@ use std::cell::Cell;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -25,14 +26,19 @@ use compio::io::{AsyncRead, AsyncWriteExt};
 use compio::net::TcpStream;
 use ringkv_protocol::{encode_response, Status};
 
+use crate::auth::Verdict;
 use crate::counters::OpTally;
 use crate::exec::{assemble, plan};
 use crate::pipe::Pipe;
-use crate::session::{error_frame, CloseReason, Session, Step};
+use crate::session::{error_frame, CloseReason, Session, Step, HANDSHAKE_BYTES_MAX};
 use crate::shard::ShardContext;
 
 /// Smallest free space offered to one read.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Read buffer before the handshake is accepted: the whole pre-auth budget
+/// of an unauthenticated client (it never gets more buffer than this).
+const HANDSHAKE_READ_BYTES: usize = 1024;
+const _: () = assert!(HANDSHAKE_READ_BYTES >= HANDSHAKE_BYTES_MAX);
 /// After a fatal protocol error, how long and how much the reader keeps
 /// draining input so the final ERROR frame is not lost to a TCP reset.
 const LINGER_TIME: Duration = Duration::from_secs(2);
@@ -69,10 +75,19 @@ pub struct ConnState {
     partial_since: Cell<Option<Instant>>,
     executing: Cell<bool>,
     forced: Cell<Option<CloseReason>>,
+    /// Until the handshake is accepted: when it must be, or the connection
+    /// is closed (a client that never finishes its handshake).
+    handshake_deadline: Cell<Option<Instant>>,
 }
 
 impl ConnState {
-    pub fn new(id: u64, peer: SocketAddr, fd: RawFd, now: Instant) -> ConnState {
+    pub fn new(
+        id: u64,
+        peer: SocketAddr,
+        fd: RawFd,
+        now: Instant,
+        handshake_deadline: Instant,
+    ) -> ConnState {
         ConnState {
             id,
             peer,
@@ -81,6 +96,24 @@ impl ConnState {
             partial_since: Cell::new(None),
             executing: Cell::new(false),
             forced: Cell::new(None),
+            handshake_deadline: Cell::new(Some(handshake_deadline)),
+        }
+    }
+
+    /// The handshake was accepted: the handshake deadline no longer applies.
+    pub fn handshake_done(&self) {
+        self.handshake_deadline.set(None);
+    }
+
+    /// Why housekeeping should close this connection now, if it should: its
+    /// handshake deadline passed, or it is idle ([`ConnState::is_idle`]).
+    pub fn idle_reason(&self, now: Instant, timeout: Duration) -> Option<CloseReason> {
+        if self.handshake_deadline.get().is_some_and(|d| now >= d) {
+            Some(CloseReason::HandshakeTimeout)
+        } else if self.is_idle(now, timeout) {
+            Some(CloseReason::IdleTimeout)
+        } else {
+            None
         }
     }
 
@@ -204,10 +237,20 @@ fn log_close(
         CloseReason::PeerClosed | CloseReason::Shutdown => {
             tracing::debug!(%peer, conn = conn.id, reason = reason.name(), "connection closed")
         }
-        CloseReason::IdleTimeout | CloseReason::IoError | CloseReason::TooManyConnections => {
+        CloseReason::IdleTimeout
+        | CloseReason::IoError
+        | CloseReason::TooManyConnections
+        | CloseReason::HandshakeTimeout => {
             tracing::debug!(%peer, conn = conn.id, reason = reason.name(), detail, write_error = ?write_error, "connection closed")
         }
-        CloseReason::BadHandshake | CloseReason::ProtocolError => {
+        CloseReason::AuthFailed => {
+            if ctx.allow_warning() {
+                tracing::warn!(%peer, conn = conn.id, detail, "refused a connection: authentication failed")
+            } else {
+                tracing::debug!(%peer, conn = conn.id, detail, "refused a connection: authentication failed")
+            }
+        }
+        CloseReason::BadHandshake | CloseReason::ProtocolError | CloseReason::TlsError => {
             if ctx.allow_warning() {
                 tracing::warn!(%peer, conn = conn.id, reason = reason.name(), detail, "closed a connection that broke the protocol")
             } else {
@@ -230,8 +273,14 @@ async fn read_loop(
     stream: Rc<TcpStream>,
     pipe: Pipe<Work>,
 ) -> ReadOutcome {
-    let mut session = Session::new(ctx.shared.limits, ctx.shared.hello_ack.clone());
-    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut session = Session::with_auth(
+        ctx.shared.limits,
+        ctx.shared.hello_ack.clone(),
+        Arc::clone(&ctx.shared.access.auth),
+    );
+    // Small until the handshake is accepted: an unauthenticated client gets
+    // no more memory than its handshake needs.
+    let mut buf = BytesMut::with_capacity(HANDSHAKE_READ_BYTES);
     let outcome = loop {
         // Hand every complete message in the buffer to the executor.
         let mut closing = None;
@@ -249,6 +298,9 @@ async fn read_loop(
             conn.not_reading();
             let pushed = match step {
                 Step::Send(bytes) => {
+                    if session.is_ready() {
+                        conn.handshake_done();
+                    }
                     note_error_frame(&ctx, &bytes);
                     pipe.push(Work::Send(bytes), 0).await
                 }
@@ -269,10 +321,20 @@ async fn read_loop(
                     if let Some(bytes) = &reply {
                         note_error_frame(&ctx, bytes);
                     }
-                    let detail = session
-                        .last_error()
-                        .map(|e| e.to_string())
-                        .unwrap_or_default();
+                    let detail = match session.auth_refusal() {
+                        Some(verdict) => {
+                            if verdict == Verdict::WrongPassword {
+                                // Slow down password guessing; this
+                                // connection holds its slot meanwhile.
+                                compio::time::sleep(ctx.shared.access.auth.failure_delay()).await;
+                            }
+                            format!("{verdict:?}")
+                        }
+                        None => session
+                            .last_error()
+                            .map(|e| e.to_string())
+                            .unwrap_or_default(),
+                    };
                     closing = Some(ReadOutcome { reason, detail });
                     pipe.push(Work::Close(reply), 0).await
                 }
@@ -295,7 +357,12 @@ async fn read_loop(
         }
         // Room for the rest of the current message, at least one chunk.
         let want = session.bytes_wanted(&buf);
-        let spare = want.saturating_sub(buf.len()).max(READ_CHUNK_BYTES);
+        let chunk = if session.is_ready() {
+            READ_CHUNK_BYTES
+        } else {
+            HANDSHAKE_READ_BYTES
+        };
+        let spare = want.saturating_sub(buf.len()).max(chunk);
         buf.reserve(spare);
         let start = buf.len();
         conn.reading(start > 0, progressed);
@@ -373,7 +440,10 @@ async fn execute_loop(
     pipe: &Pipe<Work>,
 ) -> std::io::Result<()> {
     let frame_bytes_max = ctx.shared.limits.frame_bytes_max;
-    let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    // Grows with the first answers and is then reused (see `write_out`);
+    // empty until then, so a connection that never authenticates costs
+    // nothing here.
+    let mut out = BytesMut::new();
     while let Some((work, bytes)) = pipe.pop().await {
         let stop = match work {
             Work::Send(b) => {

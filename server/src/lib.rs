@@ -8,6 +8,7 @@
 //! errors to wire statuses; `stats` and `metrics` report; `http` serves
 //! /metrics; `sockets`, `lockfile`, `signals`, `cli` are the OS edges.
 
+pub mod auth;
 pub mod cli;
 pub mod connection;
 pub mod counters;

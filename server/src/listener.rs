@@ -122,10 +122,14 @@ async fn refuse(stream: TcpStream, max_connections: usize) {
     }
 }
 
-/// Closes idle connections, checking a few times per timeout period.
+/// Closes idle connections and those whose handshake is overdue, checking a
+/// few times per timeout period.
 async fn close_idle_loop(ctx: Rc<ShardContext>) {
-    let period =
-        (ctx.shared.idle_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let shortest = ctx
+        .shared
+        .idle_timeout
+        .min(ctx.shared.access.handshake_timeout);
+    let period = (shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
     loop {
         compio::time::sleep(period).await;
         let closed = ctx.close_idle(Instant::now());

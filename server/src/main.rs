@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         }
     };
     if cli.print_config {
-        print!("{}", config.to_toml_string());
+        print!("{}", config.redacted().to_toml_string());
         return ExitCode::SUCCESS;
     }
 

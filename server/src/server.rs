@@ -17,11 +17,12 @@ use std::time::{Duration, Instant};
 use ringkv_protocol::{Limits, ServerInfo};
 use tunables::Config;
 
+use crate::auth::{AuthError, Authenticator};
 use crate::http::MetricsServer;
 use crate::listener::{run_shard, DRAIN_TIME};
 use crate::lockfile::{DirLock, LockError};
 use crate::session::accepted_hello_ack;
-use crate::shard::{DeviceFacts, ServerFacts, ShardContext, Shared};
+use crate::shard::{Access, DeviceFacts, ServerFacts, ShardContext, Shared};
 use crate::sockets::{bind_reuseport_group, BindError};
 
 /// How long [`RunningServer::shutdown`] waits for the shards to drain before
@@ -42,6 +43,8 @@ pub enum ServerError {
     },
     #[error("the limits in the configuration cannot be advertised to clients: {0}")]
     Limits(#[from] ringkv_protocol::LimitsError),
+    #[error(transparent)]
+    Auth(#[from] AuthError),
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error(transparent)]
@@ -145,6 +148,11 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         )?)
     };
     let limits = limits_from_config(&config)?;
+    let auth = Arc::new(Authenticator::from_config(&config)?);
+    let access = Access {
+        auth: Arc::clone(&auth),
+        handshake_timeout: config.server.handshake_timeout.get(),
+    };
     let locks = lock_directories(&config)?;
 
     let engine = engine::Engine::open(&config).map_err(ServerError::Engine)?;
@@ -195,6 +203,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         },
     );
     let shared = Arc::new(Shared::new(
+        access,
         limits,
         hello_ack,
         shard_count,

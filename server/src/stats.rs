@@ -51,6 +51,10 @@ pub fn stats_pairs(shared: &Shared, engine: &EngineMetrics) -> Vec<(String, Stri
         "server.connections".into(),
         shared.connections_open().to_string(),
     );
+    put(
+        "server.auth_failures".into(),
+        shared.access.auth.failures().to_string(),
+    );
     for kind in [OpKind::Put, OpKind::Get, OpKind::Delete] {
         put(
             format!("ops.{}", kind.name()),

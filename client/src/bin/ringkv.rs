@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
-use ringkv_client::{Client, ClientError, Limits, OpReply, RequestOp};
+use ringkv_client::{Client, ClientError, ConnectArgs, Limits, OpReply, RequestOp};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -55,6 +55,8 @@ struct Cli {
     /// Seconds to wait for the connection, and for each answer.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
+    #[command(flatten)]
+    connect: ConnectArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -139,7 +141,11 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         });
     }
     let timeout = Duration::from_secs_f64(cli.timeout);
-    let client = Client::connect_timeout(cli.server.as_str(), timeout)
+    let options = cli
+        .connect
+        .options(timeout)
+        .map_err(|message| Failure { code: 2, message })?;
+    let client = Client::connect_with(cli.server.as_str(), &options)
         .await
         .map_err(|error| Failure {
             code: EXIT_CONNECTION,
