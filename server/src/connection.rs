@@ -32,6 +32,7 @@ use crate::exec::{assemble, plan};
 use crate::pipe::Pipe;
 use crate::session::{error_frame, CloseReason, Session, Step, HANDSHAKE_BYTES_MAX};
 use crate::shard::ShardContext;
+use crate::tls::{TlsConn, TlsFailure};
 
 /// Smallest free space offered to one read.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -43,6 +44,8 @@ const _: () = assert!(HANDSHAKE_READ_BYTES >= HANDSHAKE_BYTES_MAX);
 /// draining input so the final ERROR frame is not lost to a TCP reset.
 const LINGER_TIME: Duration = Duration::from_secs(2);
 const LINGER_BYTES_MAX: usize = 1 << 20;
+/// After a failed TLS handshake, how long the alert gets to reach the peer.
+const REFUSAL_LINGER_TIME: Duration = Duration::from_millis(200);
 
 /// What the reader hands the executor.
 #[derive(Debug)]
@@ -171,6 +174,57 @@ impl ConnState {
     }
 }
 
+/// The byte stream of one connection: the socket, with TLS over it when the
+/// listener uses TLS. Shared (in an `Rc`) by the reader and writer tasks.
+pub(crate) struct Wire {
+    stream: TcpStream,
+    tls: Option<TlsConn>,
+}
+
+impl Wire {
+    /// Reads into `buf` after its first `start` bytes, offering at least
+    /// `room` bytes; `Ok(0)` is end of stream.
+    async fn read(&self, buf: BytesMut, room: usize) -> (std::io::Result<usize>, BytesMut) {
+        match &self.tls {
+            None => {
+                let start = buf.len();
+                let BufResult(result, slice) = (&self.stream).read(buf.slice(start..)).await;
+                (result, slice.into_inner())
+            }
+            Some(tls) => {
+                let mut buf = buf;
+                let result = tls.read_plain(&self.stream, &mut buf, room).await;
+                (result, buf)
+            }
+        }
+    }
+
+    /// Writes all of `out` (encrypted when TLS is on).
+    async fn write_all(&self, out: BytesMut) -> (std::io::Result<()>, BytesMut) {
+        match &self.tls {
+            None => {
+                let BufResult(result, out) = (&self.stream).write_all(out).await;
+                (result, out)
+            }
+            Some(tls) => {
+                let result = tls.write_plain(&self.stream, &out).await;
+                (result, out)
+            }
+        }
+    }
+
+    /// Ends the sending side (a TLS close_notify first).
+    async fn shutdown_write(&self) {
+        use compio::io::AsyncWrite;
+        if let Some(tls) = &self.tls {
+            tls.close(&self.stream).await;
+        }
+        if let Err(e) = (&self.stream).shutdown().await {
+            tracing::trace!(error = %e, "shutdown(SHUT_WR) failed");
+        }
+    }
+}
+
 /// Serves one accepted connection until it closes. The caller has counted it
 /// in the open-connection total; this function registers it with the shard
 /// for housekeeping and unregisters it at the end.
@@ -178,10 +232,28 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(%peer, error = %e, "could not set TCP_NODELAY");
     }
-    let stream = Rc::new(stream);
     // Declared after `stream`: dropped (unregistered) before the socket.
     let registration = ctx.register(peer, stream.as_raw_fd());
     let conn = Rc::clone(registration.conn());
+    let tls = match &ctx.shared.access.tls {
+        None => None,
+        Some(config) => match TlsConn::accept(&stream, config.current()).await {
+            Ok(tls) => Some(tls),
+            Err(e) => {
+                let reason = conn.forced().unwrap_or(match e {
+                    TlsFailure::Io(_) => CloseReason::PeerClosed,
+                    TlsFailure::Tls(_) => CloseReason::TlsError,
+                });
+                ctx.counters().add_closed(reason);
+                log_close(&ctx, &conn, reason, &format!("TLS handshake: {e}"), None);
+                linger(&stream, REFUSAL_LINGER_TIME).await;
+                return;
+            }
+        },
+    };
+    // From here the socket lives in `wire`; the explicit drops at the end
+    // keep the order "unregister, then close" (nothing runs in between).
+    let wire = Rc::new(Wire { stream, tls });
     let limits = ctx.shared.limits;
     let pipe: Pipe<Work> = Pipe::new(
         limits.pipeline_depth_max as usize,
@@ -190,10 +262,10 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
     let reader = compio::runtime::spawn(read_loop(
         Rc::clone(&ctx),
         Rc::clone(&conn),
-        Rc::clone(&stream),
+        Rc::clone(&wire),
         pipe.clone(),
     ));
-    let write_outcome = execute_loop(&ctx, &conn, &stream, &pipe).await;
+    let write_outcome = execute_loop(&ctx, &conn, &wire, &pipe).await;
     if write_outcome.is_err() {
         // Nobody reads the answers any more: stop the reader too.
         pipe.close_receiver();
@@ -222,7 +294,9 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
         &read_outcome.detail,
         write_outcome.err(),
     );
-    // `registration` drops here, then the last `stream` Rc closes the socket.
+    drop(registration);
+    // The last `wire` Rc closes the socket, after the registration is gone.
+    drop(wire);
 }
 
 fn log_close(
@@ -270,7 +344,7 @@ struct ReadOutcome {
 async fn read_loop(
     ctx: Rc<ShardContext>,
     conn: Rc<ConnState>,
-    stream: Rc<TcpStream>,
+    wire: Rc<Wire>,
     pipe: Pipe<Work>,
 ) -> ReadOutcome {
     let mut session = Session::with_auth(
@@ -352,7 +426,7 @@ async fn read_loop(
         }
         if let Some(outcome) = closing {
             pipe.close_sender();
-            linger(&stream, LINGER_TIME).await;
+            linger(&wire.stream, LINGER_TIME).await;
             return outcome;
         }
         // Room for the rest of the current message, at least one chunk.
@@ -366,8 +440,8 @@ async fn read_loop(
         buf.reserve(spare);
         let start = buf.len();
         conn.reading(start > 0, progressed);
-        let BufResult(result, slice) = (&*stream).read(buf.slice(start..)).await;
-        buf = slice.into_inner();
+        let (result, back) = wire.read(buf, spare).await;
+        buf = back;
         match result {
             Ok(0) => {
                 let detail = if buf.is_empty() {
@@ -386,10 +460,17 @@ async fn read_loop(
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
+                let tls = e
+                    .get_ref()
+                    .is_some_and(|inner| inner.is::<crate::tls::TlsReadError>());
                 break ReadOutcome {
-                    reason: CloseReason::IoError,
+                    reason: if tls {
+                        CloseReason::TlsError
+                    } else {
+                        CloseReason::IoError
+                    },
                     detail: format!("read failed: {e}"),
-                }
+                };
             }
         }
     };
@@ -436,7 +517,7 @@ fn note_error_frame(ctx: &ShardContext, bytes: &Bytes) {
 async fn execute_loop(
     ctx: &Rc<ShardContext>,
     conn: &ConnState,
-    stream: &TcpStream,
+    wire: &Wire,
     pipe: &Pipe<Work>,
 ) -> std::io::Result<()> {
     let frame_bytes_max = ctx.shared.limits.frame_bytes_max;
@@ -476,10 +557,10 @@ async fn execute_loop(
                 false
             }
         };
-        out = write_out(ctx, conn, stream, out).await?;
+        out = write_out(ctx, conn, wire, out).await?;
         pipe.complete(bytes);
         if stop {
-            shutdown_write(stream).await;
+            wire.shutdown_write().await;
             return Ok(());
         }
     }
@@ -492,23 +573,23 @@ async fn execute_loop(
             true,
         ));
         ctx.counters().add_error_frame(Status::ShuttingDown);
-        write_out(ctx, conn, stream, out).await?;
+        write_out(ctx, conn, wire, out).await?;
     }
-    shutdown_write(stream).await;
+    wire.shutdown_write().await;
     Ok(())
 }
 
 async fn write_out(
     ctx: &ShardContext,
     conn: &ConnState,
-    mut stream: &TcpStream,
+    wire: &Wire,
     out: BytesMut,
 ) -> std::io::Result<BytesMut> {
     if out.is_empty() {
         return Ok(out);
     }
     let len = out.len();
-    let BufResult(result, mut out) = stream.write_all(out).await;
+    let (result, mut out) = wire.write_all(out).await;
     result?;
     conn.touch();
     ctx.counters().add_sent(len);
@@ -518,11 +599,4 @@ async fn write_out(
         out = BytesMut::with_capacity(READ_CHUNK_BYTES);
     }
     Ok(out)
-}
-
-async fn shutdown_write(mut stream: &TcpStream) {
-    use compio::io::AsyncWrite;
-    if let Err(e) = stream.shutdown().await {
-        tracing::trace!(error = %e, "shutdown(SHUT_WR) failed");
-    }
 }

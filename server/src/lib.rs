@@ -26,5 +26,6 @@ pub mod signals;
 pub mod sockets;
 pub mod stats;
 pub mod status;
+pub mod tls;
 
 pub use server::{limits_from_config, start, RunningServer, ServerError, StopHandle};

@@ -50,8 +50,10 @@ pub struct DeviceFacts {
 #[derive(Debug)]
 pub struct Access {
     pub auth: Arc<Authenticator>,
-    /// A connection must complete its handshake within this.
+    /// A connection must complete its handshake (TLS included) within this.
     pub handshake_timeout: Duration,
+    /// TLS on the native listener; `None`: plaintext.
+    pub tls: Option<Arc<crate::tls::TlsConfig>>,
 }
 
 impl Access {
@@ -60,6 +62,7 @@ impl Access {
         Access {
             auth: Arc::new(Authenticator::open()),
             handshake_timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 }
