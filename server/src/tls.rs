@@ -240,10 +240,19 @@ impl TlsConn {
             if !tls.conn.borrow().is_handshaking() {
                 return Ok(tls);
             }
-            if let Err(e) = tls.feed(stream).await {
-                // Send the alert rustls prepared, if the socket still works.
-                let _ = tls.flush(stream).await;
-                return Err(e);
+            match tls.feed(stream).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(TlsFailure::Io(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the peer closed during the TLS handshake",
+                    )))
+                }
+                Err(e) => {
+                    // Send the alert rustls prepared, if the socket still works.
+                    let _ = tls.flush(stream).await;
+                    return Err(e);
+                }
             }
         }
     }

@@ -129,7 +129,12 @@ fn scrape(addr: SocketAddr, password: Option<&str>) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
     let auth = password
-        .map(|p| format!("Authorization: Basic {}\r\n", base64(&format!("prometheus:{p}"))))
+        .map(|p| {
+            format!(
+                "Authorization: Basic {}\r\n",
+                base64(&format!("prometheus:{p}"))
+            )
+        })
         .unwrap_or_default();
     write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n{auth}\r\n").unwrap();
     let mut out = String::new();
@@ -141,7 +146,10 @@ fn base64(text: &str) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for chunk in text.as_bytes().chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, &b)| acc | u32::from(b) << (16 - 8 * i));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &b)| acc | u32::from(b) << (16 - 8 * i));
         for i in 0..4 {
             if i <= chunk.len() {
                 out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
@@ -156,7 +164,9 @@ fn base64(text: &str) -> String {
 /// The value of a metric line `name value` (or `name{labels} value`).
 fn metric(page: &str, name: &str) -> u64 {
     page.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']) && !l.starts_with('#'))
+        .find(|l| {
+            l.starts_with(name) && l[name.len()..].starts_with([' ', '{']) && !l.starts_with('#')
+        })
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse::<f64>().ok())
         .map(|v| v as u64)
@@ -210,7 +220,10 @@ fn without_the_password_every_operation_is_refused_on_every_listener() {
     });
     let cli = ringkv(addr, None, &["ping"]);
     assert_eq!(cli.status.code(), Some(4), "{cli:?}");
-    assert!(String::from_utf8_lossy(&cli.stderr).contains("AUTH_REQUIRED"), "{cli:?}");
+    assert!(
+        String::from_utf8_lossy(&cli.stderr).contains("AUTH_REQUIRED"),
+        "{cli:?}"
+    );
 
     // /metrics without credentials.
     let metrics = server.metrics_addr.unwrap();
@@ -238,7 +251,10 @@ fn with_the_password_everything_works() {
         assert_eq!(c.get("k").await.unwrap().as_deref(), Some(&b"v"[..]));
         assert!(c.delete("k").await.unwrap());
         let stats = c.stats().await.unwrap();
-        assert!(stats.iter().any(|(n, _)| n == "server.auth_failures"), "{stats:?}");
+        assert!(
+            stats.iter().any(|(n, _)| n == "server.auth_failures"),
+            "{stats:?}"
+        );
     });
     // A raw version-2 hello with the password, requests pipelined behind it.
     let mut bytes = hello_bytes(2, Some(PASSWORD.as_bytes()));
@@ -255,7 +271,10 @@ fn with_the_password_everything_works() {
         assert!(n > 0, "closed before the ack");
         buf.extend_from_slice(&chunk[..n]);
     };
-    assert!(matches!(ack, HelloAck::Accepted { version: 2, .. }), "{ack:?}");
+    assert!(
+        matches!(ack, HelloAck::Accepted { version: 2, .. }),
+        "{ack:?}"
+    );
     let frame = loop {
         if let Some(frame) = decode_response(&mut buf, &Limits::default()).unwrap() {
             break frame;
@@ -264,7 +283,10 @@ fn with_the_password_everything_works() {
         assert!(n > 0, "closed before the answer");
         buf.extend_from_slice(&chunk[..n]);
     };
-    assert!(matches!(frame, ServerFrame::Response(ref r) if r.id == 7), "{frame:?}");
+    assert!(
+        matches!(frame, ServerFrame::Response(ref r) if r.id == 7),
+        "{frame:?}"
+    );
 
     let put = ringkv(addr, Some(PASSWORD), &["put", "cli", "yes"]);
     assert!(put.status.success(), "{put:?}");
@@ -282,12 +304,19 @@ fn a_wrong_password_is_refused_after_the_delay_and_counted() {
     let server = start_with_password(dir.path(), "");
     let addr = server.addr;
     let metrics = server.metrics_addr.unwrap();
-    let before = metric(&scrape(metrics, Some(PASSWORD)), "ringkv_auth_failures_total");
+    let before = metric(
+        &scrape(metrics, Some(PASSWORD)),
+        "ringkv_auth_failures_total",
+    );
 
     let started = Instant::now();
     let (status, message, _) = refused(addr, &hello_bytes(2, Some(b"correct horse")));
     // A sleep of the delay happens first; this bound cannot fail on a slow machine.
-    assert!(started.elapsed() >= FAILURE_DELAY, "answered after {:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= FAILURE_DELAY,
+        "answered after {:?}",
+        started.elapsed()
+    );
     assert_eq!(status, Status::AuthFailed, "{message}");
     assert!(!message.contains(PASSWORD), "{message}");
 
@@ -299,7 +328,10 @@ fn a_wrong_password_is_refused_after_the_delay_and_counted() {
     });
     let cli = ringkv(addr, Some("also wrong"), &["ping"]);
     assert_eq!(cli.status.code(), Some(4), "{cli:?}");
-    assert!(String::from_utf8_lossy(&cli.stderr).contains("AUTH_FAILED"), "{cli:?}");
+    assert!(
+        String::from_utf8_lossy(&cli.stderr).contains("AUTH_FAILED"),
+        "{cli:?}"
+    );
     // A wrong password on /metrics.
     let page = scrape(metrics, Some("guess"));
     assert!(page.starts_with("HTTP/1.1 401 "), "{page}");
@@ -334,7 +366,10 @@ fn a_password_sent_to_a_server_without_one_is_refused() {
         limits: Limits::default(),
     };
     v1.send_raw(&hello_bytes(1, None));
-    assert!(matches!(v1.read_hello_ack(), HelloAck::Accepted { version: 1, .. }));
+    assert!(matches!(
+        v1.read_hello_ack(),
+        HelloAck::Accepted { version: 1, .. }
+    ));
     v1.send(3, vec![RequestOp::Ping]);
     assert!(matches!(v1.read_frame(), Some(ServerFrame::Response(r)) if r.id == 3));
 }
@@ -421,7 +456,10 @@ fn a_client_that_never_finishes_the_handshake_is_closed() {
     });
     let page = scrape(server.metrics_addr.unwrap(), Some(PASSWORD));
     assert_eq!(
-        metric(&page, "ringkv_connections_closed_total{reason=\"handshake_timeout\"}"),
+        metric(
+            &page,
+            "ringkv_connections_closed_total{reason=\"handshake_timeout\"}"
+        ),
         3,
         "{page}"
     );
@@ -454,7 +492,10 @@ fn raise_fd_limit() -> u64 {
 fn a_thousand_password_guessers_are_refused_and_others_keep_being_served() {
     const GUESSERS: usize = 1000;
     if raise_fd_limit() < (2 * GUESSERS + 100) as u64 {
-        eprintln!("skipped: the open-files limit is below {}", 2 * GUESSERS + 100);
+        eprintln!(
+            "skipped: the open-files limit is below {}",
+            2 * GUESSERS + 100
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -472,7 +513,7 @@ fn a_thousand_password_guessers_are_refused_and_others_keep_being_served() {
     }
     // Let the server accept and park every one of them.
     let deadline = Instant::now() + WAIT;
-    while metric(&scrape(metrics, Some(PASSWORD)), "ringkv_connections_open") < GUESSERS as u64 + 1 {
+    while metric(&scrape(metrics, Some(PASSWORD)), "ringkv_connections_open") < GUESSERS as u64 {
         assert!(Instant::now() < deadline, "connections were not accepted");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -480,7 +521,7 @@ fn a_thousand_password_guessers_are_refused_and_others_keep_being_served() {
     let per_connection = grown / GUESSERS as u64;
     println!("{GUESSERS} unauthenticated connections: RSS grew {grown} bytes, {per_connection} per connection");
     assert!(
-        per_connection < 48 * 1024,
+        per_connection < 32 * 1024,
         "an unauthenticated connection costs {per_connection} bytes"
     );
     drop(held);
@@ -490,7 +531,9 @@ fn a_thousand_password_guessers_are_refused_and_others_keep_being_served() {
         with_runtime(async {
             let c = connect_with(addr, Some(PASSWORD)).await.expect("connect");
             for i in 0..200u64 {
-                c.put(key(i), value(i, 100)).await.expect("served during the attack");
+                c.put(key(i), value(i, 100))
+                    .await
+                    .expect("served during the attack");
                 assert_eq!(c.get(key(i)).await.unwrap(), Some(value(i, 100)));
             }
         })
@@ -498,7 +541,8 @@ fn a_thousand_password_guessers_are_refused_and_others_keep_being_served() {
     let mut guessers = Vec::with_capacity(GUESSERS);
     for i in 0..GUESSERS {
         let mut s = raw_connect(addr);
-        s.write_all(&hello_bytes(2, Some(format!("guess-{i}").as_bytes()))).unwrap();
+        s.write_all(&hello_bytes(2, Some(format!("guess-{i}").as_bytes())))
+            .unwrap();
         guessers.push(s);
     }
     let mut refused_count = 0;
@@ -516,7 +560,10 @@ fn a_thousand_password_guessers_are_refused_and_others_keep_being_served() {
     worker.join().expect("the real client was served");
     assert!(refused_count > 0);
     let page = scrape(metrics, Some(PASSWORD));
-    assert!(metric(&page, "ringkv_auth_failures_total") >= GUESSERS as u64, "{page}");
+    assert!(
+        metric(&page, "ringkv_auth_failures_total") >= GUESSERS as u64,
+        "{page}"
+    );
     ping_with_password(addr);
 }
 

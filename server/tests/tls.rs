@@ -121,7 +121,10 @@ fn tls_options(ca: Option<&Path>, insecure: bool) -> ConnectOptions {
 async fn round_trip(addr: &str, options: &ConnectOptions) -> Result<(), ClientError> {
     let c = Client::connect_with(addr, options).await?;
     c.put("tls-key", vec![7u8; 100_000]).await?;
-    assert_eq!(c.get("tls-key").await?.as_deref(), Some(&[7u8; 100_000][..]));
+    assert_eq!(
+        c.get("tls-key").await?.as_deref(),
+        Some(&[7u8; 100_000][..])
+    );
     // A batch whose answer spans many TLS records.
     let ops: Vec<RequestOp> = (0..50u64)
         .map(|i| RequestOp::Put {
@@ -139,7 +142,10 @@ fn the_rust_client_and_the_cli_speak_tls() {
     let s = start_tls("");
     let addr = s.server.addr;
     with_runtime(async {
-        for host in [format!("127.0.0.1:{}", addr.port()), format!("localhost:{}", addr.port())] {
+        for host in [
+            format!("127.0.0.1:{}", addr.port()),
+            format!("localhost:{}", addr.port()),
+        ] {
             round_trip(&host, &tls_options(Some(&s.ca.pem), false))
                 .await
                 .unwrap_or_else(|e| panic!("{host}: {e}"));
@@ -162,7 +168,13 @@ fn the_rust_client_and_the_cli_speak_tls() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let out = Command::new(cli_binary())
-        .args(["--server", &addr.to_string(), "--insecure", "get", "cli-tls"])
+        .args([
+            "--server",
+            &addr.to_string(),
+            "--insecure",
+            "get",
+            "cli-tls",
+        ])
         .env("RINGKV_PASSWORD", PASSWORD)
         .output()
         .unwrap();
@@ -192,7 +204,9 @@ fn bad_tls_inputs_are_refused_and_the_server_keeps_serving() {
             tls: None,
             ..good.clone()
         };
-        assert!(Client::connect_with(&addr.to_string(), &plain).await.is_err());
+        assert!(Client::connect_with(&addr.to_string(), &plain)
+            .await
+            .is_err());
         // A certificate from another CA.
         let other = new_ca(&s.dir, "other");
         match Client::connect_with(&addr.to_string(), &tls_options(Some(&other.pem), false)).await {
@@ -204,7 +218,9 @@ fn bad_tls_inputs_are_refused_and_the_server_keeps_serving() {
         // The wrong name.
         let mut wrong_name = good.clone();
         wrong_name.tls.as_mut().unwrap().server_name = Some("db.example.com".into());
-        assert!(Client::connect_with(&addr.to_string(), &wrong_name).await.is_err());
+        assert!(Client::connect_with(&addr.to_string(), &wrong_name)
+            .await
+            .is_err());
         // The right certificate and the wrong password.
         let mut wrong_password = good.clone();
         wrong_password.password = Some(b"guess".to_vec());
@@ -215,13 +231,19 @@ fn bad_tls_inputs_are_refused_and_the_server_keeps_serving() {
     });
     // A TLS handshake that never finishes: a ClientHello cut short, and silence.
     let mut stalled = raw_connect(addr);
-    stalled.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).unwrap();
+    stalled
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .unwrap();
     let mut silent = raw_connect(addr);
     let started = Instant::now();
     read_to_close(&mut stalled);
     read_to_close(&mut silent);
     assert!(started.elapsed() < WAIT);
-    with_runtime(async { round_trip(&addr.to_string(), &good).await.expect("still serving") });
+    with_runtime(async {
+        round_trip(&addr.to_string(), &good)
+            .await
+            .expect("still serving")
+    });
     let page = https_get(s.server.metrics_addr.unwrap(), &s.ca.pem, Some(PASSWORD));
     assert!(
         page.contains("ringkv_connections_closed_total{reason=\"handshake_timeout\"} 2"),
@@ -359,7 +381,9 @@ fn client_certificates_are_required_when_a_client_ca_is_set() {
         };
         assert!(without.is_err(), "no client certificate must not be served");
         options.tls.as_mut().unwrap().client_cert = Some((ccert.clone(), ckey.clone()));
-        let c = Client::connect_with(&addr, &options).await.expect("with a client certificate");
+        let c = Client::connect_with(&addr, &options)
+            .await
+            .expect("with a client certificate");
         c.ping().await.unwrap();
     });
 }
@@ -369,33 +393,46 @@ fn certificates_are_reloaded_on_sighup() {
     let s = start_tls("");
     let addr = s.server.addr.to_string();
     let old = tls_options(Some(&s.ca.pem), false);
-    let held = with_runtime(async { Client::connect_with(&addr, &old).await.expect("before") });
-
-    let ca2 = new_ca(&s.dir, "two");
-    issue(&ca2, &["127.0.0.1"], &s.dir.join("server.pem"), &s.dir.join("server.key"));
-    s.server.signal(libc::SIGHUP);
-    s.server.wait_for_log("TLS certificate files reloaded");
-    let new = tls_options(Some(&ca2.pem), false);
     with_runtime(async {
-        round_trip(&addr, &new).await.expect("the new certificate is served");
+        let held = Client::connect_with(&addr, &old).await.expect("before");
+
+        let ca2 = new_ca(&s.dir, "two");
+        issue(
+            &ca2,
+            &["127.0.0.1"],
+            &s.dir.join("server.pem"),
+            &s.dir.join("server.key"),
+        );
+        s.server.signal(libc::SIGHUP);
+        s.server.wait_for_log("TLS certificate files reloaded");
+        let new = tls_options(Some(&ca2.pem), false);
+        round_trip(&addr, &new)
+            .await
+            .expect("the new certificate is served");
         assert!(
             Client::connect_with(&addr, &old).await.is_err(),
             "the old CA no longer matches"
         );
         // A connection opened before the reload keeps working.
         held.ping().await.expect("old connection");
-    });
 
-    // A broken file is refused and the current certificate stays.
-    std::fs::write(s.dir.join("server.key"), "not a key").unwrap();
-    s.server.signal(libc::SIGHUP);
-    s.server.wait_for_log("TLS reload failed");
-    with_runtime(async { round_trip(&addr, &new).await.expect("still the new certificate") });
+        // A broken file is refused and the current certificate stays.
+        std::fs::write(s.dir.join("server.key"), "not a key").unwrap();
+        s.server.signal(libc::SIGHUP);
+        s.server.wait_for_log("TLS reload failed");
+        round_trip(&addr, &new)
+            .await
+            .expect("still the new certificate");
+    });
 }
 
 #[test]
 fn openssl_s_client_talks_to_the_tls_listener() {
     if Command::new("openssl").arg("version").output().is_err() {
+        assert!(
+            std::env::var_os("RINGKV_REQUIRE_OPENSSL").is_none(),
+            "RINGKV_REQUIRE_OPENSSL is set but openssl is not installed"
+        );
         eprintln!("skipped: openssl is not installed (scripts/ci-security.sh installs it)");
         return;
     }
@@ -459,13 +496,22 @@ fn openssl_s_client_talks_to_the_tls_listener() {
             String::from_utf8_lossy(&output.stderr)
         );
     };
-    assert!(matches!(ack, Some(HelloAck::Accepted { version: 2, .. })), "{ack:?}");
-    assert!(matches!(frame, ServerFrame::Response(ref r) if r.id == 9), "{frame:?}");
+    assert!(
+        matches!(ack, Some(HelloAck::Accepted { version: 2, .. })),
+        "{ack:?}"
+    );
+    assert!(
+        matches!(frame, ServerFrame::Response(ref r) if r.id == 9),
+        "{frame:?}"
+    );
     // Give the log a moment, then check the server is fine.
     std::thread::sleep(Duration::from_millis(50));
     with_runtime(async {
-        round_trip(&s.server.addr.to_string(), &tls_options(Some(&s.ca.pem), false))
-            .await
-            .unwrap()
+        round_trip(
+            &s.server.addr.to_string(),
+            &tls_options(Some(&s.ca.pem), false),
+        )
+        .await
+        .unwrap()
     });
 }
