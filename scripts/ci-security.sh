@@ -54,6 +54,7 @@ grep -q "protected mode" "$work/open.err" || fail "no protected-mode message: $(
 make_cert() { # $1 = file prefix
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
     -subj "/CN=ringkv-ci" -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+    -addext "basicConstraints=critical,CA:FALSE" \
     -keyout "$1.key.tmp" -out "$1.pem.tmp" 2>/dev/null
 }
 make_cert "$work/one"

@@ -95,7 +95,12 @@ fn admit(ctx: &Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
                 tracing::warn!(%peer, max_connections = ctx.shared.max_connections, "refused a connection: too many connections");
             }
             let max = ctx.shared.max_connections;
-            compio::runtime::spawn(refuse(stream, max)).detach();
+            if ctx.shared.access.tls.is_some() {
+                // A TLS client cannot read a plaintext refusal: just close.
+                drop(stream);
+            } else {
+                compio::runtime::spawn(refuse(stream, max)).detach();
+            }
         }
     }
 }

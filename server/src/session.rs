@@ -638,6 +638,119 @@ mod tests {
         );
     }
 
+    fn password_session() -> Session {
+        let auth = Authenticator::new(
+            Some(crate::auth::Password::new(b"pw", "test").unwrap()),
+            std::time::Duration::ZERO,
+        );
+        Session::with_auth(
+            limits(),
+            accepted_hello_ack(
+                limits(),
+                ServerInfo {
+                    server_id: 7,
+                    shard_count: 2,
+                    server_name: "test".into(),
+                },
+            ),
+            Arc::new(auth),
+        )
+    }
+
+    fn hello_with(password: &[u8]) -> BytesMut {
+        let mut b = BytesMut::new();
+        encode_hello(&Hello::with_password(), &mut b);
+        ringkv_protocol::encode_auth(password, &mut b);
+        b
+    }
+
+    fn refusal(step: Option<Step>) -> (Status, CloseReason) {
+        let Some(Step::Close {
+            reply: Some(reply),
+            reason,
+        }) = step
+        else {
+            panic!("expected a close, got {step:?}")
+        };
+        let Ok(Some(HelloAck::Refused { status, .. })) =
+            decode_hello_ack(&mut BytesMut::from(&reply[..]))
+        else {
+            panic!("expected a refusal")
+        };
+        (status, reason)
+    }
+
+    #[test]
+    fn the_password_decides_the_handshake() {
+        let mut s = password_session();
+        let mut buf = hello_with(b"pw");
+        buf.extend_from_slice(&request(1, vec![RequestOp::Ping]));
+        assert!(matches!(s.next_step(&mut buf, None), Some(Step::Send(_))));
+        assert!(s.is_ready());
+        assert!(matches!(
+            s.next_step(&mut buf, None),
+            Some(Step::Run { .. })
+        ));
+
+        let mut s = password_session();
+        let mut buf = hello_with(b"pW");
+        buf.extend_from_slice(&request(1, vec![RequestOp::Ping]));
+        assert_eq!(
+            refusal(s.next_step(&mut buf, None)),
+            (Status::AuthFailed, CloseReason::AuthFailed)
+        );
+        assert_eq!(s.auth_refusal(), Some(Verdict::WrongPassword));
+        assert!(buf.is_empty(), "nothing after a refusal is kept");
+        assert_eq!(s.next_step(&mut buf, None), None);
+
+        let mut s = password_session();
+        let mut buf = hello();
+        buf.extend_from_slice(&request(1, vec![RequestOp::Ping]));
+        assert_eq!(
+            refusal(s.next_step(&mut buf, None)),
+            (Status::AuthRequired, CloseReason::AuthFailed)
+        );
+
+        let mut s = password_session();
+        let mut buf = BytesMut::new();
+        encode_hello(
+            &Hello {
+                version: 1,
+                flags: 0,
+            },
+            &mut buf,
+        );
+        assert_eq!(
+            refusal(s.next_step(&mut buf, None)),
+            (Status::Unsupported, CloseReason::AuthFailed)
+        );
+    }
+
+    #[test]
+    fn the_handshake_never_asks_for_more_than_its_budget() {
+        let mut s = password_session();
+        let full = hello_with(&[b'x'; PASSWORD_BYTES_MAX]);
+        assert_eq!(full.len(), HANDSHAKE_BYTES_MAX);
+        for cut in 0..full.len() {
+            let mut buf = BytesMut::from(&full[..cut]);
+            let _ = s.next_step(&mut buf, None);
+            assert!(
+                s.bytes_wanted(&buf) <= HANDSHAKE_BYTES_MAX,
+                "after {cut} bytes"
+            );
+            assert!(!s.is_ready());
+            s = password_session();
+        }
+        // A huge announced password is refused from its two length bytes.
+        let mut buf = BytesMut::new();
+        encode_hello(&Hello::with_password(), &mut buf);
+        buf.extend_from_slice(&u16::MAX.to_le_bytes());
+        assert_eq!(
+            refusal(s.next_step(&mut buf, None)),
+            (Status::BadRequest, CloseReason::BadHandshake)
+        );
+    }
+
     #[test]
     fn bytes_wanted_follows_the_length_prefix() {
         let mut s = session();

@@ -46,7 +46,11 @@ With `-`, each stdin line is one command: `put KEY VALUE`, `get KEY`, `del KEY` 
 `ping`. VALUE is the rest of the line after KEY. Each command gets one output line,
 in order: `OK`, `PONG`, the value, `(nil)` or `ERR <message>`; blank lines are
 skipped. Keys and values in this mode use backslash escapes (\\\\ \\n \\r \\t \\xHH)
-on input and output, so every answer stays on one line."
+on input and output, so every answer stays on one line.
+
+A server with a password: put it in a file (--password-file FILE) or in the
+RINGKV_PASSWORD environment variable. A server with TLS: --ca FILE (the CA that
+signed its certificate), or --insecure for a self-signed test server."
 )]
 struct Cli {
     /// Server address (host:port).
