@@ -66,6 +66,7 @@ export RINGKV_PASSWORD
 RINGKV_PASSWORD=$(cat "$work/password")
 
 log "starting a server with a password and TLS"
+: >"$work/server.log" # exists before the wait loop reads it
 "$bin/ringkv-server" --data-dir "$work/data" --listen 127.0.0.1:0 --shards 2 \
   --password-file "$work/password" --tls-cert "$work/server.pem" --tls-key "$work/server.key" \
   >"$work/server.log" 2>&1 &
