@@ -183,7 +183,7 @@ fn the_rust_client_and_the_cli_speak_tls() {
 
 #[test]
 fn bad_tls_inputs_are_refused_and_the_server_keeps_serving() {
-    let s = start_tls("handshake_timeout = \"400ms\"\n");
+    let s = start_tls("handshake_timeout = \"3s\"\n");
     let addr = s.server.addr;
     let good = tls_options(Some(&s.ca.pem), false);
 
