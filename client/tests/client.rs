@@ -50,7 +50,7 @@ async fn handshake_exposes_limits_and_server_info() {
     assert_eq!(client.server_info().server_name, "fake-server");
     assert_eq!(client.server_info().shard_count, 2);
     assert_eq!(client.server_info().server_id, 0xfeed);
-    assert_eq!(client.protocol_version(), 1);
+    assert_eq!(client.protocol_version(), 2);
     assert_eq!(client.peer_addr(), server.addr);
 }
 
@@ -375,7 +375,7 @@ async fn a_refused_handshake_reports_status_and_message() {
         } => {
             assert_eq!(
                 (status, message.as_str(), server_version),
-                (Status::Overloaded, "too many connections", 1)
+                (Status::Overloaded, "too many connections", 2)
             );
         }
         other => panic!("expected Refused, got {other}"),

@@ -45,6 +45,8 @@ pub enum AppError {
     Report(#[from] ReportError),
     #[error(transparent)]
     Plot(#[from] PlotError),
+    #[error("connection flags: {0}")]
+    Connect(String),
     #[error("cannot start the tokio runtime: {0}")]
     Runtime(std::io::Error),
     #[error("a blocking task (embedded server start/stop) failed: {0}")]
@@ -380,8 +382,14 @@ pub async fn run_all(
 ) -> Result<(), AppError> {
     let timeout = Duration::from_secs_f64(args.timeout);
     if let Some(addr) = &args.server {
-        let target = RingkvTarget::new(addr.clone(), timeout);
+        let options = args.connect.options(timeout).map_err(AppError::Connect)?;
+        let target = RingkvTarget::with_options(addr.clone(), options);
         return run_on_target(&target, args.workload, s, "server", rows).await;
+    }
+    if args.connect.wants_tls() || args.connect.password_file.is_some() {
+        return Err(AppError::Connect(
+            "--tls, --ca, --insecure, --cert and --password-file apply to --server only".into(),
+        ));
     }
     for device in args.devices() {
         for durability in args.durabilities() {

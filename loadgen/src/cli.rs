@@ -208,6 +208,10 @@ pub struct RunArgs {
     /// [default: sweep: engine; other workloads: server]
     #[arg(long, value_enum, value_name = "KIND")]
     pub target: Option<TargetArg>,
+    /// With --server: TLS and password flags (--tls, --ca, --insecure,
+    /// --password-file or RINGKV_PASSWORD), as the `ringkv` CLI takes them.
+    #[command(flatten)]
+    pub connect: ringkv_client::ConnectArgs,
 
     /// Client tasks, each with its own connection.
     /// [default: 16; sweep: 1, the document's single client]

@@ -123,6 +123,8 @@ stats_group! {
         uptime_s: u64, "gauge", "seconds";
         /// Client connections open now.
         connections: u64, "gauge", "connections";
+        /// Handshakes refused for a missing or wrong password since start.
+        auth_failures: u64, "count", "handshakes";
     }
 }
 

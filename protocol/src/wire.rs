@@ -1,17 +1,33 @@
-//! Numbers of wire format v1: magic, versions, sizes, frame kinds, opcodes,
-//! payload kinds and status codes. Every value here is part of the protocol
+//! Numbers of the wire format (versions 1 and 2): magic, versions, sizes,
+//! hello flags, frame kinds, opcodes, payload kinds and status codes. Every value here is part of the protocol
 //! and is documented in `docs/protocol.md`; changing one breaks every client.
 
 /// First four bytes of a hello and of a hello-ack: ASCII `RKV1`.
 pub const MAGIC: [u8; 4] = *b"RKV1";
 
-/// The protocol version this crate speaks (the highest one).
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version this crate speaks (the highest one). Version 2 adds
+/// the password step of the handshake ([`hello_flags::AUTH`]) and the
+/// statuses AUTH_REQUIRED and AUTH_FAILED; frames are the same as in 1.
+pub const PROTOCOL_VERSION: u16 = 2;
 /// The oldest protocol version this crate speaks.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
 
 /// Size of a hello: magic, version, flags.
 pub const HELLO_BYTES: usize = 8;
+/// Longest password a hello may carry (the auth block's length field).
+pub const PASSWORD_BYTES_MAX: usize = 512;
+/// Size of the auth block's length field.
+pub const AUTH_LEN_BYTES: usize = 2;
+
+/// Flag bits of a hello (offset 6). Version 1 defines none.
+pub mod hello_flags {
+    /// Version 2: an auth block (`u16` length, then the password) follows
+    /// the 8-byte hello.
+    pub const AUTH: u16 = 0x0001;
+    /// Every bit version 2 defines.
+    pub const KNOWN_V2: u16 = AUTH;
+}
+
 /// Size of the fixed part of a hello-ack: magic, version, status, reserved,
 /// body length, body checksum.
 pub const HELLO_ACK_PREFIX_BYTES: usize = 16;
@@ -160,6 +176,10 @@ statuses! {
     Unsupported = 0x15, "UNSUPPORTED";
     /// The frame checksum does not match its bytes.
     ChecksumMismatch = 0x16, "CHECKSUM_MISMATCH";
+    /// Version 2 hello-ack: the server has a password and the hello carried none.
+    AuthRequired = 0x17, "AUTH_REQUIRED";
+    /// Version 2 hello-ack: the password is wrong (or the server has none).
+    AuthFailed = 0x18, "AUTH_FAILED";
     /// The shard hit an I/O error earlier and accepts no writes until restart.
     Poisoned = 0x20, "POISONED";
     /// The server is out of capacity (queue full, too many connections); retry later.
@@ -176,7 +196,7 @@ impl Status {
         self as u8
     }
 
-    /// The status with this byte, if v1 defines it.
+    /// The status with this byte, if the protocol defines it.
     pub fn from_code(code: u8) -> Option<Status> {
         Status::ALL.into_iter().find(|status| status.code() == code)
     }

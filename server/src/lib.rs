@@ -10,6 +10,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod auth;
 pub mod cli;
 pub mod connection;
 pub mod counters;
@@ -27,5 +28,6 @@ pub mod signals;
 pub mod sockets;
 pub mod stats;
 pub mod status;
+pub mod tls;
 
 pub use server::{limits_from_config, start, RunningServer, ServerError, StopHandle};

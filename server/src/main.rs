@@ -33,7 +33,7 @@ fn main() -> ExitCode {
         }
     };
     if cli.print_config {
-        print!("{}", config.to_toml_string());
+        print!("{}", config.redacted().to_toml_string());
         return ExitCode::SUCCESS;
     }
 
@@ -68,7 +68,24 @@ fn main() -> ExitCode {
     };
 
     let stop = server.stop_handle();
+    let tls = server.tls_reloader();
     let signals = spawn_signal_thread(move |signal: Signal| {
+        if signal == Signal::Hup {
+            match &tls {
+                None => tracing::info!("SIGHUP: TLS is off; nothing to reload"),
+                Some(tls) => match tls.reload() {
+                    Ok(()) => tracing::info!(
+                        reloads = tls.reloads(),
+                        "SIGHUP: TLS certificate files reloaded; new connections use them"
+                    ),
+                    Err(e) => tracing::error!(
+                        error = %e,
+                        "SIGHUP: TLS reload failed; the previous certificates stay in use"
+                    ),
+                },
+            }
+            return;
+        }
         if stop.is_stop_requested() {
             tracing::warn!(
                 signal = signal.name(),

@@ -113,6 +113,25 @@ fn render_server(p: &mut PromText, shared: &Shared) {
             c.closed(reason),
         );
     }
+    let auth = &shared.access.auth;
+    p.gauge(
+        "ringkv_auth_required",
+        "1 when clients must present a password (server.requirepass / password_file).",
+        &[],
+        if auth.is_required() { 1.0 } else { 0.0 },
+    );
+    p.counter(
+        "ringkv_auth_failures_total",
+        "Refused authentication attempts (missing or wrong password), all listeners.",
+        &[],
+        auth.failures(),
+    );
+    p.counter(
+        "ringkv_auth_successes_total",
+        "Accepted password checks, all listeners.",
+        &[],
+        auth.successes(),
+    );
     p.counter(
         "ringkv_network_received_bytes_total",
         "Bytes read from client connections.",

@@ -29,6 +29,7 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
             shards: facts.shard_count as u64,
             uptime_s: shared.started.elapsed().as_secs(),
             connections: shared.connections_open() as u64,
+            auth_failures: shared.access.auth.failures(),
         },
         ops: OpsStats {
             put: counters.ops_of_kind(OpKind::Put),

@@ -27,12 +27,18 @@ pub use schema::{
     ProfileConfig, ServerConfig, StorageConfig, SHARDS_MAX,
 };
 pub use units::{ByteSize, Duration, UnitError, DURATION_UNITS, SIZE_UNITS};
-pub use validate::{FRAME_OVERHEAD_BYTES_MAX, PAGE_SIZE_BYTES, WAL_RECORD_HEADER_BYTES_MAX};
+pub use validate::{
+    is_loopback, unprotected_listeners, FRAME_OVERHEAD_BYTES_MAX, PAGE_SIZE_BYTES,
+    PASSWORD_BYTES_MAX, WAL_RECORD_HEADER_BYTES_MAX,
+};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+
+/// What [`Config::redacted`] writes in place of a password.
+pub const REDACTED: &str = "<redacted>";
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,6 +160,21 @@ impl Config {
         self.devices
             .get(device)
             .and_then(|d| self.profile(&d.profile))
+    }
+
+    /// Whether a password is configured (inline or in a file).
+    pub fn has_password(&self) -> bool {
+        !self.server.requirepass.is_empty() || !self.server.password_file.as_os_str().is_empty()
+    }
+
+    /// A copy safe to print: a set `server.requirepass` becomes
+    /// [`REDACTED`] (the password file's path is not secret and stays).
+    pub fn redacted(&self) -> Config {
+        let mut c = self.clone();
+        if !c.server.requirepass.is_empty() {
+            c.server.requirepass = REDACTED.to_string();
+        }
+        c
     }
 }
 

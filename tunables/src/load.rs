@@ -743,6 +743,16 @@ metrics_listen = \"127.0.0.1:9100\"
 max_connections = 500
 idle_timeout = \"30s\"
 pipeline_depth_max = 16
+requirepass = \"pw\"
+password_file = \"\"
+dangerously_listen_without_password = true
+handshake_timeout = \"2s\"
+auth_failure_delay = \"50ms\"
+tls_native = true
+tls_metrics = true
+tls_cert_file = \"/etc/ringkv/cert.pem\"
+tls_key_file = \"/etc/ringkv/key.pem\"
+tls_client_ca_file = \"/etc/ringkv/ca.pem\"
 [storage]
 data_dir = \"/var/lib/ringkv\"
 tier = \"memory\"
@@ -785,6 +795,16 @@ count_fsync = false
             max_connections: 500,
             idle_timeout: Duration::from_secs(30),
             pipeline_depth_max: 16,
+            requirepass: "pw".to_string(),
+            password_file: PathBuf::new(),
+            dangerously_listen_without_password: true,
+            handshake_timeout: Duration::from_secs(2),
+            auth_failure_delay: Duration::from_millis(50),
+            tls_native: true,
+            tls_metrics: true,
+            tls_cert_file: PathBuf::from("/etc/ringkv/cert.pem"),
+            tls_key_file: PathBuf::from("/etc/ringkv/key.pem"),
+            tls_client_ca_file: PathBuf::from("/etc/ringkv/ca.pem"),
         };
         want.storage = StorageConfig {
             data_dir: PathBuf::from("/var/lib/ringkv"),

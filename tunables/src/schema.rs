@@ -349,6 +349,40 @@ section! {
         /// Frames one connection may have in flight (sent, not yet answered).
         pipeline_depth_max: u32 = 128,
             kind None, check Check::Range(1, 65_536);
+        /// Password every client must present in the handshake; `""` means none. Not
+        /// together with `password_file`. `--print-config` shows it redacted.
+        requirepass: String = String::new(),
+            kind Some("string"), check Check::Any, note "`\"\"`, or 1 to 512 bytes";
+        /// File whose content (one trailing newline removed) is the password, which
+        /// keeps the secret out of this file; read at start. `""` means none.
+        password_file: PathBuf = PathBuf::new(),
+            kind None, check Check::Any, note "not together with `requirepass`";
+        /// Protected mode's opt-out: allow listening on a non-loopback address with
+        /// no password.
+        dangerously_listen_without_password: bool = false,
+            kind None, check Check::Any;
+        /// A connection must finish its handshake (TLS included) within this.
+        handshake_timeout: Duration = Duration::from_secs(10),
+            kind None, check Check::Range(Duration::from_millis(10), Duration::from_secs(3600));
+        /// How long a wrong password waits before it is refused.
+        auth_failure_delay: Duration = Duration::from_millis(200),
+            kind None, check Check::Range(Duration::ZERO, Duration::from_secs(10));
+        /// TLS on the binary-protocol listener; needs `tls_cert_file` and `tls_key_file`.
+        tls_native: bool = false,
+            kind None, check Check::Any;
+        /// TLS (HTTPS) on the `/metrics` listener; needs `tls_cert_file` and `tls_key_file`.
+        tls_metrics: bool = false,
+            kind None, check Check::Any;
+        /// Certificate chain, PEM, leaf first.
+        tls_cert_file: PathBuf = PathBuf::new(),
+            kind None, check Check::Any, note "a PEM file when TLS is on";
+        /// Private key of the certificate, PEM (PKCS#8, PKCS#1 or SEC1).
+        tls_key_file: PathBuf = PathBuf::new(),
+            kind None, check Check::Any, note "a PEM file when TLS is on";
+        /// CA certificates, PEM: when set, TLS clients must present a certificate signed
+        /// by one of them. `""`: no client certificates.
+        tls_client_ca_file: PathBuf = PathBuf::new(),
+            kind None, check Check::Any, note "only with TLS on";
     }
 }
 

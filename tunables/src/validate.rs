@@ -31,6 +31,36 @@ pub const WAL_RECORD_HEADER_BYTES_MAX: u64 = 64;
 pub const FRAME_OVERHEAD_BYTES_MAX: u64 = 256;
 const QUEUE_DEPTH: (u32, u32) = (8, 4096);
 const NAME_LEN_MAX: usize = 64;
+/// Longest password; the wire protocol's auth block carries at most this many
+/// bytes (`ringkv_protocol::PASSWORD_BYTES_MAX`, kept equal by a server test).
+pub const PASSWORD_BYTES_MAX: usize = 512;
+
+/// Whether `addr` is reachable only from this machine (127.0.0.0/8, ::1, or
+/// an IPv4-mapped loopback address). 0.0.0.0 and :: are every interface.
+pub fn is_loopback(addr: &SocketAddr) -> bool {
+    addr.ip().to_canonical().is_loopback()
+}
+
+/// Protected mode's decision: the listeners of `c` that are reachable from
+/// other machines while no password is configured and the opt-out is off,
+/// as (field, address). Empty when the configuration may start.
+pub fn unprotected_listeners(c: &Config) -> Vec<(&'static str, SocketAddr)> {
+    if c.has_password() || c.server.dangerously_listen_without_password {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (field, value) in [
+        ("server.listen", &c.server.listen),
+        ("server.metrics_listen", &c.server.metrics_listen),
+    ] {
+        if let Ok(addr) = value.parse::<SocketAddr>() {
+            if !is_loopback(&addr) {
+                out.push((field, addr));
+            }
+        }
+    }
+    out
+}
 
 /// Collects errors. Works in two phases: first each field on its own (range,
 /// format), then the rules between fields. A field that failed to parse or is
@@ -213,6 +243,17 @@ impl Checker {
     fn fields(&mut self, c: &Config) {
         self.range_u32("shards", c.shards, (0, SHARDS_MAX));
         c.server.check_fields(self, ServerConfig::PATH);
+        if c.server.requirepass.len() > PASSWORD_BYTES_MAX {
+            // Never echo a password, not even a wrong one.
+            self.bad_value(
+                "server.requirepass",
+                quoted(crate::REDACTED),
+                format!(
+                    "is {} bytes; a password is at most {PASSWORD_BYTES_MAX} bytes",
+                    c.server.requirepass.len()
+                ),
+            );
+        }
         c.storage.check_fields(self, StorageConfig::PATH);
         c.limits.check_fields(self, LimitsConfig::PATH);
         c.io.check_fields(self, IoConfig::PATH);
@@ -223,8 +264,64 @@ impl Checker {
         }
     }
 
+    /// Access control: password sources, TLS files, protected mode.
+    fn access_rules(&mut self, c: &Config) {
+        let s = &c.server;
+        let path_set = |p: &std::path::Path| !p.as_os_str().is_empty();
+        self.rule(
+            s.requirepass.is_empty() || !path_set(&s.password_file),
+            "server.password_file",
+            quoted(s.password_file.display()),
+            &["server.requirepass"],
+            "cannot be set together with server.requirepass; keep one of them".to_string(),
+        );
+        let tls = s.tls_native || s.tls_metrics;
+        for (field, path) in [
+            ("server.tls_cert_file", &s.tls_cert_file),
+            ("server.tls_key_file", &s.tls_key_file),
+        ] {
+            self.rule(
+                !tls || path_set(path),
+                field,
+                "\"\"".to_string(),
+                &["server.tls_native", "server.tls_metrics"],
+                "must name a PEM file when server.tls_native or server.tls_metrics is on"
+                    .to_string(),
+            );
+        }
+        self.rule(
+            tls || !path_set(&s.tls_client_ca_file),
+            "server.tls_client_ca_file",
+            quoted(s.tls_client_ca_file.display()),
+            &["server.tls_native", "server.tls_metrics"],
+            "has no effect while TLS is off; set server.tls_native (or tls_metrics) = true, or remove it".to_string(),
+        );
+        for (field, addr) in unprotected_listeners(c) {
+            let value = if field == "server.listen" {
+                &s.listen
+            } else {
+                &s.metrics_listen
+            };
+            self.rule(
+                false,
+                field,
+                quoted(value),
+                &[],
+                format!(
+                    "protected mode: {addr} is reachable from other machines and no password is set, \
+                     so anyone who can connect could read and delete every key. Set \
+                     server.requirepass or server.password_file (and server.tls_native = true), \
+                     or listen on 127.0.0.1; to run open anyway, set \
+                     server.dangerously_listen_without_password = true \
+                     (flag --dangerously-listen-without-password)"
+                ),
+            );
+        }
+    }
+
     /// Phase two: the rules that tie fields together.
     fn rules(&mut self, c: &Config) {
+        self.access_rules(c);
         let s = &c.server;
         if !s.metrics_listen.is_empty() {
             let listen = s.listen.parse::<SocketAddr>();
@@ -416,6 +513,7 @@ impl ProfileConfig {
 mod tests {
     use super::*;
     use crate::DeviceConfig;
+    use std::path::PathBuf;
 
     /// The errors of `c`, as (field, display) pairs; empty when valid.
     fn problems(c: &Config) -> Vec<(String, String)> {
@@ -524,6 +622,115 @@ mod tests {
             c.io.queue_depth = out;
             assert_one(&c, "io.queue_depth", "out of range, allowed 8..=4096");
         }
+    }
+
+    #[test]
+    fn protected_mode_decides_by_address_password_and_opt_out() {
+        let open = |listen: &str, metrics: &str| {
+            let mut c = Config::default();
+            c.server.listen = listen.to_string();
+            c.server.metrics_listen = metrics.to_string();
+            c
+        };
+        for loopback in [
+            "127.0.0.1:7379",
+            "127.1.2.3:0",
+            "[::1]:0",
+            "[::ffff:127.0.0.1]:0",
+        ] {
+            assert!(
+                unprotected_listeners(&open(loopback, "")).is_empty(),
+                "{loopback}"
+            );
+        }
+        for exposed in ["0.0.0.0:0", "[::]:7379", "10.0.0.5:7379", "192.168.1.1:1"] {
+            let c = open(exposed, "");
+            assert_eq!(
+                unprotected_listeners(&c),
+                vec![("server.listen", exposed.parse().unwrap())]
+            );
+            assert_one(&c, "server.listen", "protected mode");
+            let message = &problems(&c)[0].1;
+            for names in [
+                "server.requirepass",
+                "server.password_file",
+                "server.dangerously_listen_without_password = true",
+            ] {
+                assert!(message.contains(names), "{message}");
+            }
+            let mut with_password = c.clone();
+            with_password.server.requirepass = "pw".to_string();
+            assert_eq!(problems(&with_password), Vec::<(String, String)>::new());
+            let mut with_file = c.clone();
+            with_file.server.password_file = "/run/secrets/ringkv".into();
+            assert_eq!(problems(&with_file), Vec::<(String, String)>::new());
+            let mut opted_out = c.clone();
+            opted_out.server.dangerously_listen_without_password = true;
+            assert_eq!(problems(&opted_out), Vec::<(String, String)>::new());
+        }
+        // The metrics listener counts too.
+        assert_one(
+            &open("127.0.0.1:0", "0.0.0.0:9100"),
+            "server.metrics_listen",
+            "protected mode",
+        );
+    }
+
+    #[test]
+    fn password_and_tls_rules() {
+        let mut c = Config::default();
+        c.server.requirepass = "x".repeat(PASSWORD_BYTES_MAX);
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.server.requirepass.push('x');
+        assert_one(&c, "server.requirepass", "at most 512 bytes");
+        assert!(
+            !problems(&c)[0].1.contains("xxx"),
+            "the password is never printed"
+        );
+        c.server.requirepass = "pw".to_string();
+        c.server.password_file = "/run/secrets/pw".into();
+        assert_one(
+            &c,
+            "server.password_file",
+            "together with server.requirepass",
+        );
+
+        let mut c = Config::default();
+        c.server.tls_native = true;
+        let p = problems(&c);
+        assert_eq!(p.len(), 2, "{p:#?}");
+        assert_eq!(p[0].0, "server.tls_cert_file");
+        assert_eq!(p[1].0, "server.tls_key_file");
+        c.server.tls_cert_file = "cert.pem".into();
+        c.server.tls_key_file = "key.pem".into();
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.server.tls_native = false;
+        c.server.tls_client_ca_file = "ca.pem".into();
+        assert_one(
+            &c,
+            "server.tls_client_ca_file",
+            "no effect while TLS is off",
+        );
+        c.server.tls_metrics = true;
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+
+        let mut c = Config::default();
+        c.server.handshake_timeout = Duration::ZERO;
+        assert_one(&c, "server.handshake_timeout", "out of range");
+        c.server.handshake_timeout = Duration::from_secs(1);
+        c.server.auth_failure_delay = Duration::from_secs(11);
+        assert_one(&c, "server.auth_failure_delay", "out of range");
+    }
+
+    #[test]
+    fn redacted_hides_only_the_inline_password() {
+        let mut c = Config::default();
+        assert_eq!(c.redacted(), c);
+        c.server.requirepass = "hunter2".to_string();
+        c.server.password_file = PathBuf::new();
+        let r = c.redacted();
+        assert_eq!(r.server.requirepass, crate::REDACTED);
+        assert!(!r.to_toml_string().contains("hunter2"));
     }
 
     #[test]
