@@ -660,8 +660,18 @@ pub async fn recover<D: Disk>(
     // --- The head names the newest segment whose first flush was durable
     // (and acknowledged): the log must reach it.
     let found = newest_used.map_or(0, |(seq, _)| seq);
+    // A segment with a used header at or past the named one also reaches
+    // it: the named segment may have been retired by a checkpoint that
+    // covered it, with the next segment's first flush torn by the crash.
+    // A deleted or emptied newest segment leaves no such header.
+    let newest_header = segments
+        .iter()
+        .filter(|s| s.used().is_some())
+        .map(|s| s.seq)
+        .max()
+        .unwrap_or(0);
     if let Some(h) = head {
-        if h.seq > found {
+        if h.seq > found.max(newest_header) {
             cases.push(RecoveryCase::NewestSegmentMissing);
             return Err(corrupt(
                 &paths.segment(h.seq),
