@@ -15,8 +15,15 @@
 #
 # Usage: scripts/bench-vs-redis.sh [ROUNDS=3]
 # Env:   REQUESTS (2000000), KEYS (1000000), CONNECTIONS (16), BATCH (1000),
-#        VALUE_BYTES (1000), RINGKV_PORT (17379), REDIS_PORT (16379),
-#        RINGKV_SHARDS (0 = one per core), RINGKV_DEVICE_PROFILE (unthrottled)
+#        VALUE_BYTES (1000), RINGKV_SHARDS (0 = one per core),
+#        RINGKV_DEVICE_PROFILE (unthrottled)
+#
+# Ports: ringkv-server listens on a port the kernel picks (--listen
+# 127.0.0.1:0; the script reads it from the "ready" line). Redis cannot take
+# port 0, so the script asks the kernel for a free port, starts Redis on it,
+# and then checks that the Redis answering there is the one it started (its
+# process_id) and that it runs with appendfsync always; anything else aborts
+# the run instead of measuring a stranger.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,8 +33,6 @@ KEYS="${KEYS:-1000000}"
 CONNECTIONS="${CONNECTIONS:-16}"
 BATCH="${BATCH:-1000}"
 VALUE_BYTES="${VALUE_BYTES:-1000}"
-RINGKV_PORT="${RINGKV_PORT:-17379}"
-REDIS_PORT="${REDIS_PORT:-16379}"
 RINGKV_SHARDS="${RINGKV_SHARDS:-0}"
 RINGKV_DEVICE_PROFILE="${RINGKV_DEVICE_PROFILE:-unthrottled}"
 
@@ -70,6 +75,10 @@ echo "redis: $(redis-server --version)"
 echo "ringkv: $($SERVER --version)"
 echo "shape: -n $REQUESTS -r $KEYS -c $CONNECTIONS -P $BATCH -d $VALUE_BYTES, $ROUNDS rounds"
 
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+REDIS_PORT=$(free_port)
 say "starting redis (AOF, appendfsync always) on 127.0.0.1:$REDIS_PORT"
 mkdir -p "$WORK/redis"
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK/redis" --save '' \
@@ -80,10 +89,16 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 redis-cli -p "$REDIS_PORT" ping >/dev/null
+# The Redis on that port must be ours, with every write fsync'ed.
+redis_pid=$(redis-cli -p "$REDIS_PORT" info server | tr -d '\r' | sed -n 's/^process_id://p')
+[ "$redis_pid" = "$REDIS_PID" ] || { echo "port $REDIS_PORT answers as pid '$redis_pid', not the Redis started here ($REDIS_PID)"; exit 1; }
+fsync_mode=$(redis-cli -p "$REDIS_PORT" config get appendfsync | tr -d '\r' | sed -n 2p)
+[ "$fsync_mode" = "always" ] || { echo "Redis runs with appendfsync '$fsync_mode', not 'always'"; exit 1; }
+echo "redis pid $redis_pid, appendfsync $fsync_mode"
 
-say "starting ringkv-server (durability sync) on 127.0.0.1:$RINGKV_PORT"
+say "starting ringkv-server (durability sync) on a kernel-picked port"
 mkdir -p "$WORK/ringkv"
-RUST_LOG=info "$SERVER" --data-dir "$WORK/ringkv" --listen "127.0.0.1:$RINGKV_PORT" \
+RUST_LOG=info "$SERVER" --data-dir "$WORK/ringkv" --listen "127.0.0.1:0" \
   --durability sync --shards "$RINGKV_SHARDS" --device-profile "$RINGKV_DEVICE_PROFILE" \
   >"$WORK/ringkv.log" 2>&1 &
 RINGKV_PID=$!
@@ -93,6 +108,8 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 grep "ringkv-server ready" "$WORK/ringkv.log" | sed 's/^.*ringkv-server ready/ringkv-server ready/'
+RINGKV_ADDR=$(grep "ringkv-server ready" "$WORK/ringkv.log" | sed -n 's/.*addr=\([0-9.]*:[0-9]*\).*/\1/p' | head -1)
+[ -n "$RINGKV_ADDR" ] || { echo "no address in the ready line"; cat "$WORK/ringkv.log"; exit 1; }
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
@@ -106,7 +123,7 @@ for round in $(seq "$ROUNDS"); do
   awk -F'"' '$2=="GET" {print $4}' "$WORK/redis.csv" >>"$WORK/redis_get"
 
   say "round $round/$ROUNDS: ringkv-bench"
-  "$BENCH" --server "127.0.0.1:$RINGKV_PORT" -c "$CONNECTIONS" -P "$BATCH" -d "$VALUE_BYTES" \
+  "$BENCH" --server "$RINGKV_ADDR" -c "$CONNECTIONS" -P "$BATCH" -d "$VALUE_BYTES" \
     -r "$KEYS" -n "$REQUESTS" --seed "$round" | tee "$WORK/ringkv.out"
   sed -n 's/^RESULT .*put_ops_per_sec=\([0-9]*\).*/\1/p' "$WORK/ringkv.out" >>"$WORK/ringkv_put"
   sed -n 's/^RESULT .*get_ops_per_sec=\([0-9]*\).*/\1/p' "$WORK/ringkv.out" >>"$WORK/ringkv_get"

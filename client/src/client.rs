@@ -13,17 +13,53 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{lookup_host, TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::protocol::{
-    check_frame, decode_hello_ack, decode_response, encode_hello, encode_request, DecodeError,
-    ErrorFrame, Hello, HelloAck, LimitError, Limits, OpReply, Request, RequestOp, ServerFrame,
-    ServerInfo, Status, PROTOCOL_VERSION,
+    check_frame, decode_hello_ack, decode_response, encode_auth, encode_hello, encode_request,
+    DecodeError, ErrorFrame, Hello, HelloAck, LimitError, Limits, OpReply, Request, RequestOp,
+    ServerFrame, ServerInfo, Status, PASSWORD_BYTES_MAX, PROTOCOL_VERSION,
 };
+use crate::tls::{TlsOptions, TlsSetupError};
+
+/// The reading side of the connection (TCP or TLS).
+type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
+/// The writing side of the connection (TCP or TLS).
+type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// How to connect: a password for the handshake, TLS, a time bound.
+#[derive(Clone)]
+pub struct ConnectOptions {
+    /// Sent in the handshake (protocol version 2); 1..=512 bytes.
+    pub password: Option<Vec<u8>>,
+    /// Connect with TLS.
+    pub tls: Option<TlsOptions>,
+    /// Bound on resolving, connecting and both handshakes together.
+    pub timeout: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            password: None,
+            tls: None,
+            timeout: CONNECT_TIMEOUT_DEFAULT,
+        }
+    }
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
 
 /// How long [`Client::connect`] waits for the TCP connection and the
 /// hello-ack together.
@@ -53,6 +89,15 @@ pub enum ClientError {
     /// The socket failed during the handshake.
     #[error("I/O error during the handshake with {peer}: {source}")]
     Io { peer: SocketAddr, source: io::Error },
+    /// TLS could not be set up (CA file, client certificate, server name).
+    #[error("TLS setup: {0}")]
+    TlsSetup(#[from] TlsSetupError),
+    /// The TLS handshake failed (untrusted certificate, not a TLS server...).
+    #[error("TLS handshake with {peer} failed: {source}")]
+    TlsHandshake { peer: SocketAddr, source: io::Error },
+    /// The password cannot be sent (the protocol carries 1..=512 bytes).
+    #[error("a password is 1..={max} bytes, this one is {len}", max = PASSWORD_BYTES_MAX)]
+    BadPassword { len: usize },
     /// The server refused the handshake (its hello-ack carried an error).
     #[error("server refused the connection ({status}): {message} (server speaks protocol version {server_version})")]
     Refused {
@@ -198,7 +243,11 @@ impl Client {
         addr: impl ToSocketAddrs,
         timeout: Duration,
     ) -> Result<Client, ClientError> {
-        match tokio::time::timeout(timeout, Client::connect_inner(addr)).await {
+        let options = ConnectOptions {
+            timeout,
+            ..ConnectOptions::default()
+        };
+        match tokio::time::timeout(timeout, Client::connect_inner(addr, "", &options)).await {
             Ok(result) => result,
             Err(_) => Err(ClientError::Timeout {
                 what: "connect and handshake",
@@ -207,7 +256,42 @@ impl Client {
         }
     }
 
-    async fn connect_inner(addr: impl ToSocketAddrs) -> Result<Client, ClientError> {
+    /// Connects to `addr` (`host:port`) with `options`: TLS, a password, a
+    /// time bound.
+    pub async fn connect_with(addr: &str, options: &ConnectOptions) -> Result<Client, ClientError> {
+        let timeout = options.timeout;
+        let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+        match tokio::time::timeout(timeout, Client::connect_inner(addr, host, options)).await {
+            Ok(result) => result,
+            Err(_) => Err(ClientError::Timeout {
+                what: "connect and handshake",
+                after: timeout,
+            }),
+        }
+    }
+
+    /// `host` names the server for TLS (when `options.tls` has no name).
+    async fn connect_inner(
+        addr: impl ToSocketAddrs,
+        host: &str,
+        options: &ConnectOptions,
+    ) -> Result<Client, ClientError> {
+        if let Some(password) = &options.password {
+            if !(1..=PASSWORD_BYTES_MAX).contains(&password.len()) {
+                return Err(ClientError::BadPassword {
+                    len: password.len(),
+                });
+            }
+        }
+        let tls = match &options.tls {
+            None => None,
+            Some(tls) => {
+                let name = tls.server_name(host)?;
+                let connector =
+                    tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls.client_config()?));
+                Some((connector, name))
+            }
+        };
         let addrs: Vec<SocketAddr> = lookup_host(addr)
             .await
             .map_err(ClientError::Resolve)?
@@ -224,7 +308,7 @@ impl Client {
                 Err(error) => last_error = error,
             }
         }
-        let Some(mut stream) = stream else {
+        let Some(stream) = stream else {
             return Err(ClientError::Connect {
                 addrs,
                 source: last_error,
@@ -237,10 +321,31 @@ impl Client {
         let io_error = |source| ClientError::Io { peer, source };
         // Small frames must not wait for Nagle: latency is the point of pipelining.
         stream.set_nodelay(true).map_err(io_error)?;
+        let (mut read, mut write): (ReadHalf, WriteHalf) = match tls {
+            None => {
+                let (read, write) = stream.into_split();
+                (Box::new(read), Box::new(write))
+            }
+            Some((connector, name)) => {
+                let tls = connector
+                    .connect(name, stream)
+                    .await
+                    .map_err(|source| ClientError::TlsHandshake { peer, source })?;
+                let (read, write) = tokio::io::split(tls);
+                (Box::new(read), Box::new(write))
+            }
+        };
 
         let mut out = BytesMut::new();
-        encode_hello(&Hello::current(), &mut out);
-        stream.write_all(&out).await.map_err(io_error)?;
+        match &options.password {
+            None => encode_hello(&Hello::current(), &mut out),
+            Some(password) => {
+                encode_hello(&Hello::with_password(), &mut out);
+                encode_auth(password, &mut out);
+            }
+        }
+        write.write_all(&out).await.map_err(io_error)?;
+        write.flush().await.map_err(io_error)?;
 
         let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
         let ack = loop {
@@ -249,7 +354,7 @@ impl Client {
                 Ok(None) => {}
                 Err(error) => return Err(ClientError::Protocol(ProtocolError::Decode(error))),
             }
-            let read = stream.read_buf(&mut buf).await.map_err(io_error)?;
+            let read = read.read_buf(&mut buf).await.map_err(io_error)?;
             if read == 0 {
                 return Err(ClientError::Closed {
                     reason: "the server closed the connection during the handshake".into(),
@@ -291,7 +396,6 @@ impl Client {
             )),
             limits,
         });
-        let (read, write) = stream.into_split();
         let (frames, queue) = mpsc::unbounded_channel();
         // Bytes after the ack (none today) belong to the first frame.
         let writer = tokio::spawn(write_loop(write, queue, Arc::clone(&connection)));
@@ -501,7 +605,7 @@ fn op_name(op: &RequestOp) -> &'static str {
 /// Sends queued frames, several per write when they queue up. Ends when the
 /// client is dropped (the queue closes) or the socket fails.
 async fn write_loop(
-    mut write: OwnedWriteHalf,
+    mut write: WriteHalf,
     mut queue: mpsc::UnboundedReceiver<Bytes>,
     connection: Arc<Connection>,
 ) {
@@ -520,6 +624,11 @@ async fn write_loop(
             }
             write.write_all(&coalesced).await
         };
+        // TLS may hold encrypted bytes back until flushed (a no-op on TCP).
+        let result = match result {
+            Ok(()) => write.flush().await,
+            Err(error) => Err(error),
+        };
         if let Err(error) = result {
             let reason = format!("write failed: {error}");
             connection.fail_all(reason.clone(), || ClientError::Closed {
@@ -535,7 +644,7 @@ async fn write_loop(
 /// with CLOSE; every request still outstanding then fails, and the writer is
 /// stopped so the socket closes.
 async fn read_loop(
-    read: OwnedReadHalf,
+    read: ReadHalf,
     buf: BytesMut,
     connection: Arc<Connection>,
     writer: AbortHandle,
@@ -545,11 +654,7 @@ async fn read_loop(
     writer.abort();
 }
 
-async fn read_until_stop(
-    mut read: OwnedReadHalf,
-    mut buf: BytesMut,
-    connection: &Connection,
-) -> Stop {
+async fn read_until_stop(mut read: ReadHalf, mut buf: BytesMut, connection: &Connection) -> Stop {
     loop {
         loop {
             match decode_response(&mut buf, &connection.limits) {

@@ -2,9 +2,15 @@
 //! `ringkv-protocol` crate, which the server shares; [`Client`] is a pipelining
 //! tokio client on top of it. This crate must not depend on the engine or the server.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod args;
 mod client;
+pub mod tls;
 /// The sans-IO wire codec, re-exported from `ringkv-protocol`.
 pub use ringkv_protocol as protocol;
 
-pub use client::{Client, ClientError, ProtocolError, CONNECT_TIMEOUT_DEFAULT};
+pub use args::ConnectArgs;
+pub use client::{Client, ClientError, ConnectOptions, ProtocolError, CONNECT_TIMEOUT_DEFAULT};
 pub use protocol::{Limits, OpReply, RequestOp, ServerInfo, Status};
+pub use tls::TlsOptions;

@@ -23,6 +23,17 @@ async fn bounded<T>(future: impl std::future::Future<Output = T>) -> T {
         .expect("test step timed out")
 }
 
+/// A fake server advertising `limits`, and a client connected to it.
+async fn connected_with(limits: Limits) -> (FakeServer, Client) {
+    let server = FakeServer::start(Options {
+        limits,
+        ..Options::default()
+    })
+    .await;
+    let client = bounded(Client::connect(server.addr)).await.unwrap();
+    (server, client)
+}
+
 fn key(text: &str) -> Bytes {
     Bytes::from(text.as_bytes().to_vec())
 }
@@ -34,17 +45,12 @@ async fn handshake_exposes_limits_and_server_info() {
         key_bytes_max: 100,
         ..Limits::default()
     };
-    let server = FakeServer::start(Options {
-        limits,
-        ..Options::default()
-    })
-    .await;
-    let client = bounded(Client::connect(server.addr)).await.unwrap();
+    let (server, client) = connected_with(limits).await;
     assert_eq!(client.limits(), &limits);
     assert_eq!(client.server_info().server_name, "fake-server");
     assert_eq!(client.server_info().shard_count, 2);
     assert_eq!(client.server_info().server_id, 0xfeed);
-    assert_eq!(client.protocol_version(), 1);
+    assert_eq!(client.protocol_version(), 2);
     assert_eq!(client.peer_addr(), server.addr);
 }
 
@@ -152,12 +158,7 @@ async fn limits_are_checked_before_sending() {
         ops_per_frame_max: 3,
         ..Limits::default()
     };
-    let server = FakeServer::start(Options {
-        limits,
-        ..Options::default()
-    })
-    .await;
-    let client = bounded(Client::connect(server.addr)).await.unwrap();
+    let (server, client) = connected_with(limits).await;
     let error = bounded(client.put("toolong", "v")).await.unwrap_err();
     assert!(
         matches!(
@@ -374,7 +375,7 @@ async fn a_refused_handshake_reports_status_and_message() {
         } => {
             assert_eq!(
                 (status, message.as_str(), server_version),
-                (Status::Overloaded, "too many connections", 1)
+                (Status::Overloaded, "too many connections", 2)
             );
         }
         other => panic!("expected Refused, got {other}"),

@@ -129,4 +129,9 @@ pub enum OpError {
     Overloaded { shard: usize },
     #[error("the engine is shutting down")]
     ShuttingDown,
+    /// The GETs before this one in the batch (on its shard) already read
+    /// `max` bytes of values: this one was not looked up. Read it in a
+    /// smaller batch.
+    #[error("this batch's GETs on shard {shard} already read {max} bytes of values (the per-batch read limit, limits.frame_bytes_max); read this key in a smaller batch")]
+    ReadLimitReached { shard: usize, max: usize },
 }

@@ -196,6 +196,10 @@ impl Engine {
             checkpoint_interval: s.checkpoint_interval.get(),
             max_record_bytes,
             value_bytes_max: value_max,
+            // What one response can carry: reading more for one batch only
+            // makes values the server would drop (FRAME_TOO_LARGE).
+            read_bytes_max: usize::try_from(l.frame_bytes_max.as_u64())
+                .map_err(|_| config_err("frame_bytes_max too large"))?,
         };
         let engine_id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
         let clock = Arc::new(CommitClock::new());

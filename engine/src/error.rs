@@ -51,6 +51,11 @@ pub enum Damage {
     MissingHistory { needed_lsn: u64, first_lsn: u64 },
     /// A snapshot exists but the WAL directory holds no used segment.
     NoWalForSnapshot { snapshot_lsn: u64 },
+    /// The WAL head names a segment holding acknowledged records that is
+    /// not there (deleted, emptied, or its header destroyed).
+    NewestSegmentMissing { head_seq: u64, found_seq: u64 },
+    /// Neither slot of the WAL head file is valid.
+    BadHead,
 }
 
 impl fmt::Display for Damage {
@@ -107,6 +112,11 @@ impl fmt::Display for Damage {
                 f,
                 "snapshot covers LSN {snapshot_lsn} but no WAL segment holds data"
             ),
+            Damage::NewestSegmentMissing { head_seq, found_seq } => write!(
+                f,
+                "the WAL head says segment {head_seq} holds acknowledged records, but the log ends in segment {found_seq} (the newest segment was deleted or damaged)"
+            ),
+            Damage::BadHead => write!(f, "neither slot of the WAL head file is valid"),
         }
     }
 }

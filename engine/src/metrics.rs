@@ -5,90 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-const HISTOGRAM_BUCKETS: usize = 40;
-
-/// A histogram with power-of-two buckets, as plain data.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Histogram {
-    /// Inclusive upper bound of each bucket: 0, 1, 3, 7, ..., 2^i - 1; the
-    /// last bucket also takes everything larger.
-    pub bounds: Vec<u64>,
-    /// Samples per bucket (not cumulative).
-    pub counts: Vec<u64>,
-    /// Number of samples.
-    pub count: u64,
-    /// Sum of all samples.
-    pub sum: u64,
-}
-
-impl Histogram {
-    /// Smallest bucket bound that at least `q` (0..=1) of the samples are
-    /// at or below; 0 when empty.
-    pub fn quantile_bound(&self, q: f64) -> u64 {
-        if self.count == 0 {
-            return 0;
-        }
-        let target = ((self.count as f64) * q).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (bound, count) in self.bounds.iter().zip(&self.counts) {
-            seen += count;
-            if seen >= target {
-                return *bound;
-            }
-        }
-        self.bounds.last().copied().unwrap_or(0)
-    }
-
-    /// Mean of the samples (0 when empty).
-    pub fn mean(&self) -> f64 {
-        if self.count == 0 {
-            0.0
-        } else {
-            self.sum as f64 / self.count as f64
-        }
-    }
-}
-
-/// A histogram one thread records into and any thread reads.
-pub(crate) struct AtomicHistogram {
-    buckets: [AtomicU64; HISTOGRAM_BUCKETS],
-    count: AtomicU64,
-    sum: AtomicU64,
-}
-
-impl AtomicHistogram {
-    pub(crate) fn new() -> Self {
-        AtomicHistogram {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            count: AtomicU64::new(0),
-            sum: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn record(&self, value: u64) {
-        let bucket = ((64 - value.leading_zeros()) as usize).min(HISTOGRAM_BUCKETS - 1);
-        self.buckets[bucket].fetch_add(1, Relaxed);
-        self.count.fetch_add(1, Relaxed);
-        self.sum.fetch_add(value, Relaxed);
-    }
-
-    pub(crate) fn snapshot(&self) -> Histogram {
-        Histogram {
-            bounds: (0..HISTOGRAM_BUCKETS)
-                .map(|i| {
-                    if i == HISTOGRAM_BUCKETS - 1 {
-                        u64::MAX
-                    } else {
-                        (1u64 << i) - 1
-                    }
-                })
-                .collect(),
-            counts: self.buckets.iter().map(|b| b.load(Relaxed)).collect(),
-            count: self.count.load(Relaxed),
-            sum: self.sum.load(Relaxed),
-        }
-    }
-}
+use crate::histogram::{AtomicHistogram, HistogramSnapshot};
 
 /// One shard's counters, as plain data.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -110,11 +27,11 @@ pub struct ShardMetrics {
     /// Data records logged.
     pub wal_records: u64,
     /// Data records per group commit.
-    pub group_commit_records: Histogram,
+    pub group_commit_records: HistogramSnapshot,
     /// Bytes per group commit.
-    pub group_commit_bytes: Histogram,
+    pub group_commit_bytes: HistogramSnapshot,
     /// fdatasync latency of WAL flushes, in microseconds.
-    pub fdatasync_latency_us: Histogram,
+    pub fdatasync_latency_us: HistogramSnapshot,
     /// Last LSN assigned (applied in memory).
     pub current_lsn: u64,
     /// Last LSN known durable on disk.
@@ -253,29 +170,5 @@ impl ShardStats {
             segments_created: self.segments_created.load(Relaxed),
             segments_recycled: self.segments_recycled.load(Relaxed),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn histogram_buckets_and_quantiles() {
-        let h = AtomicHistogram::new();
-        for v in [0, 1, 2, 3, 4, 100, 1000] {
-            h.record(v);
-        }
-        let s = h.snapshot();
-        assert_eq!(s.count, 7);
-        assert_eq!(s.sum, 1110);
-        assert_eq!(s.counts[0], 1); // 0
-        assert_eq!(s.counts[1], 1); // 1
-        assert_eq!(s.counts[2], 2); // 2..=3
-        assert_eq!(s.counts[3], 1); // 4..=7
-        assert_eq!(s.quantile_bound(0.5), 3);
-        assert_eq!(s.quantile_bound(1.0), 1023);
-        h.record(u64::MAX);
-        assert_eq!(h.snapshot().counts[HISTOGRAM_BUCKETS - 1], 1);
     }
 }

@@ -16,6 +16,7 @@ mod common;
 
 use common::*;
 use engine::io::sim::{SimDisk, SimFaults};
+use engine::rng::SplitMix64;
 use engine::{Engine, Op, OpResult};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -25,21 +26,7 @@ use tunables::Durability;
 const KEYS: u64 = 64;
 const CYCLES: u32 = 3;
 
-/// SplitMix64: the test's own stable random stream.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+type Rng = SplitMix64;
 
 /// A key's state: `Some(version)` or absent.
 type State = Option<u64>;
@@ -97,7 +84,7 @@ struct Coverage {
 
 fn run_seed(seed: u64) -> Result<Coverage, String> {
     let mut coverage = Coverage::default();
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     let disk = SimDisk::new(seed);
     let shards = 1 + (seed % 3) as u32;
     let dir = Path::new("/crash");

@@ -231,7 +231,7 @@ fn errors_name_the_path_and_keep_the_os_error() {
 #[test]
 #[ignore = "measurement; run by hand"]
 fn measure_real_disk() {
-    use engine::io::throttle::LatencyHistogram;
+    use engine::histogram::AtomicHistogram;
     use std::time::{Duration, Instant};
     let mut kinds = vec![BackendKind::Fallback];
     if uring_status().is_ok() {
@@ -255,7 +255,7 @@ fn measure_real_disk() {
                 ("overwrite zero-filled", f),
                 ("append", disk.open(&tmp.path().join("append"), true).await.unwrap()),
             ] {
-                let hist = LatencyHistogram::new();
+                let hist = AtomicHistogram::new();
                 let deadline = Instant::now() + Duration::from_secs(2);
                 let mut offset = 0u64;
                 while Instant::now() < deadline && offset < size {

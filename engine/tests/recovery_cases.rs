@@ -805,3 +805,110 @@ fn snapshot_without_wal_refuses() {
         "{reason}"
     );
 }
+
+/// The newest segment holding acknowledged records, found by its header.
+fn newest_used_segment(disk: &SimDisk) -> PathBuf {
+    let mut used: Vec<(u64, PathBuf)> = disk
+        .list_dir(&paths().wal_dir)
+        .expect("list")
+        .into_iter()
+        .filter_map(|p| {
+            let bytes = disk.read_written(&p)?;
+            match engine::wal::format::decode_segment_header(&bytes[..BLOCK_BYTES]) {
+                Ok(Some(h)) if !h.is_prepared() => Some((h.seq, p)),
+                _ => None,
+            }
+        })
+        .collect();
+    used.sort();
+    used.pop().expect("a used segment").1
+}
+
+/// Runs an engine (one shard) without checkpoints over several segments,
+/// then shuts it down. Returns the final versions.
+fn engine_over_segments(disk: &SimDisk) -> BTreeMap<u64, u64> {
+    let mut config = small_config(Path::new(ROOT), 1, Durability::Sync);
+    config.storage.checkpoint_wal_bytes = tunables::ByteSize::mib(64);
+    let engine = Engine::open_with_disk(&config, disk.clone()).expect("open");
+    let h = engine.handle();
+    let mut model = BTreeMap::new();
+    for version in 1..=8 {
+        h.batch_blocking((0..64).map(|k| put(k, version)).collect())
+            .expect("batch");
+        for k in 0..64 {
+            model.insert(k, version);
+        }
+    }
+    assert_eq!(engine.metrics().shards[0].checkpoints, 0);
+    engine.shutdown().expect("shutdown");
+    model
+}
+
+fn expect_newest_missing(disk: &SimDisk, newest: &Path) {
+    let err = block_on(recover(disk, &paths(), cfg()))
+        .err()
+        .expect("must refuse");
+    let (file, _, reason) = wal_corrupt(&err);
+    assert!(
+        matches!(reason, Damage::NewestSegmentMissing { .. }),
+        "{reason}"
+    );
+    assert_eq!(file, newest, "names the missing segment");
+}
+
+#[test]
+fn deleted_newest_segment_refuses() {
+    // Without the WAL head this reads as a clean end one segment early:
+    // every acknowledged write of the last segment silently reverted.
+    let disk = SimDisk::new(17);
+    let model = engine_over_segments(&disk);
+    let newest = newest_used_segment(&disk);
+    assert!(
+        newest != paths().segment(1),
+        "the log must span several segments"
+    );
+    block_on(async {
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        check_model(&r, &model);
+    });
+    block_on(disk.remove_file(&newest)).expect("remove");
+    expect_newest_missing(&disk, &newest);
+}
+
+#[test]
+fn newest_segment_emptied_refuses() {
+    // The file is there with its header zeroed (truncated and re-created,
+    // or overwritten): it looks unused, which alone reads as a clean end.
+    let disk = SimDisk::new(18);
+    engine_over_segments(&disk);
+    let newest = newest_used_segment(&disk);
+    block_on(async {
+        let f = disk.open(&newest, false).await.expect("open");
+        let mut b = AlignedBuf::with_capacity(BLOCK_BYTES);
+        b.set_len(BLOCK_BYTES);
+        let (res, _) = f.write_at(b, 0).await;
+        res.expect("write");
+        f.sync_data().await.expect("sync");
+    });
+    expect_newest_missing(&disk, &newest);
+}
+
+#[test]
+fn deleted_newest_segment_after_checkpoints_refuses() {
+    let disk = SimDisk::new(19);
+    engine_with_checkpoints(&disk, 2);
+    let newest = newest_used_segment(&disk);
+    block_on(disk.remove_file(&newest)).expect("remove");
+    let err = block_on(recover(&disk, &paths(), cfg()))
+        .err()
+        .expect("must refuse");
+    let (_, _, reason) = wal_corrupt(&err);
+    // If checkpoints left only that segment, the snapshot rule fires first.
+    assert!(
+        matches!(
+            reason,
+            Damage::NewestSegmentMissing { .. } | Damage::NoWalForSnapshot { .. }
+        ),
+        "{reason}"
+    );
+}

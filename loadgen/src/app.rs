@@ -11,9 +11,10 @@
 //!   0 = all good, 1 = wrong/failed answers, 2 = could not run,
 //!   130 = interrupted (SIGINT/SIGTERM; temporary data is removed first).
 
-use crate::cli::{format_count, Cli, Command, DurabilityArg, RunArgs, WorkloadArg};
+use crate::cli::{format_count, Cli, Command, DurabilityArg, RunArgs, TargetArg, WorkloadArg};
 use crate::driver::DriverError;
 use crate::embedded::{EmbeddedError, EmbeddedServer};
+use crate::engine_target::EngineTarget;
 use crate::keys::InsertSequence;
 use crate::machine::{utc_now_rfc3339, Machine};
 use crate::plot::{plot, PlotError};
@@ -44,18 +45,22 @@ pub enum AppError {
     Report(#[from] ReportError),
     #[error(transparent)]
     Plot(#[from] PlotError),
+    #[error("connection flags: {0}")]
+    Connect(String),
     #[error("cannot start the tokio runtime: {0}")]
     Runtime(std::io::Error),
     #[error("a blocking task (embedded server start/stop) failed: {0}")]
     Join(String),
     #[error("interrupted by {signal}; results measured so far are shown above")]
     Interrupted { signal: &'static str },
+    #[error("{0}")]
+    DoesNotFit(String),
 }
 
 /// Runs the parsed command line; returns the process exit code.
 pub fn main_with(cli: Cli) -> ExitCode {
     let outcome = match cli.command {
-        Some(Command::Compare { base, new }) => run_compare(&base, &new),
+        Some(Command::Compare { base, new, plot }) => run_compare(&base, &new, plot.as_deref()),
         Some(Command::Plot { report, out }) => run_plot(&report, &out),
         None => run_benchmark(&cli.run),
     };
@@ -132,9 +137,19 @@ async fn interrupted(interrupt: Option<Arc<Interrupt>>) -> AppError {
     }
 }
 
-fn run_compare(base: &Path, new: &Path) -> Result<ExitCode, AppError> {
+fn run_compare(base: &Path, new: &Path, plot: Option<&Path>) -> Result<ExitCode, AppError> {
     let b = Report::read_json(base)?;
     let n = Report::read_json(new)?;
+    if let Some(out) = plot {
+        crate::plot::plot_compare(
+            &b,
+            &base.display().to_string(),
+            &n,
+            &new.display().to_string(),
+            out,
+        )?;
+        eprintln!("loadgen: wrote {}", out.display());
+    }
     print!(
         "{}",
         compare::compare(
@@ -169,6 +184,9 @@ fn command_line() -> String {
 
 fn run_benchmark(args: &RunArgs) -> Result<ExitCode, AppError> {
     let settings = args.settings(std::io::stderr().is_terminal())?;
+    if args.workload == WorkloadArg::Sweep && args.server.is_none() {
+        check_sweep_fits(args, &settings)?;
+    }
     let interrupt = install_interrupt();
     let machine = Machine::detect();
     let mut report = Report {
@@ -217,11 +235,51 @@ fn run_benchmark(args: &RunArgs) -> Result<ExitCode, AppError> {
     })
 }
 
+/// Refuses, before anything runs, sweep sizes that cannot fit in this
+/// machine's RAM or in the temporary directory's file system.
+fn check_sweep_fits(args: &RunArgs, s: &Settings) -> Result<(), AppError> {
+    let (key, value) = s.sweep_items.item_bytes();
+    let logs = args
+        .durabilities()
+        .iter()
+        .any(|d| *d != DurabilityArg::None);
+    let shards = match args.shard_count() {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+        n => u64::from(n),
+    };
+    let shard_disk = crate::capacity::per_shard_disk_bytes(&tunables::Config::default());
+    let needs: Vec<crate::capacity::Need> = s
+        .sweep_sizes
+        .iter()
+        .map(|&n| {
+            crate::capacity::need(
+                n,
+                n + s.sweep_warmup_ops,
+                key as u64,
+                value as u64,
+                logs,
+                shards,
+                shard_disk,
+            )
+        })
+        .collect();
+    crate::capacity::check(
+        &needs,
+        crate::capacity::available_ram_bytes(),
+        crate::capacity::available_disk_bytes(&std::env::temp_dir()),
+    )
+    .map_err(AppError::DoesNotFit)
+}
+
 fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings {
     let mut notes = Vec::new();
     if args.server.is_none() {
+        let what = match args.target_kind() {
+            TargetArg::Engine => "the engine runs in this process (no TCP): its shard threads",
+            TargetArg::Server => "the embedded server runs in this process: its shard threads",
+        };
         notes.push(format!(
-            "the embedded server runs in this process: its shard threads and the {} client tasks share the machine's {} CPUs",
+            "{what} and the {} client tasks share the machine's {} CPUs",
             s.threads, machine.cpus
         ));
     }
@@ -230,10 +288,19 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
             "{} records preloaded (the GridGain report used 15M; raise with --records); keys uniform over them",
             format_count(s.records)
         )),
-        WorkloadArg::Sweep => notes.push(format!(
-            "sweep sizes {}; each size written then read on a fresh server (or its own key range with --server); no warm-up: the phase is the timed unit",
-            s.sweep_sizes.iter().map(|n| format_count(*n)).collect::<Vec<_>>().join(", ")
+        WorkloadArg::Sweep if args.server.is_none() && args.target_kind() == TargetArg::Engine && s.pacing == crate::driver::Pacing::Closed => notes.push(format!(
+            "in-process: each client loop runs on one of the engine's {} shard thread(s), calling the engine as an embedding application does (operations of that shard run inline; with more shards, other shards' operations cross threads)",
+            args.shard_count()
         )),
+        _ => {}
+    }
+    match args.workload {
+        WorkloadArg::Sweep => notes.push(format!(
+            "sweep sizes {}; each size written then read on a fresh {} (or its own key range with --server)",
+            s.sweep_sizes.iter().map(|n| format_count(*n)).collect::<Vec<_>>().join(", "),
+            if args.target_kind() == TargetArg::Engine { "engine" } else { "server" }
+        )),
+        WorkloadArg::Putget => {}
         _ => notes.push(
             "YCSB updates write the whole record (ringkv stores a record as one value); latency is per batch (use --batch 1 for per-operation latency)"
                 .to_string(),
@@ -241,12 +308,13 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
     }
     RunSettings {
         workload: args.workload.name().to_string(),
-        target: if args.server.is_some() {
-            "server"
-        } else {
-            "embedded"
+        target: match (&args.server, args.target_kind()) {
+            (Some(_), _) => "server",
+            (None, TargetArg::Server) => "embedded",
+            (None, TargetArg::Engine) => "engine",
         }
         .to_string(),
+        method: (args.workload == WorkloadArg::Sweep).then(|| sweep_method(args, s)),
         server_addr: args.server.clone(),
         devices: if args.server.is_some() {
             Vec::new()
@@ -278,9 +346,32 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
         } else {
             Vec::new()
         },
-        shards: args.shards,
+        shards: args.shard_count(),
         notes,
     }
+}
+
+/// The sweep's method, for the report header: the document's, or what differs.
+fn sweep_method(args: &RunArgs, s: &Settings) -> String {
+    let document = s.threads == 1
+        && s.batch == 1
+        && s.sweep_items == sweep::ItemShape::Document
+        && s.sweep_warmup_ops == sweep::DOCUMENT_WARMUP_OPS
+        && (args.server.is_some() || args.target_kind() == TargetArg::Engine);
+    format!(
+        "{}: {}; writes i = 0 … N-1 in order, then N reads uniform over [0, N); {} client{} x {} op{} per call; {} warm-up ops before each phase's clock",
+        if document {
+            "the MapDB/ChronicleMap document's method"
+        } else {
+            "the document's order with other settings"
+        },
+        s.sweep_items.describe(),
+        s.threads,
+        if s.threads == 1 { "" } else { "s" },
+        s.batch,
+        if s.batch == 1 { "" } else { "s" },
+        format_count(s.sweep_warmup_ops)
+    )
 }
 
 /// Runs everything the flags ask for, appending rows as they are measured.
@@ -291,34 +382,81 @@ pub async fn run_all(
 ) -> Result<(), AppError> {
     let timeout = Duration::from_secs_f64(args.timeout);
     if let Some(addr) = &args.server {
-        let target = RingkvTarget::new(addr.clone(), timeout);
+        let options = args.connect.options(timeout).map_err(AppError::Connect)?;
+        let target = RingkvTarget::with_options(addr.clone(), options);
         return run_on_target(&target, args.workload, s, "server", rows).await;
+    }
+    if args.connect.wants_tls() || args.connect.password_file.is_some() {
+        return Err(AppError::Connect(
+            "--tls, --ca, --insecure, --cert and --password-file apply to --server only".into(),
+        ));
     }
     for device in args.devices() {
         for durability in args.durabilities() {
-            if args.workload == WorkloadArg::Sweep {
-                for &n in &s.sweep_sizes {
-                    let server = start_embedded(device, durability, args.shards).await?;
-                    let target = RingkvTarget::new(server.addr().to_string(), timeout);
-                    let got = sweep::run_size(&target, s, n, 0, device).await;
-                    // The run's own error, if any, matters more than a failed stop.
-                    let stopped = stop_embedded(server).await;
-                    let got = got?;
-                    stopped?;
-                    announce(&got);
-                    rows.extend(got);
-                }
+            // The sweep starts a fresh target per size; other workloads one.
+            let sizes: Vec<Option<u64>> = if args.workload == WorkloadArg::Sweep {
+                s.sweep_sizes.iter().map(|&n| Some(n)).collect()
             } else {
-                let server = start_embedded(device, durability, args.shards).await?;
-                let target = RingkvTarget::new(server.addr().to_string(), timeout);
-                let got = run_on_target(&target, args.workload, s, device, rows).await;
-                let stopped = stop_embedded(server).await;
-                got?;
-                stopped?;
+                vec![None]
+            };
+            for size in sizes {
+                let kind = args.target_kind();
+                match kind {
+                    TargetArg::Engine => {
+                        let target = start_engine(device, durability, args.shard_count()).await?;
+                        let got = match size {
+                            // Closed loop: client loops on the engine's own threads.
+                            Some(n) if s.pacing == crate::driver::Pacing::Closed => {
+                                let on = sweep::SweepTarget::<EngineTarget>::Engine(&target);
+                                match sweep::run_size_on(on, s, n, 0, device).await {
+                                    Ok(got) => {
+                                        announce(&got);
+                                        rows.extend(got);
+                                        Ok(())
+                                    }
+                                    Err(e) => Err(AppError::from(e)),
+                                }
+                            }
+                            _ => run_one(&target, args.workload, s, size, device, rows).await,
+                        };
+                        // The run's own error, if any, matters more than a failed stop.
+                        let stopped = stop_engine(target).await;
+                        got?;
+                        stopped?;
+                    }
+                    TargetArg::Server => {
+                        let server = start_embedded(device, durability, args.shard_count()).await?;
+                        let target = RingkvTarget::new(server.addr().to_string(), timeout);
+                        let got = run_one(&target, args.workload, s, size, device, rows).await;
+                        let stopped = stop_embedded(server).await;
+                        got?;
+                        stopped?;
+                    }
+                }
             }
         }
     }
     Ok(())
+}
+
+/// One sweep size (`Some(n)`) or the whole workload (`None`) on a fresh target.
+async fn run_one<T: Target>(
+    target: &T,
+    workload: WorkloadArg,
+    s: &Settings,
+    size: Option<u64>,
+    device: &str,
+    rows: &mut Vec<ResultRow>,
+) -> Result<(), AppError> {
+    match size {
+        Some(n) => {
+            let got = sweep::run_size(target, s, n, 0, device).await?;
+            announce(&got);
+            rows.extend(got);
+            Ok(())
+        }
+        None => run_on_target(target, workload, s, device, rows).await,
+    }
 }
 
 /// A workload against one server that is already running (`--server`; the
@@ -410,6 +548,29 @@ async fn start_embedded(
         server.addr()
     );
     Ok(server)
+}
+
+async fn start_engine(
+    profile: &'static str,
+    durability: DurabilityArg,
+    shards: u32,
+) -> Result<EngineTarget, AppError> {
+    let target =
+        tokio::task::spawn_blocking(move || EngineTarget::start(profile, durability, shards))
+            .await
+            .map_err(|e| AppError::Join(e.to_string()))??;
+    eprintln!(
+        "[{profile} {}] in-process ringkv engine (no TCP)",
+        durability.name()
+    );
+    Ok(target)
+}
+
+async fn stop_engine(target: EngineTarget) -> Result<(), AppError> {
+    tokio::task::spawn_blocking(move || target.stop())
+        .await
+        .map_err(|e| AppError::Join(e.to_string()))??;
+    Ok(())
 }
 
 async fn stop_embedded(server: EmbeddedServer) -> Result<(), AppError> {

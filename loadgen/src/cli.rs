@@ -51,12 +51,15 @@ pub enum Command {
         base: PathBuf,
         /// The report to compare against the baseline.
         new: PathBuf,
+        /// Also draw A and B side by side per operation (.svg or .png).
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
     },
-    /// Draw the SVG chart of a --json report (same chart as --plot).
+    /// Draw the chart of a --json report (same chart as --plot).
     Plot {
         /// A report written by --json.
         report: PathBuf,
-        /// The SVG file to write.
+        /// The file to write: .svg, or .png (rendered from the SVG).
         out: PathBuf,
     },
 }
@@ -146,6 +149,23 @@ impl DeviceArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TargetArg {
+    /// The engine library in this process: no TCP, no protocol.
+    Engine,
+    /// An embedded ringkv server on a loopback port.
+    Server,
+}
+
+impl TargetArg {
+    pub fn name(&self) -> &'static str {
+        match self {
+            TargetArg::Engine => "engine",
+            TargetArg::Server => "server",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DurabilityArg {
     /// Acknowledge a write after the fdatasync that covers it (RAM+Disk).
     Sync,
@@ -181,13 +201,27 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     pub server: Option<String>,
 
+    /// What is measured: `engine` drives the engine library in this process
+    /// (no TCP, no protocol; the MapDB/ChronicleMap document's way), `server`
+    /// an embedded ringkv server over loopback TCP. `--server ADDR` measures
+    /// a running server instead.
+    /// [default: sweep: engine; other workloads: server]
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub target: Option<TargetArg>,
+    /// With --server: TLS and password flags (--tls, --ca, --insecure,
+    /// --password-file or RINGKV_PASSWORD), as the `ringkv` CLI takes them.
+    #[command(flatten)]
+    pub connect: ringkv_client::ConnectArgs,
+
     /// Client tasks, each with its own connection.
-    #[arg(long, default_value_t = 16, value_name = "N")]
-    pub threads: usize,
+    /// [default: 16; sweep: 1, the document's single client]
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
 
     /// Operations per batch (one request frame).
-    #[arg(long, default_value_t = 1000, value_name = "N")]
-    pub batch: usize,
+    /// [default: 1000; sweep: 1, the document's one call per item]
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
 
     /// Records preloaded before the put/get and YCSB phases (accepts K/M/G
     /// suffixes: 15M). The GridGain report used 15M; the default fits a
@@ -209,8 +243,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = DEFAULT_WARMUP_S, value_name = "SECONDS")]
     pub warmup: f64,
 
-    /// Durability of the embedded server. Not with --server.
-    /// [default: putget runs none (RAM Only) and then sync (RAM+Disk); other workloads: sync]
+    /// Durability of the embedded server or engine. Not with --server.
+    /// [default: putget runs none (RAM Only) and then sync (RAM+Disk); sweep: async (the
+    /// document's stores do not sync each write); YCSB: sync]
     #[arg(long, value_enum)]
     pub durability: Option<DurabilityArg>,
 
@@ -223,25 +258,37 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub seed: u64,
 
-    /// Largest sweep size: the sweep runs 10K, 100K, 1M, 10M, 50M up to this.
-    #[arg(long, default_value = "1M", value_parser = parse_count, value_name = "N")]
+    /// Largest sweep size: the sweep runs the document's 10K, 100K, 1M, 10M,
+    /// 50M (then 100M, 500M, 1G, 2G) up to this. Sizes that cannot fit in
+    /// this machine's RAM or disk are refused before anything runs.
+    #[arg(long, default_value = "50M", value_parser = parse_count, value_name = "N")]
     pub sweep_max: u64,
+
+    /// Operations run before each sweep phase's clock starts (the
+    /// document's warm-up): writes of other keys before the write phase,
+    /// uniform reads before the read phase.
+    #[arg(long, default_value = "10K", value_parser = parse_count, value_name = "N")]
+    pub sweep_warmup: u64,
 
     /// Exact sweep sizes, comma separated (e.g. 1K,5K); overrides --sweep-max.
     #[arg(long, value_delimiter = ',', value_parser = parse_count, value_name = "LIST")]
     pub sweep_sizes: Option<Vec<u64>>,
 
-    /// Shards of the embedded server (0 = one per core). Not with --server.
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub shards: u32,
+    /// Shards of the embedded server or engine (0 = one per core). Not with --server.
+    /// [default: sweep with --target engine: 1 (the client runs on that shard's own
+    /// thread, every call inline: the document's single thread); otherwise 0]
+    #[arg(long, value_name = "N")]
+    pub shards: Option<u32>,
 
-    /// Fields per record (YCSB fieldcount).
-    #[arg(long, default_value_t = 10, value_name = "N")]
-    pub fields: usize,
+    /// Fields per record (YCSB fieldcount). With the sweep, giving this (or
+    /// --field-length) replaces the document's 8-byte key and 32-byte value
+    /// by YCSB-style records. [default: 10]
+    #[arg(long, value_name = "N")]
+    pub fields: Option<usize>,
 
-    /// Bytes per field (YCSB fieldlength).
-    #[arg(long, default_value_t = 100, value_name = "BYTES")]
-    pub field_length: usize,
+    /// Bytes per field (YCSB fieldlength). [default: 100]
+    #[arg(long, value_name = "BYTES")]
+    pub field_length: Option<usize>,
 
     /// A request not answered within this many seconds fails the run.
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
@@ -251,7 +298,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 
-    /// Write an SVG chart of throughput and latency percentiles per device class.
+    /// Write a chart: .svg, or .png (rendered from the SVG). put/get and YCSB:
+    /// throughput and latency by percentile; sweep: time vs N with the
+    /// document's published lines.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
 }
@@ -273,6 +322,10 @@ pub enum CliError {
     },
     #[error("--sweep-max {max} leaves no sweep size (the smallest is 10K)")]
     NoSweepSizes { max: u64 },
+    #[error(
+        "--target engine runs the engine in this process; it cannot be combined with --server"
+    )]
+    EngineWithServer,
 }
 
 /// Parses `200K`, `15M`, `2G`, `1000`, `1_000` (decimal multipliers).
@@ -304,8 +357,19 @@ pub fn format_count(n: u64) -> String {
     }
 }
 
-/// Every size the sweep knows, smallest first (the seed's 10K..50M).
-pub const SWEEP_LADDER: [u64; 5] = [10_000, 100_000, 1_000_000, 10_000_000, 50_000_000];
+/// Every size the sweep knows, smallest first: the document's 10K..50M,
+/// then up to the 2 billion items its commands write.
+pub const SWEEP_LADDER: [u64; 9] = [
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    50_000_000,
+    100_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+];
 
 impl RunArgs {
     /// Checks the flags and resolves defaults into [`Settings`].
@@ -323,11 +387,14 @@ impl RunArgs {
                     what: "durability",
                 });
             }
-            if self.shards != 0 {
+            if self.shards.is_some() {
                 return Err(CliError::EmbeddedOnly {
                     flag: "shards",
                     what: "shard count",
                 });
+            }
+            if self.target == Some(TargetArg::Engine) {
+                return Err(CliError::EngineWithServer);
             }
         }
         let at_least = |flag: &'static str, got: f64, min: f64| {
@@ -337,11 +404,18 @@ impl RunArgs {
                 Err(CliError::TooSmall { flag, min, got })
             }
         };
-        at_least("threads", self.threads as f64, 1.0)?;
-        at_least("batch", self.batch as f64, 1.0)?;
+        let sweep = self.workload == WorkloadArg::Sweep;
+        let threads = self.threads.unwrap_or(if sweep { 1 } else { 16 });
+        let batch = self.batch.unwrap_or(if sweep { 1 } else { 1000 });
+        let shape = RecordShape {
+            field_count: self.fields.unwrap_or(RecordShape::YCSB.field_count),
+            field_length: self.field_length.unwrap_or(RecordShape::YCSB.field_length),
+        };
+        at_least("threads", threads as f64, 1.0)?;
+        at_least("batch", batch as f64, 1.0)?;
         at_least("records", self.records as f64, 1.0)?;
-        at_least("fields", self.fields as f64, 1.0)?;
-        at_least("field-length", self.field_length as f64, 1.0)?;
+        at_least("fields", shape.field_count as f64, 1.0)?;
+        at_least("field-length", shape.field_length as f64, 1.0)?;
         at_least("warmup", self.warmup, 0.0)?;
         at_least("timeout", self.timeout, 0.001)?;
         let measure = match (self.duration, self.ops) {
@@ -385,20 +459,24 @@ impl RunArgs {
                 sizes
             }
         };
+        let sweep_items = if self.fields.is_some() || self.field_length.is_some() {
+            sweep::ItemShape::Fields(shape)
+        } else {
+            sweep::ItemShape::Document
+        };
         Ok(Settings {
-            threads: self.threads,
-            batch: self.batch,
+            threads,
+            batch,
             records: self.records,
             measure,
             warmup: Duration::from_secs_f64(self.warmup),
             pacing,
             seed: self.seed,
-            shape: RecordShape {
-                field_count: self.fields,
-                field_length: self.field_length,
-            },
+            shape,
             progress,
             sweep_sizes,
+            sweep_items,
+            sweep_warmup_ops: self.sweep_warmup,
         })
     }
 
@@ -407,7 +485,30 @@ impl RunArgs {
         match (self.durability, self.workload) {
             (Some(d), _) => vec![d],
             (None, WorkloadArg::Putget) => vec![DurabilityArg::None, DurabilityArg::Sync],
+            (None, WorkloadArg::Sweep) => vec![DurabilityArg::Async],
             (None, _) => vec![DurabilityArg::Sync],
+        }
+    }
+
+    /// Shards of the embedded server or engine (0 = one per core).
+    pub fn shard_count(&self) -> u32 {
+        match self.shards {
+            Some(n) => n,
+            None if self.workload == WorkloadArg::Sweep
+                && self.target_kind() == TargetArg::Engine =>
+            {
+                1
+            }
+            None => 0,
+        }
+    }
+
+    /// The target to measure when no `--server` is given.
+    pub fn target_kind(&self) -> TargetArg {
+        match (self.target, self.workload) {
+            (Some(t), _) => t,
+            (None, WorkloadArg::Sweep) => TargetArg::Engine,
+            (None, _) => TargetArg::Server,
         }
     }
 
@@ -417,9 +518,11 @@ impl RunArgs {
     }
 }
 
-// The sweep's default list must be the ladder's prefix up to 1M.
-const _: () =
-    assert!(sweep::DEFAULT_SIZES.len() == 3 && SWEEP_LADDER[2] == sweep::DEFAULT_SIZES[2]);
+// The sweep's default sizes are the document's columns: the ladder's first five.
+const _: () = assert!(
+    SWEEP_LADDER[0] == crate::published::SWEEP_SIZES[0]
+        && SWEEP_LADDER[4] == crate::published::SWEEP_SIZES[4]
+);
 
 #[cfg(test)]
 mod tests {
@@ -444,17 +547,54 @@ mod tests {
         let r = &cli.run;
         assert_eq!(r.workload, WorkloadArg::Putget);
         assert_eq!(r.devices(), vec!["nvme"]);
-        assert_eq!((r.threads, r.batch, r.records), (16, 1000, 200_000));
+        assert_eq!(r.records, 200_000);
         assert_eq!(
             r.durabilities(),
             vec![DurabilityArg::None, DurabilityArg::Sync]
         );
+        assert_eq!(r.target_kind(), TargetArg::Server);
         let s = r.settings(false).expect("settings");
+        assert_eq!((s.threads, s.batch), (16, 1000));
         assert_eq!(s.measure, Measure::Time(Duration::from_secs(10)));
         assert_eq!(s.warmup, Duration::from_secs(2));
         assert_eq!(s.pacing, Pacing::Closed);
-        assert_eq!(s.sweep_sizes, sweep::DEFAULT_SIZES.to_vec());
+        assert_eq!(s.sweep_sizes, crate::published::SWEEP_SIZES.to_vec());
         assert_eq!(s.shape, RecordShape::YCSB);
+    }
+
+    #[test]
+    fn sweep_defaults_are_the_documents_method() {
+        let r = parse(&["--workload", "sweep"]).run;
+        assert_eq!(r.target_kind(), TargetArg::Engine);
+        assert_eq!(r.durabilities(), vec![DurabilityArg::Async]);
+        let s = r.settings(false).expect("settings");
+        assert_eq!((s.threads, s.batch), (1, 1));
+        assert_eq!(s.sweep_items, sweep::ItemShape::Document);
+        assert_eq!(s.sweep_warmup_ops, 10_000);
+        assert_eq!(s.sweep_sizes, crate::published::SWEEP_SIZES.to_vec());
+        // Today's shape stays available.
+        let s = parse(&[
+            "--workload",
+            "sweep",
+            "--fields",
+            "10",
+            "--threads",
+            "16",
+            "--batch",
+            "1000",
+            "--target",
+            "server",
+        ])
+        .run
+        .settings(false)
+        .expect("settings");
+        assert_eq!((s.threads, s.batch), (16, 1000));
+        assert_eq!(s.sweep_items, sweep::ItemShape::Fields(RecordShape::YCSB));
+        let e = parse(&["--server", "127.0.0.1:1", "--target", "engine"])
+            .run
+            .settings(false)
+            .unwrap_err();
+        assert_eq!(e, CliError::EngineWithServer);
     }
 
     #[test]
@@ -477,6 +617,11 @@ mod tests {
             .run
             .settings(false)
             .expect("ok");
+        assert_eq!(s.sweep_sizes, SWEEP_LADDER[..5].to_vec());
+        let s = parse(&["--workload", "sweep", "--sweep-max", "2G"])
+            .run
+            .settings(false)
+            .expect("2G is accepted");
         assert_eq!(s.sweep_sizes, SWEEP_LADDER.to_vec());
         let s = parse(&["--sweep-sizes", "1K,5K"])
             .run
@@ -568,7 +713,7 @@ mod tests {
             1
         );
         assert_eq!(
-            parse(&["--workload", "sweep"]).run.durabilities(),
+            parse(&["--workload", "ycsb-a"]).run.durabilities(),
             vec![DurabilityArg::Sync]
         );
     }
@@ -599,6 +744,8 @@ mod tests {
             "--json",
             "--plot",
             "--sweep-max",
+            "--sweep-warmup",
+            "--target",
         ] {
             assert!(help.contains(flag), "help lacks {flag}");
         }

@@ -64,6 +64,44 @@ impl LatencyHistogram {
     }
 }
 
+/// Percentiles of the stored latency spectrum: dense in the tail, where
+/// each "nine" of a percentile plot gets the same width. The maximum is
+/// stored as percentile 100.
+pub const SPECTRUM_PERCENTILES: [f64; 11] = [
+    50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.999, 100.0,
+];
+
+/// One point of a latency percentile spectrum.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SpectrumPoint {
+    /// Percentile, 0..=100 (100 = the maximum).
+    pub percentile: f64,
+    /// Latency at that percentile, µs.
+    pub us: f64,
+}
+
+impl LatencyHistogram {
+    /// The latency at each of [`SPECTRUM_PERCENTILES`], from the full
+    /// histogram (empty when nothing was recorded).
+    pub fn spectrum(&self) -> Vec<SpectrumPoint> {
+        if self.inner.is_empty() {
+            return Vec::new();
+        }
+        SPECTRUM_PERCENTILES
+            .iter()
+            .map(|&p| SpectrumPoint {
+                percentile: p,
+                us: if p >= 100.0 {
+                    self.inner.max()
+                } else {
+                    self.inner.value_at_quantile(p / 100.0)
+                } as f64
+                    / 1_000.0,
+            })
+            .collect()
+    }
+}
+
 fn round1(v: f64) -> f64 {
     (v * 10.0).round() / 10.0
 }

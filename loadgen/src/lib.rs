@@ -10,14 +10,17 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod app;
+pub mod capacity;
 pub mod cli;
 pub mod compare;
 pub mod driver;
 pub mod embedded;
+pub mod engine_target;
 pub mod hist;
 pub mod keys;
 pub mod machine;
 pub mod plot;
+pub mod published;
 pub mod record;
 pub mod render;
 pub mod report;

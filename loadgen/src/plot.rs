@@ -1,13 +1,27 @@
-//! `--plot FILE.svg`: throughput per device class (grouped bars, one group
-//! per operation) above latency percentiles (log scale, one line per device
-//! class and operation). Drawn with plotters' SVG backend: no external
-//! program, no font files (the browser renders the text).
+//! Charts: one kind per workload, drawn with plotters' SVG backend, and a
+//! PNG made from the same SVG with resvg when the file name ends in `.png`.
+//!
+//! - put/get and YCSB ([`ChartKind::Operations`]): throughput per operation
+//!   (bars, value printed) above a latency percentile spectrum on a "nines"
+//!   axis (50, 90, 99, 99.9, 99.99, max: each nine the same width), one
+//!   colour per operation and one line style per durability or device.
+//! - sweep ([`ChartKind::Sweep`]): time vs N, both logarithmic, write and
+//!   read side by side, one colour per device class; the document's MapDB and
+//!   ChronicleMap figures drawn thinner and labelled "published".
+//! - `loadgen compare A.json B.json --plot`: A and B side by side per
+//!   operation (throughput and p99 latency).
+//!
+//! Readable by default: the Okabe-Ito colour-blind-safe palette, human units
+//! on every axis (`100K`, `250 µs`, `1.2 s`), a few labelled ticks only, and
+//! the machine, profiles and durabilities in a subtitle.
 //!
 //! What must hold: only measured rows are drawn (unsupported rows are not);
-//! an empty report is an error, not an empty picture.
+//! an empty report is an error, not an empty picture; the SVG is well-formed
+//! XML whatever the labels contain (plotters escapes text).
 
 use crate::cli::format_count;
 use crate::report::{Report, ResultRow, Status};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -20,11 +34,110 @@ pub enum PlotError {
     Draw { path: PathBuf, reason: String },
 }
 
-/// Percentiles on the latency chart's x axis.
-const PERCENTILES: [&str; 5] = ["p50", "p95", "p99", "p99.9", "max"];
+/// Which chart a report gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChartKind {
+    /// put/get and YCSB: throughput bars and a latency spectrum.
+    Operations,
+    /// The MapDB/ChronicleMap sweep: time vs N.
+    Sweep,
+}
 
-/// Writes the chart of `report` to `path`.
+/// The chart kind for a report: the sweep's when every row is a sweep row.
+pub fn kind_of(report: &Report) -> ChartKind {
+    if !report.results.is_empty() && report.results.iter().all(|r| r.workload == "sweep") {
+        ChartKind::Sweep
+    } else {
+        ChartKind::Operations
+    }
+}
+
+/// Okabe-Ito: distinct hues that stay distinct with the common colour-vision
+/// deficiencies (yellow last: weak on white).
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(0, 114, 178),   // blue
+    RGBColor(230, 159, 0),   // orange
+    RGBColor(0, 158, 115),   // bluish green
+    RGBColor(213, 94, 0),    // vermillion
+    RGBColor(204, 121, 167), // reddish purple
+    RGBColor(86, 180, 233),  // sky blue
+    RGBColor(0, 0, 0),       // black
+    RGBColor(240, 228, 66),  // yellow
+];
+
+fn colour(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+const FONT: &str = "sans-serif";
+const WIDTH: u32 = 1200;
+
+/// `1234567` -> "1.2M", `250000` -> "250K".
+pub fn human_count(v: f64) -> String {
+    let a = v.abs();
+    let (x, unit) = if a >= 1e9 {
+        (v / 1e9, "G")
+    } else if a >= 1e6 {
+        (v / 1e6, "M")
+    } else if a >= 1e3 {
+        (v / 1e3, "K")
+    } else {
+        (v, "")
+    };
+    trim(x, unit)
+}
+
+/// Microseconds in a human unit: "850 ns", "250 µs", "12 ms", "1.2 s".
+pub fn human_us(us: f64) -> String {
+    let (x, unit) = if us >= 1e6 {
+        (us / 1e6, " s")
+    } else if us >= 1e3 {
+        (us / 1e3, " ms")
+    } else if us >= 1.0 {
+        (us, " µs")
+    } else {
+        (us * 1e3, " ns")
+    };
+    trim(x, unit)
+}
+
+/// One decimal below 10, none above; no trailing ".0".
+fn trim(x: f64, unit: &str) -> String {
+    let text = if x.abs() >= 10.0 || x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    };
+    format!("{}{unit}", text.trim_end_matches(".0"))
+}
+
+/// The "nines" position of a percentile: 50 -> 0.30, 90 -> 1, 99 -> 2, ...
+fn nines(percentile: f64) -> f64 {
+    let p = percentile.clamp(0.0, 99.9999);
+    -(1.0 - p / 100.0).log10()
+}
+
+/// Ticks of the nines axis and where the maximum is drawn.
+const NINES_TICKS: [(f64, &str); 5] = [
+    (50.0, "50%"),
+    (90.0, "90%"),
+    (99.0, "99%"),
+    (99.9, "99.9%"),
+    (99.99, "99.99%"),
+];
+const MAX_AT: f64 = 5.0;
+
+/// Line styles of the latency lines: (dash, gap) in pixels; (0, 0) = solid.
+const DASHES: [(u32, u32); 6] = [(0, 0), (9, 5), (2, 4), (14, 4), (5, 9), (1, 2)];
+
+/// Writes the chart of `report` to `path` (SVG, or PNG for a `.png` name).
 pub fn plot(report: &Report, path: &Path) -> Result<(), PlotError> {
+    let svg = svg_of(report)?;
+    write(path, &svg)
+}
+
+/// The chart of `report` as SVG text.
+pub fn svg_of(report: &Report) -> Result<String, PlotError> {
     let rows: Vec<&ResultRow> = report
         .results
         .iter()
@@ -33,210 +146,688 @@ pub fn plot(report: &Report, path: &Path) -> Result<(), PlotError> {
     if rows.is_empty() {
         return Err(PlotError::Empty);
     }
-    draw(report, &rows, path).map_err(|reason| PlotError::Draw {
-        path: path.to_path_buf(),
+    let mut svg = String::new();
+    let drawn = match kind_of(report) {
+        ChartKind::Sweep => draw_sweep(report, &rows, &mut svg),
+        ChartKind::Operations => draw_operations(report, &rows, &mut svg),
+    };
+    drawn.map_err(|reason| PlotError::Draw {
+        path: PathBuf::from("(svg)"),
         reason,
-    })
+    })?;
+    Ok(svg)
 }
 
-fn group_label(r: &ResultRow, one_workload: bool, one_durability: bool) -> String {
-    let mut s = if one_workload {
+/// `loadgen compare BASE NEW --plot`: both reports side by side.
+pub fn plot_compare(
+    base: &Report,
+    base_name: &str,
+    new: &Report,
+    new_name: &str,
+    path: &Path,
+) -> Result<(), PlotError> {
+    let mut svg = String::new();
+    draw_compare(base, base_name, new, new_name, &mut svg).map_err(|reason| PlotError::Draw {
+        path: path.to_path_buf(),
+        reason,
+    })?;
+    write(path, &svg)
+}
+
+fn write(path: &Path, svg: &str) -> Result<(), PlotError> {
+    let err = |reason: String| PlotError::Draw {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let png = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    if png {
+        let bytes = png_of(svg).map_err(err)?;
+        std::fs::write(path, bytes).map_err(|e| err(e.to_string()))
+    } else {
+        std::fs::write(path, svg).map_err(|e| err(e.to_string()))
+    }
+}
+
+/// Renders SVG text to PNG bytes with resvg, using the system's fonts.
+pub fn png_of(svg: &str) -> Result<Vec<u8>, String> {
+    use resvg::{tiny_skia, usvg};
+    let mut options = usvg::Options::default();
+    options.fontdb_mut().load_system_fonts();
+    if options.fontdb.is_empty() {
+        return Err(
+            "no system fonts found, so the PNG would have no text (install a font, e.g. Debian's fonts-dejavu-core, or write .svg)"
+                .to_string(),
+        );
+    }
+    // The charts ask for "sans-serif": map it to a sans face this system has.
+    let families: Vec<String> = options
+        .fontdb
+        .faces()
+        .flat_map(|f| f.families.iter().map(|(name, _)| name.clone()))
+        .collect();
+    let preferred = [
+        "DejaVu Sans",
+        "Liberation Sans",
+        "Noto Sans",
+        "Arial",
+        "Helvetica",
+    ];
+    let family = preferred
+        .iter()
+        .find(|p| families.iter().any(|f| f == *p))
+        .map(|p| p.to_string())
+        .or_else(|| families.first().cloned());
+    if let Some(family) = family {
+        options.fontdb_mut().set_sans_serif_family(family.clone());
+        options.font_family = family;
+    }
+    let tree = usvg::Tree::from_str(svg, &options).map_err(|e| format!("SVG not readable: {e}"))?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| "empty picture".to_string())?;
+    pixmap.fill(tiny_skia::Color::WHITE);
+    resvg::render(&tree, tiny_skia::Transform::default(), &mut pixmap.as_mut());
+    pixmap
+        .encode_png()
+        .map_err(|e| format!("PNG encoding: {e}"))
+}
+
+/// "2 CPUs (model) — profiles nvme — durability sync".
+fn subtitle(report: &Report, rows: &[&ResultRow]) -> String {
+    let mut profiles: Vec<&str> = Vec::new();
+    let mut durabilities: Vec<&str> = Vec::new();
+    for r in rows {
+        if !profiles.contains(&r.device.as_str()) {
+            profiles.push(&r.device);
+        }
+        if !durabilities.contains(&r.durability.as_str()) {
+            durabilities.push(&r.durability);
+        }
+    }
+    let m = &report.machine;
+    format!(
+        "{} CPUs ({}), {:.0} GiB — profile {} — durability {} — target {} — {}",
+        m.cpus,
+        m.cpu_model,
+        m.memory_bytes as f64 / (1u64 << 30) as f64,
+        profiles.join(", "),
+        durabilities.join(", "),
+        report.run.target,
+        report.started_at
+    )
+}
+
+/// Title and subtitle; returns the area below them.
+fn header<'a>(
+    root: &DrawingArea<SVGBackend<'a>, plotters::coord::Shift>,
+    title: &str,
+    subtitle: &str,
+) -> Result<DrawingArea<SVGBackend<'a>, plotters::coord::Shift>, String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let (top, rest) = root.split_vertically(64);
+    top.draw(&Text::new(
+        title.to_string(),
+        (16, 10),
+        (FONT, 22).into_font().color(&BLACK),
+    ))
+    .map_err(|x| e(&x))?;
+    top.draw(&Text::new(
+        subtitle.to_string(),
+        (16, 38),
+        (FONT, 14).into_font().color(&RGBColor(80, 80, 80)),
+    ))
+    .map_err(|x| e(&x))?;
+    Ok(rest)
+}
+
+/// Series of the operations chart: one per (operation, style key).
+struct OpSeries<'r> {
+    row: &'r ResultRow,
+    /// Colour index: the operation's.
+    colour: usize,
+    /// Line style index: the durability's or device's.
+    style: usize,
+    label: String,
+}
+
+fn distinct<'r>(rows: &[&'r ResultRow], f: impl Fn(&'r ResultRow) -> String) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in rows {
+        let v = f(r);
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+fn op_name(r: &ResultRow) -> String {
+    let mut s = if r.workload == "putget" || r.workload == "sweep" {
         r.operation.clone()
     } else {
         format!("{} {}", r.workload, r.operation)
     };
     if let Some(n) = r.items {
-        s.push_str(&format!(" {}", format_count(n)));
-    }
-    if !one_durability {
-        s.push_str(&format!(" ({})", r.durability));
+        if r.workload == "sweep" {
+            s.push_str(&format!(" {}", format_count(n)));
+        }
     }
     s
 }
 
-fn draw(report: &Report, rows: &[&ResultRow], path: &Path) -> Result<(), String> {
-    let e = |err: &dyn std::fmt::Display| err.to_string();
-    let devices = crate::render::devices_in_order(report);
-    let one_workload = rows.iter().all(|r| r.workload == rows[0].workload);
-    let one_durability = rows.iter().all(|r| r.durability == rows[0].durability);
-    let mut groups: Vec<String> = Vec::new();
-    for r in rows {
-        let g = group_label(r, one_workload, one_durability);
-        if !groups.contains(&g) {
-            groups.push(g);
-        }
-    }
-    let find = |device: &str, group: &str| {
-        rows.iter()
-            .find(|r| r.device == device && group_label(r, one_workload, one_durability) == group)
-    };
-
-    let root = SVGBackend::new(path, (1200, 960)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let title = format!(
-        "ringkv loadgen {} — {} — {} client tasks x batch {} — {}",
-        report.loadgen_version,
-        report.run.workload,
-        report.run.threads,
-        report.run.batch,
-        report.started_at
-    );
-    let root = root.titled(&title, ("sans-serif", 18)).map_err(|x| e(&x))?;
-    let (upper, lower) = root.split_vertically(440);
-
-    // Throughput: one slot per (group, device) plus a gap slot between groups.
-    // A segmented `0..n` range has n + 1 segments.
-    let per_group = devices.len() + 1;
-    let slots = groups.len() * per_group - 1;
-    let max_kops = rows
+fn draw_operations(report: &Report, rows: &[&ResultRow], out: &mut String) -> Result<(), String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    // The load phase has no spectrum worth showing next to the measured ones.
+    let rows: Vec<&ResultRow> = rows
         .iter()
-        .map(|r| r.throughput_kops)
+        .copied()
+        .filter(|r| r.operation != "load" || rows.iter().all(|x| x.operation == "load"))
+        .collect();
+    let ops = distinct(&rows, op_name);
+    let devices = distinct(&rows, |r| r.device.clone());
+    let durabilities = distinct(&rows, |r| r.durability.clone());
+    // Line style per durability, or per device when there is one
+    // durability, or per (device, durability) when both vary.
+    let style_key = |r: &ResultRow| -> String {
+        match (devices.len() > 1, durabilities.len() > 1) {
+            (true, true) => format!("{} {}", r.device, r.durability),
+            (true, false) => r.device.clone(),
+            _ => format!("{} ({})", r.durability, r.storage),
+        }
+    };
+    let styles = distinct(&rows, style_key);
+    let series: Vec<OpSeries> = rows
+        .iter()
+        .map(|r| {
+            let key = style_key(r);
+            let style = styles.iter().position(|s| *s == key).unwrap_or(0);
+            OpSeries {
+                row: r,
+                colour: ops.iter().position(|o| *o == op_name(r)).unwrap_or(0),
+                style,
+                label: format!("{} — {key}", op_name(r)),
+            }
+        })
+        .collect();
+
+    let height = 1000;
+    let root = SVGBackend::with_string(out, (WIDTH, height)).into_drawing_area();
+    let title = format!(
+        "ringkv {} — {} client tasks × batch {}",
+        report.run.workload, report.run.threads, report.run.batch
+    );
+    let area = header(&root, &title, &subtitle(report, &rows))?;
+    let (upper, lower) = area.split_vertically(400);
+
+    // Throughput: one bar per series, grouped by operation.
+    let per_group = styles.len();
+    let slots = ops.len() * (per_group + 1);
+    let max_ops = rows
+        .iter()
+        .map(|r| r.ops_per_sec)
         .fold(0.0, f64::max)
-        .max(1e-3);
+        .max(1.0);
     let mut chart = ChartBuilder::on(&upper)
-        .caption(
-            "Throughput, 1000 ops/s (higher is better)",
-            ("sans-serif", 16),
-        )
-        .margin(12)
-        .x_label_area_size(50)
+        .caption("Throughput, operations/s (higher is better)", (FONT, 18))
+        .margin(14)
+        .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d((0..slots - 1).into_segmented(), 0.0..max_kops * 1.4)
+        .build_cartesian_2d(0.0..slots as f64, 0.0..max_ops * 1.25)
         .map_err(|x| e(&x))?;
-    let middle = devices.len() / 2;
-    let group_names = groups.clone();
+    let group_names = ops.clone();
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(slots + 1)
-        .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(slot) if slot % per_group == middle => group_names
-                .get(slot / per_group)
-                .cloned()
-                .unwrap_or_default(),
-            _ => String::new(),
+        .x_labels(slots * 2 + 1)
+        .x_label_formatter(&move |v| {
+            // A label only at each group's centre.
+            let group_width = (per_group + 1) as f64;
+            let g = (v / group_width).floor();
+            let centre = g * group_width + per_group as f64 / 2.0;
+            if (v - centre).abs() < 0.26 {
+                group_names.get(g as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
         })
-        .y_desc("1000 ops/s")
+        .y_labels(6)
+        .y_label_formatter(&|v| human_count(*v))
+        .y_desc("operations/s")
+        .light_line_style(WHITE)
         .draw()
         .map_err(|x| e(&x))?;
-    for (d, device) in devices.iter().enumerate() {
-        let color = Palette99::pick(d).to_rgba();
-        let bars: Vec<Rectangle<(SegmentValue<usize>, f64)>> = groups
-            .iter()
-            .enumerate()
-            .filter_map(|(g, group)| {
-                find(device, group).map(|r| {
-                    let slot = g * per_group + d;
-                    Rectangle::new(
-                        [
-                            (SegmentValue::Exact(slot), 0.0),
-                            (SegmentValue::Exact(slot + 1), r.throughput_kops),
-                        ],
-                        color.filled(),
-                    )
-                })
-            })
-            .collect();
+    for s in &series {
+        let g = s.colour as f64 * (per_group + 1) as f64;
+        let x0 = g + s.style as f64 + 0.1;
+        let x1 = x0 + 0.8;
+        let y = s.row.ops_per_sec;
+        let c = colour(s.colour);
+        // Lighter bars for later styles, so neighbours stay apart.
+        let fill = c
+            .mix(1.0 - 0.5 * s.style as f64 / per_group.max(1) as f64)
+            .filled();
         chart
-            .draw_series(bars)
-            .map_err(|x| e(&x))?
-            .label(device.clone())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+            .draw_series(std::iter::once(Rectangle::new([(x0, 0.0), (x1, y)], fill)))
+            .map_err(|x| e(&x))?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                human_count(y),
+                ((x0 + x1) / 2.0 - 0.3, y + max_ops * 0.03),
+                (FONT, 13).into_font(),
+            )))
+            .map_err(|x| e(&x))?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|x| e(&x))?;
+    if per_group > 1 {
+        let order = styles.join(", ");
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!("bars left to right in each group (darker to lighter): {order}"),
+                (0.2, max_ops * 1.2),
+                (FONT, 13).into_font(),
+            )))
+            .map_err(|x| e(&x))?;
+    }
 
-    // Latency percentiles, log scale.
-    let values = |r: &ResultRow| {
-        let l = r.latency_us;
-        [l.p50, l.p95, l.p99, l.p999, l.max]
-    };
-    let all: Vec<f64> = rows
+    // Latency spectrum on the nines axis.
+    let lo = series
         .iter()
-        .flat_map(|r| values(r))
+        .flat_map(|s| s.row.latency_spectrum.iter().map(|p| p.us))
+        .chain(series.iter().map(|s| s.row.latency_us.p50))
         .filter(|v| *v > 0.0)
-        .collect();
-    let lo = all.iter().copied().fold(f64::INFINITY, f64::min).max(0.1) / 1.5;
-    let hi = all.iter().copied().fold(0.0, f64::max).max(lo * 10.0) * 1.5;
+        .fold(f64::INFINITY, f64::min);
+    let hi = series
+        .iter()
+        .flat_map(|s| s.row.latency_spectrum.iter().map(|p| p.us))
+        .chain(series.iter().map(|s| s.row.latency_us.max))
+        .fold(0.0, f64::max);
+    let (lo, hi) = if lo.is_finite() && hi > 0.0 {
+        (lo / 1.5, hi * 1.5)
+    } else {
+        (1.0, 10.0)
+    };
     let mut chart = ChartBuilder::on(&lower)
         .caption(
-            "Batch latency percentiles, µs (log scale, lower is better)",
-            ("sans-serif", 16),
+            "Latency by percentile (lower is better; each nine gets the same width)",
+            (FONT, 18),
         )
-        .margin(12)
+        .margin(14)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(
-            (0..PERCENTILES.len() - 1).into_segmented(),
-            (lo..hi).log_scale(),
-        )
+        .build_cartesian_2d(0.0..MAX_AT + 0.2, (lo..hi).log_scale())
         .map_err(|x| e(&x))?;
     chart
         .configure_mesh()
-        .x_labels(PERCENTILES.len() + 1)
-        .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => PERCENTILES
-                .get(*i)
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
-            _ => String::new(),
-        })
-        .y_desc("µs")
+        .x_labels(0)
+        .y_labels(8)
+        .y_label_formatter(&|v| human_us(*v))
+        .y_desc("latency of one call")
+        .light_line_style(WHITE)
+        .bold_line_style(RGBColor(225, 225, 225))
         .draw()
         .map_err(|x| e(&x))?;
-    for (d, device) in devices.iter().enumerate() {
-        for (g, group) in groups.iter().enumerate() {
-            let Some(r) = find(device, group) else {
-                continue;
-            };
-            // Same hue as the device's bars; lighter for later operations.
-            let color = shade(Palette99::pick(d).to_rgba(), g, groups.len());
-            let points: Vec<(SegmentValue<usize>, f64)> = values(r)
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (SegmentValue::CenterOf(i), v.max(lo)))
-                .collect();
+    // The nines ticks, drawn by hand: only these six labels.
+    let ticks: Vec<(f64, String)> = NINES_TICKS
+        .iter()
+        .map(|(p, l)| (nines(*p), l.to_string()))
+        .chain(std::iter::once((MAX_AT, "max".to_string())))
+        .collect();
+    for (x, label) in &ticks {
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(*x, lo), (*x, hi)],
+                RGBColor(225, 225, 225),
+            )))
+            .map_err(|x| e(&x))?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                label.clone(),
+                (*x - 0.08, lo),
+                (FONT, 14).into_font(),
+            )))
+            .map_err(|x| e(&x))?;
+    }
+    for s in &series {
+        let points = spectrum_points(s.row);
+        let c = colour(s.colour);
+        let style = c.stroke_width(2);
+        let label = s.label.clone();
+        let (dash, gap) = DASHES[s.style % DASHES.len()];
+        let anno = if dash == 0 {
             chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                .draw_series(LineSeries::new(points.clone(), style))
                 .map_err(|x| e(&x))?
-                .label(format!("{device} {group}"))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
+        } else {
             chart
-                .draw_series(
-                    points
-                        .into_iter()
-                        .map(|p| Circle::new(p, 3, color.filled())),
-                )
-                .map_err(|x| e(&x))?;
-        }
+                .draw_series(DashedLineSeries::new(points.clone(), dash, gap, style))
+                .map_err(|x| e(&x))?
+        };
+        anno.label(label).legend(move |(x, y)| {
+            // The legend sample repeats the series' dash pattern.
+            let (d, g) = if dash == 0 {
+                (24, 0)
+            } else {
+                (dash as i32, gap as i32)
+            };
+            let mut path = Vec::new();
+            let mut at = 0;
+            while at < 24 {
+                path.push((x + at, y));
+                path.push((x + (at + d).min(24), y));
+                at += d + g.max(1);
+            }
+            PathElement::new(path, c.stroke_width(2))
+        });
+        chart
+            .draw_series(points.iter().map(|p| Circle::new(*p, 3, c.filled())))
+            .map_err(|x| e(&x))?;
     }
     chart
         .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font((FONT, 13))
+        .position(SeriesLabelPosition::LowerRight)
         .draw()
         .map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))?;
     Ok(())
 }
 
-/// `base` blended towards white by up to 60% as `index` goes from 0 to `count`.
-fn shade(base: RGBAColor, index: usize, count: usize) -> RGBAColor {
-    let t = if count <= 1 {
-        0.0
+/// (nines position, µs) of a row: the stored spectrum, or for older reports
+/// the five summary points.
+fn spectrum_points(r: &ResultRow) -> Vec<(f64, f64)> {
+    let raw: Vec<(f64, f64)> = if r.latency_spectrum.is_empty() {
+        let l = &r.latency_us;
+        vec![
+            (50.0, l.p50),
+            (95.0, l.p95),
+            (99.0, l.p99),
+            (99.9, l.p999),
+            (100.0, l.max),
+        ]
     } else {
-        0.6 * index as f64 / (count - 1) as f64
+        r.latency_spectrum
+            .iter()
+            .map(|p| (p.percentile, p.us))
+            .collect()
     };
-    let lift = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * t).round() as u8;
-    RGBAColor(lift(base.0), lift(base.1), lift(base.2), base.3)
+    raw.into_iter()
+        .filter(|(_, us)| *us > 0.0)
+        .map(|(p, us)| (if p >= 100.0 { MAX_AT } else { nines(p) }, us))
+        .collect()
+}
+
+fn draw_sweep(report: &Report, rows: &[&ResultRow], out: &mut String) -> Result<(), String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let devices = distinct(rows, |r| r.device.clone());
+    let sizes: Vec<u64> = {
+        let mut v: Vec<u64> = rows.iter().filter_map(|r| r.items).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let (n_lo, n_hi) = match (sizes.first(), sizes.last()) {
+        (Some(&a), Some(&b)) => (a as f64 / 1.6, b as f64 * 1.6),
+        _ => return Err("sweep rows without sizes".to_string()),
+    };
+    let published_at = |device: &str, op: &str| -> Vec<(&'static str, Vec<(f64, f64)>)> {
+        crate::published::sweep_rows(device)
+            .filter(|p| p.operation == op)
+            .map(|p| {
+                let pts = sizes
+                    .iter()
+                    .filter_map(|&n| p.at(n).map(|ns| (n as f64, ns as f64)))
+                    .collect();
+                (p.store, pts)
+            })
+            .collect()
+    };
+    let all_ns = rows.iter().map(|r| r.elapsed_ns as f64).chain(
+        devices
+            .iter()
+            .flat_map(|d| {
+                ["write", "read"]
+                    .into_iter()
+                    .flat_map(|op| published_at(d, op))
+            })
+            .flat_map(|(_, pts)| pts.into_iter().map(|p| p.1)),
+    );
+    let (mut t_lo, mut t_hi) = (f64::INFINITY, 0.0f64);
+    for ns in all_ns.filter(|v| *v > 0.0) {
+        t_lo = t_lo.min(ns);
+        t_hi = t_hi.max(ns);
+    }
+    if !t_lo.is_finite() {
+        return Err("sweep rows without times".to_string());
+    }
+    let (t_lo, t_hi) = (t_lo / 2.0, t_hi * 2.0);
+
+    let root = SVGBackend::with_string(out, (WIDTH, 700)).into_drawing_area();
+    let area = header(
+        &root,
+        "ringkv sweep (MapDB/ChronicleMap document): time to write / read N items",
+        &subtitle(report, rows),
+    )?;
+    let panels = area.split_evenly((1, 2));
+    for (panel, op) in panels.iter().zip(["write", "read"]) {
+        let mut chart: ChartContext<
+            SVGBackend,
+            Cartesian2d<
+                plotters::coord::combinators::LogCoord<f64>,
+                plotters::coord::combinators::LogCoord<f64>,
+            >,
+        > = ChartBuilder::on(panel)
+            .caption(
+                format!("{op} N items (lower is better; log–log)"),
+                (FONT, 18),
+            )
+            .margin(14)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d((n_lo..n_hi).log_scale(), (t_lo..t_hi).log_scale())
+            .map_err(|x| e(&x))?;
+        chart
+            .configure_mesh()
+            .x_labels(6)
+            .y_labels(8)
+            .x_label_formatter(&|v| human_count(*v))
+            .y_label_formatter(&|v| human_us(*v / 1e3))
+            .x_desc("N (items)")
+            .y_desc("time for all N")
+            .light_line_style(WHITE)
+            .bold_line_style(RGBColor(225, 225, 225))
+            .draw()
+            .map_err(|x| e(&x))?;
+        for (di, device) in devices.iter().enumerate() {
+            let c = colour(di);
+            let mut pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.device == *device && r.operation == op)
+                .filter_map(|r| r.items.map(|n| (n as f64, r.elapsed_ns as f64)))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(3)))
+                .map_err(|x| e(&x))?
+                .label(format!("ringkv {device}"))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3))
+                });
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))
+                .map_err(|x| e(&x))?;
+            for (store, pts) in published_at(device, op) {
+                if pts.is_empty() {
+                    continue;
+                }
+                let thin = c.mix(0.8).stroke_width(1);
+                let label = format!("{store} {device} (published)");
+                let series = if store == "MapDB" {
+                    chart
+                        .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, thin))
+                        .map_err(|x| e(&x))?
+                } else {
+                    chart
+                        .draw_series(DashedLineSeries::new(pts.clone(), 2, 3, thin))
+                        .map_err(|x| e(&x))?
+                };
+                let dashed = store == "MapDB";
+                series.label(label).legend(move |(x, y)| {
+                    let end = if dashed { x + 12 } else { x + 4 };
+                    PathElement::new(vec![(x, y), (end, y)], c.stroke_width(1))
+                });
+            }
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(180, 180, 180))
+            .label_font((FONT, 12))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(|x| e(&x))?;
+    }
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+/// The key pairing rows of two reports (as `loadgen compare` does).
+fn pair_label(r: &ResultRow) -> String {
+    let mut s = format!("{} {}", r.device, op_name(r));
+    if r.durability != "none" || r.workload != "sweep" {
+        s.push_str(&format!(" ({})", r.durability));
+    }
+    s
+}
+
+/// One panel of the compare chart: where, caption, value, value's format.
+type Panel<'a, 'b> = (
+    &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    &'static str,
+    fn(&ResultRow) -> f64,
+    fn(f64) -> String,
+);
+
+fn draw_compare(
+    base: &Report,
+    base_name: &str,
+    new: &Report,
+    new_name: &str,
+    out: &mut String,
+) -> Result<(), String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let measured = |r: &Report| -> Vec<ResultRow> {
+        r.results
+            .iter()
+            .filter(|x| x.status != Status::Unsupported && x.ops > 0)
+            .cloned()
+            .collect()
+    };
+    let (b, n) = (measured(base), measured(new));
+    let pairs: Vec<(&ResultRow, &ResultRow)> = b
+        .iter()
+        .filter_map(|x| n.iter().find(|y| y.key() == x.key()).map(|y| (x, y)))
+        .collect();
+    if pairs.is_empty() {
+        return Err("the two reports have no operation in common".to_string());
+    }
+    let root = SVGBackend::with_string(out, (WIDTH, 900)).into_drawing_area();
+    let all: Vec<&ResultRow> = pairs.iter().map(|p| p.1).collect();
+    let area = header(
+        &root,
+        &format!("ringkv compare: A = {base_name}, B = {new_name}"),
+        &format!("B: {}", subtitle(new, &all)),
+    )?;
+    let (upper, lower) = area.split_vertically(410);
+    let names: Vec<String> = pairs.iter().map(|p| pair_label(p.0)).collect();
+    let metrics: [Panel; 2] = [
+        (
+            &upper,
+            "Throughput, operations/s (higher is better)",
+            |r| r.ops_per_sec,
+            human_count,
+        ),
+        (
+            &lower,
+            "p99 latency of one call (lower is better)",
+            |r| r.latency_us.p99,
+            human_us,
+        ),
+    ];
+    for (panel, caption, value, fmt) in metrics {
+        let max = pairs
+            .iter()
+            .map(|(x, y)| value(x).max(value(y)))
+            .fold(0.0, f64::max)
+            .max(1e-9);
+        let slots = pairs.len() * 3;
+        let mut chart: ChartContext<SVGBackend, Cartesian2d<RangedCoordf64, RangedCoordf64>> =
+            ChartBuilder::on(panel)
+                .caption(caption, (FONT, 18))
+                .margin(14)
+                .x_label_area_size(40)
+                .y_label_area_size(70)
+                .build_cartesian_2d(0.0..slots as f64, 0.0..max * 1.3)
+                .map_err(|x| e(&x))?;
+        let labels = names.clone();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(slots * 2 + 1)
+            .x_label_formatter(&move |v| {
+                let g = (v / 3.0).floor();
+                if (v - (g * 3.0 + 1.0)).abs() < 0.26 {
+                    labels.get(g as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_labels(6)
+            .y_label_formatter(&move |v| fmt(*v))
+            .light_line_style(WHITE)
+            .draw()
+            .map_err(|x| e(&x))?;
+        for (i, (x, y)) in pairs.iter().enumerate() {
+            for (j, (row, name)) in [(x, "A"), (y, "B")].into_iter().enumerate() {
+                let x0 = i as f64 * 3.0 + j as f64 + 0.1;
+                let v = value(row);
+                let c = colour(j);
+                let rect = chart
+                    .draw_series(std::iter::once(Rectangle::new(
+                        [(x0, 0.0), (x0 + 0.8, v)],
+                        c.filled(),
+                    )))
+                    .map_err(|x| e(&x))?;
+                if i == 0 {
+                    let label = if j == 0 { base_name } else { new_name };
+                    rect.label(format!("{name}: {label}"))
+                        .legend(move |(x, y)| {
+                            Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled())
+                        });
+                }
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        fmt(v),
+                        (x0, v + max * 0.03),
+                        (FONT, 13).into_font(),
+                    )))
+                    .map_err(|x| e(&x))?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(180, 180, 180))
+            .label_font((FONT, 13))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(|x| e(&x))?;
+    }
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -245,23 +836,25 @@ mod tests {
     use crate::report::tests::sample_report;
 
     #[test]
-    fn writes_an_svg_with_every_device_and_operation() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("chart.svg");
-        let report = sample_report(&["sas", "gpssd", "nvme"], &["put", "get"], 1.0);
-        plot(&report, &path).expect("plot");
-        if let Ok(keep) = std::env::var("LOADGEN_KEEP_SVG") {
-            std::fs::copy(&path, keep).expect("copy");
-        }
-        let svg = std::fs::read_to_string(&path).expect("read");
-        assert!(svg.starts_with("<svg"), "{}", &svg[..80.min(svg.len())]);
-        assert!(svg.trim_end().ends_with("</svg>"));
-        for text in ["sas", "gpssd", "nvme", "put", "get", "p99.9", "Throughput"] {
-            assert!(svg.contains(text), "svg lacks {text}");
-        }
-        // Six bars: one per (device, operation).
-        let bars = svg.matches("<rect").count();
-        assert!(bars >= 6, "{bars} rects");
+    fn human_units() {
+        assert_eq!(human_count(100_000.0), "100K");
+        assert_eq!(human_count(1_000_000.0), "1M");
+        assert_eq!(human_count(1_250_000.0), "1.2M");
+        assert_eq!(human_count(366_000.0), "366K");
+        assert_eq!(human_count(12.0), "12");
+        assert_eq!(human_us(250.0), "250 µs");
+        assert_eq!(human_us(1_200_000.0), "1.2 s");
+        assert_eq!(human_us(12_000.0), "12 ms");
+        assert_eq!(human_us(0.85), "850 ns");
+        assert_eq!(human_us(2_000.0), "2 ms");
+    }
+
+    #[test]
+    fn nines_axis_gives_each_nine_the_same_width() {
+        assert!((nines(90.0) - 1.0).abs() < 1e-9);
+        assert!((nines(99.0) - 2.0).abs() < 1e-9);
+        assert!((nines(99.99) - 4.0).abs() < 1e-9);
+        assert!(nines(50.0) > 0.3 && nines(50.0) < 0.31);
     }
 
     #[test]

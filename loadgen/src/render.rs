@@ -54,6 +54,12 @@ pub fn render(report: &Report) -> String {
     if !measured.is_empty() {
         out.push_str("\nDetails (server STATS deltas over each measured window; WAL device):\n\n");
         out.push_str(&detail_table(&measured).render());
+        out.push_str(
+            "\nProfile accuracy (per device, over each measured window: achieved I/O units/s and MB/s next to the \
+             profile's limits; the burst rate applies while burst credit lasts, 30 minutes for the built-in profiles; \
+             token wait is summed over every waiting I/O, so it can exceed 100% with several shards):\n\n",
+        );
+        out.push_str(&accuracy_table(&measured).render());
     }
     let devices = devices_in_order(report);
     if devices.len() > 1 {
@@ -81,15 +87,18 @@ fn header(report: &Report) -> String {
     );
     s.push_str(&format!("machine:  {}\n", report.machine.describe()));
     s.push_str(&format!("command:  {}\n", report.command_line));
-    let target = match &run.server_addr {
-        Some(addr) => format!("ringkv-server at {addr}"),
-        None => format!(
-            "embedded ringkv server (in-process, temporary data directory, loopback), shards {}",
-            if run.shards == 0 {
-                "one per core".to_string()
-            } else {
-                run.shards.to_string()
-            }
+    let shards = if run.shards == 0 {
+        "one per core".to_string()
+    } else {
+        run.shards.to_string()
+    };
+    let target = match (&run.server_addr, run.target.as_str()) {
+        (Some(addr), _) => format!("ringkv-server at {addr}"),
+        (None, "engine") => format!(
+            "ringkv engine library in this process (no TCP, no protocol; temporary data directory), shards {shards}"
+        ),
+        (None, _) => format!(
+            "embedded ringkv server (in-process, temporary data directory, loopback), shards {shards}"
         ),
     };
     s.push_str(&format!("target:   {target}\n"));
@@ -107,7 +116,14 @@ fn header(report: &Report) -> String {
     };
     if run.workload == "sweep" {
         let sizes: Vec<String> = run.sweep_sizes.iter().map(|n| format_count(*n)).collect();
-        s.push_str(&format!(
+        if let Some(method) = &run.method {
+            s.push_str(&format!(
+                "method:   {method}; N = {}, {mode}, seed {}\n",
+                sizes.join(", "),
+                run.seed
+            ));
+        } else {
+            s.push_str(&format!(
             "run:      {} client tasks x batches of {}, write then read N records of {} x {} B for N = {}, {mode}, seed {}\n",
             run.threads,
             run.batch,
@@ -116,6 +132,7 @@ fn header(report: &Report) -> String {
             sizes.join(", "),
             run.seed
         ));
+        }
     } else {
         s.push_str(&format!(
             "run:      {} client tasks x batches of {}, {} records of {} x {} B, {mode}, warm-up {} s excluded, {measure}, seed {}\n",
@@ -243,24 +260,96 @@ pub fn detail_table(rows: &[&ResultRow]) -> Table {
     t
 }
 
-/// One table per device class, shaped like the MapDB/ChronicleMap document:
-/// rows write/read, columns N, cells in nanoseconds.
-pub fn sweep_tables(rows: &[&ResultRow]) -> String {
-    let mut out = String::new();
-    let mut devices: Vec<&str> = Vec::new();
+/// Per device and measured window: achieved I/O units/s and MB/s next to the
+/// profile's limits, and how close to the limit a saturated device ran.
+pub fn accuracy_table(rows: &[&ResultRow]) -> Table {
+    let mut t = Table::new(&[
+        ("Device", Align::Left),
+        ("Durability", Align::Left),
+        ("Workload", Align::Left),
+        ("Operation", Align::Left),
+        ("Items", Align::Right),
+        ("Dev", Align::Left),
+        ("Units/s", Align::Right),
+        ("Limit units/s (burst)", Align::Right),
+        ("MB/s", Align::Right),
+        ("Limit MB/s", Align::Right),
+        ("Token wait", Align::Right),
+        ("Units/s % of burst", Align::Right),
+    ]);
     for r in rows {
-        if !devices.contains(&r.device.as_str()) {
-            devices.push(&r.device);
+        let seconds = r.elapsed_ns as f64 / 1e9;
+        for (name, dev) in &r.device_counters {
+            let mb_s = if seconds > 0.0 {
+                (dev.bytes_read + dev.bytes_written) as f64 / 1e6 / seconds
+            } else {
+                0.0
+            };
+            let limits = crate::stats::profile_limits(&dev.profile);
+            let wait_share = if seconds > 0.0 {
+                dev.token_wait_us as f64 / 1e6 / seconds
+            } else {
+                0.0
+            };
+            let of_burst = match limits {
+                Some(l) if l.burst_iops > 0 => {
+                    format!("{:.1}%", 100.0 * dev.iops / l.burst_iops as f64)
+                }
+                _ => "-".to_string(),
+            };
+            t.push(vec![
+                r.device.clone(),
+                r.durability.clone(),
+                r.workload.clone(),
+                r.operation.clone(),
+                r.items.map(format_count).unwrap_or_default(),
+                name.clone(),
+                fixed0(dev.iops),
+                match limits {
+                    Some(l) if l.iops > 0 => {
+                        format!("{} ({})", thousands(l.iops), thousands(l.burst_iops))
+                    }
+                    Some(_) => "none".to_string(),
+                    None => "?".to_string(),
+                },
+                fixed1(mb_s),
+                match limits {
+                    Some(l) if l.bytes_per_sec > 0 => fixed1(l.bytes_per_sec as f64 / 1e6),
+                    Some(_) => "none".to_string(),
+                    None => "?".to_string(),
+                },
+                format!("{:.0}%", 100.0 * wait_share),
+                of_burst,
+            ]);
         }
     }
-    for device in devices {
-        let mine: Vec<&&ResultRow> = rows.iter().filter(|r| r.device == device).collect();
+    t
+}
+
+/// One table per device class and durability, shaped like the
+/// MapDB/ChronicleMap document: rows write/read, columns N, cells in
+/// nanoseconds; for the document's classes its own rows follow (marked
+/// published, other hardware) and a ratio row per operation.
+pub fn sweep_tables(rows: &[&ResultRow]) -> String {
+    let mut out = String::new();
+    let mut groups: Vec<(&str, &str)> = Vec::new();
+    for r in rows {
+        let g = (r.device.as_str(), r.durability.as_str());
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    for (device, durability) in groups {
+        let mine: Vec<&&ResultRow> = rows
+            .iter()
+            .filter(|r| r.device == device && r.durability == durability)
+            .collect();
         let mut sizes: Vec<u64> = mine.iter().filter_map(|r| r.items).collect();
         sizes.sort_unstable();
         sizes.dedup();
         let Some(first) = mine.first() else { continue };
         out.push_str(&format!(
-            "\n{device} — {} (durability {}, ringkv {})\n\n",
+            "\n{device} — {} — durability {} (ringkv {})\n\n",
             profile_limits(first.server.iops_limit, first.server.burst_iops),
             first.durability,
             first.server.version
@@ -285,9 +374,56 @@ pub fn sweep_tables(rows: &[&ResultRow]) -> String {
             }
             t.push(row);
         }
+        let published: Vec<&crate::published::SweepRow> =
+            crate::published::sweep_rows(device).collect();
+        if !published.is_empty() {
+            for p in &published {
+                let mut row = vec![format!("{} *", p.label())];
+                row.extend(
+                    sizes
+                        .iter()
+                        .map(|&n| p.at(n).map(|ns| ns.to_string()).unwrap_or_default()),
+                );
+                t.push(row);
+            }
+            for (op, label) in [("write", "W"), ("read", "R")] {
+                let mut row = vec![format!("ringkv vs best published ({label})")];
+                for &n in &sizes {
+                    let ours = mine
+                        .iter()
+                        .find(|r| r.operation == op && r.items == Some(n) && r.status == Status::Ok)
+                        .map(|r| r.elapsed_ns);
+                    let best = crate::published::best_published(device, op, n);
+                    row.push(match (ours, best) {
+                        (Some(ours), Some((_, best))) if ours > 0 => ratio(best, ours),
+                        _ => String::new(),
+                    });
+                }
+                t.push(row);
+            }
+        }
         out.push_str(&t.render());
+        if !published.is_empty() {
+            out.push_str(&format!(
+                "* {}: {}. Ratio = best published time / ringkv time (above 1x: ringkv is faster).\n",
+                crate::published::PUBLISHED_LABEL,
+                crate::published::SWEEP_SOURCE
+            ));
+        }
     }
     out
+}
+
+/// "12.3x" (how many times faster ringkv is); "0.45x" when slower.
+fn ratio(published_ns: u64, ours_ns: u64) -> String {
+    let r = published_ns as f64 / ours_ns as f64;
+    if r >= 10.0 {
+        format!("{r:.0}x")
+    } else if r >= 1.0 {
+        format!("{r:.1}x")
+    } else {
+        format!("{r:.2}x")
+    }
 }
 
 /// Device classes in the order they first appear.
@@ -523,14 +659,38 @@ mod tests {
         }
         let rows: Vec<&ResultRow> = report.results.iter().collect();
         let text = sweep_tables(&rows);
-        assert!(
-            text.contains("| Storage(R/W) | 10K(ns) | 100K(ns) |"),
-            "{text}"
+        let lines: Vec<&str> = text.lines().collect();
+        let row = |label: &str| -> Vec<String> {
+            let line = lines
+                .iter()
+                .find(|l| l.starts_with(&format!("| {label}")))
+                .unwrap_or_else(|| panic!("no row {label} in\n{text}"));
+            line.split('|')
+                .map(|c| c.trim().to_string())
+                .filter(|c| !c.is_empty())
+                .collect()
+        };
+        assert_eq!(row("Storage(R/W)"), ["Storage(R/W)", "10K(ns)", "100K(ns)"]);
+        assert_eq!(row("ringkv(W)"), ["ringkv(W)", "1000000", "9000000"]);
+        // The document's own rows for nvme, marked as published.
+        assert_eq!(row("MapDB(W) *"), ["MapDB(W) *", "24414392", "241636276"]);
+        assert_eq!(
+            row("ChronicleMap(R) *"),
+            ["ChronicleMap(R) *", "42593050", "275962770"]
         );
-        assert!(
-            text.contains("| ringkv(W)    | 1000000 |  9000000 |"),
-            "{text}"
+        // Best published write at 10K is MapDB's 24.4 ms: 24x ringkv's 1 ms.
+        assert_eq!(
+            row("ringkv vs best published (W)"),
+            ["ringkv vs best published (W)", "24x", "27x"]
         );
+        assert!(text.contains("published, other hardware"), "{text}");
+        assert!(text.contains("durability sync"), "{text}");
+        // No published rows for a class the document did not measure.
+        for r in report.results.iter_mut() {
+            r.device = "unthrottled".into();
+        }
+        let rows: Vec<&ResultRow> = report.results.iter().collect();
+        assert!(!sweep_tables(&rows).contains("MapDB"));
     }
 
     #[test]

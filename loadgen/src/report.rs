@@ -33,8 +33,12 @@ pub struct Report {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSettings {
     pub workload: String,
-    /// "embedded" or "server".
+    /// "engine" (in-process library), "embedded" (server on loopback) or
+    /// "server" (`--server ADDR`).
     pub target: String,
+    /// The sweep's method in words (sweep only).
+    #[serde(default)]
+    pub method: Option<String>,
     /// The `--server` address, if any.
     pub server_addr: Option<String>,
     /// Device classes asked for (embedded); empty with `--server`.
@@ -117,6 +121,10 @@ pub struct ResultRow {
     pub throughput_kops: f64,
     /// Latency of one batch, µs (from the intended send time in open loop).
     pub latency_us: LatencySummary,
+    /// The same latency at the percentiles of `hist::SPECTRUM_PERCENTILES`
+    /// (the charts' "nines" axis); empty in reports from before it existed.
+    #[serde(default)]
+    pub latency_spectrum: Vec<crate::hist::SpectrumPoint>,
     pub errors: ErrorCounts,
     pub server: ServerInfo,
     /// Per-device activity during the measured window, by device name.
@@ -166,6 +174,7 @@ impl ResultRow {
             ops_per_sec: 0.0,
             throughput_kops: 0.0,
             latency_us: LatencySummary::default(),
+            latency_spectrum: Vec::new(),
             errors: ErrorCounts::default(),
             server,
             device_counters: BTreeMap::new(),
@@ -246,6 +255,7 @@ pub fn rows_from_phase(
                 ops_per_sec,
                 throughput_kops: ops_per_sec / 1000.0,
                 latency_us: t.hist.summary(),
+                latency_spectrum: t.hist.spectrum(),
                 errors,
                 server: server.clone(),
                 device_counters: counters.clone(),
@@ -372,6 +382,14 @@ pub mod tests {
                         p999: 4000.0 / scale,
                         max: 5000.0 / scale,
                     },
+                    latency_spectrum: crate::hist::SPECTRUM_PERCENTILES
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &p)| crate::hist::SpectrumPoint {
+                            percentile: p,
+                            us: 900.0 * (1.0 + i as f64 * 0.5) / scale,
+                        })
+                        .collect(),
                     errors: ErrorCounts::default(),
                     server: ServerInfo {
                         version: "0.1.0".into(),
@@ -393,6 +411,7 @@ pub mod tests {
             run: RunSettings {
                 workload: "putget".into(),
                 target: "embedded".into(),
+                method: None,
                 server_addr: None,
                 devices: devices.iter().map(|d| d.to_string()).collect(),
                 threads: 16,

@@ -7,7 +7,7 @@
 //! [`TargetError`]s and stop the run.
 
 use crate::target::{Op, Reply, Session, Target, TargetError};
-use ringkv_client::{Client, OpReply, RequestOp};
+use ringkv_client::{Client, ConnectOptions, OpReply, RequestOp};
 use std::time::Duration;
 
 /// A ringkv server at `addr`.
@@ -15,14 +15,28 @@ use std::time::Duration;
 pub struct RingkvTarget {
     addr: String,
     timeout: Duration,
+    options: ConnectOptions,
 }
 
 impl RingkvTarget {
     /// `timeout` bounds connecting and every request.
     pub fn new(addr: impl Into<String>, timeout: Duration) -> RingkvTarget {
+        RingkvTarget::with_options(
+            addr,
+            ConnectOptions {
+                timeout,
+                ..ConnectOptions::default()
+            },
+        )
+    }
+
+    /// Connects with `options` (TLS, password); `options.timeout` bounds
+    /// connecting and every request.
+    pub fn with_options(addr: impl Into<String>, options: ConnectOptions) -> RingkvTarget {
         RingkvTarget {
             addr: addr.into(),
-            timeout,
+            timeout: options.timeout,
+            options,
         }
     }
 }
@@ -37,7 +51,7 @@ impl Target for RingkvTarget {
     type Session = RingkvSession;
 
     async fn connect(&self) -> Result<RingkvSession, TargetError> {
-        let client = Client::connect_timeout(self.addr.as_str(), self.timeout)
+        let client = Client::connect_with(&self.addr, &self.options)
             .await
             .map_err(|e| TargetError::Connect {
                 addr: self.addr.clone(),

@@ -31,6 +31,10 @@ pub struct Settings {
     pub progress: bool,
     /// The sweep's N values.
     pub sweep_sizes: Vec<u64>,
+    /// What one sweep item is (the document's, or YCSB-style records).
+    pub sweep_items: crate::workloads::sweep::ItemShape,
+    /// Operations run before each sweep phase's clock starts.
+    pub sweep_warmup_ops: u64,
 }
 
 impl Settings {
@@ -105,6 +109,8 @@ pub mod tests {
             },
             progress: false,
             sweep_sizes: vec![50, 120],
+            sweep_items: crate::workloads::sweep::ItemShape::Document,
+            sweep_warmup_ops: 20,
         }
     }
 

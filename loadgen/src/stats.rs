@@ -4,8 +4,10 @@
 //! What must hold: counters in STATS are totals since server start, so a
 //! phase's figures are `after - before`; a counter that goes backwards (the
 //! server restarted) is reported, never turned into a huge unsigned delta.
-//! Names come from the STATS contract (docs/loadgen.md, "STATS keys used").
+//! Names and their types come from `ringkv_protocol::stats`, shared with the
+//! server (docs/protocol.md lists them).
 
+use ringkv_protocol::stats::{DeviceStats, Stats, StatsError as ProtocolStatsError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -24,21 +26,8 @@ pub struct ServerSnapshot {
     pub devices: BTreeMap<String, DeviceSnapshot>,
 }
 
-/// One device's STATS counters.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DeviceSnapshot {
-    pub profile: String,
-    pub iops_limit: u64,
-    pub burst_iops: u64,
-    pub ios: u64,
-    pub reads: u64,
-    pub writes: u64,
-    pub syncs: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    pub token_wait_us: u64,
-    pub fsync_p99_us: u64,
-}
+/// One device's STATS counters, as the server sends them.
+pub type DeviceSnapshot = DeviceStats;
 
 /// Facts about the server that produced a result.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -94,63 +83,30 @@ pub enum StatsError {
 }
 
 impl ServerSnapshot {
-    /// Parses STATS pairs; unknown names are ignored (more may be added).
+    /// Reads STATS pairs through the shared typed reader
+    /// ([`ringkv_protocol::stats::Stats`]); unknown names are ignored.
     pub fn parse(pairs: &[(String, String)]) -> Result<ServerSnapshot, StatsError> {
-        let mut snap = ServerSnapshot::default();
-        for (name, value) in pairs {
-            let num = || -> Result<u64, StatsError> {
-                // Gauges may be printed as decimals (e.g. "12.0"); counters are integers.
-                value
-                    .trim()
-                    .parse::<u64>()
-                    .or_else(|_| {
-                        value
-                            .trim()
-                            .parse::<f64>()
-                            .ok()
-                            .filter(|f| f.is_finite() && *f >= 0.0)
-                            .map(|f| f.round() as u64)
-                            .ok_or(())
-                    })
-                    .map_err(|()| StatsError::NotANumber {
-                        name: name.clone(),
-                        value: value.clone(),
-                    })
-            };
-            match name.as_str() {
-                "server.version" => snap.version = value.clone(),
-                "server.backend" => snap.backend = value.clone(),
-                "server.durability" => snap.durability = value.clone(),
-                "server.shards" => snap.shards = num()?,
-                "engine.keys" => snap.keys = num()?,
-                "engine.memory_bytes" => snap.memory_bytes = num()?,
-                "wal.bytes_written" => snap.wal_bytes_written = num()?,
-                "wal.flushes" => snap.wal_flushes = num()?,
-                "wal.fsync_p99_us" => snap.wal_fsync_p99_us = num()?,
-                _ => {
-                    if let Some(rest) = name.strip_prefix("device.") {
-                        if let Some((dev, field)) = rest.rsplit_once('.') {
-                            let d = snap.devices.entry(dev.to_string()).or_default();
-                            match field {
-                                "profile" => d.profile = value.clone(),
-                                "iops_limit" => d.iops_limit = num()?,
-                                "burst_iops" => d.burst_iops = num()?,
-                                "ios" => d.ios = num()?,
-                                "reads" => d.reads = num()?,
-                                "writes" => d.writes = num()?,
-                                "syncs" => d.syncs = num()?,
-                                "bytes_read" => d.bytes_read = num()?,
-                                "bytes_written" => d.bytes_written = num()?,
-                                "token_wait_us" => d.token_wait_us = num()?,
-                                "fsync_p99_us" => d.fsync_p99_us = num()?,
-                                _ => {}
-                            }
-                        }
-                    }
-                }
+        let stats = Stats::from_pairs(pairs).map_err(|e| match e {
+            ProtocolStatsError::NotANumber { name, value } => {
+                StatsError::NotANumber { name, value }
             }
-        }
-        Ok(snap)
+            other => StatsError::NotANumber {
+                name: String::new(),
+                value: other.to_string(),
+            },
+        })?;
+        Ok(ServerSnapshot {
+            version: stats.server.version,
+            backend: stats.server.backend,
+            durability: stats.server.durability,
+            shards: stats.server.shards,
+            keys: stats.engine.keys,
+            memory_bytes: stats.engine.memory_bytes,
+            wal_bytes_written: stats.wal.bytes_written,
+            wal_flushes: stats.wal.flushes,
+            wal_fsync_p99_us: stats.wal.fsync_p99_us,
+            devices: stats.devices,
+        })
     }
 
     /// The device the WAL lives on: `wal` when present, else the first device.
@@ -175,6 +131,26 @@ impl ServerSnapshot {
             burst_iops,
         }
     }
+}
+
+/// A disk profile's limits, for the profile-accuracy report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProfileLimits {
+    /// Sustained I/O units per second (0 = unlimited).
+    pub iops: u64,
+    pub burst_iops: u64,
+    /// Bandwidth cap (0 = none).
+    pub bytes_per_sec: u64,
+}
+
+/// The limits of a built-in profile by name (`None` for a custom profile,
+/// whose limits STATS does not carry).
+pub fn profile_limits(profile: &str) -> Option<ProfileLimits> {
+    tunables::builtin_profile(profile).map(|p| ProfileLimits {
+        iops: p.iops,
+        burst_iops: p.burst_iops,
+        bytes_per_sec: p.bytes_per_sec.0,
+    })
 }
 
 fn delta(name: &str, before: u64, after: u64) -> Result<u64, StatsError> {
@@ -270,9 +246,8 @@ mod tests {
                 value: "many".into()
             }
         );
-        let ok = ServerSnapshot::parse(&pairs(&[("device.wal.fsync_p99_us", "12.6")]))
-            .expect("float gauge");
-        assert_eq!(ok.devices["wal"].fsync_p99_us, 13);
+        // Values are decimal integers (docs/protocol.md): a fraction is refused too.
+        assert!(ServerSnapshot::parse(&pairs(&[("device.wal.fsync_p99_us", "12.6")])).is_err());
     }
 
     #[test]

@@ -113,40 +113,102 @@ fn bad_flags_exit_2_with_a_reason() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("embedded server only"));
 }
 
+/// A tiny sweep by the document's method (1 client, one item per call,
+/// 8-byte keys, 32-byte values) through the library on every class, with
+/// the in-process engine and with the embedded server.
 #[test]
-fn sweep_runs_on_every_class() {
-    let cli = <Cli as clap::Parser>::try_parse_from([
-        "loadgen",
-        "--device",
-        "all",
-        "--workload",
-        "sweep",
-        "--sweep-sizes",
-        "500,1500",
-        "--threads",
-        "4",
-        "--batch",
-        "100",
-    ])
-    .expect("flags");
-    let settings = cli.run.settings(false).expect("settings");
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let mut rows: Vec<ResultRow> = Vec::new();
-    runtime
-        .block_on(loadgen::app::run_all(&cli.run, &settings, &mut rows))
-        .expect("sweep");
-    assert_eq!(rows.len(), 3 * 2 * 2, "{rows:#?}");
-    for device in ["sas", "gpssd", "nvme"] {
-        for n in [500, 1500] {
+fn sweep_runs_on_every_class_with_each_target() {
+    for target in ["engine", "server"] {
+        let cli = <Cli as clap::Parser>::try_parse_from([
+            "loadgen",
+            "--device",
+            "all",
+            "--workload",
+            "sweep",
+            "--target",
+            target,
+            "--sweep-sizes",
+            "1K",
+            "--sweep-warmup",
+            "100",
+        ])
+        .expect("flags");
+        let settings = cli.run.settings(false).expect("settings");
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        let mut rows: Vec<ResultRow> = Vec::new();
+        runtime
+            .block_on(loadgen::app::run_all(&cli.run, &settings, &mut rows))
+            .expect("sweep");
+        assert_eq!(rows.len(), 3 * 2, "{target}: {rows:#?}");
+        for device in ["sas", "gpssd", "nvme"] {
             for op in ["write", "read"] {
                 let r = rows
                     .iter()
-                    .find(|r| r.device == device && r.items == Some(n) && r.operation == op)
-                    .unwrap_or_else(|| panic!("no {device} {op} {n}"));
-                assert_eq!(r.ops, n);
-                assert_eq!(r.status, Status::Ok);
+                    .find(|r| r.device == device && r.operation == op)
+                    .unwrap_or_else(|| panic!("{target}: no {device} {op}"));
+                assert_eq!(r.ops, 1_000, "{target} {device} {op}: warm-up not counted");
+                assert_eq!(r.batches, 1_000, "{target}: one item per call");
+                assert_eq!(r.status, Status::Ok, "{target} {device} {op}");
                 assert_eq!(r.server.profile, device);
+                assert_eq!(r.durability, "async", "the sweep's default");
+                if target == "engine" {
+                    assert!(r.server.version.contains("(engine)"), "{r:?}");
+                }
             }
         }
     }
+}
+
+/// The binary's sweep prints the document's table shape with its rows.
+#[test]
+fn sweep_binary_prints_published_rows() {
+    let out = loadgen()
+        .args([
+            "--workload",
+            "sweep",
+            "--device",
+            "sas",
+            "--sweep-sizes",
+            "10K",
+        ])
+        .args(["--sweep-warmup", "100"])
+        .output()
+        .expect("run loadgen");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "Storage(R/W)",
+        "ringkv(W)",
+        "MapDB(W) *",
+        "ChronicleMap(R) *",
+        "ringkv vs best published (W)",
+        "published, other hardware",
+        "durability async",
+        "Profile accuracy",
+        "in this process (no TCP",
+    ] {
+        assert!(stdout.contains(want), "no {want:?} in:\n{stdout}");
+    }
+}
+
+/// A size that cannot fit is refused at once, with the arithmetic.
+#[test]
+fn sweep_too_large_fails_at_once_with_the_numbers() {
+    // 2G items need 170 GB of RAM; a machine that has it would really run.
+    if loadgen::capacity::available_ram_bytes().is_some_and(|b| b > 170_000_000_000) {
+        eprintln!("skipped: this machine has more than 170 GB of RAM available");
+        return;
+    }
+    let out = loadgen()
+        .args(["--workload", "sweep", "--sweep-max", "2G"])
+        .output()
+        .expect("run loadgen");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("N = 2G: RAM 170.0 GB needed"), "{stderr}");
+    assert!(stderr.contains("--sweep-max"), "{stderr}");
 }

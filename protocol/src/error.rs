@@ -25,9 +25,17 @@ pub enum DecodeError {
     /// The hello asks for a protocol version this side does not speak.
     #[error("protocol version {got} is not supported; this side speaks versions {min}..={max}")]
     UnsupportedVersion { got: u16, min: u16, max: u16 },
-    /// The hello sets flag bits this version does not define.
-    #[error("hello flags {flags:#06x} are not supported (version 1 defines none)")]
-    UnsupportedFlags { flags: u16 },
+    /// The hello sets flag bits its version does not define.
+    #[error("hello flags {flags:#06x} are not supported by protocol version {version} (it defines {known:#06x})")]
+    UnsupportedFlags {
+        flags: u16,
+        version: u16,
+        known: u16,
+    },
+    /// The hello's auth block announces an empty password or one over
+    /// [`PASSWORD_BYTES_MAX`](super::PASSWORD_BYTES_MAX) bytes.
+    #[error("hello password of {len} bytes: a password is 1..={max} bytes")]
+    BadPasswordLength { len: usize, max: usize },
     /// A hello-ack announces a body longer than any valid one.
     #[error("hello-ack body of {len} bytes is over the limit of {max}")]
     AckTooLarge { len: usize, max: usize },
@@ -71,7 +79,9 @@ impl DecodeError {
     pub fn status(&self) -> Status {
         match self {
             DecodeError::NeedMore { .. } => Status::BadRequest,
-            DecodeError::BadMagic { .. } => Status::BadRequest,
+            DecodeError::BadMagic { .. } | DecodeError::BadPasswordLength { .. } => {
+                Status::BadRequest
+            }
             DecodeError::UnsupportedVersion { .. } | DecodeError::UnsupportedFlags { .. } => {
                 Status::Unsupported
             }

@@ -8,7 +8,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::{DecodeError, FrameFault};
 use super::limits::Limits;
-use super::wire::{CHECKSUM_START, FRAME_HEADER_BYTES, LEN_PREFIX_BYTES};
+use super::wire::{CHECKSUM_START, FRAME_HEADER_BYTES, LEN_PREFIX_BYTES, MESSAGE_BYTES_MAX};
 
 /// Checks the frame at the start of `buf` without consuming it.
 ///
@@ -62,6 +62,22 @@ pub(crate) fn take_frame(
         Err(DecodeError::NeedMore { .. }) => Ok(None),
         Err(error) => Err(error),
     }
+}
+
+/// Removes the next complete frame from `buf` and parses it with `parse`,
+/// which names the frame's id with any fault it finds. `Ok(None)` when more
+/// bytes are needed (nothing consumed).
+pub(crate) fn take_and_parse<T>(
+    buf: &mut BytesMut,
+    limits: &Limits,
+    parse: impl FnOnce(&Bytes, &Limits) -> Result<T, (u64, FrameFault)>,
+) -> Result<Option<T>, DecodeError> {
+    let Some(frame) = take_frame(buf, limits)? else {
+        return Ok(None);
+    };
+    parse(&frame, limits)
+        .map(Some)
+        .map_err(|(id, fault)| DecodeError::Rejected { id, fault })
 }
 
 fn read_u32(buf: &[u8], at: usize) -> u32 {
@@ -186,6 +202,19 @@ impl<'a> Cursor<'a> {
     }
 
     /// The next `len` bytes as UTF-8 text.
+    /// An error message: a u16 length (at most [`MESSAGE_BYTES_MAX`]) and
+    /// that many bytes of UTF-8.
+    pub fn message(&mut self) -> Result<String, FrameFault> {
+        let len = self.u16("message length")? as usize;
+        if len > MESSAGE_BYTES_MAX {
+            return Err(FrameFault::MessageTooLarge {
+                len,
+                max: MESSAGE_BYTES_MAX,
+            });
+        }
+        self.text(len, "message")
+    }
+
     pub fn text(&mut self, len: usize, what: &'static str) -> Result<String, FrameFault> {
         let offset = self.offset;
         let raw = self.take(len, what)?;

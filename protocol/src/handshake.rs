@@ -1,7 +1,9 @@
-//! The handshake: the client's 8-byte hello and the server's hello-ack with
-//! its limits and identity (or a refusal with a status and message). Both
-//! start with the magic `RKV1` and the version, which every protocol version
-//! keeps at the same place, so any two versions can tell each other apart.
+//! The handshake: the client's 8-byte hello (in version 2 optionally
+//! followed by an auth block carrying a password) and the server's hello-ack
+//! with its limits and identity (or a refusal with a status and message).
+//! Both start with the magic `RKV1` and the version, which every protocol
+//! version keeps at the same place, so any two versions can tell each other
+//! apart.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -9,8 +11,9 @@ use super::error::{DecodeError, FrameFault};
 use super::frame::{truncate_utf8, wire_len, Cursor};
 use super::limits::Limits;
 use super::wire::{
-    Status, HELLO_ACK_BODY_BYTES_MAX, HELLO_ACK_PREFIX_BYTES, HELLO_BYTES, MAGIC,
-    MESSAGE_BYTES_MAX, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, SERVER_NAME_BYTES_MAX,
+    hello_flags, Status, AUTH_LEN_BYTES, HELLO_ACK_BODY_BYTES_MAX, HELLO_ACK_PREFIX_BYTES,
+    HELLO_BYTES, MAGIC, MESSAGE_BYTES_MAX, PASSWORD_BYTES_MAX, PROTOCOL_VERSION,
+    PROTOCOL_VERSION_MIN, SERVER_NAME_BYTES_MAX,
 };
 
 /// The first message on a connection, client to server.
@@ -18,7 +21,8 @@ use super::wire::{
 pub struct Hello {
     /// The protocol version the client wants to speak.
     pub version: u16,
-    /// Features the client requires; version 1 defines none, so 0.
+    /// Features the client requires: version 1 defines none; version 2
+    /// defines [`hello_flags::AUTH`] (an auth block follows the hello).
     pub flags: u16,
 }
 
@@ -29,6 +33,30 @@ impl Hello {
             version: PROTOCOL_VERSION,
             flags: 0,
         }
+    }
+
+    /// The hello of this crate announcing a password: version
+    /// [`PROTOCOL_VERSION`] with [`hello_flags::AUTH`]; send it with
+    /// [`encode_auth`] right after.
+    pub const fn with_password() -> Hello {
+        Hello {
+            version: PROTOCOL_VERSION,
+            flags: hello_flags::AUTH,
+        }
+    }
+
+    /// Whether an auth block follows this hello.
+    pub const fn has_auth(&self) -> bool {
+        self.flags & hello_flags::AUTH != 0
+    }
+}
+
+/// The flag bits protocol `version` defines for a hello.
+const fn known_hello_flags(version: u16) -> u16 {
+    if version >= 2 {
+        hello_flags::KNOWN_V2
+    } else {
+        0
     }
 }
 
@@ -84,11 +112,49 @@ pub fn encode_hello(hello: &Hello, buf: &mut BytesMut) {
     buf.put_u16_le(hello.flags);
 }
 
+/// Appends the auth block that follows a hello with [`hello_flags::AUTH`]:
+/// the password's length as a `u16`, then its bytes. Panics unless the
+/// password is 1..=[`PASSWORD_BYTES_MAX`] bytes.
+pub fn encode_auth(password: &[u8], buf: &mut BytesMut) {
+    assert!(
+        (1..=PASSWORD_BYTES_MAX).contains(&password.len()),
+        "a password is 1..={PASSWORD_BYTES_MAX} bytes, got {}",
+        password.len()
+    );
+    buf.put_u16_le(password.len() as u16); // <= PASSWORD_BYTES_MAX < u16::MAX
+    buf.put_slice(password);
+}
+
+/// Removes an auth block from the front of `buf` and returns the password.
+/// `Ok(None)`: incomplete. The length is checked before its bytes are waited
+/// for, so a peer can make the receiver buffer at most
+/// [`AUTH_LEN_BYTES`] + [`PASSWORD_BYTES_MAX`] bytes. Every `Err` means:
+/// send [`HelloAck::refusal_for`] and close.
+pub fn decode_auth(buf: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
+    let Some(prefix) = buf.first_chunk::<AUTH_LEN_BYTES>() else {
+        return Ok(None);
+    };
+    let len = u16::from_le_bytes(*prefix) as usize;
+    if !(1..=PASSWORD_BYTES_MAX).contains(&len) {
+        return Err(DecodeError::BadPasswordLength {
+            len,
+            max: PASSWORD_BYTES_MAX,
+        });
+    }
+    if buf.len() < AUTH_LEN_BYTES + len {
+        return Ok(None);
+    }
+    let _ = buf.split_to(AUTH_LEN_BYTES);
+    Ok(Some(buf.split_to(len).freeze()))
+}
+
 /// Removes a hello from the front of `buf`.
 ///
 /// Wrong magic is reported as soon as the first differing byte arrives. A
-/// version outside [`PROTOCOL_VERSION_MIN`]..=[`PROTOCOL_VERSION`] or any flag
-/// bit is an error. Every `Err` means: send [`HelloAck::refusal_for`] and close.
+/// version outside [`PROTOCOL_VERSION_MIN`]..=[`PROTOCOL_VERSION`] or a flag
+/// bit that version does not define is an error. Every `Err` means: send
+/// [`HelloAck::refusal_for`] and close. A hello with [`Hello::has_auth`] is
+/// followed by an auth block ([`decode_auth`]).
 pub fn decode_hello(buf: &mut BytesMut) -> Result<Option<Hello>, DecodeError> {
     check_magic(buf)?;
     if buf.len() < HELLO_BYTES {
@@ -103,8 +169,13 @@ pub fn decode_hello(buf: &mut BytesMut) -> Result<Option<Hello>, DecodeError> {
             max: PROTOCOL_VERSION,
         });
     }
-    if flags != 0 {
-        return Err(DecodeError::UnsupportedFlags { flags });
+    let known = known_hello_flags(version);
+    if flags & !known != 0 {
+        return Err(DecodeError::UnsupportedFlags {
+            flags,
+            version,
+            known,
+        });
     }
     let _ = buf.split_to(HELLO_BYTES);
     Ok(Some(Hello { version, flags }))
@@ -250,14 +321,7 @@ fn parse_ack_body(
             })
         }
         status if status.is_error() => {
-            let len = cursor.u16("message length")? as usize;
-            if len > MESSAGE_BYTES_MAX {
-                return Err(FrameFault::MessageTooLarge {
-                    len,
-                    max: MESSAGE_BYTES_MAX,
-                });
-            }
-            let message = cursor.text(len, "message")?;
+            let message = cursor.message()?;
             Ok(HelloAck::Refused {
                 version,
                 status,
@@ -288,7 +352,7 @@ mod tests {
     fn hello_round_trips() {
         let mut buf = BytesMut::new();
         encode_hello(&Hello::current(), &mut buf);
-        assert_eq!(&buf[..], b"RKV1\x01\x00\x00\x00");
+        assert_eq!(&buf[..], b"RKV1\x02\x00\x00\x00");
         assert_eq!(decode_hello(&mut buf), Ok(Some(Hello::current())));
         assert!(buf.is_empty());
     }
@@ -321,12 +385,12 @@ mod tests {
     fn other_versions_and_flags_are_unsupported() {
         for (version, flags, expected) in [
             (
-                2u16,
+                3u16,
                 0u16,
                 DecodeError::UnsupportedVersion {
-                    got: 2,
+                    got: 3,
                     min: 1,
-                    max: 1,
+                    max: 2,
                 },
             ),
             (
@@ -335,16 +399,66 @@ mod tests {
                 DecodeError::UnsupportedVersion {
                     got: 0,
                     min: 1,
-                    max: 1,
+                    max: 2,
                 },
             ),
-            (1, 4, DecodeError::UnsupportedFlags { flags: 4 }),
+            (
+                1,
+                1,
+                DecodeError::UnsupportedFlags {
+                    flags: 1,
+                    version: 1,
+                    known: 0,
+                },
+            ),
+            (
+                2,
+                4,
+                DecodeError::UnsupportedFlags {
+                    flags: 4,
+                    version: 2,
+                    known: 1,
+                },
+            ),
         ] {
             let mut buf = BytesMut::new();
             encode_hello(&Hello { version, flags }, &mut buf);
             let error = decode_hello(&mut buf).unwrap_err();
             assert_eq!(error, expected);
             assert_eq!(error.status(), Status::Unsupported);
+            assert!(error.closes_connection());
+        }
+    }
+
+    #[test]
+    fn hello_with_password_round_trips_and_is_bounded() {
+        let mut buf = BytesMut::new();
+        encode_hello(&Hello::with_password(), &mut buf);
+        encode_auth(b"s3cret", &mut buf);
+        let full = buf.clone();
+        for cut in HELLO_BYTES..full.len() {
+            let mut part = BytesMut::from(&full[..cut]);
+            let hello = decode_hello(&mut part).unwrap().unwrap();
+            assert!(hello.has_auth());
+            assert_eq!(decode_auth(&mut part), Ok(None), "prefix of {cut} bytes");
+        }
+        assert_eq!(decode_hello(&mut buf), Ok(Some(Hello::with_password())));
+        assert_eq!(
+            decode_auth(&mut buf),
+            Ok(Some(Bytes::from_static(b"s3cret")))
+        );
+        assert!(buf.is_empty());
+        for len in [0u16, PASSWORD_BYTES_MAX as u16 + 1, u16::MAX] {
+            let mut buf = BytesMut::from(&len.to_le_bytes()[..]);
+            let error = decode_auth(&mut buf).unwrap_err();
+            assert_eq!(
+                error,
+                DecodeError::BadPasswordLength {
+                    len: len as usize,
+                    max: PASSWORD_BYTES_MAX
+                }
+            );
+            assert_eq!(error.status(), Status::BadRequest);
             assert!(error.closes_connection());
         }
     }

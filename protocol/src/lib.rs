@@ -1,4 +1,4 @@
-//! The ringkv wire protocol, version 1, as a sans-IO codec: pure functions
+//! The ringkv wire protocol, versions 1 and 2, as a sans-IO codec: pure functions
 //! from values to bytes and back, with no runtime attached, so the tokio
 //! client and the compio server share one implementation. The format is
 //! specified in `docs/protocol.md`; the test vectors there are checked
@@ -7,6 +7,8 @@
 //! Decoders never panic on input, never allocate from a length before it
 //! passed the [`Limits`], and tell an incomplete message (`Ok(None)`) apart
 //! from a bad one (`Err`).
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod error;
 mod frame;
@@ -17,10 +19,13 @@ pub mod resp;
 mod response;
 mod wire;
 
+pub mod stats;
+
 pub use error::{DecodeError, FrameFault, LimitError, LimitsError};
 pub use frame::check_frame;
 pub use handshake::{
-    decode_hello, decode_hello_ack, encode_hello, encode_hello_ack, Hello, HelloAck, ServerInfo,
+    decode_auth, decode_hello, decode_hello_ack, encode_auth, encode_hello, encode_hello_ack,
+    Hello, HelloAck, ServerInfo,
 };
 pub use limits::Limits;
 pub use request::{decode_request, encode_request, Request, RequestOp};
@@ -29,8 +34,9 @@ pub use response::{
     ServerFrame,
 };
 pub use wire::{
-    error_flags, frame_kind, opcode, payload_kind, Status, CHECKSUM_START, ERROR_BODY_HEADER_BYTES,
-    FRAME_BYTES_MAX_FLOOR, FRAME_HEADER_BYTES, HELLO_ACK_BODY_BYTES_MAX, HELLO_ACK_PREFIX_BYTES,
-    HELLO_BYTES, LEN_PREFIX_BYTES, MAGIC, MESSAGE_BYTES_MAX, OP_BYTES_MIN, PROTOCOL_VERSION,
-    PROTOCOL_VERSION_MIN, RESULT_HEADER_BYTES, SERVER_NAME_BYTES_MAX, STAT_TEXT_BYTES_MAX,
+    error_flags, frame_kind, hello_flags, opcode, payload_kind, Status, AUTH_LEN_BYTES,
+    CHECKSUM_START, ERROR_BODY_HEADER_BYTES, FRAME_BYTES_MAX_FLOOR, FRAME_HEADER_BYTES,
+    HELLO_ACK_BODY_BYTES_MAX, HELLO_ACK_PREFIX_BYTES, HELLO_BYTES, LEN_PREFIX_BYTES, MAGIC,
+    MESSAGE_BYTES_MAX, OP_BYTES_MIN, PASSWORD_BYTES_MAX, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN,
+    RESULT_HEADER_BYTES, SERVER_NAME_BYTES_MAX, STAT_TEXT_BYTES_MAX,
 };

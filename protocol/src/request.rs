@@ -5,7 +5,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::{DecodeError, FrameFault, LimitError};
-use super::frame::{begin_frame, finish_frame, open_frame, take_frame, wire_len, Cursor};
+use super::frame::{begin_frame, finish_frame, open_frame, take_and_parse, wire_len, Cursor};
 use super::limits::Limits;
 use super::response::OpReply;
 use super::wire::{frame_kind, opcode, FRAME_HEADER_BYTES, OP_BYTES_MIN};
@@ -125,12 +125,7 @@ fn put_field(buf: &mut BytesMut, field: &[u8], what: &str) {
 /// Keys and values are slices of one shared frame buffer: copy them before
 /// keeping them long-term, or the whole frame stays allocated.
 pub fn decode_request(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Request>, DecodeError> {
-    let Some(frame) = take_frame(buf, limits)? else {
-        return Ok(None);
-    };
-    parse_request(&frame, limits)
-        .map(Some)
-        .map_err(|(id, fault)| DecodeError::Rejected { id, fault })
+    take_and_parse(buf, limits, parse_request)
 }
 
 fn parse_request(frame: &Bytes, limits: &Limits) -> Result<Request, (u64, FrameFault)> {

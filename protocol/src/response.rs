@@ -7,7 +7,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::{DecodeError, FrameFault, LimitError};
 use super::frame::{
-    begin_frame, finish_frame, open_frame, take_frame, truncate_utf8, wire_len, Cursor,
+    begin_frame, finish_frame, open_frame, take_and_parse, truncate_utf8, wire_len, Cursor,
 };
 use super::limits::Limits;
 use super::wire::{
@@ -201,13 +201,17 @@ pub fn encode_error(error: &ErrorFrame, buf: &mut BytesMut) {
     finish_frame(buf, start);
 }
 
-/// Makes `response` fit in `frame_bytes_max` bytes by replacing, from the
-/// first result that does not fit, payloads (GET values, STATS) with
-/// FRAME_TOO_LARGE errors. Returns how many results were replaced.
+/// Makes `response` fit in `frame_bytes_max` bytes: a payload (GET value,
+/// STATS) that does not fit in what is left, keeping room for every later
+/// result, is replaced by a FRAME_TOO_LARGE error whose message says why;
+/// later results that still fit keep their payload. Returns how many
+/// results were replaced.
 ///
-/// Always succeeds for limits that passed [`Limits::validate`] and a response
-/// of at most `ops_per_frame_max` results: each payload-free result is 6
-/// bytes and the limits guarantee room for a full batch of them.
+/// Every error keeps a non-empty message unless the limits are within a
+/// few bytes per operation of the smallest [`Limits::validate`] allows
+/// (`24 + 6 × ops_per_frame_max`), where only the 6-byte result headers
+/// are guaranteed to fit. Always succeeds for valid limits and a response
+/// of at most `ops_per_frame_max` results.
 pub fn fit_response(response: &mut Response, frame_bytes_max: u32) -> usize {
     let max = frame_bytes_max as usize;
     if response.encoded_len() <= max {
@@ -219,21 +223,52 @@ pub fn fit_response(response: &mut Response, frame_bytes_max: u32) -> usize {
         floor <= max,
         "{count} results cannot fit in {max} bytes; Limits::validate forbids this"
     );
+    let message = format!(
+        "response would exceed the frame limit of {max} bytes; read this key in a smaller batch"
+    );
+    // Results with a payload can shrink to a header plus a message; give
+    // each the same share of what is left beyond the headers, at most the
+    // whole message.
+    let shrinkable = |r: &OpReply| !matches!(r, OpReply::Ok | OpReply::NotFound);
+    let shrink_count = response.results.iter().filter(|r| shrinkable(r)).count();
+    let message_len = (max - floor)
+        .checked_div(shrink_count)
+        .map_or(0, |share| share.min(message.len()));
+    let message = truncate_utf8(&message, message_len);
+    let smallest = |r: &OpReply| {
+        let payload = r.encoded_len() - RESULT_HEADER_BYTES;
+        RESULT_HEADER_BYTES
+            + if shrinkable(r) {
+                payload.min(message_len)
+            } else {
+                0
+            }
+    };
+    // after[i]: the least room results i.. need.
+    let mut after = vec![0usize; count + 1];
+    for i in (0..count).rev() {
+        after[i] = after[i + 1] + smallest(&response.results[i]);
+    }
     let mut replaced = 0;
     let mut used = FRAME_HEADER_BYTES;
     for (index, reply) in response.results.iter_mut().enumerate() {
-        // Keep room for the payload-free header of every later result.
-        let reserve = RESULT_HEADER_BYTES * (count - index - 1);
+        let reserve = after[index + 1];
         if used + reply.encoded_len() + reserve > max {
             let room = max - used - reserve - RESULT_HEADER_BYTES;
-            let message = format!(
-                "response would exceed the frame limit of {max} bytes; read this key in a smaller batch"
-            );
-            *reply = OpReply::Error {
-                status: Status::FrameTooLarge,
-                message: truncate_utf8(&message, room).to_owned(),
-            };
-            replaced += 1;
+            match reply {
+                // An error keeps its status; only its message is cut.
+                OpReply::Error { message: m, .. } => {
+                    let cut = truncate_utf8(m, room).len();
+                    m.truncate(cut);
+                }
+                _ => {
+                    *reply = OpReply::Error {
+                        status: Status::FrameTooLarge,
+                        message: truncate_utf8(message, room).to_owned(),
+                    };
+                    replaced += 1;
+                }
+            }
         }
         used += reply.encoded_len();
     }
@@ -252,12 +287,7 @@ pub fn decode_response(
     buf: &mut BytesMut,
     limits: &Limits,
 ) -> Result<Option<ServerFrame>, DecodeError> {
-    let Some(frame) = take_frame(buf, limits)? else {
-        return Ok(None);
-    };
-    parse_server_frame(&frame, limits)
-        .map(Some)
-        .map_err(|(id, fault)| DecodeError::Rejected { id, fault })
+    take_and_parse(buf, limits, parse_server_frame)
 }
 
 fn parse_server_frame(frame: &Bytes, limits: &Limits) -> Result<ServerFrame, (u64, FrameFault)> {
@@ -394,14 +424,7 @@ fn parse_error_body(cursor: &mut Cursor<'_>, id: u64) -> Result<ErrorFrame, Fram
     if flags & (error_flags::CLOSE | error_flags::ID_VALID) == 0 {
         return Err(FrameFault::UnattributedError { flags });
     }
-    let len = cursor.u16("message length")? as usize;
-    if len > MESSAGE_BYTES_MAX {
-        return Err(FrameFault::MessageTooLarge {
-            len,
-            max: MESSAGE_BYTES_MAX,
-        });
-    }
-    let message = cursor.text(len, "message")?;
+    let message = cursor.message()?;
     Ok(ErrorFrame {
         id: (flags & error_flags::ID_VALID != 0).then_some(id),
         status,
@@ -525,6 +548,29 @@ mod tests {
         assert_eq!(response.results[1], value(2000));
         assert_eq!(response.results[2].status(), Status::FrameTooLarge);
         assert_eq!(response.results[3], OpReply::Ok);
+    }
+
+    #[test]
+    fn fit_response_never_leaves_a_replaced_value_without_its_message() {
+        // Many large values after the frame is full: every replaced one
+        // carries the whole message, and a later small value still fits.
+        let frame_bytes_max = 1 << 20;
+        let mut results: Vec<OpReply> = (0..2000).map(|_| value(100_000)).collect();
+        results.push(value(10));
+        let mut response = Response { id: 1, results };
+        let replaced = fit_response(&mut response, frame_bytes_max);
+        assert!(replaced > 1900, "{replaced}");
+        assert!(response.encoded_len() <= frame_bytes_max as usize);
+        for r in &response.results[..2000] {
+            if let OpReply::Error { status, message } = r {
+                assert_eq!(*status, Status::FrameTooLarge);
+                assert!(
+                    message.ends_with("read this key in a smaller batch"),
+                    "{message:?}"
+                );
+            }
+        }
+        assert_eq!(response.results[2000], value(10));
     }
 
     #[test]

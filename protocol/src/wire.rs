@@ -1,17 +1,33 @@
-//! Numbers of wire format v1: magic, versions, sizes, frame kinds, opcodes,
-//! payload kinds and status codes. Every value here is part of the protocol
+//! Numbers of the wire format (versions 1 and 2): magic, versions, sizes,
+//! hello flags, frame kinds, opcodes, payload kinds and status codes. Every value here is part of the protocol
 //! and is documented in `docs/protocol.md`; changing one breaks every client.
 
 /// First four bytes of a hello and of a hello-ack: ASCII `RKV1`.
 pub const MAGIC: [u8; 4] = *b"RKV1";
 
-/// The protocol version this crate speaks (the highest one).
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version this crate speaks (the highest one). Version 2 adds
+/// the password step of the handshake ([`hello_flags::AUTH`]) and the
+/// statuses AUTH_REQUIRED and AUTH_FAILED; frames are the same as in 1.
+pub const PROTOCOL_VERSION: u16 = 2;
 /// The oldest protocol version this crate speaks.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
 
 /// Size of a hello: magic, version, flags.
 pub const HELLO_BYTES: usize = 8;
+/// Longest password a hello may carry (the auth block's length field).
+pub const PASSWORD_BYTES_MAX: usize = 512;
+/// Size of the auth block's length field.
+pub const AUTH_LEN_BYTES: usize = 2;
+
+/// Flag bits of a hello (offset 6). Version 1 defines none.
+pub mod hello_flags {
+    /// Version 2: an auth block (`u16` length, then the password) follows
+    /// the 8-byte hello.
+    pub const AUTH: u16 = 0x0001;
+    /// Every bit version 2 defines.
+    pub const KNOWN_V2: u16 = AUTH;
+}
+
 /// Size of the fixed part of a hello-ack: magic, version, status, reserved,
 /// body length, body checksum.
 pub const HELLO_ACK_PREFIX_BYTES: usize = 16;
@@ -116,83 +132,73 @@ pub mod payload_kind {
     pub const MESSAGE: u8 = 0x03;
 }
 
-/// Outcome of one operation, of a whole frame, or of a handshake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Status {
+/// Declares [`Status`]: each status once, with its wire code, its name and
+/// its meaning; the enum, [`Status::ALL`] and [`Status::name`] follow.
+macro_rules! statuses {
+    ($($(#[doc = $doc:literal])+ $variant:ident = $code:literal, $name:literal;)+) => {
+        /// Outcome of one operation, of a whole frame, or of a handshake.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum Status {
+            $($(#[doc = $doc])+ $variant = $code,)+
+        }
+
+        impl Status {
+            /// Every status, in code order.
+            pub const ALL: [Status; [$($code),+].len()] = [$(Status::$variant),+];
+
+            /// The name used in docs and messages, e.g. `KEY_TOO_LARGE`.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Status::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
+statuses! {
     /// Done; a GET hit carries its value, STATS carries its entries.
-    Ok = 0x00,
+    Ok = 0x00, "OK";
     /// A GET or DELETE found no such key.
-    NotFound = 0x01,
+    NotFound = 0x01, "NOT_FOUND";
     /// The request breaks a protocol rule (empty key, truncated op, bad magic...).
-    BadRequest = 0x10,
+    BadRequest = 0x10, "BAD_REQUEST";
     /// The frame is over `frame_bytes_max` (or a response would be).
-    FrameTooLarge = 0x11,
+    FrameTooLarge = 0x11, "FRAME_TOO_LARGE";
     /// The frame has more operations than `ops_per_frame_max`.
-    TooManyOps = 0x12,
+    TooManyOps = 0x12, "TOO_MANY_OPS";
     /// A key is over `key_bytes_max`.
-    KeyTooLarge = 0x13,
+    KeyTooLarge = 0x13, "KEY_TOO_LARGE";
     /// A value is over `value_bytes_max`.
-    ValueTooLarge = 0x14,
+    ValueTooLarge = 0x14, "VALUE_TOO_LARGE";
     /// A version, flag, frame kind or opcode this server does not implement.
-    Unsupported = 0x15,
+    Unsupported = 0x15, "UNSUPPORTED";
     /// The frame checksum does not match its bytes.
-    ChecksumMismatch = 0x16,
+    ChecksumMismatch = 0x16, "CHECKSUM_MISMATCH";
+    /// Version 2 hello-ack: the server has a password and the hello carried none.
+    AuthRequired = 0x17, "AUTH_REQUIRED";
+    /// Version 2 hello-ack: the password is wrong (or the server has none).
+    AuthFailed = 0x18, "AUTH_FAILED";
     /// The shard hit an I/O error earlier and accepts no writes until restart.
-    Poisoned = 0x20,
+    Poisoned = 0x20, "POISONED";
     /// The server is out of capacity (queue full, too many connections); retry later.
-    Overloaded = 0x21,
+    Overloaded = 0x21, "OVERLOADED";
     /// The server is stopping.
-    ShuttingDown = 0x22,
+    ShuttingDown = 0x22, "SHUTTING_DOWN";
     /// A bug or unexpected failure inside the server.
-    Internal = 0x23,
+    Internal = 0x23, "INTERNAL";
 }
 
 impl Status {
-    /// Every status, in code order.
-    pub const ALL: [Status; 13] = [
-        Status::Ok,
-        Status::NotFound,
-        Status::BadRequest,
-        Status::FrameTooLarge,
-        Status::TooManyOps,
-        Status::KeyTooLarge,
-        Status::ValueTooLarge,
-        Status::Unsupported,
-        Status::ChecksumMismatch,
-        Status::Poisoned,
-        Status::Overloaded,
-        Status::ShuttingDown,
-        Status::Internal,
-    ];
-
     /// The status byte on the wire.
     pub const fn code(self) -> u8 {
         self as u8
     }
 
-    /// The status with this byte, if v1 defines it.
+    /// The status with this byte, if the protocol defines it.
     pub fn from_code(code: u8) -> Option<Status> {
         Status::ALL.into_iter().find(|status| status.code() == code)
-    }
-
-    /// The name used in docs and messages, e.g. `KEY_TOO_LARGE`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Status::Ok => "OK",
-            Status::NotFound => "NOT_FOUND",
-            Status::BadRequest => "BAD_REQUEST",
-            Status::FrameTooLarge => "FRAME_TOO_LARGE",
-            Status::TooManyOps => "TOO_MANY_OPS",
-            Status::KeyTooLarge => "KEY_TOO_LARGE",
-            Status::ValueTooLarge => "VALUE_TOO_LARGE",
-            Status::Unsupported => "UNSUPPORTED",
-            Status::ChecksumMismatch => "CHECKSUM_MISMATCH",
-            Status::Poisoned => "POISONED",
-            Status::Overloaded => "OVERLOADED",
-            Status::ShuttingDown => "SHUTTING_DOWN",
-            Status::Internal => "INTERNAL",
-        }
     }
 
     /// The status with this name (as [`Status::name`] spells it).

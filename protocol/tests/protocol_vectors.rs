@@ -5,9 +5,10 @@
 
 use bytes::{Bytes, BytesMut};
 use ringkv_protocol::{
-    decode_hello, decode_hello_ack, decode_request, decode_response, encode_error, encode_hello,
-    encode_hello_ack, encode_request, encode_response, DecodeError, ErrorFrame, Hello, HelloAck,
-    Limits, OpReply, Request, RequestOp, Response, ServerFrame, ServerInfo, Status,
+    decode_auth, decode_hello, decode_hello_ack, decode_request, decode_response, encode_auth,
+    encode_error, encode_hello, encode_hello_ack, encode_request, encode_response, DecodeError,
+    ErrorFrame, Hello, HelloAck, Limits, OpReply, Request, RequestOp, Response, ServerFrame,
+    ServerInfo, Status,
 };
 
 const PROTOCOL_MD: &str = include_str!("../../docs/protocol.md");
@@ -34,6 +35,10 @@ impl Vector {
             self.name
         );
         &value.1
+    }
+
+    fn has(&self, field: &str) -> bool {
+        self.fields.iter().any(|(name, _)| name == field)
     }
 
     fn all(&self, field: &str) -> Vec<&str> {
@@ -231,6 +236,10 @@ fn check(vector: &Vector) {
                 flags: vector.number("flags"),
             };
             encode_hello(&hello, &mut encoded);
+            let password = vector.has("password").then(|| vector.text("password"));
+            if let Some(password) = &password {
+                encode_auth(password.as_bytes(), &mut encoded);
+            }
             assert_encodes(vector, &encoded);
             assert_eq!(
                 decode_hello(&mut buf),
@@ -238,6 +247,20 @@ fn check(vector: &Vector) {
                 "vector {}",
                 vector.name
             );
+            assert_eq!(
+                hello.has_auth(),
+                password.is_some(),
+                "vector {}",
+                vector.name
+            );
+            if let Some(password) = password {
+                assert_eq!(
+                    decode_auth(&mut buf),
+                    Ok(Some(Bytes::from(password))),
+                    "vector {}",
+                    vector.name
+                );
+            }
         }
         "hello-ack" => {
             let version = vector.number("version");
@@ -336,7 +359,10 @@ fn check(vector: &Vector) {
                 vector.name
             ),
         },
-        "hello-rejected" => match decode_hello(&mut buf) {
+        "hello-rejected" => match decode_hello(&mut buf).and_then(|hello| match hello {
+            Some(hello) if hello.has_auth() => decode_auth(&mut buf).map(|_| Some(hello)),
+            other => Ok(other),
+        }) {
             Err(error) => {
                 assert!(error.closes_connection());
                 let Some(HelloAck::Refused { status, .. }) = HelloAck::refusal_for(&error) else {

@@ -61,7 +61,29 @@ pub struct Cli {
     #[arg(long, value_name = "N")]
     pub max_connections: Option<u32>,
 
-    /// Print the effective configuration as TOML and exit.
+    /// File holding the password clients must present (server.password_file).
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+
+    /// TLS certificate chain (PEM); with --tls-key it turns TLS on for the
+    /// binary-protocol listener (server.tls_native).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// CA certificates (PEM): TLS clients must present a certificate signed by one.
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Protected mode's opt-out: listen on a non-loopback address with no
+    /// password. Anyone who can connect can then read and delete every key.
+    #[arg(long)]
+    pub dangerously_listen_without_password: bool,
+
+    /// Print the effective configuration as TOML (the password redacted) and exit.
     #[arg(long)]
     pub print_config: bool,
 
@@ -158,6 +180,22 @@ impl Cli {
         if let Some(n) = self.max_connections {
             config.server.max_connections = n;
         }
+        if let Some(path) = &self.password_file {
+            config.server.password_file = path.clone();
+            // The flag replaces an inline password from the file.
+            config.server.requirepass.clear();
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            config.server.tls_cert_file = cert.clone();
+            config.server.tls_key_file = key.clone();
+            config.server.tls_native = true;
+        }
+        if let Some(ca) = &self.tls_client_ca {
+            config.server.tls_client_ca_file = ca.clone();
+        }
+        if self.dangerously_listen_without_password {
+            config.server.dangerously_listen_without_password = true;
+        }
     }
 }
 
@@ -192,6 +230,15 @@ mod tests {
             "fallback",
             "--max-connections",
             "7",
+            "--password-file",
+            "/run/pw",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--tls-client-ca",
+            "ca.pem",
+            "--dangerously-listen-without-password",
         ]);
         let mut config = Config::default();
         cli.apply_overrides(&mut config);
@@ -204,6 +251,12 @@ mod tests {
         assert_eq!(config.devices[&config.storage.wal_device].profile, "nvme");
         assert_eq!(config.io.backend, Backend::Fallback);
         assert_eq!(config.server.max_connections, 7);
+        assert_eq!(config.server.password_file, PathBuf::from("/run/pw"));
+        assert!(config.server.tls_native && !config.server.tls_metrics);
+        assert_eq!(config.server.tls_cert_file, PathBuf::from("c.pem"));
+        assert_eq!(config.server.tls_key_file, PathBuf::from("k.pem"));
+        assert_eq!(config.server.tls_client_ca_file, PathBuf::from("ca.pem"));
+        assert!(config.server.dangerously_listen_without_password);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::cell::Cell;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -25,18 +26,26 @@ use compio::io::{AsyncRead, AsyncWriteExt};
 use compio::net::TcpStream;
 use ringkv_protocol::{encode_response, Status};
 
+use crate::auth::Verdict;
 use crate::counters::OpTally;
 use crate::exec::{assemble, plan};
 use crate::pipe::Pipe;
-use crate::session::{error_frame, CloseReason, Session, Step};
+use crate::session::{error_frame, CloseReason, Session, Step, HANDSHAKE_BYTES_MAX};
 use crate::shard::ShardContext;
+use crate::tls::{TlsConn, TlsFailure};
 
 /// Smallest free space offered to one read.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Read buffer before the handshake is accepted: the whole pre-auth budget
+/// of an unauthenticated client (it never gets more buffer than this).
+const HANDSHAKE_READ_BYTES: usize = 1024;
+const _: () = assert!(HANDSHAKE_READ_BYTES >= HANDSHAKE_BYTES_MAX);
 /// After a fatal protocol error, how long and how much the reader keeps
 /// draining input so the final ERROR frame is not lost to a TCP reset.
 const LINGER_TIME: Duration = Duration::from_secs(2);
 const LINGER_BYTES_MAX: usize = 1 << 20;
+/// After a failed TLS handshake, how long the alert gets to reach the peer.
+const REFUSAL_LINGER_TIME: Duration = Duration::from_millis(200);
 
 /// What the reader hands the executor.
 #[derive(Debug)]
@@ -69,10 +78,19 @@ pub struct ConnState {
     partial_since: Cell<Option<Instant>>,
     executing: Cell<bool>,
     forced: Cell<Option<CloseReason>>,
+    /// Until the handshake is accepted: when it must be, or the connection
+    /// is closed (a client that never finishes its handshake).
+    handshake_deadline: Cell<Option<Instant>>,
 }
 
 impl ConnState {
-    pub fn new(id: u64, peer: SocketAddr, fd: RawFd, now: Instant) -> ConnState {
+    pub fn new(
+        id: u64,
+        peer: SocketAddr,
+        fd: RawFd,
+        now: Instant,
+        handshake_deadline: Instant,
+    ) -> ConnState {
         ConnState {
             id,
             peer,
@@ -81,6 +99,24 @@ impl ConnState {
             partial_since: Cell::new(None),
             executing: Cell::new(false),
             forced: Cell::new(None),
+            handshake_deadline: Cell::new(Some(handshake_deadline)),
+        }
+    }
+
+    /// The handshake was accepted: the handshake deadline no longer applies.
+    pub fn handshake_done(&self) {
+        self.handshake_deadline.set(None);
+    }
+
+    /// Why housekeeping should close this connection now, if it should: its
+    /// handshake deadline passed, or it is idle ([`ConnState::is_idle`]).
+    pub fn idle_reason(&self, now: Instant, timeout: Duration) -> Option<CloseReason> {
+        if self.handshake_deadline.get().is_some_and(|d| now >= d) {
+            Some(CloseReason::HandshakeTimeout)
+        } else if self.is_idle(now, timeout) {
+            Some(CloseReason::IdleTimeout)
+        } else {
+            None
         }
     }
 
@@ -142,6 +178,72 @@ impl ConnState {
     pub(crate) fn set_executing(&self, executing: bool) {
         self.executing.set(executing);
     }
+
+    /// Whether the peer is gone for good: the socket reports an error or a
+    /// hang-up (a reset, or both directions closed). A peer that only
+    /// closed its sending side may still read its answers: not gone.
+    fn peer_gone(&self) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for a socket that stays open while this
+        // state is registered; a zero timeout never blocks.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0
+    }
+}
+
+/// The byte stream of one connection: the socket, with TLS over it when the
+/// listener uses TLS. Shared (in an `Rc`) by the reader and writer tasks.
+pub(crate) struct Wire {
+    stream: TcpStream,
+    tls: Option<TlsConn>,
+}
+
+impl Wire {
+    /// Reads into `buf` after its first `start` bytes, offering at least
+    /// `room` bytes; `Ok(0)` is end of stream.
+    async fn read(&self, buf: BytesMut, room: usize) -> (std::io::Result<usize>, BytesMut) {
+        match &self.tls {
+            None => {
+                let start = buf.len();
+                let BufResult(result, slice) = (&self.stream).read(buf.slice(start..)).await;
+                (result, slice.into_inner())
+            }
+            Some(tls) => {
+                let mut buf = buf;
+                let result = tls.read_plain(&self.stream, &mut buf, room).await;
+                (result, buf)
+            }
+        }
+    }
+
+    /// Writes all of `out` (encrypted when TLS is on).
+    async fn write_all(&self, out: BytesMut) -> (std::io::Result<()>, BytesMut) {
+        match &self.tls {
+            None => {
+                let BufResult(result, out) = (&self.stream).write_all(out).await;
+                (result, out)
+            }
+            Some(tls) => {
+                let result = tls.write_plain(&self.stream, &out).await;
+                (result, out)
+            }
+        }
+    }
+
+    /// Ends the sending side (a TLS close_notify first).
+    async fn shutdown_write(&self) {
+        use compio::io::AsyncWrite;
+        if let Some(tls) = &self.tls {
+            tls.close(&self.stream).await;
+        }
+        if let Err(e) = (&self.stream).shutdown().await {
+            tracing::trace!(error = %e, "shutdown(SHUT_WR) failed");
+        }
+    }
 }
 
 /// Serves one accepted connection until it closes. The caller has counted it
@@ -151,10 +253,28 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(%peer, error = %e, "could not set TCP_NODELAY");
     }
-    let stream = Rc::new(stream);
     // Declared after `stream`: dropped (unregistered) before the socket.
     let registration = ctx.register(peer, stream.as_raw_fd());
     let conn = Rc::clone(registration.conn());
+    let tls = match &ctx.shared.access.tls {
+        None => None,
+        Some(config) => match TlsConn::accept(&stream, config.current()).await {
+            Ok(tls) => Some(tls),
+            Err(e) => {
+                let reason = conn.forced().unwrap_or(match e {
+                    TlsFailure::Io(_) => CloseReason::PeerClosed,
+                    TlsFailure::Tls(_) => CloseReason::TlsError,
+                });
+                ctx.counters().add_closed(reason);
+                log_close(&ctx, &conn, reason, &format!("TLS handshake: {e}"), None);
+                linger(&stream, REFUSAL_LINGER_TIME).await;
+                return;
+            }
+        },
+    };
+    // From here the socket lives in `wire`; the explicit drops at the end
+    // keep the order "unregister, then close" (nothing runs in between).
+    let wire = Rc::new(Wire { stream, tls });
     let limits = ctx.shared.limits;
     let pipe: Pipe<Work> = Pipe::new(
         limits.pipeline_depth_max as usize,
@@ -163,10 +283,10 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
     let reader = compio::runtime::spawn(read_loop(
         Rc::clone(&ctx),
         Rc::clone(&conn),
-        Rc::clone(&stream),
+        Rc::clone(&wire),
         pipe.clone(),
     ));
-    let write_outcome = execute_loop(&ctx, &conn, &stream, &pipe).await;
+    let write_outcome = execute_loop(&ctx, &conn, &wire, &pipe).await;
     if write_outcome.is_err() {
         // Nobody reads the answers any more: stop the reader too.
         pipe.close_receiver();
@@ -195,7 +315,9 @@ pub async fn serve(ctx: Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
         &read_outcome.detail,
         write_outcome.err(),
     );
-    // `registration` drops here, then the last `stream` Rc closes the socket.
+    drop(registration);
+    // The last `wire` Rc closes the socket, after the registration is gone.
+    drop(wire);
 }
 
 fn log_close(
@@ -210,10 +332,20 @@ fn log_close(
         CloseReason::PeerClosed | CloseReason::Shutdown => {
             tracing::debug!(%peer, conn = conn.id, reason = reason.name(), "connection closed")
         }
-        CloseReason::IdleTimeout | CloseReason::IoError | CloseReason::TooManyConnections => {
+        CloseReason::IdleTimeout
+        | CloseReason::IoError
+        | CloseReason::TooManyConnections
+        | CloseReason::HandshakeTimeout => {
             tracing::debug!(%peer, conn = conn.id, reason = reason.name(), detail, write_error = ?write_error, "connection closed")
         }
-        CloseReason::BadHandshake | CloseReason::ProtocolError => {
+        CloseReason::AuthFailed => {
+            if ctx.allow_warning() {
+                tracing::warn!(%peer, conn = conn.id, detail, "refused a connection: authentication failed")
+            } else {
+                tracing::debug!(%peer, conn = conn.id, detail, "refused a connection: authentication failed")
+            }
+        }
+        CloseReason::BadHandshake | CloseReason::ProtocolError | CloseReason::TlsError => {
             if ctx.allow_warning() {
                 tracing::warn!(%peer, conn = conn.id, reason = reason.name(), detail, "closed a connection that broke the protocol")
             } else {
@@ -233,11 +365,17 @@ struct ReadOutcome {
 async fn read_loop(
     ctx: Rc<ShardContext>,
     conn: Rc<ConnState>,
-    stream: Rc<TcpStream>,
+    wire: Rc<Wire>,
     pipe: Pipe<Work>,
 ) -> ReadOutcome {
-    let mut session = Session::new(ctx.shared.limits, ctx.shared.hello_ack.clone());
-    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut session = Session::with_auth(
+        ctx.shared.limits,
+        ctx.shared.hello_ack.clone(),
+        Arc::clone(&ctx.shared.access.auth),
+    );
+    // Small until the handshake is accepted: an unauthenticated client gets
+    // no more memory than its handshake needs.
+    let mut buf = BytesMut::with_capacity(HANDSHAKE_READ_BYTES);
     let outcome = loop {
         // Hand every complete message in the buffer to the executor.
         let mut closing = None;
@@ -255,6 +393,9 @@ async fn read_loop(
             conn.not_reading();
             let pushed = match step {
                 Step::Send(bytes) => {
+                    if session.is_ready() {
+                        conn.handshake_done();
+                    }
                     note_error_frame(&ctx, &bytes);
                     pipe.push(Work::Send(bytes), 0).await
                 }
@@ -275,10 +416,20 @@ async fn read_loop(
                     if let Some(bytes) = &reply {
                         note_error_frame(&ctx, bytes);
                     }
-                    let detail = session
-                        .last_error()
-                        .map(|e| e.to_string())
-                        .unwrap_or_default();
+                    let detail = match session.auth_refusal() {
+                        Some(verdict) => {
+                            if verdict == Verdict::WrongPassword {
+                                // Slow down password guessing; this
+                                // connection holds its slot meanwhile.
+                                compio::time::sleep(ctx.shared.access.auth.failure_delay()).await;
+                            }
+                            format!("{verdict:?}")
+                        }
+                        None => session
+                            .last_error()
+                            .map(|e| e.to_string())
+                            .unwrap_or_default(),
+                    };
                     closing = Some(ReadOutcome { reason, detail });
                     pipe.push(Work::Close(reply), 0).await
                 }
@@ -296,17 +447,22 @@ async fn read_loop(
         }
         if let Some(outcome) = closing {
             pipe.close_sender();
-            linger(&stream, LINGER_TIME).await;
+            linger(&wire.stream, LINGER_TIME).await;
             return outcome;
         }
         // Room for the rest of the current message, at least one chunk.
         let want = session.bytes_wanted(&buf);
-        let spare = want.saturating_sub(buf.len()).max(READ_CHUNK_BYTES);
+        let chunk = if session.is_ready() {
+            READ_CHUNK_BYTES
+        } else {
+            HANDSHAKE_READ_BYTES
+        };
+        let spare = want.saturating_sub(buf.len()).max(chunk);
         buf.reserve(spare);
         let start = buf.len();
         conn.reading(start > 0, progressed);
-        let BufResult(result, slice) = (&*stream).read(buf.slice(start..)).await;
-        buf = slice.into_inner();
+        let (result, back) = wire.read(buf, spare).await;
+        buf = back;
         match result {
             Ok(0) => {
                 let detail = if buf.is_empty() {
@@ -325,10 +481,17 @@ async fn read_loop(
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
+                let tls = e
+                    .get_ref()
+                    .is_some_and(|inner| inner.is::<crate::tls::TlsReadError>());
                 break ReadOutcome {
-                    reason: CloseReason::IoError,
+                    reason: if tls {
+                        CloseReason::TlsError
+                    } else {
+                        CloseReason::IoError
+                    },
                     detail: format!("read failed: {e}"),
-                }
+                };
             }
         }
     };
@@ -375,11 +538,14 @@ fn note_error_frame(ctx: &ShardContext, bytes: &Bytes) {
 async fn execute_loop(
     ctx: &Rc<ShardContext>,
     conn: &ConnState,
-    stream: &TcpStream,
+    wire: &Wire,
     pipe: &Pipe<Work>,
 ) -> std::io::Result<()> {
     let frame_bytes_max = ctx.shared.limits.frame_bytes_max;
-    let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    // Grows with the first answers and is then reused (see `write_out`);
+    // empty until then, so a connection that never authenticates costs
+    // nothing here.
+    let mut out = BytesMut::new();
     while let Some((work, bytes)) = pipe.pop().await {
         let stop = match work {
             Work::Send(b) => {
@@ -391,6 +557,14 @@ async fn execute_loop(
                     out.extend_from_slice(&b);
                 }
                 true
+            }
+            Work::Run { .. } if conn.peer_gone() => {
+                // Nobody will read the answer: do not run the request (nor
+                // the ones queued after it).
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "the client is gone; its queued requests are dropped",
+                ));
             }
             Work::Run { request, received } => {
                 let mut plan = plan(request);
@@ -412,10 +586,10 @@ async fn execute_loop(
                 false
             }
         };
-        out = write_out(ctx, conn, stream, out).await?;
+        out = write_out(ctx, conn, wire, out).await?;
         pipe.complete(bytes);
         if stop {
-            shutdown_write(stream).await;
+            wire.shutdown_write().await;
             return Ok(());
         }
     }
@@ -428,23 +602,23 @@ async fn execute_loop(
             true,
         ));
         ctx.counters().add_error_frame(Status::ShuttingDown);
-        write_out(ctx, conn, stream, out).await?;
+        write_out(ctx, conn, wire, out).await?;
     }
-    shutdown_write(stream).await;
+    wire.shutdown_write().await;
     Ok(())
 }
 
 async fn write_out(
     ctx: &ShardContext,
     conn: &ConnState,
-    mut stream: &TcpStream,
+    wire: &Wire,
     out: BytesMut,
 ) -> std::io::Result<BytesMut> {
     if out.is_empty() {
         return Ok(out);
     }
     let len = out.len();
-    let BufResult(result, mut out) = stream.write_all(out).await;
+    let (result, mut out) = wire.write_all(out).await;
     result?;
     conn.touch();
     ctx.counters().add_sent(len);
@@ -454,11 +628,4 @@ async fn write_out(
         out = BytesMut::with_capacity(READ_CHUNK_BYTES);
     }
     Ok(out)
-}
-
-async fn shutdown_write(mut stream: &TcpStream) {
-    use compio::io::AsyncWrite;
-    if let Err(e) = stream.shutdown().await {
-        tracing::trace!(error = %e, "shutdown(SHUT_WR) failed");
-    }
 }

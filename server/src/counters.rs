@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ringkv_protocol::Status;
 
-use crate::prom::{LatencyCounts, LatencyHistogramUs};
 use crate::session::CloseReason;
+use engine::histogram::{AtomicHistogram, HistogramSnapshot};
 
 /// Operation kinds as counted (and labelled `op` in /metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -109,7 +109,7 @@ pub struct ShardCounters {
     /// ERROR frames sent, by status.
     error_frames: [AtomicU64; STATUS_COUNT],
     /// Time from a request being decoded to its response being encoded.
-    batch_latency: LatencyHistogramUs,
+    batch_latency: AtomicHistogram,
     connections_accepted: AtomicU64,
     connections_closed: [AtomicU64; CLOSE_REASON_COUNT],
     bytes_received: AtomicU64,
@@ -122,7 +122,7 @@ impl Default for ShardCounters {
             ops: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
             requests: AtomicU64::new(0),
             error_frames: std::array::from_fn(|_| AtomicU64::new(0)),
-            batch_latency: LatencyHistogramUs::default(),
+            batch_latency: AtomicHistogram::new(),
             connections_accepted: AtomicU64::new(0),
             connections_closed: std::array::from_fn(|_| AtomicU64::new(0)),
             bytes_received: AtomicU64::new(0),
@@ -141,7 +141,7 @@ impl ShardCounters {
             }
         }
         self.requests.fetch_add(1, Ordering::Relaxed);
-        self.batch_latency.record_us(latency_us);
+        self.batch_latency.record(latency_us);
     }
 
     pub fn add_error_frame(&self, status: Status) {
@@ -179,7 +179,8 @@ pub struct CountersSnapshot {
     pub ops: [[u64; STATUS_COUNT]; OP_KIND_COUNT],
     pub requests: u64,
     pub error_frames: [u64; STATUS_COUNT],
-    pub batch_latency: LatencyCounts,
+    /// Microseconds.
+    pub batch_latency: HistogramSnapshot,
     pub connections_accepted: u64,
     pub connections_closed: [u64; CLOSE_REASON_COUNT],
     pub bytes_received: u64,
@@ -198,7 +199,7 @@ impl CountersSnapshot {
         for (cell, a) in self.error_frames.iter_mut().zip(c.error_frames.iter()) {
             *cell += a.load(Ordering::Relaxed);
         }
-        c.batch_latency.add_to(&mut self.batch_latency);
+        self.batch_latency.merge(&c.batch_latency.snapshot());
         self.connections_accepted += c.connections_accepted.load(Ordering::Relaxed);
         for (cell, a) in self
             .connections_closed
@@ -266,7 +267,7 @@ mod tests {
         assert_eq!(total.ops(OpKind::Put, Status::Ok), 4);
         assert_eq!(total.ops_of_kind(OpKind::Get), 2);
         assert_eq!(total.requests, 2);
-        assert_eq!(total.batch_latency.count, 2);
+        assert_eq!(total.batch_latency.count(), 2);
         assert_eq!(total.closed(CloseReason::IdleTimeout), 1);
         assert_eq!(total.closed_total(), 1);
         assert_eq!(total.error_frames(Status::ChecksumMismatch), 1);

@@ -8,6 +8,9 @@
 //! errors to wire statuses; `stats` and `metrics` report; `http` serves
 //! /metrics; `sockets`, `lockfile`, `signals`, `cli` are the OS edges.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod auth;
 pub mod cli;
 pub mod connection;
 pub mod counters;
@@ -26,5 +29,6 @@ pub mod signals;
 pub mod sockets;
 pub mod stats;
 pub mod status;
+pub mod tls;
 
 pub use server::{limits_from_config, start, RunningServer, ServerError, StopHandle};

@@ -101,7 +101,12 @@ fn admit(ctx: &Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
                 tracing::warn!(%peer, max_connections = ctx.shared.max_connections, "refused a connection: too many connections");
             }
             let max = ctx.shared.max_connections;
-            compio::runtime::spawn(refuse(stream, max)).detach();
+            if ctx.shared.access.tls.is_some() {
+                // A TLS client cannot read a plaintext refusal: just close.
+                drop(stream);
+            } else {
+                compio::runtime::spawn(refuse(stream, max)).detach();
+            }
         }
     }
 }
@@ -128,10 +133,14 @@ async fn refuse(stream: TcpStream, max_connections: usize) {
     }
 }
 
-/// Closes idle connections, checking a few times per timeout period.
+/// Closes idle connections and those whose handshake is overdue, checking a
+/// few times per timeout period.
 async fn close_idle_loop(ctx: Rc<ShardContext>) {
-    let period =
-        (ctx.shared.idle_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let shortest = ctx
+        .shared
+        .idle_timeout
+        .min(ctx.shared.access.handshake_timeout);
+    let period = (shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
     loop {
         compio::time::sleep(period).await;
         let closed = ctx.close_idle(Instant::now());

@@ -8,7 +8,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// Name of the lock file inside the data directory.
@@ -77,15 +76,20 @@ impl DirLock {
                 path: path.clone(),
                 source,
             })?;
-        // SAFETY: flock on a descriptor this function owns; no memory is shared.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let source = io::Error::last_os_error();
-            if source.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        // An exclusive flock(2), released when the file is closed (also by
+        // kill -9).
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => {
                 let holder = read_holder(&mut file);
                 return Err(LockError::Held { path, holder });
             }
-            return Err(LockError::Lock { path, source });
+            Err(errno) => {
+                return Err(LockError::Lock {
+                    path,
+                    source: errno.into(),
+                });
+            }
         }
         let write = |file: &mut File| -> io::Result<()> {
             file.set_len(0)?;

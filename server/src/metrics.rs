@@ -7,35 +7,14 @@
 //! them; docs/benchmarks.md and the README cite some), every histogram is
 //! cumulative, and rendering reads only snapshots (no lock on the data path).
 
-use engine::metrics::{DeviceMetrics, EngineMetrics, Histogram, ShardMetrics};
+use engine::metrics::{DeviceMetrics, EngineMetrics, ShardMetrics};
+use ringkv_protocol::stats::DeviceStats;
 use ringkv_protocol::Status;
 
 use crate::counters::OpKind;
-use crate::prom::{HistogramSample, PromText};
+use crate::prom::{latency_sample, size_sample, PromText};
 use crate::session::CloseReason;
 use crate::shard::{DeviceFacts, Shared};
-
-/// Engine histogram to Prometheus buckets. `scale` divides bucket bounds and
-/// the sum (1e6 turns microseconds into seconds). The engine's last bucket
-/// is open-ended and only appears as `+Inf`.
-pub fn engine_histogram(h: &Histogram, scale: f64) -> HistogramSample {
-    let mut buckets = Vec::with_capacity(h.bounds.len());
-    let mut cumulative = 0u64;
-    for (i, (&bound, &count)) in h.bounds.iter().zip(&h.counts).enumerate() {
-        cumulative += count;
-        let last = i + 1 == h.bounds.len();
-        if !last && bound != u64::MAX {
-            buckets.push((bound as f64 / scale, cumulative));
-        }
-    }
-    HistogramSample {
-        buckets,
-        sum: h.sum as f64 / scale,
-        // Counts are read one by one while shards record: never report a
-        // total below the buckets.
-        count: h.count.max(cumulative),
-    }
-}
 
 /// Renders the whole page.
 pub fn render(shared: &Shared, engine: &EngineMetrics) -> String {
@@ -106,7 +85,7 @@ fn render_server(p: &mut PromText, shared: &Shared) {
         "ringkv_batch_latency_seconds",
         "Time from a request frame being decoded to its response being encoded.",
         &[],
-        &c.batch_latency.to_sample_seconds(),
+        &latency_sample(&c.batch_latency, 1e6),
     );
     p.gauge(
         "ringkv_connections_open",
@@ -134,6 +113,25 @@ fn render_server(p: &mut PromText, shared: &Shared) {
             c.closed(reason),
         );
     }
+    let auth = &shared.access.auth;
+    p.gauge(
+        "ringkv_auth_required",
+        "1 when clients must present a password (server.requirepass / password_file).",
+        &[],
+        if auth.is_required() { 1.0 } else { 0.0 },
+    );
+    p.counter(
+        "ringkv_auth_failures_total",
+        "Refused authentication attempts (missing or wrong password), all listeners.",
+        &[],
+        auth.failures(),
+    );
+    p.counter(
+        "ringkv_auth_successes_total",
+        "Accepted password checks, all listeners.",
+        &[],
+        auth.successes(),
+    );
     p.counter(
         "ringkv_network_received_bytes_total",
         "Bytes read from client connections.",
@@ -215,19 +213,19 @@ fn render_shard(p: &mut PromText, s: &ShardMetrics) {
         "ringkv_wal_group_commit_records",
         "Records per WAL group commit.",
         &l,
-        &engine_histogram(&s.group_commit_records, 1.0),
+        &size_sample(&s.group_commit_records),
     );
     p.histogram(
         "ringkv_wal_flush_bytes",
         "Bytes per WAL group commit.",
         &l,
-        &engine_histogram(&s.group_commit_bytes, 1.0),
+        &size_sample(&s.group_commit_bytes),
     );
     p.histogram(
         "ringkv_wal_fdatasync_seconds",
         "fdatasync latency of WAL flushes.",
         &l,
-        &engine_histogram(&s.fdatasync_latency_us, 1e6),
+        &latency_sample(&s.fdatasync_latency_us, 1e6),
     );
     p.gauge(
         "ringkv_wal_current_lsn",
@@ -297,54 +295,28 @@ fn render_shard(p: &mut PromText, s: &ShardMetrics) {
     );
 }
 
-/// Upper bounds (seconds) of the device latency histograms' buckets.
-const DEVICE_LATENCY_BOUNDS_S: [f64; 19] = [
-    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3,
-    250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0,
-];
-
-/// A device latency snapshot (nanoseconds) as Prometheus buckets in seconds.
-fn device_latency(h: &engine::io::throttle::HistogramSnapshot) -> HistogramSample {
-    let buckets = DEVICE_LATENCY_BOUNDS_S
-        .iter()
-        .map(|&s| (s, h.count_at_most((s * 1e9) as u64)))
-        .collect::<Vec<_>>();
-    let last = buckets.last().map_or(0, |b| b.1);
-    HistogramSample {
-        buckets,
-        sum: h.sum() as f64 / 1e9,
-        count: h.count().max(last),
-    }
-}
-
 fn facts_of<'a>(shared: &'a Shared, device: &DeviceMetrics) -> Option<&'a DeviceFacts> {
     shared.facts.devices.iter().find(|d| d.name == device.name)
 }
 
 /// The `device.NAME.*` STATS entries of one device (without the prefix).
-pub fn device_stats(shared: &Shared, d: &DeviceMetrics) -> Vec<(&'static str, String)> {
+pub fn device_stats(shared: &Shared, d: &DeviceMetrics) -> DeviceStats {
     let profile = facts_of(shared, d).map(|f| &f.profile);
     let io = &d.io;
-    vec![
-        ("profile", d.profile.clone()),
-        ("iops_limit", profile.map_or(0, |p| p.iops).to_string()),
-        (
-            "burst_iops",
-            profile.map_or(0, |p| p.burst_iops).to_string(),
-        ),
-        ("ios", io.ios_admitted.to_string()),
-        ("reads", io.reads.to_string()),
-        ("writes", io.writes.to_string()),
-        ("syncs", io.syncs.to_string()),
-        ("bytes_read", io.bytes_read.to_string()),
-        ("bytes_written", io.bytes_written.to_string()),
-        ("token_wait_us", (io.wait_ns_total / 1_000).to_string()),
-        (
-            "fsync_p99_us",
-            (io.fsync_latency.quantile(0.99) / 1_000).to_string(),
-        ),
-        ("credit", io.credit.unwrap_or(0).to_string()),
-    ]
+    DeviceStats {
+        profile: d.profile.clone(),
+        iops_limit: profile.map_or(0, |p| p.iops),
+        burst_iops: profile.map_or(0, |p| p.burst_iops),
+        ios: io.ios_admitted,
+        reads: io.reads,
+        writes: io.writes,
+        syncs: io.syncs,
+        bytes_read: io.bytes_read,
+        bytes_written: io.bytes_written,
+        token_wait_us: io.wait_ns_total / 1_000,
+        fsync_p99_us: io.fsync_latency.quantile(0.99) / 1_000,
+        credit: io.credit.unwrap_or(0),
+    }
 }
 
 fn render_device(p: &mut PromText, shared: &Shared, d: &DeviceMetrics) {
@@ -433,12 +405,12 @@ fn render_device(p: &mut PromText, shared: &Shared, d: &DeviceMetrics) {
         "ringkv_device_fsync_seconds",
         "fdatasync latency through the device, token wait included.",
         &l,
-        &device_latency(&io.fsync_latency),
+        &latency_sample(&io.fsync_latency, 1e9),
     );
     p.histogram(
         "ringkv_device_write_seconds",
         "Write latency through the device, token wait included.",
         &l,
-        &device_latency(&io.write_latency),
+        &latency_sample(&io.write_latency, 1e9),
     );
 }

@@ -1,13 +1,13 @@
 //! Prometheus text exposition (format 0.0.4) writing: metric families with
 //! `# HELP` / `# TYPE` once each and all samples of a family together, label
-//! values escaped. Also the server's own fixed-bucket latency histogram.
+//! values escaped, and the export of the engine's histograms as buckets.
 //!
 //! What must hold: whatever order the caller adds samples in, the output
 //! groups each family's samples under its one HELP/TYPE header, and bucket
 //! counts are cumulative and end with `le="+Inf"` equal to `_count`.
 
+use engine::histogram::HistogramSnapshot;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The kind of a metric family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,118 +218,55 @@ fn format_float(v: f64) -> String {
     }
 }
 
-/// Number of finite buckets of [`LatencyHistogramUs`]: upper bounds 1 µs,
-/// 2 µs, 4 µs, ... 2^(N-1) µs (about 67 s), then +Inf.
-pub const LATENCY_BUCKET_COUNT: usize = 27;
+/// Upper bounds, in seconds, of the buckets every latency histogram is
+/// exported with (the engine's histograms keep finer buckets internally).
+pub const LATENCY_BOUNDS_S: [f64; 19] = [
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3,
+    250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0,
+];
 
-/// A lock-free latency histogram in microseconds with power-of-two buckets.
-/// Written by one shard thread, read by the metrics thread; relaxed atomics
-/// are enough because readers only need eventually consistent totals.
-#[derive(Debug)]
-pub struct LatencyHistogramUs {
-    buckets: [AtomicU64; LATENCY_BUCKET_COUNT + 1],
-    sum_us: AtomicU64,
-    count: AtomicU64,
+/// Number of power-of-two buckets (1, 2, 4, ... 2^30) sizes are exported with.
+pub const SIZE_BUCKETS: u32 = 31;
+
+/// A latency histogram recorded in units of `1 / units_per_second` seconds
+/// (1e6 for microseconds, 1e9 for nanoseconds), as Prometheus buckets in
+/// seconds.
+pub fn latency_sample(h: &HistogramSnapshot, units_per_second: f64) -> HistogramSample {
+    let bounds: Vec<(f64, u64)> = LATENCY_BOUNDS_S
+        .iter()
+        .map(|&s| (s, (s * units_per_second).round() as u64))
+        .collect();
+    sample(h, &bounds, units_per_second)
 }
 
-impl Default for LatencyHistogramUs {
-    fn default() -> Self {
-        LatencyHistogramUs {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            sum_us: AtomicU64::new(0),
-            count: AtomicU64::new(0),
-        }
-    }
+/// A histogram of sizes or counts, as Prometheus buckets at powers of two.
+pub fn size_sample(h: &HistogramSnapshot) -> HistogramSample {
+    let bounds: Vec<(f64, u64)> = (0..SIZE_BUCKETS)
+        .map(|i| ((1u64 << i) as f64, 1u64 << i))
+        .collect();
+    sample(h, &bounds, 1.0)
 }
 
-impl LatencyHistogramUs {
-    /// Index of the smallest bucket whose upper bound is >= `us`.
-    fn bucket_index(us: u64) -> usize {
-        if us <= 1 {
-            return 0;
-        }
-        // ceil(log2(us)) for us >= 2.
-        let index = (64 - (us - 1).leading_zeros()) as usize;
-        index.min(LATENCY_BUCKET_COUNT)
-    }
-
-    pub fn record_us(&self, us: u64) {
-        self.buckets[Self::bucket_index(us)].fetch_add(1, Ordering::Relaxed);
-        self.sum_us.fetch_add(us, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Adds this histogram's counts into `into` (bucket-wise, not cumulative).
-    pub fn add_to(&self, into: &mut LatencyCounts) {
-        for (slot, b) in into.buckets.iter_mut().zip(self.buckets.iter()) {
-            *slot += b.load(Ordering::Relaxed);
-        }
-        into.sum_us += self.sum_us.load(Ordering::Relaxed);
-        into.count += self.count.load(Ordering::Relaxed);
-    }
-}
-
-/// A plain copy of one or more [`LatencyHistogramUs`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LatencyCounts {
-    pub buckets: [u64; LATENCY_BUCKET_COUNT + 1],
-    pub sum_us: u64,
-    pub count: u64,
-}
-
-impl Default for LatencyCounts {
-    fn default() -> Self {
-        LatencyCounts {
-            buckets: [0; LATENCY_BUCKET_COUNT + 1],
-            sum_us: 0,
-            count: 0,
-        }
-    }
-}
-
-impl LatencyCounts {
-    /// Prometheus form, in seconds. The overflow bucket is only in `count`.
-    pub fn to_sample_seconds(&self) -> HistogramSample {
-        let mut cumulative = 0;
-        let mut buckets = Vec::with_capacity(LATENCY_BUCKET_COUNT);
-        for (i, n) in self.buckets[..LATENCY_BUCKET_COUNT].iter().enumerate() {
-            cumulative += n;
-            buckets.push(((1u64 << i) as f64 / 1e6, cumulative));
-        }
-        // Samples may be recorded between the loads above; never report a
+/// `bounds`: (bound as exported, bound in the recorded unit).
+fn sample(h: &HistogramSnapshot, bounds: &[(f64, u64)], scale: f64) -> HistogramSample {
+    let buckets: Vec<(f64, u64)> = bounds
+        .iter()
+        .map(|&(shown, bound)| (shown, h.count_at_most(bound)))
+        .collect();
+    let last = buckets.last().map_or(0, |b| b.1);
+    HistogramSample {
+        buckets,
+        sum: h.sum() as f64 / scale,
+        // Buckets are read one by one while others record: never report a
         // count below the buckets.
-        let count = self
-            .count
-            .max(cumulative + self.buckets[LATENCY_BUCKET_COUNT]);
-        HistogramSample {
-            buckets,
-            sum: self.sum_us as f64 / 1e6,
-            count,
-        }
-    }
-
-    /// The smallest bucket bound (µs) at or below which `q` of the samples
-    /// fall; 0 when empty. An upper estimate, within a factor of two.
-    pub fn quantile_us(&self, q: f64) -> u64 {
-        let total: u64 = self.buckets.iter().sum();
-        if total == 0 {
-            return 0;
-        }
-        let rank = ((total as f64) * q).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (i, n) in self.buckets.iter().enumerate() {
-            seen += n;
-            if seen >= rank {
-                return 1u64 << i.min(LATENCY_BUCKET_COUNT);
-            }
-        }
-        1u64 << LATENCY_BUCKET_COUNT
+        count: h.count().max(last),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use engine::histogram::AtomicHistogram;
 
     #[test]
     fn families_group_samples_whatever_the_order() {
@@ -354,43 +291,25 @@ mod tests {
 
     #[test]
     fn histogram_buckets_are_cumulative_and_end_in_inf() {
-        let h = LatencyHistogramUs::default();
-        for us in [0, 1, 2, 3, 4, 5, 1000, u64::MAX / 4] {
-            h.record_us(us);
+        let h = AtomicHistogram::new();
+        for us in [0, 5, 10, 11, 900, 3_000_000, u64::MAX / 4] {
+            h.record(us);
         }
-        let mut counts = LatencyCounts::default();
-        h.add_to(&mut counts);
-        assert_eq!(counts.count, 8);
-        let sample = counts.to_sample_seconds();
-        assert_eq!(sample.buckets[0], (1e-6, 2)); // 0 and 1
-        assert_eq!(sample.buckets[1].1, 3); // 2
-        assert_eq!(sample.buckets[2].1, 5); // 3, 4
-        assert_eq!(sample.buckets[3].1, 6); // 5
-        assert_eq!(sample.buckets[LATENCY_BUCKET_COUNT - 1].1, 7);
-        assert_eq!(sample.count, 8);
+        let sample = latency_sample(&h.snapshot(), 1e6);
+        assert_eq!(sample.count, 7);
+        assert_eq!(sample.buckets[0], (10e-6, 3)); // 0, 5, 10
+        assert_eq!(sample.buckets[6], (1e-3, 5)); // and 11, 900 (its bucket ends at 959)
+        assert_eq!(sample.buckets[LATENCY_BOUNDS_S.len() - 1].1, 6); // and 3 s
         let mut p = PromText::new();
         p.histogram("lat_seconds", "L.", &[], &sample);
         let text = p.render();
         assert!(
-            text.contains("lat_seconds_bucket{le=\"+Inf\"} 8\n"),
+            text.contains("lat_seconds_bucket{le=\"+Inf\"} 7\n"),
             "{text}"
         );
-        assert!(text.contains("lat_seconds_count 8\n"));
-        assert_eq!(counts.quantile_us(0.5), 4);
-        assert_eq!(counts.quantile_us(0.0), 1);
-    }
-
-    #[test]
-    fn bucket_index_is_ceil_log2() {
-        assert_eq!(LatencyHistogramUs::bucket_index(0), 0);
-        assert_eq!(LatencyHistogramUs::bucket_index(1), 0);
-        assert_eq!(LatencyHistogramUs::bucket_index(2), 1);
-        assert_eq!(LatencyHistogramUs::bucket_index(3), 2);
-        assert_eq!(LatencyHistogramUs::bucket_index(1024), 10);
-        assert_eq!(LatencyHistogramUs::bucket_index(1025), 11);
-        assert_eq!(
-            LatencyHistogramUs::bucket_index(u64::MAX),
-            LATENCY_BUCKET_COUNT
-        );
+        assert!(text.contains("lat_seconds_count 7\n"));
+        let sizes = size_sample(&h.snapshot());
+        assert_eq!(sizes.buckets[0], (1.0, 1)); // 0
+        assert_eq!(sizes.buckets[3], (8.0, 2)); // and 5
     }
 }

@@ -17,12 +17,14 @@ use std::time::{Duration, Instant};
 use ringkv_protocol::{Limits, ServerInfo};
 use tunables::Config;
 
+use crate::auth::{AuthError, Authenticator};
 use crate::http::MetricsServer;
 use crate::listener::{run_shard, DRAIN_TIME};
 use crate::lockfile::{DirLock, LockError};
 use crate::session::accepted_hello_ack;
-use crate::shard::{DeviceFacts, ServerFacts, ShardContext, Shared};
+use crate::shard::{Access, DeviceFacts, ServerFacts, ShardContext, Shared};
 use crate::sockets::{bind_reuseport_group, BindError};
+use crate::tls::{TlsConfig, TlsError, TlsFiles};
 
 /// How long [`RunningServer::shutdown`] waits for the shards to drain before
 /// it shuts the engine down anyway.
@@ -42,6 +44,10 @@ pub enum ServerError {
     },
     #[error("the limits in the configuration cannot be advertised to clients: {0}")]
     Limits(#[from] ringkv_protocol::LimitsError),
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error(transparent)]
@@ -99,6 +105,8 @@ pub struct RunningServer {
     /// mutex only so that `RunningServer` is `Sync`).
     stopped_shards: Mutex<mpsc::Receiver<usize>>,
     stop_handle: StopHandle,
+    /// The TLS certificates, when a listener uses TLS.
+    tls: Option<Arc<TlsConfig>>,
     /// Locks on the data directory and every other device directory, held
     /// until the engine is shut down.
     locks: Vec<DirLock>,
@@ -150,6 +158,20 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         Some(resolve("server.resp_listen", &config.server.resp_listen)?)
     };
     let limits = limits_from_config(&config)?;
+    let auth = Arc::new(Authenticator::from_config(&config)?);
+    let tls = match TlsFiles::from_config(&config) {
+        Some(files) => Some(Arc::new(TlsConfig::load(files)?)),
+        None => None,
+    };
+    let access = Access {
+        auth: Arc::clone(&auth),
+        handshake_timeout: config.server.handshake_timeout.get(),
+        tls: tls.clone().filter(|_| config.server.tls_native),
+    };
+    let metrics_access = crate::http::MetricsAccess {
+        auth: Arc::clone(&auth),
+        tls: tls.clone().filter(|_| config.server.tls_metrics),
+    };
     let locks = lock_directories(&config)?;
 
     let engine = engine::Engine::open(&config).map_err(ServerError::Engine)?;
@@ -223,6 +245,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         },
     );
     let shared = Arc::new(Shared::new(
+        access,
         limits,
         hello_ack,
         shard_count,
@@ -236,7 +259,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         None => None,
         Some(addr) => {
             let render_shared = Arc::clone(&shared);
-            match MetricsServer::start(addr, move || {
+            match MetricsServer::start(addr, metrics_access, move || {
                 crate::metrics::render(&render_shared, &render_shared.handle.metrics())
             }) {
                 Ok(m) => Some(m),
@@ -277,6 +300,9 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         durability = %shared.facts.durability,
         backend = %shared.facts.backend,
         devices = %devices.join(","),
+        auth = if shared.access.auth.is_required() { "password" } else { "none" },
+        tls_native = config.server.tls_native,
+        tls_metrics = config.server.tls_metrics,
         data_dir = %config.storage.data_dir.display(),
         pid = std::process::id(),
         "ringkv-server ready"
@@ -289,6 +315,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         stops,
         stopped_shards: Mutex::new(stopped_shards),
         stop_handle: StopHandle::default(),
+        tls,
         locks,
     })
 }
@@ -338,12 +365,8 @@ fn server_id() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    // SplitMix64 of time and pid: distinct across restarts and processes.
-    let mut z = nanos ^ (u64::from(std::process::id()) << 32);
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    // Mixed time and pid: distinct across restarts and processes.
+    engine::rng::mix64(nanos ^ (u64::from(std::process::id()) << 32))
 }
 
 impl RunningServer {
@@ -376,6 +399,21 @@ impl RunningServer {
     /// The Prometheus page, as `/metrics` would serve it.
     pub fn render_metrics(&self) -> String {
         crate::metrics::render(&self.shared, &self.shared.handle.metrics())
+    }
+
+    /// Reads the TLS certificate, key and client-CA files again and uses them
+    /// for new connections (open ones keep theirs). `Ok(false)`: TLS is off.
+    /// On error the previous certificates stay in use.
+    pub fn reload_tls(&self) -> Result<bool, TlsError> {
+        match &self.tls {
+            None => Ok(false),
+            Some(tls) => tls.reload().map(|()| true),
+        }
+    }
+
+    /// A handle that reloads the TLS files from another thread (SIGHUP).
+    pub fn tls_reloader(&self) -> Option<Arc<TlsConfig>> {
+        self.tls.clone()
     }
 
     /// A handle other threads use to ask this server to stop.

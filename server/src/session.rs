@@ -5,19 +5,31 @@
 //! What must hold, for ANY input bytes, split at ANY points:
 //! - it never panics, and never asks to buffer more than the frame limit
 //!   ([`Session::bytes_wanted`] is at most `frame_bytes_max`);
-//! - the first message must be a valid hello, answered by the hello-ack;
-//!   a bad hello is answered by a refusal and a close;
+//! - the first message must be a valid hello (with its auth block when the
+//!   hello says one follows), answered by the hello-ack; a bad hello or a
+//!   refused password is answered by a refusal and a close;
+//! - before the handshake is accepted it never asks for more than
+//!   [`HANDSHAKE_BYTES_MAX`] bytes, and no request is decoded or run;
 //! - after the handshake, each complete frame yields exactly one step in
 //!   stream order: a request to run, or an ERROR frame for a rejected one;
 //! - an error the stream cannot recover from (bad length, checksum) yields
 //!   one final ERROR frame with the CLOSE flag and then nothing more.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use ringkv_protocol::{
-    check_frame, decode_hello, decode_request, encode_error, encode_hello_ack, DecodeError,
-    ErrorFrame, HelloAck, Limits, Request, ServerInfo, Status, HELLO_BYTES, LEN_PREFIX_BYTES,
-    PROTOCOL_VERSION,
+    check_frame, decode_auth, decode_hello, decode_request, encode_error, encode_hello_ack,
+    DecodeError, ErrorFrame, Hello, HelloAck, Limits, Request, ServerInfo, Status, AUTH_LEN_BYTES,
+    HELLO_BYTES, LEN_PREFIX_BYTES, PASSWORD_BYTES_MAX, PROTOCOL_VERSION,
 };
+
+use crate::auth::{Authenticator, Verdict};
+
+/// Most bytes a connection's handshake may occupy: the hello and the
+/// longest auth block. Before the handshake is accepted the server reads no
+/// more than this (plus one small read) from the client.
+pub const HANDSHAKE_BYTES_MAX: usize = HELLO_BYTES + AUTH_LEN_BYTES + PASSWORD_BYTES_MAX;
 
 /// The encoded hello-ack accepting a client: this protocol version, the
 /// limits the server enforces, and who the server is. A server encodes it
@@ -73,10 +85,18 @@ pub enum CloseReason {
     Shutdown,
     /// `server.max_connections` connections were already open.
     TooManyConnections,
+    /// The handshake was refused for its password: none given to a server
+    /// that has one, a wrong one, or one given to a server without.
+    AuthFailed,
+    /// The handshake (TLS included) did not finish within
+    /// `server.handshake_timeout`.
+    HandshakeTimeout,
+    /// The TLS handshake failed or a TLS record was bad.
+    TlsError,
 }
 
 impl CloseReason {
-    pub const ALL: [CloseReason; 7] = [
+    pub const ALL: [CloseReason; 10] = [
         CloseReason::PeerClosed,
         CloseReason::IdleTimeout,
         CloseReason::BadHandshake,
@@ -84,6 +104,9 @@ impl CloseReason {
         CloseReason::IoError,
         CloseReason::Shutdown,
         CloseReason::TooManyConnections,
+        CloseReason::AuthFailed,
+        CloseReason::HandshakeTimeout,
+        CloseReason::TlsError,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -95,6 +118,9 @@ impl CloseReason {
             CloseReason::IoError => "io_error",
             CloseReason::Shutdown => "shutdown",
             CloseReason::TooManyConnections => "too_many_connections",
+            CloseReason::AuthFailed => "auth_failed",
+            CloseReason::HandshakeTimeout => "handshake_timeout",
+            CloseReason::TlsError => "tls_error",
         }
     }
 
@@ -106,6 +132,10 @@ impl CloseReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     AwaitHello,
+    /// The hello (of this version) announced an auth block.
+    AwaitAuth {
+        version: u16,
+    },
     Ready,
     Closed,
 }
@@ -115,22 +145,39 @@ enum Phase {
 pub struct Session {
     phase: Phase,
     limits: Limits,
-    /// The encoded hello-ack, the same for every connection of a server.
+    /// The encoded hello-ack (version [`PROTOCOL_VERSION`]), the same for
+    /// every connection of a server.
     hello_ack: Bytes,
+    /// The server's password check.
+    auth: Arc<Authenticator>,
     /// The last decode error that closed the stream, for the close log line.
     last_error: Option<DecodeError>,
+    /// Why the last handshake was refused for its password, for the log.
+    auth_refusal: Option<Verdict>,
 }
 
 impl Session {
     /// A session that answers a valid hello with `hello_ack` (already
-    /// encoded) and enforces `limits` on every frame.
+    /// encoded) and enforces `limits` on every frame; no password.
     pub fn new(limits: Limits, hello_ack: Bytes) -> Session {
+        Session::with_auth(limits, hello_ack, Arc::new(Authenticator::open()))
+    }
+
+    /// Like [`Session::new`], with the handshake judged by `auth`.
+    pub fn with_auth(limits: Limits, hello_ack: Bytes, auth: Arc<Authenticator>) -> Session {
         Session {
             phase: Phase::AwaitHello,
             limits,
             hello_ack,
+            auth,
             last_error: None,
+            auth_refusal: None,
         }
+    }
+
+    /// Why the handshake was refused for its password, if it was.
+    pub fn auth_refusal(&self) -> Option<Verdict> {
+        self.auth_refusal
     }
 
     /// A session that accepts a valid hello on behalf of `server`,
@@ -166,18 +213,25 @@ impl Session {
             Phase::Closed => None,
             Phase::AwaitHello => match decode_hello(buf) {
                 Ok(None) => None,
-                Ok(Some(_hello)) => {
-                    self.phase = Phase::Ready;
-                    Some(Step::Send(self.hello_ack.clone()))
+                Ok(Some(hello)) if hello.has_auth() => {
+                    self.phase = Phase::AwaitAuth {
+                        version: hello.version,
+                    };
+                    self.next_step(buf, refuse)
                 }
-                Err(error) => {
-                    let reply = HelloAck::refusal_for(&error).map(|ack| {
-                        let mut out = BytesMut::new();
-                        encode_hello_ack(&ack, &mut out);
-                        out.freeze()
-                    });
-                    Some(self.close(buf, error, reply, CloseReason::BadHandshake))
+                Ok(Some(hello)) => Some(self.authenticate(buf, hello, None)),
+                Err(error) => Some(self.refuse_hello(buf, error)),
+            },
+            Phase::AwaitAuth { version } => match decode_auth(buf) {
+                Ok(None) => None,
+                Ok(Some(password)) => {
+                    let hello = Hello {
+                        version,
+                        flags: ringkv_protocol::hello_flags::AUTH,
+                    };
+                    Some(self.authenticate(buf, hello, Some(&password)))
                 }
+                Err(error) => Some(self.refuse_hello(buf, error)),
             },
             Phase::Ready => {
                 // Read the frame size before decoding consumes it (the
@@ -228,6 +282,72 @@ impl Session {
         }
     }
 
+    fn refuse_hello(&mut self, buf: &mut BytesMut, error: DecodeError) -> Step {
+        let reply = HelloAck::refusal_for(&error).map(|ack| encode_ack(&ack));
+        self.close(buf, error, reply, CloseReason::BadHandshake)
+    }
+
+    /// Ends the handshake of `hello` (which carried `password`, if any):
+    /// the accepting ack, or a refusal and a close.
+    fn authenticate(&mut self, buf: &mut BytesMut, hello: Hello, password: Option<&[u8]>) -> Step {
+        let verdict = if hello.version < 2 && self.auth.is_required() {
+            // Version 1 cannot carry a password nor name AUTH_REQUIRED.
+            self.auth.check(None);
+            None
+        } else {
+            Some(self.auth.check(password))
+        };
+        let (status, message) = match verdict {
+            Some(Verdict::Accepted) => {
+                self.phase = Phase::Ready;
+                let ack = if hello.version == PROTOCOL_VERSION {
+                    self.hello_ack.clone()
+                } else {
+                    // The ack names the client's version; the version field
+                    // is outside the body checksum.
+                    let mut ack = BytesMut::from(&self.hello_ack[..]);
+                    ack[4..6].copy_from_slice(&hello.version.to_le_bytes());
+                    ack.freeze()
+                };
+                return Step::Send(ack);
+            }
+            None => (
+                Status::Unsupported,
+                "this server requires a password, which protocol version 1 cannot carry; \
+                 connect with protocol version 2 and send the password in the hello"
+                    .to_string(),
+            ),
+            Some(Verdict::Required) => (
+                Status::AuthRequired,
+                "authentication required: this server has a password; \
+                 send it in the hello (protocol version 2, flag AUTH)"
+                    .to_string(),
+            ),
+            Some(Verdict::WrongPassword) => (
+                Status::AuthFailed,
+                "authentication failed: wrong password".to_string(),
+            ),
+            Some(Verdict::NoPasswordConfigured) => (
+                Status::AuthFailed,
+                "authentication failed: this server has no password configured; \
+                 is the client talking to the right server?"
+                    .to_string(),
+            ),
+        };
+        self.auth_refusal = Some(verdict.unwrap_or(Verdict::Required));
+        self.phase = Phase::Closed;
+        buf.clear();
+        let reply = encode_ack(&HelloAck::Refused {
+            version: PROTOCOL_VERSION,
+            status,
+            message,
+        });
+        Step::Close {
+            reply: Some(reply),
+            reason: CloseReason::AuthFailed,
+        }
+    }
+
     fn close(
         &mut self,
         buf: &mut BytesMut,
@@ -249,6 +369,12 @@ impl Session {
         let need = match self.phase {
             Phase::Closed => 0,
             Phase::AwaitHello => HELLO_BYTES,
+            Phase::AwaitAuth { .. } => match buf.first_chunk::<AUTH_LEN_BYTES>() {
+                Some(prefix) => {
+                    AUTH_LEN_BYTES + (u16::from_le_bytes(*prefix) as usize).min(PASSWORD_BYTES_MAX)
+                }
+                None => AUTH_LEN_BYTES,
+            },
             Phase::Ready => match check_frame(buf, &self.limits) {
                 Err(DecodeError::NeedMore { need, .. }) => need,
                 // A complete frame or an error: next_step will consume it.
@@ -316,6 +442,12 @@ pub fn feed_checked(
         assert_eq!(session.next_step(&mut buf, None), None);
     }
     steps
+}
+
+fn encode_ack(ack: &HelloAck) -> Bytes {
+    let mut out = BytesMut::new();
+    encode_hello_ack(ack, &mut out);
+    out.freeze()
 }
 
 /// An encoded ERROR frame.
@@ -503,6 +635,119 @@ mod tests {
         assert_eq!(
             (e.id, e.status, e.close),
             (Some(9), Status::ShuttingDown, false)
+        );
+    }
+
+    fn password_session() -> Session {
+        let auth = Authenticator::new(
+            Some(crate::auth::Password::new(b"pw", "test").unwrap()),
+            std::time::Duration::ZERO,
+        );
+        Session::with_auth(
+            limits(),
+            accepted_hello_ack(
+                limits(),
+                ServerInfo {
+                    server_id: 7,
+                    shard_count: 2,
+                    server_name: "test".into(),
+                },
+            ),
+            Arc::new(auth),
+        )
+    }
+
+    fn hello_with(password: &[u8]) -> BytesMut {
+        let mut b = BytesMut::new();
+        encode_hello(&Hello::with_password(), &mut b);
+        ringkv_protocol::encode_auth(password, &mut b);
+        b
+    }
+
+    fn refusal(step: Option<Step>) -> (Status, CloseReason) {
+        let Some(Step::Close {
+            reply: Some(reply),
+            reason,
+        }) = step
+        else {
+            panic!("expected a close, got {step:?}")
+        };
+        let Ok(Some(HelloAck::Refused { status, .. })) =
+            decode_hello_ack(&mut BytesMut::from(&reply[..]))
+        else {
+            panic!("expected a refusal")
+        };
+        (status, reason)
+    }
+
+    #[test]
+    fn the_password_decides_the_handshake() {
+        let mut s = password_session();
+        let mut buf = hello_with(b"pw");
+        buf.extend_from_slice(&request(1, vec![RequestOp::Ping]));
+        assert!(matches!(s.next_step(&mut buf, None), Some(Step::Send(_))));
+        assert!(s.is_ready());
+        assert!(matches!(
+            s.next_step(&mut buf, None),
+            Some(Step::Run { .. })
+        ));
+
+        let mut s = password_session();
+        let mut buf = hello_with(b"pW");
+        buf.extend_from_slice(&request(1, vec![RequestOp::Ping]));
+        assert_eq!(
+            refusal(s.next_step(&mut buf, None)),
+            (Status::AuthFailed, CloseReason::AuthFailed)
+        );
+        assert_eq!(s.auth_refusal(), Some(Verdict::WrongPassword));
+        assert!(buf.is_empty(), "nothing after a refusal is kept");
+        assert_eq!(s.next_step(&mut buf, None), None);
+
+        let mut s = password_session();
+        let mut buf = hello();
+        buf.extend_from_slice(&request(1, vec![RequestOp::Ping]));
+        assert_eq!(
+            refusal(s.next_step(&mut buf, None)),
+            (Status::AuthRequired, CloseReason::AuthFailed)
+        );
+
+        let mut s = password_session();
+        let mut buf = BytesMut::new();
+        encode_hello(
+            &Hello {
+                version: 1,
+                flags: 0,
+            },
+            &mut buf,
+        );
+        assert_eq!(
+            refusal(s.next_step(&mut buf, None)),
+            (Status::Unsupported, CloseReason::AuthFailed)
+        );
+    }
+
+    #[test]
+    fn the_handshake_never_asks_for_more_than_its_budget() {
+        let mut s = password_session();
+        let full = hello_with(&[b'x'; PASSWORD_BYTES_MAX]);
+        assert_eq!(full.len(), HANDSHAKE_BYTES_MAX);
+        for cut in 0..full.len() {
+            let mut buf = BytesMut::from(&full[..cut]);
+            let _ = s.next_step(&mut buf, None);
+            assert!(
+                s.bytes_wanted(&buf) <= HANDSHAKE_BYTES_MAX,
+                "after {cut} bytes"
+            );
+            assert!(!s.is_ready());
+            s = password_session();
+        }
+        // A huge announced password is refused from its two length bytes.
+        let mut buf = BytesMut::new();
+        encode_hello(&Hello::with_password(), &mut buf);
+        buf.extend_from_slice(&u16::MAX.to_le_bytes());
+        assert_eq!(
+            refusal(s.next_step(&mut buf, None)),
+            (Status::BadRequest, CloseReason::BadHandshake)
         );
     }
 

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ringkv_protocol::Limits;
 
+use crate::auth::Authenticator;
 use crate::connection::ConnState;
 use crate::counters::{CountersSnapshot, ShardCounters};
 use crate::session::CloseReason;
@@ -46,9 +47,32 @@ pub struct DeviceFacts {
     pub profile: tunables::ProfileConfig,
 }
 
+/// Who may use the data listener: the password check and the handshake
+/// deadline.
+#[derive(Debug)]
+pub struct Access {
+    pub auth: Arc<Authenticator>,
+    /// A connection must complete its handshake (TLS included) within this.
+    pub handshake_timeout: Duration,
+    /// TLS on the native listener; `None`: plaintext.
+    pub tls: Option<Arc<crate::tls::TlsConfig>>,
+}
+
+impl Access {
+    /// No password, no TLS, the default handshake deadline.
+    pub fn open() -> Access {
+        Access {
+            auth: Arc::new(Authenticator::open()),
+            handshake_timeout: Duration::from_secs(10),
+            tls: None,
+        }
+    }
+}
+
 /// State shared by every shard thread of one server.
 #[derive(Debug)]
 pub struct Shared {
+    pub access: Access,
     pub limits: Limits,
     /// The encoded hello-ack, identical for every connection.
     pub hello_ack: Bytes,
@@ -67,6 +91,7 @@ pub struct Shared {
 impl Shared {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
+        access: Access,
         limits: Limits,
         hello_ack: Bytes,
         shard_count: usize,
@@ -76,6 +101,7 @@ impl Shared {
         handle: engine::Handle,
     ) -> Shared {
         Shared {
+            access,
             limits,
             hello_ack,
             counters: (0..shard_count).map(|_| ShardCounters::default()).collect(),
@@ -224,7 +250,14 @@ impl ShardContext {
         self.next_conn_id.set(n + 1);
         // Ids are unique per server: shard in the top byte.
         let id = ((self.shard as u64) << 56) | n;
-        let conn = Rc::new(ConnState::new(id, peer, fd, Instant::now()));
+        let now = Instant::now();
+        let conn = Rc::new(ConnState::new(
+            id,
+            peer,
+            fd,
+            now,
+            now + self.shared.access.handshake_timeout,
+        ));
         self.conns.borrow_mut().insert(id, Rc::clone(&conn));
         Registration {
             ctx: Rc::clone(self),
@@ -237,18 +270,18 @@ impl ShardContext {
         self.conns.borrow().len()
     }
 
-    /// Closes connections idle for `idle_timeout`; returns how many.
+    /// Closes connections idle for `idle_timeout`, and those that did not
+    /// finish their handshake in time; returns how many.
     pub fn close_idle(&self, now: Instant) -> usize {
         let timeout = self.shared.idle_timeout;
-        let idle: Vec<Rc<ConnState>> = self
+        let idle: Vec<(Rc<ConnState>, CloseReason)> = self
             .conns
             .borrow()
             .values()
-            .filter(|c| c.is_idle(now, timeout))
-            .cloned()
+            .filter_map(|c| c.idle_reason(now, timeout).map(|r| (Rc::clone(c), r)))
             .collect();
-        for conn in &idle {
-            conn.force_close(CloseReason::IdleTimeout, true);
+        for (conn, reason) in &idle {
+            conn.force_close(*reason, true);
         }
         idle.len()
     }

@@ -1,4 +1,4 @@
-//! SIGTERM / SIGINT handling for the daemon without async signal handlers:
+//! SIGTERM / SIGINT (stop) and SIGHUP (reload the TLS files) handling for the daemon without async signal handlers:
 //! the signals are blocked in every thread (the mask is set before any thread
 //! starts and is inherited), and one dedicated thread takes them with
 //! `sigwait`. So no code ever runs in signal context.
@@ -12,6 +12,8 @@ use std::io;
 pub enum Signal {
     Term,
     Int,
+    /// Reload: read the TLS certificate files again.
+    Hup,
 }
 
 impl Signal {
@@ -19,6 +21,7 @@ impl Signal {
         match self {
             Signal::Term => "SIGTERM",
             Signal::Int => "SIGINT",
+            Signal::Hup => "SIGHUP",
         }
     }
 
@@ -26,6 +29,7 @@ impl Signal {
         match n {
             libc::SIGTERM => Some(Signal::Term),
             libc::SIGINT => Some(Signal::Int),
+            libc::SIGHUP => Some(Signal::Hup),
             _ => None,
         }
     }
@@ -39,6 +43,7 @@ fn termination_set() -> io::Result<libc::sigset_t> {
         if libc::sigemptyset(&mut set) != 0
             || libc::sigaddset(&mut set, libc::SIGTERM) != 0
             || libc::sigaddset(&mut set, libc::SIGINT) != 0
+            || libc::sigaddset(&mut set, libc::SIGHUP) != 0
         {
             return Err(io::Error::last_os_error());
         }
@@ -46,7 +51,7 @@ fn termination_set() -> io::Result<libc::sigset_t> {
     }
 }
 
-/// Blocks SIGTERM and SIGINT in the calling thread and every thread it starts
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread and every thread it starts
 /// afterwards. Call first thing in `main`, before any thread exists.
 pub fn block_termination_signals() -> io::Result<()> {
     let set = termination_set()?;

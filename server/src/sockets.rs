@@ -8,12 +8,12 @@
 //! only gets the option after its bind succeeded, before `listen`; the other
 //! shards' sockets then join it.
 
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// Listen backlog per socket (the kernel caps it at `net.core.somaxconn`).
-pub const LISTEN_BACKLOG: libc::c_int = 1024;
+pub const LISTEN_BACKLOG: i32 = 1024;
 
 /// Why the listening sockets could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -34,13 +34,12 @@ pub enum BindError {
 /// Returns blocking std listeners, close-on-exec.
 pub fn bind_reuseport_group(addr: SocketAddr, count: usize) -> Result<Vec<TcpListener>, BindError> {
     assert!(count >= 1, "at least one listener is needed");
-    let first = new_socket(addr)?;
-    set_flag(&first, libc::SO_REUSEADDR, addr, "set SO_REUSEADDR on")?;
-    bind(&first, addr)?;
-    if count > 1 {
-        set_flag(&first, libc::SO_REUSEPORT, addr, "set SO_REUSEPORT on")?;
-    }
-    listen(&first, addr)?;
+    let first_reuse = if count > 1 {
+        ReusePort::AfterBind
+    } else {
+        ReusePort::No
+    };
+    let first = listening_socket(addr, first_reuse)?;
     let first = TcpListener::from(first);
     let bound = first.local_addr().map_err(|source| BindError::Socket {
         addr,
@@ -50,153 +49,93 @@ pub fn bind_reuseport_group(addr: SocketAddr, count: usize) -> Result<Vec<TcpLis
     let mut listeners = Vec::with_capacity(count);
     listeners.push(first);
     for _ in 1..count {
-        let socket = new_socket(bound)?;
-        set_flag(&socket, libc::SO_REUSEADDR, bound, "set SO_REUSEADDR on")?;
-        set_flag(&socket, libc::SO_REUSEPORT, bound, "set SO_REUSEPORT on")?;
-        bind(&socket, bound)?;
-        listen(&socket, bound)?;
-        listeners.push(TcpListener::from(socket));
+        listeners.push(TcpListener::from(listening_socket(
+            bound,
+            ReusePort::BeforeBind,
+        )?));
     }
     Ok(listeners)
 }
 
-fn new_socket(addr: SocketAddr) -> Result<OwnedFd, BindError> {
-    let domain = match addr {
-        SocketAddr::V4(_) => libc::AF_INET,
-        SocketAddr::V6(_) => libc::AF_INET6,
+/// How a socket of a group takes SO_REUSEPORT (see the module docs).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReusePort {
+    /// A group of one: never.
+    No,
+    /// The group's first socket: only after its bind succeeded, so the bind
+    /// refuses an address someone else holds.
+    AfterBind,
+    /// The later sockets: before their bind, to join the first.
+    BeforeBind,
+}
+
+/// A socket bound to `addr` and listening.
+fn listening_socket(addr: SocketAddr, reuse_port: ReusePort) -> Result<Socket, BindError> {
+    let fail =
+        |step: &'static str| move |source: io::Error| BindError::Socket { addr, step, source };
+    let set_reuse_port = |socket: &Socket| {
+        socket
+            .set_reuse_port(true)
+            .map_err(fail("set SO_REUSEPORT on"))
     };
-    // SAFETY: plain syscall; the result is checked before it is used as a fd.
-    let fd = unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(BindError::Socket {
+    let socket = new_socket(addr)?;
+    socket
+        .set_reuse_address(true)
+        .map_err(fail("set SO_REUSEADDR on"))?;
+    if reuse_port == ReusePort::BeforeBind {
+        set_reuse_port(&socket)?;
+    }
+    bind(&socket, addr)?;
+    if reuse_port == ReusePort::AfterBind {
+        set_reuse_port(&socket)?;
+    }
+    socket.listen(LISTEN_BACKLOG).map_err(fail("listen on"))?;
+    Ok(socket)
+}
+
+/// A blocking TCP socket for `addr`'s family (socket2 sets close-on-exec).
+fn new_socket(addr: SocketAddr) -> Result<Socket, BindError> {
+    Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(|source| {
+        BindError::Socket {
             addr,
             step: "create",
-            source: io::Error::last_os_error(),
-        });
-    }
-    // SAFETY: `fd` is a freshly created descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn set_flag(
-    fd: &OwnedFd,
-    option: libc::c_int,
-    addr: SocketAddr,
-    step: &'static str,
-) -> Result<(), BindError> {
-    let one: libc::c_int = 1;
-    // SAFETY: `one` outlives the call and the length matches its type.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            option,
-            (&one as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(BindError::Socket {
-            addr,
-            step,
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(())
-}
-
-fn bind(fd: &OwnedFd, addr: SocketAddr) -> Result<(), BindError> {
-    let rc = match addr {
-        SocketAddr::V4(v4) => {
-            let sa = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
-                    // Network order in memory: the octets as written.
-                    s_addr: u32::from_be_bytes(v4.ip().octets()).to_be(),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: `sa` is a valid sockaddr_in and the length is its size.
-            unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&sa as *const libc::sockaddr_in).cast(),
-                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                )
-            }
-        }
-        SocketAddr::V6(v6) => {
-            let sa = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: v6.flowinfo().to_be(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v6.ip().octets(),
-                },
-                sin6_scope_id: v6.scope_id(),
-            };
-            // SAFETY: `sa` is a valid sockaddr_in6 and the length is its size.
-            unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&sa as *const libc::sockaddr_in6).cast(),
-                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-                )
-            }
-        }
-    };
-    if rc != 0 {
-        let source = io::Error::last_os_error();
-        if source.raw_os_error() == Some(libc::EADDRINUSE) {
-            return Err(BindError::AddrInUse { addr });
-        }
-        return Err(BindError::Socket {
-            addr,
-            step: "bind",
             source,
-        });
-    }
-    Ok(())
+        }
+    })
 }
 
-fn listen(fd: &OwnedFd, addr: SocketAddr) -> Result<(), BindError> {
-    // SAFETY: plain syscall on a descriptor we own.
-    let rc = unsafe { libc::listen(fd.as_raw_fd(), LISTEN_BACKLOG) };
-    if rc != 0 {
-        return Err(BindError::Socket {
-            addr,
-            step: "listen on",
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+fn bind(socket: &Socket, addr: SocketAddr) -> Result<(), BindError> {
+    socket.bind(&SockAddr::from(addr)).map_err(|source| {
+        if source.kind() == io::ErrorKind::AddrInUse {
+            BindError::AddrInUse { addr }
+        } else {
+            BindError::Socket {
+                addr,
+                step: "bind",
+                source,
+            }
+        }
+    })
 }
 
 /// Raises this process's soft RLIMIT_NOFILE towards `wanted` (never above
 /// the hard limit, never lowering it). Returns the soft limit now in force.
 pub fn raise_open_files_limit(wanted: u64) -> io::Result<u64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid out pointer for the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    // `None` is "unlimited".
+    let current = limit.current.unwrap_or(u64::MAX);
+    let target = wanted.min(limit.maximum.unwrap_or(u64::MAX));
+    if target <= current {
+        return Ok(current);
     }
-    let target = wanted.min(limit.rlim_max);
-    if target <= limit.rlim_cur {
-        return Ok(limit.rlim_cur);
-    }
-    let raised = libc::rlimit {
-        rlim_cur: target,
-        rlim_max: limit.rlim_max,
-    };
-    // SAFETY: `raised` is a valid rlimit; raising the soft limit up to the
-    // hard one needs no privilege.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(target),
+            maximum: limit.maximum,
+        },
+    )?;
     Ok(target)
 }
 

@@ -1,99 +1,72 @@
-//! The STATS answer: (name, value) text pairs with exactly the names of
-//! `/work/notes/stats-keys.md` (docs/protocol.md lists them), built from the
-//! server's counters and an engine metrics snapshot.
+//! The STATS answer, built from the server's counters and an engine metrics
+//! snapshot into the typed [`Stats`] of `ringkv_protocol::stats`, where every
+//! name is declared (and `docs/protocol.md` lists them).
 //!
 //! What must hold: every documented name is present in every answer (a
 //! device or shard that exists always has all its keys), values are plain
 //! decimal integers or the documented words, and nothing here blocks.
 
-use engine::metrics::{EngineMetrics, Histogram};
+use engine::histogram::HistogramSnapshot;
+use engine::metrics::EngineMetrics;
+use ringkv_protocol::stats::{EngineStats, OpsStats, ServerStats, ShardStats, Stats, WalStats};
 
 use crate::counters::OpKind;
 use crate::shard::Shared;
 
-/// Merges histograms with identical bucket bounds (the engine's are).
-pub fn merge_histograms<'a>(histograms: impl IntoIterator<Item = &'a Histogram>) -> Histogram {
-    let mut total = Histogram::default();
-    for h in histograms {
-        if total.bounds.is_empty() {
-            total.bounds = h.bounds.clone();
-            total.counts = vec![0; h.counts.len()];
-        }
-        assert_eq!(
-            total.bounds, h.bounds,
-            "engine histograms with different buckets"
-        );
-        for (t, c) in total.counts.iter_mut().zip(&h.counts) {
-            *t += c;
-        }
-        total.count += h.count;
-        total.sum += h.sum;
+/// The STATS answer for this server and engine snapshot.
+pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
+    let facts = &shared.facts;
+    let counters = shared.counters_total();
+    let mut fsync = HistogramSnapshot::default();
+    for s in &engine.shards {
+        fsync.merge(&s.fdatasync_latency_us);
     }
-    total
+    Stats {
+        server: ServerStats {
+            version: facts.version.to_string(),
+            backend: facts.backend.clone(),
+            durability: facts.durability.clone(),
+            shards: facts.shard_count as u64,
+            uptime_s: shared.started.elapsed().as_secs(),
+            connections: shared.connections_open() as u64,
+            auth_failures: shared.access.auth.failures(),
+        },
+        ops: OpsStats {
+            put: counters.ops_of_kind(OpKind::Put),
+            get: counters.ops_of_kind(OpKind::Get),
+            delete: counters.ops_of_kind(OpKind::Delete),
+        },
+        engine: EngineStats {
+            keys: engine.shards.iter().map(|s| s.keys).sum(),
+            memory_bytes: engine.shards.iter().map(|s| s.memory_bytes).sum(),
+        },
+        wal: WalStats {
+            bytes_written: engine.shards.iter().map(|s| s.wal_bytes_written).sum(),
+            flushes: engine.shards.iter().map(|s| s.wal_flushes).sum(),
+            fsync_p99_us: fsync.quantile(0.99),
+        },
+        devices: engine
+            .devices
+            .iter()
+            .map(|d| (d.name.clone(), crate::metrics::device_stats(shared, d)))
+            .collect(),
+        shards: engine
+            .shards
+            .iter()
+            .map(|s| {
+                let stats = ShardStats {
+                    keys: s.keys,
+                    wal_bytes: s.wal_bytes_written,
+                    durable_lsn: s.durable_lsn,
+                    poisoned: u64::from(s.poisoned),
+                };
+                (s.shard as u32, stats)
+            })
+            .collect(),
+    }
 }
 
 /// The STATS pairs for this server and engine snapshot.
 pub fn stats_pairs(shared: &Shared, engine: &EngineMetrics) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::with_capacity(64 + 16 * engine.devices.len());
-    let mut put = |name: String, value: String| out.push((name, value));
-    let facts = &shared.facts;
-    let counters = shared.counters_total();
-
-    put("server.version".into(), facts.version.to_string());
-    put("server.backend".into(), facts.backend.clone());
-    put("server.durability".into(), facts.durability.clone());
-    put("server.shards".into(), facts.shard_count.to_string());
-    put(
-        "server.uptime_s".into(),
-        shared.started.elapsed().as_secs().to_string(),
-    );
-    put(
-        "server.connections".into(),
-        shared.connections_open().to_string(),
-    );
-    for kind in [OpKind::Put, OpKind::Get, OpKind::Delete] {
-        put(
-            format!("ops.{}", kind.name()),
-            counters.ops_of_kind(kind).to_string(),
-        );
-    }
-
-    let keys: u64 = engine.shards.iter().map(|s| s.keys).sum();
-    let memory: u64 = engine.shards.iter().map(|s| s.memory_bytes).sum();
-    put("engine.keys".into(), keys.to_string());
-    put("engine.memory_bytes".into(), memory.to_string());
-
-    let wal_bytes: u64 = engine.shards.iter().map(|s| s.wal_bytes_written).sum();
-    let wal_flushes: u64 = engine.shards.iter().map(|s| s.wal_flushes).sum();
-    let fsync = merge_histograms(engine.shards.iter().map(|s| &s.fdatasync_latency_us));
-    put("wal.bytes_written".into(), wal_bytes.to_string());
-    put("wal.flushes".into(), wal_flushes.to_string());
-    put(
-        "wal.fsync_p99_us".into(),
-        fsync.quantile_bound(0.99).to_string(),
-    );
-
-    for device in &engine.devices {
-        for (key, value) in crate::metrics::device_stats(shared, device) {
-            put(format!("device.{}.{key}", device.name), value);
-        }
-    }
-
-    for shard in &engine.shards {
-        let n = shard.shard;
-        put(format!("shard.{n}.keys"), shard.keys.to_string());
-        put(
-            format!("shard.{n}.wal_bytes"),
-            shard.wal_bytes_written.to_string(),
-        );
-        put(
-            format!("shard.{n}.durable_lsn"),
-            shard.durable_lsn.to_string(),
-        );
-        put(
-            format!("shard.{n}.poisoned"),
-            u8::from(shard.poisoned).to_string(),
-        );
-    }
-    out
+    stats(shared, engine).to_pairs()
 }

@@ -15,6 +15,7 @@ pub fn op_error_status(error: &OpError) -> Status {
         OpError::Poisoned { .. } => Status::Poisoned,
         OpError::Overloaded { .. } => Status::Overloaded,
         OpError::ShuttingDown => Status::ShuttingDown,
+        OpError::ReadLimitReached { .. } => Status::FrameTooLarge,
         // A variant added to the engine after this server was written: the
         // client still gets a failure, and the message says what it was.
         _ => Status::Internal,
@@ -60,6 +61,10 @@ mod tests {
             (OpError::Poisoned { shard: 3 }, Status::Poisoned),
             (OpError::Overloaded { shard: 1 }, Status::Overloaded),
             (OpError::ShuttingDown, Status::ShuttingDown),
+            (
+                OpError::ReadLimitReached { shard: 0, max: 1 },
+                Status::FrameTooLarge,
+            ),
         ];
         for (error, status) in errors {
             assert_eq!(op_error_status(&error), status, "{error}");

@@ -10,6 +10,7 @@
 //! key lists below are checked against the serde schema by a test).
 
 use crate::error::{ConfigError, ConfigErrors};
+use crate::schema::Section;
 use crate::suggest::nearest;
 use crate::validate::Checker;
 use crate::{
@@ -25,62 +26,25 @@ use toml::Spanned;
 pub(crate) const TOP_KEYS: &[&str] = &[
     "shards", "server", "storage", "limits", "io", "devices", "profiles",
 ];
-pub(crate) const SERVER_KEYS: &[&str] = &[
-    "listen",
-    "metrics_listen",
-    "resp_listen",
-    "max_connections",
-    "idle_timeout",
-    "pipeline_depth_max",
-];
-pub(crate) const STORAGE_KEYS: &[&str] = &[
-    "data_dir",
-    "tier",
-    "durability",
-    "wal_segment_size",
-    "group_commit_max_bytes",
-    "group_commit_max_delay",
-    "flush_interval",
-    "checkpoint_wal_bytes",
-    "checkpoint_interval",
-    "wal_device",
-];
-pub(crate) const LIMITS_KEYS: &[&str] = &[
-    "key_bytes_max",
-    "value_bytes_max",
-    "frame_bytes_max",
-    "ops_per_frame_max",
-    "shard_queue_depth",
-];
-pub(crate) const IO_KEYS: &[&str] = &["backend", "queue_depth"];
-pub(crate) const DEVICE_KEYS: &[&str] = &["path", "profile"];
-pub(crate) const PROFILE_KEYS: &[&str] = &[
-    "iops",
-    "burst_iops",
-    "burst_credit",
-    "bytes_per_sec",
-    "io_unit",
-    "count_fsync",
-];
 
 /// The fixed sections and their keys, for "did you mean 'storage.x'?" when a
 /// key is written in the wrong section.
 const SECTIONS: &[(&str, &[&str])] = &[
     ("", TOP_KEYS),
-    ("server", SERVER_KEYS),
-    ("storage", STORAGE_KEYS),
-    ("limits", LIMITS_KEYS),
-    ("io", IO_KEYS),
+    (ServerConfig::PATH, ServerConfig::KEYS),
+    (StorageConfig::PATH, StorageConfig::KEYS),
+    (LimitsConfig::PATH, LimitsConfig::KEYS),
+    (IoConfig::PATH, IoConfig::KEYS),
 ];
 
 /// Why one TOML value could not become a field.
-enum Problem {
+pub(crate) enum Problem {
     WrongType,
     Bad(String),
 }
 
 /// A field type that can be read from one TOML value.
-trait FromToml: Sized {
+pub(crate) trait FromToml: Sized {
     /// What a correct value looks like, for "expected ..., got ...".
     const EXPECTED: &'static str;
     fn from_toml(v: &DeValue<'_>) -> Result<Self, Problem>;
@@ -271,7 +235,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-struct Loader<'t> {
+pub(crate) struct Loader<'t> {
     text: &'t str,
     errors: Vec<ConfigError>,
     /// Fields whose value could not be read (they keep their default).
@@ -291,7 +255,12 @@ impl<'t> Loader<'t> {
     }
 
     /// Reads one field; on failure records the error and keeps the default.
-    fn field<T: FromToml>(&mut self, path: String, v: &Spanned<DeValue<'_>>, target: &mut T) {
+    pub(crate) fn field<T: FromToml>(
+        &mut self,
+        path: String,
+        v: &Spanned<DeValue<'_>>,
+        target: &mut T,
+    ) {
         let line = self.line(v.span());
         self.lines.insert(path.clone(), line);
         match T::from_toml(v.get_ref()) {
@@ -366,93 +335,14 @@ impl<'t> Loader<'t> {
         t.iter().map(|(k, v)| (k.get_ref().as_ref(), (k, v)))
     }
 
-    fn server(&mut self, t: &DeTable<'_>, c: &mut ServerConfig) {
+    /// Reads the table `t` at `prefix` into the section `c`.
+    fn section<S: Section>(&mut self, prefix: &str, t: &DeTable<'_>, c: &mut S) {
         for (key, (k, v)) in Self::entries(t) {
-            let p = join("server", key);
-            match key {
-                "listen" => self.field(p, v, &mut c.listen),
-                "metrics_listen" => self.field(p, v, &mut c.metrics_listen),
-                "resp_listen" => self.field(p, v, &mut c.resp_listen),
-                "max_connections" => self.field(p, v, &mut c.max_connections),
-                "idle_timeout" => self.field(p, v, &mut c.idle_timeout),
-                "pipeline_depth_max" => self.field(p, v, &mut c.pipeline_depth_max),
-                _ => self.unknown_key("server", key, k.span(), SERVER_KEYS),
+            let path = join(prefix, key);
+            if !c.read_key(self, key, path, v) {
+                self.unknown_key(prefix, key, k.span(), S::KEYS);
             }
         }
-    }
-
-    fn storage(&mut self, t: &DeTable<'_>, c: &mut StorageConfig) {
-        for (key, (k, v)) in Self::entries(t) {
-            let p = join("storage", key);
-            match key {
-                "data_dir" => self.field(p, v, &mut c.data_dir),
-                "tier" => self.field(p, v, &mut c.tier),
-                "durability" => self.field(p, v, &mut c.durability),
-                "wal_segment_size" => self.field(p, v, &mut c.wal_segment_size),
-                "group_commit_max_bytes" => self.field(p, v, &mut c.group_commit_max_bytes),
-                "group_commit_max_delay" => self.field(p, v, &mut c.group_commit_max_delay),
-                "flush_interval" => self.field(p, v, &mut c.flush_interval),
-                "checkpoint_wal_bytes" => self.field(p, v, &mut c.checkpoint_wal_bytes),
-                "checkpoint_interval" => self.field(p, v, &mut c.checkpoint_interval),
-                "wal_device" => self.field(p, v, &mut c.wal_device),
-                _ => self.unknown_key("storage", key, k.span(), STORAGE_KEYS),
-            }
-        }
-    }
-
-    fn limits(&mut self, t: &DeTable<'_>, c: &mut LimitsConfig) {
-        for (key, (k, v)) in Self::entries(t) {
-            let p = join("limits", key);
-            match key {
-                "key_bytes_max" => self.field(p, v, &mut c.key_bytes_max),
-                "value_bytes_max" => self.field(p, v, &mut c.value_bytes_max),
-                "frame_bytes_max" => self.field(p, v, &mut c.frame_bytes_max),
-                "ops_per_frame_max" => self.field(p, v, &mut c.ops_per_frame_max),
-                "shard_queue_depth" => self.field(p, v, &mut c.shard_queue_depth),
-                _ => self.unknown_key("limits", key, k.span(), LIMITS_KEYS),
-            }
-        }
-    }
-
-    fn io(&mut self, t: &DeTable<'_>, c: &mut IoConfig) {
-        for (key, (k, v)) in Self::entries(t) {
-            let p = join("io", key);
-            match key {
-                "backend" => self.field(p, v, &mut c.backend),
-                "queue_depth" => self.field(p, v, &mut c.queue_depth),
-                _ => self.unknown_key("io", key, k.span(), IO_KEYS),
-            }
-        }
-    }
-
-    fn device(&mut self, prefix: &str, t: &DeTable<'_>) -> DeviceConfig {
-        let mut d = DeviceConfig::default();
-        for (key, (k, v)) in Self::entries(t) {
-            let p = join(prefix, key);
-            match key {
-                "path" => self.field(p, v, &mut d.path),
-                "profile" => self.field(p, v, &mut d.profile),
-                _ => self.unknown_key(prefix, key, k.span(), DEVICE_KEYS),
-            }
-        }
-        d
-    }
-
-    fn profile(&mut self, prefix: &str, t: &DeTable<'_>) -> ProfileConfig {
-        let mut pc = ProfileConfig::default();
-        for (key, (k, v)) in Self::entries(t) {
-            let p = join(prefix, key);
-            match key {
-                "iops" => self.field(p, v, &mut pc.iops),
-                "burst_iops" => self.field(p, v, &mut pc.burst_iops),
-                "burst_credit" => self.field(p, v, &mut pc.burst_credit),
-                "bytes_per_sec" => self.field(p, v, &mut pc.bytes_per_sec),
-                "io_unit" => self.field(p, v, &mut pc.io_unit),
-                "count_fsync" => self.field(p, v, &mut pc.count_fsync),
-                _ => self.unknown_key(prefix, key, k.span(), PROFILE_KEYS),
-            }
-        }
-        pc
     }
 
     fn document(&mut self, doc: &DeTable<'_>) -> Config {
@@ -462,22 +352,22 @@ impl<'t> Loader<'t> {
                 "shards" => self.field(key.to_string(), v, &mut c.shards),
                 "server" => {
                     if let Some(t) = self.table(key, v) {
-                        self.server(t, &mut c.server);
+                        self.section(key, t, &mut c.server);
                     }
                 }
                 "storage" => {
                     if let Some(t) = self.table(key, v) {
-                        self.storage(t, &mut c.storage);
+                        self.section(key, t, &mut c.storage);
                     }
                 }
                 "limits" => {
                     if let Some(t) = self.table(key, v) {
-                        self.limits(t, &mut c.limits);
+                        self.section(key, t, &mut c.limits);
                     }
                 }
                 "io" => {
                     if let Some(t) = self.table(key, v) {
-                        self.io(t, &mut c.io);
+                        self.section(key, t, &mut c.io);
                     }
                 }
                 "devices" => {
@@ -489,7 +379,8 @@ impl<'t> Loader<'t> {
                         match self.table(&prefix, dv) {
                             // A device in the file replaces the default one of that name.
                             Some(dt) => {
-                                let d = self.device(&prefix, dt);
+                                let mut d = DeviceConfig::default();
+                                self.section(&prefix, dt, &mut d);
                                 c.devices.insert(name.to_string(), d);
                             }
                             None => {
@@ -505,7 +396,8 @@ impl<'t> Loader<'t> {
                     for (name, (_, pv)) in Self::entries(t) {
                         let prefix = join("profiles", name);
                         if let Some(pt) = self.table(&prefix, pv) {
-                            let p = self.profile(&prefix, pt);
+                            let mut p = ProfileConfig::default();
+                            self.section(&prefix, pt, &mut p);
                             c.profiles.insert(name.to_string(), p);
                         }
                     }
@@ -614,7 +506,7 @@ mod tests {
                 field: "storage.durabilty".to_string(),
                 line: Some(2),
                 suggestion: Some("durability".to_string()),
-                known: STORAGE_KEYS.iter().map(|k| k.to_string()).collect(),
+                known: StorageConfig::KEYS.iter().map(|k| k.to_string()).collect(),
             }
         );
         assert_eq!(
@@ -852,6 +744,16 @@ resp_listen = \"127.0.0.1:6390\"
 max_connections = 500
 idle_timeout = \"30s\"
 pipeline_depth_max = 16
+requirepass = \"pw\"
+password_file = \"\"
+dangerously_listen_without_password = true
+handshake_timeout = \"2s\"
+auth_failure_delay = \"50ms\"
+tls_native = true
+tls_metrics = true
+tls_cert_file = \"/etc/ringkv/cert.pem\"
+tls_key_file = \"/etc/ringkv/key.pem\"
+tls_client_ca_file = \"/etc/ringkv/ca.pem\"
 [storage]
 data_dir = \"/var/lib/ringkv\"
 tier = \"memory\"
@@ -895,6 +797,16 @@ count_fsync = false
             max_connections: 500,
             idle_timeout: Duration::from_secs(30),
             pipeline_depth_max: 16,
+            requirepass: "pw".to_string(),
+            password_file: PathBuf::new(),
+            dangerously_listen_without_password: true,
+            handshake_timeout: Duration::from_secs(2),
+            auth_failure_delay: Duration::from_millis(50),
+            tls_native: true,
+            tls_metrics: true,
+            tls_cert_file: PathBuf::from("/etc/ringkv/cert.pem"),
+            tls_key_file: PathBuf::from("/etc/ringkv/key.pem"),
+            tls_client_ca_file: PathBuf::from("/etc/ringkv/ca.pem"),
         };
         want.storage = StorageConfig {
             data_dir: PathBuf::from("/var/lib/ringkv"),
@@ -969,20 +881,20 @@ count_fsync = false
             other => panic!("{name} is {other:?}"),
         };
         assert_eq!(keys(&table), list(TOP_KEYS));
-        assert_eq!(keys(&section("server")), list(SERVER_KEYS));
-        assert_eq!(keys(&section("storage")), list(STORAGE_KEYS));
-        assert_eq!(keys(&section("limits")), list(LIMITS_KEYS));
-        assert_eq!(keys(&section("io")), list(IO_KEYS));
+        assert_eq!(keys(&section("server")), list(ServerConfig::KEYS));
+        assert_eq!(keys(&section("storage")), list(StorageConfig::KEYS));
+        assert_eq!(keys(&section("limits")), list(LimitsConfig::KEYS));
+        assert_eq!(keys(&section("io")), list(IoConfig::KEYS));
         let device = match &section("devices")["wal"] {
             toml::Value::Table(t) => t.clone(),
             other => panic!("{other:?}"),
         };
-        assert_eq!(keys(&device), list(DEVICE_KEYS));
+        assert_eq!(keys(&device), list(DeviceConfig::KEYS));
         let profile = match &section("profiles")["p"] {
             toml::Value::Table(t) => t.clone(),
             other => panic!("{other:?}"),
         };
-        assert_eq!(keys(&profile), list(PROFILE_KEYS));
+        assert_eq!(keys(&profile), list(ProfileConfig::KEYS));
     }
 
     #[test]

@@ -8,8 +8,12 @@
 //! documented in `docs/config.md`; change both together.
 
 use crate::error::{ConfigError, ConfigErrors};
+use crate::schema::Section;
 use crate::suggest::nearest;
-use crate::{builtin_profile_names, ByteSize, Config, Duration, ProfileConfig};
+use crate::{
+    builtin_profile_names, ByteSize, Config, Duration, IoConfig, LimitsConfig, ProfileConfig,
+    ServerConfig, StorageConfig, SHARDS_MAX,
+};
 use std::collections::BTreeSet;
 use std::fmt::Display;
 use std::net::SocketAddr;
@@ -25,30 +29,39 @@ pub const WAL_RECORD_HEADER_BYTES_MAX: u64 = 64;
 /// `frame_bytes_max >= key_bytes_max + value_bytes_max + FRAME_OVERHEAD_BYTES_MAX`
 /// (one max-size PUT always fits a frame).
 pub const FRAME_OVERHEAD_BYTES_MAX: u64 = 256;
-/// Most shards a node runs.
-pub const SHARDS_MAX: u32 = 256;
-
-const MAX_CONNECTIONS: (u32, u32) = (1, 1_000_000);
-const IDLE_TIMEOUT: (Duration, Duration) =
-    (Duration::from_millis(1), Duration::from_secs(7 * 86_400));
-const PIPELINE_DEPTH_MAX: (u32, u32) = (1, 65_536);
-const WAL_SEGMENT_SIZE: (ByteSize, ByteSize) = (ByteSize::kib(64), ByteSize::gib(64));
-const GROUP_COMMIT_MAX_BYTES: (ByteSize, ByteSize) = (ByteSize::kib(4), ByteSize::gib(1));
-const GROUP_COMMIT_MAX_DELAY: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(1));
-const FLUSH_INTERVAL: (Duration, Duration) = (Duration::from_micros(100), Duration::from_secs(60));
-const CHECKPOINT_WAL_BYTES: (ByteSize, ByteSize) = (ByteSize::kib(64), ByteSize::gib(1024));
-const CHECKPOINT_INTERVAL: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(7 * 86_400));
-const KEY_BYTES_MAX: (ByteSize, ByteSize) = (ByteSize(1), ByteSize::kib(64));
-const VALUE_BYTES_MAX: (ByteSize, ByteSize) = (ByteSize(0), ByteSize::mib(64));
-const FRAME_BYTES_MAX: (ByteSize, ByteSize) = (ByteSize::kib(4), ByteSize::gib(1));
-const OPS_PER_FRAME_MAX: (u32, u32) = (1, 1_000_000);
-const SHARD_QUEUE_DEPTH: (u32, u32) = (1, 65_536);
 const QUEUE_DEPTH: (u32, u32) = (8, 4096);
-const PROFILE_IOPS: (u64, u64) = (0, 10_000_000);
-const PROFILE_BURST_CREDIT: (u64, u64) = (0, 1_000_000_000_000);
-const PROFILE_BYTES_PER_SEC_MAX: ByteSize = ByteSize::gib(1024);
-const PROFILE_IO_UNIT: (ByteSize, ByteSize) = (ByteSize::kib(4), ByteSize::mib(64));
 const NAME_LEN_MAX: usize = 64;
+/// Longest password; the wire protocol's auth block carries at most this many
+/// bytes (`ringkv_protocol::PASSWORD_BYTES_MAX`, kept equal by a server test).
+pub const PASSWORD_BYTES_MAX: usize = 512;
+
+/// Whether `addr` is reachable only from this machine (127.0.0.0/8, ::1, or
+/// an IPv4-mapped loopback address). 0.0.0.0 and :: are every interface.
+pub fn is_loopback(addr: &SocketAddr) -> bool {
+    addr.ip().to_canonical().is_loopback()
+}
+
+/// Protected mode's decision: the listeners of `c` that are reachable from
+/// other machines while no password is configured and the opt-out is off,
+/// as (field, address). Empty when the configuration may start.
+pub fn unprotected_listeners(c: &Config) -> Vec<(&'static str, SocketAddr)> {
+    if c.has_password() || c.server.dangerously_listen_without_password {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (field, value) in [
+        ("server.listen", &c.server.listen),
+        ("server.metrics_listen", &c.server.metrics_listen),
+        ("server.resp_listen", &c.server.resp_listen),
+    ] {
+        if let Ok(addr) = value.parse::<SocketAddr>() {
+            if !is_loopback(&addr) {
+                out.push((field, addr));
+            }
+        }
+    }
+    out
+}
 
 /// Collects errors. Works in two phases: first each field on its own (range,
 /// format), then the rules between fields. A field that failed to parse or is
@@ -97,23 +110,33 @@ impl Checker {
         });
     }
 
-    fn range_u64(&mut self, field: &str, value: u64, (min, max): (u64, u64)) {
+    pub(crate) fn range_u64(&mut self, field: &str, value: u64, (min, max): (u64, u64)) {
         if !self.is_bad(&[field]) && !(min..=max).contains(&value) {
             self.out_of_range(field, value.to_string(), format!("{min}..={max}"));
         }
     }
 
-    fn range_u32(&mut self, field: &str, value: u32, (min, max): (u32, u32)) {
+    pub(crate) fn range_u32(&mut self, field: &str, value: u32, (min, max): (u32, u32)) {
         self.range_u64(field, u64::from(value), (u64::from(min), u64::from(max)));
     }
 
-    fn range_size(&mut self, field: &str, value: ByteSize, (min, max): (ByteSize, ByteSize)) {
+    pub(crate) fn range_size(
+        &mut self,
+        field: &str,
+        value: ByteSize,
+        (min, max): (ByteSize, ByteSize),
+    ) {
         if !self.is_bad(&[field]) && !(min..=max).contains(&value) {
             self.out_of_range(field, quoted(value), format!("{min}..={max}"));
         }
     }
 
-    fn range_duration(&mut self, field: &str, value: Duration, (min, max): (Duration, Duration)) {
+    pub(crate) fn range_duration(
+        &mut self,
+        field: &str,
+        value: Duration,
+        (min, max): (Duration, Duration),
+    ) {
         if !self.is_bad(&[field]) && !(min..=max).contains(&value) {
             self.out_of_range(field, quoted(value), format!("{min}..={max}"));
         }
@@ -133,7 +156,7 @@ impl Checker {
         });
     }
 
-    fn bad_value(&mut self, field: &str, value: String, reason: String) {
+    pub(crate) fn bad_value(&mut self, field: &str, value: String, reason: String) {
         if self.is_bad(&[field]) {
             return;
         }
@@ -190,7 +213,7 @@ impl Checker {
         );
     }
 
-    fn socket_addr(&mut self, field: &str, value: &str) -> Option<SocketAddr> {
+    pub(crate) fn socket_addr(&mut self, field: &str, value: &str) -> Option<SocketAddr> {
         if self.is_bad(&[field]) {
             return None;
         }
@@ -217,85 +240,89 @@ impl Checker {
         }
     }
 
-    /// Phase one: every field on its own.
+    /// Phase one: every field on its own (the checks declared in the schema).
     fn fields(&mut self, c: &Config) {
         self.range_u32("shards", c.shards, (0, SHARDS_MAX));
-
-        let s = &c.server;
-        self.socket_addr("server.listen", &s.listen);
-        if !s.metrics_listen.is_empty() {
-            self.socket_addr("server.metrics_listen", &s.metrics_listen);
-        }
-        if !s.resp_listen.is_empty() {
-            self.socket_addr("server.resp_listen", &s.resp_listen);
-        }
-        self.range_u32("server.max_connections", s.max_connections, MAX_CONNECTIONS);
-        self.range_duration("server.idle_timeout", s.idle_timeout, IDLE_TIMEOUT);
-        self.range_u32(
-            "server.pipeline_depth_max",
-            s.pipeline_depth_max,
-            PIPELINE_DEPTH_MAX,
-        );
-
-        let s = &c.storage;
-        if s.data_dir.as_os_str().is_empty() {
+        c.server.check_fields(self, ServerConfig::PATH);
+        if c.server.requirepass.len() > PASSWORD_BYTES_MAX {
+            // Never echo a password, not even a wrong one.
             self.bad_value(
-                "storage.data_dir",
-                "\"\"".to_string(),
-                "must name a directory".to_string(),
+                "server.requirepass",
+                quoted(crate::REDACTED),
+                format!(
+                    "is {} bytes; a password is at most {PASSWORD_BYTES_MAX} bytes",
+                    c.server.requirepass.len()
+                ),
             );
         }
-        self.range_size(
-            "storage.wal_segment_size",
-            s.wal_segment_size,
-            WAL_SEGMENT_SIZE,
-        );
-        self.range_size(
-            "storage.group_commit_max_bytes",
-            s.group_commit_max_bytes,
-            GROUP_COMMIT_MAX_BYTES,
-        );
-        self.range_duration(
-            "storage.group_commit_max_delay",
-            s.group_commit_max_delay,
-            GROUP_COMMIT_MAX_DELAY,
-        );
-        self.range_duration("storage.flush_interval", s.flush_interval, FLUSH_INTERVAL);
-        self.range_size(
-            "storage.checkpoint_wal_bytes",
-            s.checkpoint_wal_bytes,
-            CHECKPOINT_WAL_BYTES,
-        );
-        self.range_duration(
-            "storage.checkpoint_interval",
-            s.checkpoint_interval,
-            CHECKPOINT_INTERVAL,
-        );
+        c.storage.check_fields(self, StorageConfig::PATH);
+        c.limits.check_fields(self, LimitsConfig::PATH);
+        c.io.check_fields(self, IoConfig::PATH);
+        for (name, device) in &c.devices {
+            let prefix = format!("devices.{name}");
+            self.name(&prefix, name);
+            device.check_fields(self, &prefix);
+        }
+    }
 
-        let l = &c.limits;
-        self.range_size("limits.key_bytes_max", l.key_bytes_max, KEY_BYTES_MAX);
-        self.range_size("limits.value_bytes_max", l.value_bytes_max, VALUE_BYTES_MAX);
-        self.range_size("limits.frame_bytes_max", l.frame_bytes_max, FRAME_BYTES_MAX);
-        self.range_u32(
-            "limits.ops_per_frame_max",
-            l.ops_per_frame_max,
-            OPS_PER_FRAME_MAX,
+    /// Access control: password sources, TLS files, protected mode.
+    fn access_rules(&mut self, c: &Config) {
+        let s = &c.server;
+        let path_set = |p: &std::path::Path| !p.as_os_str().is_empty();
+        self.rule(
+            s.requirepass.is_empty() || !path_set(&s.password_file),
+            "server.password_file",
+            quoted(s.password_file.display()),
+            &["server.requirepass"],
+            "cannot be set together with server.requirepass; keep one of them".to_string(),
         );
-        self.range_u32(
-            "limits.shard_queue_depth",
-            l.shard_queue_depth,
-            SHARD_QUEUE_DEPTH,
+        let tls = s.tls_native || s.tls_metrics;
+        for (field, path) in [
+            ("server.tls_cert_file", &s.tls_cert_file),
+            ("server.tls_key_file", &s.tls_key_file),
+        ] {
+            self.rule(
+                !tls || path_set(path),
+                field,
+                "\"\"".to_string(),
+                &["server.tls_native", "server.tls_metrics"],
+                "must name a PEM file when server.tls_native or server.tls_metrics is on"
+                    .to_string(),
+            );
+        }
+        self.rule(
+            tls || !path_set(&s.tls_client_ca_file),
+            "server.tls_client_ca_file",
+            quoted(s.tls_client_ca_file.display()),
+            &["server.tls_native", "server.tls_metrics"],
+            "has no effect while TLS is off; set server.tls_native (or tls_metrics) = true, or remove it".to_string(),
         );
-
-        self.range_u32("io.queue_depth", c.io.queue_depth, QUEUE_DEPTH);
-
-        for name in c.devices.keys() {
-            self.name(&format!("devices.{name}"), name);
+        for (field, addr) in unprotected_listeners(c) {
+            let value = match field {
+                "server.listen" => &s.listen,
+                "server.resp_listen" => &s.resp_listen,
+                _ => &s.metrics_listen,
+            };
+            self.rule(
+                false,
+                field,
+                quoted(value),
+                &[],
+                format!(
+                    "protected mode: {addr} is reachable from other machines and no password is set, \
+                     so anyone who can connect could read and delete every key. Set \
+                     server.requirepass or server.password_file (and server.tls_native = true), \
+                     or listen on 127.0.0.1; to run open anyway, set \
+                     server.dangerously_listen_without_password = true \
+                     (flag --dangerously-listen-without-password)"
+                ),
+            );
         }
     }
 
     /// Phase two: the rules that tie fields together.
     fn rules(&mut self, c: &Config) {
+        self.access_rules(c);
         let s = &c.server;
         if !s.metrics_listen.is_empty() {
             let listen = s.listen.parse::<SocketAddr>();
@@ -416,15 +443,7 @@ impl Checker {
         let f = |name: &str| format!("{prefix}.{name}");
         let (iops, burst_iops, credit) = (f("iops"), f("burst_iops"), f("burst_credit"));
         let (io_unit, bps) = (f("io_unit"), f("bytes_per_sec"));
-        self.range_u64(&iops, p.iops, PROFILE_IOPS);
-        self.range_u64(&burst_iops, p.burst_iops, PROFILE_IOPS);
-        self.range_u64(&credit, p.burst_credit, PROFILE_BURST_CREDIT);
-        self.range_size(&io_unit, p.io_unit, PROFILE_IO_UNIT);
-        self.range_size(
-            &bps,
-            p.bytes_per_sec,
-            (ByteSize(0), PROFILE_BYTES_PER_SEC_MAX),
-        );
+        p.check_fields(self, prefix);
 
         if p.iops == 0 {
             self.rule(
@@ -513,6 +532,7 @@ impl ProfileConfig {
 mod tests {
     use super::*;
     use crate::DeviceConfig;
+    use std::path::PathBuf;
 
     /// The errors of `c`, as (field, display) pairs; empty when valid.
     fn problems(c: &Config) -> Vec<(String, String)> {
@@ -621,6 +641,115 @@ mod tests {
             c.io.queue_depth = out;
             assert_one(&c, "io.queue_depth", "out of range, allowed 8..=4096");
         }
+    }
+
+    #[test]
+    fn protected_mode_decides_by_address_password_and_opt_out() {
+        let open = |listen: &str, metrics: &str| {
+            let mut c = Config::default();
+            c.server.listen = listen.to_string();
+            c.server.metrics_listen = metrics.to_string();
+            c
+        };
+        for loopback in [
+            "127.0.0.1:7379",
+            "127.1.2.3:0",
+            "[::1]:0",
+            "[::ffff:127.0.0.1]:0",
+        ] {
+            assert!(
+                unprotected_listeners(&open(loopback, "")).is_empty(),
+                "{loopback}"
+            );
+        }
+        for exposed in ["0.0.0.0:0", "[::]:7379", "10.0.0.5:7379", "192.168.1.1:1"] {
+            let c = open(exposed, "");
+            assert_eq!(
+                unprotected_listeners(&c),
+                vec![("server.listen", exposed.parse().unwrap())]
+            );
+            assert_one(&c, "server.listen", "protected mode");
+            let message = &problems(&c)[0].1;
+            for names in [
+                "server.requirepass",
+                "server.password_file",
+                "server.dangerously_listen_without_password = true",
+            ] {
+                assert!(message.contains(names), "{message}");
+            }
+            let mut with_password = c.clone();
+            with_password.server.requirepass = "pw".to_string();
+            assert_eq!(problems(&with_password), Vec::<(String, String)>::new());
+            let mut with_file = c.clone();
+            with_file.server.password_file = "/run/secrets/ringkv".into();
+            assert_eq!(problems(&with_file), Vec::<(String, String)>::new());
+            let mut opted_out = c.clone();
+            opted_out.server.dangerously_listen_without_password = true;
+            assert_eq!(problems(&opted_out), Vec::<(String, String)>::new());
+        }
+        // The metrics listener counts too.
+        assert_one(
+            &open("127.0.0.1:0", "0.0.0.0:9100"),
+            "server.metrics_listen",
+            "protected mode",
+        );
+    }
+
+    #[test]
+    fn password_and_tls_rules() {
+        let mut c = Config::default();
+        c.server.requirepass = "x".repeat(PASSWORD_BYTES_MAX);
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.server.requirepass.push('x');
+        assert_one(&c, "server.requirepass", "at most 512 bytes");
+        assert!(
+            !problems(&c)[0].1.contains("xxx"),
+            "the password is never printed"
+        );
+        c.server.requirepass = "pw".to_string();
+        c.server.password_file = "/run/secrets/pw".into();
+        assert_one(
+            &c,
+            "server.password_file",
+            "together with server.requirepass",
+        );
+
+        let mut c = Config::default();
+        c.server.tls_native = true;
+        let p = problems(&c);
+        assert_eq!(p.len(), 2, "{p:#?}");
+        assert_eq!(p[0].0, "server.tls_cert_file");
+        assert_eq!(p[1].0, "server.tls_key_file");
+        c.server.tls_cert_file = "cert.pem".into();
+        c.server.tls_key_file = "key.pem".into();
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.server.tls_native = false;
+        c.server.tls_client_ca_file = "ca.pem".into();
+        assert_one(
+            &c,
+            "server.tls_client_ca_file",
+            "no effect while TLS is off",
+        );
+        c.server.tls_metrics = true;
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+
+        let mut c = Config::default();
+        c.server.handshake_timeout = Duration::ZERO;
+        assert_one(&c, "server.handshake_timeout", "out of range");
+        c.server.handshake_timeout = Duration::from_secs(1);
+        c.server.auth_failure_delay = Duration::from_secs(11);
+        assert_one(&c, "server.auth_failure_delay", "out of range");
+    }
+
+    #[test]
+    fn redacted_hides_only_the_inline_password() {
+        let mut c = Config::default();
+        assert_eq!(c.redacted(), c);
+        c.server.requirepass = "hunter2".to_string();
+        c.server.password_file = PathBuf::new();
+        let r = c.redacted();
+        assert_eq!(r.server.requirepass, crate::REDACTED);
+        assert!(!r.to_toml_string().contains("hunter2"));
     }
 
     #[test]

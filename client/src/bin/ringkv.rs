@@ -2,6 +2,8 @@
 //! read commands from stdin and answer each with exactly one line, in order,
 //! while batching lines into frames and pipelining frames.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 use std::ffi::OsString;
 use std::io::{self, BufRead, Write};
 use std::os::unix::ffi::OsStringExt;
@@ -11,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
-use ringkv_client::{Client, ClientError, Limits, OpReply, RequestOp};
+use ringkv_client::{Client, ClientError, ConnectArgs, Limits, OpReply, RequestOp};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -46,7 +48,11 @@ With `-`, each stdin line is one command: `put KEY VALUE`, `get KEY`, `del KEY` 
 `ping`. VALUE is the rest of the line after KEY. Each command gets one output line,
 in order: `OK`, `PONG`, the value, `(nil)` or `ERR <message>`; blank lines are
 skipped. Keys and values in this mode use backslash escapes (\\\\ \\n \\r \\t \\xHH)
-on input and output, so every answer stays on one line."
+on input and output, so every answer stays on one line.
+
+A server with a password: put it in a file (--password-file FILE) or in the
+RINGKV_PASSWORD environment variable. A server with TLS: --ca FILE (the CA that
+signed its certificate), or --insecure for a self-signed test server."
 )]
 struct Cli {
     /// Server address (host:port).
@@ -55,6 +61,8 @@ struct Cli {
     /// Seconds to wait for the connection, and for each answer.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
+    #[command(flatten)]
+    connect: ConnectArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -139,7 +147,11 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         });
     }
     let timeout = Duration::from_secs_f64(cli.timeout);
-    let client = Client::connect_timeout(cli.server.as_str(), timeout)
+    let options = cli
+        .connect
+        .options(timeout)
+        .map_err(|message| Failure { code: 2, message })?;
+    let client = Client::connect_with(cli.server.as_str(), &options)
         .await
         .map_err(|error| Failure {
             code: EXIT_CONNECTION,

@@ -124,9 +124,9 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
     let options = &shared.options;
     let mut buf = BytesMut::new();
     let mut out = BytesMut::new();
-    loop {
+    let version = loop {
         match decode_hello(&mut buf) {
-            Ok(Some(_)) => break,
+            Ok(Some(hello)) => break hello.version,
             Ok(None) => {}
             Err(error) => {
                 if let Some(ack) = HelloAck::refusal_for(&error) {
@@ -139,15 +139,15 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
         if stream.read_buf(&mut buf).await.unwrap_or(0) == 0 {
             return;
         }
-    }
+    };
     let ack = match &options.refuse {
         Some((status, message)) => HelloAck::Refused {
-            version: 1,
+            version,
             status: *status,
             message: message.clone(),
         },
         None => HelloAck::Accepted {
-            version: 1,
+            version,
             limits: options.limits,
             server: ServerInfo {
                 server_id: 0xfeed,

@@ -386,18 +386,9 @@ pub fn durable_puts(opts: &Options) -> PutResult {
     let sum = |f: &dyn Fn(&engine::ShardMetrics) -> u64, m: &engine::EngineMetrics| -> u64 {
         m.shards.iter().map(f).sum()
     };
-    let mut fsync = engine::Histogram::default();
+    let mut fsync = engine::HistogramSnapshot::default();
     for s in &m1.shards {
-        let h = &s.fdatasync_latency_us;
-        if fsync.counts.is_empty() {
-            fsync = h.clone();
-        } else {
-            for (a, b) in fsync.counts.iter_mut().zip(&h.counts) {
-                *a += b;
-            }
-            fsync.count += h.count;
-            fsync.sum += h.sum;
-        }
+        fsync.merge(&s.fdatasync_latency_us);
     }
     let result = PutResult {
         puts,
@@ -405,8 +396,8 @@ pub fn durable_puts(opts: &Options) -> PutResult {
         elapsed,
         wal_bytes: sum(&|s| s.wal_bytes_written, &m1) - sum(&|s| s.wal_bytes_written, &m0),
         wal_flushes: sum(&|s| s.wal_flushes, &m1) - sum(&|s| s.wal_flushes, &m0),
-        fsync_p50_us: fsync.quantile_bound(0.5),
-        fsync_p99_us: fsync.quantile_bound(0.99),
+        fsync_p50_us: fsync.quantile(0.5),
+        fsync_p99_us: fsync.quantile(0.99),
         checkpoints: sum(&|s| s.checkpoints, &m1),
         latency_us: [
             hist.value_at_quantile(0.5),

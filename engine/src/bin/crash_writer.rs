@@ -7,7 +7,10 @@
 //!
 //! Usage: `ringkv-crash-writer --dir PATH [--shards N] [--threads N] [--seed N]`
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 use bytes::Bytes;
+use engine::rng::mix64;
 use engine::{Engine, Op, OpResult};
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,14 +27,6 @@ fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1).cloned())
-}
-
-/// SplitMix64 step.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 fn main() {
@@ -68,7 +63,7 @@ fn main() {
             std::thread::spawn(move || loop {
                 let batch = next_batch.fetch_add(1, Ordering::Relaxed);
                 let keys: Vec<u64> = (0..OPS_PER_BATCH)
-                    .map(|i| mix(seed ^ (batch << 8) ^ i) % KEY_SPACE)
+                    .map(|i| mix64(seed ^ (batch << 8) ^ i) % KEY_SPACE)
                     .collect();
                 let ops: Vec<Op> = keys
                     .iter()

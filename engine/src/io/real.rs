@@ -34,6 +34,10 @@ impl IoBuf for AlignedBuf {
 }
 
 impl SetLen for AlignedBuf {
+    // SAFETY: the trait asks that the first `len` bytes be initialised and
+    // `len` be within capacity; `AlignedBuf` is zero-filled at allocation, so
+    // every byte is always initialised, and its own `set_len` asserts
+    // `len <= capacity`.
     unsafe fn set_len(&mut self, len: usize) {
         AlignedBuf::set_len(self, len);
     }

@@ -116,6 +116,11 @@ pub(crate) struct CoreSettings {
     pub(crate) checkpoint_wal_bytes: u64,
     pub(crate) max_record_bytes: usize,
     pub(crate) value_bytes_max: usize,
+    /// Bytes of values one batch's GETs may read on this shard; the GET
+    /// that reaches it is still answered, later ones are not looked up
+    /// (they answer [`OpError::ReadLimitReached`]). Bounds the memory one
+    /// request takes to about this plus one value per shard.
+    pub(crate) read_bytes_max: usize,
 }
 
 /// One shard's state and the notifications between its tasks.
@@ -237,6 +242,16 @@ impl ShardCore {
             .set(self.settings.checkpoint_wal_bytes.max(snapshot_bytes));
     }
 
+    /// Recovery replayed `bytes` of WAL holding `records` records after the
+    /// newest snapshot: they count toward the next checkpoint as if this
+    /// process had written them (a server that restarts often must still
+    /// checkpoint).
+    pub(crate) fn carry_over(&self, bytes: u64, records: u64) {
+        let mut st = self.state.borrow_mut();
+        st.wal_bytes_since_checkpoint = bytes;
+        st.writes_since_checkpoint = records;
+    }
+
     /// A checkpoint starts: count from zero again.
     pub(crate) fn checkpoint_started(&self) {
         let mut st = self.state.borrow_mut();
@@ -246,6 +261,7 @@ impl ShardCore {
 
     /// Applies as many of `ops` as fit in the WAL buffer now. Returns
     /// whether all were applied (false: wait for buffer space).
+    #[allow(clippy::too_many_arguments)]
     fn apply_some(
         &self,
         ops: &mut std::iter::Peekable<std::vec::IntoIter<Op>>,
@@ -253,6 +269,7 @@ impl ShardCore {
         writes: &mut WriteSet,
         had_write: &mut bool,
         counts: &mut Counts,
+        read_left: &mut usize,
     ) -> bool {
         let shard = self.settings.shard;
         let mut st = self.state.borrow_mut();
@@ -277,14 +294,28 @@ impl ShardCore {
                         keys.push(key);
                     }
                     let hashes: Vec<u64> = keys.iter().map(|key| fnv1a64(key)).collect();
-                    let mut values = Vec::with_capacity(keys.len());
-                    st.tier.get_many(&hashes, &keys, &mut values);
-                    assert_eq!(values.len(), keys.len(), "one answer per GET");
                     counts.get += keys.len() as u64;
+                    // Values are copied only while the batch's read
+                    // budget lasts; later GETs are answered
+                    // `ReadLimitReached` without a copy.
+                    let mut found = Vec::with_capacity(keys.len());
+                    let answered = st
+                        .tier
+                        .get_many_within(&hashes, &keys, &mut found, read_left);
+                    assert_eq!(found.len(), answered, "one answer per GET answered");
+                    let max = self.settings.read_bytes_max;
+                    let values = found.into_iter().map(|v| v.map(Ok)).chain(
+                        (answered..keys.len())
+                            .map(|_| Some(Err(OpError::ReadLimitReached { shard, max }))),
+                    );
                     for (offset, value) in values.into_iter().enumerate() {
                         writes.mark(index + offset, false);
                         results.push(match value {
-                            Some(v) => OpResult::Value(v),
+                            Some(Ok(v)) => OpResult::Value(v),
+                            Some(Err(e)) => {
+                                counts.failed += 1;
+                                OpResult::Err(e)
+                            }
                             None => OpResult::NotFound,
                         });
                     }
@@ -445,6 +476,7 @@ impl ShardCore {
         let mut writes = WriteSet::None;
         let mut had_write = false;
         let mut counts = Counts::default();
+        let mut read_left = self.settings.read_bytes_max;
         let mut ops = ops.into_iter().peekable();
         loop {
             let space = self.space_freed.notified();
@@ -454,6 +486,7 @@ impl ShardCore {
                 &mut writes,
                 &mut had_write,
                 &mut counts,
+                &mut read_left,
             ) {
                 break;
             }

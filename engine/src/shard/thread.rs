@@ -10,10 +10,10 @@
 
 use crate::error::EngineError;
 use crate::io::runtime::{build_runtime, BackendKind};
-use crate::io::Disk;
+use crate::io::{Disk, DiskFile};
 use crate::layout::ShardPaths;
 use crate::metrics::ShardStats;
-use crate::shard::checkpoint::{run_checkpointer, CheckpointSettings};
+use crate::shard::checkpoint::{checkpoint, run_checkpointer, CheckpointSettings};
 use crate::shard::core::{CommitClock, CoreSettings, ShardCore};
 use crate::shard::router::{clear_local, set_local, Control, ShardMsg};
 use crate::tier::MemoryTier;
@@ -43,6 +43,7 @@ pub(crate) struct ShardSettings {
     pub(crate) max_record_bytes: usize,
     /// Largest value an [`crate::Op::Update`] may write.
     pub(crate) value_bytes_max: usize,
+    pub(crate) read_bytes_max: usize,
 }
 
 /// Everything a shard thread starts with.
@@ -158,8 +159,8 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
     };
 
     // 1. Recovery.
-    let (tier, last_lsn, wal_start) = match &disk {
-        None => (MemoryTier::new(), 0, None),
+    let (tier, last_lsn, wal_start, replayed) = match &disk {
+        None => (MemoryTier::new(), 0, None, (0, 0)),
         Some(disk) => {
             let cfg = RecoveryConfig {
                 shard: shard as u32,
@@ -196,10 +197,16 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                     );
                     let wal_start = (
                         r.live_segments,
-                        (r.next_segment_seq, r.next_segment_recycled, r.spares),
+                        (
+                            (r.next_segment_seq, r.next_segment_ready),
+                            r.next_segment_recycled,
+                            r.spares,
+                        ),
                         r.snapshots,
+                        (r.head, r.head_found),
                     );
-                    (r.tier, r.last_lsn, Some(wal_start))
+                    let replayed = (r.wal_bytes_after_snapshot, r.records_replayed);
+                    (r.tier, r.last_lsn, Some(wal_start), replayed)
                 }
                 Err(e) => {
                     fail(e);
@@ -210,7 +217,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
     };
 
     // 2. The core, and the WAL tasks.
-    let appender = wal_start.as_ref().map(|(_, (next_seq, _, _), _)| {
+    let appender = wal_start.as_ref().map(|(_, ((next_seq, _), _, _), _, _)| {
         WalAppender::new(
             shard as u32,
             settings.segment_bytes,
@@ -226,6 +233,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             checkpoint_wal_bytes: settings.checkpoint_wal_bytes,
             max_record_bytes: settings.max_record_bytes,
             value_bytes_max: settings.value_bytes_max,
+            read_bytes_max: settings.read_bytes_max,
         },
         Box::new(tier),
         last_lsn,
@@ -233,7 +241,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         stats.clone(),
         clock,
     ));
-    if let (Some(disk), Some((live, (next_seq, next_recycled, spares), snapshots))) =
+    if let (Some(disk), Some((live, (next_seq, next_recycled, spares), mut snapshots, head))) =
         (disk, wal_start)
     {
         let files = match SegmentFiles::open(
@@ -244,6 +252,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             next_seq,
             next_recycled,
             spares,
+            head,
         )
         .await
         {
@@ -266,6 +275,65 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                 },
             ),
         );
+        // The WAL replayed counts toward the next checkpoint, whatever the
+        // restart pattern; after a replay of a whole threshold or more, the
+        // checkpoint runs now, before the shard reports ready.
+        let newest_snapshot_bytes = match snapshots.last() {
+            Some(snap) => match disk.open(&snap.path, false).await {
+                Ok(f) => f.len().await.unwrap_or(0),
+                Err(_) => 0,
+            },
+            None => 0,
+        };
+        core.checkpoint_written(newest_snapshot_bytes);
+        core.carry_over(replayed.0, replayed.1);
+        if replayed.0 > 0 && replayed.0 >= core.checkpoint_threshold() {
+            let started = std::time::Instant::now();
+            match checkpoint(&core, &files, &disk, &paths, &mut snapshots).await {
+                Ok(_) => {
+                    tracing::info!(
+                        shard,
+                        bytes_replayed = replayed.0,
+                        duration_ms = started.elapsed().as_millis() as u64,
+                        "checkpoint after a long replay written before serving"
+                    );
+                }
+                Err(e) => {
+                    // Not fatal (e.g. a full disk): serve, and let the
+                    // checkpointer retry.
+                    core.carry_over(replayed.0, replayed.1);
+                    stats.checkpoint_failures.fetch_add(1, Relaxed);
+                    tracing::warn!(shard, error = %e,
+                        "checkpoint after recovery failed; serving anyway, the checkpointer retries");
+                }
+            }
+        }
+        // Prepare, before reporting ready, the segment new writes go to and
+        // one spare after it (recycled from the pool when possible, else
+        // zero-filled), so the first writes neither wait for a zero-fill
+        // nor share the device with one. Then wait until the device has
+        // paid for that I/O (a throttled profile admits the read only
+        // then). Failures are not fatal: a nearly full disk still starts.
+        let open_seq = core.open_segment_seq();
+        let mut made_any = false;
+        for seq in [open_seq, open_seq + 1] {
+            if seq > open_seq && !files.has_segment(open_seq) {
+                break;
+            }
+            if let Some(recycled) = files.make(seq).await {
+                made_any = true;
+                let counter = if recycled {
+                    &stats.segments_recycled
+                } else {
+                    &stats.segments_created
+                };
+                counter.fetch_add(1, Relaxed);
+            }
+        }
+        if made_any {
+            files.settle(open_seq + 1).await;
+            files.settle(open_seq).await;
+        }
         spawn_critical(
             "segment-creator",
             shard,

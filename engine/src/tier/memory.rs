@@ -199,43 +199,30 @@ impl Tier for MemoryTier {
     /// their cache misses overlap), then copy the values found into shared
     /// buffers of at most [`READ_CHUNK_BYTES_MAX`] bytes.
     fn get_many(&self, hashes: &[u64], keys: &[Bytes], out: &mut Vec<Option<Bytes>>) {
-        assert_eq!(hashes.len(), keys.len());
-        let found: Vec<Option<&Entry>> = hashes
-            .iter()
-            .zip(keys)
-            .map(|(&hash, key)| {
-                let (p, h) = split(hash);
-                self.partitions[p].table.find(h, |e| e.key() == &key[..])
-            })
-            .collect();
-        let value_len = |e: &Option<&Entry>| e.map_or(0, |e| e.lens().1);
-        out.reserve(found.len());
-        let mut first = 0;
-        while first < found.len() {
-            // One buffer: values first..end, together at most
-            // READ_CHUNK_BYTES_MAX bytes (or one larger value alone).
-            let mut end = first;
-            let mut chunk_bytes = 0;
-            while let Some(entry) = found.get(end) {
-                let len = value_len(entry);
-                if end > first && chunk_bytes + len > READ_CHUNK_BYTES_MAX {
-                    break;
-                }
-                chunk_bytes += len;
-                end += 1;
+        let found = self.find_many(hashes, keys);
+        copy_found(&found, out);
+    }
+
+    /// Looks every key up first (no copy), then copies the values of the
+    /// prefix that the budget allows.
+    fn get_many_within(
+        &self,
+        hashes: &[u64],
+        keys: &[Bytes],
+        out: &mut Vec<Option<Bytes>>,
+        read_left: &mut usize,
+    ) -> usize {
+        let found = self.find_many(hashes, keys);
+        let mut answered = 0;
+        for entry in &found {
+            if *read_left == 0 {
+                break;
             }
-            let mut buf = BytesMut::with_capacity(chunk_bytes);
-            for entry in found[first..end].iter().flatten() {
-                buf.extend_from_slice(entry.value());
-            }
-            assert_eq!(buf.len(), chunk_bytes);
-            let mut chunk = buf.freeze();
-            for entry in &found[first..end] {
-                out.push(entry.map(|e| chunk.split_to(e.lens().1)));
-            }
-            assert!(chunk.is_empty());
-            first = end;
+            *read_left = read_left.saturating_sub(entry.map_or(0, |e| e.lens().1));
+            answered += 1;
         }
+        copy_found(&found[..answered], out);
+        answered
     }
 
     fn contains(&self, hash: u64, key: &[u8]) -> bool {
@@ -302,6 +289,56 @@ impl Tier for MemoryTier {
         for entry in self.partitions[partition].table.iter() {
             f(entry.key(), entry.value());
         }
+    }
+}
+
+impl MemoryTier {
+    /// Looks every key up (the lookups are independent, so their cache
+    /// misses overlap); copies nothing.
+    fn find_many(&self, hashes: &[u64], keys: &[Bytes]) -> Vec<Option<&Entry>> {
+        assert_eq!(hashes.len(), keys.len());
+        hashes
+            .iter()
+            .zip(keys)
+            .map(|(&hash, key)| {
+                let (p, h) = split(hash);
+                self.partitions[p].table.find(h, |e| e.key() == &key[..])
+            })
+            .collect()
+    }
+}
+
+/// Copies the values of `found` into shared buffers of at most
+/// [`READ_CHUNK_BYTES_MAX`] bytes (one larger value alone) and appends one
+/// answer per entry to `out`.
+fn copy_found(found: &[Option<&Entry>], out: &mut Vec<Option<Bytes>>) {
+    let value_len = |e: &Option<&Entry>| e.map_or(0, |e| e.lens().1);
+    out.reserve(found.len());
+    let mut first = 0;
+    while first < found.len() {
+        // One buffer: values first..end, together at most
+        // READ_CHUNK_BYTES_MAX bytes (or one larger value alone).
+        let mut end = first;
+        let mut chunk_bytes = 0;
+        while let Some(entry) = found.get(end) {
+            let len = value_len(entry);
+            if end > first && chunk_bytes + len > READ_CHUNK_BYTES_MAX {
+                break;
+            }
+            chunk_bytes += len;
+            end += 1;
+        }
+        let mut buf = BytesMut::with_capacity(chunk_bytes);
+        for entry in found[first..end].iter().flatten() {
+            buf.extend_from_slice(entry.value());
+        }
+        assert_eq!(buf.len(), chunk_bytes);
+        let mut chunk = buf.freeze();
+        for entry in &found[first..end] {
+            out.push(entry.map(|e| chunk.split_to(e.lens().1)));
+        }
+        assert!(chunk.is_empty());
+        first = end;
     }
 }
 
@@ -374,6 +411,33 @@ mod tests {
         assert!(t.memory_bytes() > entry_bytes);
         // Every partition got some keys: the partition bits are spread.
         assert!(t.partitions.iter().all(|p| !p.table.is_empty()));
+    }
+
+    #[test]
+    fn get_many_within_copies_no_more_than_the_budget_plus_one_value() {
+        let mut t = MemoryTier::new();
+        for i in 0..100u32 {
+            put(&mut t, format!("key-{i}").as_bytes(), &[i as u8; 1000]);
+        }
+        // Every other key is missing: a miss costs nothing.
+        let keys: Vec<Bytes> = (0..200u32)
+            .map(|i| Bytes::from(format!("key-{}", if i % 2 == 0 { i / 2 } else { 1000 + i })))
+            .collect();
+        let hashes: Vec<u64> = keys.iter().map(|k| fnv1a64(k)).collect();
+        let mut left = 10_500;
+        let mut out = Vec::new();
+        let answered = t.get_many_within(&hashes, &keys, &mut out, &mut left);
+        // Ten values leave 500 bytes: the eleventh value is still answered
+        // and uses the budget up.
+        assert_eq!(answered, 21);
+        assert_eq!(left, 0);
+        assert_eq!(out.len(), answered);
+        for (i, answer) in out.iter().enumerate() {
+            assert_eq!(answer, &t.get(hashes[i], &keys[i]), "key {i}");
+        }
+        let mut left = usize::MAX;
+        let mut all = Vec::new();
+        assert_eq!(t.get_many_within(&hashes, &keys, &mut all, &mut left), 200);
     }
 
     #[test]

@@ -51,6 +51,31 @@ pub trait Tier {
         assert_eq!(hashes.len(), keys.len());
         out.extend(hashes.iter().zip(keys).map(|(&h, k)| self.get(h, k)));
     }
+    /// [`Tier::get_many`] within a read budget: answers keys in order
+    /// while `read_left` is above zero (each value found takes its length
+    /// off it; the value that uses it up is still answered) and returns how
+    /// many keys it answered; the values of the others are not copied. So a
+    /// batch of GETs copies at most the budget plus one value.
+    fn get_many_within(
+        &self,
+        hashes: &[u64],
+        keys: &[Bytes],
+        out: &mut Vec<Option<Bytes>>,
+        read_left: &mut usize,
+    ) -> usize {
+        assert_eq!(hashes.len(), keys.len());
+        let mut answered = 0;
+        for (&h, k) in hashes.iter().zip(keys) {
+            if *read_left == 0 {
+                break;
+            }
+            let v = self.get(h, k);
+            *read_left = read_left.saturating_sub(v.as_ref().map_or(0, |v| v.len()));
+            out.push(v);
+            answered += 1;
+        }
+        answered
+    }
     /// Whether `key` is present.
     fn contains(&self, hash: u64, key: &[u8]) -> bool;
     /// Sets `key` to `value`; returns true if the key was new.

@@ -5,6 +5,7 @@
 //! The byte diagrams and the rules are in `docs/wal.md`.
 
 pub mod format;
+pub mod head;
 pub mod reader;
 pub mod recovery;
 pub mod writer;

@@ -22,6 +22,7 @@ use crate::wal::format::{
     decode_segment_header, encode_segment_header, RecordKind, SegmentHeader, BLOCK_BYTES,
     RECORD_HEADER_BYTES,
 };
+use crate::wal::head::{read_head, HeadState};
 use crate::wal::reader::{
     replay_flush, scan_flush, scan_tail, FileWindow, FlushScan, SegmentIdentity,
 };
@@ -55,6 +56,7 @@ use std::time::{Duration, Instant};
 /// | `UnusedSegmentRemoved` | a short or damaged-header segment holding nothing | removed |
 /// | `NoWalForSnapshot` | a snapshot exists but no segment is used | refuse: [`Damage::NoWalForSnapshot`] |
 /// | (foreign segment) | a used header naming another shard or segment number | refuse: [`Damage::ForeignSegment`] |
+/// | `NewestSegmentMissing` | the WAL head (`wal.head`) names a segment with acknowledged records after the segment the log ends in | refuse: [`Damage::NewestSegmentMissing`] |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecoveryCase {
     NoWal,
@@ -74,6 +76,7 @@ pub enum RecoveryCase {
     SegmentRecycled,
     UnusedSegmentRemoved,
     NoWalForSnapshot,
+    NewestSegmentMissing,
 }
 
 /// A WAL segment holding records, kept after recovery.
@@ -93,8 +96,12 @@ pub struct Recovered {
     pub max_commit_version: u64,
     /// Segments with records, oldest first.
     pub live_segments: Vec<LiveSegment>,
-    /// The segment new writes go to (exists, full size, unused header).
+    /// The segment new writes go to (full size, unused header).
     pub next_segment_seq: u64,
+    /// Whether that segment exists. False when it had to be created and
+    /// that failed (a full disk): the shard starts, serves reads, and its
+    /// segment creator keeps trying; writes fail if it never succeeds.
+    pub next_segment_ready: bool,
     /// Whether that segment was recycled (may hold stale bytes).
     pub next_segment_recycled: bool,
     /// Unused segments of the right size kept for recycling.
@@ -102,11 +109,20 @@ pub struct Recovered {
     /// Valid snapshots kept, oldest first.
     pub snapshots: Vec<SnapshotFile>,
     pub records_replayed: u64,
+    /// Bytes of the replayed records.
     pub bytes_replayed: u64,
+    /// Bytes of the WAL flushes holding records after the snapshot (what
+    /// the flusher wrote for them: headers, records, seals and padding).
+    pub wal_bytes_after_snapshot: u64,
     pub bytes_read: u64,
     pub snapshot_entries: u64,
     pub duration: Duration,
     pub cases: Vec<RecoveryCase>,
+    /// The WAL head as read (`None`: no head file yet).
+    pub head: Option<HeadState>,
+    /// The head recovery found true: the newest segment holding a complete
+    /// flush of the log (seq 0 if none) and its first LSN.
+    pub head_found: HeadState,
 }
 
 /// Settings recovery needs.
@@ -180,7 +196,17 @@ async fn open_segments<D: Disk>(
             path: paths.wal_dir.clone(),
             source,
         })?;
+    let mut removed_tmp = false;
     for path in files {
+        if path.to_string_lossy().ends_with(SEGMENT_TMP_SUFFIX) {
+            // A segment whose creation did not finish (crash, full disk).
+            tracing::info!(file = %path.display(), "removing an unfinished WAL segment");
+            disk.remove_file(&path)
+                .await
+                .map_err(wal_io("remove unfinished segment", &path, 0))?;
+            removed_tmp = true;
+            continue;
+        }
         let Some(seq) = parse_numbered(&path, WAL_SUFFIX) else {
             tracing::warn!(file = %path.display(), "ignoring a file that is not a WAL segment");
             continue;
@@ -228,6 +254,13 @@ async fn open_segments<D: Disk>(
             len,
             header,
         });
+    }
+    if removed_tmp {
+        disk.sync_dir(&paths.wal_dir).await.map_err(wal_io(
+            "fsync directory",
+            &paths.wal_dir,
+            0,
+        ))?;
     }
     segments.sort_by_key(|s| s.seq);
     Ok((segments, max_seq))
@@ -281,6 +314,7 @@ pub async fn recover<D: Disk>(
 ) -> Result<Recovered, EngineError> {
     let started = Instant::now();
     let mut cases = Vec::new();
+    let head = read_head(disk, paths, config.shard).await?;
     let (segments, max_seq) = open_segments(disk, paths, config.shard).await?;
     let (snapshots, leftovers) = list_snapshots(disk, paths)?;
     let mut dir_changed_snap = false;
@@ -438,9 +472,12 @@ pub async fn recover<D: Disk>(
     let mut last_lsn: Option<u64> = None;
     let mut records_replayed = 0u64;
     let mut bytes_replayed = 0u64;
+    let mut wal_bytes_after_snapshot = 0u64;
     let mut bytes_read = 0u64;
     let mut live_segments: Vec<LiveSegment> = Vec::new();
     let mut end: Option<LogEnd> = None;
+    // The newest segment holding a complete flush of the log: (seq, first LSN).
+    let mut newest_used: Option<(u64, u64)> = None;
     let mut i = start;
     while i < n {
         let seg = &segments[i];
@@ -487,6 +524,10 @@ pub async fn recover<D: Disk>(
                         }
                         _ => {}
                     }
+                    if newest_used.is_none_or(|(seq, _)| seq < seg.seq) {
+                        let first = seg.used().map_or(flush.first_lsn, |h| h.first_lsn);
+                        newest_used = Some((seg.seq, first));
+                    }
                     if pos == 0 {
                         live_segments.push(LiveSegment {
                             seq: seg.seq,
@@ -521,6 +562,7 @@ pub async fn recover<D: Disk>(
                     records_replayed += replayed;
                     if flush.last_lsn >= need {
                         bytes_replayed += bytes;
+                        wal_bytes_after_snapshot += flush.end - pos;
                     }
                     cases.push(RecoveryCase::FlushReplayed);
                     last_lsn = Some(flush.last_lsn);
@@ -614,6 +656,38 @@ pub async fn recover<D: Disk>(
         end = Some(seg_end);
         break;
     }
+
+    // --- The head names the newest segment whose first flush was durable
+    // (and acknowledged): the log must reach it.
+    let found = newest_used.map_or(0, |(seq, _)| seq);
+    // A segment with a used header at or past the named one also reaches
+    // it: the named segment may have been retired by a checkpoint that
+    // covered it, with the next segment's first flush torn by the crash.
+    // A deleted or emptied newest segment leaves no such header.
+    let newest_header = segments
+        .iter()
+        .filter(|s| s.used().is_some())
+        .map(|s| s.seq)
+        .max()
+        .unwrap_or(0);
+    if let Some(h) = head {
+        if h.seq > found.max(newest_header) {
+            cases.push(RecoveryCase::NewestSegmentMissing);
+            return Err(corrupt(
+                &paths.segment(h.seq),
+                0,
+                Damage::NewestSegmentMissing {
+                    head_seq: h.seq,
+                    found_seq: found,
+                },
+            ));
+        }
+    }
+    let head_found = HeadState {
+        generation: 0,
+        seq: found,
+        first_lsn: newest_used.map_or(0, |(_, lsn)| lsn),
+    };
 
     // --- After the end: no used segment may follow; damaged headers may
     // not hide newer flushes; unused segments become spares.
@@ -725,19 +799,25 @@ pub async fn recover<D: Disk>(
             0,
         ))?;
     }
-    let (next_segment_seq, next_segment_recycled) = match next {
-        Some(n) => n,
+    let (next_segment_seq, next_segment_recycled, next_segment_ready) = match next {
+        Some((seq, recycled)) => (seq, recycled, true),
         None => {
             let seq = max_seq + 1;
             match kept_spares.pop() {
                 Some(spare) => {
                     recycle_into(disk, paths, &spare, seq).await?;
-                    (seq, true)
+                    (seq, true, true)
                 }
-                None => {
-                    create_segment(disk, paths, seq, config.segment_bytes).await?;
-                    (seq, false)
-                }
+                None => match create_segment(disk, paths, seq, config.segment_bytes).await {
+                    Ok(_) => (seq, false, true),
+                    Err(e) => {
+                        // A full disk must not keep the data from being
+                        // read: start without it.
+                        tracing::warn!(shard = config.shard, error = %e,
+                            "could not create the WAL segment for new writes; starting anyway (reads work, writes fail until it can be made)");
+                        (seq, false, false)
+                    }
+                },
             }
         }
     };
@@ -764,15 +844,19 @@ pub async fn recover<D: Disk>(
         max_commit_version: max_version,
         live_segments,
         next_segment_seq,
+        next_segment_ready,
         next_segment_recycled,
         spares: kept_spares,
         snapshots: kept_snapshots,
         records_replayed,
         bytes_replayed,
+        wal_bytes_after_snapshot,
         bytes_read,
         snapshot_entries,
         duration: started.elapsed(),
         cases,
+        head,
+        head_found,
     })
 }
 
@@ -813,8 +897,15 @@ pub async fn recycle_into<D: Disk>(
         .map_err(wal_io("fsync directory", &paths.wal_dir, 0))
 }
 
-/// Creates segment `seq`: preallocated with written zeroes, length and
-/// name durable before it is returned.
+/// Suffix of a segment being created (`SEQ.wal.tmp`); recovery removes
+/// leftovers.
+pub const SEGMENT_TMP_SUFFIX: &str = ".wal.tmp";
+
+/// Creates segment `seq`: preallocated with written zeroes under a
+/// temporary name, fdatasync'ed, renamed into place, directory fsync'ed;
+/// length and name durable before it is returned. A failed creation (a
+/// full disk) removes its partial file, so it never leaves a short
+/// segment behind; a crash leaves only a `.wal.tmp` that recovery removes.
 pub async fn create_segment<D: Disk>(
     disk: &D,
     paths: &ShardPaths,
@@ -822,16 +913,28 @@ pub async fn create_segment<D: Disk>(
     segment_bytes: u64,
 ) -> Result<D::File, WalError> {
     let path = paths.segment(seq);
+    let tmp = PathBuf::from(format!("{}{}", path.display(), TMP_SUFFIX));
     let file = disk
-        .open(&path, true)
+        .open(&tmp, true)
         .await
-        .map_err(wal_io("create", &path, 0))?;
-    file.allocate_zeroed(segment_bytes)
+        .map_err(wal_io("create", &tmp, 0))?;
+    let filled = async {
+        file.allocate_zeroed(segment_bytes)
+            .await
+            .map_err(wal_io("preallocate", &tmp, 0))?;
+        file.sync_data().await.map_err(wal_io("fdatasync", &tmp, 0))
+    }
+    .await;
+    if let Err(e) = filled {
+        drop(file);
+        if let Err(rm) = disk.remove_file(&tmp).await {
+            tracing::warn!(file = %tmp.display(), error = %rm, "could not remove a partial WAL segment");
+        }
+        return Err(e);
+    }
+    disk.rename(&tmp, &path)
         .await
-        .map_err(wal_io("preallocate", &path, 0))?;
-    file.sync_data()
-        .await
-        .map_err(wal_io("fdatasync", &path, 0))?;
+        .map_err(wal_io("rename (new segment)", &tmp, 0))?;
     disk.sync_dir(&paths.wal_dir)
         .await
         .map_err(wal_io("fsync directory", &paths.wal_dir, 0))?;

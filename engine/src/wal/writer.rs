@@ -20,6 +20,7 @@ use crate::wal::format::{
     set_segment_header_flags, RecordKind, SealInfo, SegmentHeader, BLOCK_BYTES, FLAG_FIRST,
     SEAL_RESERVE_BYTES, SEGMENT_FLAG_RECYCLED,
 };
+use crate::wal::head::{open_head, HeadState, WalHead};
 use crate::wal::recovery::{create_segment, prepare_segment, recycle_into, LiveSegment};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
@@ -276,35 +277,54 @@ pub struct SegmentFiles<D: Disk> {
     pool: RefCell<Vec<PathBuf>>,
     /// Segments whose file was recycled (their first flush says so).
     recycled: RefCell<BTreeSet<u64>>,
-    create_failed: RefCell<Option<String>>,
+    /// The last failed creation: (segment, error). Not sticky: the creator
+    /// retries (after a pause, a rollover, or when the flusher needs that
+    /// segment); the flusher poisons the shard only when a fresh attempt
+    /// for the segment it must write fails.
+    create_failed: RefCell<Option<(u64, String)>>,
     created: crate::shard::notify::Notify,
+    /// The flusher wants a fresh creation attempt now.
+    retry_wanted: crate::shard::notify::Notify,
+    /// The segment the flusher waits for, if it does not exist.
+    needed: Cell<Option<u64>>,
     creating: Cell<bool>,
+    /// The WAL head (taken out by the flusher while it updates it).
+    head: RefCell<Option<WalHead<D::File>>>,
 }
 
 impl<D: Disk> SegmentFiles<D> {
     /// Files after recovery: `live` segments hold records, `next_seq` exists
     /// (unused header) and receives the next flush, `spares` may be recycled.
+    /// The WAL head is opened (`head` as read by recovery), or created
+    /// naming `head_found` when there was none. `next_ready` is false when
+    /// recovery could not make the next segment (a full disk): the creator
+    /// makes it later, and writes poison the shard if it cannot.
+    #[allow(clippy::too_many_arguments)]
     pub async fn open(
         disk: D,
         paths: ShardPaths,
         segment_bytes: u64,
         live: Vec<LiveSegment>,
-        next_seq: u64,
+        (next_seq, next_ready): (u64, bool),
         next_recycled: bool,
         spares: Vec<PathBuf>,
+        head: (Option<HeadState>, HeadState),
     ) -> Result<SegmentFiles<D>, WalError> {
-        let path = paths.segment(next_seq);
-        let file = disk
-            .open(&path, false)
-            .await
-            .map_err(|source| WalError::Io {
-                op: "open",
-                file: path.clone(),
-                offset: 0,
-                source,
-            })?;
+        let head = open_head(&disk, &paths, paths.shard as u32, head.0, head.1).await?;
         let mut files = BTreeMap::new();
-        files.insert(next_seq, Rc::new(file));
+        if next_ready {
+            let path = paths.segment(next_seq);
+            let file = disk
+                .open(&path, false)
+                .await
+                .map_err(|source| WalError::Io {
+                    op: "open",
+                    file: path.clone(),
+                    offset: 0,
+                    source,
+                })?;
+            files.insert(next_seq, Rc::new(file));
+        }
         let mut recycled = BTreeSet::new();
         if next_recycled {
             recycled.insert(next_seq);
@@ -319,7 +339,10 @@ impl<D: Disk> SegmentFiles<D> {
             recycled: RefCell::new(recycled),
             create_failed: RefCell::new(None),
             created: crate::shard::notify::Notify::new(),
+            retry_wanted: crate::shard::notify::Notify::new(),
+            needed: Cell::new(None),
             creating: Cell::new(false),
+            head: RefCell::new(Some(head)),
         })
     }
 
@@ -347,16 +370,44 @@ impl<D: Disk> SegmentFiles<D> {
         self.recycled.borrow().contains(&seq)
     }
 
-    /// The file of segment `seq`, waiting for its creation if needed.
+    /// The file of segment `seq`, waiting for its creation if needed. If
+    /// the last attempt to make it failed, asks for one fresh attempt (space
+    /// may have been freed since) and fails only if that one fails too.
     async fn file(&self, seq: u64) -> Result<Rc<D::File>, String> {
-        loop {
+        let mut retried = false;
+        let result = loop {
             if let Some(f) = self.files.borrow().get(&seq) {
-                return Ok(f.clone());
+                break Ok(f.clone());
             }
-            if let Some(e) = self.create_failed.borrow().clone() {
-                return Err(e);
+            let failed = self.create_failed.borrow().clone();
+            if let Some((failed_seq, e)) = failed {
+                if failed_seq == seq {
+                    if retried {
+                        break Err(e);
+                    }
+                    retried = true;
+                    *self.create_failed.borrow_mut() = None;
+                }
             }
+            // Tell the creator which segment is needed (the appender may
+            // already be past it) and wake it.
+            self.needed.set(Some(seq));
+            self.retry_wanted.notify();
             self.created.notified().await;
+        };
+        self.needed.set(None);
+        result
+    }
+
+    /// Reads block 0 of segment `seq` (which exists). On a throttled device
+    /// the read is admitted only once the device has paid for the I/O
+    /// charged before it (the zero-fill of a new segment): called before
+    /// the shard reports ready, so its first writes do not wait for that.
+    pub async fn settle(&self, seq: u64) {
+        let file = self.files.borrow().get(&seq).cloned();
+        if let Some(file) = file {
+            let buf = AlignedBuf::with_capacity(BLOCK_BYTES);
+            let _ = file.read_at(buf, 0).await;
         }
     }
 
@@ -365,11 +416,22 @@ impl<D: Disk> SegmentFiles<D> {
     /// shard when it needs that segment). Returns whether it recycled, if
     /// it made a segment.
     async fn create_ahead(&self, seq: u64) -> Option<bool> {
-        if self.has(seq) || self.creating.get() || self.create_failed.borrow().is_some() {
+        if self.has(seq) || self.creating.get() {
             return None;
         }
         self.creating.set(true);
-        let spare = self.pool.borrow_mut().pop();
+        // A pooled file already named like the target is taken as it is:
+        // renaming another one onto its name would replace it while the
+        // pool still lists that name, and a later recycle would then rename
+        // a segment in use.
+        let spare = {
+            let target = self.paths.segment(seq);
+            let mut pool = self.pool.borrow_mut();
+            match pool.iter().position(|p| *p == target) {
+                Some(i) => Some(pool.remove(i)),
+                None => pool.pop(),
+            }
+        };
         let result = match spare {
             Some(from) => match recycle_into(&self.disk, &self.paths, &from, seq).await {
                 Ok(()) => {
@@ -401,11 +463,15 @@ impl<D: Disk> SegmentFiles<D> {
                 Some(recycled)
             }
             Err(e) => {
-                tracing::error!(shard = self.paths.shard, error = %e, "preparing the next WAL segment failed");
-                *self.create_failed.borrow_mut() = Some(e.to_string());
+                tracing::warn!(shard = self.paths.shard, segment = seq, error = %e,
+                    "preparing a WAL segment failed; retrying later (writes fail once the shard needs it)");
+                *self.create_failed.borrow_mut() = Some((seq, e.to_string()));
                 None
             }
         };
+        if made.is_some() {
+            *self.create_failed.borrow_mut() = None;
+        }
         self.created.notify();
         made
     }
@@ -429,6 +495,17 @@ impl<D: Disk> SegmentFiles<D> {
     /// `covered_lsn + 1`): while the pool holds fewer than `pool_max`
     /// files they get a prepared header and join it (enough spares for the
     /// WAL written between two checkpoints), the rest are removed.
+    /// Whether segment `seq` exists (open, or made ahead).
+    pub(crate) fn has_segment(&self, seq: u64) -> bool {
+        self.has(seq)
+    }
+
+    /// Makes segment `seq` exist: see [`SegmentFiles::create_ahead`].
+    /// `Some(recycled)` if it made one now.
+    pub(crate) async fn make(&self, seq: u64) -> Option<bool> {
+        self.create_ahead(seq).await
+    }
+
     pub async fn remove_covered(
         &self,
         covered_lsn: u64,
@@ -506,14 +583,36 @@ pub struct FlusherSettings {
     pub flush_interval: Duration,
 }
 
-/// Keeps one spare segment ready beyond the one the open buffer uses.
+/// Pause between two attempts to make a segment after one failed.
+const CREATE_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// Keeps the segment the open buffer uses and one spare beyond it ready.
+/// A failed creation (a full disk) is retried after a pause, at the next
+/// rollover, or when the flusher needs the segment.
 pub(crate) async fn run_segment_creator<D: Disk>(core: Rc<ShardCore>, files: Rc<SegmentFiles<D>>) {
     loop {
         if core.is_poisoned() {
             return;
         }
-        let want = core.open_segment_seq() + 1;
         let rolled = core.segment_rolled.notified();
+        let retry = files.retry_wanted.notified();
+        // The segment the flusher waits for first; else the open one if it
+        // is missing (a start on a full disk); else one spare ahead.
+        let open = core.open_segment_seq();
+        let want = match files.needed.get() {
+            Some(seq) if !files.has(seq) => Some(seq),
+            _ if !files.has(open) => Some(open),
+            _ if !files.has(open + 1) => Some(open + 1),
+            _ => None,
+        };
+        let Some(want) = want else {
+            // Nothing to make until the appender moves on or the flusher
+            // needs something.
+            let rolled = std::pin::pin!(rolled);
+            let retry = std::pin::pin!(retry);
+            futures::future::select(rolled, retry).await;
+            continue;
+        };
         match files.create_ahead(want).await {
             Some(true) => {
                 core.stats
@@ -528,10 +627,10 @@ pub(crate) async fn run_segment_creator<D: Disk>(core: Rc<ShardCore>, files: Rc<
             None => {}
         }
         if files.create_failed.borrow().is_some() {
-            return;
-        }
-        if core.open_segment_seq() + 1 == want {
-            rolled.await;
+            let rolled = std::pin::pin!(rolled);
+            let retry = std::pin::pin!(retry);
+            let either = futures::future::select(rolled, retry);
+            let _ = compio::time::timeout(CREATE_RETRY_PAUSE, either).await;
         }
     }
 }
@@ -632,6 +731,21 @@ pub(crate) async fn run_flusher<D: Disk>(
         let sync_us = sync_started.elapsed().as_micros() as u64;
         if flush.starts_segment {
             files.mark_live(flush.seq, flush.first_lsn);
+            // The head names this segment before its first records are
+            // acknowledged, so losing the segment is detected at recovery.
+            let head = files.head.borrow_mut().take();
+            if let Some(mut head) = head {
+                let advanced = head.advance(flush.seq, flush.first_lsn).await;
+                *files.head.borrow_mut() = Some(head);
+                if let Err(e) = advanced {
+                    let (path, source) = match e {
+                        WalError::Io { file, source, .. } => (file, source),
+                        other => (path.clone(), std::io::Error::other(other.to_string())),
+                    };
+                    core.poison("head update", &path, 0, &source);
+                    return;
+                }
+            }
         }
         core.flush_complete(
             flush.last_lsn,
@@ -648,6 +762,52 @@ pub(crate) async fn run_flusher<D: Disk>(
 mod tests {
     use super::*;
     use crate::wal::format::{decode_record, decode_segment_header, Decoded};
+
+    #[test]
+    fn a_pooled_file_named_like_the_target_is_never_replaced() {
+        use crate::io::sim::SimDisk;
+        use crate::wal::recovery::create_segment;
+        let seg = 64 * 1024;
+        let disk = SimDisk::new(1);
+        let paths = ShardPaths::new(std::path::Path::new("/pool"), 0);
+        disk.create_dir_all(&paths.wal_dir).expect("dir");
+        compio::runtime::Runtime::new()
+            .expect("runtime")
+            .block_on(async {
+                for seq in [5, 10, 11, 12] {
+                    create_segment(&disk, &paths, seq, seg)
+                        .await
+                        .expect("create");
+                }
+                // Recovery handed out 10 for new writes; 5, 11 and 12 are
+                // spares, two of them named like segments to come.
+                let spares = [5, 11, 12].map(|s| paths.segment(s)).to_vec();
+                let head = HeadState {
+                    generation: 0,
+                    seq: 0,
+                    first_lsn: 0,
+                };
+                let files = SegmentFiles::open(
+                    disk.clone(),
+                    paths.clone(),
+                    seg,
+                    Vec::new(),
+                    (10, true),
+                    false,
+                    spares,
+                    (None, head),
+                )
+                .await
+                .expect("open");
+                assert_eq!(files.make(11).await, Some(true));
+                assert_eq!(files.make(12).await, Some(true));
+                for seq in [10, 11, 12] {
+                    assert!(disk.exists(&paths.segment(seq)), "segment {seq} is gone");
+                    assert!(files.has_segment(seq));
+                }
+                assert_eq!(*files.pool.borrow(), vec![paths.segment(5)]);
+            });
+    }
 
     #[test]
     fn flushes_are_sealed_and_block_aligned() {

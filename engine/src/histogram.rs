@@ -1,4 +1,5 @@
-//! A lock-free latency histogram with log-scale buckets: 8 sub-buckets per
+//! The histogram of the engine and the server (latencies, group-commit
+//! sizes, request times): lock-free, with log-scale buckets: 8 sub-buckets per
 //! power of two (values below 16 are exact), so any recorded value lies
 //! within 12.5% of the bounds of its bucket. Recording is three relaxed
 //! atomic adds and a fetch_max; any thread may record and snapshot.
@@ -45,29 +46,29 @@ fn bucket_high(index: usize) -> u64 {
 }
 
 /// Records nanosecond latencies (or any u64) from any thread without locks.
-pub struct LatencyHistogram {
+pub struct AtomicHistogram {
     counts: Box<[AtomicU64]>,
     sum: AtomicU64,
     max: AtomicU64,
 }
 
-impl std::fmt::Debug for LatencyHistogram {
+impl std::fmt::Debug for AtomicHistogram {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("LatencyHistogram")
+        f.debug_tuple("AtomicHistogram")
             .field(&self.snapshot())
             .finish()
     }
 }
 
-impl Default for LatencyHistogram {
+impl Default for AtomicHistogram {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl LatencyHistogram {
+impl AtomicHistogram {
     pub fn new() -> Self {
-        LatencyHistogram {
+        AtomicHistogram {
             counts: (0..HISTOGRAM_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             sum: AtomicU64::new(0),
             max: AtomicU64::new(0),
@@ -106,7 +107,7 @@ impl LatencyHistogram {
     }
 }
 
-/// A point-in-time copy of a [`LatencyHistogram`].
+/// A point-in-time copy of a [`AtomicHistogram`].
 #[derive(Clone, PartialEq, Eq)]
 pub struct HistogramSnapshot {
     counts: Vec<u64>,
@@ -250,7 +251,7 @@ mod tests {
 
     #[test]
     fn quantiles_bound_the_truth() {
-        let h = LatencyHistogram::new();
+        let h = AtomicHistogram::new();
         for v in 1..=10_000u64 {
             h.record(v * 1000);
         }
@@ -268,12 +269,12 @@ mod tests {
         }
         assert_eq!(s.quantile(1.0), 10_000_000);
         assert!(s.quantile(0.0) >= 1000 && s.quantile(0.0) <= 1000 + 1000 / 8);
-        assert_eq!(LatencyHistogram::new().snapshot().quantile(0.5), 0);
+        assert_eq!(AtomicHistogram::new().snapshot().quantile(0.5), 0);
     }
 
     #[test]
     fn le_counts_and_merge() {
-        let h = LatencyHistogram::new();
+        let h = AtomicHistogram::new();
         for v in [1u64, 2, 3, 100, 1000, 1_000_000] {
             h.record(v);
         }
@@ -289,7 +290,7 @@ mod tests {
 
     #[test]
     fn concurrent_recording_loses_nothing() {
-        let h = std::sync::Arc::new(LatencyHistogram::new());
+        let h = std::sync::Arc::new(AtomicHistogram::new());
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 let h = h.clone();
