@@ -28,6 +28,15 @@ fn small_config(dir: &std::path::Path) -> std::path::PathBuf {
 /// Starts a server with a RESP listener; returns it and the RESP address.
 fn start(dir: &std::path::Path, extra: &[&str]) -> (ServerProcess, SocketAddr) {
     let config = small_config(dir);
+    start_with_config(dir, &config, extra)
+}
+
+/// [`start`] with the configuration file `config`.
+fn start_with_config(
+    dir: &std::path::Path,
+    config: &std::path::Path,
+    extra: &[&str],
+) -> (ServerProcess, SocketAddr) {
     let mut args = vec![
         "--config",
         config.to_str().unwrap(),
@@ -505,4 +514,90 @@ fn keyspace_commands_across_shards() {
     assert_eq!(c.call("DBSIZE"), Reply::Int(0));
     assert_eq!(c.call("FLUSHDB ASYNC"), ok());
     assert_eq!(c.call("FLUSHDB x"), err("ERR syntax error"));
+}
+
+/// A RESP client has no opening handshake: one that waits longer than
+/// `server.handshake_timeout` before (or between) commands is still served.
+/// (The native listener's handshake deadline once closed RESP connections
+/// after 10 s, which broke every Tcl unit running longer than that.)
+#[test]
+fn the_native_handshake_deadline_does_not_close_resp_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ringkv.toml");
+    std::fs::write(&config, "[server]\nhandshake_timeout = \"100ms\"\n").unwrap();
+    let (_server, addr) = start_with_config(dir.path(), &config, &["--shards", "2"]);
+    let mut c = Resp::connect(addr);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(c.call("SET a 1"), ok());
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(c.call("GET a"), bulk("1"));
+}
+
+/// One client, one write at a time, no other traffic: every reply must
+/// come without help from a later write. Values are large next to the
+/// segment size, so the WAL moves to a new segment every few writes, and
+/// the appender regularly runs ahead of the segment the flusher waits for
+/// (the case where a reply used to wait until another write arrived: the
+/// segment creator slept on "the appender rolled" while the flusher waited
+/// for a segment it had skipped).
+#[test]
+fn a_lone_write_is_answered_without_a_later_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ringkv.toml");
+    std::fs::write(
+        &config,
+        "[storage]\nwal_segment_size = \"256KiB\"\ngroup_commit_max_bytes = \"128KiB\"\n\
+         checkpoint_wal_bytes = \"64MiB\"\n[limits]\nvalue_bytes_max = \"64KiB\"\n",
+    )
+    .unwrap();
+    let (_server, addr) = start_with_config(dir.path(), &config, &["--shards", "2"]);
+    let mut c = Resp::connect(addr);
+    // Generous for a loaded machine, far below "forever".
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let sizes = [60_000usize, 1, 45_000, 30_000, 100, 64_000];
+    for i in 0..400usize {
+        let key = format!("lone:{}", i % 37);
+        let value = vec![b'a' + (i % 26) as u8; sizes[i % sizes.len()]];
+        let started = std::time::Instant::now();
+        c.send(&[b"SET", key.as_bytes(), &value]);
+        let reply = c.read();
+        assert_eq!(
+            reply,
+            Some(ok()),
+            "write {i} answered {reply:?} after {:?}",
+            started.elapsed()
+        );
+    }
+    // Several such writers at once: the appender can then move on to a
+    // new segment while a flush of the previous one is in flight.
+    let writers: Vec<_> = (0..6usize)
+        .map(|w| {
+            std::thread::spawn(move || {
+                let mut c = Resp::connect(addr);
+                c.stream
+                    .set_read_timeout(Some(Duration::from_secs(10)))
+                    .unwrap();
+                for i in 0..150usize {
+                    let key = format!("many:{w}:{}", i % 11);
+                    let value = vec![b'm'; sizes[(i + w) % sizes.len()]];
+                    c.send(&[b"SET", key.as_bytes(), &value]);
+                    assert_eq!(c.read(), Some(ok()), "writer {w}, write {i}");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().expect("a writer saw every reply in time");
+    }
+    // Deletes and conditional writes that log nothing also wait for the
+    // durability of what came before; they must be answered too.
+    for i in 0..100usize {
+        let key = format!("lone:{}", i % 37);
+        assert_eq!(c.call(&format!("SETNX {key} x")), Reply::Int(0));
+        c.send(&[b"SET", key.as_bytes(), &vec![b'z'; sizes[i % sizes.len()]]]);
+        assert_eq!(c.read(), Some(ok()), "write {i}");
+        assert_eq!(c.call(&format!("DEL nothing:{i}")), Reply::Int(0));
+    }
 }

@@ -141,6 +141,10 @@ async fn serve(ctx: &Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
     // Declared after `stream`: dropped (unregistered) before the socket.
     let registration = ctx.register(peer, stream.as_raw_fd());
     let conn = Rc::clone(registration.conn());
+    // RESP has no opening handshake: a client may wait as long as it likes
+    // before its first command (AUTH included), as with Redis; the idle
+    // timeout still applies.
+    conn.handshake_done();
     let limits = ctx.shared.limits;
     let pipe: Pipe<Work> = Pipe::new(
         limits.pipeline_depth_max as usize,
