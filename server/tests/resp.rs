@@ -601,3 +601,141 @@ fn a_lone_write_is_answered_without_a_later_write() {
         assert_eq!(c.call(&format!("DEL nothing:{i}")), Reply::Int(0));
     }
 }
+
+/// With `server.requirepass` set, a RESP client must AUTH (or HELLO AUTH)
+/// before anything but AUTH, HELLO and QUIT, with Redis's replies; the
+/// password is the one the native port checks.
+#[test]
+fn auth_with_requirepass() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ringkv.toml");
+    std::fs::write(
+        &config,
+        "[server]\nrequirepass = \"s3cret\"\nauth_failure_delay = \"10ms\"\n",
+    )
+    .unwrap();
+    let (_server, addr) = start_with_config(dir.path(), &config, &["--shards", "2"]);
+    let mut c = Resp::connect(addr);
+    assert_eq!(c.call("GET a"), err("NOAUTH Authentication required."));
+    assert_eq!(c.call("SET a 1"), err("NOAUTH Authentication required."));
+    // Unknown names and arity are judged first, as in Redis.
+    assert!(matches!(c.call("NOSUCH x"), Reply::Error(e) if e.starts_with("ERR unknown command")));
+    assert!(
+        matches!(c.call("HELLO 3"), Reply::Error(e) if e.starts_with("NOAUTH HELLO must be called"))
+    );
+    let wrong = err("WRONGPASS invalid username-password pair or user is disabled.");
+    assert_eq!(c.call("AUTH nope"), wrong);
+    assert_eq!(c.call("AUTH someone s3cret"), wrong);
+    assert_eq!(c.call("GET a"), err("NOAUTH Authentication required."));
+    assert_eq!(c.call("AUTH s3cret"), ok());
+    assert_eq!(c.call("SET a 1"), ok());
+    assert_eq!(c.call("GET a"), bulk("1"));
+
+    // HELLO with AUTH authenticates and switches the protocol at once.
+    let mut h = Resp::connect(addr);
+    assert_eq!(h.call("HELLO 3 AUTH default wrong"), wrong);
+    match h.call("HELLO 3 AUTH default s3cret SETNAME me") {
+        Reply::Map(pairs) => assert!(pairs
+            .iter()
+            .any(|(k, v)| *k == bulk("proto") && *v == Reply::Int(3))),
+        other => panic!("HELLO answered {other:?}"),
+    }
+    assert_eq!(h.call("GET a"), bulk("1"));
+    assert_eq!(h.call("GET missing"), Reply::Null);
+    assert_eq!(h.call("CLIENT GETNAME"), bulk("me"));
+    assert_eq!(h.call("QUIT"), ok());
+}
+
+/// Without a password, AUTH behaves as on a Redis without requirepass.
+#[test]
+fn auth_without_a_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr) = start(dir.path(), &["--shards", "1"]);
+    let mut c = Resp::connect(addr);
+    assert!(
+        matches!(c.call("AUTH x"), Reply::Error(e) if e.starts_with("ERR AUTH <password> called without any password configured"))
+    );
+    assert_eq!(c.call("AUTH default anything"), ok());
+    assert_eq!(c.call("SET a 1"), ok());
+}
+
+/// Protected mode covers the RESP listener: a non-loopback RESP address
+/// without a password is refused at start.
+#[test]
+fn protected_mode_covers_the_resp_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(dir.path());
+    let refused = try_start_server(
+        &dir.path().join("data"),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--resp-listen",
+            "0.0.0.0:0",
+        ],
+    );
+    let log = match refused {
+        Ok(_) => panic!("a server listening for RESP on 0.0.0.0 without a password started"),
+        Err(log) => log.join("\n"),
+    };
+    assert!(
+        log.contains("server.resp_listen") && log.contains("protected mode"),
+        "{log}"
+    );
+}
+
+/// RESP traffic shows in STATS (`resp.*`, read with the `ringkv` CLI over
+/// the native port) and in /metrics (per command).
+#[test]
+fn resp_counters_in_stats_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, addr) = start(
+        dir.path(),
+        &["--shards", "2", "--metrics-listen", "127.0.0.1:0"],
+    );
+    let line = server.wait_for_log("ringkv-server ready");
+    let native = field(&line, "addr");
+    let metrics: SocketAddr = field(&line, "metrics").parse().expect("metrics=");
+    let mut c = Resp::connect(addr);
+    assert_eq!(c.call("SET a 1"), ok());
+    assert_eq!(c.call("GET a"), bulk("1"));
+    assert!(matches!(c.call("NOSUCH"), Reply::Error(_)));
+    assert!(matches!(c.call("GET"), Reply::Error(_)));
+
+    let out = std::process::Command::new(cli_binary())
+        .args(["--server", &native, "stats"])
+        .output()
+        .expect("run ringkv stats");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stat = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| {
+                let mut it = l.split_whitespace();
+                (it.next() == Some(name)).then(|| it.next().and_then(|v| v.parse().ok()))
+            })
+            .flatten()
+            .unwrap_or_else(|| panic!("no {name} in STATS:\n{text}"))
+    };
+    assert_eq!(stat("resp.connections"), 1, "{text}");
+    assert!(stat("resp.connections_accepted") >= 1);
+    assert_eq!(stat("resp.commands"), 4);
+    assert_eq!(stat("resp.unknown_commands"), 1);
+    assert_eq!(stat("resp.errors"), 2);
+
+    let mut s = TcpStream::connect(metrics).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut page = String::new();
+    s.read_to_string(&mut page).unwrap();
+    for expected in [
+        "ringkv_resp_commands_total{command=\"set\"} 1",
+        "ringkv_resp_commands_total{command=\"get\"} 2",
+        "ringkv_resp_command_errors_total{command=\"get\"} 1",
+        "ringkv_resp_commands_total{command=\"unknown\"} 1",
+        "ringkv_resp_connections 1",
+        "ringkv_resp_errors_total 2",
+    ] {
+        assert!(page.contains(expected), "no {expected:?} in\n{page}");
+    }
+}

@@ -33,6 +33,9 @@ pub struct Client {
     pub name: Option<Bytes>,
     pub lib_name: Option<Bytes>,
     pub lib_ver: Option<Bytes>,
+    /// Whether the client may run commands: true from the start when no
+    /// password is configured, else after a successful AUTH (or HELLO AUTH).
+    pub authenticated: bool,
 }
 
 impl Client {
@@ -43,6 +46,7 @@ impl Client {
             name: None,
             lib_name: None,
             lib_ver: None,
+            authenticated: true,
         }
     }
 }
@@ -113,6 +117,14 @@ pub enum Planned {
     Server(ServerCommand),
     /// Answer `+OK` and close the connection.
     Quit,
+    /// AUTH (or HELLO with AUTH): the executor checks the password, marks
+    /// the client authenticated, then answers `+OK` or runs `hello` (the
+    /// HELLO without its AUTH option).
+    Auth {
+        user: Option<Bytes>,
+        password: Bytes,
+        hello: Option<Vec<Bytes>>,
+    },
 }
 
 /// The commands ringkv answers (COMMAND COUNT counts them).
@@ -245,6 +257,10 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
     };
     if !fits {
         return error(v, &wrong_arity(&name));
+    }
+    // Redis's order: unknown names and arity first, then authentication.
+    if !client.authenticated && !matches!(name.as_str(), "auth" | "hello" | "quit") {
+        return error(v, NOAUTH);
     }
     let key = args.get(1).cloned().unwrap_or_default();
     match name.as_str() {
@@ -505,19 +521,40 @@ fn plan_set(args: &[Bytes], v: Version) -> Planned {
 const NO_PASSWORD: &str = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?";
 const WRONG_PASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
-/// AUTH: ringkv has no passwords on this listener yet, so it answers as a
-/// Redis without `requirepass` does: one argument is an error, and the
-/// `default` user (which then has no password) accepts any.
+/// The reply before AUTH when a password is configured (Redis's text).
+pub const NOAUTH: &str = "NOAUTH Authentication required.";
+/// HELLO without AUTH from a client that has not authenticated.
+const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time";
+
+/// How an [`Planned::Auth`] ends.
+pub const AUTH_NO_PASSWORD: &str = NO_PASSWORD;
+pub const AUTH_WRONG_PASS: &str = WRONG_PASS;
+
+/// AUTH [user] password: checked by the executor against the server's
+/// password (`server.requirepass` / `server.password_file`). Only the
+/// `default` user exists.
 fn plan_auth(args: &[Bytes], v: Version) -> Planned {
     match args.len() {
-        2 => error(v, NO_PASSWORD),
-        3 if args[1].eq_ignore_ascii_case(b"default") => ready(v, |w| w.ok()),
-        3 => error(v, WRONG_PASS),
+        2 => Planned::Auth {
+            user: None,
+            password: args[1].clone(),
+            hello: None,
+        },
+        3 => Planned::Auth {
+            user: Some(args[1].clone()),
+            password: args[2].clone(),
+            hello: None,
+        },
         _ => error(v, SYNTAX),
     }
 }
 
-fn plan_hello(args: &[Bytes], client: &mut Client) -> Planned {
+/// Whether `user` names the only user ringkv has.
+pub fn is_default_user(user: &[u8]) -> bool {
+    user.eq_ignore_ascii_case(b"default")
+}
+
+pub fn plan_hello(args: &[Bytes], client: &mut Client) -> Planned {
     let v = client.version;
     let mut version = client.version;
     let mut i = 1;
@@ -531,14 +568,13 @@ fn plan_hello(args: &[Bytes], client: &mut Client) -> Planned {
         i = 2;
     }
     let mut name = None;
+    let mut auth = None;
     while i < args.len() {
         let opt = String::from_utf8_lossy(&args[i]).to_ascii_uppercase();
         let left = args.len() - i - 1;
         match opt.as_str() {
             "AUTH" if left >= 2 => {
-                if !args[i + 1].eq_ignore_ascii_case(b"default") {
-                    return error(v, WRONG_PASS);
-                }
+                auth = Some((args[i + 1].clone(), args[i + 2].clone()));
                 i += 3;
             }
             "SETNAME" if left >= 1 => {
@@ -558,6 +594,26 @@ fn plan_hello(args: &[Bytes], client: &mut Client) -> Planned {
                 )
             }
         }
+    }
+    if let Some((user, password)) = auth {
+        // The executor checks the password, then runs this HELLO again
+        // without its AUTH option.
+        let mut rest = vec![args[0].clone()];
+        if args.len() > 1 {
+            rest.push(args[1].clone());
+        }
+        if let Some(name) = name {
+            rest.push(Bytes::from_static(b"SETNAME"));
+            rest.push(name);
+        }
+        return Planned::Auth {
+            user: Some(user),
+            password,
+            hello: Some(rest),
+        };
+    }
+    if !client.authenticated {
+        return error(v, HELLO_NOAUTH);
     }
     if let Some(name) = name {
         client.name = (!name.is_empty()).then_some(name);
@@ -902,7 +958,7 @@ mod tests {
         assert!(
             matches!(now("setrange k 1024 x"), Reply::Error(e) if e.starts_with("ERR string exceeds maximum allowed size"))
         );
-        assert_eq!(now("auth x"), err(NO_PASSWORD));
+        assert_eq!(now("auth a b c"), err(SYNTAX));
         assert_eq!(
             now("client kill x"),
             err("ERR unknown subcommand 'kill'. Try CLIENT HELP.")
@@ -916,13 +972,39 @@ mod tests {
     }
 
     #[test]
+    fn auth_is_checked_by_the_executor_and_required_first() {
+        let mut c = Client::new(1);
+        assert!(matches!(
+            plan(&args("auth default pw"), &mut c, &ENV),
+            Planned::Auth {
+                user: Some(_),
+                hello: None,
+                ..
+            }
+        ));
+        assert!(matches!(
+            plan(&args("hello 3 auth default pw setname n"), &mut c, &ENV),
+            Planned::Auth { hello: Some(h), .. } if h.len() == 4
+        ));
+        c.authenticated = false;
+        assert_eq!(reply_of(plan(&args("get k"), &mut c, &ENV)), err(NOAUTH));
+        assert_eq!(reply_of(plan(&args("ping"), &mut c, &ENV)), err(NOAUTH));
+        assert!(
+            matches!(reply_of(plan(&args("hello 3"), &mut c, &ENV)), Reply::Error(e) if e.starts_with("NOAUTH HELLO"))
+        );
+        assert!(matches!(plan(&args("quit"), &mut c, &ENV), Planned::Quit));
+        assert!(
+            matches!(reply_of(plan(&args("get"), &mut c, &ENV)), Reply::Error(e) if e.starts_with("ERR wrong number"))
+        );
+    }
+
+    #[test]
     fn immediate_replies() {
         assert_eq!(now("PING"), Reply::Simple("PONG".into()));
         assert_eq!(now("ping hi"), Reply::Bulk(Bytes::from_static(b"hi")));
         assert_eq!(now("echo x"), Reply::Bulk(Bytes::from_static(b"x")));
         assert_eq!(now("select 0"), Reply::Simple("OK".into()));
         assert_eq!(now("command count"), Reply::Int(COMMANDS.len() as i64));
-        assert_eq!(now("auth default x"), Reply::Simple("OK".into()));
         assert!(matches!(now("time"), Reply::Array(a) if a.len() == 2));
     }
 

@@ -31,7 +31,10 @@ use compio::net::{TcpListener, TcpStream};
 use engine::{Op, OpResult};
 use ringkv_protocol::resp::{Command, ReplyWriter, RespDecoder, RespLimits, Version};
 
-use super::command::{finish, plan, Client, Env, Finish, Planned};
+use super::command::{
+    finish, is_default_user, plan, plan_hello, Client, Env, Finish, Planned, AUTH_NO_PASSWORD,
+    AUTH_WRONG_PASS,
+};
 use super::counters::RespCounters;
 use super::info::answer_server_command;
 use crate::connection::{linger, ConnState};
@@ -312,6 +315,7 @@ async fn execute_loop(
         ops_max: limits.ops_per_frame_max as usize,
     };
     let mut client = Client::new((conn.id & (i64::MAX as u64)) as i64);
+    client.authenticated = !ctx.shared.access.auth.is_required();
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
     while let Some((first, first_bytes)) = pipe.pop().await {
         // Take what else is queued, so one engine batch covers it all.
@@ -367,6 +371,18 @@ async fn execute_loop(
                         answer_server_command(ctx, &command, &mut w).await;
                         conn.set_executing(false);
                     }
+                    Planned::Auth {
+                        user,
+                        password,
+                        hello,
+                    } => {
+                        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
+                        let reply = authenticate(ctx, &mut client, user, &password, hello).await;
+                        if reply.first() == Some(&b'-') {
+                            ctx.resp_counters().add_failed(slot);
+                        }
+                        out.extend_from_slice(&reply);
+                    }
                     Planned::Quit => {
                         out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
                         ReplyWriter::new(&mut out, client.version).ok();
@@ -388,6 +404,63 @@ async fn execute_loop(
     }
     shutdown_write(stream).await;
     Ok(Ended::ReaderDone)
+}
+
+/// AUTH / HELLO AUTH: checks the password with the server's shared
+/// [`crate::auth::Authenticator`] (a wrong one is refused after
+/// `server.auth_failure_delay`, as on the native port) and answers with
+/// Redis's replies; on success the client is authenticated and a HELLO
+/// runs.
+async fn authenticate(
+    ctx: &ShardContext,
+    client: &mut Client,
+    user: Option<Bytes>,
+    password: &[u8],
+    hello: Option<Vec<Bytes>>,
+) -> Bytes {
+    use crate::auth::Verdict;
+    let auth = &ctx.shared.access.auth;
+    let known_user = user.as_deref().is_none_or(is_default_user);
+    let verdict = if known_user {
+        auth.check(Some(password))
+    } else {
+        Verdict::WrongPassword
+    };
+    let mut out = BytesMut::new();
+    let accepted = match verdict {
+        Verdict::Accepted => true,
+        // Without a password the default user takes any (Redis's
+        // `nopass`); only the one-argument form is an error.
+        Verdict::NoPasswordConfigured if user.is_some() => true,
+        Verdict::NoPasswordConfigured => {
+            ReplyWriter::new(&mut out, client.version).error(AUTH_NO_PASSWORD);
+            false
+        }
+        Verdict::WrongPassword | Verdict::Required => {
+            compio::time::sleep(auth.failure_delay()).await;
+            ReplyWriter::new(&mut out, client.version).error(AUTH_WRONG_PASS);
+            false
+        }
+    };
+    if !accepted {
+        return out.freeze();
+    }
+    client.authenticated = true;
+    match hello {
+        None => {
+            ReplyWriter::new(&mut out, client.version).ok();
+            out.freeze()
+        }
+        Some(args) => match plan_hello(&args, client) {
+            Planned::Ready(reply) => reply,
+            other => {
+                // plan_hello without an AUTH option always answers at once.
+                tracing::error!(?other, "HELLO after AUTH did not answer at once");
+                ReplyWriter::new(&mut out, client.version).error("ERR internal error in HELLO");
+                out.freeze()
+            }
+        },
+    }
 }
 
 /// Runs the batch, then writes the replies out if they passed
