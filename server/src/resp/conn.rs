@@ -314,7 +314,9 @@ async fn execute_loop(
         value_bytes_max: limits.value_bytes_max as usize,
         ops_max: limits.ops_per_frame_max as usize,
     };
-    let mut client = Client::new((conn.id & (i64::MAX as u64)) as i64);
+    // Redis's client ids start at 1 (clients check `CLIENT ID > 0`); the
+    // connection ids start at 0.
+    let mut client = Client::new(((conn.id & (i64::MAX as u64)) as i64).saturating_add(1));
     client.authenticated = !ctx.shared.access.auth.is_required();
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
     while let Some((first, first_bytes)) = pipe.pop().await {
