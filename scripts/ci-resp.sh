@@ -113,6 +113,9 @@ start_ringkv() {
   shift
   rm -rf "$work/$name"
   mkdir -p "$work/$name"
+  # Created here: the background job opens it only after the fork, and the
+  # loop below may read it first (set -e would end the script).
+  : >"$work/$name/server.log"
   "$bin" --config "$work/ringkv.toml" --data-dir "$work/$name/data" \
     --listen 127.0.0.1:0 --resp-listen 127.0.0.1:0 --shards 2 --durability sync "$@" \
     >"$work/$name/server.log" 2>&1 &
