@@ -223,6 +223,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         durability: durability_name(config.storage.durability).to_string(),
         shard_count,
         resp_listen: resp_addr,
+        resp_flush_enabled: config.server.resp_flush_enabled,
         devices: config
             .devices
             .iter()

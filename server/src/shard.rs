@@ -35,6 +35,8 @@ pub struct ServerFacts {
     pub shard_count: usize,
     /// The RESP listener's address, when enabled.
     pub resp_listen: Option<SocketAddr>,
+    /// Whether RESP FLUSHDB/FLUSHALL run (`server.resp_flush_enabled`).
+    pub resp_flush_enabled: bool,
     /// Every configured device with its profile.
     pub devices: Vec<DeviceFacts>,
 }

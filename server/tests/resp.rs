@@ -739,3 +739,22 @@ fn resp_counters_in_stats_and_metrics() {
         assert!(page.contains(expected), "no {expected:?} in\n{page}");
     }
 }
+
+/// `server.resp_flush_enabled = false`: FLUSHDB and FLUSHALL are unknown
+/// commands and delete nothing.
+#[test]
+fn flush_can_be_disabled_in_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ringkv.toml");
+    std::fs::write(&config, "[server]\nresp_flush_enabled = false\n").unwrap();
+    let (_server, addr) = start_with_config(dir.path(), &config, &["--shards", "2"]);
+    let mut c = Resp::connect(addr);
+    assert_eq!(c.call("SET a 1"), ok());
+    for cmd in ["FLUSHALL", "FLUSHDB", "flushall ASYNC"] {
+        assert!(
+            matches!(c.call(cmd), Reply::Error(e) if e.starts_with("ERR unknown command")),
+            "{cmd}"
+        );
+    }
+    assert_eq!(c.call("DBSIZE"), Reply::Int(1));
+}

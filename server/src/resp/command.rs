@@ -23,6 +23,8 @@ pub struct Env {
     /// Most engine operations in one engine batch (a command with more runs
     /// as several batches, in order).
     pub ops_max: usize,
+    /// FLUSHDB/FLUSHALL run (else they are unknown commands).
+    pub flush_enabled: bool,
 }
 
 /// What one connection remembers between commands.
@@ -235,6 +237,9 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
     let v = client.version;
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
     let n = args.len();
+    if !env.flush_enabled && matches!(name.as_str(), "flushdb" | "flushall") {
+        return error(v, &unknown_command(args));
+    }
     // (arity: exact when > 0, at least -arity when < 0)
     let arity: i32 = match name.as_str() {
         "ping" | "quit" | "hello" | "info" | "command" => -1,
@@ -897,6 +902,7 @@ mod tests {
     const ENV: Env = Env {
         value_bytes_max: 1024,
         ops_max: 100,
+        flush_enabled: true,
     };
 
     fn args(line: &str) -> Vec<Bytes> {
@@ -996,6 +1002,23 @@ mod tests {
         assert!(
             matches!(reply_of(plan(&args("get"), &mut c, &ENV)), Reply::Error(e) if e.starts_with("ERR wrong number"))
         );
+    }
+
+    #[test]
+    fn flush_can_be_disabled() {
+        let env = Env {
+            flush_enabled: false,
+            ..ENV
+        };
+        let mut c = Client::new(1);
+        assert!(matches!(
+            reply_of(plan(&args("FLUSHALL"), &mut c, &env)),
+            Reply::Error(e) if e.starts_with("ERR unknown command 'FLUSHALL'")
+        ));
+        assert!(matches!(
+            plan(&args("flushdb"), &mut c, &ENV),
+            Planned::Server(ServerCommand::Flush)
+        ));
     }
 
     #[test]

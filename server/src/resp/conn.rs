@@ -313,6 +313,7 @@ async fn execute_loop(
     let env = Env {
         value_bytes_max: limits.value_bytes_max as usize,
         ops_max: limits.ops_per_frame_max as usize,
+        flush_enabled: ctx.shared.facts.resp_flush_enabled,
     };
     // Redis's client ids start at 1 (clients check `CLIENT ID > 0`); the
     // connection ids start at 0.
