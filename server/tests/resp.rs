@@ -644,6 +644,34 @@ fn auth_with_requirepass() {
     assert_eq!(h.call("GET missing"), Reply::Null);
     assert_eq!(h.call("CLIENT GETNAME"), bulk("me"));
     assert_eq!(h.call("QUIT"), ok());
+
+    // Redis's limits before AUTH: at most 10 arguments of at most 16 KiB;
+    // breaking them is a protocol error (reply, then close).
+    let mut big = Resp::connect(addr);
+    big.send_raw(b"*11\r\n");
+    assert_eq!(
+        big.read(),
+        Some(err("ERR Protocol error: unauthenticated multibulk length"))
+    );
+    assert_eq!(big.read(), None);
+    let mut big = Resp::connect(addr);
+    big.send_raw(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$16385\r\n");
+    assert_eq!(
+        big.read(),
+        Some(err("ERR Protocol error: unauthenticated bulk length"))
+    );
+    assert_eq!(big.read(), None);
+    // An AUTH lifts them for what follows it in the same pipeline.
+    let mut p = Resp::connect(addr);
+    let value = vec![b'v'; 20_000];
+    let mut pipeline = b"*2\r\n$4\r\nAUTH\r\n$6\r\ns3cret\r\n".to_vec();
+    pipeline.extend_from_slice(b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$20000\r\n");
+    pipeline.extend_from_slice(&value);
+    pipeline.extend_from_slice(b"\r\n*2\r\n$6\r\nSTRLEN\r\n$3\r\nbig\r\n");
+    p.send_raw(&pipeline);
+    assert_eq!(p.read(), Some(ok()));
+    assert_eq!(p.read(), Some(ok()));
+    assert_eq!(p.read(), Some(Reply::Int(20_000)));
 }
 
 /// Without a password, AUTH behaves as on a Redis without requirepass.

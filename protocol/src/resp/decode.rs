@@ -18,6 +18,12 @@ use bytes::{Bytes, BytesMut};
 /// Longest line without a terminator: an inline command, or the count line
 /// of a multibulk or a bulk. Redis's `PROTO_INLINE_MAX_SIZE`.
 pub const LINE_BYTES_MAX: usize = 64 * 1024;
+/// Most arguments a command may have before the client authenticated
+/// (Redis's limit, so a client without the password cannot make the
+/// server buffer much).
+pub const UNAUTHENTICATED_ARGS_MAX: usize = 10;
+/// Largest argument before the client authenticated (Redis's limit).
+pub const UNAUTHENTICATED_BULK_BYTES_MAX: usize = 16 * 1024;
 
 /// Bounds on what one command may declare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +45,10 @@ pub enum RespError {
     InvalidMultibulkLength,
     #[error("Protocol error: invalid bulk length")]
     InvalidBulkLength,
+    #[error("Protocol error: unauthenticated multibulk length")]
+    UnauthenticatedMultibulkLength,
+    #[error("Protocol error: unauthenticated bulk length")]
+    UnauthenticatedBulkLength,
     #[error("Protocol error: expected '$', got '{}'", char::from(*.0))]
     ExpectedBulk(u8),
     #[error("Protocol error: too big mult bulk count string")]
@@ -71,6 +81,9 @@ struct Partial {
 #[derive(Debug)]
 pub struct RespDecoder {
     limits: RespLimits,
+    /// Redis's tighter limits apply (a password is required and the
+    /// client has not authenticated yet).
+    unauthenticated: bool,
     partial: Option<Partial>,
     /// Bytes the buffer must hold before the next call can progress.
     wanted: usize,
@@ -83,9 +96,16 @@ impl RespDecoder {
     pub fn new(limits: RespLimits) -> RespDecoder {
         RespDecoder {
             limits,
+            unauthenticated: false,
             partial: None,
             wanted: 0,
         }
+    }
+
+    /// Whether the limits for a client that has not authenticated apply
+    /// ([`UNAUTHENTICATED_ARGS_MAX`], [`UNAUTHENTICATED_BULK_BYTES_MAX`]).
+    pub fn set_unauthenticated(&mut self, unauthenticated: bool) {
+        self.unauthenticated = unauthenticated;
     }
 
     /// How many bytes the buffer should hold for the next call to make
@@ -148,6 +168,9 @@ impl RespDecoder {
             return Ok(Some(false));
         }
         let count = count as usize;
+        if self.unauthenticated && count > UNAUTHENTICATED_ARGS_MAX {
+            return Err(RespError::UnauthenticatedMultibulkLength);
+        }
         if count > self.limits.args_max {
             return Err(RespError::InvalidMultibulkLength);
         }
@@ -161,6 +184,7 @@ impl RespDecoder {
 
     fn multibulk_args(&mut self, buf: &mut BytesMut) -> Result<Option<Command>, RespError> {
         let limits = self.limits;
+        let unauthenticated = self.unauthenticated;
         let Some(p) = self.partial.as_mut() else {
             return Ok(None);
         };
@@ -178,6 +202,9 @@ impl RespDecoder {
                 return Err(RespError::ExpectedBulk(buf[p.pos]));
             }
             let len = parse_i64(&buf[p.pos + 1..cr]).ok_or(RespError::InvalidBulkLength)?;
+            if unauthenticated && len > UNAUTHENTICATED_BULK_BYTES_MAX as i64 {
+                return Err(RespError::UnauthenticatedBulkLength);
+            }
             if len < 0 || len as u64 > limits.bulk_bytes_max as u64 {
                 return Err(RespError::InvalidBulkLength);
             }
@@ -540,5 +567,30 @@ mod tests {
         ] {
             assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn redis_limits_before_authentication() {
+        let mut d = RespDecoder::new(LIMITS);
+        d.set_unauthenticated(true);
+        let mut ok = BytesMut::from(&b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n"[..]);
+        assert!(matches!(d.decode(&mut ok), Ok(Some(c)) if c.len() == 2));
+        let mut many = BytesMut::from(&b"*11\r\n"[..]);
+        assert_eq!(
+            d.decode(&mut many).map_err(|e| e.to_string()),
+            Err("Protocol error: unauthenticated multibulk length".to_string())
+        );
+        let mut d = RespDecoder::new(LIMITS);
+        d.set_unauthenticated(true);
+        let mut big = BytesMut::from(&b"*2\r\n$3\r\nSET\r\n$16385\r\n"[..]);
+        assert_eq!(
+            d.decode(&mut big).map_err(|e| e.to_string()),
+            Err("Protocol error: unauthenticated bulk length".to_string())
+        );
+        // Once authenticated, the configured limits apply again.
+        let mut d = RespDecoder::new(LIMITS);
+        d.set_unauthenticated(false);
+        let mut eleven = BytesMut::from(&b"*11\r\n"[..]);
+        assert_eq!(d.decode(&mut eleven), Ok(None));
     }
 }

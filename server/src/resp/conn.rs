@@ -19,6 +19,7 @@
 //!   closed; nothing a client sends reaches another connection or stops
 //!   the shard.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
@@ -153,13 +154,17 @@ async fn serve(ctx: &Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
         limits.pipeline_depth_max as usize,
         limits.frame_bytes_max as usize,
     );
+    // Whether the client may run commands (see `Client::authenticated`);
+    // the reader applies Redis's tighter limits until it is.
+    let authenticated = Rc::new(Cell::new(!ctx.shared.access.auth.is_required()));
     let reader = compio::runtime::spawn(read_loop(
         Rc::clone(ctx),
         Rc::clone(&conn),
         Rc::clone(&stream),
         pipe.clone(),
+        Rc::clone(&authenticated),
     ));
-    let outcome = execute_loop(ctx, &conn, &stream, &pipe).await;
+    let outcome = execute_loop(ctx, &conn, &stream, &pipe, &authenticated).await;
     // Whatever ended the executor (QUIT, a write error, the reader being
     // done), the reader stops too.
     pipe.close_receiver();
@@ -196,6 +201,7 @@ async fn read_loop(
     conn: Rc<ConnState>,
     stream: Rc<TcpStream>,
     pipe: Pipe<Work>,
+    authenticated: Rc<Cell<bool>>,
 ) -> (CloseReason, String) {
     let mut decoder = RespDecoder::new(resp_limits(&ctx.shared.limits));
     let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
@@ -204,9 +210,20 @@ async fn read_loop(
         let mut progressed = false;
         let mut fatal = None;
         loop {
+            // Until the client authenticates, Redis's limits apply and
+            // commands are handed over one at a time, each run before the
+            // next is decoded (so an AUTH lifts the limits for what
+            // follows it in the same pipeline, as in Redis).
+            let one_at_a_time = !authenticated.get();
+            decoder.set_unauthenticated(one_at_a_time);
+            let per_item = if one_at_a_time {
+                1
+            } else {
+                COMMANDS_PER_ITEM_MAX
+            };
             let mut commands = Vec::new();
             let mut bytes = 0usize;
-            while commands.len() < COMMANDS_PER_ITEM_MAX {
+            while commands.len() < per_item {
                 match decoder.decode(&mut buf) {
                     Ok(Some(cmd)) => {
                         bytes += cmd.iter().map(|a| a.len() + 16).sum::<usize>();
@@ -223,7 +240,9 @@ async fn read_loop(
                 break;
             }
             progressed = true;
-            if pipe.push(Work::Commands(commands), bytes).await.is_err() {
+            if pipe.push(Work::Commands(commands), bytes).await.is_err()
+                || (one_at_a_time && pipe.drained().await.is_err())
+            {
                 pipe.close_sender();
                 return (CloseReason::PeerClosed, "executor stopped".to_string());
             }
@@ -308,6 +327,7 @@ async fn execute_loop(
     conn: &ConnState,
     stream: &TcpStream,
     pipe: &Pipe<Work>,
+    authenticated: &Cell<bool>,
 ) -> std::io::Result<Ended> {
     let limits = ctx.shared.limits;
     let env = Env {
@@ -318,7 +338,7 @@ async fn execute_loop(
     // Redis's client ids start at 1 (clients check `CLIENT ID > 0`); the
     // connection ids start at 0.
     let mut client = Client::new(((conn.id & (i64::MAX as u64)) as i64).saturating_add(1));
-    client.authenticated = !ctx.shared.access.auth.is_required();
+    client.authenticated = authenticated.get();
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
     while let Some((first, first_bytes)) = pipe.pop().await {
         // Take what else is queued, so one engine batch covers it all.
@@ -381,6 +401,7 @@ async fn execute_loop(
                     } => {
                         out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
                         let reply = authenticate(ctx, &mut client, user, &password, hello).await;
+                        authenticated.set(client.authenticated);
                         if reply.first() == Some(&b'-') {
                             ctx.resp_counters().add_failed(slot);
                         }
