@@ -174,6 +174,25 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
     };
     let locks = lock_directories(&config)?;
 
+    // The RESP port answers -LOADING while the engine recovers (dropped,
+    // and so stopped, if the start fails).
+    let loading = match resp_listen {
+        None => None,
+        Some(addr) => {
+            let responder = crate::resp::loading::LoadingResponder::start(addr).map_err(
+                |source| match source.kind() {
+                    std::io::ErrorKind::AddrInUse => BindError::AddrInUse { addr },
+                    _ => BindError::Socket {
+                        addr,
+                        step: "bind",
+                        source,
+                    },
+                },
+            )?;
+            tracing::info!(resp = %responder.addr(), "RESP port answers -LOADING until recovery ends");
+            Some(responder)
+        }
+    };
     let engine = engine::Engine::open(&config).map_err(ServerError::Engine)?;
     let shard_count = engine.shard_count();
     let listeners = match bind_reuseport_group(listen, shard_count) {
@@ -195,7 +214,9 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         }
     };
 
-    let (resp_listeners, resp_addr) = match resp_listen {
+    // The shards take the port over (the one the responder was given, when
+    // the configuration said port 0).
+    let (resp_listeners, resp_addr) = match loading.map(|l| l.stop()) {
         None => (Vec::new(), None),
         Some(addr) => {
             let bound = bind_reuseport_group(addr, shard_count).and_then(|l| {

@@ -786,3 +786,111 @@ fn flush_can_be_disabled_in_the_config() {
     }
     assert_eq!(c.call("DBSIZE"), Reply::Int(1));
 }
+
+/// While the engine recovers, the RESP port answers `-LOADING` (as Redis
+/// does while it loads) instead of refusing connections; once recovery
+/// ends the shards serve it, on the same port. Recovery is made slow with
+/// a throttled WAL device: about 4 MiB of WAL read as 4 KiB I/Os at 400
+/// per second takes a few seconds.
+#[test]
+fn loading_is_answered_while_recovering() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let fast = dir.path().join("fast.toml");
+    std::fs::write(
+        &fast,
+        "[storage]\nwal_segment_size = \"8MiB\"\ncheckpoint_wal_bytes = \"1GiB\"\n",
+    )
+    .unwrap();
+    {
+        let mut server = start_server(
+            &data,
+            &[
+                "--config",
+                fast.to_str().unwrap(),
+                "--resp-listen",
+                "127.0.0.1:0",
+                "--shards",
+                "1",
+            ],
+        );
+        let line = server.wait_for_log("ringkv-server ready");
+        let addr: SocketAddr = field(&line, "resp").parse().unwrap();
+        let mut c = Resp::connect(addr);
+        let value = vec![b'x'; 8 * 1024];
+        for i in 0..512 {
+            let key = format!("k{i}");
+            c.send(&[b"SET", key.as_bytes(), &value]);
+        }
+        for _ in 0..512 {
+            assert_eq!(c.read(), Some(ok()));
+        }
+        // No checkpoint at a clean stop: recovery replays the WAL.
+        server.kill9();
+    }
+    let slow = dir.path().join("slow.toml");
+    std::fs::write(
+        &slow,
+        "[storage]\nwal_segment_size = \"8MiB\"\ncheckpoint_wal_bytes = \"1GiB\"\n\
+         [profiles.slow]\niops = 400\nburst_iops = 400\nio_unit = \"4KiB\"\n\
+         [devices.wal]\nprofile = \"slow\"\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(server_binary())
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--config", slow.to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0", "--resp-listen", "127.0.0.1:0"])
+        .args(["--shards", "1"])
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn ringkv-server");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let next_line_with = |needle: &str| -> String {
+        loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("no log line with {needle:?}"));
+            if line.contains(needle) {
+                return line;
+            }
+            assert!(
+                !line.contains("ringkv-server ready") || needle.contains("ready"),
+                "ready before the test saw the loading port: {line}"
+            );
+        }
+    };
+    let line = next_line_with("answers -LOADING");
+    let addr: SocketAddr = field(&line, "resp").parse().unwrap();
+    let mut c = Resp::connect(addr);
+    assert_eq!(
+        c.call("GET k1"),
+        err("LOADING ringkv is loading the dataset in memory")
+    );
+    assert_eq!(c.read(), None, "closed after the LOADING reply");
+    let ready = next_line_with("ringkv-server ready");
+    assert_eq!(field(&ready, "resp").parse::<SocketAddr>().unwrap(), addr);
+    let mut c = Resp::connect(addr);
+    assert!(matches!(c.call("GET k0"), Reply::Bulk(b) if b.len() == 8 * 1024));
+    match c.call("STRLEN k511") {
+        Reply::Int(n) => assert_eq!(n, 8 * 1024),
+        other => panic!("STRLEN answered {other:?}"),
+    }
+    stop_child(&mut child);
+}
+
+fn stop_child(child: &mut std::process::Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -12,6 +12,7 @@ pub mod command;
 pub mod conn;
 pub mod counters;
 pub mod info;
+pub mod loading;
 pub mod update;
 
 pub use conn::{accept_loop, resp_limits};
