@@ -12,12 +12,80 @@ pub enum Op {
     Get { key: Bytes },
     /// Removes `key`.
     Delete { key: Bytes },
+    /// Reads `key`, computes a new state from its value with
+    /// `update.apply` and writes it, all in one step on the key's shard: no
+    /// other operation on the key runs in between (a read-modify-write such
+    /// as an increment or a put-if-absent). The write is logged to the WAL
+    /// as an ordinary put or delete record, and the answer waits for
+    /// durability exactly as a put's does.
+    Update { key: Bytes, update: Update },
+}
+
+/// A read-modify-write of one key (see [`Op::Update`]).
+#[derive(Debug, Clone)]
+pub struct Update {
+    /// Computes the new state; runs on the shard thread, so it must be quick,
+    /// must not block and must not panic.
+    pub apply: UpdateFn,
+    /// An argument for `apply` (a value to store, append, compare...).
+    pub arg: Bytes,
+    /// A second argument for `apply` (an increment, an offset...).
+    pub number: i64,
+}
+
+impl PartialEq for Update {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::fn_addr_eq(self.apply, other.apply)
+            && self.arg == other.arg
+            && self.number == other.number
+    }
+}
+
+impl Eq for Update {}
+
+/// `apply(current value, arg, number)`.
+pub type UpdateFn = fn(Option<Bytes>, &Bytes, i64) -> UpdateOutcome;
+
+/// What an [`UpdateFn`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateOutcome {
+    pub write: UpdateWrite,
+    pub answer: UpdateAnswer,
+}
+
+/// The change an update makes to its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpdateWrite {
+    /// Leave the key as it is (nothing is logged).
+    Keep,
+    /// Set the key to this value (checked against `value_bytes_max`).
+    Put(Bytes),
+    /// Remove the key.
+    Delete,
+}
+
+/// The answer of an update, chosen by its [`UpdateFn`] and passed back
+/// untouched (unless the write is refused: then the result is an error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpdateAnswer {
+    /// No value.
+    Nil,
+    /// Done, nothing to report.
+    Ok,
+    /// A number.
+    Int(i64),
+    /// A value.
+    Value(Bytes),
+    /// The update was refused (nothing was written); the text says why.
+    Refused(&'static str),
 }
 
 impl Op {
     pub fn key(&self) -> &Bytes {
         match self {
-            Op::Put { key, .. } | Op::Get { key } | Op::Delete { key } => key,
+            Op::Put { key, .. } | Op::Get { key } | Op::Delete { key } | Op::Update { key, .. } => {
+                key
+            }
         }
     }
 
@@ -35,6 +103,8 @@ pub enum OpResult {
     Value(Bytes),
     /// A get or delete found no such key.
     NotFound,
+    /// The answer of an [`Op::Update`].
+    Updated(UpdateAnswer),
     /// The operation failed; nothing was applied for it.
     Err(OpError),
 }

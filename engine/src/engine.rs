@@ -56,7 +56,7 @@ pub struct Engine {
 /// that a crash then loses, if its writer had not yet been answered.
 #[derive(Clone)]
 pub struct Handle {
-    shared: Arc<EngineShared>,
+    pub(crate) shared: Arc<EngineShared>,
 }
 
 // A handle goes to any thread; the engine may be moved to another thread.
@@ -195,6 +195,7 @@ impl Engine {
             checkpoint_wal_bytes: s.checkpoint_wal_bytes.as_u64(),
             checkpoint_interval: s.checkpoint_interval.get(),
             max_record_bytes,
+            value_bytes_max: value_max,
             // What one response can carry: reading more for one batch only
             // makes values the server would drop (FRAME_TOO_LARGE).
             read_bytes_max: usize::try_from(l.frame_bytes_max.as_u64())

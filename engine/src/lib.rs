@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod io;
+mod keyspace;
 
 mod engine;
 pub mod error;
@@ -25,10 +26,11 @@ pub mod snapshot;
 pub mod tier;
 pub mod wal;
 
-pub use api::{Op, OpError, OpResult};
+pub use api::{Op, OpError, OpResult, Update, UpdateAnswer, UpdateFn, UpdateOutcome, UpdateWrite};
 pub use engine::{Engine, Handle};
 pub use error::{Damage, EngineError, ManifestError, SnapshotError, WalError};
 pub use histogram::{AtomicHistogram, HistogramSnapshot};
 pub use io::runtime::BackendKind;
+pub use keyspace::{PartitionKeys, PARTITIONS_PER_SHARD};
 pub use metrics::{DeviceMetrics, EngineMetrics, ShardMetrics};
 pub use tunables::Durability;

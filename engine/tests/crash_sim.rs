@@ -61,6 +61,7 @@ fn write_state(op: &Op) -> Option<State> {
         Op::Put { value, .. } => Some(Some(parse_value(value).expect("test value").1)),
         Op::Delete { .. } => Some(None),
         Op::Get { .. } => None,
+        Op::Update { .. } => unreachable!("this test sends no updates"),
     }
 }
 

@@ -214,6 +214,10 @@ impl Session for EngineSession {
                     OpResult::Value(v) => Reply::Value(v),
                     OpResult::NotFound => Reply::NotFound,
                     OpResult::Err(e) => Reply::Failed(e.to_string()),
+                    // loadgen sends no read-modify-writes.
+                    OpResult::Updated(a) => {
+                        Reply::Failed(format!("unexpected update answer {a:?}"))
+                    }
                 })
                 .collect()),
             // The whole batch was refused: every operation failed.

@@ -15,6 +15,7 @@ mod frame;
 mod handshake;
 mod limits;
 mod request;
+pub mod resp;
 mod response;
 mod wire;
 

@@ -141,6 +141,22 @@ stats_group! {
 }
 
 stats_group! {
+    /// `resp.*`: the Redis-protocol listener (all zero while it is off).
+    pub struct RespStats at "resp" {
+        /// RESP connections open now.
+        connections: u64, "gauge", "connections";
+        /// RESP connections accepted since start.
+        connections_accepted: u64, "count", "connections";
+        /// RESP commands received since start, known or not.
+        commands: u64, "count", "commands";
+        /// RESP commands whose name ringkv does not know.
+        unknown_commands: u64, "count", "commands";
+        /// Error replies sent on RESP connections (argument errors, failed runs, protocol errors).
+        errors: u64, "count", "replies";
+    }
+}
+
+stats_group! {
     /// `engine.*`: the data held.
     pub struct EngineStats at "engine" {
         /// Live keys, all shards.
@@ -211,6 +227,7 @@ stats_group! {
 pub struct Stats {
     pub server: ServerStats,
     pub ops: OpsStats,
+    pub resp: RespStats,
     pub engine: EngineStats,
     pub wal: WalStats,
     /// By device name.
@@ -225,6 +242,7 @@ impl Stats {
         let mut out = Vec::with_capacity(32 + 12 * self.devices.len() + 4 * self.shards.len());
         self.server.push_pairs("server", &mut out);
         self.ops.push_pairs("ops", &mut out);
+        self.resp.push_pairs("resp", &mut out);
         self.engine.push_pairs("engine", &mut out);
         self.wal.push_pairs("wal", &mut out);
         for (name, d) in &self.devices {
@@ -250,6 +268,9 @@ impl Stats {
                 }
                 "ops" => {
                     stats.ops.set(name, rest, value)?;
+                }
+                "resp" => {
+                    stats.resp.set(name, rest, value)?;
                 }
                 "engine" => {
                     stats.engine.set(name, rest, value)?;
@@ -285,6 +306,7 @@ impl Stats {
         ServerStats::FIELDS
             .iter()
             .chain(OpsStats::FIELDS)
+            .chain(RespStats::FIELDS)
             .chain(EngineStats::FIELDS)
             .chain(WalStats::FIELDS)
             .chain(DeviceStats::FIELDS)

@@ -34,6 +34,12 @@ pub struct Cli {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// Address of the Redis-protocol (RESP2/RESP3) listener, e.g.
+    /// 127.0.0.1:6379 (off unless set here or in the file; port 0 picks a
+    /// free port).
+    #[arg(long, value_name = "ADDR")]
+    pub resp_listen: Option<SocketAddr>,
+
     /// Number of shards; 0 means one per available core.
     #[arg(long, value_name = "N")]
     pub shards: Option<u32>,
@@ -150,6 +156,9 @@ impl Cli {
         if let Some(addr) = self.metrics_listen {
             config.server.metrics_listen = addr.to_string();
         }
+        if let Some(addr) = self.resp_listen {
+            config.server.resp_listen = addr.to_string();
+        }
         if let Some(shards) = self.shards {
             config.shards = shards;
         }
@@ -209,6 +218,8 @@ mod tests {
             "127.0.0.1:0",
             "--metrics-listen",
             "127.0.0.1:9100",
+            "--resp-listen",
+            "127.0.0.1:6390",
             "--shards",
             "3",
             "--durability",
@@ -234,6 +245,7 @@ mod tests {
         assert_eq!(config.storage.data_dir, PathBuf::from("/tmp/x"));
         assert_eq!(config.server.listen, "127.0.0.1:0");
         assert_eq!(config.server.metrics_listen, "127.0.0.1:9100");
+        assert_eq!(config.server.resp_listen, "127.0.0.1:6390");
         assert_eq!(config.shards, 3);
         assert_eq!(config.storage.durability, Durability::Async);
         assert_eq!(config.devices[&config.storage.wal_device].profile, "nvme");

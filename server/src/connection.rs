@@ -120,7 +120,7 @@ impl ConnState {
         }
     }
 
-    fn touch(&self) {
+    pub(crate) fn touch(&self) {
         self.last_activity.set(Instant::now());
     }
 
@@ -140,7 +140,7 @@ impl ConnState {
     /// The reader is about to wait on the socket; `partial` says whether it
     /// holds part of a message, and `progressed` whether it completed one
     /// since the last wait.
-    fn reading(&self, partial: bool, progressed: bool) {
+    pub(crate) fn reading(&self, partial: bool, progressed: bool) {
         match (partial, self.partial_since.get()) {
             (false, _) => self.partial_since.set(None),
             (true, Some(_)) if !progressed => {}
@@ -150,7 +150,7 @@ impl ConnState {
 
     /// The reader stopped waiting on the socket (it is decoding or handing
     /// requests over, which may wait on us, not on the client).
-    fn not_reading(&self) {
+    pub(crate) fn not_reading(&self) {
         self.partial_since.set(None);
     }
 
@@ -169,8 +169,14 @@ impl ConnState {
         }
     }
 
-    fn forced(&self) -> Option<CloseReason> {
+    pub(crate) fn forced(&self) -> Option<CloseReason> {
         self.forced.get()
+    }
+
+    /// Whether a request of this connection is running in the engine (an
+    /// executing connection is not idle).
+    pub(crate) fn set_executing(&self, executing: bool) {
+        self.executing.set(executing);
     }
 
     /// Whether the peer is gone for good: the socket reports an error or a

@@ -21,6 +21,7 @@ pub mod lockfile;
 pub mod metrics;
 pub mod pipe;
 pub mod prom;
+pub mod resp;
 pub mod server;
 pub mod session;
 pub mod shard;

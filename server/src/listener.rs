@@ -32,11 +32,13 @@ const REFUSAL_LINGER: Duration = Duration::from_millis(500);
 /// so the loop does not spin while the condition lasts.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// Accepts on `listener` until `stop` fires (or its sender is dropped), then
-/// drains this shard's connections.
+/// Accepts on `listener` (and on `resp_listener`, the Redis-protocol
+/// socket, when enabled) until `stop` fires (or its sender is dropped), then
+/// drains this shard's connections of both kinds.
 pub async fn run_shard(
     ctx: Rc<ShardContext>,
     listener: std::net::TcpListener,
+    resp_listener: Option<std::net::TcpListener>,
     stop: futures::channel::oneshot::Receiver<()>,
 ) {
     let listener = match TcpListener::from_std(listener) {
@@ -48,6 +50,9 @@ pub async fn run_shard(
         }
     };
     let housekeeping = compio::runtime::spawn(close_idle_loop(Rc::clone(&ctx)));
+    // Dropped (so no longer accepting) before the drain below.
+    let resp_accept =
+        resp_listener.map(|l| compio::runtime::spawn(crate::resp::accept_loop(Rc::clone(&ctx), l)));
     let mut stop = stop;
     loop {
         let accepted = {
@@ -74,6 +79,7 @@ pub async fn run_shard(
         }
     }
     drop(listener);
+    drop(resp_accept);
     drain(&ctx).await;
     drop(housekeeping);
 }

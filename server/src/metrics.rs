@@ -132,6 +132,53 @@ fn render_server(p: &mut PromText, shared: &Shared) {
         &[],
         auth.successes(),
     );
+    let resp = crate::resp::RespTotals::of(shared);
+    p.gauge(
+        "ringkv_resp_connections",
+        "RESP (Redis-protocol) connections open now.",
+        &[],
+        resp.connections_open() as f64,
+    );
+    p.counter(
+        "ringkv_resp_connections_accepted_total",
+        "RESP connections accepted.",
+        &[],
+        resp.connections_accepted,
+    );
+    for (name, (calls, rejected, failed)) in
+        crate::resp::command::COMMANDS.iter().zip(&resp.per_command)
+    {
+        if *calls == 0 {
+            continue;
+        }
+        let labels = [("command", *name)];
+        p.counter(
+            "ringkv_resp_commands_total",
+            "RESP commands received, by command (lowercase name; \"unknown\" for names ringkv does not know).",
+            &labels,
+            *calls,
+        );
+        p.counter(
+            "ringkv_resp_command_errors_total",
+            "RESP commands answered with an error, by command: refused before running (arity, syntax) or failed while running.",
+            &labels,
+            rejected + failed,
+        );
+    }
+    if resp.unknown > 0 {
+        p.counter(
+            "ringkv_resp_commands_total",
+            "RESP commands received, by command (lowercase name; \"unknown\" for names ringkv does not know).",
+            &[("command", "unknown")],
+            resp.unknown,
+        );
+    }
+    p.counter(
+        "ringkv_resp_errors_total",
+        "Error replies on RESP connections (argument errors, failed runs, protocol errors).",
+        &[],
+        resp.errors,
+    );
     p.counter(
         "ringkv_network_received_bytes_total",
         "Bytes read from client connections.",

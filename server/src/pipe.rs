@@ -132,6 +132,11 @@ impl<T> Pipe<T> {
     }
 
     /// Marks one popped item of `bytes` as answered, freeing its room.
+    /// The next queued item, if one is queued now (never waits).
+    pub fn try_pop(&self) -> Option<(T, usize)> {
+        self.inner.borrow_mut().queue.pop_front()
+    }
+
     pub fn complete(&self, bytes: usize) {
         let mut i = self.inner.borrow_mut();
         assert!(
@@ -162,6 +167,24 @@ impl<T> Pipe<T> {
         i.wake_pusher();
     }
 
+    /// Waits until every pushed item is completed (nothing in flight).
+    /// Fails once the receiver has closed. For the pushing side only (it
+    /// shares the pusher's waker).
+    pub async fn drained(&self) -> Result<(), Closed> {
+        poll_fn(|cx| {
+            let mut i = self.inner.borrow_mut();
+            if i.receiver_closed {
+                return Poll::Ready(Err(Closed));
+            }
+            if i.frames_in_flight == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            i.push_waker = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
     /// Frames read and not yet answered.
     pub fn frames_in_flight(&self) -> usize {
         self.inner.borrow().frames_in_flight
@@ -172,6 +195,20 @@ impl<T> Pipe<T> {
 mod tests {
     use super::*;
     use futures::FutureExt;
+
+    #[test]
+    fn drained_waits_for_every_item_to_complete() {
+        let pipe: Pipe<u32> = Pipe::new(4, 100);
+        assert_eq!(pipe.drained().now_or_never(), Some(Ok(())));
+        assert_eq!(pipe.push(1, 10).now_or_never(), Some(Ok(())));
+        assert!(pipe.drained().now_or_never().is_none());
+        let (_, bytes) = pipe.pop().now_or_never().unwrap().unwrap();
+        assert!(pipe.drained().now_or_never().is_none());
+        pipe.complete(bytes);
+        assert_eq!(pipe.drained().now_or_never(), Some(Ok(())));
+        pipe.close_receiver();
+        assert_eq!(pipe.drained().now_or_never(), Some(Err(Closed)));
+    }
 
     #[test]
     fn bounds_frames_and_bytes_but_always_admits_one() {

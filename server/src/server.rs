@@ -152,6 +152,11 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
             &config.server.metrics_listen,
         )?)
     };
+    let resp_listen = if config.server.resp_listen.trim().is_empty() {
+        None
+    } else {
+        Some(resolve("server.resp_listen", &config.server.resp_listen)?)
+    };
     let limits = limits_from_config(&config)?;
     let auth = Arc::new(Authenticator::from_config(&config)?);
     let tls = match TlsFiles::from_config(&config) {
@@ -169,6 +174,25 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
     };
     let locks = lock_directories(&config)?;
 
+    // The RESP port answers -LOADING while the engine recovers (dropped,
+    // and so stopped, if the start fails).
+    let loading = match resp_listen {
+        None => None,
+        Some(addr) => {
+            let responder = crate::resp::loading::LoadingResponder::start(addr).map_err(
+                |source| match source.kind() {
+                    std::io::ErrorKind::AddrInUse => BindError::AddrInUse { addr },
+                    _ => BindError::Socket {
+                        addr,
+                        step: "bind",
+                        source,
+                    },
+                },
+            )?;
+            tracing::info!(resp = %responder.addr(), "RESP port answers -LOADING until recovery ends");
+            Some(responder)
+        }
+    };
     let engine = engine::Engine::open(&config).map_err(ServerError::Engine)?;
     let shard_count = engine.shard_count();
     let listeners = match bind_reuseport_group(listen, shard_count) {
@@ -190,11 +214,37 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         }
     };
 
+    // The shards take the port over (the one the responder was given, when
+    // the configuration said port 0).
+    let (resp_listeners, resp_addr) = match loading.map(|l| l.stop()) {
+        None => (Vec::new(), None),
+        Some(addr) => {
+            let bound = bind_reuseport_group(addr, shard_count).and_then(|l| {
+                let local = l[0].local_addr().map_err(|source| BindError::Socket {
+                    addr,
+                    step: "read the local address of",
+                    source,
+                })?;
+                Ok((l, local))
+            });
+            match bound {
+                Ok((l, local)) => (l, Some(local)),
+                Err(e) => {
+                    shutdown_engine_after_failed_start(engine);
+                    return Err(e.into());
+                }
+            }
+        }
+    };
+    let mut resp_listeners = resp_listeners.into_iter();
+
     let facts = ServerFacts {
         version: env!("CARGO_PKG_VERSION"),
         backend: engine.backend().to_string(),
         durability: durability_name(config.storage.durability).to_string(),
         shard_count,
+        resp_listen: resp_addr,
+        resp_flush_enabled: config.server.resp_flush_enabled,
         devices: config
             .devices
             .iter()
@@ -250,9 +300,10 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         stops.push(stop_tx);
         let shared = Arc::clone(&shared);
         let stopped_tx = stopped_tx.clone();
+        let resp_listener = resp_listeners.next();
         engine.spawn_on(shard, move || async move {
             let ctx = std::rc::Rc::new(ShardContext::new(shard, shared));
-            run_shard(ctx, listener, stop_rx).await;
+            run_shard(ctx, listener, resp_listener, stop_rx).await;
             let _ = stopped_tx.send(shard);
         });
     }
@@ -266,6 +317,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
     tracing::info!(
         addr = %local_addr,
         metrics = %metrics.as_ref().map(|m| m.local_addr().to_string()).unwrap_or_else(|| "off".into()),
+        resp = %resp_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
         shards = shard_count,
         durability = %shared.facts.durability,
         backend = %shared.facts.backend,
@@ -343,6 +395,12 @@ impl RunningServer {
     /// The address clients connect to (the real port when 0 was asked).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The RESP (Redis-protocol) listener's address, when enabled (the real
+    /// port when 0 was asked).
+    pub fn resp_addr(&self) -> Option<SocketAddr> {
+        self.shared.facts.resp_listen
     }
 
     /// The `/metrics` endpoint's address, when enabled.

@@ -33,6 +33,10 @@ pub struct ServerFacts {
     pub backend: String,
     pub durability: String,
     pub shard_count: usize,
+    /// The RESP listener's address, when enabled.
+    pub resp_listen: Option<SocketAddr>,
+    /// Whether RESP FLUSHDB/FLUSHALL run (`server.resp_flush_enabled`).
+    pub resp_flush_enabled: bool,
     /// Every configured device with its profile.
     pub devices: Vec<DeviceFacts>,
 }
@@ -75,6 +79,8 @@ pub struct Shared {
     /// The encoded hello-ack, identical for every connection.
     pub hello_ack: Bytes,
     pub counters: Box<[ShardCounters]>,
+    /// The RESP listener's counters, one block per shard.
+    pub resp_counters: Box<[crate::resp::RespCounters]>,
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub started: Instant,
@@ -101,6 +107,9 @@ impl Shared {
             limits,
             hello_ack,
             counters: (0..shard_count).map(|_| ShardCounters::default()).collect(),
+            resp_counters: (0..shard_count)
+                .map(|_| crate::resp::RespCounters::default())
+                .collect(),
             idle_timeout,
             max_connections,
             started: Instant::now(),
@@ -228,6 +237,10 @@ impl ShardContext {
 
     pub fn counters(&self) -> &ShardCounters {
         &self.shared.counters[self.shard]
+    }
+
+    pub fn resp_counters(&self) -> &crate::resp::RespCounters {
+        &self.shared.resp_counters[self.shard]
     }
 
     /// Adds a connection to this shard's registry; it stays there until the

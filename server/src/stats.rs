@@ -8,7 +8,9 @@
 
 use engine::histogram::HistogramSnapshot;
 use engine::metrics::EngineMetrics;
-use ringkv_protocol::stats::{EngineStats, OpsStats, ServerStats, ShardStats, Stats, WalStats};
+use ringkv_protocol::stats::{
+    EngineStats, OpsStats, RespStats, ServerStats, ShardStats, Stats, WalStats,
+};
 
 use crate::counters::OpKind;
 use crate::shard::Shared;
@@ -17,6 +19,7 @@ use crate::shard::Shared;
 pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
     let facts = &shared.facts;
     let counters = shared.counters_total();
+    let resp = crate::resp::RespTotals::of(shared);
     let mut fsync = HistogramSnapshot::default();
     for s in &engine.shards {
         fsync.merge(&s.fdatasync_latency_us);
@@ -35,6 +38,13 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
             put: counters.ops_of_kind(OpKind::Put),
             get: counters.ops_of_kind(OpKind::Get),
             delete: counters.ops_of_kind(OpKind::Delete),
+        },
+        resp: RespStats {
+            connections: resp.connections_open(),
+            connections_accepted: resp.connections_accepted,
+            commands: resp.commands,
+            unknown_commands: resp.unknown,
+            errors: resp.errors,
         },
         engine: EngineStats {
             keys: engine.shards.iter().map(|s| s.keys).sum(),

@@ -32,6 +32,11 @@ pub fn op_reply(result: OpResult) -> OpReply {
             status: op_error_status(&error),
             message: error.to_string(),
         },
+        // The native protocol sends no updates (only the RESP listener does).
+        OpResult::Updated(answer) => OpReply::Error {
+            status: Status::Internal,
+            message: format!("unexpected update answer {answer:?}"),
+        },
     }
 }
 

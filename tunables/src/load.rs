@@ -740,6 +740,8 @@ shards = 4
 [server]
 listen = \"0.0.0.0:9000\"
 metrics_listen = \"127.0.0.1:9100\"
+resp_listen = \"127.0.0.1:6390\"
+resp_flush_enabled = false
 max_connections = 500
 idle_timeout = \"30s\"
 pipeline_depth_max = 16
@@ -792,6 +794,8 @@ count_fsync = false
         want.server = ServerConfig {
             listen: "0.0.0.0:9000".to_string(),
             metrics_listen: "127.0.0.1:9100".to_string(),
+            resp_listen: "127.0.0.1:6390".to_string(),
+            resp_flush_enabled: false,
             max_connections: 500,
             idle_timeout: Duration::from_secs(30),
             pipeline_depth_max: 16,

@@ -340,6 +340,15 @@ section! {
         metrics_listen: String = String::new(),
             kind Some("address or `\"\"`"), check Check::AddrOrEmpty,
             note "not the same as `listen` (unless both use port 0)";
+        /// Redis-protocol (RESP2/RESP3) listener, served by every shard like `listen`;
+        /// `""` disables it. See `docs/resp.md`.
+        resp_listen: String = String::new(),
+            kind Some("address or `\"\"`"), check Check::AddrOrEmpty,
+            note "not the same as `listen` or `metrics_listen` (unless port 0)";
+        /// FLUSHDB and FLUSHALL on the RESP listener; `false` answers them as unknown
+        /// commands (like Redis's `rename-command FLUSHALL ""`).
+        resp_flush_enabled: bool = true,
+            kind None, check Check::Any;
         /// Connections open at once, across all shards.
         max_connections: u32 = 10_000,
             kind None, check Check::Range(1, 1_000_000);

@@ -52,6 +52,7 @@ pub fn unprotected_listeners(c: &Config) -> Vec<(&'static str, SocketAddr)> {
     for (field, value) in [
         ("server.listen", &c.server.listen),
         ("server.metrics_listen", &c.server.metrics_listen),
+        ("server.resp_listen", &c.server.resp_listen),
     ] {
         if let Ok(addr) = value.parse::<SocketAddr>() {
             if !is_loopback(&addr) {
@@ -297,10 +298,10 @@ impl Checker {
             "has no effect while TLS is off; set server.tls_native (or tls_metrics) = true, or remove it".to_string(),
         );
         for (field, addr) in unprotected_listeners(c) {
-            let value = if field == "server.listen" {
-                &s.listen
-            } else {
-                &s.metrics_listen
+            let value = match field {
+                "server.listen" => &s.listen,
+                "server.resp_listen" => &s.resp_listen,
+                _ => &s.metrics_listen,
             };
             self.rule(
                 false,
@@ -334,6 +335,24 @@ impl Checker {
                     &["server.listen"],
                     "must differ from server.listen (one port cannot serve both)".to_string(),
                 );
+            }
+        }
+        if !s.resp_listen.is_empty() {
+            if let Ok(r) = s.resp_listen.parse::<SocketAddr>() {
+                for (field, other) in [
+                    ("server.listen", &s.listen),
+                    ("server.metrics_listen", &s.metrics_listen),
+                ] {
+                    if let Ok(o) = other.parse::<SocketAddr>() {
+                        self.rule(
+                            r != o || r.port() == 0,
+                            "server.resp_listen",
+                            quoted(&s.resp_listen),
+                            &[field],
+                            format!("must differ from {field} (one port cannot serve both)"),
+                        );
+                    }
+                }
             }
         }
 
@@ -845,6 +864,27 @@ mod tests {
         c.server.metrics_listen = "127.0.0.1:0".to_string();
         assert_eq!(problems(&c), Vec::<(String, String)>::new());
         c.server.listen = "[::1]:7379".to_string();
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+    }
+
+    #[test]
+    fn resp_listen_is_an_address_apart_from_the_others() {
+        let mut c = Config::default();
+        c.server.resp_listen = "127.0.0.1:6379".to_string();
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.server.resp_listen = "redis:6379".to_string();
+        assert_one(&c, "server.resp_listen", "not an IP socket address");
+        c.server.resp_listen = "127.0.0.1:7379".to_string();
+        assert_one(&c, "server.resp_listen", "must differ from server.listen");
+        c.server.metrics_listen = "127.0.0.1:9100".to_string();
+        c.server.resp_listen = "127.0.0.1:9100".to_string();
+        assert_one(
+            &c,
+            "server.resp_listen",
+            "must differ from server.metrics_listen",
+        );
+        c.server.listen = "127.0.0.1:0".to_string();
+        c.server.resp_listen = "127.0.0.1:0".to_string();
         assert_eq!(problems(&c), Vec::<(String, String)>::new());
     }
 

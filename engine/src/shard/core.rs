@@ -9,7 +9,7 @@
 //! after poisoning no write is logged or acknowledged; LSNs grow by one per
 //! record; commit versions are non-decreasing in LSN order.
 
-use crate::api::{Op, OpError, OpResult};
+use crate::api::{Op, OpError, OpResult, UpdateWrite};
 use crate::hash::fnv1a64;
 use crate::metrics::ShardStats;
 use crate::shard::notify::Notify;
@@ -115,6 +115,7 @@ pub(crate) struct CoreSettings {
     pub(crate) durability: Durability,
     pub(crate) checkpoint_wal_bytes: u64,
     pub(crate) max_record_bytes: usize,
+    pub(crate) value_bytes_max: usize,
     /// Bytes of values one batch's GETs may read on this shard; the GET
     /// that reaches it is still answered, later ones are not looked up
     /// (they answer [`OpError::ReadLimitReached`]). Bounds the memory one
@@ -321,11 +322,11 @@ impl ShardCore {
                     // The run is consumed already.
                     continue;
                 }
-                Op::Put { .. } | Op::Delete { .. } if st.poisoned => {
+                Op::Put { .. } | Op::Delete { .. } | Op::Update { .. } if st.poisoned => {
                     writes.mark(index, true);
                     *had_write = true;
                     match op {
-                        Op::Put { .. } => counts.put += 1,
+                        Op::Put { .. } | Op::Update { .. } => counts.put += 1,
                         _ => counts.delete += 1,
                     }
                     counts.failed += 1;
@@ -358,6 +359,63 @@ impl ShardCore {
                     *had_write = true;
                     counts.put += 1;
                     results.push(OpResult::Ok);
+                }
+                Op::Update { key, update } => {
+                    let hash = fnv1a64(key);
+                    let current = st.tier.get(hash, key);
+                    let outcome = (update.apply)(current, &update.arg, update.number);
+                    let (kind, value) = match &outcome.write {
+                        UpdateWrite::Keep => (None, None),
+                        UpdateWrite::Put(v) if v.len() > self.settings.value_bytes_max => {
+                            writes.mark(index, true);
+                            *had_write = true;
+                            counts.put += 1;
+                            counts.failed += 1;
+                            results.push(OpResult::Err(OpError::ValueTooLarge {
+                                len: v.len(),
+                                max: self.settings.value_bytes_max,
+                            }));
+                            ops.next();
+                            continue;
+                        }
+                        UpdateWrite::Put(v) => (Some(RecordKind::Put), Some(v)),
+                        UpdateWrite::Delete if st.tier.contains(hash, key) => {
+                            (Some(RecordKind::Delete), None)
+                        }
+                        UpdateWrite::Delete => (None, None),
+                    };
+                    if let (Some(kind), Some(wal)) = (kind, &mut st.wal) {
+                        let payload: &[u8] = value.map_or(b"", |v| v);
+                        let size = record_size(key.len(), payload.len());
+                        let (reserve, moved) = wal.reserve(size);
+                        rolled |= moved;
+                        if reserve == Reserve::Full {
+                            // Nothing was applied: the update runs again,
+                            // on the same state, once there is room.
+                            wal.flush_requested = true;
+                            break false;
+                        }
+                        if version == 0 {
+                            version = self.clock.next();
+                        }
+                        st.last_lsn += 1;
+                        wal.append(st.last_lsn, version, kind, key, payload);
+                        appended = true;
+                        counts.records += 1;
+                    }
+                    match (kind, value) {
+                        (Some(RecordKind::Put), Some(v)) => {
+                            st.tier.put(hash, key, v);
+                        }
+                        (Some(_), _) => {
+                            st.tier.delete(hash, key);
+                        }
+                        (None, _) => {}
+                    }
+                    writes.mark(index, true);
+                    *had_write = true;
+                    counts.put += 1;
+                    results.push(OpResult::Updated(outcome.answer));
                 }
                 Op::Delete { key } => {
                     let hash = fnv1a64(key);

@@ -68,7 +68,12 @@ impl Limits {
                 max: self.key_bytes_max,
             });
         }
-        if let Op::Put { value, .. } = op {
+        if let Op::Put { value, .. }
+        | Op::Update {
+            update: crate::api::Update { arg: value, .. },
+            ..
+        } = op
+        {
             if value.len() > self.value_bytes_max {
                 return Err(OpError::ValueTooLarge {
                     len: value.len(),

@@ -41,6 +41,8 @@ pub(crate) struct ShardSettings {
     pub(crate) checkpoint_wal_bytes: u64,
     pub(crate) checkpoint_interval: Duration,
     pub(crate) max_record_bytes: usize,
+    /// Largest value an [`crate::Op::Update`] may write.
+    pub(crate) value_bytes_max: usize,
     pub(crate) read_bytes_max: usize,
 }
 
@@ -230,6 +232,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             durability: settings.durability,
             checkpoint_wal_bytes: settings.checkpoint_wal_bytes,
             max_record_bytes: settings.max_record_bytes,
+            value_bytes_max: settings.value_bytes_max,
             read_bytes_max: settings.read_bytes_max,
         },
         Box::new(tier),

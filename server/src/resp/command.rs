@@ -1,0 +1,1198 @@
+//! From one RESP command (its arguments) to what runs: a reply known at
+//! once, engine operations plus how to turn their results into the reply,
+//! or a server command answered from the server's own state — without I/O,
+//! so every command's parsing, arity and error texts are tested here.
+//!
+//! What must hold: argument errors are answered with Redis's texts before
+//! anything reaches the engine; a command's engine operations are sent
+//! together in its order, and its reply is built only from their results;
+//! every read-modify-write is ONE [`engine::Op::Update`] (atomic on the
+//! key's shard), never a read followed by a write; nothing here allocates
+//! from a number the client sent without bounding it first.
+
+use bytes::{Bytes, BytesMut};
+use engine::{Op, OpError, OpResult, Update, UpdateAnswer, UpdateFn};
+use ringkv_protocol::resp::{parse_i64, ReplyWriter, Version};
+
+use super::update;
+
+/// The facts planning needs (from the configuration).
+#[derive(Debug, Clone, Copy)]
+pub struct Env {
+    pub value_bytes_max: usize,
+    /// Most engine operations in one engine batch (a command with more runs
+    /// as several batches, in order).
+    pub ops_max: usize,
+    /// FLUSHDB/FLUSHALL run (else they are unknown commands).
+    pub flush_enabled: bool,
+}
+
+/// What one connection remembers between commands.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub id: i64,
+    pub version: Version,
+    pub name: Option<Bytes>,
+    pub lib_name: Option<Bytes>,
+    pub lib_ver: Option<Bytes>,
+    /// Whether the client may run commands: true from the start when no
+    /// password is configured, else after a successful AUTH (or HELLO AUTH).
+    pub authenticated: bool,
+}
+
+impl Client {
+    pub fn new(id: i64) -> Client {
+        Client {
+            id,
+            version: Version::Resp2,
+            name: None,
+            lib_name: None,
+            lib_ver: None,
+            authenticated: true,
+        }
+    }
+}
+
+/// How to build a reply from a command's engine results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// One GET: the value or null.
+    Get,
+    /// Writes: `+OK` when all succeeded.
+    Ok,
+    /// One update: its answer.
+    Update,
+    /// Deletes: how many removed a key.
+    Removed,
+    /// Reads: how many found their key.
+    Found,
+    /// Reads: an array of values or nulls.
+    Values,
+    /// One GET: the value's length (0 when absent).
+    Strlen,
+    /// One GET: part of the value, Redis's GETRANGE rules.
+    Range(i64, i64),
+    /// One GET: the key's type.
+    Type,
+}
+
+/// A command answered from the server's state, after every command before
+/// it has run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerCommand {
+    DbSize,
+    /// Sections asked for (lowercase); empty means the default set.
+    Info(Vec<String>),
+    /// Glob patterns of parameter names.
+    ConfigGet(Vec<Bytes>),
+    /// FLUSHDB / FLUSHALL.
+    Flush,
+    /// KEYS pattern.
+    Keys(Bytes),
+    /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type].
+    Scan {
+        cursor: u64,
+        pattern: Option<Bytes>,
+        count: usize,
+        /// False when TYPE asks for a type ringkv does not have.
+        strings: bool,
+    },
+    RandomKey,
+    /// RENAME / RENAMENX (`nx`).
+    Rename {
+        from: Bytes,
+        to: Bytes,
+        nx: bool,
+    },
+}
+
+/// What a command turned into.
+#[derive(Debug)]
+pub enum Planned {
+    /// The reply, encoded already (errors, PING, HELLO...).
+    Ready(Bytes),
+    /// Operations for the engine and how to answer from their results.
+    Engine {
+        ops: Vec<Op>,
+        finish: Finish,
+    },
+    Server(ServerCommand),
+    /// Answer `+OK` and close the connection.
+    Quit,
+    /// AUTH (or HELLO with AUTH): the executor checks the password, marks
+    /// the client authenticated, then answers `+OK` or runs `hello` (the
+    /// HELLO without its AUTH option).
+    Auth {
+        user: Option<Bytes>,
+        password: Bytes,
+        hello: Option<Vec<Bytes>>,
+    },
+}
+
+/// The commands ringkv answers (COMMAND COUNT counts them).
+pub const COMMANDS: &[&str] = &[
+    "append",
+    "auth",
+    "client",
+    "command",
+    "config",
+    "dbsize",
+    "decr",
+    "decrby",
+    "del",
+    "echo",
+    "exists",
+    "flushall",
+    "flushdb",
+    "get",
+    "getdel",
+    "getrange",
+    "getset",
+    "hello",
+    "incr",
+    "incrby",
+    "incrbyfloat",
+    "info",
+    "keys",
+    "mget",
+    "mset",
+    "ping",
+    "quit",
+    "randomkey",
+    "rename",
+    "renamenx",
+    "scan",
+    "select",
+    "set",
+    "setnx",
+    "setrange",
+    "strlen",
+    "substr",
+    "time",
+    "type",
+    "unlink",
+];
+
+/// The version Redis clients are told (`redis_version`, HELLO): the Redis
+/// release whose behaviour the implemented commands follow.
+pub const REDIS_VERSION: &str = "7.0.15";
+
+pub const SYNTAX: &str = "ERR syntax error";
+
+fn ready(version: Version, f: impl FnOnce(&mut ReplyWriter)) -> Planned {
+    let mut out = BytesMut::new();
+    f(&mut ReplyWriter::new(&mut out, version));
+    Planned::Ready(out.freeze())
+}
+
+fn error(version: Version, text: &str) -> Planned {
+    ready(version, |w| w.error(text))
+}
+
+pub fn wrong_arity(name: &str) -> String {
+    format!("ERR wrong number of arguments for '{name}' command")
+}
+
+/// Redis's unknown-command text: the name and the first arguments, cut
+/// at about 128 characters.
+pub fn unknown_command(args: &[Bytes]) -> String {
+    let name = String::from_utf8_lossy(&args[0]);
+    let name: String = name.chars().take(128).collect();
+    let mut rest = String::new();
+    for a in &args[1..] {
+        if rest.len() >= 128 {
+            break;
+        }
+        let room = 128 - rest.len();
+        let a = String::from_utf8_lossy(a);
+        let a: String = a.chars().take(room).collect();
+        rest.push_str(&format!("'{a}' "));
+    }
+    format!("ERR unknown command '{name}', with args beginning with: {rest}")
+}
+
+fn unknown_subcommand(sub: &[u8], command: &str) -> String {
+    let sub = String::from_utf8_lossy(sub);
+    let sub: String = sub.chars().take(128).collect();
+    format!(
+        "ERR unknown subcommand '{sub}'. Try {} HELP.",
+        command.to_ascii_uppercase()
+    )
+}
+
+fn integer(arg: &[u8]) -> Option<i64> {
+    parse_i64(arg)
+}
+
+fn update_op(key: &Bytes, apply: UpdateFn, arg: Bytes, number: i64) -> Vec<Op> {
+    vec![Op::Update {
+        key: key.clone(),
+        update: Update { apply, arg, number },
+    }]
+}
+
+/// Plans one command (`args` is never empty). May change `client` (HELLO,
+/// CLIENT SETNAME...).
+pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
+    let v = client.version;
+    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+    let n = args.len();
+    if !env.flush_enabled && matches!(name.as_str(), "flushdb" | "flushall") {
+        return error(v, &unknown_command(args));
+    }
+    // (arity: exact when > 0, at least -arity when < 0)
+    let arity: i32 = match name.as_str() {
+        "ping" | "quit" | "hello" | "info" | "command" => -1,
+        "echo" | "select" | "get" | "getdel" | "incr" | "decr" | "strlen" | "type" => 2,
+        "auth" | "client" | "config" | "mget" | "del" | "unlink" | "exists" => -2,
+        "set" | "mset" => -3,
+        "setnx" | "getset" | "incrby" | "decrby" | "incrbyfloat" | "append" => 3,
+        "getrange" | "substr" | "setrange" => 4,
+        "dbsize" | "time" | "randomkey" => 1,
+        "flushdb" | "flushall" => -1,
+        "keys" => 2,
+        "scan" => -2,
+        "rename" | "renamenx" => 3,
+        _ => return error(v, &unknown_command(args)),
+    };
+    let fits = if arity > 0 {
+        n == arity as usize
+    } else {
+        n >= (-arity) as usize
+    };
+    if !fits {
+        return error(v, &wrong_arity(&name));
+    }
+    // Redis's order: unknown names and arity first, then authentication.
+    if !client.authenticated && !matches!(name.as_str(), "auth" | "hello" | "quit") {
+        return error(v, NOAUTH);
+    }
+    let key = args.get(1).cloned().unwrap_or_default();
+    match name.as_str() {
+        "ping" => match n {
+            1 => ready(v, |w| w.simple("PONG")),
+            2 => ready(v, |w| w.bulk(&args[1])),
+            _ => error(v, &wrong_arity("ping")),
+        },
+        "echo" => ready(v, |w| w.bulk(&args[1])),
+        "quit" => Planned::Quit,
+        "select" => match integer(&args[1]) {
+            None => error(v, update::NOT_INTEGER),
+            Some(0) => ready(v, |w| w.ok()),
+            Some(_) => error(v, "ERR DB index is out of range"),
+        },
+        "auth" => plan_auth(args, v),
+        "hello" => plan_hello(args, client),
+        "client" => plan_client(args, client),
+        "command" => {
+            if n == 1 {
+                return error(v, &unknown_subcommand(b"", "command"));
+            }
+            let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+            match (sub.as_str(), n) {
+                ("count", 2) => ready(v, |w| w.int(COMMANDS.len() as i64)),
+                ("count", _) => error(v, &wrong_arity("command|count")),
+                _ => error(v, &unknown_subcommand(&args[1], "command")),
+            }
+        }
+        "config" => {
+            let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+            match sub.as_str() {
+                "get" if n >= 3 => Planned::Server(ServerCommand::ConfigGet(args[2..].to_vec())),
+                "get" => error(v, &wrong_arity("config|get")),
+                _ => error(v, &unknown_subcommand(&args[1], "config")),
+            }
+        }
+        "dbsize" => Planned::Server(ServerCommand::DbSize),
+        "flushdb" | "flushall" => match args.get(1) {
+            None => Planned::Server(ServerCommand::Flush),
+            Some(mode)
+                if n == 2
+                    && (mode.eq_ignore_ascii_case(b"sync")
+                        || mode.eq_ignore_ascii_case(b"async")) =>
+            {
+                Planned::Server(ServerCommand::Flush)
+            }
+            Some(_) => error(v, SYNTAX),
+        },
+        "keys" => Planned::Server(ServerCommand::Keys(key)),
+        "randomkey" => Planned::Server(ServerCommand::RandomKey),
+        "rename" | "renamenx" => Planned::Server(ServerCommand::Rename {
+            from: key,
+            to: args[2].clone(),
+            nx: name == "renamenx",
+        }),
+        "scan" => plan_scan(args, v),
+        "info" => Planned::Server(ServerCommand::Info(
+            args[1..]
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+                .collect(),
+        )),
+        "time" => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            ready(v, |w| {
+                w.array(2);
+                w.bulk(now.as_secs().to_string().as_bytes());
+                w.bulk(now.subsec_micros().to_string().as_bytes());
+            })
+        }
+        "get" => engine(vec![Op::Get { key }], Finish::Get),
+        "strlen" => engine(vec![Op::Get { key }], Finish::Strlen),
+        "type" => engine(vec![Op::Get { key }], Finish::Type),
+        "getrange" | "substr" => match (integer(&args[2]), integer(&args[3])) {
+            (Some(start), Some(end)) => engine(vec![Op::Get { key }], Finish::Range(start, end)),
+            _ => error(v, update::NOT_INTEGER),
+        },
+        "mget" | "exists" => {
+            let ops = args[1..]
+                .iter()
+                .map(|k| Op::Get { key: k.clone() })
+                .collect();
+            let finish = if name == "mget" {
+                Finish::Values
+            } else {
+                Finish::Found
+            };
+            engine(ops, finish)
+        }
+        "del" | "unlink" => {
+            let ops = args[1..]
+                .iter()
+                .map(|k| Op::Delete { key: k.clone() })
+                .collect();
+            engine(ops, Finish::Removed)
+        }
+        "mset" => {
+            if n % 2 != 1 {
+                return error(v, &wrong_arity("mset"));
+            }
+            let ops = args[1..]
+                .chunks(2)
+                .map(|kv| Op::Put {
+                    key: kv[0].clone(),
+                    value: kv[1].clone(),
+                })
+                .collect();
+            engine(ops, Finish::Ok)
+        }
+        "set" => plan_set(args, v),
+        "setnx" => engine(
+            update_op(&key, update::set_nx, args[2].clone(), 0),
+            Finish::Update,
+        ),
+        "getset" => engine(
+            update_op(&key, update::set, args[2].clone(), update::SET_GET),
+            Finish::Update,
+        ),
+        "getdel" => engine(
+            update_op(&key, update::get_del, Bytes::new(), 0),
+            Finish::Update,
+        ),
+        "incr" | "decr" => {
+            let delta = if name == "incr" { 1 } else { -1 };
+            engine(
+                update_op(&key, update::incr_by, Bytes::new(), delta),
+                Finish::Update,
+            )
+        }
+        "incrby" | "decrby" => {
+            let Some(delta) = integer(&args[2]) else {
+                return error(v, update::NOT_INTEGER);
+            };
+            let delta = if name == "incrby" {
+                delta
+            } else {
+                match delta.checked_neg() {
+                    Some(d) => d,
+                    None => return error(v, "ERR decrement would overflow"),
+                }
+            };
+            engine(
+                update_op(&key, update::incr_by, Bytes::new(), delta),
+                Finish::Update,
+            )
+        }
+        "incrbyfloat" => {
+            if update::parse_float(&args[2]).is_none() {
+                return error(v, update::NOT_FLOAT);
+            }
+            engine(
+                update_op(&key, update::incr_by_float, args[2].clone(), 0),
+                Finish::Update,
+            )
+        }
+        "append" => engine(
+            update_op(&key, update::append, args[2].clone(), 0),
+            Finish::Update,
+        ),
+        "setrange" => {
+            let Some(offset) = integer(&args[2]) else {
+                return error(v, update::NOT_INTEGER);
+            };
+            if offset < 0 {
+                return error(v, "ERR offset is out of range");
+            }
+            let value = &args[3];
+            if !value.is_empty()
+                && (offset as u64).saturating_add(value.len() as u64) > env.value_bytes_max as u64
+            {
+                return error(v, &too_long(env.value_bytes_max));
+            }
+            engine(
+                update_op(&key, update::set_range, value.clone(), offset),
+                Finish::Update,
+            )
+        }
+        _ => error(v, &unknown_command(args)),
+    }
+}
+
+fn engine(ops: Vec<Op>, finish: Finish) -> Planned {
+    Planned::Engine { ops, finish }
+}
+
+fn too_long(max: usize) -> String {
+    format!(
+        "ERR string exceeds maximum allowed size (ringkv's limits.value_bytes_max = {max} bytes)"
+    )
+}
+
+/// SCAN's cursor is a shard and a partition: `shard * partitions +
+/// partition`; 0 starts a scan and ends one.
+fn plan_scan(args: &[Bytes], v: Version) -> Planned {
+    let Some(cursor) = std::str::from_utf8(&args[1])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        return error(v, "ERR invalid cursor");
+    };
+    let mut pattern = None;
+    let mut count = 10usize;
+    let mut strings = true;
+    let mut i = 2;
+    while i < args.len() {
+        let opt = String::from_utf8_lossy(&args[i]).to_ascii_uppercase();
+        let Some(value) = args.get(i + 1) else {
+            return error(v, SYNTAX);
+        };
+        match opt.as_str() {
+            "MATCH" => pattern = Some(value.clone()),
+            "COUNT" => match integer(value) {
+                None => return error(v, update::NOT_INTEGER),
+                Some(c) if c < 1 => return error(v, SYNTAX),
+                Some(c) => count = c.min(1 << 20) as usize,
+            },
+            "TYPE" => strings = value.eq_ignore_ascii_case(b"string"),
+            _ => return error(v, SYNTAX),
+        }
+        i += 2;
+    }
+    Planned::Server(ServerCommand::Scan {
+        cursor,
+        pattern,
+        count,
+        strings,
+    })
+}
+
+fn plan_set(args: &[Bytes], v: Version) -> Planned {
+    let mut flags = 0;
+    for opt in &args[3..] {
+        let opt = String::from_utf8_lossy(opt).to_ascii_uppercase();
+        match opt.as_str() {
+            "NX" if flags & update::SET_XX == 0 => flags |= update::SET_NX,
+            "XX" if flags & update::SET_NX == 0 => flags |= update::SET_XX,
+            "GET" => flags |= update::SET_GET,
+            "EX" | "PX" | "EXAT" | "PXAT" | "KEEPTTL" => {
+                return error(
+                    v,
+                    "ERR ringkv does not support expiry yet (SET EX, PX, EXAT, PXAT, KEEPTTL)",
+                )
+            }
+            _ => return error(v, SYNTAX),
+        }
+    }
+    let key = args[1].clone();
+    let value = args[2].clone();
+    if flags == 0 {
+        return engine(vec![Op::Put { key, value }], Finish::Ok);
+    }
+    engine(update_op(&key, update::set, value, flags), Finish::Update)
+}
+
+const NO_PASSWORD: &str = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?";
+const WRONG_PASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+
+/// The reply before AUTH when a password is configured (Redis's text).
+pub const NOAUTH: &str = "NOAUTH Authentication required.";
+/// HELLO without AUTH from a client that has not authenticated.
+const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time";
+
+/// How an [`Planned::Auth`] ends.
+pub const AUTH_NO_PASSWORD: &str = NO_PASSWORD;
+pub const AUTH_WRONG_PASS: &str = WRONG_PASS;
+
+/// AUTH [user] password: checked by the executor against the server's
+/// password (`server.requirepass` / `server.password_file`). Only the
+/// `default` user exists.
+fn plan_auth(args: &[Bytes], v: Version) -> Planned {
+    match args.len() {
+        2 => Planned::Auth {
+            user: None,
+            password: args[1].clone(),
+            hello: None,
+        },
+        3 => Planned::Auth {
+            user: Some(args[1].clone()),
+            password: args[2].clone(),
+            hello: None,
+        },
+        _ => error(v, SYNTAX),
+    }
+}
+
+/// Whether `user` names the only user ringkv has.
+pub fn is_default_user(user: &[u8]) -> bool {
+    user.eq_ignore_ascii_case(b"default")
+}
+
+pub fn plan_hello(args: &[Bytes], client: &mut Client) -> Planned {
+    let v = client.version;
+    let mut version = client.version;
+    let mut i = 1;
+    if args.len() > 1 {
+        match integer(&args[1]) {
+            Some(2) => version = Version::Resp2,
+            Some(3) => version = Version::Resp3,
+            Some(_) => return error(v, "NOPROTO unsupported protocol version"),
+            None => return error(v, "ERR Protocol version is not an integer or out of range"),
+        }
+        i = 2;
+    }
+    let mut name = None;
+    let mut auth = None;
+    while i < args.len() {
+        let opt = String::from_utf8_lossy(&args[i]).to_ascii_uppercase();
+        let left = args.len() - i - 1;
+        match opt.as_str() {
+            "AUTH" if left >= 2 => {
+                auth = Some((args[i + 1].clone(), args[i + 2].clone()));
+                i += 3;
+            }
+            "SETNAME" if left >= 1 => {
+                if !valid_name(&args[i + 1]) {
+                    return error(v, BAD_NAME);
+                }
+                name = Some(args[i + 1].clone());
+                i += 2;
+            }
+            _ => {
+                return error(
+                    v,
+                    &format!(
+                        "ERR Syntax error in HELLO option '{}'",
+                        String::from_utf8_lossy(&args[i])
+                    ),
+                )
+            }
+        }
+    }
+    if let Some((user, password)) = auth {
+        // The executor checks the password, then runs this HELLO again
+        // without its AUTH option.
+        let mut rest = vec![args[0].clone()];
+        if args.len() > 1 {
+            rest.push(args[1].clone());
+        }
+        if let Some(name) = name {
+            rest.push(Bytes::from_static(b"SETNAME"));
+            rest.push(name);
+        }
+        return Planned::Auth {
+            user: Some(user),
+            password,
+            hello: Some(rest),
+        };
+    }
+    if !client.authenticated {
+        return error(v, HELLO_NOAUTH);
+    }
+    if let Some(name) = name {
+        client.name = (!name.is_empty()).then_some(name);
+    }
+    client.version = version;
+    let id = client.id;
+    ready(version, |w| {
+        w.map(7);
+        w.bulk(b"server");
+        w.bulk(b"redis");
+        w.bulk(b"version");
+        w.bulk(REDIS_VERSION.as_bytes());
+        w.bulk(b"proto");
+        w.int(version.number());
+        w.bulk(b"id");
+        w.int(id);
+        w.bulk(b"mode");
+        w.bulk(b"standalone");
+        w.bulk(b"role");
+        w.bulk(b"master");
+        w.bulk(b"modules");
+        w.array(0);
+    })
+}
+
+const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
+
+/// Redis accepts names of printable characters without spaces.
+fn valid_name(name: &[u8]) -> bool {
+    name.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+fn plan_client(args: &[Bytes], client: &mut Client) -> Planned {
+    let v = client.version;
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    let n = args.len();
+    match sub.as_str() {
+        "id" if n == 2 => ready(v, |w| w.int(client.id)),
+        "getname" if n == 2 => match &client.name {
+            Some(name) => {
+                let name = name.clone();
+                ready(v, |w| w.bulk(&name))
+            }
+            None => ready(v, |w| w.null()),
+        },
+        "setname" if n == 3 => {
+            if !valid_name(&args[2]) {
+                return error(v, BAD_NAME);
+            }
+            client.name = (!args[2].is_empty()).then(|| args[2].clone());
+            ready(v, |w| w.ok())
+        }
+        "setinfo" if n == 4 => {
+            let attr = String::from_utf8_lossy(&args[2]).to_ascii_lowercase();
+            let value = args[3].clone();
+            if !valid_name(&value) {
+                return error(
+                    v,
+                    &format!("ERR {attr} cannot contain spaces, newlines or special characters."),
+                );
+            }
+            match attr.as_str() {
+                "lib-name" => client.lib_name = Some(value),
+                "lib-ver" => client.lib_ver = Some(value),
+                _ => {
+                    return error(
+                        v,
+                        &format!(
+                            "ERR Unrecognized option '{}'",
+                            String::from_utf8_lossy(&args[2])
+                        ),
+                    )
+                }
+            }
+            ready(v, |w| w.ok())
+        }
+        "id" | "getname" | "setname" | "setinfo" => {
+            error(v, &wrong_arity(&format!("client|{sub}")))
+        }
+        _ => error(v, &unknown_subcommand(&args[1], "client")),
+    }
+}
+
+/// The Redis error text for an engine refusal.
+pub fn op_error_text(e: &OpError) -> String {
+    match e {
+        OpError::EmptyKey => "ERR empty keys are not supported by ringkv".to_string(),
+        OpError::KeyTooLarge { len, max } => format!(
+            "ERR key of {len} bytes is over ringkv's limit of {max} (limits.key_bytes_max)"
+        ),
+        OpError::ValueTooLarge { len, max } => format!(
+            "ERR string exceeds maximum allowed size (value of {len} bytes, ringkv's limits.value_bytes_max = {max})"
+        ),
+        OpError::Poisoned { .. } => format!("MISCONF {e}"),
+        other => format!("ERR {other}"),
+    }
+}
+
+/// Writes the reply of a command from its engine results (in its op order).
+pub fn finish(finish: Finish, results: &[OpResult], w: &mut ReplyWriter) {
+    if let Some(e) = results.iter().find_map(|r| match r {
+        OpResult::Err(e) => Some(e),
+        _ => None,
+    }) {
+        w.error(&op_error_text(e));
+        return;
+    }
+    let value = || match results.first() {
+        Some(OpResult::Value(v)) => Some(v.clone()),
+        _ => None,
+    };
+    match finish {
+        Finish::Get => match value() {
+            Some(v) => w.bulk(&v),
+            None => w.null(),
+        },
+        Finish::Ok => w.ok(),
+        Finish::Removed => w.int(results.iter().filter(|r| **r == OpResult::Ok).count() as i64),
+        Finish::Found => w.int(
+            results
+                .iter()
+                .filter(|r| matches!(r, OpResult::Value(_)))
+                .count() as i64,
+        ),
+        Finish::Values => {
+            w.array(results.len());
+            for r in results {
+                match r {
+                    OpResult::Value(v) => w.bulk(v),
+                    _ => w.null(),
+                }
+            }
+        }
+        Finish::Strlen => w.int(value().map_or(0, |v| v.len() as i64)),
+        Finish::Range(start, end) => {
+            let v = value().unwrap_or_default();
+            let (s, e) = range(v.len(), start, end);
+            w.bulk(&v[s..e]);
+        }
+        Finish::Type => w.simple(if value().is_some() { "string" } else { "none" }),
+        Finish::Update => match results.first() {
+            Some(OpResult::Updated(answer)) => match answer {
+                UpdateAnswer::Nil => w.null(),
+                UpdateAnswer::Ok => w.ok(),
+                UpdateAnswer::Int(n) => w.int(*n),
+                UpdateAnswer::Value(v) => w.bulk(v),
+                UpdateAnswer::Refused(text) => w.error(text),
+            },
+            other => w.error(&format!("ERR unexpected engine answer {other:?}")),
+        },
+    }
+}
+
+/// GETRANGE's byte range `[start, end)` of a value of `len` bytes.
+pub fn range(len: usize, start: i64, end: i64) -> (usize, usize) {
+    let len = len as i64;
+    if start < 0 && end < 0 && start > end {
+        return (0, 0);
+    }
+    let mut start = if start < 0 { len + start } else { start };
+    let mut end = if end < 0 { len + end } else { end };
+    start = start.max(0);
+    end = end.max(0);
+    if end >= len {
+        end = len - 1;
+    }
+    if len == 0 || start > end {
+        return (0, 0);
+    }
+    (start as usize, end as usize + 1)
+}
+
+/// Redis's glob match (`stringmatchlen`) for CONFIG GET, KEYS and SCAN:
+/// `*`, `?`, `[abc]`, `[^a-z]`, `\\x`; case-insensitive for CONFIG GET only
+/// (`nocase`). Linear backtracking to the last `*` only, so no pattern costs
+/// more than O(pattern × text); like Redis, a pattern that nests more than
+/// 1000 `*` matches nothing.
+pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    glob(pattern, text, false)
+}
+
+/// [`glob_match`] ignoring ASCII case.
+pub fn glob_match_nocase(pattern: &[u8], text: &[u8]) -> bool {
+    glob(pattern, text, true)
+}
+
+const GLOB_STARS_MAX: usize = 1000;
+
+fn glob(pattern: &[u8], text: &[u8], nocase: bool) -> bool {
+    let fold = |c: u8| if nocase { c.to_ascii_lowercase() } else { c };
+    let mut stars = 0;
+    let mut i = 0;
+    while i < pattern.len() {
+        match pattern[i] {
+            b'\\' => i += 1,
+            b'*' if i + 1 < pattern.len() && pattern[i + 1] != b'*' => stars += 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    if stars > GLOB_STARS_MAX {
+        return false;
+    }
+    let (mut p, mut t) = (0usize, 0usize);
+    // (pattern index after the last star, text index it is tried at)
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() {
+            if pattern[p] == b'*' {
+                while p < pattern.len() && pattern[p] == b'*' {
+                    p += 1;
+                }
+                if p == pattern.len() {
+                    return true;
+                }
+                star = Some((p, t));
+                continue;
+            }
+            let (matched, next) = glob_one(pattern, p, fold(text[t]), fold);
+            if matched {
+                p = next;
+                t += 1;
+                continue;
+            }
+        }
+        match star {
+            Some((sp, st)) => {
+                p = sp;
+                t = st + 1;
+                star = Some((sp, st + 1));
+            }
+            None => return false,
+        }
+    }
+    while p < pattern.len() && pattern[p] == b'*' {
+        p += 1;
+    }
+    p == pattern.len()
+}
+
+/// Whether the pattern token at `p` matches the character `c`, and where
+/// the next token starts.
+fn glob_one(pattern: &[u8], mut p: usize, c: u8, fold: impl Fn(u8) -> u8) -> (bool, usize) {
+    match pattern[p] {
+        b'?' => (true, p + 1),
+        b'\\' if p + 1 < pattern.len() => (fold(pattern[p + 1]) == c, p + 2),
+        b'[' => {
+            p += 1;
+            let negate = p < pattern.len() && pattern[p] == b'^';
+            if negate {
+                p += 1;
+            }
+            let mut matched = false;
+            while p < pattern.len() && pattern[p] != b']' {
+                if pattern[p] == b'\\' && p + 1 < pattern.len() {
+                    p += 1;
+                    matched |= fold(pattern[p]) == c;
+                } else if p + 2 < pattern.len() && pattern[p + 1] == b'-' && pattern[p + 2] != b']'
+                {
+                    let (a, b) = (fold(pattern[p]), fold(pattern[p + 2]));
+                    let (a, b) = if a <= b { (a, b) } else { (b, a) };
+                    matched |= (a..=b).contains(&c);
+                    p += 2;
+                } else {
+                    matched |= fold(pattern[p]) == c;
+                }
+                p += 1;
+            }
+            // Past the closing ']' (an unclosed class ends the pattern).
+            (matched != negate, (p + 1).min(pattern.len()))
+        }
+        other => (fold(other) == c, p + 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringkv_protocol::resp::{decode_reply, Reply, ReplyLimits};
+
+    const ENV: Env = Env {
+        value_bytes_max: 1024,
+        ops_max: 100,
+        flush_enabled: true,
+    };
+
+    fn args(line: &str) -> Vec<Bytes> {
+        line.split(' ')
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect()
+    }
+
+    fn reply_of(p: Planned) -> Reply {
+        match p {
+            Planned::Ready(b) => decode_reply(&mut BytesMut::from(&b[..]), &ReplyLimits::default())
+                .unwrap()
+                .unwrap(),
+            other => panic!("not ready: {other:?}"),
+        }
+    }
+
+    fn now(line: &str) -> Reply {
+        reply_of(plan(&args(line), &mut Client::new(7), &ENV))
+    }
+
+    fn err(text: &str) -> Reply {
+        Reply::Error(text.to_string())
+    }
+
+    #[test]
+    fn redis_error_texts() {
+        assert_eq!(
+            now("foo a b"),
+            err("ERR unknown command 'foo', with args beginning with: 'a' 'b' ")
+        );
+        assert_eq!(
+            now("FOO"),
+            err("ERR unknown command 'FOO', with args beginning with: ")
+        );
+        assert_eq!(
+            now("GET"),
+            err("ERR wrong number of arguments for 'get' command")
+        );
+        assert_eq!(
+            now("ping x y z"),
+            err("ERR wrong number of arguments for 'ping' command")
+        );
+        assert_eq!(
+            now("mset a b c"),
+            err("ERR wrong number of arguments for 'mset' command")
+        );
+        assert_eq!(now("set a b nx xx"), err(SYNTAX));
+        assert_eq!(now("set a b foo"), err(SYNTAX));
+        assert_eq!(now("incrby a x"), err(update::NOT_INTEGER));
+        assert_eq!(
+            now("decrby a -9223372036854775808"),
+            err("ERR decrement would overflow")
+        );
+        assert_eq!(now("incrbyfloat a x"), err(update::NOT_FLOAT));
+        assert_eq!(now("select 1"), err("ERR DB index is out of range"));
+        assert_eq!(now("select x"), err(update::NOT_INTEGER));
+        assert_eq!(now("setrange k -1 x"), err("ERR offset is out of range"));
+        assert!(
+            matches!(now("setrange k 1024 x"), Reply::Error(e) if e.starts_with("ERR string exceeds maximum allowed size"))
+        );
+        assert_eq!(now("auth a b c"), err(SYNTAX));
+        assert_eq!(
+            now("client kill x"),
+            err("ERR unknown subcommand 'kill'. Try CLIENT HELP.")
+        );
+        assert_eq!(
+            now("config set a b"),
+            err("ERR unknown subcommand 'set'. Try CONFIG HELP.")
+        );
+        assert_eq!(now("hello 4"), err("NOPROTO unsupported protocol version"));
+        assert_eq!(now("client setname a\tb"), err(BAD_NAME));
+    }
+
+    #[test]
+    fn auth_is_checked_by_the_executor_and_required_first() {
+        let mut c = Client::new(1);
+        assert!(matches!(
+            plan(&args("auth default pw"), &mut c, &ENV),
+            Planned::Auth {
+                user: Some(_),
+                hello: None,
+                ..
+            }
+        ));
+        assert!(matches!(
+            plan(&args("hello 3 auth default pw setname n"), &mut c, &ENV),
+            Planned::Auth { hello: Some(h), .. } if h.len() == 4
+        ));
+        c.authenticated = false;
+        assert_eq!(reply_of(plan(&args("get k"), &mut c, &ENV)), err(NOAUTH));
+        assert_eq!(reply_of(plan(&args("ping"), &mut c, &ENV)), err(NOAUTH));
+        assert!(
+            matches!(reply_of(plan(&args("hello 3"), &mut c, &ENV)), Reply::Error(e) if e.starts_with("NOAUTH HELLO"))
+        );
+        assert!(matches!(plan(&args("quit"), &mut c, &ENV), Planned::Quit));
+        assert!(
+            matches!(reply_of(plan(&args("get"), &mut c, &ENV)), Reply::Error(e) if e.starts_with("ERR wrong number"))
+        );
+    }
+
+    #[test]
+    fn flush_can_be_disabled() {
+        let env = Env {
+            flush_enabled: false,
+            ..ENV
+        };
+        let mut c = Client::new(1);
+        assert!(matches!(
+            reply_of(plan(&args("FLUSHALL"), &mut c, &env)),
+            Reply::Error(e) if e.starts_with("ERR unknown command 'FLUSHALL'")
+        ));
+        assert!(matches!(
+            plan(&args("flushdb"), &mut c, &ENV),
+            Planned::Server(ServerCommand::Flush)
+        ));
+    }
+
+    #[test]
+    fn immediate_replies() {
+        assert_eq!(now("PING"), Reply::Simple("PONG".into()));
+        assert_eq!(now("ping hi"), Reply::Bulk(Bytes::from_static(b"hi")));
+        assert_eq!(now("echo x"), Reply::Bulk(Bytes::from_static(b"x")));
+        assert_eq!(now("select 0"), Reply::Simple("OK".into()));
+        assert_eq!(now("command count"), Reply::Int(COMMANDS.len() as i64));
+        assert!(matches!(now("time"), Reply::Array(a) if a.len() == 2));
+    }
+
+    #[test]
+    fn hello_switches_the_version_and_client_remembers_its_name() {
+        let mut c = Client::new(9);
+        let r = reply_of(plan(&args("hello 3 setname me"), &mut c, &ENV));
+        assert_eq!(c.version, Version::Resp3);
+        let Reply::Map(pairs) = r else {
+            panic!("{r:?}")
+        };
+        assert!(pairs.contains(&(Reply::Bulk(Bytes::from_static(b"proto")), Reply::Int(3))));
+        assert!(pairs.contains(&(Reply::Bulk(Bytes::from_static(b"id")), Reply::Int(9))));
+        assert_eq!(
+            reply_of(plan(&args("client getname"), &mut c, &ENV)),
+            Reply::Bulk(Bytes::from_static(b"me"))
+        );
+        let r = reply_of(plan(&args("hello 2"), &mut c, &ENV));
+        assert!(matches!(r, Reply::Array(a) if a.len() == 14));
+        assert_eq!(
+            reply_of(plan(&args("client setname"), &mut c, &ENV)),
+            err("ERR wrong number of arguments for 'client|setname' command")
+        );
+        reply_of(plan(&args("client setname x"), &mut c, &ENV));
+        assert_eq!(c.name, Some(Bytes::from_static(b"x")));
+        assert_eq!(
+            reply_of(plan(&args("client id"), &mut c, &ENV)),
+            Reply::Int(9)
+        );
+    }
+
+    #[test]
+    fn read_modify_writes_are_single_updates() {
+        for line in [
+            "incr k",
+            "decrby k 3",
+            "setnx k v",
+            "getset k v",
+            "getdel k",
+            "append k v",
+            "setrange k 2 v",
+            "incrbyfloat k 1.5",
+            "set k v nx",
+            "set k v xx get",
+        ] {
+            match plan(&args(line), &mut Client::new(1), &ENV) {
+                Planned::Engine { ops, finish } => {
+                    assert_eq!(ops.len(), 1, "{line}");
+                    assert!(matches!(ops[0], Op::Update { .. }), "{line}");
+                    assert_eq!(finish, Finish::Update, "{line}");
+                }
+                other => panic!("{line}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            plan(&args("set k v"), &mut Client::new(1), &ENV),
+            Planned::Engine { ref ops, finish: Finish::Ok } if matches!(ops[0], Op::Put { .. })
+        ));
+    }
+
+    fn finished(f: Finish, results: &[OpResult], version: Version) -> Reply {
+        let mut out = BytesMut::new();
+        finish(f, results, &mut ReplyWriter::new(&mut out, version));
+        decode_reply(&mut out, &ReplyLimits::default())
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn replies_from_engine_results() {
+        let v = |s: &'static str| OpResult::Value(Bytes::from_static(s.as_bytes()));
+        let r2 = Version::Resp2;
+        assert_eq!(
+            finished(Finish::Get, &[OpResult::NotFound], r2),
+            Reply::Null
+        );
+        assert_eq!(
+            finished(Finish::Get, &[v("x")], r2),
+            Reply::Bulk(Bytes::from_static(b"x"))
+        );
+        assert_eq!(
+            finished(
+                Finish::Removed,
+                &[OpResult::Ok, OpResult::NotFound, OpResult::Ok],
+                r2
+            ),
+            Reply::Int(2)
+        );
+        assert_eq!(
+            finished(Finish::Found, &[v("a"), OpResult::NotFound], r2),
+            Reply::Int(1)
+        );
+        assert_eq!(
+            finished(
+                Finish::Values,
+                &[v("a"), OpResult::NotFound],
+                Version::Resp3
+            ),
+            Reply::Array(vec![Reply::Bulk(Bytes::from_static(b"a")), Reply::Null])
+        );
+        assert_eq!(finished(Finish::Strlen, &[v("abc")], r2), Reply::Int(3));
+        assert_eq!(
+            finished(Finish::Range(1, -1), &[v("hello")], r2),
+            Reply::Bulk(Bytes::from_static(b"ello"))
+        );
+        assert_eq!(
+            finished(Finish::Type, &[v("a")], r2),
+            Reply::Simple("string".into())
+        );
+        assert_eq!(
+            finished(Finish::Type, &[OpResult::NotFound], r2),
+            Reply::Simple("none".into())
+        );
+        assert_eq!(
+            finished(
+                Finish::Ok,
+                &[OpResult::Ok, OpResult::Err(OpError::EmptyKey)],
+                r2
+            ),
+            err("ERR empty keys are not supported by ringkv")
+        );
+        assert_eq!(
+            finished(
+                Finish::Update,
+                &[OpResult::Updated(UpdateAnswer::Refused(update::OVERFLOW))],
+                r2
+            ),
+            err(update::OVERFLOW)
+        );
+    }
+
+    #[test]
+    fn getrange_follows_redis() {
+        assert_eq!(range(5, 0, -1), (0, 5));
+        assert_eq!(range(5, -3, -1), (2, 5));
+        assert_eq!(range(5, 3, 1), (0, 0));
+        assert_eq!(range(5, -1, -3), (0, 0));
+        assert_eq!(range(5, 0, 100), (0, 5));
+        assert_eq!(range(0, 0, -1), (0, 0));
+        assert_eq!(range(5, -100, 1), (0, 2));
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match(b"*", b"anything"));
+        assert!(glob_match(b"append*", b"appendonly"));
+        assert!(glob_match_nocase(b"SAVE", b"save"));
+        assert!(!glob_match(b"SAVE", b"save"));
+        assert!(!glob_match(
+            b"a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b",
+            &[b'a'; 40]
+        ));
+        assert!(!glob_match(&b"*?".repeat(50_000), &[b'a'; 50_000]));
+        assert!(glob_match(b"h?llo", b"hello"));
+        assert!(glob_match(b"h*llo", b"heeeello"));
+        assert!(!glob_match(b"h*llo", b"heeeellx"));
+        assert!(glob_match(b"h\\*llo", b"h*llo"));
+        assert!(glob_match(b"*b", b"aab"));
+        assert!(glob_match(b"a*", b"a"));
+        assert!(glob_match(b"s?ve", b"save"));
+        assert!(glob_match(b"[abc]x", b"bx"));
+        assert!(!glob_match(b"[^abc]x", b"bx"));
+        assert!(glob_match(b"[a-c]x", b"bx"));
+        assert!(!glob_match(b"save", b"saves"));
+        assert!(glob_match(&[b'*'; 200], b"ab"));
+        assert!(glob_match(b"*a*b*c", b"xxaxxbxxc"));
+    }
+}

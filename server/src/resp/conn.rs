@@ -1,0 +1,581 @@
+//! One shard's RESP front door and its connections, run on the shard's
+//! own runtime thread beside the native listener: accept on this shard's
+//! SO_REUSEPORT RESP socket, then per connection a reader task (bytes →
+//! commands, [`RespDecoder`]) and an executor task (commands → engine
+//! batches → replies), joined by a bounded [`Pipe`].
+//!
+//! What must hold:
+//! - commands run in the order they arrived and replies leave in that
+//!   order; consecutive commands are sent to the engine as one batch (split
+//!   by owning shard by the engine's router, like a native batch), so a
+//!   pipeline costs one round of group commit, and a write's reply waits
+//!   for the configured durability exactly as a native PUT's does;
+//! - a connection holds at most one partial command in its read buffer
+//!   (bounded by `limits.frame_bytes_max`), and at most
+//!   `server.pipeline_depth_max` reads' worth of decoded commands (at most
+//!   `limits.frame_bytes_max` bytes) wait for the executor: a client that
+//!   does not read its replies stops being read (TCP back-pressure);
+//! - a protocol error is answered with Redis's text and the connection is
+//!   closed; nothing a client sends reaches another connection or stops
+//!   the shard.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use compio::buf::{BufResult, IntoInner, IoBuf};
+use compio::io::{AsyncRead, AsyncWriteExt};
+use compio::net::{TcpListener, TcpStream};
+use engine::{Op, OpResult};
+use ringkv_protocol::resp::{Command, ReplyWriter, RespDecoder, RespLimits, Version};
+
+use super::command::{
+    finish, is_default_user, plan, plan_hello, Client, Env, Finish, Planned, AUTH_NO_PASSWORD,
+    AUTH_WRONG_PASS,
+};
+use super::counters::RespCounters;
+use super::info::answer_server_command;
+use crate::connection::{linger, ConnState};
+use crate::pipe::Pipe;
+use crate::session::CloseReason;
+use crate::shard::ShardContext;
+
+/// Smallest free space offered to one read.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Replies beyond this many bytes are written before the next engine batch.
+const OUT_FLUSH_BYTES: usize = 256 * 1024;
+/// Most commands the reader hands over in one pipe item.
+const COMMANDS_PER_ITEM_MAX: usize = 1024;
+/// After a protocol error, how long the reader drains input so the error
+/// reply is not lost to a TCP reset.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+/// Pause after an accept error about resources (EMFILE...).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// The reply to a connection over `server.max_connections` (Redis's text).
+const TOO_MANY_CLIENTS: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// The RESP limits for a server's configuration.
+pub fn resp_limits(limits: &ringkv_protocol::Limits) -> RespLimits {
+    RespLimits {
+        bulk_bytes_max: limits.key_bytes_max.max(limits.value_bytes_max) as usize,
+        // MSET of 2 × ops_per_frame_max pairs (it runs as several engine
+        // batches); each argument still counts against command_bytes_max.
+        args_max: 4 * limits.ops_per_frame_max as usize + 1,
+        command_bytes_max: limits.frame_bytes_max as usize,
+    }
+}
+
+/// Accepts RESP connections on `listener` until the task is dropped (the
+/// shard's accept loop drops it when the server stops; the shard's drain
+/// then closes these connections with the native ones).
+pub async fn accept_loop(ctx: Rc<ShardContext>, listener: std::net::TcpListener) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(shard = ctx.shard, error = %e, "cannot use the RESP listening socket on this shard's runtime; the shard accepts no RESP connections");
+            return;
+        }
+    };
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => admit(&ctx, stream, peer),
+            Err(e) => {
+                if ctx.allow_warning() {
+                    tracing::warn!(shard = ctx.shard, error = %e, "RESP accept failed");
+                }
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                ) {
+                    compio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            }
+        }
+    }
+}
+
+fn admit(ctx: &Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
+    ctx.counters().add_accepted();
+    ctx.resp_counters().add_accepted();
+    match ctx.shared.try_acquire_connection() {
+        Some(slot) => {
+            let ctx = Rc::clone(ctx);
+            compio::runtime::spawn(async move {
+                serve(&ctx, stream, peer).await;
+                ctx.resp_counters().add_closed();
+                drop(slot);
+            })
+            .detach();
+        }
+        None => {
+            ctx.counters().add_closed(CloseReason::TooManyConnections);
+            ctx.resp_counters().add_closed();
+            if ctx.allow_warning() {
+                tracing::warn!(%peer, max_connections = ctx.shared.max_connections, "refused a RESP connection: too many connections");
+            }
+            compio::runtime::spawn(async move {
+                let mut s = &stream;
+                let BufResult(result, _) = s.write_all(TOO_MANY_CLIENTS).await;
+                if result.is_ok() {
+                    let _ = compio::io::AsyncWrite::shutdown(&mut s).await;
+                    linger(&stream, Duration::from_millis(500)).await;
+                }
+            })
+            .detach();
+        }
+    }
+}
+
+/// What the reader hands the executor.
+#[derive(Debug)]
+enum Work {
+    Commands(Vec<Command>),
+    /// Write this error reply after everything before it, then close.
+    Close(Bytes),
+}
+
+async fn serve(ctx: &Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(%peer, error = %e, "could not set TCP_NODELAY");
+    }
+    let stream = Rc::new(stream);
+    // Declared after `stream`: dropped (unregistered) before the socket.
+    let registration = ctx.register(peer, stream.as_raw_fd());
+    let conn = Rc::clone(registration.conn());
+    // RESP has no opening handshake: a client may wait as long as it likes
+    // before its first command (AUTH included), as with Redis; the idle
+    // timeout still applies.
+    conn.handshake_done();
+    let limits = ctx.shared.limits;
+    let pipe: Pipe<Work> = Pipe::new(
+        limits.pipeline_depth_max as usize,
+        limits.frame_bytes_max as usize,
+    );
+    // Whether the client may run commands (see `Client::authenticated`);
+    // the reader applies Redis's tighter limits until it is.
+    let authenticated = Rc::new(Cell::new(!ctx.shared.access.auth.is_required()));
+    let reader = compio::runtime::spawn(read_loop(
+        Rc::clone(ctx),
+        Rc::clone(&conn),
+        Rc::clone(&stream),
+        pipe.clone(),
+        Rc::clone(&authenticated),
+    ));
+    let outcome = execute_loop(ctx, &conn, &stream, &pipe, &authenticated).await;
+    // Whatever ended the executor (QUIT, a write error, the reader being
+    // done), the reader stops too.
+    pipe.close_receiver();
+    if outcome.is_err() {
+        conn.force_close(CloseReason::IoError, true);
+    } else if !matches!(outcome, Ok(Ended::ReaderDone)) {
+        conn.force_close(CloseReason::PeerClosed, false);
+    }
+    let (reason, detail) = match reader.await {
+        Ok(r) => r,
+        Err(_) => (CloseReason::IoError, "reader task failed".to_string()),
+    };
+    // A protocol error is what ended it even if the executor then shut the
+    // socket; otherwise a forced close (idle, shutdown) names the reason.
+    let reason = match (reason, conn.forced()) {
+        (CloseReason::ProtocolError, _) => CloseReason::ProtocolError,
+        (_, Some(forced)) => forced,
+        (r, None) => r,
+    };
+    ctx.counters().add_closed(reason);
+    match reason {
+        CloseReason::ProtocolError if ctx.allow_warning() => {
+            tracing::warn!(%peer, conn = conn.id, detail, "closed a RESP connection that broke the protocol")
+        }
+        _ => {
+            tracing::debug!(%peer, conn = conn.id, reason = reason.name(), detail, write_error = ?outcome.err(), "RESP connection closed")
+        }
+    }
+    drop(registration);
+}
+
+async fn read_loop(
+    ctx: Rc<ShardContext>,
+    conn: Rc<ConnState>,
+    stream: Rc<TcpStream>,
+    pipe: Pipe<Work>,
+    authenticated: Rc<Cell<bool>>,
+) -> (CloseReason, String) {
+    let mut decoder = RespDecoder::new(resp_limits(&ctx.shared.limits));
+    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let outcome = loop {
+        conn.not_reading();
+        let mut progressed = false;
+        let mut fatal = None;
+        loop {
+            // Until the client authenticates, Redis's limits apply and
+            // commands are handed over one at a time, each run before the
+            // next is decoded (so an AUTH lifts the limits for what
+            // follows it in the same pipeline, as in Redis).
+            let one_at_a_time = !authenticated.get();
+            decoder.set_unauthenticated(one_at_a_time);
+            let per_item = if one_at_a_time {
+                1
+            } else {
+                COMMANDS_PER_ITEM_MAX
+            };
+            let mut commands = Vec::new();
+            let mut bytes = 0usize;
+            while commands.len() < per_item {
+                match decoder.decode(&mut buf) {
+                    Ok(Some(cmd)) => {
+                        bytes += cmd.iter().map(|a| a.len() + 16).sum::<usize>();
+                        commands.push(cmd);
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        fatal = Some(e);
+                        break;
+                    }
+                }
+            }
+            if commands.is_empty() {
+                break;
+            }
+            progressed = true;
+            if pipe.push(Work::Commands(commands), bytes).await.is_err()
+                || (one_at_a_time && pipe.drained().await.is_err())
+            {
+                pipe.close_sender();
+                return (CloseReason::PeerClosed, "executor stopped".to_string());
+            }
+            if fatal.is_some() {
+                break;
+            }
+        }
+        if let Some(e) = fatal {
+            ctx.resp_counters().add_error();
+            let mut reply = BytesMut::new();
+            ReplyWriter::new(&mut reply, Version::Resp2).error(&format!("ERR {e}"));
+            let _ = pipe.push(Work::Close(reply.freeze()), 0).await;
+            pipe.close_sender();
+            linger(&stream, LINGER_TIME).await;
+            return (CloseReason::ProtocolError, e.to_string());
+        }
+        let wanted = decoder.bytes_wanted();
+        let spare = wanted.saturating_sub(buf.len()).max(READ_CHUNK_BYTES);
+        buf.reserve(spare);
+        let start = buf.len();
+        conn.reading(decoder.has_partial(&buf), progressed);
+        let BufResult(result, slice) = (&*stream).read(buf.slice(start..)).await;
+        buf = slice.into_inner();
+        match result {
+            Ok(0) => break (CloseReason::PeerClosed, String::new()),
+            Ok(n) => {
+                conn.touch();
+                ctx.counters().add_received(n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => break (CloseReason::IoError, format!("read failed: {e}")),
+        }
+    };
+    pipe.close_sender();
+    outcome
+}
+
+/// Why the executor stopped.
+#[derive(Debug)]
+enum Ended {
+    /// The reader finished and everything was answered.
+    ReaderDone,
+    /// QUIT or a protocol error: answered, then closed.
+    Closed,
+}
+
+/// Commands waiting for one engine batch.
+struct Batch {
+    ops: Vec<Op>,
+    /// Per command in order: its reply, or where its ops are and how to
+    /// finish it.
+    pending: Vec<Pending>,
+}
+
+enum Pending {
+    Ready(Bytes),
+    Engine {
+        /// The command's counter slot.
+        slot: usize,
+        start: usize,
+        count: usize,
+        finish: Finish,
+        version: Version,
+    },
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
+            ops: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+async fn execute_loop(
+    ctx: &Rc<ShardContext>,
+    conn: &ConnState,
+    stream: &TcpStream,
+    pipe: &Pipe<Work>,
+    authenticated: &Cell<bool>,
+) -> std::io::Result<Ended> {
+    let limits = ctx.shared.limits;
+    let env = Env {
+        value_bytes_max: limits.value_bytes_max as usize,
+        ops_max: limits.ops_per_frame_max as usize,
+        flush_enabled: ctx.shared.facts.resp_flush_enabled,
+    };
+    // Redis's client ids start at 1 (clients check `CLIENT ID > 0`); the
+    // connection ids start at 0.
+    let mut client = Client::new(((conn.id & (i64::MAX as u64)) as i64).saturating_add(1));
+    client.authenticated = authenticated.get();
+    let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    while let Some((first, first_bytes)) = pipe.pop().await {
+        // Take what else is queued, so one engine batch covers it all.
+        let mut items = vec![(first, first_bytes)];
+        while items.len() < 64 {
+            match pipe.try_pop() {
+                Some(item) => items.push(item),
+                None => break,
+            }
+        }
+        let mut batch = Batch::new();
+        let mut ended = None;
+        let mut completed = 0;
+        'items: for (work, _) in items.iter_mut() {
+            completed += 1;
+            let commands = match work {
+                Work::Commands(c) => std::mem::take(c),
+                Work::Close(reply) => {
+                    out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
+                    out.extend_from_slice(reply);
+                    ended = Some(Ended::Closed);
+                    break 'items;
+                }
+            };
+            for args in commands {
+                let planned = plan(&args, &mut client, &env);
+                let slot = RespCounters::slot(&args[0]);
+                ctx.resp_counters().add_command(slot);
+                match planned {
+                    Planned::Ready(reply) => {
+                        if reply.first() == Some(&b'-') {
+                            ctx.resp_counters().add_rejected(slot);
+                        }
+                        batch.pending.push(Pending::Ready(reply));
+                    }
+                    Planned::Engine { ops, finish } => {
+                        if !batch.ops.is_empty() && batch.ops.len() + ops.len() > env.ops_max {
+                            out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
+                        }
+                        batch.pending.push(Pending::Engine {
+                            slot,
+                            start: batch.ops.len(),
+                            count: ops.len(),
+                            finish,
+                            version: client.version,
+                        });
+                        batch.ops.extend(ops);
+                    }
+                    Planned::Server(command) => {
+                        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
+                        let mut w = ReplyWriter::new(&mut out, client.version);
+                        conn.set_executing(true);
+                        answer_server_command(ctx, &command, &mut w).await;
+                        conn.set_executing(false);
+                    }
+                    Planned::Auth {
+                        user,
+                        password,
+                        hello,
+                    } => {
+                        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
+                        let reply = authenticate(ctx, &mut client, user, &password, hello).await;
+                        authenticated.set(client.authenticated);
+                        if reply.first() == Some(&b'-') {
+                            ctx.resp_counters().add_failed(slot);
+                        }
+                        out.extend_from_slice(&reply);
+                    }
+                    Planned::Quit => {
+                        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
+                        ReplyWriter::new(&mut out, client.version).ok();
+                        ended = Some(Ended::Closed);
+                        break 'items;
+                    }
+                }
+            }
+        }
+        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
+        out = write_out(ctx, conn, stream, out).await?;
+        for (_, bytes) in items.iter().take(completed) {
+            pipe.complete(*bytes);
+        }
+        if let Some(ended) = ended {
+            shutdown_write(stream).await;
+            return Ok(ended);
+        }
+    }
+    shutdown_write(stream).await;
+    Ok(Ended::ReaderDone)
+}
+
+/// AUTH / HELLO AUTH: checks the password with the server's shared
+/// [`crate::auth::Authenticator`] (a wrong one is refused after
+/// `server.auth_failure_delay`, as on the native port) and answers with
+/// Redis's replies; on success the client is authenticated and a HELLO
+/// runs.
+async fn authenticate(
+    ctx: &ShardContext,
+    client: &mut Client,
+    user: Option<Bytes>,
+    password: &[u8],
+    hello: Option<Vec<Bytes>>,
+) -> Bytes {
+    use crate::auth::Verdict;
+    let auth = &ctx.shared.access.auth;
+    let known_user = user.as_deref().is_none_or(is_default_user);
+    let verdict = if known_user {
+        auth.check(Some(password))
+    } else {
+        Verdict::WrongPassword
+    };
+    let mut out = BytesMut::new();
+    let accepted = match verdict {
+        Verdict::Accepted => true,
+        // Without a password the default user takes any (Redis's
+        // `nopass`); only the one-argument form is an error.
+        Verdict::NoPasswordConfigured if user.is_some() => true,
+        Verdict::NoPasswordConfigured => {
+            ReplyWriter::new(&mut out, client.version).error(AUTH_NO_PASSWORD);
+            false
+        }
+        Verdict::WrongPassword | Verdict::Required => {
+            compio::time::sleep(auth.failure_delay()).await;
+            ReplyWriter::new(&mut out, client.version).error(AUTH_WRONG_PASS);
+            false
+        }
+    };
+    if !accepted {
+        return out.freeze();
+    }
+    client.authenticated = true;
+    match hello {
+        None => {
+            ReplyWriter::new(&mut out, client.version).ok();
+            out.freeze()
+        }
+        Some(args) => match plan_hello(&args, client) {
+            Planned::Ready(reply) => reply,
+            other => {
+                // plan_hello without an AUTH option always answers at once.
+                tracing::error!(?other, "HELLO after AUTH did not answer at once");
+                ReplyWriter::new(&mut out, client.version).error("ERR internal error in HELLO");
+                out.freeze()
+            }
+        },
+    }
+}
+
+/// Runs the batch, then writes the replies out if they passed
+/// [`OUT_FLUSH_BYTES`], so a connection never holds the replies of more
+/// than one engine batch.
+async fn run_and_write(
+    ctx: &ShardContext,
+    conn: &ConnState,
+    stream: &TcpStream,
+    batch: &mut Batch,
+    mut out: BytesMut,
+) -> std::io::Result<BytesMut> {
+    run_batch(ctx, conn, batch, &mut out).await;
+    if out.len() >= OUT_FLUSH_BYTES {
+        out = write_out(ctx, conn, stream, out).await?;
+    }
+    Ok(out)
+}
+
+/// Runs the batch's engine ops (if any) as one engine batch and appends
+/// every pending reply, in order, to `out`.
+async fn run_batch(ctx: &ShardContext, conn: &ConnState, batch: &mut Batch, out: &mut BytesMut) {
+    if batch.is_empty() {
+        return;
+    }
+    // Engine batches of at most `ops_per_frame_max` ops, one after another
+    // (one command with more keys than that spans several).
+    let ops_max = (ctx.shared.limits.ops_per_frame_max as usize).max(1);
+    let mut ops = std::mem::take(&mut batch.ops);
+    let mut results: Vec<OpResult> = Vec::with_capacity(ops.len());
+    conn.set_executing(true);
+    while !ops.is_empty() {
+        let rest = ops.split_off(ops.len().min(ops_max));
+        let chunk = std::mem::replace(&mut ops, rest);
+        let n = chunk.len();
+        match ctx.handle.batch(chunk).await {
+            Ok(r) => results.extend(r),
+            Err(e) => results.extend(std::iter::repeat_n(OpResult::Err(e), n)),
+        }
+    }
+    conn.set_executing(false);
+    for pending in batch.pending.drain(..) {
+        match pending {
+            Pending::Ready(reply) => out.extend_from_slice(&reply),
+            Pending::Engine {
+                slot,
+                start,
+                count,
+                finish: f,
+                version,
+            } => {
+                let mut w = ReplyWriter::new(out, version);
+                let mine: &[OpResult] = &results[start..start + count];
+                if mine.iter().any(|r| matches!(r, OpResult::Err(_)))
+                    || matches!(
+                        mine.first(),
+                        Some(OpResult::Updated(engine::UpdateAnswer::Refused(_)))
+                    )
+                {
+                    ctx.resp_counters().add_failed(slot);
+                }
+                finish(f, mine, &mut w);
+            }
+        }
+    }
+}
+
+async fn write_out(
+    ctx: &ShardContext,
+    conn: &ConnState,
+    mut stream: &TcpStream,
+    out: BytesMut,
+) -> std::io::Result<BytesMut> {
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let len = out.len();
+    let BufResult(result, mut out) = stream.write_all(out).await;
+    result?;
+    conn.touch();
+    ctx.counters().add_sent(len);
+    out.clear();
+    if out.capacity() > 4 * READ_CHUNK_BYTES {
+        out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    }
+    Ok(out)
+}
+
+async fn shutdown_write(mut stream: &TcpStream) {
+    use compio::io::AsyncWrite;
+    if let Err(e) = stream.shutdown().await {
+        tracing::trace!(error = %e, "shutdown(SHUT_WR) failed");
+    }
+}

@@ -1,0 +1,276 @@
+//! The read-modify-write string commands as engine update functions
+//! ([`engine::UpdateFn`]): each runs on the key's shard in one step, so
+//! INCR, APPEND, SETNX, GETSET... are atomic per key, and its write goes to
+//! the WAL like any put.
+//!
+//! What must hold: these functions are pure, quick and never panic (they
+//! run on a shard thread); they never build a value larger than the caller
+//! checked (SETRANGE's offset is bounded before the op is sent, APPEND's
+//! result is bounded by the engine's `value_bytes_max` check); the error
+//! texts are Redis's.
+
+use bytes::Bytes;
+use engine::{UpdateAnswer, UpdateOutcome, UpdateWrite};
+
+pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+pub const OVERFLOW: &str = "ERR increment or decrement would overflow";
+pub const NOT_FLOAT: &str = "ERR value is not a valid float";
+pub const NAN_OR_INFINITY: &str = "ERR increment would produce NaN or Infinity";
+
+/// Flag bits of [`set`] (its `number`).
+pub const SET_NX: i64 = 1;
+pub const SET_XX: i64 = 2;
+pub const SET_GET: i64 = 4;
+
+fn keep(answer: UpdateAnswer) -> UpdateOutcome {
+    UpdateOutcome {
+        write: UpdateWrite::Keep,
+        answer,
+    }
+}
+
+fn put(value: Bytes, answer: UpdateAnswer) -> UpdateOutcome {
+    UpdateOutcome {
+        write: UpdateWrite::Put(value),
+        answer,
+    }
+}
+
+/// SET with NX / XX / GET (`flags`): writes `arg` when the condition holds;
+/// answers OK / nil, or with GET the old value.
+pub fn set(current: Option<Bytes>, arg: &Bytes, flags: i64) -> UpdateOutcome {
+    let exists = current.is_some();
+    let write = !((flags & SET_NX != 0 && exists) || (flags & SET_XX != 0 && !exists));
+    let answer = if flags & SET_GET != 0 {
+        current.map_or(UpdateAnswer::Nil, UpdateAnswer::Value)
+    } else if write {
+        UpdateAnswer::Ok
+    } else {
+        UpdateAnswer::Nil
+    };
+    if write {
+        put(arg.clone(), answer)
+    } else {
+        keep(answer)
+    }
+}
+
+/// SETNX: 1 if `arg` was written, 0 if the key existed.
+pub fn set_nx(current: Option<Bytes>, arg: &Bytes, _: i64) -> UpdateOutcome {
+    match current {
+        Some(_) => keep(UpdateAnswer::Int(0)),
+        None => put(arg.clone(), UpdateAnswer::Int(1)),
+    }
+}
+
+/// GETDEL: removes the key, answering its value (nil if absent).
+pub fn get_del(current: Option<Bytes>, _: &Bytes, _: i64) -> UpdateOutcome {
+    match current {
+        Some(v) => UpdateOutcome {
+            write: UpdateWrite::Delete,
+            answer: UpdateAnswer::Value(v),
+        },
+        None => keep(UpdateAnswer::Nil),
+    }
+}
+
+/// Deletes the key if it still holds `arg` (the second half of RENAME);
+/// answers 1 if it did.
+pub fn delete_if_equal(current: Option<Bytes>, arg: &Bytes, _: i64) -> UpdateOutcome {
+    match current {
+        Some(v) if v == arg => UpdateOutcome {
+            write: UpdateWrite::Delete,
+            answer: UpdateAnswer::Int(1),
+        },
+        _ => keep(UpdateAnswer::Int(0)),
+    }
+}
+
+/// Redis's `string2ll` on a stored value (at most 20 characters).
+fn stored_integer(v: &[u8]) -> Option<i64> {
+    if v.len() > 20 {
+        return None;
+    }
+    ringkv_protocol::resp::parse_i64(v)
+}
+
+/// INCRBY / DECRBY (`delta`); an absent key counts as 0.
+pub fn incr_by(current: Option<Bytes>, _: &Bytes, delta: i64) -> UpdateOutcome {
+    let old = match current {
+        None => 0,
+        Some(v) => match stored_integer(&v) {
+            Some(n) => n,
+            None => return keep(UpdateAnswer::Refused(NOT_INTEGER)),
+        },
+    };
+    match old.checked_add(delta) {
+        Some(new) => put(Bytes::from(new.to_string()), UpdateAnswer::Int(new)),
+        None => keep(UpdateAnswer::Refused(OVERFLOW)),
+    }
+}
+
+/// Parses a float the way Redis accepts one: no spaces, not NaN, at most
+/// 5 KiB of text.
+pub fn parse_float(s: &[u8]) -> Option<f64> {
+    if s.is_empty() || s.len() > 5 * 1024 {
+        return None;
+    }
+    let text = std::str::from_utf8(s).ok()?;
+    let v: f64 = text.parse().ok()?;
+    (!v.is_nan()).then_some(v)
+}
+
+/// The text Redis would store for a float: the shortest form that reads
+/// back to the same number, never in exponent notation, never "-0".
+pub fn format_float(v: f64) -> String {
+    format!("{}", v + 0.0)
+}
+
+/// INCRBYFLOAT (`arg` is the increment, already checked to be a float).
+pub fn incr_by_float(current: Option<Bytes>, arg: &Bytes, _: i64) -> UpdateOutcome {
+    let Some(delta) = parse_float(arg) else {
+        return keep(UpdateAnswer::Refused(NOT_FLOAT));
+    };
+    let old = match current {
+        None => 0.0,
+        Some(v) => match parse_float(&v) {
+            Some(n) => n,
+            None => return keep(UpdateAnswer::Refused(NOT_FLOAT)),
+        },
+    };
+    let new = old + delta;
+    if !new.is_finite() {
+        return keep(UpdateAnswer::Refused(NAN_OR_INFINITY));
+    }
+    let text = Bytes::from(format_float(new));
+    put(text.clone(), UpdateAnswer::Value(text))
+}
+
+/// APPEND: the new length.
+pub fn append(current: Option<Bytes>, arg: &Bytes, _: i64) -> UpdateOutcome {
+    let mut v = Vec::with_capacity(current.as_ref().map_or(0, |c| c.len()) + arg.len());
+    if let Some(c) = current {
+        v.extend_from_slice(&c);
+    }
+    v.extend_from_slice(arg);
+    let len = v.len() as i64;
+    put(Bytes::from(v), UpdateAnswer::Int(len))
+}
+
+/// SETRANGE at `offset` (>= 0, with `offset + arg.len()` checked against
+/// the value limit by the caller): the new length.
+pub fn set_range(current: Option<Bytes>, arg: &Bytes, offset: i64) -> UpdateOutcome {
+    let old_len = current.as_ref().map_or(0, |c| c.len());
+    if arg.is_empty() {
+        // Nothing to write: Redis answers the length and creates nothing.
+        return keep(UpdateAnswer::Int(old_len as i64));
+    }
+    let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+    let end = offset.saturating_add(arg.len());
+    let mut v = Vec::with_capacity(end.max(old_len));
+    if let Some(c) = current {
+        v.extend_from_slice(&c);
+    }
+    if v.len() < end {
+        v.resize(end, 0);
+    }
+    v[offset..end].copy_from_slice(arg);
+    let len = v.len() as i64;
+    put(Bytes::from(v), UpdateAnswer::Int(len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn set_conditions() {
+        let v = b("v");
+        assert_eq!(set(None, &v, 0).answer, UpdateAnswer::Ok);
+        assert_eq!(set(Some(b("o")), &v, SET_NX).write, UpdateWrite::Keep);
+        assert_eq!(set(Some(b("o")), &v, SET_NX).answer, UpdateAnswer::Nil);
+        assert_eq!(set(None, &v, SET_XX).write, UpdateWrite::Keep);
+        assert_eq!(
+            set(Some(b("o")), &v, SET_XX).write,
+            UpdateWrite::Put(v.clone())
+        );
+        let got = set(Some(b("o")), &v, SET_GET);
+        assert_eq!(got.write, UpdateWrite::Put(v.clone()));
+        assert_eq!(got.answer, UpdateAnswer::Value(b("o")));
+        let got = set(Some(b("o")), &v, SET_NX | SET_GET);
+        assert_eq!(got.write, UpdateWrite::Keep);
+        assert_eq!(got.answer, UpdateAnswer::Value(b("o")));
+        assert_eq!(set(None, &v, SET_GET).answer, UpdateAnswer::Nil);
+        assert_eq!(set_nx(None, &v, 0).answer, UpdateAnswer::Int(1));
+        assert_eq!(set_nx(Some(v.clone()), &v, 0).answer, UpdateAnswer::Int(0));
+    }
+
+    #[test]
+    fn integers() {
+        let e = Bytes::new();
+        assert_eq!(incr_by(None, &e, 1).answer, UpdateAnswer::Int(1));
+        assert_eq!(incr_by(Some(b("-5")), &e, 2).answer, UpdateAnswer::Int(-3));
+        assert_eq!(
+            incr_by(Some(b("9223372036854775807")), &e, 1).answer,
+            UpdateAnswer::Refused(OVERFLOW)
+        );
+        for bad in [" 1", "1 ", "01", "x", "", "1.0"] {
+            assert_eq!(
+                incr_by(Some(b(bad)), &e, 1).answer,
+                UpdateAnswer::Refused(NOT_INTEGER),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn floats() {
+        let got = incr_by_float(Some(b("10.5")), &b("0.1"), 0);
+        assert_eq!(got.answer, UpdateAnswer::Value(b("10.6")));
+        let got = incr_by_float(Some(b("17179869184")), &b("1.5"), 0);
+        assert_eq!(got.answer, UpdateAnswer::Value(b("17179869185.5")));
+        let got = incr_by_float(Some(b("1")), &b("-1"), 0);
+        assert_eq!(got.answer, UpdateAnswer::Value(b("0")));
+        assert_eq!(
+            incr_by_float(Some(b(" 1")), &b("1"), 0).answer,
+            UpdateAnswer::Refused(NOT_FLOAT)
+        );
+        assert_eq!(
+            incr_by_float(Some(b("1e308")), &b("1e308"), 0).answer,
+            UpdateAnswer::Refused(NAN_OR_INFINITY)
+        );
+        assert_eq!(parse_float(b"nan"), None);
+    }
+
+    #[test]
+    fn append_and_set_range() {
+        assert_eq!(append(None, &b("ab"), 0).answer, UpdateAnswer::Int(2));
+        assert_eq!(
+            append(Some(b("ab")), &b("cd"), 0).write,
+            UpdateWrite::Put(b("abcd"))
+        );
+        assert_eq!(
+            set_range(Some(b("hello")), &b("XY"), 1).write,
+            UpdateWrite::Put(b("hXYlo"))
+        );
+        assert_eq!(
+            set_range(None, &b("a"), 2).write,
+            UpdateWrite::Put(Bytes::from_static(b"\0\0a"))
+        );
+        let got = set_range(None, &Bytes::new(), 5);
+        assert_eq!(got.write, UpdateWrite::Keep);
+        assert_eq!(got.answer, UpdateAnswer::Int(0));
+    }
+
+    #[test]
+    fn get_del_takes_the_value() {
+        let got = get_del(Some(b("v")), &Bytes::new(), 0);
+        assert_eq!(got.write, UpdateWrite::Delete);
+        assert_eq!(got.answer, UpdateAnswer::Value(b("v")));
+        assert_eq!(get_del(None, &Bytes::new(), 0).answer, UpdateAnswer::Nil);
+    }
+}
