@@ -72,6 +72,10 @@ impl Limits {
         | Op::Update {
             update: crate::api::Update { arg: value, .. },
             ..
+        }
+        | Op::UpdateTtl {
+            update: crate::api::TtlUpdate { arg: value, .. },
+            ..
         } = op
         {
             if value.len() > self.value_bytes_max {

@@ -355,6 +355,11 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             ),
         );
     }
+    spawn_critical(
+        "active-expiry",
+        shard,
+        crate::shard::expiry::run_active_expiry(core.clone()),
+    );
     set_local(engine_id, shard, core.clone());
     compio::runtime::spawn(async move {
         while let Ok(Control::Spawn(f)) = control.recv_async().await {
