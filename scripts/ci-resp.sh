@@ -33,8 +33,7 @@ COVERAGE_VERSION=7.6.12
 
 # The Tcl units that run (each with the skips of its unit).
 # (RESP_TCL_UNITS, space-separated, overrides the list.)
-# unit/expire is not run: ringkv has no TTLs yet (docs/resp.md).
-read -r -a TCL_UNITS <<<"${RESP_TCL_UNITS:-unit/protocol unit/type/incr unit/type/string unit/keyspace unit/scan unit/quit unit/info-command}"
+read -r -a TCL_UNITS <<<"${RESP_TCL_UNITS:-unit/protocol unit/type/incr unit/type/string unit/keyspace unit/expire unit/scan unit/quit unit/info-command}"
 # The Tcl tags the issue asks to exclude (tests that need a Redis feature
 # ringkv will not have: DEBUG, replication, RDB saves, ...).
 TCL_TAGS="-needs:debug -needs:repl -needs:save -needs:config-maxmemory -needs:config-resetstat -needs:reset -needs:pfdebug"

@@ -288,7 +288,7 @@ pub const SET_KEEPTTL: u8 = 8;
 
 /// SET with an expiry option: `arg` is one byte of flags (`SET_NX`,
 /// `SET_XX`, `SET_GET`, `SET_KEEPTTL`) then the value; `at` is the expiry
-/// time (Unix ms), 0 with KEEPTTL.
+/// time (Unix ms; 0: none, and ignored with KEEPTTL).
 pub fn set_expiring(current: Current, _now: u64, arg: &Bytes, at: i64) -> UpdateOutcome {
     let flags = arg.first().copied().unwrap_or(0);
     let value = arg.slice(1.min(arg.len())..);
@@ -310,8 +310,10 @@ pub fn set_expiring(current: Current, _now: u64, arg: &Bytes, at: i64) -> Update
     }
     let expiry = if flags & SET_KEEPTTL != 0 {
         current.and_then(|(_, at)| at)
+    } else if at > 0 {
+        Some(at as u64)
     } else {
-        Some(at.max(1) as u64)
+        None
     };
     UpdateOutcome {
         write: UpdateWrite::PutExpiring(value, expiry),
