@@ -606,6 +606,97 @@ mod tests {
     }
 
     #[test]
+    fn an_expiring_put_round_trips_and_every_bit_flip_is_detected() {
+        let (key, value, at) = (b"ttl-key", b"the value", 4_102_444_800_123u64);
+        let size = record_size_expiring(key.len(), value.len(), Some(at));
+        assert_eq!(size, record_size(key.len(), value.len()) + EXPIRY_BYTES);
+        let mut rec = vec![0u8; size];
+        let n = encode_record_expiring(
+            &mut rec,
+            9,
+            3,
+            RecordKind::Put,
+            FLAG_FIRST,
+            key,
+            value,
+            Some(at),
+        );
+        assert_eq!(n, size);
+        let Ok(Decoded::Record(r)) = decode_record(&rec, rec.len()) else {
+            panic!("did not decode");
+        };
+        assert_eq!(
+            (r.key, r.value, r.expires_at_ms),
+            (&key[..], &value[..], Some(at))
+        );
+        assert_eq!(r.flags, FLAG_FIRST | FLAG_EXPIRES);
+        assert!(r.is_first());
+        for bit in 0..rec.len() * 8 {
+            let mut bad = rec.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode_record(&bad, rec.len()).is_err(), "bit {bit}");
+        }
+        // A plain put has no expiry and no flag.
+        let plain = encode(1, 1, RecordKind::Put, key, value);
+        let Ok(Decoded::Record(r)) = decode_record(&plain, plain.len()) else {
+            panic!("did not decode");
+        };
+        assert_eq!(r.expires_at_ms, None);
+    }
+
+    /// Re-encodes `rec` with its flags byte replaced (a valid checksum), as
+    /// a writer that knows more flags would.
+    fn with_flags(rec: &[u8], flags: u8) -> Vec<u8> {
+        let mut out = rec.to_vec();
+        out[25] = flags;
+        let crc = crc32fast::hash(&out[4..]);
+        out[0..4].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn unknown_or_misplaced_flags_are_refused() {
+        let put = encode(1, 1, RecordKind::Put, b"k", &[7u8; 20]);
+        // A flag this build does not know: refused, never read as data.
+        assert_eq!(
+            decode_record(&with_flags(&put, FLAG_FIRST | 0x04), put.len()),
+            Err(Damage::ReservedNotZero)
+        );
+        // FLAG_EXPIRES on a delete, or on a put too short for the expiry.
+        let del = encode(1, 1, RecordKind::Delete, b"k", b"");
+        assert!(decode_record(&with_flags(&del, FLAG_EXPIRES), del.len()).is_err());
+        let short = encode(1, 1, RecordKind::Put, b"k", &[1u8; 7]);
+        assert!(decode_record(&with_flags(&short, FLAG_EXPIRES), short.len()).is_err());
+        // An expiry of 0 (the encoder never writes it).
+        let zero = encode(1, 1, RecordKind::Put, b"k", &[0u8; 8]);
+        assert!(decode_record(&with_flags(&zero, FLAG_EXPIRES), zero.len()).is_err());
+    }
+
+    #[test]
+    fn segment_headers_of_versions_1_and_2_are_read_and_others_refused() {
+        let h = SegmentHeader {
+            shard: 1,
+            seq: 2,
+            first_lsn: 3,
+            segment_bytes: 1 << 20,
+            flags: 0,
+        };
+        let mut block = vec![0u8; BLOCK_BYTES];
+        encode_segment_header(&h, &mut block);
+        assert_eq!(u32::from_le_bytes(le4(&block[8..12])), FORMAT_VERSION);
+        for (version, ok) in [(1u32, true), (2, true), (3, false), (0, false)] {
+            block[8..12].copy_from_slice(&version.to_le_bytes());
+            let crc = crc32fast::hash(&block[0..44]);
+            block[44..48].copy_from_slice(&crc.to_le_bytes());
+            assert_eq!(
+                decode_segment_header(&block).is_ok(),
+                ok,
+                "version {version}"
+            );
+        }
+    }
+
+    #[test]
     fn every_single_bit_flip_of_one_record_is_detected() {
         let rec = encode(123, 456, RecordKind::Put, b"some-key", b"some value bytes");
         for bit in 0..rec.len() * 8 {
