@@ -194,6 +194,8 @@ impl Engine {
             flush_interval: s.flush_interval.get(),
             checkpoint_wal_bytes: s.checkpoint_wal_bytes.as_u64(),
             checkpoint_interval: s.checkpoint_interval.get(),
+            expiry_tick: s.expiry_tick.get(),
+            expiry_keys_per_tick: s.expiry_keys_per_tick as usize,
             max_record_bytes,
             value_bytes_max: value_max,
             // What one response can carry: reading more for one batch only

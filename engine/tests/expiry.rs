@@ -204,7 +204,9 @@ fn updates_keep_or_clear_the_expiry_as_redis_does() {
 fn expired_keys_are_never_returned_and_active_expiry_reclaims_them() {
     init_log();
     let disk = SimDisk::new(23);
-    let config = small_config(Path::new("/data"), 2, Durability::Sync);
+    let mut config = small_config(Path::new("/data"), 2, Durability::Sync);
+    config.storage.expiry_tick = tunables::Duration::from_millis(100);
+    config.storage.expiry_keys_per_tick = 256;
     let engine = Engine::open_with_disk(&config, disk.clone()).expect("open");
     let h = engine.handle();
     let n = 1500u64;

@@ -3,7 +3,8 @@
 //! deletes (so recovery replays exactly what this shard saw). Reads never
 //! depend on it (they treat expired keys as absent); it reclaims memory.
 //!
-//! What must hold: a tick costs at most `KEYS_PER_TICK` index lookups and
+//! What must hold: a tick costs at most `storage.expiry_keys_per_tick`
+//! index lookups and
 //! deletes, whatever the number of expired keys; a key written again (with
 //! a later expiry, or none) between the index lookup and the delete is
 //! left alone (the delete is a conditional update that runs on the key's
@@ -14,12 +15,6 @@ use crate::shard::core::ShardCore;
 use bytes::Bytes;
 use std::rc::Rc;
 use std::time::Duration;
-
-/// Time between two ticks.
-pub(crate) const TICK: Duration = Duration::from_millis(100);
-/// Most keys one tick deletes (so at most 10 × this per second per shard;
-/// the rest wait for later ticks, and reads already treat them as absent).
-pub(crate) const KEYS_PER_TICK: usize = 256;
 
 /// Deletes the key if it is still expired when the update runs: an
 /// expired key reads as missing (`current` is `None`), and the core
@@ -65,14 +60,16 @@ pub(crate) async fn expire_tick(core: &ShardCore, max: usize) -> usize {
     n
 }
 
-/// The active-expiry loop of one shard (ends when the shard is poisoned:
-/// no delete could be logged).
-pub(crate) async fn run_active_expiry(core: Rc<ShardCore>) {
+/// The active-expiry loop of one shard: every `tick`, at most
+/// `keys_per_tick` deletes (the rest wait for later ticks; reads already
+/// treat them as absent). Ends when the shard is poisoned (no delete could
+/// be logged).
+pub(crate) async fn run_active_expiry(core: Rc<ShardCore>, tick: Duration, keys_per_tick: usize) {
     loop {
-        compio::time::sleep(TICK).await;
+        compio::time::sleep(tick).await;
         if core.is_poisoned() {
             return;
         }
-        expire_tick(&core, KEYS_PER_TICK).await;
+        expire_tick(&core, keys_per_tick).await;
     }
 }
