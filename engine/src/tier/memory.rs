@@ -442,7 +442,7 @@ impl Tier for MemoryTier {
         self.partitions.len()
     }
 
-    fn visit_partition(&self, partition: usize, f: &mut dyn FnMut(&[u8], &[u8], Option<u64>)) {
+    fn visit_partition(&self, partition: usize, f: &mut super::EntryVisitor<'_>) {
         for entry in self.partitions[partition].table.iter() {
             if entry.live_at(self.now_ms) {
                 let at = entry.expires_at_ms();

@@ -32,6 +32,10 @@ pub use memory::MemoryTier;
 
 use bytes::Bytes;
 
+/// What [`Tier::visit_partition`] calls for each entry: `(key, value,
+/// expiry time in Unix ms)`.
+pub type EntryVisitor<'a> = dyn FnMut(&[u8], &[u8], Option<u64>) + 'a;
+
 /// The interface a shard uses to keep its key-value state.
 ///
 /// `hash` is always the routing hash of `key` ([`crate::hash::fnv1a64`]);
@@ -121,5 +125,5 @@ pub trait Tier {
     fn partition_count(&self) -> usize;
     /// Calls `f(key, value, expiry)` for every entry of partition
     /// `partition` that has not expired.
-    fn visit_partition(&self, partition: usize, f: &mut dyn FnMut(&[u8], &[u8], Option<u64>));
+    fn visit_partition(&self, partition: usize, f: &mut EntryVisitor<'_>);
 }

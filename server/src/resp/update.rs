@@ -183,102 +183,6 @@ pub fn set_range(current: Option<Bytes>, arg: &Bytes, offset: i64) -> UpdateOutc
     put(Bytes::from(v), UpdateAnswer::Int(len))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn b(s: &str) -> Bytes {
-        Bytes::copy_from_slice(s.as_bytes())
-    }
-
-    #[test]
-    fn set_conditions() {
-        let v = b("v");
-        assert_eq!(set(None, &v, 0).answer, UpdateAnswer::Ok);
-        assert_eq!(set(Some(b("o")), &v, SET_NX).write, UpdateWrite::Keep);
-        assert_eq!(set(Some(b("o")), &v, SET_NX).answer, UpdateAnswer::Nil);
-        assert_eq!(set(None, &v, SET_XX).write, UpdateWrite::Keep);
-        assert_eq!(
-            set(Some(b("o")), &v, SET_XX).write,
-            UpdateWrite::Put(v.clone())
-        );
-        let got = set(Some(b("o")), &v, SET_GET);
-        assert_eq!(got.write, UpdateWrite::Put(v.clone()));
-        assert_eq!(got.answer, UpdateAnswer::Value(b("o")));
-        let got = set(Some(b("o")), &v, SET_NX | SET_GET);
-        assert_eq!(got.write, UpdateWrite::Keep);
-        assert_eq!(got.answer, UpdateAnswer::Value(b("o")));
-        assert_eq!(set(None, &v, SET_GET).answer, UpdateAnswer::Nil);
-        assert_eq!(set_nx(None, &v, 0).answer, UpdateAnswer::Int(1));
-        assert_eq!(set_nx(Some(v.clone()), &v, 0).answer, UpdateAnswer::Int(0));
-    }
-
-    #[test]
-    fn integers() {
-        let e = Bytes::new();
-        assert_eq!(incr_by(None, &e, 1).answer, UpdateAnswer::Int(1));
-        assert_eq!(incr_by(Some(b("-5")), &e, 2).answer, UpdateAnswer::Int(-3));
-        assert_eq!(
-            incr_by(Some(b("9223372036854775807")), &e, 1).answer,
-            UpdateAnswer::Refused(OVERFLOW)
-        );
-        for bad in [" 1", "1 ", "01", "x", "", "1.0"] {
-            assert_eq!(
-                incr_by(Some(b(bad)), &e, 1).answer,
-                UpdateAnswer::Refused(NOT_INTEGER),
-                "{bad:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn floats() {
-        let got = incr_by_float(Some(b("10.5")), &b("0.1"), 0);
-        assert_eq!(got.answer, UpdateAnswer::Value(b("10.6")));
-        let got = incr_by_float(Some(b("17179869184")), &b("1.5"), 0);
-        assert_eq!(got.answer, UpdateAnswer::Value(b("17179869185.5")));
-        let got = incr_by_float(Some(b("1")), &b("-1"), 0);
-        assert_eq!(got.answer, UpdateAnswer::Value(b("0")));
-        assert_eq!(
-            incr_by_float(Some(b(" 1")), &b("1"), 0).answer,
-            UpdateAnswer::Refused(NOT_FLOAT)
-        );
-        assert_eq!(
-            incr_by_float(Some(b("1e308")), &b("1e308"), 0).answer,
-            UpdateAnswer::Refused(NAN_OR_INFINITY)
-        );
-        assert_eq!(parse_float(b"nan"), None);
-    }
-
-    #[test]
-    fn append_and_set_range() {
-        assert_eq!(append(None, &b("ab"), 0).answer, UpdateAnswer::Int(2));
-        assert_eq!(
-            append(Some(b("ab")), &b("cd"), 0).write,
-            UpdateWrite::Put(b("abcd"))
-        );
-        assert_eq!(
-            set_range(Some(b("hello")), &b("XY"), 1).write,
-            UpdateWrite::Put(b("hXYlo"))
-        );
-        assert_eq!(
-            set_range(None, &b("a"), 2).write,
-            UpdateWrite::Put(Bytes::from_static(b"\0\0a"))
-        );
-        let got = set_range(None, &Bytes::new(), 5);
-        assert_eq!(got.write, UpdateWrite::Keep);
-        assert_eq!(got.answer, UpdateAnswer::Int(0));
-    }
-
-    #[test]
-    fn get_del_takes_the_value() {
-        let got = get_del(Some(b("v")), &Bytes::new(), 0);
-        assert_eq!(got.write, UpdateWrite::Delete);
-        assert_eq!(got.answer, UpdateAnswer::Value(b("v")));
-        assert_eq!(get_del(None, &Bytes::new(), 0).answer, UpdateAnswer::Nil);
-    }
-}
-
 // --- Expiry commands ([`engine::TtlUpdateFn`]): they see the key's
 // expiry time and the shard's clock. Expiry times are absolute Unix ms,
 // computed by the planner from the command's arguments.
@@ -412,5 +316,101 @@ pub fn get_ex(current: Current, _now: u64, arg: &Bytes, at: i64) -> UpdateOutcom
     UpdateOutcome {
         write,
         answer: UpdateAnswer::Value(value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn set_conditions() {
+        let v = b("v");
+        assert_eq!(set(None, &v, 0).answer, UpdateAnswer::Ok);
+        assert_eq!(set(Some(b("o")), &v, SET_NX).write, UpdateWrite::Keep);
+        assert_eq!(set(Some(b("o")), &v, SET_NX).answer, UpdateAnswer::Nil);
+        assert_eq!(set(None, &v, SET_XX).write, UpdateWrite::Keep);
+        assert_eq!(
+            set(Some(b("o")), &v, SET_XX).write,
+            UpdateWrite::Put(v.clone())
+        );
+        let got = set(Some(b("o")), &v, SET_GET);
+        assert_eq!(got.write, UpdateWrite::Put(v.clone()));
+        assert_eq!(got.answer, UpdateAnswer::Value(b("o")));
+        let got = set(Some(b("o")), &v, SET_NX | SET_GET);
+        assert_eq!(got.write, UpdateWrite::Keep);
+        assert_eq!(got.answer, UpdateAnswer::Value(b("o")));
+        assert_eq!(set(None, &v, SET_GET).answer, UpdateAnswer::Nil);
+        assert_eq!(set_nx(None, &v, 0).answer, UpdateAnswer::Int(1));
+        assert_eq!(set_nx(Some(v.clone()), &v, 0).answer, UpdateAnswer::Int(0));
+    }
+
+    #[test]
+    fn integers() {
+        let e = Bytes::new();
+        assert_eq!(incr_by(None, &e, 1).answer, UpdateAnswer::Int(1));
+        assert_eq!(incr_by(Some(b("-5")), &e, 2).answer, UpdateAnswer::Int(-3));
+        assert_eq!(
+            incr_by(Some(b("9223372036854775807")), &e, 1).answer,
+            UpdateAnswer::Refused(OVERFLOW)
+        );
+        for bad in [" 1", "1 ", "01", "x", "", "1.0"] {
+            assert_eq!(
+                incr_by(Some(b(bad)), &e, 1).answer,
+                UpdateAnswer::Refused(NOT_INTEGER),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn floats() {
+        let got = incr_by_float(Some(b("10.5")), &b("0.1"), 0);
+        assert_eq!(got.answer, UpdateAnswer::Value(b("10.6")));
+        let got = incr_by_float(Some(b("17179869184")), &b("1.5"), 0);
+        assert_eq!(got.answer, UpdateAnswer::Value(b("17179869185.5")));
+        let got = incr_by_float(Some(b("1")), &b("-1"), 0);
+        assert_eq!(got.answer, UpdateAnswer::Value(b("0")));
+        assert_eq!(
+            incr_by_float(Some(b(" 1")), &b("1"), 0).answer,
+            UpdateAnswer::Refused(NOT_FLOAT)
+        );
+        assert_eq!(
+            incr_by_float(Some(b("1e308")), &b("1e308"), 0).answer,
+            UpdateAnswer::Refused(NAN_OR_INFINITY)
+        );
+        assert_eq!(parse_float(b"nan"), None);
+    }
+
+    #[test]
+    fn append_and_set_range() {
+        assert_eq!(append(None, &b("ab"), 0).answer, UpdateAnswer::Int(2));
+        assert_eq!(
+            append(Some(b("ab")), &b("cd"), 0).write,
+            UpdateWrite::Put(b("abcd"))
+        );
+        assert_eq!(
+            set_range(Some(b("hello")), &b("XY"), 1).write,
+            UpdateWrite::Put(b("hXYlo"))
+        );
+        assert_eq!(
+            set_range(None, &b("a"), 2).write,
+            UpdateWrite::Put(Bytes::from_static(b"\0\0a"))
+        );
+        let got = set_range(None, &Bytes::new(), 5);
+        assert_eq!(got.write, UpdateWrite::Keep);
+        assert_eq!(got.answer, UpdateAnswer::Int(0));
+    }
+
+    #[test]
+    fn get_del_takes_the_value() {
+        let got = get_del(Some(b("v")), &Bytes::new(), 0);
+        assert_eq!(got.write, UpdateWrite::Delete);
+        assert_eq!(got.answer, UpdateAnswer::Value(b("v")));
+        assert_eq!(get_del(None, &Bytes::new(), 0).answer, UpdateAnswer::Nil);
     }
 }
