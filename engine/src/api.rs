@@ -24,6 +24,11 @@ pub enum Op {
     UpdateTtl { key: Bytes, update: TtlUpdate },
 }
 
+/// Bytes a [`TtlUpdate`]'s `arg` may hold beyond `value_bytes_max`
+/// (options an expiry command sends in front of a value; the value the
+/// update writes is still checked against `value_bytes_max`).
+pub const TTL_ARG_OPTION_BYTES_MAX: usize = 8;
+
 /// An expiry-aware read-modify-write of one key (see [`Op::UpdateTtl`]).
 #[derive(Debug, Clone)]
 pub struct TtlUpdate {

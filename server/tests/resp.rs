@@ -954,6 +954,12 @@ fn expiry_commands_answer_as_redis() {
     assert_eq!(c.call("EXPIRETIME n"), int(4_102_444_800));
     assert_eq!(c.call("SET n 6 GET"), bulk("5"));
     assert_eq!(c.call("EXPIRETIME n"), int(-1));
+    // A value of the largest size takes an expiry too.
+    let big = vec![b'x'; 64 * 1024];
+    c.send(&[b"SET", b"big", &big, b"EX", b"100"]);
+    assert_eq!(c.read(), Some(ok()));
+    assert_eq!(c.call("TTL big"), int(100));
+    assert_eq!(c.call("DEL big"), int(1));
     // SETEX, PSETEX, GETEX.
     assert_eq!(c.call("SETEX s 50 v"), ok());
     assert_eq!(c.call("TTL s"), int(50));

@@ -72,15 +72,22 @@ impl Limits {
         | Op::Update {
             update: crate::api::Update { arg: value, .. },
             ..
-        }
-        | Op::UpdateTtl {
-            update: crate::api::TtlUpdate { arg: value, .. },
-            ..
         } = op
         {
             if value.len() > self.value_bytes_max {
                 return Err(OpError::ValueTooLarge {
                     len: value.len(),
+                    max: self.value_bytes_max,
+                });
+            }
+        }
+        // An expiry-aware update may put a few bytes of options in front
+        // of a value (the value it writes is checked on the shard).
+        if let Op::UpdateTtl { update, .. } = op {
+            let max = self.value_bytes_max + crate::api::TTL_ARG_OPTION_BYTES_MAX;
+            if update.arg.len() > max {
+                return Err(OpError::ValueTooLarge {
+                    len: update.arg.len(),
                     max: self.value_bytes_max,
                 });
             }
