@@ -359,6 +359,7 @@ fn info_text(ctx: &ShardContext, asked: &[String]) -> String {
     let metrics = ctx.handle.metrics();
     let resp = RespTotals::of(shared);
     let keys: u64 = metrics.shards.iter().map(|s| s.keys).sum();
+    let expires: u64 = metrics.shards.iter().map(|s| s.expiring_keys).sum();
     let memory: u64 = metrics.shards.iter().map(|s| s.memory_bytes).sum();
     let uptime = shared.started.elapsed().as_secs();
     let mut t = String::new();
@@ -435,7 +436,7 @@ fn info_text(ctx: &ShardContext, asked: &[String]) -> String {
             "keyspace" => {
                 t.push_str("# Keyspace\r\n");
                 if keys > 0 {
-                    let _ = write!(t, "db0:keys={keys},expires=0,avg_ttl=0\r\n");
+                    let _ = write!(t, "db0:keys={keys},expires={expires},avg_ttl=0\r\n");
                 }
             }
             "ringkv" => {

@@ -334,12 +334,13 @@ mod tests {
         assert_eq!(set(Some(b("o")), &v, SET_NX).write, UpdateWrite::Keep);
         assert_eq!(set(Some(b("o")), &v, SET_NX).answer, UpdateAnswer::Nil);
         assert_eq!(set(None, &v, SET_XX).write, UpdateWrite::Keep);
+        // A SET writes the value without an expiry time (it clears one).
         assert_eq!(
             set(Some(b("o")), &v, SET_XX).write,
-            UpdateWrite::Put(v.clone())
+            UpdateWrite::PutExpiring(v.clone(), None)
         );
         let got = set(Some(b("o")), &v, SET_GET);
-        assert_eq!(got.write, UpdateWrite::Put(v.clone()));
+        assert_eq!(got.write, UpdateWrite::PutExpiring(v.clone(), None));
         assert_eq!(got.answer, UpdateAnswer::Value(b("o")));
         let got = set(Some(b("o")), &v, SET_NX | SET_GET);
         assert_eq!(got.write, UpdateWrite::Keep);
@@ -347,6 +348,66 @@ mod tests {
         assert_eq!(set(None, &v, SET_GET).answer, UpdateAnswer::Nil);
         assert_eq!(set_nx(None, &v, 0).answer, UpdateAnswer::Int(1));
         assert_eq!(set_nx(Some(v.clone()), &v, 0).answer, UpdateAnswer::Int(0));
+    }
+
+    #[test]
+    fn expire_conditions_follow_redis() {
+        let flag = |f: u8| Bytes::copy_from_slice(&[f]);
+        let with = |at: Option<u64>| Some((b("v"), at));
+        let set_to = |at: u64| UpdateWrite::SetExpiry(Some(at));
+        // (current expiry, flags, new time) -> set?
+        let cases: [(Option<u64>, u8, i64, bool); 10] = [
+            (None, 0, 500, true),
+            (None, EXPIRE_NX, 500, true),
+            (Some(100), EXPIRE_NX, 500, false),
+            (None, EXPIRE_XX, 500, false),
+            (Some(100), EXPIRE_XX, 500, true),
+            (None, EXPIRE_GT, 500, false),
+            (Some(100), EXPIRE_GT, 500, true),
+            (Some(900), EXPIRE_GT, 500, false),
+            (None, EXPIRE_LT, 500, true),
+            (Some(100), EXPIRE_LT, 500, false),
+        ];
+        for (old, flags, at, holds) in cases {
+            let got = expire(with(old), 0, &flag(flags), at);
+            if holds {
+                assert_eq!(got.write, set_to(at as u64), "{old:?} {flags} {at}");
+                assert_eq!(got.answer, UpdateAnswer::Int(1));
+            } else {
+                assert_eq!(got.write, UpdateWrite::Keep, "{old:?} {flags} {at}");
+                assert_eq!(got.answer, UpdateAnswer::Int(0));
+            }
+        }
+        let missing = expire(None, 0, &flag(0), 500);
+        assert_eq!(missing.answer, UpdateAnswer::Int(0));
+        assert_eq!(missing.write, UpdateWrite::Keep);
+    }
+
+    #[test]
+    fn ttl_answers_round_like_redis() {
+        let now = 1_000_000;
+        let at = Some((b("v"), Some(now + 1_499)));
+        assert_eq!(
+            ttl(at.clone(), now, &b(""), TTL_SECONDS).answer,
+            UpdateAnswer::Int(1)
+        );
+        assert_eq!(
+            ttl(at.clone(), now, &b(""), TTL_MILLIS).answer,
+            UpdateAnswer::Int(1_499)
+        );
+        assert_eq!(
+            ttl(at.clone(), now, &b(""), EXPIRETIME_SECONDS).answer,
+            UpdateAnswer::Int(1_001)
+        );
+        assert_eq!(
+            ttl(None, now, &b(""), TTL_SECONDS).answer,
+            UpdateAnswer::Int(-2)
+        );
+        let none = Some((b("v"), None));
+        assert_eq!(
+            ttl(none, now, &b(""), TTL_MILLIS).answer,
+            UpdateAnswer::Int(-1)
+        );
     }
 
     #[test]
