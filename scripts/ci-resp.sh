@@ -33,8 +33,7 @@ COVERAGE_VERSION=7.6.12
 
 # The Tcl units that run (each with the skips of its unit).
 # (RESP_TCL_UNITS, space-separated, overrides the list.)
-# unit/expire is not run: ringkv has no TTLs yet (docs/resp.md).
-read -r -a TCL_UNITS <<<"${RESP_TCL_UNITS:-unit/protocol unit/type/incr unit/type/string unit/keyspace unit/scan unit/quit unit/info-command}"
+read -r -a TCL_UNITS <<<"${RESP_TCL_UNITS:-unit/protocol unit/type/incr unit/type/string unit/keyspace unit/expire unit/scan unit/quit unit/info-command}"
 # The Tcl tags the issue asks to exclude (tests that need a Redis feature
 # ringkv will not have: DEBUG, replication, RDB saves, ...).
 TCL_TAGS="-needs:debug -needs:repl -needs:save -needs:config-maxmemory -needs:config-resetstat -needs:reset -needs:pfdebug"
@@ -53,6 +52,19 @@ PY_TESTS=(
   test_rename test_renamenx test_scan test_scan_iter test_set_get test_set_nx
   test_set_xx test_setnx test_setrange test_strlen test_substr test_time
   test_unlink test_unlink_with_multiple_keys
+  test_expire test_expire_option_nx test_expire_option_xx test_expire_option_gt
+  test_expire_option_lt test_expireat_datetime test_expireat_no_key
+  test_expireat_unixtime test_expiretime test_expireat_option_nx
+  test_expireat_option_xx test_expireat_option_gt test_expireat_option_lt
+  test_getex test_getex_zero_expiry_options_are_mutually_exclusive test_pexpire
+  test_pexpire_option_nx test_pexpire_option_xx test_pexpire_option_gt
+  test_pexpire_option_lt test_pexpireat_datetime test_pexpireat_no_key
+  test_pexpireat_unixtime test_pexpireat_option_nx test_pexpireat_option_xx
+  test_pexpireat_option_gt test_pexpireat_option_lt test_pexpiretime test_psetex
+  test_psetex_timedelta test_pttl test_pttl_no_key test_set_px
+  test_set_px_timedelta test_set_ex test_set_ex_str test_set_ex_timedelta
+  test_set_exat_timedelta test_set_pxat_timedelta test_set_multipleoptions
+  test_set_keepttl test_setex test_ttl test_ttl_nokey
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ci-resp.XXXXXX")

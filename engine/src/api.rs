@@ -19,7 +19,41 @@ pub enum Op {
     /// as an ordinary put or delete record, and the answer waits for
     /// durability exactly as a put's does.
     Update { key: Bytes, update: Update },
+    /// [`Op::Update`] whose function also sees the key's expiry time and
+    /// the shard's clock (expiry commands: TTL, EXPIRE, GETEX, SET KEEPTTL...).
+    UpdateTtl { key: Bytes, update: TtlUpdate },
 }
+
+/// Bytes a [`TtlUpdate`]'s `arg` may hold beyond `value_bytes_max`
+/// (options an expiry command sends in front of a value; the value the
+/// update writes is still checked against `value_bytes_max`).
+pub const TTL_ARG_OPTION_BYTES_MAX: usize = 8;
+
+/// An expiry-aware read-modify-write of one key (see [`Op::UpdateTtl`]).
+#[derive(Debug, Clone)]
+pub struct TtlUpdate {
+    /// Computes the new state; the same rules as [`Update::apply`].
+    pub apply: TtlUpdateFn,
+    pub arg: Bytes,
+    pub number: i64,
+}
+
+impl PartialEq for TtlUpdate {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::fn_addr_eq(self.apply, other.apply)
+            && self.arg == other.arg
+            && self.number == other.number
+    }
+}
+
+impl Eq for TtlUpdate {}
+
+/// What an expiry-aware update sees of its key: the value and its expiry
+/// time (absolute Unix ms), `None` for a missing or expired key.
+pub type Current = Option<(Bytes, Option<u64>)>;
+
+/// `apply(current, now in Unix ms, arg, number)`.
+pub type TtlUpdateFn = fn(Current, u64, &Bytes, i64) -> UpdateOutcome;
 
 /// A read-modify-write of one key (see [`Op::Update`]).
 #[derive(Debug, Clone)]
@@ -58,8 +92,17 @@ pub struct UpdateOutcome {
 pub enum UpdateWrite {
     /// Leave the key as it is (nothing is logged).
     Keep,
-    /// Set the key to this value (checked against `value_bytes_max`).
+    /// Set the key to this value (checked against `value_bytes_max`),
+    /// keeping its expiry time, as Redis's INCR, APPEND and SETRANGE do.
     Put(Bytes),
+    /// Set the key to this value with this expiry time (absolute Unix ms;
+    /// `None`: none, as a plain SET). A time not after the shard's clock
+    /// deletes the key instead.
+    PutExpiring(Bytes, Option<u64>),
+    /// Keep the value and set its expiry time (`None`: remove it, as
+    /// PERSIST); nothing happens to a missing key. A time not after the
+    /// shard's clock deletes the key.
+    SetExpiry(Option<u64>),
     /// Remove the key.
     Delete,
 }
@@ -83,9 +126,11 @@ pub enum UpdateAnswer {
 impl Op {
     pub fn key(&self) -> &Bytes {
         match self {
-            Op::Put { key, .. } | Op::Get { key } | Op::Delete { key } | Op::Update { key, .. } => {
-                key
-            }
+            Op::Put { key, .. }
+            | Op::Get { key }
+            | Op::Delete { key }
+            | Op::Update { key, .. }
+            | Op::UpdateTtl { key, .. } => key,
         }
     }
 

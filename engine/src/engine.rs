@@ -20,7 +20,7 @@ use crate::shard::router::{
     local_shard, Control, EngineShared, Limits, ShardMsg, CONTROL_QUEUE_DEPTH,
 };
 use crate::shard::thread::{run, ShardSettings, ShardStart};
-use crate::wal::format::record_size;
+use crate::wal::format::record_size_expiring;
 use crate::wal::writer::buffer_bytes_needed;
 use bytes::Bytes;
 use futures::channel::oneshot;
@@ -115,7 +115,7 @@ impl Engine {
             .map_err(|_| config_err("key_bytes_max too large"))?;
         let value_max = usize::try_from(l.value_bytes_max.as_u64())
             .map_err(|_| config_err("value_bytes_max too large"))?;
-        let max_record_bytes = record_size(key_max, value_max);
+        let max_record_bytes = record_size_expiring(key_max, value_max, Some(u64::MAX));
         let segment_bytes = s.wal_segment_size.as_u64();
         let needed = buffer_bytes_needed(max_record_bytes) as u64;
         if durability != Durability::None && segment_bytes < needed {
@@ -194,6 +194,8 @@ impl Engine {
             flush_interval: s.flush_interval.get(),
             checkpoint_wal_bytes: s.checkpoint_wal_bytes.as_u64(),
             checkpoint_interval: s.checkpoint_interval.get(),
+            expiry_tick: s.expiry_tick.get(),
+            expiry_keys_per_tick: s.expiry_keys_per_tick as usize,
             max_record_bytes,
             value_bytes_max: value_max,
             // What one response can carry: reading more for one batch only

@@ -82,7 +82,9 @@ impl Handle {
             let mut partition = from;
             while partition < PARTITIONS_PER_SHARD && keys.len() < count.max(1) {
                 core.with_tier(|t| {
-                    t.visit_partition(partition, &mut |k, _| keys.push(Bytes::copy_from_slice(k)))
+                    t.visit_partition(partition, &mut |k, _, _| {
+                        keys.push(Bytes::copy_from_slice(k))
+                    })
                 });
                 partition += 1;
             }
@@ -126,7 +128,9 @@ async fn clear_shard(core: &ShardCore) -> Result<u64, OpError> {
     for partition in 0..PARTITIONS_PER_SHARD {
         let mut keys = Vec::new();
         core.with_tier(|t| {
-            t.visit_partition(partition, &mut |k, _| keys.push(Bytes::copy_from_slice(k)))
+            t.visit_partition(partition, &mut |k, _, _| {
+                keys.push(Bytes::copy_from_slice(k))
+            })
         });
         for chunk in keys.chunks(CLEAR_CHUNK) {
             let ops = chunk

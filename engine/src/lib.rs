@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod api;
+pub mod clock;
 pub mod io;
 mod keyspace;
 
@@ -26,7 +27,10 @@ pub mod snapshot;
 pub mod tier;
 pub mod wal;
 
-pub use api::{Op, OpError, OpResult, Update, UpdateAnswer, UpdateFn, UpdateOutcome, UpdateWrite};
+pub use api::{
+    Current, Op, OpError, OpResult, TtlUpdate, TtlUpdateFn, Update, UpdateAnswer, UpdateFn,
+    UpdateOutcome, UpdateWrite,
+};
 pub use engine::{Engine, Handle};
 pub use error::{Damage, EngineError, ManifestError, SnapshotError, WalError};
 pub use histogram::{AtomicHistogram, HistogramSnapshot};

@@ -56,6 +56,11 @@ pub struct ShardMetrics {
     pub segments_created: u64,
     /// WAL segments made by recycling a retired one (this run).
     pub segments_recycled: u64,
+    /// Expired keys deleted (by active expiry, or by a write that found
+    /// its key expired), this run.
+    pub expired_keys: u64,
+    /// Keys that carry an expiry time (expired or not yet deleted).
+    pub expiring_keys: u64,
 }
 
 /// One device's counters and profile, as plain data.
@@ -105,6 +110,8 @@ pub(crate) struct ShardStats {
     pub(crate) wal_live_bytes: AtomicU64,
     pub(crate) segments_created: AtomicU64,
     pub(crate) segments_recycled: AtomicU64,
+    pub(crate) expired_keys: AtomicU64,
+    pub(crate) expiring_keys: AtomicU64,
 }
 
 impl ShardStats {
@@ -136,6 +143,8 @@ impl ShardStats {
             wal_live_bytes: AtomicU64::new(0),
             segments_created: AtomicU64::new(0),
             segments_recycled: AtomicU64::new(0),
+            expired_keys: AtomicU64::new(0),
+            expiring_keys: AtomicU64::new(0),
         }
     }
 
@@ -169,6 +178,8 @@ impl ShardStats {
             wal_live_bytes: self.wal_live_bytes.load(Relaxed),
             segments_created: self.segments_created.load(Relaxed),
             segments_recycled: self.segments_recycled.load(Relaxed),
+            expired_keys: self.expired_keys.load(Relaxed),
+            expiring_keys: self.expiring_keys.load(Relaxed),
         }
     }
 }

@@ -13,7 +13,7 @@
 use crate::error::SnapshotError;
 use crate::io::{AlignedBuf, DiskFile, ALIGN};
 use crate::tier::Tier;
-use crate::wal::format::FORMAT_VERSION;
+use crate::wal::format::{FORMAT_VERSION, FORMAT_VERSION_MIN};
 use crate::wal::reader::FileWindow;
 use std::path::{Path, PathBuf};
 
@@ -27,6 +27,11 @@ pub const BLOCK_HEADER_BYTES: usize = 24;
 pub const TRAILER_BYTES: usize = 48;
 /// Entry header: key_len u32, value_len u32.
 pub const ENTRY_HEADER_BYTES: usize = 8;
+/// Bit of an entry's key_len (format 2): 8 bytes of expiry time (absolute
+/// Unix ms, LE) follow the entry header, before the key.
+pub const ENTRY_KEY_LEN_EXPIRES: u32 = 1 << 31;
+/// Bytes of an entry's expiry time.
+pub const ENTRY_EXPIRY_BYTES: usize = 8;
 /// A block is closed once its payload passes this size.
 pub const BLOCK_TARGET_BYTES: usize = 256 * 1024;
 /// Size of each O_DIRECT write of a snapshot.
@@ -90,9 +95,11 @@ impl BlockEncoder {
         Self::default()
     }
 
-    /// Adds one entry, closing the open block into `out` first if it is full.
-    pub fn add(&mut self, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
-        let entry = ENTRY_HEADER_BYTES + key.len() + value.len();
+    /// Adds one entry (with its expiry time, if it has one), closing the
+    /// open block into `out` first if it is full.
+    pub fn add(&mut self, key: &[u8], value: &[u8], expires_at_ms: Option<u64>, out: &mut Vec<u8>) {
+        let extra = expires_at_ms.map_or(0, |_| ENTRY_EXPIRY_BYTES);
+        let entry = ENTRY_HEADER_BYTES + extra + key.len() + value.len();
         if self.open_entries > 0
             && self.open.len() - BLOCK_HEADER_BYTES + entry > BLOCK_TARGET_BYTES
         {
@@ -102,9 +109,14 @@ impl BlockEncoder {
             self.open.resize(BLOCK_HEADER_BYTES, 0);
         }
         let key_len = u32::try_from(key.len()).expect("key over 4 GiB");
+        assert!(key_len < ENTRY_KEY_LEN_EXPIRES, "key over 2 GiB");
         let value_len = u32::try_from(value.len()).expect("value over 4 GiB");
-        self.open.extend_from_slice(&key_len.to_le_bytes());
+        let flag = expires_at_ms.map_or(0, |_| ENTRY_KEY_LEN_EXPIRES);
+        self.open.extend_from_slice(&(key_len | flag).to_le_bytes());
         self.open.extend_from_slice(&value_len.to_le_bytes());
+        if let Some(at) = expires_at_ms {
+            self.open.extend_from_slice(&at.to_le_bytes());
+        }
         self.open.extend_from_slice(key);
         self.open.extend_from_slice(value);
         self.open_entries += 1;
@@ -258,7 +270,7 @@ pub async fn load<F: DiskFile>(
         return Err(corrupt(0, "bytes after the header are not zero".into()));
     }
     let version = le4(&header[8..12]);
-    if version != FORMAT_VERSION {
+    if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
         return Err(corrupt(0, format!("unsupported format version {version}")));
     }
     let shard = le4(&header[12..16]);
@@ -364,14 +376,35 @@ pub async fn load<F: DiskFile>(
             if payload.len() - at < ENTRY_HEADER_BYTES {
                 return Err(corrupt(pos, "entry header past the block end".into()));
             }
-            let k = le4(&payload[at..]) as usize;
+            let k_field = le4(&payload[at..]);
             let v = le4(&payload[at + 4..]) as usize;
             at += ENTRY_HEADER_BYTES;
+            let mut expires_at_ms = None;
+            if k_field & ENTRY_KEY_LEN_EXPIRES != 0 {
+                if version < 2 {
+                    return Err(corrupt(pos, "expiry flag in a version 1 snapshot".into()));
+                }
+                if payload.len() - at < ENTRY_EXPIRY_BYTES {
+                    return Err(corrupt(pos, "entry expiry past the block end".into()));
+                }
+                let when = le8(&payload[at..]);
+                if when == 0 {
+                    return Err(corrupt(pos, "entry expiry of 0".into()));
+                }
+                expires_at_ms = Some(when);
+                at += ENTRY_EXPIRY_BYTES;
+            }
+            let k = (k_field & !ENTRY_KEY_LEN_EXPIRES) as usize;
             if payload.len() - at < k + v {
                 return Err(corrupt(pos, "entry past the block end".into()));
             }
             let key = &payload[at..at + k];
-            tier.put(crate::hash::fnv1a64(key), key, &payload[at + k..at + k + v]);
+            tier.put_expiring(
+                crate::hash::fnv1a64(key),
+                key,
+                &payload[at + k..at + k + v],
+                expires_at_ms,
+            );
             at += k + v;
         }
         if at != payload.len() {
@@ -411,7 +444,14 @@ mod tests {
         let mut out = Vec::new();
         for i in 0..n {
             let k = format!("key-{i}");
-            enc.add(k.as_bytes(), &vec![i as u8; (i % 3000) as usize], &mut out);
+            // Every third entry carries an expiry time.
+            let at = (i % 3 == 1).then_some(4_000_000_000_000 + u64::from(i));
+            enc.add(
+                k.as_bytes(),
+                &vec![i as u8; (i % 3000) as usize],
+                at,
+                &mut out,
+            );
             if i % 97 == 0 {
                 enc.finish_block(&mut out);
                 w.write(&out).await.expect("write");
@@ -447,6 +487,13 @@ mod tests {
             assert_eq!(
                 tier.get(crate::hash::fnv1a64(k), k).as_deref(),
                 Some(&vec![(500 % 256) as u8; 500][..])
+            );
+            assert_eq!(tier.expiring_count(), 333);
+            let k = b"key-499";
+            assert_eq!(
+                tier.get_expiring(crate::hash::fnv1a64(k), k)
+                    .map(|(_, at)| at),
+                Some(Some(4_000_000_000_499))
             );
             // Wrong shard.
             assert!(load(&file, path, 2, &mut MemoryTier::new()).await.is_err());

@@ -7,6 +7,12 @@
 //! acknowledged), and no value that was never written may appear. Each seed
 //! runs several crash cycles, so recovery also recovers recovered logs.
 //!
+//! A third of the puts carry an expiry time (far in the future, derived
+//! from the write's version, so the model needs no clock): after every
+//! reopen each key's expiry must be the one written with the value it
+//! holds (none for a plain put), so an expiry never survives without its
+//! value, nor a value without its expiry.
+//!
 //! Seeds: 200 by default, `RINGKV_CRASH_SEEDS=N` for more, and
 //! `RINGKV_CRASH_SEED=S` to replay one. Thread timing is not part of the
 //! seed, so a replay takes the same operations and crash images but may cut
@@ -14,10 +20,11 @@
 
 mod common;
 
+use bytes::Bytes;
 use common::*;
 use engine::io::sim::{SimDisk, SimFaults};
 use engine::rng::SplitMix64;
-use engine::{Engine, Op, OpResult};
+use engine::{Current, Engine, Op, OpResult, TtlUpdate, UpdateAnswer, UpdateOutcome, UpdateWrite};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
@@ -31,6 +38,69 @@ type Rng = SplitMix64;
 /// A key's state: `Some(version)` or absent.
 type State = Option<u64>;
 
+/// The expiry time a put with an expiry gives version `version` (the year
+/// 2100 and later, so nothing expires during the test).
+fn expiry_of_version(version: u64) -> u64 {
+    4_102_444_800_000 + version
+}
+
+/// Sets the value `arg` expiring at `number`.
+fn set_expiring(_: Current, _now: u64, arg: &Bytes, number: i64) -> UpdateOutcome {
+    UpdateOutcome {
+        write: UpdateWrite::PutExpiring(arg.clone(), Some(number as u64)),
+        answer: UpdateAnswer::Ok,
+    }
+}
+
+/// Answers the key's expiry time: -2 missing, -1 none.
+fn expiry_read(current: Current, _now: u64, _: &Bytes, _: i64) -> UpdateOutcome {
+    let answer = match current {
+        None => -2,
+        Some((_, None)) => -1,
+        Some((_, Some(at))) => at as i64,
+    };
+    UpdateOutcome {
+        write: UpdateWrite::Keep,
+        answer: UpdateAnswer::Int(answer),
+    }
+}
+
+fn ttl_op(apply: engine::TtlUpdateFn, k: u64, arg: Bytes, number: i64) -> Op {
+    Op::UpdateTtl {
+        key: key(k),
+        update: TtlUpdate { apply, arg, number },
+    }
+}
+
+/// Checks every key's expiry against the version it holds.
+fn check_expiries(
+    h: &engine::Handle,
+    states: &BTreeMap<u64, State>,
+    cycle: u32,
+) -> Result<(), String> {
+    let answers = h
+        .batch_blocking(
+            (0..KEYS)
+                .map(|k| ttl_op(expiry_read, k, Bytes::new(), 0))
+                .collect(),
+        )
+        .map_err(|e| format!("cycle {cycle}: expiry read-back refused: {e}"))?;
+    for (k, a) in (0..KEYS).zip(&answers) {
+        let want = match states[&k] {
+            None => -2,
+            Some(v) if v % 3 == 0 => expiry_of_version(v) as i64,
+            Some(_) => -1,
+        };
+        if *a != OpResult::Updated(UpdateAnswer::Int(want)) {
+            return Err(format!(
+                "cycle {cycle}: key {k} ({}) has expiry {a:?}, want {want}",
+                describe(&states[&k])
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn random_batch(rng: &mut Rng, next_version: &mut u64, max_ops: u64) -> Vec<Op> {
     let n = 1 + rng.below(max_ops);
     (0..n)
@@ -39,7 +109,18 @@ fn random_batch(rng: &mut Rng, next_version: &mut u64, max_ops: u64) -> Vec<Op> 
             match rng.below(10) {
                 0..=5 => {
                     *next_version += 1;
-                    put(k, *next_version)
+                    let version = *next_version;
+                    // Every third version carries an expiry time.
+                    if version % 3 == 0 {
+                        ttl_op(
+                            set_expiring,
+                            k,
+                            value(k, version),
+                            expiry_of_version(version) as i64,
+                        )
+                    } else {
+                        put(k, version)
+                    }
                 }
                 6..=7 => del(k),
                 _ => get(k),
@@ -61,7 +142,8 @@ fn write_state(op: &Op) -> Option<State> {
         Op::Put { value, .. } => Some(Some(parse_value(value).expect("test value").1)),
         Op::Delete { .. } => Some(None),
         Op::Get { .. } => None,
-        Op::Update { .. } => unreachable!("this test sends no updates"),
+        Op::UpdateTtl { update, .. } => Some(Some(parse_value(&update.arg).expect("test value").1)),
+        Op::Update { .. } => unreachable!("this test sends no plain updates"),
     }
 }
 
@@ -132,6 +214,7 @@ fn run_seed(seed: u64) -> Result<Coverage, String> {
                 ));
             }
         }
+        check_expiries(&h, &model, cycle)?;
 
         // Phase 1: sequential batches, each acknowledged; reads see the model.
         let batches = 8 + rng.below(40);
@@ -146,6 +229,7 @@ fn run_seed(seed: u64) -> Result<Coverage, String> {
                     Some(state) => {
                         let expected = match op {
                             Op::Delete { .. } if model[&k].is_none() => OpResult::NotFound,
+                            Op::UpdateTtl { .. } => OpResult::Updated(UpdateAnswer::Ok),
                             _ => OpResult::Ok,
                         };
                         if *a != expected {
@@ -258,6 +342,7 @@ fn run_seed(seed: u64) -> Result<Coverage, String> {
             }
             model.insert(k, got);
         }
+        check_expiries(&engine.handle(), &model, cycle)?;
         engine.halt();
         disk.crash();
     }

@@ -163,6 +163,10 @@ stats_group! {
         keys: u64, "gauge", "keys";
         /// Bytes of RAM the storage tier holds for keys and values, all shards.
         memory_bytes: u64, "gauge", "bytes";
+        /// Keys that carry an expiry time (expired ones included until deleted), all shards.
+        expiring_keys: u64, "gauge", "keys";
+        /// Expired keys deleted since start (by active expiry, or by a write that found its key expired), all shards.
+        expired_keys: u64, "count", "keys";
     }
 }
 

@@ -340,6 +340,18 @@ fn render_shard(p: &mut PromText, s: &ShardMetrics) {
         &l,
         s.recovery_snapshot_entries as f64,
     );
+    p.gauge(
+        "ringkv_expiring_keys",
+        "Keys that carry an expiry time (expired ones included until deleted).",
+        &l,
+        s.expiring_keys as f64,
+    );
+    p.counter(
+        "ringkv_expired_keys_total",
+        "Expired keys deleted (active expiry, or a write that found its key expired).",
+        &l,
+        s.expired_keys,
+    );
 }
 
 fn facts_of<'a>(shared: &'a Shared, device: &DeviceMetrics) -> Option<&'a DeviceFacts> {

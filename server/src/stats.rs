@@ -49,6 +49,8 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
         engine: EngineStats {
             keys: engine.shards.iter().map(|s| s.keys).sum(),
             memory_bytes: engine.shards.iter().map(|s| s.memory_bytes).sum(),
+            expiring_keys: engine.shards.iter().map(|s| s.expiring_keys).sum(),
+            expired_keys: engine.shards.iter().map(|s| s.expired_keys).sum(),
         },
         wal: WalStats {
             bytes_written: engine.shards.iter().map(|s| s.wal_bytes_written).sum(),

@@ -2,8 +2,9 @@
 //! shards with Redis's reply types, pipelining order, atomic
 //! read-modify-writes under concurrent clients, RESP3 after HELLO 3,
 //! protocol errors (Redis's text, then close) that never take the server
-//! down, a client that never reads its replies, and acknowledged writes
-//! that survive kill -9.
+//! down, a client that never reads its replies, acknowledged writes
+//! that survive kill -9, and the expiry commands (their replies, errors,
+//! and expiry times that survive kill -9).
 
 mod common;
 
@@ -893,4 +894,179 @@ fn loading_is_answered_while_recovering() {
 fn stop_child(child: &mut std::process::Child) {
     let _ = child.kill();
     let _ = child.wait();
+}
+
+fn int(n: i64) -> Reply {
+    Reply::Int(n)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[test]
+fn expiry_commands_answer_as_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr) = start(dir.path(), &["--shards", "3"]);
+    let mut c = Resp::connect(addr);
+    // SET's expiry options, TTL, PTTL, PERSIST.
+    assert_eq!(c.call("SET a 1 EX 100"), ok());
+    assert_eq!(c.call("TTL a"), int(100));
+    let Reply::Int(pttl) = c.call("PTTL a") else {
+        panic!("PTTL")
+    };
+    assert!((99_000..=100_000).contains(&pttl), "{pttl}");
+    assert_eq!(c.call("TTL missing"), int(-2));
+    assert_eq!(c.call("SET b 2"), ok());
+    assert_eq!(c.call("TTL b"), int(-1));
+    assert_eq!(c.call("PERSIST a"), int(1));
+    assert_eq!(c.call("PERSIST a"), int(0));
+    assert_eq!(c.call("TTL a"), int(-1));
+    assert_eq!(
+        c.call("SET a 1 PX 0"),
+        err("ERR invalid expire time in 'set' command")
+    );
+    assert_eq!(
+        c.call("SET a 1 EX -5"),
+        err("ERR invalid expire time in 'set' command")
+    );
+    assert_eq!(
+        c.call("SET a 1 EX 9223372036854775807"),
+        err("ERR invalid expire time in 'set' command")
+    );
+    assert_eq!(c.call("SET a 1 EX 10 KEEPTTL"), err("ERR syntax error"));
+    assert_eq!(c.call("SET a 1 EX 10 PX 10"), err("ERR syntax error"));
+    assert_eq!(
+        c.call("SET a 1 EX x"),
+        err("ERR value is not an integer or out of range")
+    );
+    // KEEPTTL keeps it, a plain SET clears it, INCR and APPEND keep it.
+    assert_eq!(c.call("SET n 1 EXAT 4102444800"), ok());
+    assert_eq!(c.call("EXPIRETIME n"), int(4_102_444_800));
+    assert_eq!(c.call("PEXPIRETIME n"), int(4_102_444_800_000));
+    assert_eq!(c.call("INCR n"), int(2));
+    assert_eq!(c.call("APPEND n 0"), int(2));
+    assert_eq!(c.call("EXPIRETIME n"), int(4_102_444_800));
+    assert_eq!(c.call("SET n 5 KEEPTTL"), ok());
+    assert_eq!(c.call("EXPIRETIME n"), int(4_102_444_800));
+    assert_eq!(c.call("SET n 6 GET"), bulk("5"));
+    assert_eq!(c.call("EXPIRETIME n"), int(-1));
+    // A value of the largest size takes an expiry too.
+    let big = vec![b'x'; 64 * 1024];
+    c.send(&[b"SET", b"big", &big, b"EX", b"100"]);
+    assert_eq!(c.read(), Some(ok()));
+    assert_eq!(c.call("TTL big"), int(100));
+    assert_eq!(c.call("DEL big"), int(1));
+    // SETEX, PSETEX, GETEX.
+    assert_eq!(c.call("SETEX s 50 v"), ok());
+    assert_eq!(c.call("TTL s"), int(50));
+    assert_eq!(
+        c.call("SETEX s 0 v"),
+        err("ERR invalid expire time in 'setex' command")
+    );
+    assert_eq!(c.call("PSETEX p 50000 v"), ok());
+    assert_eq!(c.call("TTL p"), int(50));
+    assert_eq!(c.call("GETEX s PERSIST"), bulk("v"));
+    assert_eq!(c.call("TTL s"), int(-1));
+    assert_eq!(c.call("GETEX s EX 30"), bulk("v"));
+    assert_eq!(c.call("TTL s"), int(30));
+    assert_eq!(c.call("GETEX s"), bulk("v"));
+    assert_eq!(c.call("GETEX missing EX 5"), Reply::Null);
+    assert_eq!(
+        c.call("GETEX s EX 0"),
+        err("ERR invalid expire time in 'getex' command")
+    );
+    assert_eq!(c.call("GETEX s FOO"), err("ERR syntax error"));
+    // EXPIRE and its conditions.
+    assert_eq!(c.call("EXPIRE missing 10"), int(0));
+    assert_eq!(c.call("SET e v"), ok());
+    assert_eq!(c.call("EXPIRE e 100 XX"), int(0));
+    assert_eq!(c.call("EXPIRE e 100 GT"), int(0));
+    assert_eq!(c.call("EXPIRE e 100 NX"), int(1));
+    assert_eq!(c.call("EXPIRE e 200 NX"), int(0));
+    assert_eq!(c.call("EXPIRE e 50 GT"), int(0));
+    assert_eq!(c.call("EXPIRE e 200 GT"), int(1));
+    assert_eq!(c.call("EXPIRE e 300 LT"), int(0));
+    assert_eq!(c.call("PEXPIRE e 100000 LT"), int(1));
+    assert_eq!(c.call("TTL e"), int(100));
+    assert_eq!(
+        c.call("EXPIRE e 10 NX XX"),
+        err("ERR NX and XX, GT or LT options at the same time are not compatible")
+    );
+    assert_eq!(
+        c.call("EXPIRE e 10 GT LT"),
+        err("ERR GT and LT options at the same time are not compatible")
+    );
+    assert_eq!(c.call("EXPIRE e 10 FOO"), err("ERR Unsupported option FOO"));
+    assert_eq!(
+        c.call("EXPIRE e 9223372036854775807"),
+        err("ERR invalid expire time in 'expire' command")
+    );
+    let at = now_ms() + 60_000;
+    assert_eq!(c.call(&format!("PEXPIREAT e {at}")), int(1));
+    assert_eq!(c.call("PEXPIRETIME e"), int(at));
+    // RENAME moves the expiry; the target's own expiry does not survive.
+    assert_eq!(c.call("SET t x EX 1000"), ok());
+    assert_eq!(c.call("RENAME e t"), ok());
+    assert_eq!(c.call("PEXPIRETIME t"), int(at));
+    assert_eq!(c.call("RENAME b t"), ok());
+    assert_eq!(c.call("TTL t"), int(-1));
+    // A past time deletes the key; expired keys are gone for every read.
+    assert_eq!(c.call("EXPIRE t -1"), int(1));
+    assert_eq!(c.call("EXISTS t"), int(0));
+    for i in 0..20 {
+        assert_eq!(c.call(&format!("SET gone{i} v PX 100")), ok());
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(c.call("GET gone3"), Reply::Null);
+    assert_eq!(c.call("EXISTS gone1 gone2 gone3"), int(0));
+    assert_eq!(c.call("KEYS gone*"), Reply::Array(vec![]));
+    assert_eq!(c.call("TTL gone4"), int(-2));
+    assert_eq!(c.call("DEL gone5"), int(0));
+    // Active expiry deletes the rest: DBSIZE drops to the live keys.
+    let live = 4; // a, n, s, p
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while c.call("DBSIZE") != int(live) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "expired keys were not reclaimed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn kill_9_keeps_expiry_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, addr) = start(dir.path(), &["--shards", "2", "--durability", "sync"]);
+    let mut c = Resp::connect(addr);
+    let mut batch = Vec::new();
+    for i in 0..300 {
+        let line = match i % 3 {
+            0 => format!("SET key{i} v{i} PXAT {}\r\n", 4_102_444_800_000i64 + i),
+            1 => format!("SET key{i} v{i} PX 300\r\n"),
+            _ => format!("SET key{i} v{i}\r\n"),
+        };
+        batch.extend_from_slice(line.as_bytes());
+    }
+    c.send_raw(&batch);
+    for _ in 0..300 {
+        assert_eq!(c.read(), Some(ok()));
+    }
+    server.kill9();
+    std::thread::sleep(Duration::from_millis(350));
+    let (_server, addr) = start(dir.path(), &["--shards", "2", "--durability", "sync"]);
+    let mut c = Resp::connect(addr);
+    for i in 0..300i64 {
+        let (value, expiry) = match i % 3 {
+            0 => (bulk(&format!("v{i}")), int(4_102_444_800_000 + i)),
+            1 => (Reply::Null, int(-2)),
+            _ => (bulk(&format!("v{i}")), int(-1)),
+        };
+        assert_eq!(c.call(&format!("GET key{i}")), value, "key{i}");
+        assert_eq!(c.call(&format!("PEXPIRETIME key{i}")), expiry, "key{i}");
+    }
 }

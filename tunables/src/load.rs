@@ -766,6 +766,8 @@ flush_interval = \"5ms\"
 checkpoint_wal_bytes = \"1GiB\"
 checkpoint_interval = 0
 wal_device = \"fast\"
+expiry_tick = \"250ms\"
+expiry_keys_per_tick = 1000
 [limits]
 key_bytes_max = \"512B\"
 value_bytes_max = \"2MiB\"
@@ -821,6 +823,8 @@ count_fsync = false
             checkpoint_wal_bytes: ByteSize::gib(1),
             checkpoint_interval: Duration::ZERO,
             wal_device: "fast".to_string(),
+            expiry_tick: Duration::from_millis(250),
+            expiry_keys_per_tick: 1000,
         };
         want.limits = LimitsConfig {
             key_bytes_max: ByteSize(512),

@@ -436,6 +436,14 @@ section! {
         /// The device (a `[devices]` key) holding the WAL and snapshots.
         wal_device: String = "wal".to_string(),
             kind Some("name"), check Check::Any, note "a key of `[devices]`";
+        /// How often each shard's active expiry runs (deletes keys whose expiry time passed;
+        /// reads never return such keys, this reclaims their memory).
+        expiry_tick: Duration = Duration::from_millis(100),
+            kind None, check Check::Range(Duration::from_millis(1), Duration::from_secs(60));
+        /// Most expired keys one active-expiry tick deletes on a shard (its cost bound; the
+        /// rest wait for later ticks).
+        expiry_keys_per_tick: u32 = 256,
+            kind None, check Check::Range(1, 1_000_000);
     }
 }
 

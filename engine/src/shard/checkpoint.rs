@@ -122,7 +122,7 @@ pub(crate) async fn checkpoint<D: Disk>(
             // One partition is copied in one synchronous step, then written
             // while the shard goes on serving.
             core.with_tier(|t| {
-                t.visit_partition(p, &mut |k, v| encoder.add(k, v, &mut staged));
+                t.visit_partition(p, &mut |k, v, at| encoder.add(k, v, at, &mut staged));
             });
             encoder.finish_block(&mut staged);
             if !staged.is_empty() {

@@ -9,12 +9,13 @@
 //! after poisoning no write is logged or acknowledged; LSNs grow by one per
 //! record; commit versions are non-decreasing in LSN order.
 
-use crate::api::{Op, OpError, OpResult, UpdateWrite};
+use crate::api::{Op, OpError, OpResult, UpdateOutcome, UpdateWrite};
+use crate::clock::now_ms;
 use crate::hash::fnv1a64;
 use crate::metrics::ShardStats;
 use crate::shard::notify::Notify;
 use crate::tier::Tier;
-use crate::wal::format::{record_size, RecordKind};
+use crate::wal::format::{record_size, record_size_expiring, RecordKind};
 use crate::wal::writer::{Reserve, SealedFlush, WalAppender};
 use futures::channel::oneshot;
 use std::cell::RefCell;
@@ -154,6 +155,7 @@ struct Counts {
     delete: u64,
     failed: u64,
     records: u64,
+    expired: u64,
 }
 
 impl ShardCore {
@@ -219,9 +221,12 @@ impl ShardCore {
         }
     }
 
-    /// Runs `f` on the tier (reads from a checkpoint).
+    /// Runs `f` on the tier (reads from a checkpoint or a key scan), with
+    /// the tier's clock set to now (expired keys are not visited).
     pub(crate) fn with_tier<R>(&self, f: impl FnOnce(&dyn Tier) -> R) -> R {
-        f(&*self.state.borrow().tier)
+        let mut st = self.state.borrow_mut();
+        st.tier.set_now_ms(now_ms());
+        f(&*st.tier)
     }
 
     /// (WAL bytes, writes) since the last checkpoint.
@@ -277,6 +282,10 @@ impl ShardCore {
         let mut version = 0u64;
         let mut appended = false;
         let mut rolled = false;
+        // One clock reading per step: every operation of the step sees the
+        // same keys as expired.
+        let now = now_ms();
+        st.tier.set_now_ms(now);
         let done = loop {
             let Some(op) = ops.peek() else {
                 break true;
@@ -322,11 +331,15 @@ impl ShardCore {
                     // The run is consumed already.
                     continue;
                 }
-                Op::Put { .. } | Op::Delete { .. } | Op::Update { .. } if st.poisoned => {
+                Op::Put { .. } | Op::Delete { .. } | Op::Update { .. } | Op::UpdateTtl { .. }
+                    if st.poisoned =>
+                {
                     writes.mark(index, true);
                     *had_write = true;
                     match op {
-                        Op::Put { .. } | Op::Update { .. } => counts.put += 1,
+                        Op::Put { .. } | Op::Update { .. } | Op::UpdateTtl { .. } => {
+                            counts.put += 1
+                        }
                         _ => counts.delete += 1,
                     }
                     counts.failed += 1;
@@ -360,12 +373,43 @@ impl ShardCore {
                     counts.put += 1;
                     results.push(OpResult::Ok);
                 }
-                Op::Update { key, update } => {
+                Op::Update { .. } | Op::UpdateTtl { .. } => {
+                    let key = op.key();
                     let hash = fnv1a64(key);
-                    let current = st.tier.get(hash, key);
-                    let outcome = (update.apply)(current, &update.arg, update.number);
-                    let (kind, value) = match &outcome.write {
-                        UpdateWrite::Keep => (None, None),
+                    let current = st.tier.get_expiring(hash, key);
+                    let current_expiry = current.as_ref().and_then(|c| c.1);
+                    let current_value = current.as_ref().map(|c| c.0.clone());
+                    let outcome: UpdateOutcome = match op {
+                        Op::Update { update, .. } => {
+                            (update.apply)(current_value.clone(), &update.arg, update.number)
+                        }
+                        Op::UpdateTtl { update, .. } => {
+                            (update.apply)(current, now, &update.arg, update.number)
+                        }
+                        _ => unreachable!("matched above"),
+                    };
+                    // What to write: (value, expiry), or delete the key.
+                    let (write, expiry) = match &outcome.write {
+                        UpdateWrite::Keep => (UpdateWrite::Keep, None),
+                        UpdateWrite::Put(v) => (UpdateWrite::Put(v.clone()), current_expiry),
+                        UpdateWrite::PutExpiring(v, at) => (UpdateWrite::Put(v.clone()), *at),
+                        UpdateWrite::SetExpiry(at) => match current_value {
+                            Some(v) => (UpdateWrite::Put(v), *at),
+                            None => (UpdateWrite::Keep, None),
+                        },
+                        UpdateWrite::Delete => (UpdateWrite::Delete, None),
+                    };
+                    let write = match write {
+                        // An expiry time already passed: the key goes.
+                        UpdateWrite::Put(_) if expiry.is_some_and(|at| at <= now) => {
+                            UpdateWrite::Delete
+                        }
+                        w => w,
+                    };
+                    let (kind, value) = match &write {
+                        UpdateWrite::Keep
+                        | UpdateWrite::PutExpiring(..)
+                        | UpdateWrite::SetExpiry(_) => (None, None),
                         UpdateWrite::Put(v) if v.len() > self.settings.value_bytes_max => {
                             writes.mark(index, true);
                             *had_write = true;
@@ -379,14 +423,20 @@ impl ShardCore {
                             continue;
                         }
                         UpdateWrite::Put(v) => (Some(RecordKind::Put), Some(v)),
-                        UpdateWrite::Delete if st.tier.contains(hash, key) => {
+                        // An expired entry is deleted (and logged) too.
+                        UpdateWrite::Delete if st.tier.contains_any(hash, key) => {
                             (Some(RecordKind::Delete), None)
                         }
                         UpdateWrite::Delete => (None, None),
                     };
+                    let expiry = if kind == Some(RecordKind::Put) {
+                        expiry
+                    } else {
+                        None
+                    };
                     if let (Some(kind), Some(wal)) = (kind, &mut st.wal) {
                         let payload: &[u8] = value.map_or(b"", |v| v);
-                        let size = record_size(key.len(), payload.len());
+                        let size = record_size_expiring(key.len(), payload.len(), expiry);
                         let (reserve, moved) = wal.reserve(size);
                         rolled |= moved;
                         if reserve == Reserve::Full {
@@ -399,15 +449,18 @@ impl ShardCore {
                             version = self.clock.next();
                         }
                         st.last_lsn += 1;
-                        wal.append(st.last_lsn, version, kind, key, payload);
+                        wal.append_expiring(st.last_lsn, version, kind, key, payload, expiry);
                         appended = true;
                         counts.records += 1;
                     }
                     match (kind, value) {
                         (Some(RecordKind::Put), Some(v)) => {
-                            st.tier.put(hash, key, v);
+                            st.tier.put_expiring(hash, key, v, expiry);
                         }
                         (Some(_), _) => {
+                            if !st.tier.contains(hash, key) {
+                                counts.expired += 1;
+                            }
                             st.tier.delete(hash, key);
                         }
                         (None, _) => {}
@@ -419,7 +472,10 @@ impl ShardCore {
                 }
                 Op::Delete { key } => {
                     let hash = fnv1a64(key);
-                    if st.tier.contains(hash, key) {
+                    // An expired entry is deleted (and logged) like a live
+                    // one, but answers NotFound, as Redis's DEL does.
+                    let live = st.tier.contains(hash, key);
+                    if st.tier.contains_any(hash, key) {
                         if let Some(wal) = &mut st.wal {
                             let size = record_size(key.len(), 0);
                             let (reserve, moved) = wal.reserve(size);
@@ -437,7 +493,12 @@ impl ShardCore {
                             counts.records += 1;
                         }
                         st.tier.delete(hash, key);
-                        results.push(OpResult::Ok);
+                        if live {
+                            results.push(OpResult::Ok);
+                        } else {
+                            counts.expired += 1;
+                            results.push(OpResult::NotFound);
+                        }
                     } else {
                         // Nothing to log, but in sync mode the answer still
                         // waits for everything logged before it.
@@ -457,6 +518,9 @@ impl ShardCore {
         let wake_flusher = appended || !done;
         let keys = st.tier.len();
         let memory = st.tier.memory_bytes();
+        self.stats
+            .expiring_keys
+            .store(st.tier.expiring_count(), Relaxed);
         // Notifications only schedule other tasks; no borrow is re-entered.
         self.stats.keys.store(keys, Relaxed);
         self.stats.memory_bytes.store(memory, Relaxed);
@@ -501,6 +565,9 @@ impl ShardCore {
         }
         if counts.records > 0 {
             s.wal_records.fetch_add(counts.records, Relaxed);
+        }
+        if counts.expired > 0 {
+            s.expired_keys.fetch_add(counts.expired, Relaxed);
         }
         let wait_lsn = (had_write && self.settings.durability == Durability::Sync)
             .then(|| self.state.borrow().last_lsn);

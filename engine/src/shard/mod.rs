@@ -6,6 +6,7 @@
 
 pub mod checkpoint;
 pub mod core;
+pub mod expiry;
 pub mod notify;
 pub mod router;
 pub mod thread;

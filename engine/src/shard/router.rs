@@ -81,6 +81,17 @@ impl Limits {
                 });
             }
         }
+        // An expiry-aware update may put a few bytes of options in front
+        // of a value (the value it writes is checked on the shard).
+        if let Op::UpdateTtl { update, .. } = op {
+            let max = self.value_bytes_max + crate::api::TTL_ARG_OPTION_BYTES_MAX;
+            if update.arg.len() > max {
+                return Err(OpError::ValueTooLarge {
+                    len: update.arg.len(),
+                    max: self.value_bytes_max,
+                });
+            }
+        }
         Ok(())
     }
 }

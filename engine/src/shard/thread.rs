@@ -40,6 +40,10 @@ pub(crate) struct ShardSettings {
     pub(crate) flush_interval: Duration,
     pub(crate) checkpoint_wal_bytes: u64,
     pub(crate) checkpoint_interval: Duration,
+    /// Time between two active-expiry ticks.
+    pub(crate) expiry_tick: Duration,
+    /// Most expired keys one tick deletes.
+    pub(crate) expiry_keys_per_tick: usize,
     pub(crate) max_record_bytes: usize,
     /// Largest value an [`crate::Op::Update`] may write.
     pub(crate) value_bytes_max: usize,
@@ -355,6 +359,15 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             ),
         );
     }
+    spawn_critical(
+        "active-expiry",
+        shard,
+        crate::shard::expiry::run_active_expiry(
+            core.clone(),
+            settings.expiry_tick,
+            settings.expiry_keys_per_tick,
+        ),
+    );
     set_local(engine_id, shard, core.clone());
     compio::runtime::spawn(async move {
         while let Ok(Control::Spawn(f)) = control.recv_async().await {

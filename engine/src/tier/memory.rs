@@ -8,6 +8,17 @@
 //! a time and a table resize only ever moves one partition's slots.
 //! What must hold: `len` and `memory_bytes` always match the tables.
 //!
+//! **Expiry times.** A key with an expiry time has bit 31 of its `key_len`
+//! set and 8 more bytes (the expiry, absolute Unix ms, LE) between the
+//! header and the key; a key without one costs nothing extra. Keys with an
+//! expiry are also indexed in `expiring`, an ordered map from (expiry,
+//! routing hash) to a count (16 bytes of key plus the B-tree's overhead per
+//! such key, none for the others), so active expiry finds the due keys in
+//! order without scanning the table. Reads (`get`, `get_many*`,
+//! `contains`, `visit_partition`) treat an entry whose expiry is at or
+//! before the tier's clock (`set_now_ms`) as absent; `len` still counts it
+//! until it is deleted (as Redis's DBSIZE does).
+//!
 //! Batched reads ([`Tier::get_many`]) first look up every key of the batch,
 //! then copy the values found: with no copy between two lookups the CPU
 //! overlaps the cache misses of several lookups. Values are copied into
@@ -28,6 +39,13 @@ const _: () = assert!(PARTITION_COUNT.is_power_of_two());
 
 const ENTRY_HEADER_BYTES: usize = 8;
 const ENTRY_ALIGN: usize = 8;
+/// Bit of `key_len` saying that an expiry time follows the header.
+const KEY_LEN_EXPIRES: u32 = 1 << 31;
+/// Bytes of the expiry time of an entry that has one.
+const ENTRY_EXPIRY_BYTES: usize = 8;
+/// What one key of the `expiring` index costs, counted in `memory_bytes`
+/// (the (expiry, hash) pair, the count, and the B-tree's share).
+const EXPIRING_INDEX_BYTES: u64 = 48;
 
 /// Values read by one [`Tier::get_many`] are packed into shared buffers of
 /// at most this many bytes (a larger value gets a buffer of its own). A
@@ -37,7 +55,8 @@ const ENTRY_ALIGN: usize = 8;
 /// fresh page faults.
 pub const READ_CHUNK_BYTES_MAX: usize = 64 * 1024;
 
-/// One owned heap block `[key_len u32 LE][value_len u32 LE][key][value]`.
+/// One owned heap block `[key_len u32 LE][value_len u32 LE][expiry u64 LE,
+/// only if bit 31 of key_len][key][value]`.
 struct Entry {
     ptr: NonNull<u8>,
 }
@@ -47,48 +66,91 @@ impl Entry {
         Layout::from_size_align(total, ENTRY_ALIGN).expect("entry layout")
     }
 
-    fn new(key: &[u8], value: &[u8]) -> Entry {
+    /// `expires_at_ms == 0`: no expiry.
+    fn new(key: &[u8], value: &[u8], expires_at_ms: u64) -> Entry {
         let key_len = u32::try_from(key.len()).expect("key over 4 GiB");
+        assert!(key_len < KEY_LEN_EXPIRES, "key over 2 GiB");
         let value_len = u32::try_from(value.len()).expect("value over 4 GiB");
-        let total = ENTRY_HEADER_BYTES + key.len() + value.len();
+        let (flag, extra) = if expires_at_ms != 0 {
+            (KEY_LEN_EXPIRES, ENTRY_EXPIRY_BYTES)
+        } else {
+            (0, 0)
+        };
+        let key_len = key_len | flag;
+        let total = ENTRY_HEADER_BYTES + extra + key.len() + value.len();
         let layout = Self::layout(total);
         // SAFETY: the layout has a non-zero size (at least the header).
         let raw = unsafe { alloc(layout) };
         let Some(ptr) = NonNull::new(raw) else {
             handle_alloc_error(layout);
         };
-        // SAFETY: the block is `total` bytes; the four copies below fill it
-        // exactly, from sources that cannot overlap a fresh allocation.
+        // SAFETY: the block is `total` bytes; the copies below fill it
+        // exactly (the expiry only when `extra` is 8), from sources that
+        // cannot overlap a fresh allocation.
         unsafe {
             let p = ptr.as_ptr();
             std::ptr::copy_nonoverlapping(key_len.to_le_bytes().as_ptr(), p, 4);
             std::ptr::copy_nonoverlapping(value_len.to_le_bytes().as_ptr(), p.add(4), 4);
-            std::ptr::copy_nonoverlapping(key.as_ptr(), p.add(ENTRY_HEADER_BYTES), key.len());
-            std::ptr::copy_nonoverlapping(
-                value.as_ptr(),
-                p.add(ENTRY_HEADER_BYTES + key.len()),
-                value.len(),
-            );
+            if extra != 0 {
+                std::ptr::copy_nonoverlapping(
+                    expires_at_ms.to_le_bytes().as_ptr(),
+                    p.add(ENTRY_HEADER_BYTES),
+                    ENTRY_EXPIRY_BYTES,
+                );
+            }
+            let key_at = ENTRY_HEADER_BYTES + extra;
+            std::ptr::copy_nonoverlapping(key.as_ptr(), p.add(key_at), key.len());
+            std::ptr::copy_nonoverlapping(value.as_ptr(), p.add(key_at + key.len()), value.len());
         }
         Entry { ptr }
     }
 
-    fn lens(&self) -> (usize, usize) {
+    /// (key length, value length, bytes between the header and the key).
+    fn layout_lens(&self) -> (usize, usize, usize) {
         // SAFETY: ptr points to an initialised block of at least 8 bytes.
         let header = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), ENTRY_HEADER_BYTES) };
         let mut k = [0u8; 4];
         let mut v = [0u8; 4];
         k.copy_from_slice(&header[0..4]);
         v.copy_from_slice(&header[4..8]);
+        let k = u32::from_le_bytes(k);
+        let extra = if k & KEY_LEN_EXPIRES != 0 {
+            ENTRY_EXPIRY_BYTES
+        } else {
+            0
+        };
         (
-            u32::from_le_bytes(k) as usize,
+            (k & !KEY_LEN_EXPIRES) as usize,
             u32::from_le_bytes(v) as usize,
+            extra,
         )
     }
 
+    fn lens(&self) -> (usize, usize) {
+        let (k, v, _) = self.layout_lens();
+        (k, v)
+    }
+
     fn alloc_bytes(&self) -> usize {
-        let (k, v) = self.lens();
-        ENTRY_HEADER_BYTES + k + v
+        let (k, v, extra) = self.layout_lens();
+        ENTRY_HEADER_BYTES + extra + k + v
+    }
+
+    /// The expiry time (absolute Unix ms), 0 if the entry has none.
+    fn expires_at_ms(&self) -> u64 {
+        let (_, _, extra) = self.layout_lens();
+        if extra == 0 {
+            return 0;
+        }
+        let mut e = [0u8; 8];
+        e.copy_from_slice(&self.bytes()[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + extra]);
+        u64::from_le_bytes(e)
+    }
+
+    /// Whether the entry is visible at `now_ms` (no expiry, or a later one).
+    fn live_at(&self, now_ms: u64) -> bool {
+        let at = self.expires_at_ms();
+        at == 0 || at > now_ms
     }
 
     fn bytes(&self) -> &[u8] {
@@ -98,18 +160,20 @@ impl Entry {
     }
 
     fn key(&self) -> &[u8] {
-        let (k, _) = self.lens();
-        &self.bytes()[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + k]
+        let (k, _, extra) = self.layout_lens();
+        &self.bytes()[ENTRY_HEADER_BYTES + extra..ENTRY_HEADER_BYTES + extra + k]
     }
 
     fn value(&self) -> &[u8] {
-        let (k, _) = self.lens();
-        &self.bytes()[ENTRY_HEADER_BYTES + k..]
+        let (k, _, extra) = self.layout_lens();
+        &self.bytes()[ENTRY_HEADER_BYTES + extra + k..]
     }
 
-    /// Replaces the value in place when its length is unchanged.
+    /// Replaces the value in place when its length is unchanged (only for
+    /// an entry without an expiry time).
     fn overwrite_value_same_len(&mut self, value: &[u8]) {
-        let (k, v) = self.lens();
+        let (k, v, extra) = self.layout_lens();
+        assert_eq!(extra, 0);
         assert_eq!(v, value.len());
         // SAFETY: the value region is `v` bytes inside the owned block, and
         // `value` cannot alias it (the caller's bytes live elsewhere).
@@ -138,6 +202,13 @@ struct Partition {
 /// All entries of one shard, in RAM.
 pub struct MemoryTier {
     partitions: Box<[Partition]>,
+    /// (expiry, routing hash) of every entry with an expiry time, with the
+    /// number of such entries (two keys may share both).
+    expiring: std::collections::BTreeMap<(u64, u64), u32>,
+    /// Sum of the counts in `expiring`.
+    expiring_entries: u64,
+    /// Entries expiring at or before this (Unix ms) are invisible to reads.
+    now_ms: u64,
     len: u64,
     /// Sum of entry block sizes.
     entry_bytes: u64,
@@ -175,6 +246,9 @@ impl MemoryTier {
             .into_boxed_slice();
         MemoryTier {
             partitions,
+            expiring: std::collections::BTreeMap::new(),
+            expiring_entries: 0,
+            now_ms: 0,
             len: 0,
             entry_bytes: 0,
             table_bytes: 0,
@@ -184,6 +258,29 @@ impl MemoryTier {
     fn table_bytes_of(table: &HashTable<Entry>) -> u64 {
         table.allocation_size() as u64
     }
+
+    fn index_add(&mut self, expires_at_ms: u64, hash: u64) {
+        if expires_at_ms != 0 {
+            *self.expiring.entry((expires_at_ms, hash)).or_insert(0) += 1;
+            self.expiring_entries += 1;
+        }
+    }
+
+    fn index_remove(&mut self, expires_at_ms: u64, hash: u64) {
+        if expires_at_ms == 0 {
+            return;
+        }
+        let slot = (expires_at_ms, hash);
+        let count = self
+            .expiring
+            .get_mut(&slot)
+            .expect("every entry with an expiry is indexed");
+        *count -= 1;
+        self.expiring_entries -= 1;
+        if *count == 0 {
+            self.expiring.remove(&slot);
+        }
+    }
 }
 
 impl Tier for MemoryTier {
@@ -192,6 +289,7 @@ impl Tier for MemoryTier {
         self.partitions[p]
             .table
             .find(h, |e| e.key() == key)
+            .filter(|e| e.live_at(self.now_ms))
             .map(|e| Bytes::copy_from_slice(e.value()))
     }
 
@@ -230,24 +328,81 @@ impl Tier for MemoryTier {
         self.partitions[p]
             .table
             .find(h, |e| e.key() == key)
+            .is_some_and(|e| e.live_at(self.now_ms))
+    }
+
+    fn contains_any(&self, hash: u64, key: &[u8]) -> bool {
+        let (p, h) = split(hash);
+        self.partitions[p]
+            .table
+            .find(h, |e| e.key() == key)
             .is_some()
     }
 
-    fn put(&mut self, hash: u64, key: &[u8], value: &[u8]) -> bool {
+    fn get_expiring(&self, hash: u64, key: &[u8]) -> Option<(Bytes, Option<u64>)> {
+        let (p, h) = split(hash);
+        self.partitions[p]
+            .table
+            .find(h, |e| e.key() == key)
+            .filter(|e| e.live_at(self.now_ms))
+            .map(|e| {
+                let at = e.expires_at_ms();
+                (Bytes::copy_from_slice(e.value()), (at != 0).then_some(at))
+            })
+    }
+
+    fn set_now_ms(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+    }
+
+    fn due_keys(&self, max: usize) -> Vec<Bytes> {
+        let mut keys = Vec::new();
+        for (&(at, hash), _) in self.expiring.range(..=(self.now_ms, u64::MAX)) {
+            if keys.len() >= max {
+                break;
+            }
+            let (p, h) = split(hash);
+            let found = self.partitions[p].table.find(h, |e| {
+                e.expires_at_ms() == at && crate::hash::fnv1a64(e.key()) == hash
+            });
+            let entry = found.expect("every indexed expiry has its entry");
+            keys.push(Bytes::copy_from_slice(entry.key()));
+        }
+        keys
+    }
+
+    fn expiring_count(&self) -> u64 {
+        self.expiring_entries
+    }
+
+    fn put_expiring(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+    ) -> bool {
+        let at = expires_at_ms.unwrap_or(0);
+        assert!(expires_at_ms != Some(0), "an expiry time is after 1970");
         let (p, h) = split(hash);
         let table = &mut self.partitions[p].table;
         if let Some(entry) = table.find_mut(h, |e| e.key() == key) {
-            if entry.value().len() == value.len() {
+            let old_at = entry.expires_at_ms();
+            if old_at == 0 && at == 0 && entry.value().len() == value.len() {
                 entry.overwrite_value_same_len(value);
             } else {
                 let old = entry.alloc_bytes() as u64;
-                *entry = Entry::new(key, value);
+                *entry = Entry::new(key, value, at);
                 self.entry_bytes = self.entry_bytes - old + entry.alloc_bytes() as u64;
+                self.index_remove(old_at, hash);
+                self.index_add(at, hash);
             }
             return false;
         }
+        self.index_add(at, hash);
+        let table = &mut self.partitions[p].table;
         let before = Self::table_bytes_of(table);
-        let entry = Entry::new(key, value);
+        let entry = Entry::new(key, value, at);
         let size = entry.alloc_bytes() as u64;
         table.insert_unique(h, entry, table_hash);
         let after = Self::table_bytes_of(table);
@@ -265,6 +420,7 @@ impl Tier for MemoryTier {
                 let (entry, _) = occupied.remove();
                 self.entry_bytes -= entry.alloc_bytes() as u64;
                 self.len -= 1;
+                self.index_remove(entry.expires_at_ms(), hash);
                 true
             }
             Err(_) => false,
@@ -277,6 +433,7 @@ impl Tier for MemoryTier {
 
     fn memory_bytes(&self) -> u64 {
         self.entry_bytes
+            + self.expiring.len() as u64 * EXPIRING_INDEX_BYTES
             + self.table_bytes
             + (self.partitions.len() * std::mem::size_of::<Partition>()) as u64
     }
@@ -285,9 +442,12 @@ impl Tier for MemoryTier {
         self.partitions.len()
     }
 
-    fn visit_partition(&self, partition: usize, f: &mut dyn FnMut(&[u8], &[u8])) {
+    fn visit_partition(&self, partition: usize, f: &mut super::EntryVisitor<'_>) {
         for entry in self.partitions[partition].table.iter() {
-            f(entry.key(), entry.value());
+            if entry.live_at(self.now_ms) {
+                let at = entry.expires_at_ms();
+                f(entry.key(), entry.value(), (at != 0).then_some(at));
+            }
         }
     }
 }
@@ -302,7 +462,10 @@ impl MemoryTier {
             .zip(keys)
             .map(|(&hash, key)| {
                 let (p, h) = split(hash);
-                self.partitions[p].table.find(h, |e| e.key() == &key[..])
+                self.partitions[p]
+                    .table
+                    .find(h, |e| e.key() == &key[..])
+                    .filter(|e| e.live_at(self.now_ms))
             })
             .collect()
     }
@@ -357,7 +520,7 @@ mod tests {
         let mut n = 0;
         let mut bytes = 0;
         for p in 0..t.partition_count() {
-            t.visit_partition(p, &mut |k, v| {
+            t.visit_partition(p, &mut |k, v, _| {
                 n += 1;
                 bytes += (ENTRY_HEADER_BYTES + k.len() + v.len()) as u64;
             });

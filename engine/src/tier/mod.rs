@@ -32,6 +32,10 @@ pub use memory::MemoryTier;
 
 use bytes::Bytes;
 
+/// What [`Tier::visit_partition`] calls for each entry: `(key, value,
+/// expiry time in Unix ms)`.
+pub type EntryVisitor<'a> = dyn FnMut(&[u8], &[u8], Option<u64>) + 'a;
+
 /// The interface a shard uses to keep its key-value state.
 ///
 /// `hash` is always the routing hash of `key` ([`crate::hash::fnv1a64`]);
@@ -76,10 +80,36 @@ pub trait Tier {
         }
         answered
     }
-    /// Whether `key` is present.
+    /// Whether `key` is present (and not expired).
     fn contains(&self, hash: u64, key: &[u8]) -> bool;
-    /// Sets `key` to `value`; returns true if the key was new.
-    fn put(&mut self, hash: u64, key: &[u8], value: &[u8]) -> bool;
+    /// Whether the tier holds an entry for `key`, expired or not.
+    fn contains_any(&self, hash: u64, key: &[u8]) -> bool;
+    /// The value of `key` and its expiry time (absolute Unix ms), if the
+    /// key is present and not expired.
+    fn get_expiring(&self, hash: u64, key: &[u8]) -> Option<(Bytes, Option<u64>)>;
+    /// Sets `key` to `value` without an expiry time; returns true if the
+    /// key was new.
+    fn put(&mut self, hash: u64, key: &[u8], value: &[u8]) -> bool {
+        self.put_expiring(hash, key, value, None)
+    }
+    /// Sets `key` to `value` expiring at `expires_at_ms` (absolute Unix ms,
+    /// never 0; `None`: never); returns true if the key was new.
+    fn put_expiring(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+    ) -> bool;
+    /// Sets the tier's clock: entries expiring at or before `now_ms` are
+    /// absent for every read (`get*`, `contains`, `visit_partition`) until
+    /// they are deleted. The shard sets it before every step that reads.
+    fn set_now_ms(&mut self, now_ms: u64);
+    /// Up to `max` keys that have expired by the tier's clock, oldest
+    /// expiry first (active expiry deletes them through logged deletes).
+    fn due_keys(&self, max: usize) -> Vec<Bytes>;
+    /// Entries that carry an expiry time (expired or not).
+    fn expiring_count(&self) -> u64;
     /// Removes `key`; returns true if it existed.
     fn delete(&mut self, hash: u64, key: &[u8]) -> bool;
     /// Number of keys.
@@ -93,6 +123,7 @@ pub trait Tier {
     fn memory_bytes(&self) -> u64;
     /// How many partitions [`Tier::visit_partition`] accepts.
     fn partition_count(&self) -> usize;
-    /// Calls `f(key, value)` for every entry of partition `partition`.
-    fn visit_partition(&self, partition: usize, f: &mut dyn FnMut(&[u8], &[u8]));
+    /// Calls `f(key, value, expiry)` for every entry of partition
+    /// `partition` that has not expired.
+    fn visit_partition(&self, partition: usize, f: &mut EntryVisitor<'_>);
 }

@@ -14,7 +14,7 @@ use crate::error::Damage;
 use crate::io::{AlignedBuf, DiskFile, ALIGN};
 use crate::wal::format::{
     decode_record, decode_segment_header, Decoded, Record, RecordKind, SegmentHeader, BLOCK_BYTES,
-    FLAG_FIRST, RECORD_HEADER_BYTES, SEGMENT_DATA_OFFSET,
+    FLAG_EXPIRES, FLAG_FIRST, RECORD_HEADER_BYTES, SEGMENT_DATA_OFFSET,
 };
 use std::io;
 use std::path::Path;
@@ -382,7 +382,8 @@ pub async fn replay_flush<F: DiskFile>(
 }
 
 /// Whether the 32 bytes at a block boundary could start a flush: a
-/// first-of-flush Put/Delete header with zero reserved bits. Cheap filter
+/// first-of-flush Put/Delete header with zero reserved bits (a Put may
+/// also carry `FLAG_EXPIRES`). Cheap filter
 /// before a full decode, so garbage never drives large reads.
 fn plausible_flush_start(head: &[u8], max_size: u64) -> bool {
     if head.len() < RECORD_HEADER_BYTES {
@@ -395,7 +396,7 @@ fn plausible_flush_start(head: &[u8], max_size: u64) -> bool {
     let key_len = u64::from(u32::from_le_bytes(w));
     let kind = head[24];
     (kind == RecordKind::Put as u8 || kind == RecordKind::Delete as u8)
-        && head[25] == FLAG_FIRST
+        && head[25] & !FLAG_EXPIRES == FLAG_FIRST
         && head[26] == 0
         && head[27] == 0
         && size >= RECORD_HEADER_BYTES as u64

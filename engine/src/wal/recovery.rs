@@ -547,7 +547,7 @@ pub async fn recover<D: Disk>(
                         let h = crate::hash::fnv1a64(r.key);
                         match r.kind {
                             RecordKind::Put => {
-                                tier_ref.put(h, r.key, r.value);
+                                tier_ref.put_expiring(h, r.key, r.value, r.expires_at_ms);
                             }
                             RecordKind::Delete => {
                                 tier_ref.delete(h, r.key);

@@ -16,7 +16,7 @@ use crate::io::{AlignedBuf, Disk, DiskFile, ALIGN};
 use crate::layout::ShardPaths;
 use crate::shard::core::ShardCore;
 use crate::wal::format::{
-    encode_record, encode_seal, encode_segment_header, record_size, seal_size,
+    encode_record_expiring, encode_seal, encode_segment_header, record_size_expiring, seal_size,
     set_segment_header_flags, RecordKind, SealInfo, SegmentHeader, BLOCK_BYTES, FLAG_FIRST,
     SEAL_RESERVE_BYTES, SEGMENT_FLAG_RECYCLED,
 };
@@ -176,7 +176,21 @@ impl WalAppender {
         key: &[u8],
         value: &[u8],
     ) {
-        let size = record_size(key.len(), value.len());
+        self.append_expiring(lsn, commit_version, kind, key, value, None);
+    }
+
+    /// [`WalAppender::append`] of a Put that may carry an expiry time
+    /// (reserve `record_size_expiring` bytes first).
+    pub fn append_expiring(
+        &mut self,
+        lsn: u64,
+        commit_version: u64,
+        kind: RecordKind,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+    ) {
+        let size = record_size_expiring(key.len(), value.len(), expires_at_ms);
         debug_assert!(self.fits(size));
         let flags = if self.open_records == 0 {
             let header = if self.open_offset == 0 {
@@ -193,7 +207,7 @@ impl WalAppender {
         };
         let start = self.open.len();
         self.open.set_len(start + size);
-        encode_record(
+        encode_record_expiring(
             &mut self.open.as_mut_slice()[start..],
             lsn,
             commit_version,
@@ -201,6 +215,7 @@ impl WalAppender {
             flags,
             key,
             value,
+            expires_at_ms,
         );
         self.open_last_lsn = lsn;
         self.open_records += 1;
@@ -761,7 +776,7 @@ pub(crate) async fn run_flusher<D: Disk>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wal::format::{decode_record, decode_segment_header, Decoded};
+    use crate::wal::format::{decode_record, decode_segment_header, record_size, Decoded};
 
     #[test]
     fn a_pooled_file_named_like_the_target_is_never_replaced() {

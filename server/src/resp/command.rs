@@ -11,7 +11,7 @@
 //! from a number the client sent without bounding it first.
 
 use bytes::{Bytes, BytesMut};
-use engine::{Op, OpError, OpResult, Update, UpdateAnswer, UpdateFn};
+use engine::{Op, OpError, OpResult, TtlUpdate, TtlUpdateFn, Update, UpdateAnswer, UpdateFn};
 use ringkv_protocol::resp::{parse_i64, ReplyWriter, Version};
 
 use super::update;
@@ -142,10 +142,14 @@ pub const COMMANDS: &[&str] = &[
     "del",
     "echo",
     "exists",
+    "expire",
+    "expireat",
+    "expiretime",
     "flushall",
     "flushdb",
     "get",
     "getdel",
+    "getex",
     "getrange",
     "getset",
     "hello",
@@ -156,7 +160,13 @@ pub const COMMANDS: &[&str] = &[
     "keys",
     "mget",
     "mset",
+    "persist",
+    "pexpire",
+    "pexpireat",
+    "pexpiretime",
     "ping",
+    "psetex",
+    "pttl",
     "quit",
     "randomkey",
     "rename",
@@ -164,11 +174,13 @@ pub const COMMANDS: &[&str] = &[
     "scan",
     "select",
     "set",
+    "setex",
     "setnx",
     "setrange",
     "strlen",
     "substr",
     "time",
+    "ttl",
     "type",
     "unlink",
 ];
@@ -253,6 +265,10 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         "keys" => 2,
         "scan" => -2,
         "rename" | "renamenx" => 3,
+        "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" => 2,
+        "expire" | "pexpire" | "expireat" | "pexpireat" => -3,
+        "setex" | "psetex" => 4,
+        "getex" => -2,
         _ => return error(v, &unknown_command(args)),
     };
     let fits = if arity > 0 {
@@ -379,6 +395,31 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             engine(ops, Finish::Ok)
         }
         "set" => plan_set(args, v),
+        "setex" | "psetex" => {
+            let unit = if name == "setex" { 1000 } else { 1 };
+            match expiry_from_now(&args[2], unit, &name, true) {
+                Ok(at) => ttl_set(&key, 0, &args[3], at),
+                Err(e) => error(v, &e),
+            }
+        }
+        "getex" => plan_getex(args, v),
+        "expire" | "pexpire" | "expireat" | "pexpireat" => plan_expire(args, &name, v),
+        "ttl" | "pttl" | "expiretime" | "pexpiretime" => {
+            let what = match name.as_str() {
+                "ttl" => update::TTL_SECONDS,
+                "pttl" => update::TTL_MILLIS,
+                "expiretime" => update::EXPIRETIME_SECONDS,
+                _ => update::EXPIRETIME_MILLIS,
+            };
+            engine(
+                ttl_op(&key, update::ttl, Bytes::new(), what),
+                Finish::Update,
+            )
+        }
+        "persist" => engine(
+            ttl_op(&key, update::persist, Bytes::new(), 0),
+            Finish::Update,
+        ),
         "setnx" => engine(
             update_op(&key, update::set_nx, args[2].clone(), 0),
             Finish::Update,
@@ -498,29 +539,178 @@ fn plan_scan(args: &[Bytes], v: Version) -> Planned {
     })
 }
 
+fn ttl_op(key: &Bytes, apply: TtlUpdateFn, arg: Bytes, number: i64) -> Vec<Op> {
+    vec![Op::UpdateTtl {
+        key: key.clone(),
+        update: TtlUpdate { apply, arg, number },
+    }]
+}
+
+/// An expiry-setting SET: flags byte, then the value (see
+/// [`update::set_expiring`]).
+fn ttl_set(key: &Bytes, flags: u8, value: &Bytes, at: i64) -> Planned {
+    let mut arg = BytesMut::with_capacity(1 + value.len());
+    arg.extend_from_slice(&[flags]);
+    arg.extend_from_slice(value);
+    engine(
+        ttl_op(key, update::set_expiring, arg.freeze(), at),
+        Finish::Update,
+    )
+}
+
+fn invalid_expire(command: &str) -> String {
+    format!("ERR invalid expire time in '{command}' command")
+}
+
+/// An expiry time (Unix ms) from an argument in `unit_ms` units, relative
+/// to now unless `absolute`: Redis's checks and texts. `positive`: the
+/// SET-family rule that the number must be above 0.
+fn expiry_time(
+    arg: &[u8],
+    unit_ms: i64,
+    absolute: bool,
+    command: &str,
+    positive: bool,
+) -> Result<i64, String> {
+    let n = integer(arg).ok_or_else(|| update::NOT_INTEGER.to_string())?;
+    if positive && n <= 0 {
+        return Err(invalid_expire(command));
+    }
+    let ms = n
+        .checked_mul(unit_ms)
+        .ok_or_else(|| invalid_expire(command))?;
+    if absolute {
+        return Ok(ms);
+    }
+    let now = i64::try_from(engine::clock::now_ms()).unwrap_or(i64::MAX);
+    ms.checked_add(now).ok_or_else(|| invalid_expire(command))
+}
+
+fn expiry_from_now(arg: &[u8], unit_ms: i64, command: &str, positive: bool) -> Result<i64, String> {
+    expiry_time(arg, unit_ms, false, command, positive)
+}
+
+/// The expiry option of SET / GETEX at `args[i]`: (its time, how many
+/// arguments it took), or `None` if `args[i]` is not one.
+fn expiry_option(args: &[Bytes], i: usize, command: &str) -> Option<Result<i64, String>> {
+    let opt = String::from_utf8_lossy(&args[i]).to_ascii_uppercase();
+    let (unit, absolute) = match opt.as_str() {
+        "EX" => (1000, false),
+        "PX" => (1, false),
+        "EXAT" => (1000, true),
+        "PXAT" => (1, true),
+        _ => return None,
+    };
+    Some(match args.get(i + 1) {
+        None => Err(SYNTAX.to_string()),
+        Some(a) => expiry_time(a, unit, absolute, command, true),
+    })
+}
+
 fn plan_set(args: &[Bytes], v: Version) -> Planned {
     let mut flags = 0;
-    for opt in &args[3..] {
-        let opt = String::from_utf8_lossy(opt).to_ascii_uppercase();
+    let mut keep_ttl = false;
+    let mut at: Option<i64> = None;
+    let mut i = 3;
+    while i < args.len() {
+        if let Some(found) = expiry_option(args, i, "set") {
+            if at.is_some() || keep_ttl {
+                return error(v, SYNTAX);
+            }
+            match found {
+                Ok(t) => at = Some(t),
+                Err(e) => return error(v, &e),
+            }
+            i += 2;
+            continue;
+        }
+        let opt = String::from_utf8_lossy(&args[i]).to_ascii_uppercase();
         match opt.as_str() {
             "NX" if flags & update::SET_XX == 0 => flags |= update::SET_NX,
             "XX" if flags & update::SET_NX == 0 => flags |= update::SET_XX,
             "GET" => flags |= update::SET_GET,
-            "EX" | "PX" | "EXAT" | "PXAT" | "KEEPTTL" => {
-                return error(
-                    v,
-                    "ERR ringkv does not support expiry yet (SET EX, PX, EXAT, PXAT, KEEPTTL)",
-                )
-            }
+            "KEEPTTL" if at.is_none() => keep_ttl = true,
             _ => return error(v, SYNTAX),
         }
+        i += 1;
     }
     let key = args[1].clone();
     let value = args[2].clone();
+    if keep_ttl || at.is_some() {
+        let mut byte = flags as u8;
+        if keep_ttl {
+            byte |= update::SET_KEEPTTL;
+        }
+        return ttl_set(&key, byte, &value, at.unwrap_or(0));
+    }
     if flags == 0 {
         return engine(vec![Op::Put { key, value }], Finish::Ok);
     }
     engine(update_op(&key, update::set, value, flags), Finish::Update)
+}
+
+/// GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST].
+fn plan_getex(args: &[Bytes], v: Version) -> Planned {
+    let key = args[1].clone();
+    let (flag, at) = match args.len() {
+        2 => (0, 0),
+        3 if args[2].eq_ignore_ascii_case(b"persist") => (update::GETEX_PERSIST, 0),
+        4 => match expiry_option(args, 2, "getex") {
+            Some(Ok(t)) => (update::GETEX_SET, t),
+            Some(Err(e)) => return error(v, &e),
+            None => return error(v, SYNTAX),
+        },
+        _ => return error(v, SYNTAX),
+    };
+    engine(
+        ttl_op(&key, update::get_ex, Bytes::copy_from_slice(&[flag]), at),
+        Finish::Update,
+    )
+}
+
+/// EXPIRE / PEXPIRE / EXPIREAT / PEXPIREAT key time [NX | XX | GT | LT].
+fn plan_expire(args: &[Bytes], name: &str, v: Version) -> Planned {
+    let mut flags = 0u8;
+    for opt in &args[3..] {
+        let opt = String::from_utf8_lossy(opt).to_ascii_uppercase();
+        flags |= match opt.as_str() {
+            "NX" => update::EXPIRE_NX,
+            "XX" => update::EXPIRE_XX,
+            "GT" => update::EXPIRE_GT,
+            "LT" => update::EXPIRE_LT,
+            _ => return error(v, &format!("ERR Unsupported option {opt}")),
+        };
+    }
+    if flags & update::EXPIRE_NX != 0 && flags & !update::EXPIRE_NX != 0 {
+        return error(
+            v,
+            "ERR NX and XX, GT or LT options at the same time are not compatible",
+        );
+    }
+    if flags & update::EXPIRE_GT != 0 && flags & update::EXPIRE_LT != 0 {
+        return error(
+            v,
+            "ERR GT and LT options at the same time are not compatible",
+        );
+    }
+    let (unit, absolute) = match name {
+        "expire" => (1000, false),
+        "pexpire" => (1, false),
+        "expireat" => (1000, true),
+        _ => (1, true),
+    };
+    match expiry_time(&args[2], unit, absolute, name, false) {
+        Ok(at) => engine(
+            ttl_op(
+                &args[1],
+                update::expire,
+                Bytes::copy_from_slice(&[flags]),
+                at,
+            ),
+            Finish::Update,
+        ),
+        Err(e) => error(v, &e),
+    }
 }
 
 const NO_PASSWORD: &str = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?";

@@ -12,7 +12,7 @@
 use std::fmt::Write as _;
 
 use bytes::Bytes;
-use engine::{Op, OpError, OpResult, Update, UpdateAnswer, PARTITIONS_PER_SHARD};
+use engine::{Op, OpError, OpResult, TtlUpdate, Update, UpdateAnswer, PARTITIONS_PER_SHARD};
 use ringkv_protocol::resp::ReplyWriter;
 
 use super::command::{
@@ -200,31 +200,56 @@ fn first(r: Result<Vec<OpResult>, OpError>) -> Result<OpResult, OpError> {
 /// the source only if it still holds what was copied. A crash in between
 /// leaves both keys, never neither.
 async fn rename(ctx: &ShardContext, from: &Bytes, to: &Bytes, nx: bool, w: &mut ReplyWriter<'_>) {
-    let value = match first(ctx.handle.batch(vec![Op::Get { key: from.clone() }]).await) {
-        Ok(OpResult::Value(v)) => v,
-        Ok(_) => return w.error("ERR no such key"),
+    // The value and its expiry time, read in one step on the key's shard.
+    let read = vec![
+        Op::Get { key: from.clone() },
+        Op::UpdateTtl {
+            key: from.clone(),
+            update: TtlUpdate {
+                apply: update::ttl,
+                arg: Bytes::new(),
+                number: update::EXPIRETIME_MILLIS,
+            },
+        },
+    ];
+    let (value, expiry) = match ctx.handle.batch(read).await {
+        Ok(r) => match (r.first(), r.get(1)) {
+            (Some(OpResult::Value(v)), Some(OpResult::Updated(UpdateAnswer::Int(at)))) => {
+                (v.clone(), (*at > 0).then_some(*at))
+            }
+            (Some(OpResult::Err(e)), _) | (_, Some(OpResult::Err(e))) => {
+                return w.error(&op_error_text(e))
+            }
+            _ => return w.error("ERR no such key"),
+        },
         Err(e) => return w.error(&op_error_text(&e)),
     };
     if from == to {
         return if nx { w.int(0) } else { w.ok() };
     }
-    let write = if nx {
-        Op::Update {
-            key: to.clone(),
-            update: Update {
-                apply: update::set_nx,
-                arg: value.clone(),
-                number: 0,
-            },
-        }
-    } else {
-        Op::Put {
+    // The new key takes the old key's expiry time (or none), as in Redis.
+    let flags = if nx { update::SET_NX as u8 } else { 0 };
+    let write = match expiry {
+        None if !nx => Op::Put {
             key: to.clone(),
             value: value.clone(),
+        },
+        _ => {
+            let mut arg = bytes::BytesMut::with_capacity(1 + value.len());
+            arg.extend_from_slice(&[flags]);
+            arg.extend_from_slice(&value);
+            Op::UpdateTtl {
+                key: to.clone(),
+                update: TtlUpdate {
+                    apply: update::set_expiring,
+                    arg: arg.freeze(),
+                    number: expiry.unwrap_or(0),
+                },
+            }
         }
     };
     match first(ctx.handle.batch(vec![write]).await) {
-        Ok(OpResult::Updated(UpdateAnswer::Int(0))) => return w.int(0),
+        Ok(OpResult::Updated(UpdateAnswer::Nil)) => return w.int(0),
         Ok(_) => {}
         Err(e) => return w.error(&op_error_text(&e)),
     }
@@ -334,6 +359,7 @@ fn info_text(ctx: &ShardContext, asked: &[String]) -> String {
     let metrics = ctx.handle.metrics();
     let resp = RespTotals::of(shared);
     let keys: u64 = metrics.shards.iter().map(|s| s.keys).sum();
+    let expires: u64 = metrics.shards.iter().map(|s| s.expiring_keys).sum();
     let memory: u64 = metrics.shards.iter().map(|s| s.memory_bytes).sum();
     let uptime = shared.started.elapsed().as_secs();
     let mut t = String::new();
@@ -410,7 +436,7 @@ fn info_text(ctx: &ShardContext, asked: &[String]) -> String {
             "keyspace" => {
                 t.push_str("# Keyspace\r\n");
                 if keys > 0 {
-                    let _ = write!(t, "db0:keys={keys},expires=0,avg_ttl=0\r\n");
+                    let _ = write!(t, "db0:keys={keys},expires={expires},avg_ttl=0\r\n");
                 }
             }
             "ringkv" => {

@@ -10,7 +10,7 @@
 //! texts are Redis's.
 
 use bytes::Bytes;
-use engine::{UpdateAnswer, UpdateOutcome, UpdateWrite};
+use engine::{Current, UpdateAnswer, UpdateOutcome, UpdateWrite};
 
 pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 pub const OVERFLOW: &str = "ERR increment or decrement would overflow";
@@ -49,7 +49,11 @@ pub fn set(current: Option<Bytes>, arg: &Bytes, flags: i64) -> UpdateOutcome {
         UpdateAnswer::Nil
     };
     if write {
-        put(arg.clone(), answer)
+        // A SET (and GETSET) without KEEPTTL removes any expiry time.
+        UpdateOutcome {
+            write: UpdateWrite::PutExpiring(arg.clone(), None),
+            answer,
+        }
     } else {
         keep(answer)
     }
@@ -179,6 +183,142 @@ pub fn set_range(current: Option<Bytes>, arg: &Bytes, offset: i64) -> UpdateOutc
     put(Bytes::from(v), UpdateAnswer::Int(len))
 }
 
+// --- Expiry commands ([`engine::TtlUpdateFn`]): they see the key's
+// expiry time and the shard's clock. Expiry times are absolute Unix ms,
+// computed by the planner from the command's arguments.
+
+/// Flag of [`set_expiring`]'s first `arg` byte: keep the current expiry.
+pub const SET_KEEPTTL: u8 = 8;
+
+/// SET with an expiry option: `arg` is one byte of flags (`SET_NX`,
+/// `SET_XX`, `SET_GET`, `SET_KEEPTTL`) then the value; `at` is the expiry
+/// time (Unix ms; 0: none, and ignored with KEEPTTL).
+pub fn set_expiring(current: Current, _now: u64, arg: &Bytes, at: i64) -> UpdateOutcome {
+    let flags = arg.first().copied().unwrap_or(0);
+    let value = arg.slice(1.min(arg.len())..);
+    let exists = current.is_some();
+    let nx = flags as i64 & SET_NX != 0;
+    let xx = flags as i64 & SET_XX != 0;
+    let write = !((nx && exists) || (xx && !exists));
+    let answer = if flags as i64 & SET_GET != 0 {
+        current
+            .as_ref()
+            .map_or(UpdateAnswer::Nil, |(v, _)| UpdateAnswer::Value(v.clone()))
+    } else if write {
+        UpdateAnswer::Ok
+    } else {
+        UpdateAnswer::Nil
+    };
+    if !write {
+        return keep(answer);
+    }
+    let expiry = if flags & SET_KEEPTTL != 0 {
+        current.and_then(|(_, at)| at)
+    } else if at > 0 {
+        Some(at as u64)
+    } else {
+        None
+    };
+    UpdateOutcome {
+        write: UpdateWrite::PutExpiring(value, expiry),
+        answer,
+    }
+}
+
+/// EXPIRE's conditions (its `arg`'s first byte).
+pub const EXPIRE_NX: u8 = 1;
+pub const EXPIRE_XX: u8 = 2;
+pub const EXPIRE_GT: u8 = 4;
+pub const EXPIRE_LT: u8 = 8;
+
+/// EXPIRE / PEXPIRE / EXPIREAT / PEXPIREAT: sets the expiry to `at` (Unix
+/// ms; one not in the future deletes the key) when the condition holds;
+/// answers 1 if it was set, 0 if not (missing key, condition false).
+pub fn expire(current: Current, _now: u64, arg: &Bytes, at: i64) -> UpdateOutcome {
+    let flags = arg.first().copied().unwrap_or(0);
+    let Some((_, old)) = current else {
+        return keep(UpdateAnswer::Int(0));
+    };
+    let new = at.max(1) as u64;
+    // A key without an expiry counts as expiring never (infinitely late).
+    let holds = match old {
+        _ if flags & EXPIRE_NX != 0 => old.is_none(),
+        None if flags & EXPIRE_XX != 0 => false,
+        None => flags & EXPIRE_GT == 0,
+        Some(old) if flags & EXPIRE_GT != 0 => new > old,
+        Some(old) if flags & EXPIRE_LT != 0 => new < old,
+        Some(_) => true,
+    };
+    if !holds {
+        return keep(UpdateAnswer::Int(0));
+    }
+    UpdateOutcome {
+        write: UpdateWrite::SetExpiry(Some(new)),
+        answer: UpdateAnswer::Int(1),
+    }
+}
+
+/// PERSIST: removes the expiry; 1 if there was one.
+pub fn persist(current: Current, _now: u64, _: &Bytes, _: i64) -> UpdateOutcome {
+    match current {
+        Some((_, Some(_))) => UpdateOutcome {
+            write: UpdateWrite::SetExpiry(None),
+            answer: UpdateAnswer::Int(1),
+        },
+        _ => keep(UpdateAnswer::Int(0)),
+    }
+}
+
+/// What [`ttl`] answers (its `number`).
+pub const TTL_SECONDS: i64 = 0;
+pub const TTL_MILLIS: i64 = 1;
+pub const EXPIRETIME_SECONDS: i64 = 2;
+pub const EXPIRETIME_MILLIS: i64 = 3;
+
+/// TTL / PTTL / EXPIRETIME / PEXPIRETIME: -2 for a missing key, -1 for one
+/// without an expiry time.
+pub fn ttl(current: Current, now: u64, _: &Bytes, what: i64) -> UpdateOutcome {
+    let answer = match current {
+        None => -2,
+        Some((_, None)) => -1,
+        Some((_, Some(at))) => {
+            let left = at.saturating_sub(now) as i64;
+            match what {
+                TTL_SECONDS => (left + 500) / 1000,
+                TTL_MILLIS => left,
+                EXPIRETIME_SECONDS => (at / 1000) as i64,
+                _ => at as i64,
+            }
+        }
+    };
+    keep(UpdateAnswer::Int(answer))
+}
+
+/// GETEX's `arg` byte: remove the expiry (PERSIST).
+pub const GETEX_PERSIST: u8 = 1;
+/// GETEX's `arg` byte: set the expiry to `at`.
+pub const GETEX_SET: u8 = 2;
+
+/// GETEX: the value (nil if missing), and with an option a new expiry
+/// (`at`, Unix ms) or none (PERSIST).
+pub fn get_ex(current: Current, _now: u64, arg: &Bytes, at: i64) -> UpdateOutcome {
+    let flags = arg.first().copied().unwrap_or(0);
+    let Some((value, old)) = current else {
+        return keep(UpdateAnswer::Nil);
+    };
+    let write = if flags & GETEX_SET != 0 {
+        UpdateWrite::SetExpiry(Some(at.max(1) as u64))
+    } else if flags & GETEX_PERSIST != 0 && old.is_some() {
+        UpdateWrite::SetExpiry(None)
+    } else {
+        UpdateWrite::Keep
+    };
+    UpdateOutcome {
+        write,
+        answer: UpdateAnswer::Value(value),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,12 +334,13 @@ mod tests {
         assert_eq!(set(Some(b("o")), &v, SET_NX).write, UpdateWrite::Keep);
         assert_eq!(set(Some(b("o")), &v, SET_NX).answer, UpdateAnswer::Nil);
         assert_eq!(set(None, &v, SET_XX).write, UpdateWrite::Keep);
+        // A SET writes the value without an expiry time (it clears one).
         assert_eq!(
             set(Some(b("o")), &v, SET_XX).write,
-            UpdateWrite::Put(v.clone())
+            UpdateWrite::PutExpiring(v.clone(), None)
         );
         let got = set(Some(b("o")), &v, SET_GET);
-        assert_eq!(got.write, UpdateWrite::Put(v.clone()));
+        assert_eq!(got.write, UpdateWrite::PutExpiring(v.clone(), None));
         assert_eq!(got.answer, UpdateAnswer::Value(b("o")));
         let got = set(Some(b("o")), &v, SET_NX | SET_GET);
         assert_eq!(got.write, UpdateWrite::Keep);
@@ -207,6 +348,66 @@ mod tests {
         assert_eq!(set(None, &v, SET_GET).answer, UpdateAnswer::Nil);
         assert_eq!(set_nx(None, &v, 0).answer, UpdateAnswer::Int(1));
         assert_eq!(set_nx(Some(v.clone()), &v, 0).answer, UpdateAnswer::Int(0));
+    }
+
+    #[test]
+    fn expire_conditions_follow_redis() {
+        let flag = |f: u8| Bytes::copy_from_slice(&[f]);
+        let with = |at: Option<u64>| Some((b("v"), at));
+        let set_to = |at: u64| UpdateWrite::SetExpiry(Some(at));
+        // (current expiry, flags, new time) -> set?
+        let cases: [(Option<u64>, u8, i64, bool); 10] = [
+            (None, 0, 500, true),
+            (None, EXPIRE_NX, 500, true),
+            (Some(100), EXPIRE_NX, 500, false),
+            (None, EXPIRE_XX, 500, false),
+            (Some(100), EXPIRE_XX, 500, true),
+            (None, EXPIRE_GT, 500, false),
+            (Some(100), EXPIRE_GT, 500, true),
+            (Some(900), EXPIRE_GT, 500, false),
+            (None, EXPIRE_LT, 500, true),
+            (Some(100), EXPIRE_LT, 500, false),
+        ];
+        for (old, flags, at, holds) in cases {
+            let got = expire(with(old), 0, &flag(flags), at);
+            if holds {
+                assert_eq!(got.write, set_to(at as u64), "{old:?} {flags} {at}");
+                assert_eq!(got.answer, UpdateAnswer::Int(1));
+            } else {
+                assert_eq!(got.write, UpdateWrite::Keep, "{old:?} {flags} {at}");
+                assert_eq!(got.answer, UpdateAnswer::Int(0));
+            }
+        }
+        let missing = expire(None, 0, &flag(0), 500);
+        assert_eq!(missing.answer, UpdateAnswer::Int(0));
+        assert_eq!(missing.write, UpdateWrite::Keep);
+    }
+
+    #[test]
+    fn ttl_answers_round_like_redis() {
+        let now = 1_000_000;
+        let at = Some((b("v"), Some(now + 1_499)));
+        assert_eq!(
+            ttl(at.clone(), now, &b(""), TTL_SECONDS).answer,
+            UpdateAnswer::Int(1)
+        );
+        assert_eq!(
+            ttl(at.clone(), now, &b(""), TTL_MILLIS).answer,
+            UpdateAnswer::Int(1_499)
+        );
+        assert_eq!(
+            ttl(at.clone(), now, &b(""), EXPIRETIME_SECONDS).answer,
+            UpdateAnswer::Int(1_001)
+        );
+        assert_eq!(
+            ttl(None, now, &b(""), TTL_SECONDS).answer,
+            UpdateAnswer::Int(-2)
+        );
+        let none = Some((b("v"), None));
+        assert_eq!(
+            ttl(none, now, &b(""), TTL_MILLIS).answer,
+            UpdateAnswer::Int(-1)
+        );
     }
 
     #[test]
