@@ -56,7 +56,7 @@ pub struct Engine {
 /// that a crash then loses, if its writer had not yet been answered.
 #[derive(Clone)]
 pub struct Handle {
-    shared: Arc<EngineShared>,
+    pub(crate) shared: Arc<EngineShared>,
 }
 
 // A handle goes to any thread; the engine may be moved to another thread.
@@ -205,6 +205,9 @@ impl Engine {
         let core_ids = core_affinity::get_core_ids().unwrap_or_default();
         let queue_depth = l.shard_queue_depth as usize;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let txn_stats = Arc::new(crate::txn::TxnStats::default());
+        let txn_floors: Arc<[AtomicU64]> = (0..shard_count).map(|_| AtomicU64::new(0)).collect();
+        let exchange = Arc::new(crate::txn::recovery::Exchange::new(shard_count));
         let mut inboxes = Vec::new();
         let mut controls = Vec::new();
         let mut halts = Vec::new();
@@ -226,6 +229,9 @@ impl Engine {
                 settings,
                 stats: shard_stats.clone(),
                 clock: clock.clone(),
+                txn_stats: txn_stats.clone(),
+                txn_floors: txn_floors.clone(),
+                exchange: exchange.clone(),
                 inbox: inbox_rx,
                 control: control_rx,
                 halt: halt_rx,
@@ -241,6 +247,7 @@ impl Engine {
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(source) => {
+                    exchange.fail();
                     stop_threads(&halts, threads);
                     return Err(EngineError::Io {
                         op: "spawn shard thread",
@@ -287,6 +294,8 @@ impl Engine {
                 value_bytes_max: value_max,
                 ops_per_batch_max: l.ops_per_frame_max as usize,
             },
+            clock,
+            txn_stats,
         });
         tracing::info!(
             shards = shard_count,

@@ -23,6 +23,7 @@ pub mod rng;
 mod shard;
 pub mod snapshot;
 pub mod tier;
+pub mod txn;
 pub mod wal;
 
 pub use api::{Op, OpError, OpResult};
@@ -32,3 +33,4 @@ pub use histogram::{AtomicHistogram, HistogramSnapshot};
 pub use io::runtime::BackendKind;
 pub use metrics::{DeviceMetrics, EngineMetrics, ShardMetrics};
 pub use tunables::Durability;
+pub use txn::{AbortReason, Txn, TxnError, TxnSettings, TxnStats};

@@ -394,7 +394,9 @@ fn plausible_flush_start(head: &[u8], max_size: u64) -> bool {
     w.copy_from_slice(&head[28..32]);
     let key_len = u64::from(u32::from_le_bytes(w));
     let kind = head[24];
-    (kind == RecordKind::Put as u8 || kind == RecordKind::Delete as u8)
+    (kind == RecordKind::Put as u8
+        || kind == RecordKind::Delete as u8
+        || kind == RecordKind::TxnPart as u8)
         && head[25] == FLAG_FIRST
         && head[26] == 0
         && head[27] == 0
