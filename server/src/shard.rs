@@ -80,6 +80,8 @@ pub struct Shared {
     pub started: Instant,
     pub facts: ServerFacts,
     pub handle: engine::Handle,
+    /// Transaction limits and timeouts (`server.txn_*`).
+    pub txn: crate::txn::TxnConfig,
     connections_open: AtomicUsize,
     shutting_down: AtomicBool,
 }
@@ -95,6 +97,7 @@ impl Shared {
         max_connections: usize,
         facts: ServerFacts,
         handle: engine::Handle,
+        txn: crate::txn::TxnConfig,
     ) -> Shared {
         Shared {
             access,
@@ -106,6 +109,7 @@ impl Shared {
             started: Instant::now(),
             facts,
             handle,
+            txn,
             connections_open: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
         }
