@@ -463,3 +463,34 @@ fn deadlocks_and_stuck_clients_end_within_the_timeouts() {
     });
     server.terminate();
 }
+
+#[test]
+fn ringkv_tx_runs_a_script_as_one_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), "");
+    let mut server = start_server(
+        &dir.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let run = |script: &str| {
+        let path = dir.path().join("script.tx");
+        std::fs::write(&path, script).unwrap();
+        let out = std::process::Command::new(cli_binary())
+            .args(["--server", &server.addr.to_string(), "tx"])
+            .arg(&path)
+            .output()
+            .expect("run ringkv tx");
+        (String::from_utf8(out.stdout).unwrap(), out.status.code())
+    };
+    let (out, code) = run("# move one\nput a 10\nput b 20\ngetu a\nget missing\n");
+    assert_eq!(out, "OK\nOK\n10\nNOT_FOUND\nCOMMITTED\n");
+    assert_eq!(code, Some(0));
+    let (out, code) = run("put a 99\nrollback\n");
+    assert_eq!(out, "OK\nROLLED BACK\n");
+    assert_eq!(code, Some(0));
+    let (out, _) = run("get a\nget b\n");
+    assert_eq!(out, "10\n20\nCOMMITTED\n");
+    let (_, code) = run("frobnicate a\n");
+    assert_eq!(code, Some(2));
+    server.terminate();
+}
