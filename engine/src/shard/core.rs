@@ -100,6 +100,9 @@ struct Pending {
 struct CoreState {
     tier: Box<dyn Tier>,
     last_lsn: u64,
+    /// LSN of the newest plain write applied to the tier (transaction parts
+    /// reach the tier only once durable, so they never count here).
+    plain_write_lsn: u64,
     durable_lsn: u64,
     poisoned: bool,
     wal: Option<WalAppender>,
@@ -180,6 +183,7 @@ impl ShardCore {
             state: RefCell::new(CoreState {
                 tier,
                 last_lsn,
+                plain_write_lsn: last_lsn,
                 durable_lsn: last_lsn,
                 poisoned: false,
                 wal,
@@ -403,6 +407,7 @@ impl ShardCore {
             ops.next();
         };
         if appended {
+            st.plain_write_lsn = st.last_lsn;
             st.writes_since_checkpoint += 1;
             self.stats.current_lsn.store(st.last_lsn, Relaxed);
         }
@@ -607,12 +612,13 @@ impl ShardCore {
         self.state.borrow().tier.get(fnv1a64(key), key)
     }
 
-    /// Under `sync`, the last LSN logged if it is not durable yet (a read
-    /// made now must wait for it); `None` when everything is durable.
+    /// Under `sync`, the LSN of the newest plain write in the tier if it
+    /// is not durable yet (a read made now must wait for it); `None` when
+    /// every value in the tier is durable.
     pub(crate) fn undurable_lsn(&self) -> Option<u64> {
         let st = self.state.borrow();
-        (self.settings.durability == Durability::Sync && st.durable_lsn < st.last_lsn)
-            .then_some(st.last_lsn)
+        (self.settings.durability == Durability::Sync && st.durable_lsn < st.plain_write_lsn)
+            .then_some(st.plain_write_lsn)
     }
 
     /// Logs one transaction part (waiting for buffer space). `Ok(None)`
