@@ -93,6 +93,13 @@ log "sweep"
 cat "$work/sweep.txt"
 grep -q "Storage(R/W)" "$work/sweep.txt" || fail "no sweep table"
 
+log "PutGetTx (contended: aborts and lock waits show)"
+"$bin/loadgen" --server "$addr" --workload putgettx-contended --threads 8 \
+  --warmup 0.2 --duration 0.5 --timeout 30 >"$work/putgettx.txt"
+cat "$work/putgettx.txt"
+grep -q "published, 4 servers" "$work/putgettx.txt" || fail "no published PutGetTx rows"
+grep -q "ringkv putgettx-contended" "$work/putgettx.txt" || fail "no PutGetTx row of ours"
+
 log "stopping ringkv-server (SIGTERM)"
 kill -TERM "$server_pid"
 for _ in $(seq 1 300); do

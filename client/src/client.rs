@@ -560,6 +560,43 @@ impl Client {
         self.single(RequestOp::Ping).await.map(drop)
     }
 
+    /// Starts an interactive transaction on this connection. Nothing is
+    /// sent yet: BEGIN rides in the frame of the transaction's first
+    /// operation (no extra round trip). The server keeps one transaction
+    /// per connection, and the ops of this connection belong to it until
+    /// commit or rollback: do not share this `Client` with other tasks
+    /// while the transaction is open (use one connection per concurrent
+    /// transaction).
+    pub fn transaction(&self) -> Transaction<'_> {
+        Transaction {
+            client: self,
+            begun: false,
+            finished: false,
+        }
+    }
+
+    /// Queues a frame whose answer nobody waits for (a rollback from a
+    /// dropped transaction). Returns false if it could not be queued now.
+    fn send_detached(&self, ops: Vec<RequestOp>) -> bool {
+        let Ok(permit) = Arc::clone(&self.connection.permits).try_acquire_owned() else {
+            return false;
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut frame = BytesMut::new();
+        encode_request(&Request { id, ops }, &mut frame);
+        let (reply, _answer) = oneshot::channel();
+        let mut state = self.connection.lock();
+        if state.closed.is_some() || self.frames.send(frame.freeze()).is_err() {
+            return false;
+        }
+        state.pending.push_back(Pending {
+            id,
+            reply,
+            _permit: permit,
+        });
+        true
+    }
+
     /// The server's counters and settings, as (name, value) pairs.
     pub async fn stats(&self) -> Result<Vec<(String, String)>, ClientError> {
         match self.single(RequestOp::Stats).await? {
@@ -598,6 +635,10 @@ fn op_name(op: &RequestOp) -> &'static str {
         RequestOp::Get { .. } => "GET",
         RequestOp::Delete { .. } => "DELETE",
         RequestOp::Ping => "PING",
+        RequestOp::Begin => "BEGIN",
+        RequestOp::GetForUpdate { .. } => "GET_FOR_UPDATE",
+        RequestOp::Commit => "COMMIT",
+        RequestOp::Rollback => "ROLLBACK",
         RequestOp::Stats => "STATS",
     }
 }
@@ -757,4 +798,141 @@ fn deliver(connection: &Connection, frame: ServerFrame) -> Option<Stop> {
         let _ = pending.reply.send(result);
     }
     close.map(Stop::Fatal)
+}
+
+/// An interactive transaction on one connection ([`Client::transaction`]).
+///
+/// Each call sends one frame; the first carries BEGIN in front of its
+/// operations, and [`Transaction::commit_with`] puts its operations and
+/// COMMIT in one frame, so a read-modify-write transaction costs two round
+/// trips. A server answer of DIE, LOCK_TIMEOUT or ABORTED means the
+/// transaction was aborted and holds no locks: run it again from a new
+/// transaction ([`Status::is_txn_retry`]). Dropping an unfinished
+/// transaction queues a ROLLBACK (closing the connection also rolls it back).
+pub struct Transaction<'a> {
+    client: &'a Client,
+    begun: bool,
+    finished: bool,
+}
+
+impl Transaction<'_> {
+    /// Sends `ops` (after BEGIN if this is the first frame) and returns
+    /// their replies; an error answer to BEGIN itself is an `Err`.
+    pub async fn batch(&mut self, ops: Vec<RequestOp>) -> Result<Vec<OpReply>, ClientError> {
+        assert!(!self.finished, "a finished transaction is not used again");
+        if self.begun {
+            return self.client.batch(ops).await;
+        }
+        let mut framed = Vec::with_capacity(ops.len() + 1);
+        framed.push(RequestOp::Begin);
+        framed.extend(ops);
+        let mut replies = self.client.batch(framed).await?;
+        let begin = replies.remove(0);
+        if let OpReply::Error { status, message } = begin {
+            return Err(ClientError::Server { status, message });
+        }
+        self.begun = true;
+        Ok(replies)
+    }
+
+    async fn one(&mut self, op: RequestOp) -> Result<OpReply, ClientError> {
+        match self.batch(vec![op]).await?.pop() {
+            Some(OpReply::Error { status, message }) => {
+                Err(ClientError::Server { status, message })
+            }
+            Some(reply) => Ok(reply),
+            None => unreachable!("one reply per op is checked by batch"),
+        }
+    }
+
+    /// Locks `key` and reads it.
+    pub async fn get_for_update(
+        &mut self,
+        key: impl Into<Bytes>,
+    ) -> Result<Option<Bytes>, ClientError> {
+        match self
+            .one(RequestOp::GetForUpdate { key: key.into() })
+            .await?
+        {
+            OpReply::Value(v) => Ok(Some(v)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Reads `key` without a lock (read committed; sees this
+    /// transaction's own writes).
+    pub async fn get(&mut self, key: impl Into<Bytes>) -> Result<Option<Bytes>, ClientError> {
+        match self.one(RequestOp::Get { key: key.into() }).await? {
+            OpReply::Value(v) => Ok(Some(v)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Locks `key` and buffers the write until commit.
+    pub async fn put(
+        &mut self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+    ) -> Result<(), ClientError> {
+        self.one(RequestOp::Put {
+            key: key.into(),
+            value: value.into(),
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Locks `key` and buffers its removal; true if it existed.
+    pub async fn delete(&mut self, key: impl Into<Bytes>) -> Result<bool, ClientError> {
+        Ok(self.one(RequestOp::Delete { key: key.into() }).await? == OpReply::Ok)
+    }
+
+    /// Commits (durable under `sync` when this returns Ok).
+    pub async fn commit(self) -> Result<(), ClientError> {
+        self.commit_with(Vec::new()).await.map(drop)
+    }
+
+    /// Sends `ops` and COMMIT in one frame. Returns the replies to `ops`;
+    /// `Err` if any of them or the commit failed (then nothing was written).
+    pub async fn commit_with(mut self, ops: Vec<RequestOp>) -> Result<Vec<OpReply>, ClientError> {
+        if !self.begun && ops.is_empty() {
+            self.finished = true;
+            return Ok(Vec::new());
+        }
+        let mut framed = ops;
+        framed.push(RequestOp::Commit);
+        let result = self.batch(framed).await;
+        self.finished = true;
+        let mut replies = result?;
+        let commit = replies.pop();
+        if let Some(OpReply::Error { status, message }) = replies
+            .iter()
+            .find(|r| matches!(r, OpReply::Error { .. }))
+            .cloned()
+            .or(commit)
+        {
+            return Err(ClientError::Server { status, message });
+        }
+        Ok(replies)
+    }
+
+    /// Rolls back (nothing is written, every lock is released).
+    pub async fn rollback(mut self) -> Result<(), ClientError> {
+        self.finished = true;
+        if !self.begun {
+            return Ok(());
+        }
+        self.client.single(RequestOp::Rollback).await.map(drop)
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        // If the ROLLBACK cannot be queued (pipeline full, connection
+        // closed), the server's idle timeout or the connection's close ends
+        // the transaction instead.
+        if self.begun && !self.finished {
+            let _ = self.client.send_detached(vec![RequestOp::Rollback]);
+        }
+    }
 }

@@ -11,6 +11,8 @@ pub mod tls;
 pub use ringkv_protocol as protocol;
 
 pub use args::ConnectArgs;
-pub use client::{Client, ClientError, ConnectOptions, ProtocolError, CONNECT_TIMEOUT_DEFAULT};
+pub use client::{
+    Client, ClientError, ConnectOptions, ProtocolError, Transaction, CONNECT_TIMEOUT_DEFAULT,
+};
 pub use protocol::{Limits, OpReply, RequestOp, ServerInfo, Status};
 pub use tls::TlsOptions;

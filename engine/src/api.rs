@@ -174,6 +174,10 @@ pub enum OpError {
     Overloaded { shard: usize },
     #[error("the engine is shutting down")]
     ShuttingDown,
+    /// A transaction holds the key: the plain write was not applied (retry
+    /// it after the transaction ends).
+    #[error("a transaction holds a lock on this key (shard {shard}); the write was not applied, retry it")]
+    Locked { shard: usize },
     /// The GETs before this one in the batch (on its shard) already read
     /// `max` bytes of values: this one was not looked up. Read it in a
     /// smaller batch.

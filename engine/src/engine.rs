@@ -208,6 +208,9 @@ impl Engine {
         let core_ids = core_affinity::get_core_ids().unwrap_or_default();
         let queue_depth = l.shard_queue_depth as usize;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let txn_stats = Arc::new(crate::txn::TxnStats::default());
+        let txn_floors: Arc<[AtomicU64]> = (0..shard_count).map(|_| AtomicU64::new(0)).collect();
+        let exchange = Arc::new(crate::txn::recovery::Exchange::new(shard_count));
         let mut inboxes = Vec::new();
         let mut controls = Vec::new();
         let mut halts = Vec::new();
@@ -229,6 +232,9 @@ impl Engine {
                 settings,
                 stats: shard_stats.clone(),
                 clock: clock.clone(),
+                txn_stats: txn_stats.clone(),
+                txn_floors: txn_floors.clone(),
+                exchange: exchange.clone(),
                 inbox: inbox_rx,
                 control: control_rx,
                 halt: halt_rx,
@@ -244,6 +250,7 @@ impl Engine {
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(source) => {
+                    exchange.fail();
                     stop_threads(&halts, threads);
                     return Err(EngineError::Io {
                         op: "spawn shard thread",
@@ -290,6 +297,8 @@ impl Engine {
                 value_bytes_max: value_max,
                 ops_per_batch_max: l.ops_per_frame_max as usize,
             },
+            clock,
+            txn_stats,
         });
         tracing::info!(
             shards = shard_count,

@@ -16,6 +16,9 @@ pub enum Damage {
     BadRecordSize { size: u64 },
     /// A record kind this version does not know.
     UnknownRecordKind { kind: u8 },
+    /// A transaction part whose checksum matched but whose payload does not
+    /// parse (an encoder bug, not a torn write).
+    BadTxnPart { reason: &'static str },
     /// A reserved field or flag is not zero.
     ReservedNotZero,
     /// A flush did not end with a seal record on a block boundary.
@@ -66,6 +69,7 @@ impl fmt::Display for Damage {
             }
             Damage::BadRecordSize { size } => write!(f, "impossible record size {size}"),
             Damage::UnknownRecordKind { kind } => write!(f, "unknown record kind {kind}"),
+            Damage::BadTxnPart { reason } => write!(f, "transaction part does not parse: {reason}"),
             Damage::ReservedNotZero => write!(f, "a reserved field is not zero"),
             Damage::MissingSeal => write!(f, "flush does not end with a seal record"),
             Damage::SealMismatch {

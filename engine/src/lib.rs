@@ -25,6 +25,7 @@ pub mod rng;
 mod shard;
 pub mod snapshot;
 pub mod tier;
+pub mod txn;
 pub mod wal;
 
 pub use api::{
@@ -38,3 +39,4 @@ pub use io::runtime::BackendKind;
 pub use keyspace::{PartitionKeys, PARTITIONS_PER_SHARD};
 pub use metrics::{DeviceMetrics, EngineMetrics, ShardMetrics};
 pub use tunables::Durability;
+pub use txn::{AbortReason, Txn, TxnError, TxnSettings, TxnStats};

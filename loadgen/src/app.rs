@@ -301,6 +301,10 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
             if args.target_kind() == TargetArg::Engine { "engine" } else { "server" }
         )),
         WorkloadArg::Putget => {}
+        WorkloadArg::Putgettx | WorkloadArg::PutgettxContended => notes.push(format!(
+            "PutGetTx over {} keys (Yardstick's --range default is 1,000,000); each client task has its own connection and one transaction at a time; aborted attempts (DIE/LOCK_TIMEOUT) are counted in the abort row and not retried (the next transaction picks new keys)",
+            format_count(s.txn_range)
+        )),
         _ => notes.push(
             "YCSB updates write the whole record (ringkv stores a record as one value); latency is per batch (use --batch 1 for per-operation latency)"
                 .to_string(),
@@ -471,6 +475,11 @@ pub async fn run_on_target<T: Target>(
     match workload {
         WorkloadArg::Putget => {
             let got = gridgain::run(target, s, label).await?;
+            announce(&got);
+            rows.extend(got);
+        }
+        WorkloadArg::Putgettx | WorkloadArg::PutgettxContended => {
+            let got = crate::workloads::putgettx::run(target, s, label, workload.name()).await?;
             announce(&got);
             rows.extend(got);
         }

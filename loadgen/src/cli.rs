@@ -91,6 +91,13 @@ pub enum WorkloadArg {
     YcsbF,
     /// MapDB/ChronicleMap: write N items then read N items, for each N.
     Sweep,
+    /// Ignite/Hazelcast PutGetTx: pessimistic transactions (get-for-update,
+    /// then put), keys uniform in [0, --range) (default 1M, Yardstick's).
+    Putgettx,
+    /// PutGetTx on a small range (--range default 64) so lock waits and
+    /// aborts show.
+    #[value(name = "putgettx-contended")]
+    PutgettxContended,
 }
 
 impl WorkloadArg {
@@ -105,13 +112,18 @@ impl WorkloadArg {
             WorkloadArg::YcsbE => "ycsb-e",
             WorkloadArg::YcsbF => "ycsb-f",
             WorkloadArg::Sweep => "sweep",
+            WorkloadArg::Putgettx => "putgettx",
+            WorkloadArg::PutgettxContended => "putgettx-contended",
         }
     }
 
     /// The YCSB mixes this workload runs, in order (empty for non-YCSB).
     pub fn ycsb_mixes(&self) -> Vec<ycsb::Mix> {
         match self {
-            WorkloadArg::Putget | WorkloadArg::Sweep => Vec::new(),
+            WorkloadArg::Putget
+            | WorkloadArg::Sweep
+            | WorkloadArg::Putgettx
+            | WorkloadArg::PutgettxContended => Vec::new(),
             WorkloadArg::Ycsb => ycsb::RECOMMENDED_ORDER
                 .iter()
                 .filter_map(|n| ycsb::mix_named(n))
@@ -228,6 +240,12 @@ pub struct RunArgs {
     /// 2-core machine in about a minute.
     #[arg(long, default_value = "200K", value_parser = parse_count, value_name = "N")]
     pub records: u64,
+
+    /// PutGetTx key range: keys uniform in [0, N) (accepts K/M suffixes).
+    /// [default: 1M for putgettx (Yardstick's --range default), 64 for
+    /// putgettx-contended]
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    pub range: Option<u64>,
 
     /// Measured seconds of each timed phase (after the warm-up).
     /// [default: 10]
@@ -477,6 +495,10 @@ impl RunArgs {
             sweep_sizes,
             sweep_items,
             sweep_warmup_ops: self.sweep_warmup,
+            txn_range: self.range.unwrap_or(match self.workload {
+                WorkloadArg::PutgettxContended => 64,
+                _ => 1_000_000,
+            }),
         })
     }
 

@@ -184,6 +184,12 @@ impl Session for EngineSession {
             request.push(match op {
                 Op::Put { key, value } => engine::Op::Put { key, value },
                 Op::Get { key } => engine::Op::Get { key },
+                Op::Begin | Op::GetForUpdate { .. } | Op::Commit | Op::Rollback => {
+                    return Err(TargetError::Unsupported {
+                        addr: "in-process engine".to_string(),
+                        what: "transactions (run putgettx with --target server or --server)",
+                    })
+                }
                 Op::Scan { .. } => {
                     return Err(TargetError::Unsupported {
                         addr: "in-process engine".to_string(),

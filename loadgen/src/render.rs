@@ -24,6 +24,7 @@ pub fn render(report: &Report) -> String {
         out.push_str("\nLatency is that of one batch; throughput counts operations.\n\n");
         out.push_str(&main_table(&timed).render());
     }
+    out.push_str(&putgettx_table(report));
     let sweep: Vec<&ResultRow> = report
         .results
         .iter()
@@ -76,6 +77,59 @@ pub fn render(report: &Report) -> String {
         }
     }
     out.push_str(&error_summary(report));
+    out
+}
+
+/// PutGetTx: our transactions per second beside the document's.
+fn putgettx_table(report: &Report) -> String {
+    let rows: Vec<&ResultRow> = report
+        .results
+        .iter()
+        .filter(|r| r.workload.starts_with("putgettx") && r.status != Status::Unsupported)
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\nPutGetTx: transactions/s (one = BEGIN + GET_FOR_UPDATE, then PUT + COMMIT: two frames); latency per committed transaction:\n\n",
+    );
+    out.push_str(&format!(
+        "{:<40} {:>10} {:>12} {:>10} {:>10} {:>10}\n",
+        "system", "durability", "tx/s", "avg µs", "p99 µs", "aborts"
+    ));
+    for r in rows.iter().filter(|r| r.operation == "tx") {
+        let aborts = rows
+            .iter()
+            .find(|a| {
+                a.operation == "abort" && a.workload == r.workload && a.durability == r.durability
+            })
+            .map_or(0, |a| a.ops);
+        out.push_str(&format!(
+            "{:<40} {:>10} {:>12} {:>10.0} {:>10.0} {:>10}\n",
+            format!("ringkv {} (this machine)", r.workload),
+            r.durability,
+            thousands(r.ops_per_sec as u64),
+            r.latency_us.avg,
+            r.latency_us.p99,
+            thousands(aborts)
+        ));
+    }
+    for (system, tps) in crate::published::PUTGETTX {
+        out.push_str(&format!(
+            "{:<40} {:>10} {:>12} {:>10} {:>10} {:>10}\n",
+            format!("{system} ({})", crate::published::PUTGETTX_LABEL),
+            "n/a",
+            thousands(tps),
+            "-",
+            "-",
+            "-"
+        ));
+    }
+    out.push_str(&format!(
+        "* {}: {}.\n",
+        crate::published::PUTGETTX_LABEL,
+        crate::published::PUTGETTX_SOURCE
+    ));
     out
 }
 

@@ -85,6 +85,10 @@ impl Session for RingkvSession {
             request.push(match op {
                 Op::Put { key, value } => RequestOp::Put { key, value },
                 Op::Get { key } => RequestOp::Get { key },
+                Op::Begin => RequestOp::Begin,
+                Op::GetForUpdate { key } => RequestOp::GetForUpdate { key },
+                Op::Commit => RequestOp::Commit,
+                Op::Rollback => RequestOp::Rollback,
                 Op::Scan { .. } => {
                     return Err(TargetError::Unsupported {
                         addr: self.addr.clone(),
@@ -117,6 +121,9 @@ impl Session for RingkvSession {
                 OpReply::Ok => Reply::Done,
                 OpReply::Value(v) => Reply::Value(v),
                 OpReply::NotFound => Reply::NotFound,
+                OpReply::Error { status, message } if status.is_txn_retry() => {
+                    Reply::Aborted(format!("{status}: {message}"))
+                }
                 OpReply::Error { status, message } => Reply::Failed(format!("{status}: {message}")),
                 OpReply::Stats(_) => {
                     Reply::Failed("a STATS answer to a data operation".to_string())

@@ -35,6 +35,8 @@ pub struct Settings {
     pub sweep_items: crate::workloads::sweep::ItemShape,
     /// Operations run before each sweep phase's clock starts.
     pub sweep_warmup_ops: u64,
+    /// PutGetTx: keys are drawn from `[0, txn_range)` (Yardstick's `--range`).
+    pub txn_range: u64,
 }
 
 impl Settings {
@@ -111,6 +113,7 @@ pub mod tests {
             sweep_sizes: vec![50, 120],
             sweep_items: crate::workloads::sweep::ItemShape::Document,
             sweep_warmup_ops: 20,
+            txn_range: 100,
         }
     }
 

@@ -24,6 +24,14 @@ pub enum Op {
         start: Bytes,
         count: u32,
     },
+    /// Opens the session's transaction.
+    Begin,
+    /// Locks and reads a key (in a transaction).
+    GetForUpdate {
+        key: Bytes,
+    },
+    Commit,
+    Rollback,
 }
 
 /// The answer to one operation.
@@ -39,6 +47,8 @@ pub enum Reply {
     Rows(u32),
     /// The server refused the operation; the text is its reason.
     Failed(String),
+    /// The transaction was aborted (DIE, LOCK_TIMEOUT, ABORTED): retry it.
+    Aborted(String),
 }
 
 /// A failure of the connection or the protocol: the run cannot go on.
@@ -167,6 +177,12 @@ pub mod memory {
                         let n = st.map.range(start..).take(count as usize).count();
                         Reply::Rows(n as u32)
                     }
+                    // One session at a time holds the map: no contention here.
+                    Op::Begin | Op::Commit | Op::Rollback => Reply::Done,
+                    Op::GetForUpdate { key } => match st.map.get(&key) {
+                        Some(v) => Reply::Value(v.clone()),
+                        None => Reply::NotFound,
+                    },
                 });
             }
             Ok(out)

@@ -23,6 +23,15 @@ pub enum RequestOp {
     Ping,
     /// Asks for server and shard counters. Answered with STATS entries.
     Stats,
+    /// Opens the connection's transaction. Answered OK.
+    Begin,
+    /// Locks `key` and reads it (in a transaction). Answered with its
+    /// value, or NOT_FOUND.
+    GetForUpdate { key: Bytes },
+    /// Commits the transaction. Answered OK once durable (under `sync`).
+    Commit,
+    /// Rolls the transaction back. Answered OK.
+    Rollback,
 }
 
 impl RequestOp {
@@ -34,16 +43,25 @@ impl RequestOp {
             RequestOp::Delete { .. } => opcode::DELETE,
             RequestOp::Ping => opcode::PING,
             RequestOp::Stats => opcode::STATS,
+            RequestOp::Begin => opcode::BEGIN,
+            RequestOp::GetForUpdate { .. } => opcode::GET_FOR_UPDATE,
+            RequestOp::Commit => opcode::COMMIT,
+            RequestOp::Rollback => opcode::ROLLBACK,
         }
     }
 
     /// The key this operation addresses, if any.
     pub fn key(&self) -> Option<&Bytes> {
         match self {
-            RequestOp::Put { key, .. } | RequestOp::Get { key } | RequestOp::Delete { key } => {
-                Some(key)
-            }
-            RequestOp::Ping | RequestOp::Stats => None,
+            RequestOp::Put { key, .. }
+            | RequestOp::Get { key }
+            | RequestOp::Delete { key }
+            | RequestOp::GetForUpdate { key } => Some(key),
+            RequestOp::Ping
+            | RequestOp::Stats
+            | RequestOp::Begin
+            | RequestOp::Commit
+            | RequestOp::Rollback => None,
         }
     }
 
@@ -51,8 +69,14 @@ impl RequestOp {
     pub fn encoded_len(&self) -> usize {
         match self {
             RequestOp::Put { key, value } => 1 + 4 + key.len() + 4 + value.len(),
-            RequestOp::Get { key } | RequestOp::Delete { key } => 1 + 4 + key.len(),
-            RequestOp::Ping | RequestOp::Stats => 1,
+            RequestOp::Get { key }
+            | RequestOp::Delete { key }
+            | RequestOp::GetForUpdate { key } => 1 + 4 + key.len(),
+            RequestOp::Ping
+            | RequestOp::Stats
+            | RequestOp::Begin
+            | RequestOp::Commit
+            | RequestOp::Rollback => 1,
         }
     }
 
@@ -63,10 +87,20 @@ impl RequestOp {
             OpReply::Error { .. } => true,
             OpReply::Ok => matches!(
                 self,
-                RequestOp::Put { .. } | RequestOp::Delete { .. } | RequestOp::Ping
+                RequestOp::Put { .. }
+                    | RequestOp::Delete { .. }
+                    | RequestOp::Ping
+                    | RequestOp::Begin
+                    | RequestOp::Commit
+                    | RequestOp::Rollback
             ),
-            OpReply::Value(_) => matches!(self, RequestOp::Get { .. }),
-            OpReply::NotFound => matches!(self, RequestOp::Get { .. } | RequestOp::Delete { .. }),
+            OpReply::Value(_) => {
+                matches!(self, RequestOp::Get { .. } | RequestOp::GetForUpdate { .. })
+            }
+            OpReply::NotFound => matches!(
+                self,
+                RequestOp::Get { .. } | RequestOp::Delete { .. } | RequestOp::GetForUpdate { .. }
+            ),
             OpReply::Stats(_) => matches!(self, RequestOp::Stats),
         }
     }
@@ -102,8 +136,14 @@ pub fn encode_request(request: &Request, buf: &mut BytesMut) {
                 put_field(buf, key, "key");
                 put_field(buf, value, "value");
             }
-            RequestOp::Get { key } | RequestOp::Delete { key } => put_field(buf, key, "key"),
-            RequestOp::Ping | RequestOp::Stats => {}
+            RequestOp::Get { key }
+            | RequestOp::Delete { key }
+            | RequestOp::GetForUpdate { key } => put_field(buf, key, "key"),
+            RequestOp::Ping
+            | RequestOp::Stats
+            | RequestOp::Begin
+            | RequestOp::Commit
+            | RequestOp::Rollback => {}
         }
     }
     finish_frame(buf, start);
@@ -186,6 +226,12 @@ fn parse_op(
         },
         opcode::PING => RequestOp::Ping,
         opcode::STATS => RequestOp::Stats,
+        opcode::BEGIN => RequestOp::Begin,
+        opcode::GET_FOR_UPDATE => RequestOp::GetForUpdate {
+            key: parse_key(cursor, index, limits)?,
+        },
+        opcode::COMMIT => RequestOp::Commit,
+        opcode::ROLLBACK => RequestOp::Rollback,
         _ => {
             return Err(match opcode::reserved_name(code) {
                 Some(name) => FrameFault::ReservedOpcode { index, code, name },
@@ -315,7 +361,7 @@ mod tests {
             id: 5,
             ops: vec![RequestOp::Ping],
         });
-        frame[24] = opcode::COMMIT;
+        frame[24] = 0x14;
         let mut buf = reseal(frame);
         let error = decode_request(&mut buf, &Limits::default()).unwrap_err();
         assert_eq!(
@@ -324,13 +370,13 @@ mod tests {
                 id: 5,
                 fault: FrameFault::ReservedOpcode {
                     index: 0,
-                    code: 0x12,
-                    name: "COMMIT"
+                    code: 0x14,
+                    name: "a transaction opcode"
                 }
             }
         );
         assert_eq!(error.status(), Status::Unsupported);
-        assert!(error.to_string().contains("COMMIT"), "{error}");
+        assert!(error.to_string().contains("transaction"), "{error}");
     }
 
     #[test]

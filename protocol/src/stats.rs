@@ -183,6 +183,32 @@ stats_group! {
 }
 
 stats_group! {
+    /// `txn.*`: interactive transactions, all connections, since start.
+    pub struct TxnStats at "txn" {
+        /// Transactions open now (begun, not yet committed or rolled back).
+        open: u64, "gauge", "transactions";
+        /// Transactions committed.
+        commits: u64, "count", "transactions";
+        /// Transactions rolled back by their client.
+        rollbacks: u64, "count", "transactions";
+        /// Transactions aborted by wait-die (answered DIE).
+        aborts_die: u64, "count", "transactions";
+        /// Transactions aborted by the lock-wait timeout (answered LOCK_TIMEOUT).
+        aborts_lock_timeout: u64, "count", "transactions";
+        /// Transactions aborted by the idle timeout.
+        aborts_idle: u64, "count", "transactions";
+        /// Transactions rolled back because their connection closed.
+        aborts_dropped: u64, "count", "transactions";
+        /// COMMITs that failed (aborted earlier, too large, poisoned shard).
+        commit_failures: u64, "count", "transactions";
+        /// Lock requests that had to wait for another transaction.
+        lock_waits: u64, "count", "waits";
+        /// Time spent waiting for locks, summed.
+        lock_wait_us: u64, "count", "microseconds";
+    }
+}
+
+stats_group! {
     /// `device.NAME.*`: one storage device and its disk profile.
     pub struct DeviceStats at "device.NAME" {
         /// The device's disk profile.
@@ -234,6 +260,7 @@ pub struct Stats {
     pub resp: RespStats,
     pub engine: EngineStats,
     pub wal: WalStats,
+    pub txn: TxnStats,
     /// By device name.
     pub devices: BTreeMap<String, DeviceStats>,
     /// By shard number.
@@ -249,6 +276,7 @@ impl Stats {
         self.resp.push_pairs("resp", &mut out);
         self.engine.push_pairs("engine", &mut out);
         self.wal.push_pairs("wal", &mut out);
+        self.txn.push_pairs("txn", &mut out);
         for (name, d) in &self.devices {
             d.push_pairs(&format!("device.{name}"), &mut out);
         }
@@ -282,6 +310,9 @@ impl Stats {
                 "wal" => {
                     stats.wal.set(name, rest, value)?;
                 }
+                "txn" => {
+                    stats.txn.set(name, rest, value)?;
+                }
                 "device" => {
                     // Device names may not contain '.', fields never do.
                     if let Some((device, field)) = rest.rsplit_once('.') {
@@ -313,6 +344,7 @@ impl Stats {
             .chain(RespStats::FIELDS)
             .chain(EngineStats::FIELDS)
             .chain(WalStats::FIELDS)
+            .chain(TxnStats::FIELDS)
             .chain(DeviceStats::FIELDS)
             .chain(ShardStats::FIELDS)
     }

@@ -96,8 +96,11 @@ pub mod opcode {
     pub const PING: u8 = 0x04;
     pub const STATS: u8 = 0x05;
 
-    /// Reserved for interactive transactions (0x10..=0x1F).
+    /// Interactive transactions (0x10..=0x1F; 0x14 and up stay reserved).
+    /// BEGIN opens the connection's transaction; the ops after it on the
+    /// connection belong to it until COMMIT or ROLLBACK.
     pub const BEGIN: u8 = 0x10;
+    /// Lock a key and read it (inside a transaction). Body: key.
     pub const GET_FOR_UPDATE: u8 = 0x11;
     pub const COMMIT: u8 = 0x12;
     pub const ROLLBACK: u8 = 0x13;
@@ -108,10 +111,6 @@ pub mod opcode {
     /// in a reserved range. Reserved opcodes are refused with UNSUPPORTED.
     pub fn reserved_name(code: u8) -> Option<&'static str> {
         match code {
-            BEGIN => Some("BEGIN"),
-            GET_FOR_UPDATE => Some("GET_FOR_UPDATE"),
-            COMMIT => Some("COMMIT"),
-            ROLLBACK => Some("ROLLBACK"),
             0x14..=0x1F => Some("a transaction opcode"),
             SCAN => Some("SCAN"),
             0x21..=0x2F => Some("a scan opcode"),
@@ -188,6 +187,24 @@ statuses! {
     ShuttingDown = 0x22, "SHUTTING_DOWN";
     /// A bug or unexpected failure inside the server.
     Internal = 0x23, "INTERNAL";
+    /// Wait-die: an older transaction holds a key this transaction asked
+    /// for; the transaction was aborted and its locks released. Retry it.
+    Die = 0x30, "DIE";
+    /// The lock was not granted within `transactions.lock_wait_timeout`;
+    /// the transaction was aborted. Retry it.
+    LockTimeout = 0x31, "LOCK_TIMEOUT";
+    /// The transaction was aborted earlier (DIE, LOCK_TIMEOUT, or idle for
+    /// `transactions.idle_timeout`); this op did nothing. COMMIT answers
+    /// this too; ROLLBACK ends it.
+    Aborted = 0x32, "ABORTED";
+    /// A plain PUT or DELETE hit a key a transaction has locked; it was not
+    /// applied. Retry it after the transaction ends.
+    Locked = 0x33, "LOCKED";
+    /// BEGIN inside a transaction, GET_FOR_UPDATE/COMMIT/ROLLBACK outside one.
+    NoTransaction = 0x34, "NO_TRANSACTION";
+    /// A transaction limit: `transactions.locks_max` locks, or one shard's
+    /// writes over one WAL record; the transaction was aborted.
+    TxnTooLarge = 0x35, "TXN_TOO_LARGE";
 }
 
 impl Status {
@@ -213,7 +230,16 @@ impl Status {
 
     /// Whether sending the same request again later may succeed unchanged.
     pub const fn is_retryable(self) -> bool {
-        matches!(self, Status::Overloaded | Status::ShuttingDown)
+        matches!(
+            self,
+            Status::Overloaded | Status::ShuttingDown | Status::Locked
+        )
+    }
+
+    /// Whether this status aborted a transaction that may simply be run
+    /// again from BEGIN.
+    pub const fn is_txn_retry(self) -> bool {
+        matches!(self, Status::Die | Status::LockTimeout | Status::Aborted)
     }
 }
 
@@ -263,13 +289,14 @@ mod tests {
     #[test]
     fn reserved_opcodes_cover_their_ranges_and_nothing_else() {
         for code in 0..=u8::MAX {
-            let reserved = (0x10..=0x2F).contains(&code);
+            let reserved = (0x14..=0x2F).contains(&code);
             assert_eq!(
                 opcode::reserved_name(code).is_some(),
                 reserved,
                 "code {code:#04x}"
             );
         }
-        assert_eq!(opcode::reserved_name(opcode::COMMIT), Some("COMMIT"));
+        assert_eq!(opcode::reserved_name(opcode::COMMIT), None);
+        assert_eq!(opcode::reserved_name(0x14), Some("a transaction opcode"));
     }
 }

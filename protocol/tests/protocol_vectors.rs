@@ -183,6 +183,10 @@ fn op(text: &str) -> RequestOp {
         ("DELETE", 2) => RequestOp::Delete { key: arg(1) },
         ("PING", 1) => RequestOp::Ping,
         ("STATS", 1) => RequestOp::Stats,
+        ("BEGIN", 1) => RequestOp::Begin,
+        ("GET_FOR_UPDATE", 2) => RequestOp::GetForUpdate { key: arg(1) },
+        ("COMMIT", 1) => RequestOp::Commit,
+        ("ROLLBACK", 1) => RequestOp::Rollback,
         _ => panic!("bad op line {text:?}"),
     }
 }

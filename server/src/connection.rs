@@ -546,7 +546,25 @@ async fn execute_loop(
     // empty until then, so a connection that never authenticates costs
     // nothing here.
     let mut out = BytesMut::new();
-    while let Some((work, bytes)) = pipe.pop().await {
+    // The connection's open transaction; dropping it (connection closed)
+    // rolls it back.
+    let mut txn: Option<engine::Txn> = None;
+    let txn_config = ctx.shared.txn;
+    loop {
+        let next = if txn.as_ref().is_some_and(|t| t.aborted().is_none()) {
+            match compio::time::timeout(txn_config.idle_timeout, pipe.pop()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    crate::txn::abort_idle(&mut txn).await;
+                    continue;
+                }
+            }
+        } else {
+            pipe.pop().await
+        };
+        let Some((work, bytes)) = next else {
+            break;
+        };
         let stop = match work {
             Work::Send(b) => {
                 out.extend_from_slice(&b);
@@ -565,6 +583,28 @@ async fn execute_loop(
                     std::io::ErrorKind::ConnectionReset,
                     "the client is gone; its queued requests are dropped",
                 ));
+            }
+            Work::Run { request, received }
+                if crate::txn::needs_txn_path(&request, txn.is_some()) =>
+            {
+                let mut tally = OpTally::default();
+                let mut stats = || ctx.stats_pairs();
+                conn.executing.set(true);
+                let response = crate::txn::run_request(
+                    &ctx.handle,
+                    &txn_config,
+                    &mut txn,
+                    request,
+                    frame_bytes_max,
+                    &mut stats,
+                    &mut tally,
+                )
+                .await;
+                conn.executing.set(false);
+                encode_response(&response, &mut out);
+                let latency_us = received.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
+                ctx.counters().add_request(&tally, latency_us);
+                false
             }
             Work::Run { request, received } => {
                 let mut plan = plan(request);

@@ -21,15 +21,18 @@ pub enum OpKind {
     Delete,
     Ping,
     Stats,
+    /// BEGIN, GET_FOR_UPDATE, COMMIT, ROLLBACK.
+    Txn,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 5] = [
+    pub const ALL: [OpKind; 6] = [
         OpKind::Put,
         OpKind::Get,
         OpKind::Delete,
         OpKind::Ping,
         OpKind::Stats,
+        OpKind::Txn,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -39,6 +42,7 @@ impl OpKind {
             OpKind::Delete => "delete",
             OpKind::Ping => "ping",
             OpKind::Stats => "stats",
+            OpKind::Txn => "txn",
         }
     }
 

@@ -44,6 +44,12 @@ pub fn plan(request: Request) -> Plan {
             }
             RequestOp::Ping => kinds.push(OpKind::Ping),
             RequestOp::Stats => kinds.push(OpKind::Stats),
+            // Frames with transaction ops run on the transaction path
+            // (`crate::txn`); here they could only be outside a transaction.
+            RequestOp::Begin
+            | RequestOp::GetForUpdate { .. }
+            | RequestOp::Commit
+            | RequestOp::Rollback => kinds.push(OpKind::Txn),
         }
     }
     Plan {
@@ -104,6 +110,10 @@ pub fn assemble(
             },
             OpKind::Ping => OpReply::Ok,
             OpKind::Stats => OpReply::Stats(stats()),
+            OpKind::Txn => OpReply::Error {
+                status: Status::NoTransaction,
+                message: "transaction operations run on the transaction path".to_string(),
+            },
         };
         results.push(reply);
     }

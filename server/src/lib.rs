@@ -30,5 +30,6 @@ pub mod sockets;
 pub mod stats;
 pub mod status;
 pub mod tls;
+pub mod txn;
 
 pub use server::{limits_from_config, start, RunningServer, ServerError, StopHandle};

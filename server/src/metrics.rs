@@ -20,6 +20,7 @@ use crate::shard::{DeviceFacts, Shared};
 pub fn render(shared: &Shared, engine: &EngineMetrics) -> String {
     let mut p = PromText::new();
     render_server(&mut p, shared);
+    render_txn(&mut p, shared);
     for shard in &engine.shards {
         render_shard(&mut p, shard);
     }
@@ -27,6 +28,49 @@ pub fn render(shared: &Shared, engine: &EngineMetrics) -> String {
         render_device(&mut p, shared, device);
     }
     p.render()
+}
+
+fn render_txn(p: &mut PromText, shared: &Shared) {
+    let t = crate::stats::txn_stats(shared.handle.txn_stats());
+    p.gauge(
+        "ringkv_txn_open",
+        "Transactions open now.",
+        &[],
+        t.open as f64,
+    );
+    p.counter(
+        "ringkv_txn_commits_total",
+        "Transactions committed.",
+        &[],
+        t.commits,
+    );
+    for (reason, n) in [
+        ("rollback", t.rollbacks),
+        ("die", t.aborts_die),
+        ("lock_timeout", t.aborts_lock_timeout),
+        ("idle", t.aborts_idle),
+        ("dropped", t.aborts_dropped),
+        ("commit_failed", t.commit_failures),
+    ] {
+        p.counter(
+            "ringkv_txn_aborts_total",
+            "Transactions that did not commit, by reason.",
+            &[("reason", reason)],
+            n,
+        );
+    }
+    p.counter(
+        "ringkv_txn_lock_waits_total",
+        "Lock requests that waited for another transaction.",
+        &[],
+        t.lock_waits,
+    );
+    p.counter_float(
+        "ringkv_txn_lock_wait_seconds_total",
+        "Time spent waiting for locks, summed.",
+        &[],
+        t.lock_wait_us as f64 / 1e6,
+    );
 }
 
 fn render_server(p: &mut PromText, shared: &Shared) {

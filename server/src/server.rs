@@ -275,6 +275,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         config.server.max_connections as usize,
         facts,
         engine.handle(),
+        crate::txn::TxnConfig::from_config(&config.server),
     ));
 
     let metrics = match metrics_listen {

@@ -86,6 +86,8 @@ pub struct Shared {
     pub started: Instant,
     pub facts: ServerFacts,
     pub handle: engine::Handle,
+    /// Transaction limits and timeouts (`server.txn_*`).
+    pub txn: crate::txn::TxnConfig,
     connections_open: AtomicUsize,
     shutting_down: AtomicBool,
 }
@@ -101,6 +103,7 @@ impl Shared {
         max_connections: usize,
         facts: ServerFacts,
         handle: engine::Handle,
+        txn: crate::txn::TxnConfig,
     ) -> Shared {
         Shared {
             access,
@@ -115,6 +118,7 @@ impl Shared {
             started: Instant::now(),
             facts,
             handle,
+            txn,
             connections_open: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
         }

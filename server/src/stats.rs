@@ -9,8 +9,9 @@
 use engine::histogram::HistogramSnapshot;
 use engine::metrics::EngineMetrics;
 use ringkv_protocol::stats::{
-    EngineStats, OpsStats, RespStats, ServerStats, ShardStats, Stats, WalStats,
+    EngineStats, OpsStats, RespStats, ServerStats, ShardStats, Stats, TxnStats, WalStats,
 };
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::counters::OpKind;
 use crate::shard::Shared;
@@ -57,6 +58,7 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
             flushes: engine.shards.iter().map(|s| s.wal_flushes).sum(),
             fsync_p99_us: fsync.quantile(0.99),
         },
+        txn: txn_stats(shared.handle.txn_stats()),
         devices: engine
             .devices
             .iter()
@@ -75,6 +77,22 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
                 (s.shard as u32, stats)
             })
             .collect(),
+    }
+}
+
+/// The `txn.*` group from the engine's transaction counters.
+pub fn txn_stats(t: &engine::TxnStats) -> TxnStats {
+    TxnStats {
+        open: t.open.load(Relaxed),
+        commits: t.commits.load(Relaxed),
+        rollbacks: t.rollbacks.load(Relaxed),
+        aborts_die: t.aborts_die.load(Relaxed),
+        aborts_lock_timeout: t.aborts_lock_timeout.load(Relaxed),
+        aborts_idle: t.aborts_idle.load(Relaxed),
+        aborts_dropped: t.aborts_dropped.load(Relaxed),
+        commit_failures: t.commit_failures.load(Relaxed),
+        lock_waits: t.lock_waits.load(Relaxed),
+        lock_wait_us: t.lock_wait_us.load(Relaxed),
     }
 }
 

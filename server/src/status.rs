@@ -2,7 +2,7 @@
 //! becomes a status byte, so the mapping is reviewed (and changed) in one
 //! match.
 
-use engine::{OpError, OpResult};
+use engine::{OpError, OpResult, TxnError};
 use ringkv_protocol::{OpReply, Status};
 
 /// The wire status for an engine error (for one operation or a whole batch).
@@ -16,9 +16,31 @@ pub fn op_error_status(error: &OpError) -> Status {
         OpError::Overloaded { .. } => Status::Overloaded,
         OpError::ShuttingDown => Status::ShuttingDown,
         OpError::ReadLimitReached { .. } => Status::FrameTooLarge,
+        OpError::Locked { .. } => Status::Locked,
         // A variant added to the engine after this server was written: the
         // client still gets a failure, and the message says what it was.
         _ => Status::Internal,
+    }
+}
+
+/// The wire status for a transaction error.
+pub fn txn_error_status(error: &TxnError) -> Status {
+    match error {
+        TxnError::Die => Status::Die,
+        TxnError::LockTimeout => Status::LockTimeout,
+        TxnError::Aborted { .. } => Status::Aborted,
+        TxnError::TooManyLocks { .. } | TxnError::TooLarge { .. } => Status::TxnTooLarge,
+        TxnError::Op(e) => op_error_status(e),
+        TxnError::Poisoned { .. } => Status::Poisoned,
+        _ => Status::Internal,
+    }
+}
+
+/// The error reply for a transaction error.
+pub fn txn_error_reply(error: &TxnError) -> OpReply {
+    OpReply::Error {
+        status: txn_error_status(error),
+        message: error.to_string(),
     }
 }
 
@@ -61,6 +83,7 @@ mod tests {
             (OpError::Poisoned { shard: 3 }, Status::Poisoned),
             (OpError::Overloaded { shard: 1 }, Status::Overloaded),
             (OpError::ShuttingDown, Status::ShuttingDown),
+            (OpError::Locked { shard: 0 }, Status::Locked),
             (
                 OpError::ReadLimitReached { shard: 0, max: 1 },
                 Status::FrameTooLarge,

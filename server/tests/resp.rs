@@ -1070,3 +1070,33 @@ fn kill_9_keeps_expiry_times() {
         assert_eq!(c.call(&format!("PEXPIRETIME key{i}")), expiry, "key{i}");
     }
 }
+
+#[test]
+fn read_modify_writes_on_a_key_a_transaction_holds_are_refused() {
+    // A RESP INCR/APPEND is a read-modify-write on the key's shard; applied
+    // while a native transaction holds the key, the transaction's commit
+    // would overwrite it after it was acknowledged. It is refused instead,
+    // like a plain write, and applies once the transaction ends.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, resp) = start(dir.path(), &[]);
+    let native = server.addr;
+    let mut c = Resp::connect(resp);
+    assert_eq!(c.call("SET counter 10"), ok());
+    with_runtime(async move {
+        let client = connect(native).await;
+        let mut txn = client.transaction();
+        txn.get_for_update("counter").await.unwrap();
+        txn.put("counter", "100").await.unwrap();
+        // SET is a plain write: refused the same way.
+        for cmd in ["INCR counter", "APPEND counter x", "SET counter 5"] {
+            let got = c.call(cmd);
+            assert!(
+                matches!(&got, Reply::Error(e) if e.starts_with("LOCKED ")),
+                "{cmd}: {got:?}"
+            );
+        }
+        txn.commit().await.unwrap();
+        assert_eq!(c.call("INCR counter"), Reply::Int(101));
+    });
+    server.terminate();
+}

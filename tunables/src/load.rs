@@ -811,6 +811,7 @@ count_fsync = false
             tls_cert_file: PathBuf::from("/etc/ringkv/cert.pem"),
             tls_key_file: PathBuf::from("/etc/ringkv/key.pem"),
             tls_client_ca_file: PathBuf::from("/etc/ringkv/ca.pem"),
+            ..ServerConfig::default()
         };
         want.storage = StorageConfig {
             data_dir: PathBuf::from("/var/lib/ringkv"),

@@ -392,6 +392,18 @@ section! {
         /// by one of them. `""`: no client certificates.
         tls_client_ca_file: PathBuf = PathBuf::new(),
             kind None, check Check::Any, note "only with TLS on";
+        /// A transaction waiting this long for one lock is aborted (LOCK_TIMEOUT).
+        /// Wait-die already prevents deadlocks; this bounds waits behind slow holders.
+        txn_lock_wait_timeout: Duration = Duration::from_millis(1000),
+            kind None, check Check::Range(Duration::from_millis(1), Duration::from_secs(3600));
+        /// An open transaction whose connection sends nothing for this long is aborted
+        /// and its locks released; its next operations answer ABORTED.
+        txn_idle_timeout: Duration = Duration::from_secs(10),
+            kind None, check Check::Range(Duration::from_millis(1), Duration::from_secs(86_400));
+        /// Most keys one transaction may lock (GET_FOR_UPDATE, PUT and DELETE each lock
+        /// their key); the op past it answers TXN_TOO_LARGE and aborts the transaction.
+        txn_locks_max: u32 = 10_000,
+            kind None, check Check::Range(1, 1_000_000);
     }
 }
 

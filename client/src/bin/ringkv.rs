@@ -95,6 +95,20 @@ enum Command {
     /// Read commands from stdin, one per line (see below).
     #[command(name = "-")]
     Stdin,
+    /// Run a script as one transaction, in one frame: BEGIN, the script's
+    /// lines, COMMIT (or ROLLBACK if its last line says `rollback`). Lines:
+    /// `get KEY`, `getu KEY` (get for update: lock and read), `put KEY VALUE`,
+    /// `del KEY`, `rollback`; `#` starts a comment. Prints one line per op
+    /// (its value, OK, NOT_FOUND or `ERROR STATUS message`), then COMMITTED
+    /// or ROLLED BACK. Exits 3 if the transaction did not commit.
+    Tx {
+        /// The script file; `-` reads stdin.
+        script: std::path::PathBuf,
+        /// Run the script again this many times when the server aborts it
+        /// (DIE, LOCK_TIMEOUT, ABORTED).
+        #[arg(long, default_value_t = 0)]
+        retries: u32,
+    },
 }
 
 /// A failure that ends the program with a message on stderr.
@@ -188,6 +202,10 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             drop(out);
             return run_stdin(Arc::new(client), timeout).await;
         }
+        Command::Tx { script, retries } => {
+            drop(out);
+            return run_tx(&client, &script, retries, timeout).await;
+        }
     };
     printed
         .and_then(|()| out.flush())
@@ -196,6 +214,104 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             message: format!("cannot write to stdout: {error}"),
         })?;
     Ok(0)
+}
+
+/// Parses a transaction script: its ops, and whether it ends in rollback.
+fn parse_tx_script(text: &str) -> Result<(Vec<RequestOp>, bool), String> {
+    let mut ops = Vec::new();
+    let mut rollback = false;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        if rollback {
+            return Err(format!("line {}: nothing may follow `rollback`", n + 1));
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let key = |i: usize| Bytes::copy_from_slice(words[i].as_bytes());
+        ops.push(
+            match (words[0].to_ascii_lowercase().as_str(), words.len()) {
+                ("get", 2) => RequestOp::Get { key: key(1) },
+                ("getu", 2) => RequestOp::GetForUpdate { key: key(1) },
+                ("put", 3) => RequestOp::Put {
+                    key: key(1),
+                    value: key(2),
+                },
+                ("del", 2) => RequestOp::Delete { key: key(1) },
+                ("rollback", 1) => {
+                    rollback = true;
+                    continue;
+                }
+                _ => return Err(format!("line {}: cannot read {line:?}", n + 1)),
+            },
+        );
+    }
+    Ok((ops, rollback))
+}
+
+async fn run_tx(
+    client: &Client,
+    script: &std::path::Path,
+    retries: u32,
+    timeout: Duration,
+) -> Result<u8, Failure> {
+    let text = if script.as_os_str() == "-" {
+        io::read_to_string(io::stdin())
+    } else {
+        std::fs::read_to_string(script)
+    }
+    .map_err(|e| Failure {
+        code: 2,
+        message: format!("cannot read {}: {e}", script.display()),
+    })?;
+    let (ops, rollback) = parse_tx_script(&text).map_err(|message| Failure { code: 2, message })?;
+    let mut out = io::stdout().lock();
+    let write_err = |error: io::Error| Failure {
+        code: EXIT_CONNECTION,
+        message: format!("cannot write to stdout: {error}"),
+    };
+    for attempt in 0..=retries {
+        let mut frame = Vec::with_capacity(ops.len() + 2);
+        frame.push(RequestOp::Begin);
+        frame.extend(ops.iter().cloned());
+        frame.push(if rollback {
+            RequestOp::Rollback
+        } else {
+            RequestOp::Commit
+        });
+        let replies = within(timeout, client.batch(frame)).await?;
+        let aborted = replies.iter().any(|r| r.status().is_txn_retry());
+        if aborted && attempt < retries {
+            continue;
+        }
+        for reply in &replies[1..replies.len() - 1] {
+            match reply {
+                OpReply::Value(v) => out.write_all(v).and_then(|()| out.write_all(b"\n")),
+                OpReply::Ok => writeln!(out, "OK"),
+                OpReply::NotFound => writeln!(out, "NOT_FOUND"),
+                OpReply::Error { status, message } => writeln!(out, "ERROR {status} {message}"),
+                OpReply::Stats(_) => writeln!(out, "ERROR unexpected STATS answer"),
+            }
+            .map_err(write_err)?;
+        }
+        let (begin, end) = (&replies[0], &replies[replies.len() - 1]);
+        let committed = !rollback
+            && begin.status() == ringkv_client::Status::Ok
+            && end.status() == ringkv_client::Status::Ok;
+        match end {
+            OpReply::Error { status, message } => writeln!(out, "ERROR {status} {message}"),
+            _ if rollback => writeln!(out, "ROLLED BACK"),
+            _ => writeln!(out, "COMMITTED"),
+        }
+        .map_err(write_err)?;
+        return Ok(if committed || rollback {
+            0
+        } else {
+            EXIT_SERVER_ERROR
+        });
+    }
+    unreachable!("the last attempt returns")
 }
 
 async fn within<T>(

@@ -259,6 +259,14 @@ fn answer(shared: &Shared, request: Request) -> Response {
             },
             RequestOp::Ping => OpReply::Ok,
             RequestOp::Stats => OpReply::Stats(shared.options.stats.clone()),
+            // This fake server has no transactions.
+            RequestOp::Begin
+            | RequestOp::GetForUpdate { .. }
+            | RequestOp::Commit
+            | RequestOp::Rollback => OpReply::Error {
+                status: ringkv_client::Status::Unsupported,
+                message: "no transactions here".to_string(),
+            },
         })
         .collect();
     Response {

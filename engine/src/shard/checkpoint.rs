@@ -91,7 +91,12 @@ pub(crate) async fn checkpoint<D: Disk>(
     snapshots: &mut Vec<SnapshotFile>,
 ) -> Result<Option<SnapshotFile>, EngineError> {
     let started = Instant::now();
-    let lsn = core.last_lsn();
+    // A transaction part logged but not applied yet is not in the tier: the
+    // snapshot must not claim its LSN (replay from below it is idempotent).
+    let lsn = match core.txn.checkpoint_lsn_max() {
+        Some(max) => core.last_lsn().min(max),
+        None => core.last_lsn(),
+    };
     if lsn == 0 || snapshots.last().is_some_and(|s| s.lsn >= lsn) {
         core.checkpoint_started();
         return Ok(None);
@@ -174,7 +179,13 @@ pub(crate) async fn checkpoint<D: Disk>(
             .await
             .map_err(io("fsync directory", &paths.snapshot_dir))?;
     }
-    let keep_from = snapshots[0].lsn;
+    core.txn.publish_floor(snapshots[0].lsn);
+    // Segments with parts of multi-shard transactions stay until every
+    // participant's kept snapshots cover its own part.
+    let keep_from = match core.txn.retain_from() {
+        Some(lsn) => snapshots[0].lsn.min(lsn.saturating_sub(1)),
+        None => snapshots[0].lsn,
+    };
     // Keep enough spares for the WAL the next checkpoint interval writes.
     let pool_max = (core.checkpoint_threshold() / files.segment_bytes()) as usize + 1;
     let segments_removed = files.remove_covered(keep_from, pool_max).await?;

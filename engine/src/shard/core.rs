@@ -101,6 +101,9 @@ struct Pending {
 struct CoreState {
     tier: Box<dyn Tier>,
     last_lsn: u64,
+    /// LSN of the newest plain write applied to the tier (transaction parts
+    /// reach the tier only once durable, so they never count here).
+    plain_write_lsn: u64,
     durable_lsn: u64,
     poisoned: bool,
     wal: Option<WalAppender>,
@@ -127,6 +130,8 @@ pub(crate) struct CoreSettings {
 /// One shard's state and the notifications between its tasks.
 pub(crate) struct ShardCore {
     pub(crate) settings: CoreSettings,
+    /// Locks and transaction parts of this shard.
+    pub(crate) txn: crate::txn::shard::TxnShard,
     pub(crate) stats: Arc<ShardStats>,
     pub(crate) clock: Arc<CommitClock>,
     state: RefCell<CoreState>,
@@ -166,6 +171,7 @@ impl ShardCore {
         wal: Option<WalAppender>,
         stats: Arc<ShardStats>,
         clock: Arc<CommitClock>,
+        txn: crate::txn::shard::TxnShard,
     ) -> ShardCore {
         assert_eq!(wal.is_some(), settings.durability != Durability::None);
         stats.current_lsn.store(last_lsn, Relaxed);
@@ -174,11 +180,13 @@ impl ShardCore {
         stats.memory_bytes.store(tier.memory_bytes(), Relaxed);
         ShardCore {
             settings,
+            txn,
             stats,
             clock,
             state: RefCell::new(CoreState {
                 tier,
                 last_lsn,
+                plain_write_lsn: last_lsn,
                 durable_lsn: last_lsn,
                 poisoned: false,
                 wal,
@@ -344,6 +352,19 @@ impl ShardCore {
                     }
                     counts.failed += 1;
                     results.push(OpResult::Err(OpError::Poisoned { shard }));
+                }
+                Op::Put { key, .. }
+                | Op::Delete { key }
+                | Op::Update { key, .. }
+                | Op::UpdateTtl { key, .. }
+                    if self.txn.is_locked(key) =>
+                {
+                    // A transaction holds the key: refusing keeps both
+                    // updates (the caller retries after the commit). A
+                    // read-modify-write is refused too: applied now, it
+                    // would be overwritten by the transaction's commit.
+                    counts.failed += 1;
+                    results.push(OpResult::Err(OpError::Locked { shard }));
                 }
                 Op::Put { key, value } => {
                     let hash = fnv1a64(key);
@@ -512,6 +533,7 @@ impl ShardCore {
             ops.next();
         };
         if appended {
+            st.plain_write_lsn = st.last_lsn;
             st.writes_since_checkpoint += 1;
             self.stats.current_lsn.store(st.last_lsn, Relaxed);
         }
@@ -715,6 +737,88 @@ impl ShardCore {
             w.flush_requested = true;
         }
         self.flush_wanted.notify();
+    }
+
+    /// The committed value of `key` in the tier.
+    pub(crate) fn read_tier(&self, key: &[u8]) -> Option<bytes::Bytes> {
+        let mut st = self.state.borrow_mut();
+        // A key whose expiry time passed since the last step is absent.
+        st.tier.set_now_ms(now_ms());
+        st.tier.get(fnv1a64(key), key)
+    }
+
+    /// Under `sync`, the LSN of the newest plain write in the tier if it
+    /// is not durable yet (a read made now must wait for it); `None` when
+    /// every value in the tier is durable.
+    pub(crate) fn undurable_lsn(&self) -> Option<u64> {
+        let st = self.state.borrow();
+        (self.settings.durability == Durability::Sync && st.durable_lsn < st.plain_write_lsn)
+            .then_some(st.plain_write_lsn)
+    }
+
+    /// Logs one transaction part (waiting for buffer space). `Ok(None)`
+    /// without a WAL; `Err` once the shard is poisoned.
+    pub(crate) async fn log_txn_part(&self, header: &[u8], body: &[u8]) -> Result<Option<u64>, ()> {
+        let size = record_size(header.len(), body.len());
+        assert!(
+            size <= self.settings.max_record_bytes,
+            "transaction parts are checked against the record limit before the shard"
+        );
+        loop {
+            let space = self.space_freed.notified();
+            let logged = {
+                let mut guard = self.state.borrow_mut();
+                let st = &mut *guard;
+                if st.poisoned {
+                    return Err(());
+                }
+                let Some(wal) = &mut st.wal else {
+                    return Ok(None);
+                };
+                let (reserve, rolled) = wal.reserve(size);
+                if reserve == Reserve::Full {
+                    wal.flush_requested = true;
+                    None
+                } else {
+                    let version = self.clock.next();
+                    st.last_lsn += 1;
+                    wal.append(st.last_lsn, version, RecordKind::TxnPart, header, body);
+                    st.writes_since_checkpoint += 1;
+                    Some((st.last_lsn, rolled))
+                }
+            };
+            if let Some((lsn, rolled)) = logged {
+                self.stats.wal_records.fetch_add(1, Relaxed);
+                self.stats.current_lsn.store(lsn, Relaxed);
+                if rolled {
+                    self.segment_rolled.notify();
+                }
+                self.flush_wanted.notify();
+                return Ok(Some(lsn));
+            }
+            self.flush_wanted.notify();
+            space.await;
+        }
+    }
+
+    /// Applies a committed transaction's writes on this shard to the tier.
+    pub(crate) fn apply_txn_writes(&self, writes: &[crate::txn::record::TxnWrite]) {
+        let mut st = self.state.borrow_mut();
+        for w in writes {
+            let hash = fnv1a64(&w.key);
+            match &w.value {
+                Some(v) => {
+                    st.tier.put(hash, &w.key, v);
+                }
+                None => {
+                    st.tier.delete(hash, &w.key);
+                }
+            }
+        }
+        self.stats.keys.store(st.tier.len(), Relaxed);
+        self.stats
+            .memory_bytes
+            .store(st.tier.memory_bytes(), Relaxed);
     }
 
     /// Waits until `lsn` is durable. Err if the shard is poisoned first.

@@ -33,6 +33,8 @@ pub(crate) enum ShardMsg {
         ops: Vec<Op>,
         reply: oneshot::Sender<Vec<OpResult>>,
     },
+    /// Work for the shard's transaction side (locks, parts).
+    Txn(crate::txn::shard::TxnMsg),
     /// Stop after everything queued before this message: flush, fdatasync,
     /// report, end the thread.
     Shutdown {
@@ -108,6 +110,9 @@ pub(crate) struct EngineShared {
     pub(crate) devices: Vec<Arc<crate::io::throttle::Device>>,
     pub(crate) shutting_down: AtomicBool,
     pub(crate) limits: Limits,
+    /// Commit versions and transaction ids (one monotonic clock).
+    pub(crate) clock: Arc<crate::shard::core::CommitClock>,
+    pub(crate) txn_stats: Arc<crate::txn::TxnStats>,
 }
 
 struct LocalShard {

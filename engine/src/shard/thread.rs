@@ -60,6 +60,9 @@ pub(crate) struct ShardStart<D: Disk> {
     pub(crate) settings: ShardSettings,
     pub(crate) stats: Arc<ShardStats>,
     pub(crate) clock: Arc<CommitClock>,
+    pub(crate) txn_stats: Arc<crate::txn::TxnStats>,
+    pub(crate) txn_floors: Arc<[std::sync::atomic::AtomicU64]>,
+    pub(crate) exchange: Arc<crate::txn::recovery::Exchange>,
     pub(crate) inbox: flume::Receiver<ShardMsg>,
     pub(crate) control: flume::Receiver<Control>,
     pub(crate) halt: flume::Receiver<()>,
@@ -147,11 +150,25 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         settings,
         stats,
         clock,
+        txn_stats,
+        txn_floors,
+        exchange,
         inbox,
         control,
         ready,
         ..
     } = start;
+    // Until this shard has reported its transaction parts, its failure
+    // (error or panic) must release the other shards from the exchange.
+    struct ExchangeGuard(Option<Arc<crate::txn::recovery::Exchange>>);
+    impl Drop for ExchangeGuard {
+        fn drop(&mut self) {
+            if let Some(x) = self.0.take() {
+                x.fail();
+            }
+        }
+    }
+    let mut exchange_guard = ExchangeGuard(Some(exchange.clone()));
     let fail = |e: EngineError| {
         let _ = ready.send((
             shard,
@@ -163,8 +180,8 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
     };
 
     // 1. Recovery.
-    let (tier, last_lsn, wal_start, replayed) = match &disk {
-        None => (MemoryTier::new(), 0, None, (0, 0)),
+    let (tier, last_lsn, wal_start, replayed, held, floor) = match &disk {
+        None => (MemoryTier::new(), 0, None, (0, 0), Vec::new(), 0),
         Some(disk) => {
             let cfg = RecoveryConfig {
                 shard: shard as u32,
@@ -210,7 +227,36 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                         (r.head, r.head_found),
                     );
                     let replayed = (r.wal_bytes_after_snapshot, r.records_replayed);
-                    (r.tier, r.last_lsn, Some(wal_start), replayed)
+                    let floor = wal_start.2.first().map_or(0, |s| s.lsn);
+                    // The exchange: every shard reports the multi-shard parts
+                    // in its log; a part applies only if all of its
+                    // transaction's parts are somewhere.
+                    let Some(decision) = exchange.report(shard as u16, &r.txn.seen) else {
+                        exchange_guard.0 = None;
+                        fail(EngineError::Config {
+                            reason: "another shard failed to recover".into(),
+                        });
+                        return;
+                    };
+                    exchange_guard.0 = None;
+                    let mut tier = r.tier;
+                    let (applied, dropped) = r.txn.finish(&decision.complete, &mut tier);
+                    txn_stats
+                        .recovered_parts_applied
+                        .fetch_add(applied, Relaxed);
+                    txn_stats
+                        .recovered_parts_dropped
+                        .fetch_add(dropped, Relaxed);
+                    if applied + dropped > 0 {
+                        tracing::info!(
+                            shard,
+                            applied,
+                            dropped,
+                            "multi-shard transaction parts recovered"
+                        );
+                    }
+                    let held = decision.held_on(shard as u16);
+                    (tier, r.last_lsn, Some(wal_start), replayed, held, floor)
                 }
                 Err(e) => {
                     fail(e);
@@ -244,7 +290,10 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         appender,
         stats.clone(),
         clock,
+        crate::txn::shard::TxnShard::new(shard, txn_floors, txn_stats, held),
     ));
+    core.txn.publish_floor(floor);
+    exchange_guard.0 = None;
     if let (Some(disk), Some((live, (next_seq, next_recycled, spares), mut snapshots, head))) =
         (disk, wal_start)
     {
@@ -384,6 +433,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                 let applied = core.apply(ops).await;
                 core.complete(applied, reply);
             }
+            ShardMsg::Txn(msg) => crate::txn::shard::handle(&core, msg),
             ShardMsg::Shutdown { done } => {
                 let result = match settings.durability {
                     Durability::None => Ok(()),

@@ -66,6 +66,10 @@ pub enum RecordKind {
     Delete = 2,
     /// Closes a flush and pads it to a block boundary; consumes no LSN.
     Seal = 3,
+    /// One shard's part of a committed transaction: the key field holds the
+    /// part header (transaction id, participant shards), the value field the
+    /// writes (see `crate::txn::record` and `docs/wal.md`).
+    TxnPart = 4,
 }
 
 impl RecordKind {
@@ -74,6 +78,7 @@ impl RecordKind {
             1 => Some(RecordKind::Put),
             2 => Some(RecordKind::Delete),
             3 => Some(RecordKind::Seal),
+            4 => Some(RecordKind::TxnPart),
             _ => None,
         }
     }
@@ -123,7 +128,7 @@ pub fn encode_record_expiring(
     expires_at_ms: Option<u64>,
 ) -> usize {
     assert!(kind != RecordKind::Seal, "seals are written by encode_seal");
-    assert!(kind == RecordKind::Put || value.is_empty());
+    assert!(matches!(kind, RecordKind::Put | RecordKind::TxnPart) || value.is_empty());
     assert!(kind == RecordKind::Put || expires_at_ms.is_none());
     assert_eq!(
         flags & FLAG_EXPIRES,
@@ -327,6 +332,11 @@ pub fn decode_record(bytes: &[u8], max_size: usize) -> Result<Decoded<'_>, Damag
         RecordKind::Delete => {
             if !value.is_empty() {
                 return Err(Damage::BadRecordSize { size: size as u64 });
+            }
+        }
+        RecordKind::TxnPart => {
+            if let Err(reason) = crate::txn::record::check_part(key, value) {
+                return Err(Damage::BadTxnPart { reason });
             }
         }
         RecordKind::Seal => {

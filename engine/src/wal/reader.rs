@@ -395,8 +395,14 @@ fn plausible_flush_start(head: &[u8], max_size: u64) -> bool {
     w.copy_from_slice(&head[28..32]);
     let key_len = u64::from(u32::from_le_bytes(w));
     let kind = head[24];
-    (kind == RecordKind::Put as u8 || kind == RecordKind::Delete as u8)
-        && head[25] & !FLAG_EXPIRES == FLAG_FIRST
+    let flags = head[25];
+    let flags_ok = if kind == RecordKind::Put as u8 {
+        flags & !FLAG_EXPIRES == FLAG_FIRST
+    } else {
+        (kind == RecordKind::Delete as u8 || kind == RecordKind::TxnPart as u8)
+            && flags == FLAG_FIRST
+    };
+    flags_ok
         && head[26] == 0
         && head[27] == 0
         && size >= RECORD_HEADER_BYTES as u64

@@ -18,6 +18,7 @@ use crate::layout::{
 };
 use crate::snapshot::{self, SnapshotFile, SnapshotMeta};
 use crate::tier::{MemoryTier, Tier};
+use crate::txn::recovery::TxnReplay;
 use crate::wal::format::{
     decode_segment_header, encode_segment_header, RecordKind, SegmentHeader, BLOCK_BYTES,
     RECORD_HEADER_BYTES,
@@ -91,6 +92,8 @@ pub struct LiveSegment {
 /// What recovery hands to the shard.
 pub struct Recovered {
     pub tier: MemoryTier,
+    /// Transaction parts seen; multi-shard ones wait for the exchange.
+    pub(crate) txn: TxnReplay,
     /// Last LSN of the recovered state (0 for an empty shard).
     pub last_lsn: u64,
     pub max_commit_version: u64,
@@ -469,11 +472,47 @@ pub async fn recover<D: Disk>(
         }
     }
     let start = used.get(k).copied().unwrap_or(n);
+    // Segments before `start` are not replayed, but the transaction parts
+    // in them count as present (docs/transactions.md, recovery rule).
+    let mut txn = TxnReplay::default();
+    let mut skipped_bytes_read = 0u64;
+    for &idx in &used[..k] {
+        let seg = &segments[idx];
+        let identity = SegmentIdentity {
+            shard: config.shard,
+            seq: seg.seq,
+        };
+        let mut win = FileWindow::new(&seg.file, &seg.path)
+            .await
+            .map_err(wal_io("stat", &seg.path, 0))?;
+        let mut pos = 0u64;
+        let mut last: Option<u64> = None;
+        while let FlushScan::Complete(flush) = scan_flush(&mut win, pos, identity)
+            .await
+            .map_err(wal_io("read", &seg.path, pos))?
+        {
+            if last.is_some_and(|l| flush.first_lsn <= l) {
+                break; // stale bytes of a recycled segment
+            }
+            let tier_ref = &mut tier;
+            let txn_ref = &mut txn;
+            replay_flush(&mut win, &flush, &mut |r| {
+                if r.kind == RecordKind::TxnPart {
+                    txn_ref.part(r.lsn, r.key, r.value, false, tier_ref);
+                }
+            })
+            .await
+            .map_err(wal_io("read", &seg.path, pos))?;
+            last = Some(flush.last_lsn);
+            pos = flush.end;
+        }
+        skipped_bytes_read += win.bytes_read();
+    }
     let mut last_lsn: Option<u64> = None;
     let mut records_replayed = 0u64;
     let mut bytes_replayed = 0u64;
     let mut wal_bytes_after_snapshot = 0u64;
-    let mut bytes_read = 0u64;
+    let mut bytes_read = skipped_bytes_read;
     let mut live_segments: Vec<LiveSegment> = Vec::new();
     let mut end: Option<LogEnd> = None;
     // The newest segment holding a complete flush of the log: (seq, first LSN).
@@ -537,10 +576,18 @@ pub async fn recover<D: Disk>(
                         });
                     }
                     let tier_ref = &mut tier;
+                    let txn_ref = &mut txn;
                     let mut replayed = 0u64;
                     let mut version = max_version;
                     let bytes = replay_flush(&mut win, &flush, &mut |r| {
                         version = version.max(r.commit_version);
+                        if r.kind == RecordKind::TxnPart {
+                            txn_ref.part(r.lsn, r.key, r.value, r.lsn >= need, tier_ref);
+                            if r.lsn >= need {
+                                replayed += 1;
+                            }
+                            return;
+                        }
                         if r.lsn < need {
                             return;
                         }
@@ -552,8 +599,11 @@ pub async fn recover<D: Disk>(
                             RecordKind::Delete => {
                                 tier_ref.delete(h, r.key);
                             }
-                            RecordKind::Seal => unreachable!("replay_flush skips seals"),
+                            RecordKind::Seal | RecordKind::TxnPart => {
+                                unreachable!("replay_flush skips seals; parts are handled above")
+                            }
                         }
+                        txn_ref.overwritten(r.key);
                         replayed += 1;
                     })
                     .await
@@ -839,6 +889,7 @@ pub async fn recover<D: Disk>(
     }
     let last_lsn = last_lsn.unwrap_or(snapshot_lsn).max(snapshot_lsn);
     Ok(Recovered {
+        txn,
         tier,
         last_lsn,
         max_commit_version: max_version,

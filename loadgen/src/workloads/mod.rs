@@ -12,6 +12,7 @@
 //! - `ycsb`: the YCSB core workloads' mixes.
 
 pub mod gridgain;
+pub mod putgettx;
 pub mod sweep;
 pub mod ycsb;
 

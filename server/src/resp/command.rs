@@ -903,6 +903,7 @@ pub fn op_error_text(e: &OpError) -> String {
             "ERR string exceeds maximum allowed size (value of {len} bytes, ringkv's limits.value_bytes_max = {max})"
         ),
         OpError::Poisoned { .. } => format!("MISCONF {e}"),
+        OpError::Locked { .. } => format!("LOCKED {e}"),
         other => format!("ERR {other}"),
     }
 }

@@ -1,0 +1,314 @@
+//! The transaction side of one shard: its lock table, the parts it logged
+//! and has not yet applied ("unresolved"), the applied parts of
+//! multi-shard transactions whose WAL segments must stay ("held"), and the
+//! handling of transaction messages. Lives on its shard thread.
+//!
+//! What must hold:
+//! - a part's writes reach the tier only after every part of its
+//!   transaction is logged (and, under `sync`, durable);
+//! - a snapshot never claims an LSN at or above an unresolved part (its
+//!   writes are not in the tier yet): see [`TxnShard::checkpoint_lsn_max`];
+//! - a WAL segment holding a part of a multi-shard transaction is removed
+//!   only when every participant's oldest kept snapshot covers its own
+//!   part, so recovery of any participant that replays its part finds all
+//!   the other parts: see [`TxnShard::retain_from`].
+
+use crate::shard::core::ShardCore;
+use crate::txn::locks::{Acquire, LockTable};
+use crate::txn::record::{encode_header, encode_writes, TxnWrite};
+use crate::txn::{TxnError, TxnStats};
+use bytes::Bytes;
+use futures::channel::oneshot;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A message for the transaction side of a shard.
+pub(crate) enum TxnMsg {
+    /// Lock `key` for `txn` (waiting up to `wait_max`); with `read`, answer
+    /// its committed value.
+    Lock {
+        txn: u64,
+        key: Bytes,
+        read: bool,
+        wait_max: Duration,
+        reply: oneshot::Sender<Result<Option<Bytes>, TxnError>>,
+    },
+    /// Read `key`'s committed, durable value without a lock.
+    Read {
+        key: Bytes,
+        reply: oneshot::Sender<Result<Option<Bytes>, TxnError>>,
+    },
+    /// Log this shard's part. With `finish` (the only part), also apply it
+    /// and release `txn`'s locks here once it is durable.
+    Log {
+        txn: u64,
+        participants: Arc<[u16]>,
+        writes: Vec<TxnWrite>,
+        finish: bool,
+        reply: oneshot::Sender<Result<u64, TxnError>>,
+    },
+    /// Every part is logged (durable under `sync`): apply this shard's
+    /// writes, remember the participants' part LSNs, release the locks.
+    Apply {
+        txn: u64,
+        lsn: u64,
+        writes: Vec<TxnWrite>,
+        parts: Arc<[(u16, u64)]>,
+        reply: oneshot::Sender<()>,
+    },
+    /// Release `txn`'s locks here without applying anything.
+    Release {
+        txn: u64,
+        reply: Option<oneshot::Sender<()>>,
+    },
+}
+
+/// A part of a multi-shard transaction, applied, whose segment must stay
+/// until every participant's snapshots cover its own part.
+#[derive(Debug, Clone)]
+pub(crate) struct HeldPart {
+    pub(crate) lsn: u64,
+    pub(crate) parts: Arc<[(u16, u64)]>,
+}
+
+/// The transaction state of one shard.
+pub(crate) struct TxnShard {
+    shard: u16,
+    pub(crate) locks: RefCell<LockTable>,
+    /// LSN -> transaction id of parts logged here and not applied.
+    unresolved: RefCell<BTreeMap<u64, u64>>,
+    held: RefCell<Vec<HeldPart>>,
+    /// Per shard: the LSN its oldest kept snapshot covers (published by
+    /// each shard's checkpointer; shared by the engine).
+    floors: Arc<[AtomicU64]>,
+    pub(crate) stats: Arc<TxnStats>,
+}
+
+impl TxnShard {
+    pub(crate) fn new(
+        shard: usize,
+        floors: Arc<[AtomicU64]>,
+        stats: Arc<TxnStats>,
+        held: Vec<HeldPart>,
+    ) -> TxnShard {
+        TxnShard {
+            shard: shard as u16,
+            locks: RefCell::new(LockTable::default()),
+            unresolved: RefCell::new(BTreeMap::new()),
+            held: RefCell::new(held),
+            floors,
+            stats,
+        }
+    }
+
+    /// Whether a transaction holds `key` (plain writes on it are refused).
+    pub(crate) fn is_locked(&self, key: &[u8]) -> bool {
+        self.locks.borrow().is_locked(key)
+    }
+
+    /// The highest LSN a snapshot may claim now: below the oldest
+    /// unresolved part (`None`: no limit).
+    pub(crate) fn checkpoint_lsn_max(&self) -> Option<u64> {
+        self.unresolved
+            .borrow()
+            .keys()
+            .next()
+            .map(|&lsn| lsn.saturating_sub(1))
+    }
+
+    /// This shard's oldest kept snapshot now covers `lsn`.
+    pub(crate) fn publish_floor(&self, lsn: u64) {
+        self.floors[self.shard as usize].fetch_max(lsn, Relaxed);
+    }
+
+    /// The oldest LSN whose segment must stay for transactions (`None`: no
+    /// constraint). Drops held parts every participant has covered.
+    pub(crate) fn retain_from(&self) -> Option<u64> {
+        let mut held = self.held.borrow_mut();
+        held.retain(|h| {
+            h.parts
+                .iter()
+                .any(|&(s, lsn)| self.floors[s as usize].load(Relaxed) < lsn)
+        });
+        let oldest_held = held.iter().map(|h| h.lsn).min();
+        let oldest_unresolved = self.unresolved.borrow().keys().next().copied();
+        match (oldest_held, oldest_unresolved) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Handles one transaction message on `core`'s shard thread. Never blocks
+/// the inbox: anything that waits runs as its own task.
+pub(crate) fn handle(core: &Rc<ShardCore>, msg: TxnMsg) {
+    match msg {
+        TxnMsg::Lock {
+            txn,
+            key,
+            read,
+            wait_max,
+            reply,
+        } => {
+            let acquired = core.txn.locks.borrow_mut().acquire(&key, txn);
+            match acquired {
+                Acquire::Granted => {
+                    if read {
+                        read_and_reply(core, key, reply);
+                    } else {
+                        let _ = reply.send(Ok(None));
+                    }
+                }
+                Acquire::Die => {
+                    let _ = reply.send(Err(TxnError::Die));
+                }
+                Acquire::Wait(rx) => {
+                    let core = core.clone();
+                    compio::runtime::spawn(async move {
+                        let stats = &core.txn.stats;
+                        stats.lock_waits.fetch_add(1, Relaxed);
+                        let started = Instant::now();
+                        let outcome = compio::time::timeout(wait_max, rx).await;
+                        stats
+                            .lock_wait_us
+                            .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+                        let granted = match outcome {
+                            Ok(Ok(granted)) => granted,
+                            Ok(Err(_)) => false,
+                            Err(_) => {
+                                if !core.txn.locks.borrow_mut().give_up(&key, txn) {
+                                    let _ = reply.send(Err(TxnError::LockTimeout));
+                                    return;
+                                }
+                                true
+                            }
+                        };
+                        if !granted {
+                            let _ = reply.send(Err(TxnError::Die));
+                            return;
+                        }
+                        if reply.is_canceled() {
+                            // The transaction's owner is gone: nothing will
+                            // ever release this lock but us.
+                            core.txn.locks.borrow_mut().release_all(txn);
+                            return;
+                        }
+                        if read {
+                            read_and_reply(&core, key, reply);
+                        } else {
+                            let _ = reply.send(Ok(None));
+                        }
+                    })
+                    .detach();
+                }
+            }
+        }
+        TxnMsg::Read { key, reply } => read_and_reply(core, key, reply),
+        TxnMsg::Log {
+            txn,
+            participants,
+            writes,
+            finish,
+            reply,
+        } => {
+            let core = core.clone();
+            compio::runtime::spawn(async move {
+                let result = log_part(&core, txn, &participants, &writes).await;
+                if let (Ok(lsn), true) = (&result, finish) {
+                    apply_part(&core, txn, *lsn, &writes, None);
+                }
+                let _ = reply.send(result);
+            })
+            .detach();
+        }
+        TxnMsg::Apply {
+            txn,
+            lsn,
+            writes,
+            parts,
+            reply,
+        } => {
+            apply_part(core, txn, lsn, &writes, Some(parts));
+            let _ = reply.send(());
+        }
+        TxnMsg::Release { txn, reply } => {
+            core.txn.locks.borrow_mut().release_all(txn);
+            if let Some(reply) = reply {
+                let _ = reply.send(());
+            }
+        }
+    }
+}
+
+/// Answers `key`'s value once every record logged before the read is
+/// durable (under `sync`), so a transaction never sees a value a crash
+/// could take back.
+fn read_and_reply(
+    core: &Rc<ShardCore>,
+    key: Bytes,
+    reply: oneshot::Sender<Result<Option<Bytes>, TxnError>>,
+) {
+    let value = core.read_tier(&key);
+    let Some(lsn) = core.undurable_lsn() else {
+        let _ = reply.send(Ok(value));
+        return;
+    };
+    let core = core.clone();
+    compio::runtime::spawn(async move {
+        let result = match core.wait_durable(lsn).await {
+            Ok(()) => Ok(value),
+            Err(()) => Err(TxnError::Poisoned {
+                shard: core.settings.shard,
+            }),
+        };
+        let _ = reply.send(result);
+    })
+    .detach();
+}
+
+/// Logs `writes` as one part and (under `sync`) waits for it to be
+/// durable. Returns its LSN (0 without a WAL).
+async fn log_part(
+    core: &ShardCore,
+    txn: u64,
+    participants: &[u16],
+    writes: &[TxnWrite],
+) -> Result<u64, TxnError> {
+    let shard = core.settings.shard;
+    let header = encode_header(txn, participants);
+    let body = encode_writes(writes);
+    let lsn = match core.log_txn_part(&header, &body).await {
+        Err(()) => return Err(TxnError::Poisoned { shard }),
+        Ok(None) => return Ok(0),
+        Ok(Some(lsn)) => lsn,
+    };
+    core.txn.unresolved.borrow_mut().insert(lsn, txn);
+    if core.settings.durability == tunables::Durability::Sync {
+        core.wait_durable(lsn)
+            .await
+            .map_err(|()| TxnError::Poisoned { shard })?;
+    }
+    Ok(lsn)
+}
+
+/// Applies a logged part to the tier, resolves it, releases the locks.
+fn apply_part(
+    core: &ShardCore,
+    txn: u64,
+    lsn: u64,
+    writes: &[TxnWrite],
+    parts: Option<Arc<[(u16, u64)]>>,
+) {
+    core.apply_txn_writes(writes);
+    if lsn > 0 {
+        core.txn.unresolved.borrow_mut().remove(&lsn);
+        if let Some(parts) = parts.filter(|p| p.len() > 1) {
+            core.txn.held.borrow_mut().push(HeldPart { lsn, parts });
+        }
+    }
+    core.txn.locks.borrow_mut().release_all(txn);
+}

@@ -1,0 +1,203 @@
+//! The transaction path of a connection: a frame that holds a transaction
+//! op (BEGIN, GET_FOR_UPDATE, COMMIT, ROLLBACK), or that arrives while the
+//! connection has a transaction open, runs here one op at a time, in order.
+//! Other frames keep the batched path (`exec`).
+//!
+//! What must hold: one open transaction per connection; every op gets one
+//! answer; after DIE or LOCK_TIMEOUT the transaction holds no lock and its
+//! later ops answer ABORTED until COMMIT (answered ABORTED) or ROLLBACK
+//! (answered OK) ends it; a connection that closes rolls its transaction
+//! back (the engine's `Txn` releases its locks when dropped).
+
+use bytes::Bytes;
+use engine::{AbortReason, Op, OpResult, Txn, TxnSettings};
+use ringkv_protocol::{fit_response, OpReply, Request, RequestOp, Response, Status};
+use std::time::Duration;
+
+use crate::counters::{OpKind, OpTally};
+use crate::status::{op_error_status, op_reply, txn_error_reply};
+
+/// Transaction settings from `[server]`.
+#[derive(Debug, Clone, Copy)]
+pub struct TxnConfig {
+    pub settings: TxnSettings,
+    /// An open transaction idle this long is aborted.
+    pub idle_timeout: Duration,
+}
+
+impl TxnConfig {
+    pub fn from_config(server: &tunables::ServerConfig) -> TxnConfig {
+        TxnConfig {
+            settings: TxnSettings {
+                lock_wait_max: server.txn_lock_wait_timeout.get(),
+                locks_max: server.txn_locks_max as usize,
+            },
+            idle_timeout: server.txn_idle_timeout.get(),
+        }
+    }
+}
+
+impl Default for TxnConfig {
+    fn default() -> Self {
+        TxnConfig::from_config(&tunables::ServerConfig::default())
+    }
+}
+
+/// Whether `request` must take the transaction path.
+pub fn needs_txn_path(request: &Request, txn_open: bool) -> bool {
+    txn_open
+        || request.ops.iter().any(|op| {
+            matches!(
+                op,
+                RequestOp::Begin
+                    | RequestOp::GetForUpdate { .. }
+                    | RequestOp::Commit
+                    | RequestOp::Rollback
+            )
+        })
+}
+
+fn no_txn(what: &str) -> OpReply {
+    OpReply::Error {
+        status: Status::NoTransaction,
+        message: format!("{what} needs an open transaction (send BEGIN first)"),
+    }
+}
+
+/// A plain (non-transactional) single op through the engine.
+async fn plain(handle: &engine::Handle, op: Op) -> OpReply {
+    match handle.batch(vec![op]).await {
+        Ok(mut results) => op_reply(
+            results
+                .pop()
+                .unwrap_or(OpResult::Err(engine::OpError::ShuttingDown)),
+        ),
+        Err(e) => OpReply::Error {
+            status: op_error_status(&e),
+            message: e.to_string(),
+        },
+    }
+}
+
+fn read_reply(value: Option<Bytes>) -> OpReply {
+    match value {
+        Some(v) => OpReply::Value(v),
+        None => OpReply::NotFound,
+    }
+}
+
+/// Runs one request on the transaction path. `txn` is the connection's
+/// open transaction (if any); it is updated as the ops begin and end it.
+pub async fn run_request(
+    handle: &engine::Handle,
+    config: &TxnConfig,
+    txn: &mut Option<Txn>,
+    request: Request,
+    frame_bytes_max: u32,
+    stats: &mut dyn FnMut() -> Vec<(String, String)>,
+    tally: &mut OpTally,
+) -> Response {
+    let mut results = Vec::with_capacity(request.ops.len());
+    let mut kinds = Vec::with_capacity(request.ops.len());
+    for op in request.ops {
+        let (kind, reply) = match op {
+            RequestOp::Ping => (OpKind::Ping, OpReply::Ok),
+            RequestOp::Stats => (OpKind::Stats, OpReply::Stats(stats())),
+            RequestOp::Begin => (
+                OpKind::Txn,
+                if txn.is_some() {
+                    OpReply::Error {
+                        status: Status::NoTransaction,
+                        message: "a transaction is already open on this connection (one at a time; COMMIT or ROLLBACK it first)".to_string(),
+                    }
+                } else {
+                    *txn = Some(handle.begin(config.settings));
+                    OpReply::Ok
+                },
+            ),
+            RequestOp::GetForUpdate { key } => (
+                OpKind::Txn,
+                match txn.as_mut() {
+                    None => no_txn("GET_FOR_UPDATE"),
+                    Some(t) => match t.get_for_update(key).await {
+                        Ok(v) => read_reply(v),
+                        Err(e) => txn_error_reply(&e),
+                    },
+                },
+            ),
+            RequestOp::Get { key } => (
+                OpKind::Get,
+                match txn.as_mut() {
+                    None => plain(handle, Op::Get { key }).await,
+                    Some(t) => match t.get(key).await {
+                        Ok(v) => read_reply(v),
+                        Err(e) => txn_error_reply(&e),
+                    },
+                },
+            ),
+            RequestOp::Put { key, value } => (
+                OpKind::Put,
+                match txn.as_mut() {
+                    None => plain(handle, Op::Put { key, value }).await,
+                    Some(t) => match t.put(key, value).await {
+                        Ok(()) => OpReply::Ok,
+                        Err(e) => txn_error_reply(&e),
+                    },
+                },
+            ),
+            RequestOp::Delete { key } => (
+                OpKind::Delete,
+                match txn.as_mut() {
+                    None => plain(handle, Op::Delete { key }).await,
+                    Some(t) => match t.delete(key).await {
+                        Ok(true) => OpReply::Ok,
+                        Ok(false) => OpReply::NotFound,
+                        Err(e) => txn_error_reply(&e),
+                    },
+                },
+            ),
+            RequestOp::Commit => (
+                OpKind::Txn,
+                match txn.take() {
+                    None => no_txn("COMMIT"),
+                    Some(t) => match t.commit().await {
+                        Ok(()) => OpReply::Ok,
+                        Err(e) => txn_error_reply(&e),
+                    },
+                },
+            ),
+            RequestOp::Rollback => (
+                OpKind::Txn,
+                match txn.take() {
+                    None => no_txn("ROLLBACK"),
+                    Some(t) => {
+                        t.rollback().await;
+                        OpReply::Ok
+                    }
+                },
+            ),
+        };
+        kinds.push(kind);
+        results.push(reply);
+    }
+    let mut response = Response {
+        id: request.id,
+        results,
+    };
+    fit_response(&mut response, frame_bytes_max);
+    for (kind, reply) in kinds.iter().zip(response.results.iter()) {
+        tally.add(*kind, reply.status());
+    }
+    response
+}
+
+/// The connection sent nothing for the idle timeout with a transaction
+/// open: abort it (its locks are released; its next ops answer ABORTED).
+pub async fn abort_idle(txn: &mut Option<Txn>) {
+    if let Some(t) = txn.as_mut() {
+        if t.aborted().is_none() {
+            tracing::debug!(txn = t.id(), "idle transaction aborted");
+            t.abort(AbortReason::Idle).await;
+        }
+    }
+}
