@@ -24,7 +24,7 @@ use bytes::Bytes;
 use common::*;
 use engine::io::sim::{SimDisk, SimFaults};
 use engine::rng::SplitMix64;
-use engine::{Current, Engine, Op, OpResult, TtlUpdate, UpdateAnswer, UpdateOutcome, UpdateWrite};
+use engine::{Engine, Op, OpResult, TtlUpdate, UpdateAnswer};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
@@ -44,27 +44,6 @@ fn expiry_of_version(version: u64) -> u64 {
     4_102_444_800_000 + version
 }
 
-/// Sets the value `arg` expiring at `number`.
-fn set_expiring(_: Current, _now: u64, arg: &Bytes, number: i64) -> UpdateOutcome {
-    UpdateOutcome {
-        write: UpdateWrite::PutExpiring(arg.clone(), Some(number as u64)),
-        answer: UpdateAnswer::Ok,
-    }
-}
-
-/// Answers the key's expiry time: -2 missing, -1 none.
-fn expiry_read(current: Current, _now: u64, _: &Bytes, _: i64) -> UpdateOutcome {
-    let answer = match current {
-        None => -2,
-        Some((_, None)) => -1,
-        Some((_, Some(at))) => at as i64,
-    };
-    UpdateOutcome {
-        write: UpdateWrite::Keep,
-        answer: UpdateAnswer::Int(answer),
-    }
-}
-
 fn ttl_op(apply: engine::TtlUpdateFn, k: u64, arg: Bytes, number: i64) -> Op {
     Op::UpdateTtl {
         key: key(k),
@@ -81,7 +60,7 @@ fn check_expiries(
     let answers = h
         .batch_blocking(
             (0..KEYS)
-                .map(|k| ttl_op(expiry_read, k, Bytes::new(), 0))
+                .map(|k| ttl_op(expiry_of, k, Bytes::new(), 0))
                 .collect(),
         )
         .map_err(|e| format!("cycle {cycle}: expiry read-back refused: {e}"))?;

@@ -6,61 +6,20 @@
 //! the free space docs/config.md asks for is there, writes work again.
 
 mod common;
+#[path = "common/small_fs.rs"]
+mod small_fs;
 
 use bytes::Bytes;
 use common::*;
 use engine::{Engine, EngineError, Op, OpError, OpResult};
+use small_fs::mount_small_fs;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use tunables::{ByteSize, Durability};
 
 const IMAGE_MIB: u64 = 64;
 const SEGMENT_MIB: u64 = 4;
 const BALLAST_MIB: u64 = 12;
-
-struct Mounted {
-    dir: tempfile::TempDir,
-    image: PathBuf,
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
-        let _ = std::fs::remove_file(&self.image);
-    }
-}
-
-fn run(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{cmd:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-/// A fresh ext4 file system of `IMAGE_MIB` mounted on a temporary
-/// directory, or why it could not be made.
-fn mount_small_fs() -> Result<Mounted, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let image = std::env::temp_dir().join(format!("ringkv-disk-full-{}.img", std::process::id()));
-    let f = std::fs::File::create(&image).map_err(|e| e.to_string())?;
-    f.set_len(IMAGE_MIB << 20).map_err(|e| e.to_string())?;
-    drop(f);
-    let mounted = Mounted { dir, image };
-    run(Command::new("mkfs.ext4")
-        .args(["-q", "-F"])
-        .arg(&mounted.image))?;
-    run(Command::new("mount")
-        .args(["-o", "loop"])
-        .arg(&mounted.image)
-        .arg(mounted.dir.path()))?;
-    Ok(mounted)
-}
 
 fn config(data: &Path) -> tunables::Config {
     let mut c = small_config(data, 1, Durability::Sync);
@@ -83,14 +42,14 @@ fn put_big(i: u64, version: u64) -> Op {
 #[test]
 fn disk_full_poisons_writes_keeps_data_and_restarts() {
     init_log();
-    let fs = match mount_small_fs() {
+    let fs = match mount_small_fs("ringkv-disk-full", IMAGE_MIB) {
         Ok(fs) => fs,
         Err(why) => {
             eprintln!("SKIPPED: cannot mount a small file system here ({why})");
             return;
         }
     };
-    let root = fs.dir.path().to_path_buf();
+    let root = fs.path().to_path_buf();
     let data = root.join("data");
     // Ballast the test frees later to give the restart its space back.
     let ballast = root.join("ballast");

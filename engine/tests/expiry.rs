@@ -15,27 +15,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use tunables::Durability;
 
-/// Sets the value `arg` expiring at `number` (Unix ms; 0: never).
-fn set_expiring(_: Current, _now: u64, arg: &Bytes, number: i64) -> UpdateOutcome {
-    UpdateOutcome {
-        write: UpdateWrite::PutExpiring(arg.clone(), (number != 0).then_some(number as u64)),
-        answer: UpdateAnswer::Ok,
-    }
-}
-
-/// Answers the key's expiry time: -2 missing, -1 none.
-fn expiry_of(current: Current, _now: u64, _: &Bytes, _: i64) -> UpdateOutcome {
-    let answer = match current {
-        None => -2,
-        Some((_, None)) => -1,
-        Some((_, Some(at))) => at as i64,
-    };
-    UpdateOutcome {
-        write: UpdateWrite::Keep,
-        answer: UpdateAnswer::Int(answer),
-    }
-}
-
 /// Sets only the expiry time (`number`; 0: remove it).
 fn set_expiry(_: Current, _now: u64, _: &Bytes, number: i64) -> UpdateOutcome {
     UpdateOutcome {

@@ -524,16 +524,29 @@ fn draw_operations(report: &Report, rows: &[&ResultRow], out: &mut String) -> Re
             .draw_series(points.iter().map(|p| Circle::new(*p, 3, c.filled())))
             .map_err(|x| e(&x))?;
     }
+    draw_legend(&mut chart, 13, SeriesLabelPosition::LowerRight)?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+/// Draws a chart's legend box, the same look on every chart.
+fn draw_legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    font_size: u32,
+    position: SeriesLabelPosition,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate,
+{
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(180, 180, 180))
-        .label_font((FONT, 13))
-        .position(SeriesLabelPosition::LowerRight)
+        .label_font((FONT, font_size))
+        .position(position)
         .draw()
-        .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))?;
-    Ok(())
+        .map_err(|x| x.to_string())
 }
 
 /// (nines position, µs) of a row: the stored spectrum, or for older reports
@@ -681,14 +694,7 @@ fn draw_sweep(report: &Report, rows: &[&ResultRow], out: &mut String) -> Result<
                 });
             }
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .label_font((FONT, 12))
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(|x| e(&x))?;
+        draw_legend(&mut chart, 12, SeriesLabelPosition::UpperLeft)?;
     }
     root.present().map_err(|x| e(&x))?;
     Ok(())
@@ -817,14 +823,7 @@ fn draw_compare(
                     .map_err(|x| e(&x))?;
             }
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .label_font((FONT, 13))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(|x| e(&x))?;
+        draw_legend(&mut chart, 13, SeriesLabelPosition::UpperRight)?;
     }
     root.present().map_err(|x| e(&x))?;
     Ok(())

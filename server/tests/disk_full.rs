@@ -4,55 +4,13 @@
 //! cleanly with exit code 0, and it starts again on the full disk.
 
 mod common;
+#[path = "../../engine/tests/common/small_fs.rs"]
+mod small_fs;
 
 use common::*;
 use ringkv_protocol::{OpReply, RequestOp, ServerFrame, Status};
+use small_fs::mount_small_fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-struct Mounted {
-    dir: tempfile::TempDir,
-    image: PathBuf,
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
-        let _ = std::fs::remove_file(&self.image);
-    }
-}
-
-fn run(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{cmd:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-fn mount_small_fs(mib: u64) -> Result<Mounted, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let image = std::env::temp_dir().join(format!(
-        "ringkv-server-disk-full-{}.img",
-        std::process::id()
-    ));
-    let f = std::fs::File::create(&image).map_err(|e| e.to_string())?;
-    f.set_len(mib << 20).map_err(|e| e.to_string())?;
-    drop(f);
-    let mounted = Mounted { dir, image };
-    run(Command::new("mkfs.ext4")
-        .args(["-q", "-F"])
-        .arg(&mounted.image))?;
-    run(Command::new("mount")
-        .args(["-o", "loop"])
-        .arg(&mounted.image)
-        .arg(mounted.dir.path()))?;
-    Ok(mounted)
-}
 
 fn config(dir: &Path) -> PathBuf {
     let path = dir.join("ringkv.toml");
@@ -66,7 +24,7 @@ fn config(dir: &Path) -> PathBuf {
 
 #[test]
 fn a_full_disk_poisons_writes_and_sigterm_still_exits_0() {
-    let fs = match mount_small_fs(48) {
+    let fs = match mount_small_fs("ringkv-server-disk-full", 48) {
         Ok(fs) => fs,
         Err(why) => {
             eprintln!("SKIPPED: cannot mount a small file system here ({why})");
@@ -75,7 +33,7 @@ fn a_full_disk_poisons_writes_and_sigterm_still_exits_0() {
     };
     let conf_dir = tempfile::tempdir().unwrap();
     let config = config(conf_dir.path());
-    let data = fs.dir.path().join("data");
+    let data = fs.path().join("data");
     let args = ["--config", config.to_str().unwrap(), "--shards", "1"];
     let mut server = start_server(&data, &args);
     let mut c = RawConn::open(server.addr);

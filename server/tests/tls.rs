@@ -309,25 +309,6 @@ fn https_get(addr: SocketAddr, ca: &Path, password: Option<&str>) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn base64(text: &str) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in text.as_bytes().chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, &b)| acc | u32::from(b) << (16 - 8 * i));
-        for i in 0..4 {
-            out.push(if i <= chunk.len() {
-                ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
-}
-
 #[test]
 fn metrics_are_served_over_https_with_the_password() {
     let s = start_tls("");

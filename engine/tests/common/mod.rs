@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
-use engine::{Op, OpResult};
+use engine::{Current, Op, OpResult, UpdateAnswer, UpdateOutcome, UpdateWrite};
 use std::path::Path;
 use tunables::{Backend, ByteSize, Config, Durability};
 
@@ -84,4 +84,27 @@ pub fn init_log() {
         )
         .with_test_writer()
         .try_init();
+}
+
+/// An update function (for `Op::Update`) that sets the value `arg`
+/// expiring at `number` (Unix ms; 0: never).
+pub fn set_expiring(_: Current, _now: u64, arg: &Bytes, number: i64) -> UpdateOutcome {
+    UpdateOutcome {
+        write: UpdateWrite::PutExpiring(arg.clone(), (number != 0).then_some(number as u64)),
+        answer: UpdateAnswer::Ok,
+    }
+}
+
+/// An update function that answers the key's expiry time: -2 missing,
+/// -1 none, else the Unix ms.
+pub fn expiry_of(current: Current, _now: u64, _: &Bytes, _: i64) -> UpdateOutcome {
+    let answer = match current {
+        None => -2,
+        Some((_, None)) => -1,
+        Some((_, Some(at))) => at as i64,
+    };
+    UpdateOutcome {
+        write: UpdateWrite::Keep,
+        answer: UpdateAnswer::Int(answer),
+    }
 }
