@@ -125,29 +125,17 @@ impl Work for RangeWork {
         let Some(range) = self.cursor.claim(self.batch) else {
             return Ok(StepOutcome::Exhausted);
         };
-        let ops: Vec<Op> = range
-            .clone()
-            .map(|n| match self.access {
-                Access::Put => Op::Put {
-                    key: record_key(self.base, n),
-                    value: self.pool.value_for(n),
-                },
-                Access::Get => Op::Get {
-                    key: record_key(self.base, n),
-                },
-            })
-            .collect();
-        let replies = send(session, ops).await?;
-        ctx.complete(self.op, replies.len() as u64);
-        for (n, reply) in range.zip(&replies) {
-            match self.access {
-                Access::Put => check_put(ctx, self.op, reply),
-                Access::Get => check_get(ctx, self.op, &self.pool, n, reply),
-            }
-        }
-        Ok(StepOutcome::Ran {
-            ops: replies.len() as u64,
-        })
+        let numbers: Vec<u64> = range.collect();
+        put_or_get(
+            session,
+            ctx,
+            self.op,
+            self.access,
+            &self.pool,
+            self.base,
+            &numbers,
+        )
+        .await
     }
 }
 
@@ -174,30 +162,44 @@ impl Work for RandomWork {
         let keynums: Vec<u64> = (0..self.batch)
             .map(|_| self.chooser.next(&mut self.rng))
             .collect();
-        let ops: Vec<Op> = keynums
-            .iter()
-            .map(|&n| match self.access {
-                Access::Put => Op::Put {
-                    key: record_key(0, n),
-                    value: self.pool.value_for(n),
-                },
-                Access::Get => Op::Get {
-                    key: record_key(0, n),
-                },
-            })
-            .collect();
-        let replies = send(session, ops).await?;
-        ctx.complete(self.op, replies.len() as u64);
-        for (&n, reply) in keynums.iter().zip(&replies) {
-            match self.access {
-                Access::Put => check_put(ctx, self.op, reply),
-                Access::Get => check_get(ctx, self.op, &self.pool, n, reply),
-            }
-        }
-        Ok(StepOutcome::Ran {
-            ops: replies.len() as u64,
-        })
+        put_or_get(session, ctx, self.op, self.access, &self.pool, 0, &keynums).await
     }
+}
+
+/// One batch: puts or gets of the records `numbers` (keys under `base`),
+/// sent as one request, every reply checked.
+async fn put_or_get<S: Session>(
+    session: &mut S,
+    ctx: &mut StepContext<'_>,
+    op: &'static str,
+    access: Access,
+    pool: &ValuePool,
+    base: u64,
+    numbers: &[u64],
+) -> Result<StepOutcome, TargetError> {
+    let ops: Vec<Op> = numbers
+        .iter()
+        .map(|&n| match access {
+            Access::Put => Op::Put {
+                key: record_key(base, n),
+                value: pool.value_for(n),
+            },
+            Access::Get => Op::Get {
+                key: record_key(base, n),
+            },
+        })
+        .collect();
+    let replies = send(session, ops).await?;
+    ctx.complete(op, replies.len() as u64);
+    for (&n, reply) in numbers.iter().zip(&replies) {
+        match access {
+            Access::Put => check_put(ctx, op, reply),
+            Access::Get => check_get(ctx, op, pool, n, reply),
+        }
+    }
+    Ok(StepOutcome::Ran {
+        ops: replies.len() as u64,
+    })
 }
 
 #[cfg(test)]
