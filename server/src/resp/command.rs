@@ -119,6 +119,11 @@ pub enum Planned {
     Server(ServerCommand),
     /// Answer `+OK` and close the connection.
     Quit,
+    /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: run by the connection's
+    /// transaction state (`multi`).
+    Multi(MultiCommand),
+    /// MSETNX: all keys set or none, as one transaction (`multi`).
+    MsetNx(Vec<(Bytes, Bytes)>),
     /// AUTH (or HELLO with AUTH): the executor checks the password, marks
     /// the client authenticated, then answers `+OK` or runs `hello` (the
     /// HELLO without its AUTH option).
@@ -127,6 +132,16 @@ pub enum Planned {
         password: Bytes,
         hello: Option<Vec<Bytes>>,
     },
+}
+
+/// The transaction commands of Redis (see [`Planned::Multi`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MultiCommand {
+    Multi,
+    Exec,
+    Discard,
+    Watch(Vec<Bytes>),
+    Unwatch,
 }
 
 /// The commands ringkv answers (COMMAND COUNT counts them).
@@ -140,7 +155,9 @@ pub const COMMANDS: &[&str] = &[
     "decr",
     "decrby",
     "del",
+    "discard",
     "echo",
+    "exec",
     "exists",
     "expire",
     "expireat",
@@ -160,6 +177,8 @@ pub const COMMANDS: &[&str] = &[
     "keys",
     "mget",
     "mset",
+    "msetnx",
+    "multi",
     "persist",
     "pexpire",
     "pexpireat",
@@ -183,6 +202,8 @@ pub const COMMANDS: &[&str] = &[
     "ttl",
     "type",
     "unlink",
+    "unwatch",
+    "watch",
 ];
 
 /// The version Redis clients are told (`redis_version`, HELLO): the Redis
@@ -243,14 +264,15 @@ fn update_op(key: &Bytes, apply: UpdateFn, arg: Bytes, number: i64) -> Vec<Op> {
     }]
 }
 
-/// Plans one command (`args` is never empty). May change `client` (HELLO,
-/// CLIENT SETNAME...).
-pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
+/// The checks Redis makes before it runs or queues a command: a known
+/// name, the arity, authentication. `Ok`: the command's name in lower
+/// case; `Err`: the error reply.
+pub fn check(args: &[Bytes], client: &Client, env: &Env) -> Result<String, Planned> {
     let v = client.version;
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
     let n = args.len();
     if !env.flush_enabled && matches!(name.as_str(), "flushdb" | "flushall") {
-        return error(v, &unknown_command(args));
+        return Err(error(v, &unknown_command(args)));
     }
     // (arity: exact when > 0, at least -arity when < 0)
     let arity: i32 = match name.as_str() {
@@ -269,7 +291,10 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         "expire" | "pexpire" | "expireat" | "pexpireat" => -3,
         "setex" | "psetex" => 4,
         "getex" => -2,
-        _ => return error(v, &unknown_command(args)),
+        "multi" | "exec" | "discard" | "unwatch" => 1,
+        "watch" => -2,
+        "msetnx" => -3,
+        _ => return Err(error(v, &unknown_command(args))),
     };
     let fits = if arity > 0 {
         n == arity as usize
@@ -277,12 +302,24 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         n >= (-arity) as usize
     };
     if !fits {
-        return error(v, &wrong_arity(&name));
+        return Err(error(v, &wrong_arity(&name)));
     }
     // Redis's order: unknown names and arity first, then authentication.
     if !client.authenticated && !matches!(name.as_str(), "auth" | "hello" | "quit") {
-        return error(v, NOAUTH);
+        return Err(error(v, NOAUTH));
     }
+    Ok(name)
+}
+
+/// Plans one command (`args` is never empty). May change `client` (HELLO,
+/// CLIENT SETNAME...).
+pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
+    let name = match check(args, client, env) {
+        Ok(name) => name,
+        Err(reply) => return reply,
+    };
+    let v = client.version;
+    let n = args.len();
     let key = args.get(1).cloned().unwrap_or_default();
     match name.as_str() {
         "ping" => match n {
@@ -394,6 +431,22 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
                 .collect();
             engine(ops, Finish::Ok)
         }
+        "msetnx" => {
+            if n % 2 != 1 {
+                return error(v, &wrong_arity("msetnx"));
+            }
+            Planned::MsetNx(
+                args[1..]
+                    .chunks(2)
+                    .map(|kv| (kv[0].clone(), kv[1].clone()))
+                    .collect(),
+            )
+        }
+        "multi" => Planned::Multi(MultiCommand::Multi),
+        "exec" => Planned::Multi(MultiCommand::Exec),
+        "discard" => Planned::Multi(MultiCommand::Discard),
+        "watch" => Planned::Multi(MultiCommand::Watch(args[1..].to_vec())),
+        "unwatch" => Planned::Multi(MultiCommand::Unwatch),
         "set" => plan_set(args, v),
         "setex" | "psetex" => {
             let unit = if name == "setex" { 1000 } else { 1 };
