@@ -74,6 +74,11 @@ pub enum Finish {
     Range(i64, i64),
     /// One GET: the key's type.
     Type,
+    /// One GET: GETBIT of this bit offset.
+    Bit(u64),
+    /// One GET: BITCOUNT over a range (`None`: the whole value); the bool
+    /// says the range is in bits (BIT) rather than bytes.
+    BitCount(Option<(i64, i64, bool)>),
 }
 
 /// A command answered from the server's state, after every command before
@@ -103,6 +108,12 @@ pub enum ServerCommand {
         from: Bytes,
         to: Bytes,
         nx: bool,
+    },
+    /// COPY source destination [DB 0] [REPLACE].
+    Copy {
+        from: Bytes,
+        to: Bytes,
+        replace: bool,
     },
 }
 
@@ -148,9 +159,11 @@ pub enum MultiCommand {
 pub const COMMANDS: &[&str] = &[
     "append",
     "auth",
+    "bitcount",
     "client",
     "command",
     "config",
+    "copy",
     "dbsize",
     "decr",
     "decrby",
@@ -165,6 +178,7 @@ pub const COMMANDS: &[&str] = &[
     "flushall",
     "flushdb",
     "get",
+    "getbit",
     "getdel",
     "getex",
     "getrange",
@@ -193,6 +207,7 @@ pub const COMMANDS: &[&str] = &[
     "scan",
     "select",
     "set",
+    "setbit",
     "setex",
     "setnx",
     "setrange",
@@ -282,11 +297,15 @@ pub fn check(args: &[Bytes], client: &Client, env: &Env) -> Result<String, Plann
         "set" | "mset" => -3,
         "setnx" | "getset" | "incrby" | "decrby" | "incrbyfloat" | "append" => 3,
         "getrange" | "substr" | "setrange" => 4,
+        "setbit" => 4,
+        "getbit" => 3,
+        "bitcount" => -2,
         "dbsize" | "time" | "randomkey" => 1,
         "flushdb" | "flushall" => -1,
         "keys" => 2,
         "scan" => -2,
         "rename" | "renamenx" => 3,
+        "copy" => -3,
         "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" => 2,
         "expire" | "pexpire" | "expireat" | "pexpireat" => -3,
         "setex" | "psetex" => 4,
@@ -376,6 +395,7 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             nx: name == "renamenx",
         }),
         "scan" => plan_scan(args, v),
+        "copy" => plan_copy(args, v),
         "info" => Planned::Server(ServerCommand::Info(
             args[1..]
                 .iter()
@@ -393,6 +413,50 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             })
         }
         "get" => engine(vec![Op::Get { key }], Finish::Get),
+        "getbit" => match bit_offset(&args[2]) {
+            Some(offset) => engine(vec![Op::Get { key }], Finish::Bit(offset)),
+            None => error(v, BIT_OFFSET),
+        },
+        "setbit" => {
+            let Some(offset) = bit_offset(&args[2]) else {
+                return error(v, BIT_OFFSET);
+            };
+            let bit = match integer(&args[3]) {
+                Some(b @ (0 | 1)) => b as u64,
+                _ => return error(v, "ERR bit is not an integer or out of range"),
+            };
+            if offset / 8 >= env.value_bytes_max as u64 {
+                return error(v, &too_long(env.value_bytes_max));
+            }
+            engine(
+                update_op(
+                    &key,
+                    update::set_bit,
+                    Bytes::new(),
+                    (offset << 1 | bit) as i64,
+                ),
+                Finish::Update,
+            )
+        }
+        "bitcount" => {
+            let range = match n {
+                2 => None,
+                4 | 5 => {
+                    let bits = match args.get(4) {
+                        None => false,
+                        Some(unit) if unit.eq_ignore_ascii_case(b"bit") => true,
+                        Some(unit) if unit.eq_ignore_ascii_case(b"byte") => false,
+                        Some(_) => return error(v, SYNTAX),
+                    };
+                    match (integer(&args[2]), integer(&args[3])) {
+                        (Some(start), Some(end)) => Some((start, end, bits)),
+                        _ => return error(v, update::NOT_INTEGER),
+                    }
+                }
+                _ => return error(v, SYNTAX),
+            };
+            engine(vec![Op::Get { key }], Finish::BitCount(range))
+        }
         "strlen" => engine(vec![Op::Get { key }], Finish::Strlen),
         "type" => engine(vec![Op::Get { key }], Finish::Type),
         "getrange" | "substr" => match (integer(&args[2]), integer(&args[3])) {
@@ -552,6 +616,35 @@ fn too_long(max: usize) -> String {
     format!(
         "ERR string exceeds maximum allowed size (ringkv's limits.value_bytes_max = {max} bytes)"
     )
+}
+
+/// COPY source destination [DB index] [REPLACE]: only database 0 exists.
+fn plan_copy(args: &[Bytes], v: Version) -> Planned {
+    let mut replace = false;
+    let mut i = 3;
+    while i < args.len() {
+        if args[i].eq_ignore_ascii_case(b"replace") {
+            replace = true;
+        } else if args[i].eq_ignore_ascii_case(b"db") && i + 1 < args.len() {
+            match integer(&args[i + 1]).and_then(|n| i32::try_from(n).ok()) {
+                None => return error(v, update::NOT_INTEGER),
+                Some(0) => {}
+                Some(_) => return error(v, "ERR DB index is out of range"),
+            }
+            i += 1;
+        } else {
+            return error(v, SYNTAX);
+        }
+        i += 1;
+    }
+    if args[1] == args[2] {
+        return error(v, "ERR source and destination objects are the same");
+    }
+    Planned::Server(ServerCommand::Copy {
+        from: args[1].clone(),
+        to: args[2].clone(),
+        replace,
+    })
 }
 
 /// SCAN's cursor is a shard and a partition: `shard * partitions +
@@ -1003,6 +1096,18 @@ pub fn finish(finish: Finish, results: &[OpResult], w: &mut ReplyWriter) {
             w.bulk(&v[s..e]);
         }
         Finish::Type => w.simple(if value().is_some() { "string" } else { "none" }),
+        Finish::Bit(offset) => {
+            let v = value().unwrap_or_default();
+            let bit = usize::try_from(offset / 8)
+                .ok()
+                .and_then(|byte| v.get(byte))
+                .map_or(0, |b| (b >> (7 - offset % 8)) & 1);
+            w.int(bit as i64)
+        }
+        Finish::BitCount(range) => {
+            let v = value().unwrap_or_default();
+            w.int(bit_count(&v, range) as i64)
+        }
         Finish::Update => match results.first() {
             Some(OpResult::Updated(answer)) => match answer {
                 UpdateAnswer::Nil => w.null(),
@@ -1013,6 +1118,36 @@ pub fn finish(finish: Finish, results: &[OpResult], w: &mut ReplyWriter) {
             },
             other => w.error(&format!("ERR unexpected engine answer {other:?}")),
         },
+    }
+}
+
+/// Redis's text for a bad SETBIT/GETBIT offset.
+const BIT_OFFSET: &str = "ERR bit offset is not an integer or out of range";
+
+/// A SETBIT/GETBIT offset: an integer in `0..2^32` (Redis's 512 MB
+/// string limit in bits).
+fn bit_offset(arg: &[u8]) -> Option<u64> {
+    integer(arg)
+        .and_then(|n| u64::try_from(n).ok())
+        .filter(|&n| n < 1 << 32)
+}
+
+/// BITCOUNT of `value` over `range` (Redis's rules: negative indexes
+/// count from the end, bounds are clamped, an empty range counts 0).
+pub fn bit_count(value: &[u8], within: Option<(i64, i64, bool)>) -> u64 {
+    let ones = |bytes: &[u8]| bytes.iter().map(|b| u64::from(b.count_ones())).sum::<u64>();
+    match within {
+        None => ones(value),
+        Some((start, end, false)) => {
+            let (s, e) = range(value.len(), start, end);
+            ones(&value[s..e])
+        }
+        Some((start, end, true)) => {
+            let (s, e) = range(value.len() * 8, start, end);
+            (s..e)
+                .filter(|&bit| (value[bit / 8] >> (7 - bit % 8)) & 1 == 1)
+                .count() as u64
+        }
     }
 }
 
@@ -1170,6 +1305,25 @@ mod tests {
 
     fn err(text: &str) -> Reply {
         Reply::Error(text.to_string())
+    }
+
+    #[test]
+    fn bit_count_follows_redis_ranges() {
+        // 0x01 0x03 0xff: bits set 1, 2, 8.
+        let v = [0x01u8, 0x03, 0xff];
+        assert_eq!(bit_count(&v, None), 11);
+        assert_eq!(bit_count(&v, Some((0, -1, false))), 11);
+        assert_eq!(bit_count(&v, Some((1, 1, false))), 2);
+        assert_eq!(bit_count(&v, Some((-2, -1, false))), 10);
+        assert_eq!(bit_count(&v, Some((2, 1, false))), 0);
+        assert_eq!(bit_count(&v, Some((-1, -2, false))), 0);
+        // Bits 7..=15: the last bit of byte 0 and all of byte 1.
+        assert_eq!(bit_count(&v, Some((7, 15, true))), 3);
+        assert_eq!(bit_count(&v, Some((-8, -1, true))), 8);
+        assert_eq!(bit_count(&[], Some((0, -1, true))), 0);
+        assert_eq!(bit_offset(b"4294967295"), Some(u32::MAX as u64));
+        assert_eq!(bit_offset(b"4294967296"), None);
+        assert_eq!(bit_offset(b"-1"), None);
     }
 
     #[test]
