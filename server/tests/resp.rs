@@ -1102,7 +1102,7 @@ fn read_modify_writes_on_a_key_a_transaction_holds_are_refused() {
 }
 
 #[test]
-fn bit_commands_and_copy() {
+fn bit_commands_copy_and_lcs() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, addr) = start(dir.path(), &["--shards", "2"]);
     let mut c = Resp::connect(addr);
@@ -1167,4 +1167,10 @@ fn bit_commands_and_copy() {
         err("ERR value is not an integer or out of range")
     );
     assert_eq!(c.call("COPY src x NOW"), err("ERR syntax error"));
+
+    // LCS reads its two keys wherever they live.
+    assert_eq!(c.call("MSET left ohmytext right0 mynewtext"), ok());
+    assert_eq!(c.call("LCS left right0"), bulk("mytext"));
+    assert_eq!(c.call("LCS left right0 LEN"), Reply::Int(6));
+    assert_eq!(c.call("LCS left nothing"), bulk(""));
 }

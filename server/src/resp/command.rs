@@ -76,6 +76,8 @@ pub enum Finish {
     Type,
     /// One GET: GETBIT of this bit offset.
     Bit(u64),
+    /// Two GETs: LCS of the two values.
+    Lcs(LcsOptions),
     /// One GET: BITCOUNT over a range (`None`: the whole value); the bool
     /// says the range is in bits (BIT) rather than bytes.
     BitCount(Option<(i64, i64, bool)>),
@@ -189,6 +191,7 @@ pub const COMMANDS: &[&str] = &[
     "incrbyfloat",
     "info",
     "keys",
+    "lcs",
     "mget",
     "mset",
     "msetnx",
@@ -298,6 +301,7 @@ pub fn check(args: &[Bytes], client: &Client, env: &Env) -> Result<String, Plann
         "setnx" | "getset" | "incrby" | "decrby" | "incrbyfloat" | "append" => 3,
         "getrange" | "substr" | "setrange" => 4,
         "setbit" => 4,
+        "lcs" => -3,
         "getbit" => 3,
         "bitcount" => -2,
         "dbsize" | "time" | "randomkey" => 1,
@@ -413,6 +417,18 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             })
         }
         "get" => engine(vec![Op::Get { key }], Finish::Get),
+        "lcs" => match plan_lcs(args) {
+            Ok(options) => engine(
+                vec![
+                    Op::Get { key },
+                    Op::Get {
+                        key: args[2].clone(),
+                    },
+                ],
+                Finish::Lcs(options),
+            ),
+            Err(text) => error(v, text),
+        },
         "getbit" => match bit_offset(&args[2]) {
             Some(offset) => engine(vec![Op::Get { key }], Finish::Bit(offset)),
             None => error(v, BIT_OFFSET),
@@ -1104,6 +1120,14 @@ pub fn finish(finish: Finish, results: &[OpResult], w: &mut ReplyWriter) {
                 .map_or(0, |b| (b >> (7 - offset % 8)) & 1);
             w.int(bit as i64)
         }
+        Finish::Lcs(options) => {
+            let a = value().unwrap_or_default();
+            let b = match results.get(1) {
+                Some(OpResult::Value(v)) => v.clone(),
+                _ => Bytes::new(),
+            };
+            lcs_reply(&a, &b, options, w)
+        }
         Finish::BitCount(range) => {
             let v = value().unwrap_or_default();
             w.int(bit_count(&v, range) as i64)
@@ -1119,6 +1143,142 @@ pub fn finish(finish: Finish, results: &[OpResult], w: &mut ReplyWriter) {
             other => w.error(&format!("ERR unexpected engine answer {other:?}")),
         },
     }
+}
+
+/// LCS's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LcsOptions {
+    len: bool,
+    idx: bool,
+    with_match_len: bool,
+    min_match_len: u64,
+}
+
+/// Most cells of LCS's table (4 bytes each: 64 MiB): bounds the memory
+/// and the time one LCS takes on its shard thread.
+const LCS_CELLS_MAX: u64 = 16 << 20;
+
+/// LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN].
+fn plan_lcs(args: &[Bytes]) -> Result<LcsOptions, &'static str> {
+    let mut o = LcsOptions {
+        len: false,
+        idx: false,
+        with_match_len: false,
+        min_match_len: 0,
+    };
+    let mut i = 3;
+    while i < args.len() {
+        let opt = &args[i];
+        if opt.eq_ignore_ascii_case(b"idx") {
+            o.idx = true;
+        } else if opt.eq_ignore_ascii_case(b"len") {
+            o.len = true;
+        } else if opt.eq_ignore_ascii_case(b"withmatchlen") {
+            o.with_match_len = true;
+        } else if opt.eq_ignore_ascii_case(b"minmatchlen") && i + 1 < args.len() {
+            let n = integer(&args[i + 1]).ok_or(update::NOT_INTEGER)?;
+            o.min_match_len = n.max(0) as u64;
+            i += 1;
+        } else {
+            return Err(SYNTAX);
+        }
+        i += 1;
+    }
+    if o.len && o.idx {
+        return Err("ERR If you want both the length and indexes, please just use IDX.");
+    }
+    Ok(o)
+}
+
+/// LCS's reply, Redis's algorithm (a table of prefix LCS lengths, then a
+/// walk back from the end that collects the common string and the
+/// matching ranges, last range first).
+fn lcs_reply(a: &[u8], b: &[u8], o: LcsOptions, w: &mut ReplyWriter) {
+    let (alen, blen) = (a.len(), b.len());
+    if (alen as u64 + 1).saturating_mul(blen as u64 + 1) > LCS_CELLS_MAX {
+        return w.error(&format!(
+            "ERR ringkv computes LCS of strings whose (length + 1) products are at most {LCS_CELLS_MAX}"
+        ));
+    }
+    let width = blen + 1;
+    let mut table = vec![0u32; (alen + 1) * width];
+    for i in 1..=alen {
+        for j in 1..=blen {
+            table[i * width + j] = if a[i - 1] == b[j - 1] {
+                table[(i - 1) * width + j - 1] + 1
+            } else {
+                table[(i - 1) * width + j].max(table[i * width + j - 1])
+            };
+        }
+    }
+    let lcs_len = table[alen * width + blen] as usize;
+    if o.len {
+        return w.int(lcs_len as i64);
+    }
+    let mut common = vec![0u8; lcs_len];
+    // (a start, a end, b start, b end) of each match, last first.
+    let mut ranges: Vec<(usize, usize, usize, usize)> = Vec::new();
+    let mut current: Option<(usize, usize, usize, usize)> = None;
+    let (mut i, mut j, mut left) = (alen, blen, lcs_len);
+    while i > 0 && j > 0 {
+        let mut emit = false;
+        if a[i - 1] == b[j - 1] {
+            common[left - 1] = a[i - 1];
+            current = match current {
+                None => Some((i - 1, i - 1, j - 1, j - 1)),
+                Some((a_start, a_end, b_start, b_end)) if a_start == i && b_start == j => {
+                    Some((i - 1, a_end, j - 1, b_end))
+                }
+                Some(range) => {
+                    // Not contiguous (cannot happen after a match step,
+                    // kept from Redis's walk).
+                    emit = true;
+                    Some(range)
+                }
+            };
+            if current.is_some_and(|(a_start, _, b_start, _)| a_start == 0 || b_start == 0) {
+                emit = true;
+            }
+            left -= 1;
+            i -= 1;
+            j -= 1;
+        } else {
+            if table[(i - 1) * width + j] > table[i * width + j - 1] {
+                i -= 1;
+            } else {
+                j -= 1;
+            }
+            emit = current.is_some();
+        }
+        if emit {
+            if let Some(range) = current.take() {
+                let match_len = (range.1 - range.0 + 1) as u64;
+                if o.min_match_len == 0 || match_len >= o.min_match_len {
+                    ranges.push(range);
+                }
+            }
+        }
+    }
+    if !o.idx {
+        return w.bulk(&common);
+    }
+    w.map(2);
+    w.bulk(b"matches");
+    w.array(ranges.len());
+    for (a_start, a_end, b_start, b_end) in ranges {
+        w.array(2 + usize::from(o.with_match_len));
+        w.array(2);
+        w.int(a_start as i64);
+        w.int(a_end as i64);
+        w.array(2);
+        w.int(b_start as i64);
+        w.int(b_end as i64);
+        if o.with_match_len {
+            w.int((a_end - a_start + 1) as i64);
+        }
+    }
+    w.bulk(b"len");
+    w.int(lcs_len as i64);
 }
 
 /// Redis's text for a bad SETBIT/GETBIT offset.
@@ -1492,6 +1652,70 @@ mod tests {
         decode_reply(&mut out, &ReplyLimits::default())
             .unwrap()
             .unwrap()
+    }
+
+    #[test]
+    fn lcs_follows_redis() {
+        let v = |s: &'static str| OpResult::Value(Bytes::from_static(s.as_bytes()));
+        let keys = [v("ohmytext"), v("mynewtext")];
+        let lcs = |line: &str, version| {
+            let args: Vec<Bytes> = line
+                .split(' ')
+                .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+                .collect();
+            match plan_lcs(&args) {
+                Ok(o) => finished(Finish::Lcs(o), &keys, version),
+                Err(e) => Reply::Error(e.to_string()),
+            }
+        };
+        let r2 = Version::Resp2;
+        let int = Reply::Int;
+        let pair = |a, b| Reply::Array(vec![int(a), int(b)]);
+        let bulk = |s: &str| Reply::Bulk(Bytes::copy_from_slice(s.as_bytes()));
+        assert_eq!(lcs("lcs a b", r2), bulk("mytext"));
+        assert_eq!(lcs("lcs a b LEN", r2), int(6));
+        assert_eq!(
+            lcs("lcs a b IDX", r2),
+            Reply::Array(vec![
+                bulk("matches"),
+                Reply::Array(vec![
+                    Reply::Array(vec![pair(4, 7), pair(5, 8)]),
+                    Reply::Array(vec![pair(2, 3), pair(0, 1)]),
+                ]),
+                bulk("len"),
+                int(6),
+            ])
+        );
+        assert_eq!(
+            lcs("lcs a b IDX MINMATCHLEN 4 WITHMATCHLEN", Version::Resp3),
+            Reply::Map(vec![
+                (
+                    bulk("matches"),
+                    Reply::Array(vec![Reply::Array(vec![pair(4, 7), pair(5, 8), int(4)])])
+                ),
+                (bulk("len"), int(6)),
+            ])
+        );
+        assert!(
+            matches!(lcs("lcs a b LEN IDX", r2), Reply::Error(e) if e.contains("just use IDX"))
+        );
+        assert_eq!(
+            lcs("lcs a b MINMATCHLEN", r2),
+            Reply::Error(SYNTAX.to_string())
+        );
+        assert_eq!(
+            lcs("lcs a b MINMATCHLEN x", r2),
+            Reply::Error(update::NOT_INTEGER.to_string())
+        );
+        // Missing keys are empty strings.
+        assert_eq!(
+            finished(
+                Finish::Lcs(plan_lcs(&[]).unwrap()),
+                &[OpResult::NotFound, v("x")],
+                r2
+            ),
+            bulk("")
+        );
     }
 
     #[test]

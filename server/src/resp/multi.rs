@@ -70,6 +70,7 @@ pub fn queueable(name: &str) -> bool {
             | "setbit"
             | "getbit"
             | "bitcount"
+            | "lcs"
             | "strlen"
             | "getrange"
             | "substr"
