@@ -67,6 +67,7 @@ PY_TESTS=(
   test_set_exat_timedelta test_set_pxat_timedelta test_set_multipleoptions
   test_set_keepttl test_setex test_ttl test_ttl_nokey test_msetnx
   test_get_set_bit test_bitcount test_bitcount_mode test_copy test_copy_and_replace
+  test_lcs
 )
 # redis-py tests/test_pipeline.py (TestPipeline::NAME): pipelines and
 # MULTI/EXEC/WATCH transactions. The ones left out need sorted sets
