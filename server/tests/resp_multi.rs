@@ -523,3 +523,48 @@ fn kill_9_keeps_every_acknowledged_exec_whole() {
         }
     }
 }
+
+/// A transaction over `server.txn_locks_max`, or whose writes on one
+/// shard do not fit one WAL record, answers an error and applies nothing;
+/// a MULTI holds at most `txn_locks_max` commands.
+#[test]
+fn too_large_transactions_apply_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ringkv.toml");
+    std::fs::write(
+        &config,
+        "[server]\ntxn_locks_max = 4\n[limits]\nkey_bytes_max = \"1KiB\"\nvalue_bytes_max = \"4KiB\"\n",
+    )
+    .unwrap();
+    let (_server, addr) = start(dir.path(), &["--config", config.to_str().unwrap()]);
+    let mut c = Resp::connect(addr);
+    let too_many = "ERR ringkv: the transaction is too large (a transaction may lock at most 4 keys); nothing was applied";
+    assert_eq!(c.exec(&["MSET a 1 b 2 c 3 d 4 e 5"]), err(too_many));
+    assert_eq!(c.call("MSETNX a 1 b 2 c 3 d 4 e 5"), err(too_many));
+    assert_eq!(c.call("EXISTS a b c d e"), Reply::Int(0));
+
+    // Two 3 KiB values on one shard ("left" and "right1" share shard 0)
+    // do not fit one record (at most key_bytes_max + value_bytes_max).
+    let shard = |k: &str| engine::hash::fnv1a64(k.as_bytes()) % 2;
+    assert_eq!(shard("left"), shard("right1"));
+    let big = "x".repeat(3 * 1024);
+    let got = c.exec(&[&format!("SET left {big}"), &format!("SET right1 {big}")]);
+    assert!(
+        matches!(&got, Reply::Error(e) if e.starts_with("ERR ringkv: the transaction is too large")),
+        "{got:?}"
+    );
+    assert_eq!(c.call("EXISTS left right1"), Reply::Int(0));
+
+    assert_eq!(c.call("MULTI"), ok());
+    for _ in 0..4 {
+        assert_eq!(c.call("PING"), queued());
+    }
+    assert!(is_error(
+        &c.call("PING"),
+        "ERR ringkv: a MULTI holds at most 4"
+    ));
+    assert_eq!(
+        c.call("EXEC"),
+        err("EXECABORT Transaction discarded because of previous errors.")
+    );
+}
