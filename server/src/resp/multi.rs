@@ -116,7 +116,9 @@ struct Queue {
 pub enum Queued {
     /// Answered now (`+QUEUED`, or an error that makes EXEC abort).
     Reply(Bytes),
-    /// EXEC, DISCARD, MULTI, WATCH or QUIT: runs now, planned.
+    /// EXEC, DISCARD, MULTI, WATCH or QUIT, planned to run now; or the
+    /// error reply of a command refused by the name, arity or
+    /// authentication check (EXEC will abort).
     Run(Planned),
 }
 
@@ -238,8 +240,9 @@ impl MultiState {
 
     /// WATCH: remembers these marks (a key watched twice keeps its first).
     pub fn watch(&mut self, marks: Vec<(Bytes, KeyMark)>) {
+        let mut known: HashSet<Bytes> = self.watched.iter().map(|(k, _)| k.clone()).collect();
         for (key, mark) in marks {
-            if !self.watched.iter().any(|(k, _)| *k == key) {
+            if known.insert(key.clone()) {
                 self.watched.push((key, mark));
             }
         }
