@@ -10,8 +10,9 @@
 #   2. redis-benchmark -t ping,set,get,incr,mset (small -n), no errors;
 #   3. Redis's Tcl suite in external mode, the units below, skipping the
 #      tests listed in scripts/resp-tcl-skips.txt;
-#   4. redis-py's tests/test_commands.py for the implemented commands
-#      (the -k selection below), with --protocol=2 and --protocol=3.
+#   4. redis-py's tests/test_commands.py for the implemented commands and
+#      tests/test_pipeline.py's pipeline and transaction tests (the lists
+#      below), with --protocol=2 and --protocol=3.
 # Any failure exits non-zero. Set RESP_CI_STAGES="cli bench tcl py" to run
 # a subset.
 set -euo pipefail
@@ -33,7 +34,7 @@ COVERAGE_VERSION=7.6.12
 
 # The Tcl units that run (each with the skips of its unit).
 # (RESP_TCL_UNITS, space-separated, overrides the list.)
-read -r -a TCL_UNITS <<<"${RESP_TCL_UNITS:-unit/protocol unit/type/incr unit/type/string unit/keyspace unit/expire unit/scan unit/quit unit/info-command}"
+read -r -a TCL_UNITS <<<"${RESP_TCL_UNITS:-unit/protocol unit/type/incr unit/type/string unit/keyspace unit/expire unit/scan unit/quit unit/info-command unit/multi}"
 # The Tcl tags the issue asks to exclude (tests that need a Redis feature
 # ringkv will not have: DEBUG, replication, RDB saves, ...).
 TCL_TAGS="-needs:debug -needs:repl -needs:save -needs:config-maxmemory -needs:config-resetstat -needs:reset -needs:pfdebug"
@@ -64,7 +65,27 @@ PY_TESTS=(
   test_psetex_timedelta test_pttl test_pttl_no_key test_set_px
   test_set_px_timedelta test_set_ex test_set_ex_str test_set_ex_timedelta
   test_set_exat_timedelta test_set_pxat_timedelta test_set_multipleoptions
-  test_set_keepttl test_setex test_ttl test_ttl_nokey
+  test_set_keepttl test_setex test_ttl test_ttl_nokey test_msetnx
+  test_get_set_bit test_bitcount test_bitcount_mode test_copy test_copy_and_replace
+  test_lcs
+)
+# redis-py tests/test_pipeline.py (TestPipeline::NAME): pipelines and
+# MULTI/EXEC/WATCH transactions. The ones left out need sorted sets
+# (test_pipeline), lists (test_exec_error_in_response), hashes
+# (test_send_set_commands_over_pipeline), BITFIELD, or MONITOR
+# (test_watch_exec_no_unwatch, test_watch_reset_unwatch).
+PY_PIPELINE_TESTS=(
+  test_pipeline_is_true test_pipeline_memoryview test_pipeline_length
+  test_pipeline_no_transaction test_pipeline_no_transaction_watch
+  test_pipeline_no_transaction_watch_failure test_exec_error_raised
+  test_transaction_with_empty_error_command test_pipeline_with_empty_error_command
+  test_parse_error_raised test_parse_error_raised_transaction test_watch_succeed
+  test_watch_failure test_watch_failure_in_empty_transaction test_unwatch
+  test_close_is_reset test_closing test_transaction_callable
+  test_transaction_callable_returns_value_from_callable
+  test_exec_error_in_no_transaction_pipeline
+  test_exec_error_in_no_transaction_pipeline_unicode_command
+  test_exec_error_in_pipeline_truncated test_pipeline_discard
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ci-resp.XXXXXX")
@@ -267,6 +288,7 @@ if want py; then
   pysrc="$work/redis-$REDIS_PY_VERSION"
   nodes=()
   for t in "${PY_TESTS[@]}"; do nodes+=("tests/test_commands.py::TestRedisCommands::$t"); done
+  for t in "${PY_PIPELINE_TESTS[@]}"; do nodes+=("tests/test_pipeline.py::TestPipeline::$t"); done
   for protocol in 2 3; do
     start_ringkv "py$protocol"
     if ! (cd "$pysrc" && "$venv/bin/python" -m pytest "${nodes[@]}" -p no:cacheprovider \
@@ -276,7 +298,7 @@ if want py; then
       fail "redis-py tests, --protocol=$protocol"
     fi
     summary=$(tail -n 1 "$work/py$protocol.out")
-    [[ "$summary" == *"${#PY_TESTS[@]} passed"* ]] || fail "redis-py --protocol=$protocol: $summary"
+    [[ "$summary" == *"${#nodes[@]} passed"* ]] || fail "redis-py --protocol=$protocol: $summary"
     log "redis-py --protocol=$protocol: $summary"
     stop_ringkv
   done

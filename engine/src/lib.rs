@@ -39,4 +39,5 @@ pub use io::runtime::BackendKind;
 pub use keyspace::{PartitionKeys, PARTITIONS_PER_SHARD};
 pub use metrics::{DeviceMetrics, EngineMetrics, ShardMetrics};
 pub use tunables::Durability;
+pub use txn::watch::KeyMark;
 pub use txn::{AbortReason, Txn, TxnError, TxnSettings, TxnStats};

@@ -1100,3 +1100,77 @@ fn read_modify_writes_on_a_key_a_transaction_holds_are_refused() {
     });
     server.terminate();
 }
+
+#[test]
+fn bit_commands_copy_and_lcs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr) = start(dir.path(), &["--shards", "2"]);
+    let mut c = Resp::connect(addr);
+    // SETBIT answers the old bit and grows the value with zero bytes; bit
+    // 0 is the top bit of the first byte.
+    assert_eq!(c.call("GETBIT b 5"), Reply::Int(0));
+    assert_eq!(c.call("SETBIT b 5 1"), Reply::Int(0));
+    assert_eq!(c.call("SETBIT b 5 1"), Reply::Int(1));
+    assert_eq!(c.call("GETBIT b 5"), Reply::Int(1));
+    assert_eq!(c.call("GET b"), bulk("\u{4}"));
+    assert_eq!(c.call("SETBIT b 17 1"), Reply::Int(0));
+    assert_eq!(c.call("STRLEN b"), Reply::Int(3));
+    assert_eq!(c.call("GETBIT b 1000"), Reply::Int(0));
+    assert_eq!(c.call("SET s foobar"), ok());
+    assert_eq!(c.call("BITCOUNT s"), Reply::Int(26));
+    assert_eq!(c.call("BITCOUNT s 0 0"), Reply::Int(4));
+    assert_eq!(c.call("BITCOUNT s 1 1"), Reply::Int(6));
+    assert_eq!(c.call("BITCOUNT s 1 1 BYTE"), Reply::Int(6));
+    assert_eq!(c.call("BITCOUNT s 5 30 BIT"), Reply::Int(17));
+    assert_eq!(c.call("BITCOUNT s -2 -1"), Reply::Int(7));
+    assert_eq!(c.call("BITCOUNT nothing"), Reply::Int(0));
+    let offset = "ERR bit offset is not an integer or out of range";
+    assert_eq!(c.call("SETBIT b 4294967296 1"), err(offset));
+    assert_eq!(c.call("SETBIT b -1 1"), err(offset));
+    assert_eq!(c.call("GETBIT b x"), err(offset));
+    assert_eq!(
+        c.call("SETBIT b 0 2"),
+        err("ERR bit is not an integer or out of range")
+    );
+    assert_eq!(c.call("BITCOUNT s 0"), err("ERR syntax error"));
+    assert_eq!(c.call("BITCOUNT s 0 1 WORD"), err("ERR syntax error"));
+    // Past limits.value_bytes_max (64 KiB here): ringkv's limit error.
+    assert!(matches!(
+        c.call("SETBIT b 600000 1"),
+        Reply::Error(e) if e.starts_with("ERR string exceeds maximum allowed size")
+    ));
+
+    // COPY keeps the expiry time (or none); without REPLACE it does not
+    // overwrite; only database 0 exists.
+    assert_eq!(c.call("SET src v EX 100"), ok());
+    assert_eq!(c.call("COPY src dst"), Reply::Int(1));
+    assert_eq!(c.call("GET dst"), bulk("v"));
+    assert!(matches!(c.call("TTL dst"), Reply::Int(t) if t > 90 && t <= 100));
+    assert_eq!(c.call("SET src w"), ok());
+    assert_eq!(c.call("COPY src dst"), Reply::Int(0));
+    assert_eq!(c.call("GET dst"), bulk("v"));
+    assert_eq!(c.call("COPY src dst REPLACE DB 0"), Reply::Int(1));
+    assert_eq!(c.call("GET dst"), bulk("w"));
+    assert_eq!(c.call("TTL dst"), Reply::Int(-1));
+    assert_eq!(c.call("COPY nothing dst2"), Reply::Int(0));
+    assert_eq!(c.call("EXISTS dst2"), Reply::Int(0));
+    assert_eq!(
+        c.call("COPY src src"),
+        err("ERR source and destination objects are the same")
+    );
+    assert_eq!(
+        c.call("COPY src x DB 1"),
+        err("ERR DB index is out of range")
+    );
+    assert_eq!(
+        c.call("COPY src x DB one"),
+        err("ERR value is not an integer or out of range")
+    );
+    assert_eq!(c.call("COPY src x NOW"), err("ERR syntax error"));
+
+    // LCS reads its two keys wherever they live.
+    assert_eq!(c.call("MSET left ohmytext right0 mynewtext"), ok());
+    assert_eq!(c.call("LCS left right0"), bulk("mytext"));
+    assert_eq!(c.call("LCS left right0 LEN"), Reply::Int(6));
+    assert_eq!(c.call("LCS left nothing"), bulk(""));
+}

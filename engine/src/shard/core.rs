@@ -15,6 +15,7 @@ use crate::hash::fnv1a64;
 use crate::metrics::ShardStats;
 use crate::shard::notify::Notify;
 use crate::tier::Tier;
+use crate::txn::watch::{KeyMark, WriteMarks};
 use crate::wal::format::{record_size, record_size_expiring, RecordKind};
 use crate::wal::writer::{Reserve, SealedFlush, WalAppender};
 use futures::channel::oneshot;
@@ -110,6 +111,8 @@ struct CoreState {
     pending: VecDeque<Pending>,
     wal_bytes_since_checkpoint: u64,
     writes_since_checkpoint: u64,
+    /// Bumped with every change of a key in the tier (WATCH).
+    write_marks: WriteMarks,
 }
 
 /// Settings of the apply path.
@@ -193,6 +196,7 @@ impl ShardCore {
                 pending: VecDeque::new(),
                 wal_bytes_since_checkpoint: 0,
                 writes_since_checkpoint: 0,
+                write_marks: WriteMarks::new(),
             }),
             checkpoint_threshold: std::cell::Cell::new(settings.checkpoint_wal_bytes),
             flush_wanted: Notify::new(),
@@ -389,6 +393,7 @@ impl ShardCore {
                         counts.records += 1;
                     }
                     st.tier.put(hash, key, value);
+                    st.write_marks.bump(hash);
                     writes.mark(index, true);
                     *had_write = true;
                     counts.put += 1;
@@ -474,6 +479,9 @@ impl ShardCore {
                         appended = true;
                         counts.records += 1;
                     }
+                    if kind.is_some() {
+                        st.write_marks.bump(hash);
+                    }
                     match (kind, value) {
                         (Some(RecordKind::Put), Some(v)) => {
                             st.tier.put_expiring(hash, key, v, expiry);
@@ -514,6 +522,7 @@ impl ShardCore {
                             counts.records += 1;
                         }
                         st.tier.delete(hash, key);
+                        st.write_marks.bump(hash);
                         if live {
                             results.push(OpResult::Ok);
                         } else {
@@ -747,6 +756,22 @@ impl ShardCore {
         st.tier.get(fnv1a64(key), key)
     }
 
+    /// The write marks of `keys` now (one step: no write of this shard
+    /// falls between two of them).
+    pub(crate) fn key_marks(&self, keys: &[bytes::Bytes]) -> Vec<KeyMark> {
+        let mut st = self.state.borrow_mut();
+        st.tier.set_now_ms(now_ms());
+        keys.iter()
+            .map(|key| {
+                let hash = fnv1a64(key);
+                KeyMark {
+                    writes: st.write_marks.get(hash),
+                    expires_at_ms: st.tier.get_expiring(hash, key).and_then(|(_, at)| at),
+                }
+            })
+            .collect()
+    }
+
     /// Under `sync`, the LSN of the newest plain write in the tier if it
     /// is not durable yet (a read made now must wait for it); `None` when
     /// every value in the tier is durable.
@@ -806,6 +831,7 @@ impl ShardCore {
         let mut st = self.state.borrow_mut();
         for w in writes {
             let hash = fnv1a64(&w.key);
+            st.write_marks.bump(hash);
             match &w.value {
                 Some(v) => {
                     st.tier.put(hash, &w.key, v);

@@ -17,6 +17,7 @@ pub mod locks;
 pub mod record;
 pub(crate) mod recovery;
 pub(crate) mod shard;
+pub mod watch;
 
 use crate::api::{Op, OpError};
 use crate::shard::router::{local_shard, EngineShared, ShardMsg};
@@ -371,6 +372,36 @@ impl Txn {
         let existed = self.lock(&key, true).await?.is_some();
         self.writes.insert(key, None);
         Ok(existed)
+    }
+
+    /// Starts this transaction again after wait-die or a lock-wait timeout
+    /// aborted it: its locks are released, its writes dropped, and the new
+    /// transaction keeps this one's id. Wait-die then still sees the first
+    /// start time, so each restart leaves it older than every newcomer and
+    /// it ends up waiting instead of dying again (no starvation). Nothing
+    /// of an aborted transaction reached the WAL, so reusing its id cannot
+    /// mix its parts with the restarted one's.
+    pub async fn restart(mut self) -> Txn {
+        assert!(
+            matches!(
+                self.state,
+                State::Aborted(AbortReason::Die | AbortReason::LockTimeout)
+            ),
+            "only a transaction aborted by a lock conflict is restarted"
+        );
+        let shards = std::mem::take(&mut self.shards);
+        self.shared.txn_release(self.id, &shards).await;
+        self.finish();
+        self.shared.txn_stats.open.fetch_add(1, Relaxed);
+        Txn {
+            shared: self.shared.clone(),
+            id: self.id,
+            settings: self.settings,
+            locked: BTreeSet::new(),
+            shards: BTreeSet::new(),
+            writes: BTreeMap::new(),
+            state: State::Active,
+        }
     }
 
     /// Releases everything; nothing is written.

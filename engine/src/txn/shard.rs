@@ -60,6 +60,11 @@ pub(crate) enum TxnMsg {
         parts: Arc<[(u16, u64)]>,
         reply: oneshot::Sender<()>,
     },
+    /// The write marks of `keys` (WATCH, and EXEC's check), in order.
+    Marks {
+        keys: Vec<Bytes>,
+        reply: oneshot::Sender<Vec<crate::txn::watch::KeyMark>>,
+    },
     /// Release `txn`'s locks here without applying anything.
     Release {
         txn: u64,
@@ -234,6 +239,9 @@ pub(crate) fn handle(core: &Rc<ShardCore>, msg: TxnMsg) {
         } => {
             apply_part(core, txn, lsn, &writes, Some(parts));
             let _ = reply.send(());
+        }
+        TxnMsg::Marks { keys, reply } => {
+            let _ = reply.send(core.key_marks(&keys));
         }
         TxnMsg::Release { txn, reply } => {
             core.txn.locks.borrow_mut().release_all(txn);

@@ -74,6 +74,13 @@ pub enum Finish {
     Range(i64, i64),
     /// One GET: the key's type.
     Type,
+    /// One GET: GETBIT of this bit offset.
+    Bit(u64),
+    /// Two GETs: LCS of the two values.
+    Lcs(LcsOptions),
+    /// One GET: BITCOUNT over a range (`None`: the whole value); the bool
+    /// says the range is in bits (BIT) rather than bytes.
+    BitCount(Option<(i64, i64, bool)>),
 }
 
 /// A command answered from the server's state, after every command before
@@ -104,6 +111,12 @@ pub enum ServerCommand {
         to: Bytes,
         nx: bool,
     },
+    /// COPY source destination [DB 0] [REPLACE].
+    Copy {
+        from: Bytes,
+        to: Bytes,
+        replace: bool,
+    },
 }
 
 /// What a command turned into.
@@ -119,6 +132,11 @@ pub enum Planned {
     Server(ServerCommand),
     /// Answer `+OK` and close the connection.
     Quit,
+    /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: run by the connection's
+    /// transaction state (`multi`).
+    Multi(MultiCommand),
+    /// MSETNX: all keys set or none, as one transaction (`multi`).
+    MsetNx(Vec<(Bytes, Bytes)>),
     /// AUTH (or HELLO with AUTH): the executor checks the password, marks
     /// the client authenticated, then answers `+OK` or runs `hello` (the
     /// HELLO without its AUTH option).
@@ -129,18 +147,32 @@ pub enum Planned {
     },
 }
 
+/// The transaction commands of Redis (see [`Planned::Multi`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MultiCommand {
+    Multi,
+    Exec,
+    Discard,
+    Watch(Vec<Bytes>),
+    Unwatch,
+}
+
 /// The commands ringkv answers (COMMAND COUNT counts them).
 pub const COMMANDS: &[&str] = &[
     "append",
     "auth",
+    "bitcount",
     "client",
     "command",
     "config",
+    "copy",
     "dbsize",
     "decr",
     "decrby",
     "del",
+    "discard",
     "echo",
+    "exec",
     "exists",
     "expire",
     "expireat",
@@ -148,6 +180,7 @@ pub const COMMANDS: &[&str] = &[
     "flushall",
     "flushdb",
     "get",
+    "getbit",
     "getdel",
     "getex",
     "getrange",
@@ -158,8 +191,11 @@ pub const COMMANDS: &[&str] = &[
     "incrbyfloat",
     "info",
     "keys",
+    "lcs",
     "mget",
     "mset",
+    "msetnx",
+    "multi",
     "persist",
     "pexpire",
     "pexpireat",
@@ -174,6 +210,7 @@ pub const COMMANDS: &[&str] = &[
     "scan",
     "select",
     "set",
+    "setbit",
     "setex",
     "setnx",
     "setrange",
@@ -183,6 +220,8 @@ pub const COMMANDS: &[&str] = &[
     "ttl",
     "type",
     "unlink",
+    "unwatch",
+    "watch",
 ];
 
 /// The version Redis clients are told (`redis_version`, HELLO): the Redis
@@ -243,14 +282,15 @@ fn update_op(key: &Bytes, apply: UpdateFn, arg: Bytes, number: i64) -> Vec<Op> {
     }]
 }
 
-/// Plans one command (`args` is never empty). May change `client` (HELLO,
-/// CLIENT SETNAME...).
-pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
+/// The checks Redis makes before it runs or queues a command: a known
+/// name, the arity, authentication. `Ok`: the command's name in lower
+/// case; `Err`: the error reply.
+pub fn check(args: &[Bytes], client: &Client, env: &Env) -> Result<String, Planned> {
     let v = client.version;
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
     let n = args.len();
     if !env.flush_enabled && matches!(name.as_str(), "flushdb" | "flushall") {
-        return error(v, &unknown_command(args));
+        return Err(error(v, &unknown_command(args)));
     }
     // (arity: exact when > 0, at least -arity when < 0)
     let arity: i32 = match name.as_str() {
@@ -260,16 +300,24 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         "set" | "mset" => -3,
         "setnx" | "getset" | "incrby" | "decrby" | "incrbyfloat" | "append" => 3,
         "getrange" | "substr" | "setrange" => 4,
+        "setbit" => 4,
+        "lcs" => -3,
+        "getbit" => 3,
+        "bitcount" => -2,
         "dbsize" | "time" | "randomkey" => 1,
         "flushdb" | "flushall" => -1,
         "keys" => 2,
         "scan" => -2,
         "rename" | "renamenx" => 3,
+        "copy" => -3,
         "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" => 2,
         "expire" | "pexpire" | "expireat" | "pexpireat" => -3,
         "setex" | "psetex" => 4,
         "getex" => -2,
-        _ => return error(v, &unknown_command(args)),
+        "multi" | "exec" | "discard" | "unwatch" => 1,
+        "watch" => -2,
+        "msetnx" => -3,
+        _ => return Err(error(v, &unknown_command(args))),
     };
     let fits = if arity > 0 {
         n == arity as usize
@@ -277,12 +325,24 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         n >= (-arity) as usize
     };
     if !fits {
-        return error(v, &wrong_arity(&name));
+        return Err(error(v, &wrong_arity(&name)));
     }
     // Redis's order: unknown names and arity first, then authentication.
     if !client.authenticated && !matches!(name.as_str(), "auth" | "hello" | "quit") {
-        return error(v, NOAUTH);
+        return Err(error(v, NOAUTH));
     }
+    Ok(name)
+}
+
+/// Plans one command (`args` is never empty). May change `client` (HELLO,
+/// CLIENT SETNAME...).
+pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
+    let name = match check(args, client, env) {
+        Ok(name) => name,
+        Err(reply) => return reply,
+    };
+    let v = client.version;
+    let n = args.len();
     let key = args.get(1).cloned().unwrap_or_default();
     match name.as_str() {
         "ping" => match n {
@@ -339,6 +399,7 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             nx: name == "renamenx",
         }),
         "scan" => plan_scan(args, v),
+        "copy" => plan_copy(args, v),
         "info" => Planned::Server(ServerCommand::Info(
             args[1..]
                 .iter()
@@ -356,6 +417,62 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             })
         }
         "get" => engine(vec![Op::Get { key }], Finish::Get),
+        "lcs" => match plan_lcs(args) {
+            Ok(options) => engine(
+                vec![
+                    Op::Get { key },
+                    Op::Get {
+                        key: args[2].clone(),
+                    },
+                ],
+                Finish::Lcs(options),
+            ),
+            Err(text) => error(v, text),
+        },
+        "getbit" => match bit_offset(&args[2]) {
+            Some(offset) => engine(vec![Op::Get { key }], Finish::Bit(offset)),
+            None => error(v, BIT_OFFSET),
+        },
+        "setbit" => {
+            let Some(offset) = bit_offset(&args[2]) else {
+                return error(v, BIT_OFFSET);
+            };
+            let bit = match integer(&args[3]) {
+                Some(b @ (0 | 1)) => b as u64,
+                _ => return error(v, "ERR bit is not an integer or out of range"),
+            };
+            if offset / 8 >= env.value_bytes_max as u64 {
+                return error(v, &too_long(env.value_bytes_max));
+            }
+            engine(
+                update_op(
+                    &key,
+                    update::set_bit,
+                    Bytes::new(),
+                    (offset << 1 | bit) as i64,
+                ),
+                Finish::Update,
+            )
+        }
+        "bitcount" => {
+            let range = match n {
+                2 => None,
+                4 | 5 => {
+                    let bits = match args.get(4) {
+                        None => false,
+                        Some(unit) if unit.eq_ignore_ascii_case(b"bit") => true,
+                        Some(unit) if unit.eq_ignore_ascii_case(b"byte") => false,
+                        Some(_) => return error(v, SYNTAX),
+                    };
+                    match (integer(&args[2]), integer(&args[3])) {
+                        (Some(start), Some(end)) => Some((start, end, bits)),
+                        _ => return error(v, update::NOT_INTEGER),
+                    }
+                }
+                _ => return error(v, SYNTAX),
+            };
+            engine(vec![Op::Get { key }], Finish::BitCount(range))
+        }
         "strlen" => engine(vec![Op::Get { key }], Finish::Strlen),
         "type" => engine(vec![Op::Get { key }], Finish::Type),
         "getrange" | "substr" => match (integer(&args[2]), integer(&args[3])) {
@@ -394,6 +511,22 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
                 .collect();
             engine(ops, Finish::Ok)
         }
+        "msetnx" => {
+            if n % 2 != 1 {
+                return error(v, &wrong_arity("msetnx"));
+            }
+            Planned::MsetNx(
+                args[1..]
+                    .chunks(2)
+                    .map(|kv| (kv[0].clone(), kv[1].clone()))
+                    .collect(),
+            )
+        }
+        "multi" => Planned::Multi(MultiCommand::Multi),
+        "exec" => Planned::Multi(MultiCommand::Exec),
+        "discard" => Planned::Multi(MultiCommand::Discard),
+        "watch" => Planned::Multi(MultiCommand::Watch(args[1..].to_vec())),
+        "unwatch" => Planned::Multi(MultiCommand::Unwatch),
         "set" => plan_set(args, v),
         "setex" | "psetex" => {
             let unit = if name == "setex" { 1000 } else { 1 };
@@ -499,6 +632,35 @@ fn too_long(max: usize) -> String {
     format!(
         "ERR string exceeds maximum allowed size (ringkv's limits.value_bytes_max = {max} bytes)"
     )
+}
+
+/// COPY source destination [DB index] [REPLACE]: only database 0 exists.
+fn plan_copy(args: &[Bytes], v: Version) -> Planned {
+    let mut replace = false;
+    let mut i = 3;
+    while i < args.len() {
+        if args[i].eq_ignore_ascii_case(b"replace") {
+            replace = true;
+        } else if args[i].eq_ignore_ascii_case(b"db") && i + 1 < args.len() {
+            match integer(&args[i + 1]).and_then(|n| i32::try_from(n).ok()) {
+                None => return error(v, update::NOT_INTEGER),
+                Some(0) => {}
+                Some(_) => return error(v, "ERR DB index is out of range"),
+            }
+            i += 1;
+        } else {
+            return error(v, SYNTAX);
+        }
+        i += 1;
+    }
+    if args[1] == args[2] {
+        return error(v, "ERR source and destination objects are the same");
+    }
+    Planned::Server(ServerCommand::Copy {
+        from: args[1].clone(),
+        to: args[2].clone(),
+        replace,
+    })
 }
 
 /// SCAN's cursor is a shard and a partition: `shard * partitions +
@@ -950,6 +1112,26 @@ pub fn finish(finish: Finish, results: &[OpResult], w: &mut ReplyWriter) {
             w.bulk(&v[s..e]);
         }
         Finish::Type => w.simple(if value().is_some() { "string" } else { "none" }),
+        Finish::Bit(offset) => {
+            let v = value().unwrap_or_default();
+            let bit = usize::try_from(offset / 8)
+                .ok()
+                .and_then(|byte| v.get(byte))
+                .map_or(0, |b| (b >> (7 - offset % 8)) & 1);
+            w.int(bit as i64)
+        }
+        Finish::Lcs(options) => {
+            let a = value().unwrap_or_default();
+            let b = match results.get(1) {
+                Some(OpResult::Value(v)) => v.clone(),
+                _ => Bytes::new(),
+            };
+            lcs_reply(&a, &b, options, w)
+        }
+        Finish::BitCount(range) => {
+            let v = value().unwrap_or_default();
+            w.int(bit_count(&v, range) as i64)
+        }
         Finish::Update => match results.first() {
             Some(OpResult::Updated(answer)) => match answer {
                 UpdateAnswer::Nil => w.null(),
@@ -960,6 +1142,172 @@ pub fn finish(finish: Finish, results: &[OpResult], w: &mut ReplyWriter) {
             },
             other => w.error(&format!("ERR unexpected engine answer {other:?}")),
         },
+    }
+}
+
+/// LCS's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LcsOptions {
+    len: bool,
+    idx: bool,
+    with_match_len: bool,
+    min_match_len: u64,
+}
+
+/// Most cells of LCS's table (4 bytes each: 64 MiB): bounds the memory
+/// and the time one LCS takes on its shard thread.
+const LCS_CELLS_MAX: u64 = 16 << 20;
+
+/// LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN].
+fn plan_lcs(args: &[Bytes]) -> Result<LcsOptions, &'static str> {
+    let mut o = LcsOptions {
+        len: false,
+        idx: false,
+        with_match_len: false,
+        min_match_len: 0,
+    };
+    let mut i = 3;
+    while i < args.len() {
+        let opt = &args[i];
+        if opt.eq_ignore_ascii_case(b"idx") {
+            o.idx = true;
+        } else if opt.eq_ignore_ascii_case(b"len") {
+            o.len = true;
+        } else if opt.eq_ignore_ascii_case(b"withmatchlen") {
+            o.with_match_len = true;
+        } else if opt.eq_ignore_ascii_case(b"minmatchlen") && i + 1 < args.len() {
+            let n = integer(&args[i + 1]).ok_or(update::NOT_INTEGER)?;
+            o.min_match_len = n.max(0) as u64;
+            i += 1;
+        } else {
+            return Err(SYNTAX);
+        }
+        i += 1;
+    }
+    if o.len && o.idx {
+        return Err("ERR If you want both the length and indexes, please just use IDX.");
+    }
+    Ok(o)
+}
+
+/// LCS's reply, Redis's algorithm (a table of prefix LCS lengths, then a
+/// walk back from the end that collects the common string and the
+/// matching ranges, last range first).
+fn lcs_reply(a: &[u8], b: &[u8], o: LcsOptions, w: &mut ReplyWriter) {
+    let (alen, blen) = (a.len(), b.len());
+    if (alen as u64 + 1).saturating_mul(blen as u64 + 1) > LCS_CELLS_MAX {
+        return w.error(&format!(
+            "ERR ringkv computes LCS of strings whose (length + 1) products are at most {LCS_CELLS_MAX}"
+        ));
+    }
+    let width = blen + 1;
+    let mut table = vec![0u32; (alen + 1) * width];
+    for i in 1..=alen {
+        for j in 1..=blen {
+            table[i * width + j] = if a[i - 1] == b[j - 1] {
+                table[(i - 1) * width + j - 1] + 1
+            } else {
+                table[(i - 1) * width + j].max(table[i * width + j - 1])
+            };
+        }
+    }
+    let lcs_len = table[alen * width + blen] as usize;
+    if o.len {
+        return w.int(lcs_len as i64);
+    }
+    let mut common = vec![0u8; lcs_len];
+    // (a start, a end, b start, b end) of each match, last first.
+    let mut ranges: Vec<(usize, usize, usize, usize)> = Vec::new();
+    let mut current: Option<(usize, usize, usize, usize)> = None;
+    let (mut i, mut j, mut left) = (alen, blen, lcs_len);
+    while i > 0 && j > 0 {
+        let mut emit = false;
+        if a[i - 1] == b[j - 1] {
+            common[left - 1] = a[i - 1];
+            current = match current {
+                None => Some((i - 1, i - 1, j - 1, j - 1)),
+                Some((a_start, a_end, b_start, b_end)) if a_start == i && b_start == j => {
+                    Some((i - 1, a_end, j - 1, b_end))
+                }
+                Some(range) => {
+                    // Not contiguous (cannot happen after a match step,
+                    // kept from Redis's walk).
+                    emit = true;
+                    Some(range)
+                }
+            };
+            if current.is_some_and(|(a_start, _, b_start, _)| a_start == 0 || b_start == 0) {
+                emit = true;
+            }
+            left -= 1;
+            i -= 1;
+            j -= 1;
+        } else {
+            if table[(i - 1) * width + j] > table[i * width + j - 1] {
+                i -= 1;
+            } else {
+                j -= 1;
+            }
+            emit = current.is_some();
+        }
+        if emit {
+            if let Some(range) = current.take() {
+                let match_len = (range.1 - range.0 + 1) as u64;
+                if o.min_match_len == 0 || match_len >= o.min_match_len {
+                    ranges.push(range);
+                }
+            }
+        }
+    }
+    if !o.idx {
+        return w.bulk(&common);
+    }
+    w.map(2);
+    w.bulk(b"matches");
+    w.array(ranges.len());
+    for (a_start, a_end, b_start, b_end) in ranges {
+        w.array(2 + usize::from(o.with_match_len));
+        w.array(2);
+        w.int(a_start as i64);
+        w.int(a_end as i64);
+        w.array(2);
+        w.int(b_start as i64);
+        w.int(b_end as i64);
+        if o.with_match_len {
+            w.int((a_end - a_start + 1) as i64);
+        }
+    }
+    w.bulk(b"len");
+    w.int(lcs_len as i64);
+}
+
+/// Redis's text for a bad SETBIT/GETBIT offset.
+const BIT_OFFSET: &str = "ERR bit offset is not an integer or out of range";
+
+/// A SETBIT/GETBIT offset: an integer in `0..2^32` (Redis's 512 MB
+/// string limit in bits).
+fn bit_offset(arg: &[u8]) -> Option<u64> {
+    integer(arg)
+        .and_then(|n| u64::try_from(n).ok())
+        .filter(|&n| n < 1 << 32)
+}
+
+/// BITCOUNT of `value` over `range` (Redis's rules: negative indexes
+/// count from the end, bounds are clamped, an empty range counts 0).
+pub fn bit_count(value: &[u8], within: Option<(i64, i64, bool)>) -> u64 {
+    let ones = |bytes: &[u8]| bytes.iter().map(|b| u64::from(b.count_ones())).sum::<u64>();
+    match within {
+        None => ones(value),
+        Some((start, end, false)) => {
+            let (s, e) = range(value.len(), start, end);
+            ones(&value[s..e])
+        }
+        Some((start, end, true)) => {
+            let (s, e) = range(value.len() * 8, start, end);
+            (s..e)
+                .filter(|&bit| (value[bit / 8] >> (7 - bit % 8)) & 1 == 1)
+                .count() as u64
+        }
     }
 }
 
@@ -1117,6 +1465,25 @@ mod tests {
 
     fn err(text: &str) -> Reply {
         Reply::Error(text.to_string())
+    }
+
+    #[test]
+    fn bit_count_follows_redis_ranges() {
+        // 0x01 0x03 0xff: bits set 1, 2, 8.
+        let v = [0x01u8, 0x03, 0xff];
+        assert_eq!(bit_count(&v, None), 11);
+        assert_eq!(bit_count(&v, Some((0, -1, false))), 11);
+        assert_eq!(bit_count(&v, Some((1, 1, false))), 2);
+        assert_eq!(bit_count(&v, Some((-2, -1, false))), 10);
+        assert_eq!(bit_count(&v, Some((2, 1, false))), 0);
+        assert_eq!(bit_count(&v, Some((-1, -2, false))), 0);
+        // Bits 7..=15: the last bit of byte 0 and all of byte 1.
+        assert_eq!(bit_count(&v, Some((7, 15, true))), 3);
+        assert_eq!(bit_count(&v, Some((-8, -1, true))), 8);
+        assert_eq!(bit_count(&[], Some((0, -1, true))), 0);
+        assert_eq!(bit_offset(b"4294967295"), Some(u32::MAX as u64));
+        assert_eq!(bit_offset(b"4294967296"), None);
+        assert_eq!(bit_offset(b"-1"), None);
     }
 
     #[test]
@@ -1285,6 +1652,70 @@ mod tests {
         decode_reply(&mut out, &ReplyLimits::default())
             .unwrap()
             .unwrap()
+    }
+
+    #[test]
+    fn lcs_follows_redis() {
+        let v = |s: &'static str| OpResult::Value(Bytes::from_static(s.as_bytes()));
+        let keys = [v("ohmytext"), v("mynewtext")];
+        let lcs = |line: &str, version| {
+            let args: Vec<Bytes> = line
+                .split(' ')
+                .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+                .collect();
+            match plan_lcs(&args) {
+                Ok(o) => finished(Finish::Lcs(o), &keys, version),
+                Err(e) => Reply::Error(e.to_string()),
+            }
+        };
+        let r2 = Version::Resp2;
+        let int = Reply::Int;
+        let pair = |a, b| Reply::Array(vec![int(a), int(b)]);
+        let bulk = |s: &str| Reply::Bulk(Bytes::copy_from_slice(s.as_bytes()));
+        assert_eq!(lcs("lcs a b", r2), bulk("mytext"));
+        assert_eq!(lcs("lcs a b LEN", r2), int(6));
+        assert_eq!(
+            lcs("lcs a b IDX", r2),
+            Reply::Array(vec![
+                bulk("matches"),
+                Reply::Array(vec![
+                    Reply::Array(vec![pair(4, 7), pair(5, 8)]),
+                    Reply::Array(vec![pair(2, 3), pair(0, 1)]),
+                ]),
+                bulk("len"),
+                int(6),
+            ])
+        );
+        assert_eq!(
+            lcs("lcs a b IDX MINMATCHLEN 4 WITHMATCHLEN", Version::Resp3),
+            Reply::Map(vec![
+                (
+                    bulk("matches"),
+                    Reply::Array(vec![Reply::Array(vec![pair(4, 7), pair(5, 8), int(4)])])
+                ),
+                (bulk("len"), int(6)),
+            ])
+        );
+        assert!(
+            matches!(lcs("lcs a b LEN IDX", r2), Reply::Error(e) if e.contains("just use IDX"))
+        );
+        assert_eq!(
+            lcs("lcs a b MINMATCHLEN", r2),
+            Reply::Error(SYNTAX.to_string())
+        );
+        assert_eq!(
+            lcs("lcs a b MINMATCHLEN x", r2),
+            Reply::Error(update::NOT_INTEGER.to_string())
+        );
+        // Missing keys are empty strings.
+        assert_eq!(
+            finished(
+                Finish::Lcs(plan_lcs(&[]).unwrap()),
+                &[OpResult::NotFound, v("x")],
+                r2
+            ),
+            bulk("")
+        );
     }
 
     #[test]

@@ -33,11 +33,12 @@ use engine::{Op, OpResult};
 use ringkv_protocol::resp::{Command, ReplyWriter, RespDecoder, RespLimits, Version};
 
 use super::command::{
-    finish, is_default_user, plan, plan_hello, Client, Env, Finish, Planned, AUTH_NO_PASSWORD,
-    AUTH_WRONG_PASS,
+    finish, is_default_user, plan, plan_hello, Client, Env, Finish, MultiCommand, Planned,
+    AUTH_NO_PASSWORD, AUTH_WRONG_PASS,
 };
 use super::counters::RespCounters;
 use super::info::answer_server_command;
+use super::multi::{self, error_reply, MultiLimits, MultiState, Queued, WATCH_INSIDE_MULTI};
 use crate::connection::{linger, ConnState};
 use crate::pipe::Pipe;
 use crate::session::CloseReason;
@@ -339,6 +340,11 @@ async fn execute_loop(
     // connection ids start at 0.
     let mut client = Client::new(((conn.id & (i64::MAX as u64)) as i64).saturating_add(1));
     client.authenticated = authenticated.get();
+    let multi_limits = MultiLimits {
+        commands_max: ctx.shared.txn.settings.locks_max,
+        bytes_max: limits.frame_bytes_max as usize,
+    };
+    let mut multi = MultiState::default();
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
     while let Some((first, first_bytes)) = pipe.pop().await {
         // Take what else is queued, so one engine batch covers it all.
@@ -364,9 +370,16 @@ async fn execute_loop(
                 }
             };
             for args in commands {
-                let planned = plan(&args, &mut client, &env);
                 let slot = RespCounters::slot(&args[0]);
                 ctx.resp_counters().add_command(slot);
+                let planned = if multi.in_multi() {
+                    match multi.queue(&args, &mut client, &env, &multi_limits) {
+                        Queued::Run(planned) => planned,
+                        Queued::Reply(reply) => Planned::Ready(reply),
+                    }
+                } else {
+                    plan(&args, &mut client, &env)
+                };
                 match planned {
                     Planned::Ready(reply) => {
                         if reply.first() == Some(&b'-') {
@@ -393,6 +406,55 @@ async fn execute_loop(
                         conn.set_executing(true);
                         answer_server_command(ctx, &command, &mut w).await;
                         conn.set_executing(false);
+                    }
+                    Planned::Multi(command) => {
+                        // WATCH and EXEC see every command before them.
+                        if matches!(command, MultiCommand::Exec | MultiCommand::Watch(_)) {
+                            out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
+                        }
+                        let reply = multi_command(
+                            ctx,
+                            conn,
+                            &mut multi,
+                            &multi_limits,
+                            command,
+                            &mut client,
+                            &env,
+                        )
+                        .await;
+                        if reply.first() == Some(&b'-') {
+                            ctx.resp_counters().add_failed(slot);
+                        }
+                        batch.pending.push(Pending::Ready(reply));
+                    }
+                    Planned::MsetNx(_) => {
+                        // A transaction of this one command.
+                        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
+                        conn.set_executing(true);
+                        let outcome = multi::run(
+                            &ctx.handle,
+                            ctx.shared.txn.settings,
+                            std::slice::from_ref(&args),
+                            &[],
+                            &mut client,
+                            &env,
+                        )
+                        .await;
+                        conn.set_executing(false);
+                        match outcome {
+                            multi::ExecOutcome::Replies(replies) => {
+                                for r in replies {
+                                    out.extend_from_slice(&r);
+                                }
+                            }
+                            multi::ExecOutcome::WatchChanged => {
+                                unreachable!("MSETNX watches nothing")
+                            }
+                            multi::ExecOutcome::Failed(text) => {
+                                ctx.resp_counters().add_failed(slot);
+                                ReplyWriter::new(&mut out, client.version).error(&text);
+                            }
+                        }
                     }
                     Planned::Auth {
                         user,
@@ -428,6 +490,81 @@ async fn execute_loop(
     }
     shutdown_write(stream).await;
     Ok(Ended::ReaderDone)
+}
+
+/// MULTI, EXEC, DISCARD, WATCH, UNWATCH (`multi`): the reply. Every
+/// command before it has run (the caller ran the batch for EXEC and
+/// WATCH).
+async fn multi_command(
+    ctx: &ShardContext,
+    conn: &ConnState,
+    multi: &mut MultiState,
+    limits: &MultiLimits,
+    command: MultiCommand,
+    client: &mut Client,
+    env: &Env,
+) -> Bytes {
+    let v = client.version;
+    let mut out = BytesMut::new();
+    match command {
+        MultiCommand::Multi => match multi.begin() {
+            Ok(()) => ReplyWriter::new(&mut out, v).ok(),
+            Err(text) => ReplyWriter::new(&mut out, v).error(text),
+        },
+        MultiCommand::Discard => match multi.discard() {
+            Ok(()) => ReplyWriter::new(&mut out, v).ok(),
+            Err(text) => ReplyWriter::new(&mut out, v).error(text),
+        },
+        MultiCommand::Unwatch => {
+            multi.unwatch();
+            ReplyWriter::new(&mut out, v).ok();
+        }
+        MultiCommand::Watch(_) if multi.in_multi() => {
+            ReplyWriter::new(&mut out, v).error(WATCH_INSIDE_MULTI)
+        }
+        MultiCommand::Watch(keys) => {
+            if keys.len() > multi.watch_room(limits) {
+                return error_reply(
+                    v,
+                    &format!(
+                        "ERR ringkv: a connection watches at most {} keys (server.txn_locks_max)",
+                        limits.commands_max
+                    ),
+                );
+            }
+            let checked = keys
+                .iter()
+                .find_map(|key| ctx.handle.check_limits(&Op::Get { key: key.clone() }).err());
+            if let Some(e) = checked {
+                return error_reply(v, &super::command::op_error_text(&e));
+            }
+            match ctx.handle.key_marks(&keys).await {
+                Ok(marks) => {
+                    multi.watch(keys.into_iter().zip(marks).collect());
+                    ReplyWriter::new(&mut out, v).ok();
+                }
+                Err(e) => ReplyWriter::new(&mut out, v).error(&super::command::op_error_text(&e)),
+            }
+        }
+        MultiCommand::Exec => match multi.take_exec() {
+            Err(text) => ReplyWriter::new(&mut out, v).error(text),
+            Ok((commands, watched)) => {
+                conn.set_executing(true);
+                let outcome = multi::run(
+                    &ctx.handle,
+                    ctx.shared.txn.settings,
+                    &commands,
+                    &watched,
+                    client,
+                    env,
+                )
+                .await;
+                conn.set_executing(false);
+                outcome.write_exec(&mut out, v);
+            }
+        },
+    }
+    out.freeze()
 }
 
 /// AUTH / HELLO AUTH: checks the password with the server's shared

@@ -67,6 +67,7 @@ pub async fn answer_server_command(
             Err(e) => w.error(&op_error_text(&e)),
         },
         ServerCommand::Rename { from, to, nx } => rename(ctx, from, to, *nx, w).await,
+        ServerCommand::Copy { from, to, replace } => copy(ctx, from, to, *replace, w).await,
         ServerCommand::DbSize => {
             let keys: u64 = ctx.handle.metrics().shards.iter().map(|s| s.keys).sum();
             w.int(keys as i64);
@@ -195,16 +196,16 @@ fn first(r: Result<Vec<OpResult>, OpError>) -> Result<OpResult, OpError> {
     }
 }
 
-/// RENAME / RENAMENX across shards without losing the value on a crash:
-/// read the source, write the destination (NX: only if absent), then delete
-/// the source only if it still holds what was copied. A crash in between
-/// leaves both keys, never neither.
-async fn rename(ctx: &ShardContext, from: &Bytes, to: &Bytes, nx: bool, w: &mut ReplyWriter<'_>) {
-    // The value and its expiry time, read in one step on the key's shard.
+/// `key`'s value and expiry time (Unix ms), read in one step on its shard;
+/// `Ok(None)` if it is missing, `Err` with the error reply's text.
+async fn read_with_expiry(
+    ctx: &ShardContext,
+    key: &Bytes,
+) -> Result<Option<(Bytes, Option<i64>)>, String> {
     let read = vec![
-        Op::Get { key: from.clone() },
+        Op::Get { key: key.clone() },
         Op::UpdateTtl {
-            key: from.clone(),
+            key: key.clone(),
             update: TtlUpdate {
                 apply: update::ttl,
                 arg: Bytes::new(),
@@ -212,17 +213,62 @@ async fn rename(ctx: &ShardContext, from: &Bytes, to: &Bytes, nx: bool, w: &mut 
             },
         },
     ];
-    let (value, expiry) = match ctx.handle.batch(read).await {
+    match ctx.handle.batch(read).await {
         Ok(r) => match (r.first(), r.get(1)) {
             (Some(OpResult::Value(v)), Some(OpResult::Updated(UpdateAnswer::Int(at)))) => {
-                (v.clone(), (*at > 0).then_some(*at))
+                Ok(Some((v.clone(), (*at > 0).then_some(*at))))
             }
-            (Some(OpResult::Err(e)), _) | (_, Some(OpResult::Err(e))) => {
-                return w.error(&op_error_text(e))
-            }
-            _ => return w.error("ERR no such key"),
+            (Some(OpResult::Err(e)), _) | (_, Some(OpResult::Err(e))) => Err(op_error_text(e)),
+            _ => Ok(None),
         },
-        Err(e) => return w.error(&op_error_text(&e)),
+        Err(e) => Err(op_error_text(&e)),
+    }
+}
+
+/// COPY: reads the source (value and expiry time) in one step, then
+/// writes the destination with that expiry time, only if it is absent
+/// unless `replace`. Not atomic across shards, as RENAME: a write to the
+/// source in between is not copied.
+async fn copy(
+    ctx: &ShardContext,
+    from: &Bytes,
+    to: &Bytes,
+    replace: bool,
+    w: &mut ReplyWriter<'_>,
+) {
+    let (value, expiry) = match read_with_expiry(ctx, from).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return w.int(0),
+        Err(text) => return w.error(&text),
+    };
+    let flags = if replace { 0 } else { update::SET_NX as u8 };
+    let mut arg = bytes::BytesMut::with_capacity(1 + value.len());
+    arg.extend_from_slice(&[flags]);
+    arg.extend_from_slice(&value);
+    let write = Op::UpdateTtl {
+        key: to.clone(),
+        update: TtlUpdate {
+            apply: update::set_expiring,
+            arg: arg.freeze(),
+            number: expiry.unwrap_or(0),
+        },
+    };
+    match first(ctx.handle.batch(vec![write]).await) {
+        Ok(OpResult::Updated(UpdateAnswer::Nil)) => w.int(0),
+        Ok(_) => w.int(1),
+        Err(e) => w.error(&op_error_text(&e)),
+    }
+}
+
+/// RENAME / RENAMENX across shards without losing the value on a crash:
+/// read the source, write the destination (NX: only if absent), then delete
+/// the source only if it still holds what was copied. A crash in between
+/// leaves both keys, never neither.
+async fn rename(ctx: &ShardContext, from: &Bytes, to: &Bytes, nx: bool, w: &mut ReplyWriter<'_>) {
+    let (value, expiry) = match read_with_expiry(ctx, from).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return w.error("ERR no such key"),
+        Err(text) => return w.error(&text),
     };
     if from == to {
         return if nx { w.int(0) } else { w.ok() };

@@ -6,13 +6,15 @@
 //! Layout: `conn` (accept loop, reader and executor tasks) → `command`
 //! (arguments → engine ops or a reply, pure) → `update` (the
 //! read-modify-write commands as engine update functions) and `info`
-//! (DBSIZE, INFO, CONFIG GET); `counters` for INFO.
+//! (DBSIZE, INFO, CONFIG GET); `multi` (MULTI/EXEC/WATCH, MSETNX on
+//! the engine's transactions); `counters` for INFO.
 
 pub mod command;
 pub mod conn;
 pub mod counters;
 pub mod info;
 pub mod loading;
+pub mod multi;
 pub mod update;
 
 pub use conn::{accept_loop, resp_limits};

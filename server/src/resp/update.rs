@@ -183,6 +183,25 @@ pub fn set_range(current: Option<Bytes>, arg: &Bytes, offset: i64) -> UpdateOutc
     put(Bytes::from(v), UpdateAnswer::Int(len))
 }
 
+/// SETBIT: `packed` is `offset << 1 | bit`; the value grows with zero
+/// bytes to hold the offset (bit 0 is the top bit of byte 0, as in
+/// Redis); answers the bit's old value. Keeps the expiry time.
+pub fn set_bit(current: Option<Bytes>, _: &Bytes, packed: i64) -> UpdateOutcome {
+    let offset = (packed >> 1) as usize;
+    let (byte, shift) = (offset / 8, 7 - offset % 8);
+    let mut v = current.map_or_else(Vec::new, |c| c.to_vec());
+    if v.len() <= byte {
+        v.resize(byte + 1, 0);
+    }
+    let old = (v[byte] >> shift) & 1;
+    if packed & 1 == 1 {
+        v[byte] |= 1 << shift;
+    } else {
+        v[byte] &= !(1 << shift);
+    }
+    put(Bytes::from(v), UpdateAnswer::Int(i64::from(old)))
+}
+
 // --- Expiry commands ([`engine::TtlUpdateFn`]): they see the key's
 // expiry time and the shard's clock. Expiry times are absolute Unix ms,
 // computed by the planner from the command's arguments.
@@ -445,6 +464,24 @@ mod tests {
             UpdateAnswer::Refused(NAN_OR_INFINITY)
         );
         assert_eq!(parse_float(b"nan"), None);
+    }
+
+    #[test]
+    fn set_bit_grows_the_value_and_answers_the_old_bit() {
+        let got = set_bit(None, &Bytes::new(), 5 << 1 | 1);
+        assert_eq!(
+            got.write,
+            UpdateWrite::Put(Bytes::from_static(&[0b0000_0100]))
+        );
+        assert_eq!(got.answer, UpdateAnswer::Int(0));
+        let got = set_bit(Some(Bytes::from_static(&[0xff])), &Bytes::new(), 1 << 1);
+        assert_eq!(
+            got.write,
+            UpdateWrite::Put(Bytes::from_static(&[0b1011_1111]))
+        );
+        assert_eq!(got.answer, UpdateAnswer::Int(1));
+        let got = set_bit(Some(b("a")), &Bytes::new(), 17 << 1);
+        assert_eq!(got.write, UpdateWrite::Put(Bytes::from_static(b"a\0\0")));
     }
 
     #[test]
