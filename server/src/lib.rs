@@ -15,6 +15,7 @@ pub mod cli;
 pub mod connection;
 pub mod counters;
 pub mod exec;
+pub mod glob;
 pub mod http;
 pub mod listener;
 pub mod lockfile;
