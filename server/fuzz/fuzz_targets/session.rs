@@ -4,7 +4,8 @@
 //! the one before, whose connections must refuse the newer opcodes: the
 //! expiry operations and SCAN). Every invariant `feed_checked` asserts
 //! (bounded buffer, nothing after a close, progress) must hold, and every
-//! request handed to the engine must satisfy the advertised limits.
+//! request handed to the engine must satisfy the advertised limits and hold
+//! only operations of the connection's version.
 //!
 //! Run from `server/`: `cargo +nightly fuzz run session -- -max_total_time=60`.
 //! `fuzz/seeds/session/` holds inputs that reach the version 3 opcodes;
@@ -62,13 +63,13 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let mut input = Vec::with_capacity(rest.len() + 64);
+    let version = if mode & 4 == 4 {
+        PROTOCOL_VERSION - 1
+    } else {
+        PROTOCOL_VERSION
+    };
     if mode & 1 == 1 {
         let mut hello = BytesMut::new();
-        let version = if mode & 4 == 4 {
-            PROTOCOL_VERSION - 1
-        } else {
-            PROTOCOL_VERSION
-        };
         encode_hello(&Hello { version, flags: 0 }, &mut hello);
         input.extend_from_slice(&hello);
     }
@@ -85,6 +86,12 @@ fuzz_target!(|data: &[u8]| {
     for step in steps {
         if let Step::Run { request, .. } = step {
             assert_eq!(limits().check_request(&request), Ok(()), "{request:?}");
+            // A connection runs only its version's ops (without the
+            // prepended hello, the input's own hello chose the version).
+            assert!(
+                mode & 1 == 0 || request.ops.iter().all(|op| op.since_version() <= version),
+                "a version {version} connection ran {request:?}"
+            );
         }
     }
 });
