@@ -586,6 +586,75 @@ mod tests {
         assert_eq!(buf.len(), response.encoded_len());
     }
 
+    /// A response of one result whose payload is `payload` with `kind`.
+    fn one_result(kind: u8, payload: &[u8]) -> BytesMut {
+        let mut buf = BytesMut::new();
+        let start = begin_frame(&mut buf, frame_kind::RESPONSE, 1, 5);
+        put_result(&mut buf, Status::Ok, kind, payload);
+        finish_frame(&mut buf, start);
+        buf
+    }
+
+    #[test]
+    fn malformed_expiry_and_keys_payloads_are_rejected() {
+        let limits = Limits {
+            key_bytes_max: 4,
+            ..Limits::default()
+        };
+        let rejected = |mut buf: BytesMut| match decode_response(&mut buf, &limits) {
+            Err(DecodeError::Rejected { id: 5, fault }) => fault,
+            other => panic!("expected a rejection, got {other:?}"),
+        };
+        // Time left without an expiry time; a payload of the wrong size.
+        let mut payload = [0u8; 16];
+        payload[8] = 1;
+        assert!(matches!(
+            rejected(one_result(payload_kind::EXPIRY, &payload)),
+            FrameFault::BadReply { .. }
+        ));
+        assert!(matches!(
+            rejected(one_result(payload_kind::EXPIRY, &[0u8; 8])),
+            FrameFault::BadReply { .. }
+        ));
+        // Keys: an empty one, one over key_bytes_max, a count past the end.
+        let keys = |count: u32, entries: &[&[u8]]| {
+            let mut p = 0u64.to_le_bytes().to_vec();
+            p.extend_from_slice(&count.to_le_bytes());
+            for key in entries {
+                p.extend_from_slice(&(key.len() as u32).to_le_bytes());
+                p.extend_from_slice(key);
+            }
+            one_result(payload_kind::KEYS, &p)
+        };
+        assert_eq!(
+            rejected(keys(1, &[b""])),
+            FrameFault::OverLimit(LimitError::EmptyKey { index: 0 })
+        );
+        assert_eq!(
+            rejected(keys(2, &[b"ok", b"toolong"])),
+            FrameFault::OverLimit(LimitError::KeyTooLarge {
+                index: 1,
+                len: 7,
+                max: 4
+            })
+        );
+        assert!(matches!(
+            rejected(keys(1_000_000, &[b"a"])),
+            FrameFault::Truncated { .. }
+        ));
+        let mut fine = keys(2, &[b"a", b"bcd"]);
+        assert_eq!(
+            decode_response(&mut fine, &limits),
+            Ok(Some(ServerFrame::Response(Response {
+                id: 5,
+                results: vec![OpReply::Keys {
+                    cursor: 0,
+                    keys: vec![Bytes::from_static(b"a"), Bytes::from_static(b"bcd")]
+                }]
+            })))
+        );
+    }
+
     #[test]
     fn error_frames_round_trip_with_and_without_id() {
         for (id, close) in [(Some(5), false), (None, true), (Some(0), true)] {
