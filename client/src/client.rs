@@ -10,7 +10,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -20,8 +20,9 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::protocol::{
     check_frame, decode_hello_ack, decode_response, encode_auth, encode_hello, encode_request,
-    DecodeError, ErrorFrame, Hello, HelloAck, LimitError, Limits, OpReply, Request, RequestOp,
-    ServerFrame, ServerInfo, Status, PASSWORD_BYTES_MAX, PROTOCOL_VERSION,
+    hello_flags, DecodeError, ErrorFrame, Expiry, Hello, HelloAck, LimitError, Limits, OpReply,
+    Request, RequestOp, ServerFrame, ServerInfo, Status, PASSWORD_BYTES_MAX, PROTOCOL_VERSION,
+    PROTOCOL_VERSION_MIN,
 };
 use crate::tls::{TlsOptions, TlsSetupError};
 
@@ -116,6 +117,14 @@ pub enum ClientError {
     /// The request breaks the limits the server advertised; nothing was sent.
     #[error("request not sent: {0}")]
     Limit(LimitError),
+    /// The connection speaks an older protocol version (the server is
+    /// older than this client) that lacks an operation; nothing was sent.
+    #[error("request not sent: {op} needs protocol version {since}, and the server speaks version {version}")]
+    NeedsVersion {
+        op: &'static str,
+        since: u16,
+        version: u16,
+    },
     /// The connection is gone; `reason` says why.
     #[error("connection closed: {reason}")]
     Closed { reason: String },
@@ -271,10 +280,39 @@ impl Client {
     }
 
     /// `host` names the server for TLS (when `options.tls` has no name).
+    /// Asks for [`PROTOCOL_VERSION`]; a server that refuses it with
+    /// UNSUPPORTED, naming an older version this client also speaks, is
+    /// asked again for that version on a new connection (operations of
+    /// later versions then fail with [`ClientError::NeedsVersion`]).
     async fn connect_inner(
         addr: impl ToSocketAddrs,
         host: &str,
         options: &ConnectOptions,
+    ) -> Result<Client, ClientError> {
+        let addrs: Vec<SocketAddr> = lookup_host(addr)
+            .await
+            .map_err(ClientError::Resolve)?
+            .collect();
+        match Client::connect_version(&addrs, host, options, PROTOCOL_VERSION).await {
+            Err(ClientError::Refused {
+                status: Status::Unsupported,
+                server_version,
+                ..
+            }) if (PROTOCOL_VERSION_MIN..PROTOCOL_VERSION).contains(&server_version)
+                // Version 1 cannot carry a password.
+                && (options.password.is_none() || server_version >= 2) =>
+            {
+                Client::connect_version(&addrs, host, options, server_version).await
+            }
+            other => other,
+        }
+    }
+
+    async fn connect_version(
+        addrs: &[SocketAddr],
+        host: &str,
+        options: &ConnectOptions,
+        version: u16,
     ) -> Result<Client, ClientError> {
         if let Some(password) = &options.password {
             if !(1..=PASSWORD_BYTES_MAX).contains(&password.len()) {
@@ -292,14 +330,10 @@ impl Client {
                 Some((connector, name))
             }
         };
-        let addrs: Vec<SocketAddr> = lookup_host(addr)
-            .await
-            .map_err(ClientError::Resolve)?
-            .collect();
         let mut last_error =
             io::Error::new(io::ErrorKind::NotFound, "the address resolved to nothing");
         let mut stream = None;
-        for addr in &addrs {
+        for addr in addrs {
             match TcpStream::connect(addr).await {
                 Ok(connected) => {
                     stream = Some(connected);
@@ -310,7 +344,7 @@ impl Client {
         }
         let Some(stream) = stream else {
             return Err(ClientError::Connect {
-                addrs,
+                addrs: addrs.to_vec(),
                 source: last_error,
             });
         };
@@ -338,9 +372,10 @@ impl Client {
 
         let mut out = BytesMut::new();
         match &options.password {
-            None => encode_hello(&Hello::current(), &mut out),
+            None => encode_hello(&Hello { version, flags: 0 }, &mut out),
             Some(password) => {
-                encode_hello(&Hello::with_password(), &mut out);
+                let flags = hello_flags::AUTH;
+                encode_hello(&Hello { version, flags }, &mut out);
                 encode_auth(password, &mut out);
             }
         }
@@ -361,7 +396,7 @@ impl Client {
                 });
             }
         };
-        let (version, limits, server) = match ack {
+        let (accepted, limits, server) = match ack {
             HelloAck::Accepted {
                 version,
                 limits,
@@ -379,10 +414,10 @@ impl Client {
                 });
             }
         };
-        if version != PROTOCOL_VERSION {
+        if accepted != version {
             return Err(ClientError::Protocol(ProtocolError::Version {
-                got: version,
-                expected: PROTOCOL_VERSION,
+                got: accepted,
+                expected: version,
             }));
         }
 
@@ -456,6 +491,13 @@ impl Client {
     pub async fn batch(&self, ops: Vec<RequestOp>) -> Result<Vec<OpReply>, ClientError> {
         if ops.is_empty() {
             return Ok(Vec::new());
+        }
+        if let Some(op) = ops.iter().find(|op| op.since_version() > self.version) {
+            return Err(ClientError::NeedsVersion {
+                op: crate::protocol::opcode::name(op.opcode()).unwrap_or("?"),
+                since: op.since_version(),
+                version: self.version,
+            });
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let request = Request { id, ops };
@@ -555,6 +597,98 @@ impl Client {
         Ok(self.single(RequestOp::Delete { key: key.into() }).await? == OpReply::Ok)
     }
 
+    /// Sets `key` to `value`, expiring at `expires_at_ms` (absolute Unix
+    /// time in ms; 0: never, like [`Client::put`]; a time already past
+    /// deletes the key). Protocol version 3.
+    pub async fn put_expiring_at(
+        &self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+        expires_at_ms: u64,
+    ) -> Result<(), ClientError> {
+        self.single(RequestOp::PutExpiring {
+            key: key.into(),
+            value: value.into(),
+            expires_at_ms,
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Sets `key` to `value`, expiring `ttl` from now by this machine's
+    /// clock (see [`expiry_time_ms`]).
+    pub async fn put_expiring_in(
+        &self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+        ttl: Duration,
+    ) -> Result<(), ClientError> {
+        self.put_expiring_at(key, value, expiry_time_ms(ttl)).await
+    }
+
+    /// Sets the expiry time of an existing `key` (absolute Unix ms; 0
+    /// removes it, a time already past deletes the key). False when there
+    /// is no such key. Protocol version 3.
+    pub async fn expire_at(
+        &self,
+        key: impl Into<Bytes>,
+        expires_at_ms: u64,
+    ) -> Result<bool, ClientError> {
+        let op = RequestOp::Expire {
+            key: key.into(),
+            expires_at_ms,
+        };
+        Ok(self.single(op).await? == OpReply::Ok)
+    }
+
+    /// Makes an existing `key` expire `ttl` from now by this machine's
+    /// clock. False when there is no such key.
+    pub async fn expire_in(
+        &self,
+        key: impl Into<Bytes>,
+        ttl: Duration,
+    ) -> Result<bool, ClientError> {
+        self.expire_at(key, expiry_time_ms(ttl)).await
+    }
+
+    /// Removes the expiry time of `key`, which then lives until deleted.
+    /// False when there is no such key.
+    pub async fn persist(&self, key: impl Into<Bytes>) -> Result<bool, ClientError> {
+        self.expire_at(key, 0).await
+    }
+
+    /// The expiry of `key`. Protocol version 3.
+    pub async fn ttl(&self, key: impl Into<Bytes>) -> Result<KeyTtl, ClientError> {
+        match self.single(RequestOp::Ttl { key: key.into() }).await? {
+            OpReply::Expiry(Some(expiry)) => Ok(KeyTtl::Expires(expiry)),
+            OpReply::Expiry(None) => Ok(KeyTtl::Persistent),
+            _ => Ok(KeyTtl::NotFound), // the only other reply check_replies lets through
+        }
+    }
+
+    /// One step of a walk over every key: start with cursor 0, then pass
+    /// the cursor of the last page until it is 0. `count` is a hint of
+    /// how many keys to visit (0: the server's default); a non-empty
+    /// `pattern` (a glob, at most 256 bytes) keeps the keys that match it.
+    /// A key present for the whole walk is returned at least once.
+    /// Protocol version 3.
+    pub async fn scan(
+        &self,
+        cursor: u64,
+        count: u32,
+        pattern: impl Into<Bytes>,
+    ) -> Result<ScanPage, ClientError> {
+        let op = RequestOp::Scan {
+            cursor,
+            count,
+            pattern: pattern.into(),
+        };
+        match self.single(op).await? {
+            OpReply::Keys { cursor, keys } => Ok(ScanPage { cursor, keys }),
+            _ => unreachable!("check_replies lets only KEYS replies through for SCAN"),
+        }
+    }
+
     /// A round trip that does nothing on the server.
     pub async fn ping(&self) -> Result<(), ClientError> {
         self.single(RequestOp::Ping).await.map(drop)
@@ -606,6 +740,35 @@ impl Client {
     }
 }
 
+/// What TTL found for a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyTtl {
+    /// No such key (or it has expired).
+    NotFound,
+    /// The key has no expiry time.
+    Persistent,
+    /// The key expires then.
+    Expires(Expiry),
+}
+
+/// One step of a SCAN walk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanPage {
+    /// The cursor of the next step; 0 when the walk is done.
+    pub cursor: u64,
+    pub keys: Vec<Bytes>,
+}
+
+/// The absolute expiry time (Unix ms) `ttl` from now by this machine's
+/// clock; never 0 (which would mean "no expiry").
+pub fn expiry_time_ms(ttl: Duration) -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let ttl = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    now.saturating_add(ttl).max(1)
+}
+
 /// Checks a response against the request it answers: one reply per op, each
 /// a kind of reply its op can get.
 fn check_replies(request: &Request, results: &[OpReply]) -> Result<(), ProtocolError> {
@@ -640,6 +803,10 @@ fn op_name(op: &RequestOp) -> &'static str {
         RequestOp::Commit => "COMMIT",
         RequestOp::Rollback => "ROLLBACK",
         RequestOp::Stats => "STATS",
+        RequestOp::PutExpiring { .. } => "PUT_EXPIRING",
+        RequestOp::Expire { .. } => "EXPIRE",
+        RequestOp::Ttl { .. } => "TTL",
+        RequestOp::Scan { .. } => "SCAN",
     }
 }
 

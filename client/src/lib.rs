@@ -12,7 +12,8 @@ pub use ringkv_protocol as protocol;
 
 pub use args::ConnectArgs;
 pub use client::{
-    Client, ClientError, ConnectOptions, ProtocolError, Transaction, CONNECT_TIMEOUT_DEFAULT,
+    expiry_time_ms, Client, ClientError, ConnectOptions, KeyTtl, ProtocolError, ScanPage,
+    Transaction, CONNECT_TIMEOUT_DEFAULT,
 };
 pub use protocol::{Limits, OpReply, RequestOp, ServerInfo, Status};
 pub use tls::TlsOptions;

@@ -50,7 +50,10 @@ async fn handshake_exposes_limits_and_server_info() {
     assert_eq!(client.server_info().server_name, "fake-server");
     assert_eq!(client.server_info().shard_count, 2);
     assert_eq!(client.server_info().server_id, 0xfeed);
-    assert_eq!(client.protocol_version(), 2);
+    assert_eq!(
+        client.protocol_version(),
+        ringkv_client::protocol::PROTOCOL_VERSION
+    );
     assert_eq!(client.peer_addr(), server.addr);
 }
 
@@ -375,7 +378,11 @@ async fn a_refused_handshake_reports_status_and_message() {
         } => {
             assert_eq!(
                 (status, message.as_str(), server_version),
-                (Status::Overloaded, "too many connections", 2)
+                (
+                    Status::Overloaded,
+                    "too many connections",
+                    ringkv_client::protocol::PROTOCOL_VERSION
+                )
             );
         }
         other => panic!("expected Refused, got {other}"),
@@ -422,4 +429,39 @@ async fn a_missing_server_is_a_connect_error() {
         ClientError::Connect { addrs, .. } => assert_eq!(addrs, vec![addr]),
         other => panic!("expected Connect, got {other}"),
     }
+}
+
+#[tokio::test]
+async fn an_older_server_is_spoken_to_in_its_version() {
+    let server = FakeServer::start(Options {
+        max_version: Some(2),
+        ..Options::default()
+    })
+    .await;
+    let client = bounded(Client::connect(server.addr)).await.unwrap();
+    assert_eq!(client.protocol_version(), 2);
+    bounded(client.put(key("k"), key("v"))).await.unwrap();
+    assert_eq!(bounded(client.get(key("k"))).await.unwrap(), Some(key("v")));
+    // Version 3 operations fail before anything is sent.
+    match bounded(client.ttl(key("k"))).await {
+        Err(ClientError::NeedsVersion {
+            op: "TTL",
+            since: 3,
+            version: 2,
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        bounded(client.scan(0, 10, Bytes::new())).await,
+        Err(ClientError::NeedsVersion { op: "SCAN", .. })
+    ));
+    // Nothing reached the server but the PUT and the GET.
+    assert_eq!(*server.received.borrow(), 2);
+    // A current server is spoken to in the latest version.
+    let current = FakeServer::start(Options::default()).await;
+    let client = bounded(Client::connect(current.addr)).await.unwrap();
+    assert_eq!(
+        client.protocol_version(),
+        ringkv_client::protocol::PROTOCOL_VERSION
+    );
 }

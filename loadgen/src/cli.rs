@@ -83,7 +83,8 @@ pub enum WorkloadArg {
     /// YCSB D: 95% read, 5% insert, latest.
     #[value(name = "ycsb-d")]
     YcsbD,
-    /// YCSB E: 95% scan, 5% insert, zipfian (unsupported until ringkv has SCAN).
+    /// YCSB E: 95% scan, 5% insert, zipfian (unsupported: ringkv has no
+    /// ordered range read).
     #[value(name = "ycsb-e")]
     YcsbE,
     /// YCSB F: 50% read, 50% read-modify-write, zipfian.

@@ -125,8 +125,8 @@ impl Session for RingkvSession {
                     Reply::Aborted(format!("{status}: {message}"))
                 }
                 OpReply::Error { status, message } => Reply::Failed(format!("{status}: {message}")),
-                OpReply::Stats(_) => {
-                    Reply::Failed("a STATS answer to a data operation".to_string())
+                OpReply::Stats(_) | OpReply::Expiry(_) | OpReply::Keys { .. } => {
+                    Reply::Failed("a STATS, EXPIRY or KEYS answer to a data operation".to_string())
                 }
             })
             .collect())

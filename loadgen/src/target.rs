@@ -91,7 +91,8 @@ pub trait Session: Send + 'static {
     /// The server's STATS (name, value) pairs (names: docs/loadgen.md).
     fn stats(&mut self) -> impl Future<Output = Result<Vec<(String, String)>, TargetError>> + Send;
 
-    /// Whether the protocol has a SCAN operation (YCSB E needs it).
+    /// Whether the target has an ordered range read (YCSB E's scan needs
+    /// one; ringkv's hash-order SCAN does not serve it).
     fn supports_scan(&self) -> bool;
 }
 

@@ -125,11 +125,21 @@ pub enum FrameFault {
     #[error("op {index}: unknown opcode {code:#04x}")]
     UnknownOpcode { index: usize, code: u8 },
     /// An opcode reserved for a later protocol version.
-    #[error("op {index}: opcode {code:#04x} ({name}) is reserved and not supported by protocol version 1")]
+    #[error("op {index}: opcode {code:#04x} ({name}) is reserved and not supported by this protocol version")]
     ReservedOpcode {
         index: usize,
         code: u8,
         name: &'static str,
+    },
+    /// An opcode of a later protocol version than the connection's (a
+    /// client that negotiated an older version sent it).
+    #[error("op {index}: opcode {code:#04x} ({name}) needs protocol version {since}; this connection speaks version {version}")]
+    OpcodeNeedsVersion {
+        index: usize,
+        code: u8,
+        name: &'static str,
+        since: u16,
+        version: u16,
     },
     /// A field runs past the end of the frame.
     #[error("{what} at offset {offset} needs {need} bytes, only {have} left in the frame")]
@@ -182,7 +192,8 @@ impl FrameFault {
             FrameFault::UnexpectedKind { .. }
             | FrameFault::ReservedBits { .. }
             | FrameFault::UnknownOpcode { .. }
-            | FrameFault::ReservedOpcode { .. } => Status::Unsupported,
+            | FrameFault::ReservedOpcode { .. }
+            | FrameFault::OpcodeNeedsVersion { .. } => Status::Unsupported,
             FrameFault::OverLimit(limit) => limit.status(),
             FrameFault::Truncated { .. }
             | FrameFault::TrailingBytes { .. }
@@ -215,13 +226,21 @@ pub enum LimitError {
     ValueTooLarge { index: usize, len: usize, max: u32 },
     #[error("encoded frame of {len} bytes is over the limit of {max}")]
     FrameTooLarge { len: usize, max: u32 },
+    #[error("op {index}: SCAN pattern of {len} bytes is over the limit of {max}")]
+    PatternTooLarge {
+        index: usize,
+        len: usize,
+        max: usize,
+    },
 }
 
 impl LimitError {
     /// The wire status for this violation.
     pub fn status(&self) -> Status {
         match self {
-            LimitError::EmptyBatch | LimitError::EmptyKey { .. } => Status::BadRequest,
+            LimitError::EmptyBatch
+            | LimitError::EmptyKey { .. }
+            | LimitError::PatternTooLarge { .. } => Status::BadRequest,
             LimitError::TooManyOps { .. } => Status::TooManyOps,
             LimitError::KeyTooLarge { .. } => Status::KeyTooLarge,
             LimitError::ValueTooLarge { .. } => Status::ValueTooLarge,

@@ -1,4 +1,4 @@
-//! The handshake: the client's 8-byte hello (in version 2 optionally
+//! The handshake: the client's 8-byte hello (from version 2 on optionally
 //! followed by an auth block carrying a password) and the server's hello-ack
 //! with its limits and identity (or a refusal with a status and message).
 //! Both start with the magic `RKV1` and the version, which every protocol
@@ -21,8 +21,8 @@ use super::wire::{
 pub struct Hello {
     /// The protocol version the client wants to speak.
     pub version: u16,
-    /// Features the client requires: version 1 defines none; version 2
-    /// defines [`hello_flags::AUTH`] (an auth block follows the hello).
+    /// Features the client requires: version 1 defines none; versions 2 and
+    /// later define [`hello_flags::AUTH`] (an auth block follows the hello).
     pub flags: u16,
 }
 
@@ -352,7 +352,7 @@ mod tests {
     fn hello_round_trips() {
         let mut buf = BytesMut::new();
         encode_hello(&Hello::current(), &mut buf);
-        assert_eq!(&buf[..], b"RKV1\x02\x00\x00\x00");
+        assert_eq!(&buf[..], b"RKV1\x03\x00\x00\x00");
         assert_eq!(decode_hello(&mut buf), Ok(Some(Hello::current())));
         assert!(buf.is_empty());
     }
@@ -385,12 +385,12 @@ mod tests {
     fn other_versions_and_flags_are_unsupported() {
         for (version, flags, expected) in [
             (
-                3u16,
+                4u16,
                 0u16,
                 DecodeError::UnsupportedVersion {
-                    got: 3,
+                    got: 4,
                     min: 1,
-                    max: 2,
+                    max: 3,
                 },
             ),
             (
@@ -399,7 +399,16 @@ mod tests {
                 DecodeError::UnsupportedVersion {
                     got: 0,
                     min: 1,
-                    max: 2,
+                    max: 3,
+                },
+            ),
+            (
+                3,
+                2,
+                DecodeError::UnsupportedFlags {
+                    flags: 2,
+                    version: 3,
+                    known: 1,
                 },
             ),
             (

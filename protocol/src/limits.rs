@@ -4,7 +4,9 @@
 
 use super::error::{LimitError, LimitsError};
 use super::request::{Request, RequestOp};
-use super::wire::{FRAME_BYTES_MAX_FLOOR, FRAME_HEADER_BYTES, RESULT_HEADER_BYTES};
+use super::wire::{
+    FRAME_BYTES_MAX_FLOOR, FRAME_HEADER_BYTES, RESULT_HEADER_BYTES, SCAN_PATTERN_BYTES_MAX,
+};
 
 /// Negotiated bounds of one connection. All sizes are in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +85,16 @@ impl Limits {
                 });
             }
         }
-        if let RequestOp::Put { value, .. } = op {
+        if let RequestOp::Scan { pattern, .. } = op {
+            if pattern.len() > SCAN_PATTERN_BYTES_MAX {
+                return Err(LimitError::PatternTooLarge {
+                    index,
+                    len: pattern.len(),
+                    max: SCAN_PATTERN_BYTES_MAX,
+                });
+            }
+        }
+        if let RequestOp::Put { value, .. } | RequestOp::PutExpiring { value, .. } = op {
             if value.len() > self.value_bytes_max as usize {
                 return Err(LimitError::ValueTooLarge {
                     index,

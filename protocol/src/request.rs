@@ -8,7 +8,10 @@ use super::error::{DecodeError, FrameFault, LimitError};
 use super::frame::{begin_frame, finish_frame, open_frame, take_and_parse, wire_len, Cursor};
 use super::limits::Limits;
 use super::response::OpReply;
-use super::wire::{frame_kind, opcode, FRAME_HEADER_BYTES, OP_BYTES_MIN};
+use super::wire::{
+    frame_kind, opcode, FRAME_HEADER_BYTES, OP_BYTES_MIN, PROTOCOL_VERSION, SCAN_OP_FIXED_BYTES,
+    SCAN_PATTERN_BYTES_MAX,
+};
 
 /// One operation of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +26,31 @@ pub enum RequestOp {
     Ping,
     /// Asks for server and shard counters. Answered with STATS entries.
     Stats,
+    /// Version 3: sets `key` to `value`, expiring at `expires_at_ms`
+    /// (absolute Unix ms; 0: never, like PUT; a time already past deletes
+    /// the key). Answered OK.
+    PutExpiring {
+        key: Bytes,
+        value: Bytes,
+        expires_at_ms: u64,
+    },
+    /// Version 3: sets the expiry time of an existing `key` (absolute Unix
+    /// ms; 0 removes it; a time already past deletes the key). Answered OK,
+    /// or NOT_FOUND when there is no such key.
+    Expire { key: Bytes, expires_at_ms: u64 },
+    /// Version 3: reads the expiry time of `key`. Answered with an EXPIRY
+    /// payload, or NOT_FOUND.
+    Ttl { key: Bytes },
+    /// Version 3: one step of a walk over every key. `cursor` is 0 to
+    /// start, then the cursor the previous step answered; `count` is a hint
+    /// of how many keys to visit (0: the server's default); a non-empty
+    /// `pattern` keeps only keys that match it (a glob, see
+    /// `docs/protocol.md`). Answered with a KEYS payload.
+    Scan {
+        cursor: u64,
+        count: u32,
+        pattern: Bytes,
+    },
     /// Opens the connection's transaction. Answered OK.
     Begin,
     /// Locks `key` and reads it (in a transaction). Answered with its
@@ -43,11 +71,20 @@ impl RequestOp {
             RequestOp::Delete { .. } => opcode::DELETE,
             RequestOp::Ping => opcode::PING,
             RequestOp::Stats => opcode::STATS,
+            RequestOp::PutExpiring { .. } => opcode::PUT_EXPIRING,
+            RequestOp::Expire { .. } => opcode::EXPIRE,
+            RequestOp::Ttl { .. } => opcode::TTL,
+            RequestOp::Scan { .. } => opcode::SCAN,
             RequestOp::Begin => opcode::BEGIN,
             RequestOp::GetForUpdate { .. } => opcode::GET_FOR_UPDATE,
             RequestOp::Commit => opcode::COMMIT,
             RequestOp::Rollback => opcode::ROLLBACK,
         }
+    }
+
+    /// The first protocol version that defines this operation.
+    pub fn since_version(&self) -> u16 {
+        opcode::since_version(self.opcode())
     }
 
     /// The key this operation addresses, if any.
@@ -56,9 +93,13 @@ impl RequestOp {
             RequestOp::Put { key, .. }
             | RequestOp::Get { key }
             | RequestOp::Delete { key }
+            | RequestOp::PutExpiring { key, .. }
+            | RequestOp::Expire { key, .. }
+            | RequestOp::Ttl { key }
             | RequestOp::GetForUpdate { key } => Some(key),
             RequestOp::Ping
             | RequestOp::Stats
+            | RequestOp::Scan { .. }
             | RequestOp::Begin
             | RequestOp::Commit
             | RequestOp::Rollback => None,
@@ -69,8 +110,12 @@ impl RequestOp {
     pub fn encoded_len(&self) -> usize {
         match self {
             RequestOp::Put { key, value } => 1 + 4 + key.len() + 4 + value.len(),
+            RequestOp::PutExpiring { key, value, .. } => 1 + 4 + key.len() + 4 + value.len() + 8,
+            RequestOp::Expire { key, .. } => 1 + 4 + key.len() + 8,
+            RequestOp::Scan { pattern, .. } => SCAN_OP_FIXED_BYTES + pattern.len(),
             RequestOp::Get { key }
             | RequestOp::Delete { key }
+            | RequestOp::Ttl { key }
             | RequestOp::GetForUpdate { key } => 1 + 4 + key.len(),
             RequestOp::Ping
             | RequestOp::Stats
@@ -88,6 +133,8 @@ impl RequestOp {
             OpReply::Ok => matches!(
                 self,
                 RequestOp::Put { .. }
+                    | RequestOp::PutExpiring { .. }
+                    | RequestOp::Expire { .. }
                     | RequestOp::Delete { .. }
                     | RequestOp::Ping
                     | RequestOp::Begin
@@ -99,9 +146,15 @@ impl RequestOp {
             }
             OpReply::NotFound => matches!(
                 self,
-                RequestOp::Get { .. } | RequestOp::Delete { .. } | RequestOp::GetForUpdate { .. }
+                RequestOp::Get { .. }
+                    | RequestOp::Delete { .. }
+                    | RequestOp::GetForUpdate { .. }
+                    | RequestOp::Expire { .. }
+                    | RequestOp::Ttl { .. }
             ),
             OpReply::Stats(_) => matches!(self, RequestOp::Stats),
+            OpReply::Expiry(_) => matches!(self, RequestOp::Ttl { .. }),
+            OpReply::Keys { .. } => matches!(self, RequestOp::Scan { .. }),
         }
     }
 }
@@ -124,7 +177,8 @@ impl Request {
 /// Appends `request` to `buf` as one REQUEST frame.
 ///
 /// Does not check [`Limits`] (see [`Limits::check_request`]); panics only if
-/// a count or length does not fit the wire's u32.
+/// a count or length does not fit the wire's u32, or a SCAN pattern is over
+/// [`SCAN_PATTERN_BYTES_MAX`].
 pub fn encode_request(request: &Request, buf: &mut BytesMut) {
     buf.reserve(request.encoded_len());
     let count = wire_len(request.ops.len(), "operation count");
@@ -136,8 +190,37 @@ pub fn encode_request(request: &Request, buf: &mut BytesMut) {
                 put_field(buf, key, "key");
                 put_field(buf, value, "value");
             }
+            RequestOp::PutExpiring {
+                key,
+                value,
+                expires_at_ms,
+            } => {
+                put_field(buf, key, "key");
+                put_field(buf, value, "value");
+                buf.put_u64_le(*expires_at_ms);
+            }
+            RequestOp::Expire { key, expires_at_ms } => {
+                put_field(buf, key, "key");
+                buf.put_u64_le(*expires_at_ms);
+            }
+            RequestOp::Scan {
+                cursor,
+                count,
+                pattern,
+            } => {
+                buf.put_u64_le(*cursor);
+                buf.put_u32_le(*count);
+                assert!(
+                    pattern.len() <= SCAN_PATTERN_BYTES_MAX,
+                    "a SCAN pattern of {} bytes is over the limit of {SCAN_PATTERN_BYTES_MAX}",
+                    pattern.len()
+                );
+                buf.put_u16_le(pattern.len() as u16); // <= SCAN_PATTERN_BYTES_MAX < u16::MAX
+                buf.put_slice(pattern);
+            }
             RequestOp::Get { key }
             | RequestOp::Delete { key }
+            | RequestOp::Ttl { key }
             | RequestOp::GetForUpdate { key } => put_field(buf, key, "key"),
             RequestOp::Ping
             | RequestOp::Stats
@@ -165,10 +248,28 @@ fn put_field(buf: &mut BytesMut, field: &[u8], what: &str) {
 /// Keys and values are slices of one shared frame buffer: copy them before
 /// keeping them long-term, or the whole frame stays allocated.
 pub fn decode_request(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Request>, DecodeError> {
-    take_and_parse(buf, limits, parse_request)
+    decode_request_version(buf, limits, PROTOCOL_VERSION)
 }
 
-fn parse_request(frame: &Bytes, limits: &Limits) -> Result<Request, (u64, FrameFault)> {
+/// [`decode_request`] on a connection that negotiated protocol `version`:
+/// an opcode of a later version is refused (UNSUPPORTED, naming the version
+/// it needs) like any opcode the connection does not define, so an old
+/// client's frame is never read with a newer layout.
+pub fn decode_request_version(
+    buf: &mut BytesMut,
+    limits: &Limits,
+    version: u16,
+) -> Result<Option<Request>, DecodeError> {
+    take_and_parse(buf, limits, |frame, limits| {
+        parse_request(frame, limits, version)
+    })
+}
+
+fn parse_request(
+    frame: &Bytes,
+    limits: &Limits,
+    version: u16,
+) -> Result<Request, (u64, FrameFault)> {
     let (header, mut cursor) = open_frame(frame)?;
     let id = header.id;
     let fault = |fault| (id, fault);
@@ -191,7 +292,7 @@ fn parse_request(frame: &Bytes, limits: &Limits) -> Result<Request, (u64, FrameF
     // The count is bounded by the limit and by what the body can hold.
     let mut ops = Vec::with_capacity(count.min(cursor.remaining() / OP_BYTES_MIN));
     for index in 0..count {
-        let op = parse_op(&mut cursor, index, limits).map_err(fault)?;
+        let op = parse_op(&mut cursor, index, limits, version).map_err(fault)?;
         ops.push(op);
     }
     cursor.finish().map_err(fault)?;
@@ -202,21 +303,58 @@ fn parse_op(
     cursor: &mut Cursor<'_>,
     index: usize,
     limits: &Limits,
+    version: u16,
 ) -> Result<RequestOp, FrameFault> {
     let code = cursor.u8("opcode")?;
+    let since = opcode::since_version(code);
+    if since > version {
+        return Err(FrameFault::OpcodeNeedsVersion {
+            index,
+            code,
+            name: opcode::name(code).unwrap_or("?"),
+            since,
+            version,
+        });
+    }
     let op = match code {
         opcode::PUT => {
             let key = parse_key(cursor, index, limits)?;
-            let len = cursor.u32("value length")? as usize;
-            if len > limits.value_bytes_max as usize {
-                return Err(FrameFault::OverLimit(LimitError::ValueTooLarge {
+            let value = parse_value(cursor, index, limits)?;
+            RequestOp::Put { key, value }
+        }
+        opcode::PUT_EXPIRING => {
+            let key = parse_key(cursor, index, limits)?;
+            let value = parse_value(cursor, index, limits)?;
+            let expires_at_ms = cursor.u64("expiry time")?;
+            RequestOp::PutExpiring {
+                key,
+                value,
+                expires_at_ms,
+            }
+        }
+        opcode::EXPIRE => RequestOp::Expire {
+            key: parse_key(cursor, index, limits)?,
+            expires_at_ms: cursor.u64("expiry time")?,
+        },
+        opcode::TTL => RequestOp::Ttl {
+            key: parse_key(cursor, index, limits)?,
+        },
+        opcode::SCAN => {
+            let scan_cursor = cursor.u64("scan cursor")?;
+            let count = cursor.u32("scan count")?;
+            let len = cursor.u16("pattern length")? as usize;
+            if len > SCAN_PATTERN_BYTES_MAX {
+                return Err(FrameFault::OverLimit(LimitError::PatternTooLarge {
                     index,
                     len,
-                    max: limits.value_bytes_max,
+                    max: SCAN_PATTERN_BYTES_MAX,
                 }));
             }
-            let value = cursor.bytes(len, "value")?;
-            RequestOp::Put { key, value }
+            RequestOp::Scan {
+                cursor: scan_cursor,
+                count,
+                pattern: cursor.bytes(len, "pattern")?,
+            }
         }
         opcode::GET => RequestOp::Get {
             key: parse_key(cursor, index, limits)?,
@@ -240,6 +378,22 @@ fn parse_op(
         }
     };
     Ok(op)
+}
+
+fn parse_value(
+    cursor: &mut Cursor<'_>,
+    index: usize,
+    limits: &Limits,
+) -> Result<Bytes, FrameFault> {
+    let len = cursor.u32("value length")? as usize;
+    if len > limits.value_bytes_max as usize {
+        return Err(FrameFault::OverLimit(LimitError::ValueTooLarge {
+            index,
+            len,
+            max: limits.value_bytes_max,
+        }));
+    }
+    cursor.bytes(len, "value")
 }
 
 fn parse_key(cursor: &mut Cursor<'_>, index: usize, limits: &Limits) -> Result<Bytes, FrameFault> {
@@ -472,6 +626,132 @@ mod tests {
         );
     }
 
+    fn version_3_ops() -> Vec<RequestOp> {
+        vec![
+            RequestOp::PutExpiring {
+                key: b("session"),
+                value: b("token"),
+                expires_at_ms: 1_700_000_000_000,
+            },
+            RequestOp::Expire {
+                key: b("session"),
+                expires_at_ms: 0,
+            },
+            RequestOp::Ttl { key: b("session") },
+            RequestOp::Scan {
+                cursor: 257,
+                count: 100,
+                pattern: b("user:*"),
+            },
+            RequestOp::Scan {
+                cursor: 0,
+                count: 0,
+                pattern: Bytes::new(),
+            },
+        ]
+    }
+
+    #[test]
+    fn version_3_ops_round_trip() {
+        let request = Request {
+            id: 11,
+            ops: version_3_ops(),
+        };
+        let mut buf = encoded(&request);
+        assert_eq!(buf.len(), request.encoded_len());
+        assert_eq!(
+            decode_request(&mut buf, &Limits::default()),
+            Ok(Some(request))
+        );
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn version_3_ops_are_refused_on_older_connections() {
+        for (position, op) in version_3_ops().into_iter().enumerate() {
+            let code = op.opcode();
+            assert_eq!(op.since_version(), 3);
+            let request = Request {
+                id: 12,
+                ops: vec![RequestOp::Ping, op],
+            };
+            for version in [1, 2] {
+                let mut buf = encoded(&request);
+                let error = decode_request_version(&mut buf, &Limits::default(), version)
+                    .expect_err("an op of version 3 on an older connection");
+                assert_eq!(error.status(), Status::Unsupported, "op {position}");
+                assert!(!error.closes_connection());
+                assert!(buf.is_empty(), "the refused frame is consumed");
+                let DecodeError::Rejected {
+                    id: 12,
+                    fault:
+                        FrameFault::OpcodeNeedsVersion {
+                            index: 1,
+                            since: 3,
+                            version: v,
+                            code: c,
+                            ..
+                        },
+                } = &error
+                else {
+                    panic!("unexpected {error:?}");
+                };
+                assert_eq!((*v, *c), (version, code));
+                assert!(
+                    error.to_string().contains("needs protocol version 3"),
+                    "{error}"
+                );
+            }
+            let mut buf = encoded(&request);
+            assert!(decode_request_version(&mut buf, &Limits::default(), 3).is_ok());
+        }
+    }
+
+    #[test]
+    fn scan_pattern_and_expiring_value_are_bounded() {
+        let mut frame = encoded(&Request {
+            id: 13,
+            ops: vec![RequestOp::Scan {
+                cursor: 0,
+                count: 1,
+                pattern: b("x"),
+            }],
+        });
+        // The pattern length field: opcode, cursor and count precede it.
+        let at = FRAME_HEADER_BYTES + 1 + 8 + 4;
+        frame[at..at + 2].copy_from_slice(&((SCAN_PATTERN_BYTES_MAX + 1) as u16).to_le_bytes());
+        let error = decode_request(&mut reseal(frame), &Limits::default()).unwrap_err();
+        assert_eq!(
+            error,
+            DecodeError::Rejected {
+                id: 13,
+                fault: FrameFault::OverLimit(LimitError::PatternTooLarge {
+                    index: 0,
+                    len: SCAN_PATTERN_BYTES_MAX + 1,
+                    max: SCAN_PATTERN_BYTES_MAX
+                })
+            }
+        );
+        assert_eq!(error.status(), Status::BadRequest);
+
+        let limits = Limits {
+            value_bytes_max: 2,
+            ..Limits::default()
+        };
+        let mut buf = encoded(&Request {
+            id: 14,
+            ops: vec![RequestOp::PutExpiring {
+                key: b("k"),
+                value: b("abc"),
+                expires_at_ms: 5,
+            }],
+        });
+        assert_eq!(
+            decode_request(&mut buf, &limits).unwrap_err().status(),
+            Status::ValueTooLarge
+        );
+    }
+
     #[test]
     fn accepts_matches_ops_to_replies() {
         let get = RequestOp::Get { key: b("k") };
@@ -481,6 +761,27 @@ mod tests {
         assert!(RequestOp::Ping.accepts(&OpReply::Ok));
         assert!(!RequestOp::Ping.accepts(&OpReply::NotFound));
         assert!(RequestOp::Stats.accepts(&OpReply::Stats(vec![])));
+        let ttl = RequestOp::Ttl { key: b("k") };
+        assert!(ttl.accepts(&OpReply::Expiry(None)));
+        assert!(ttl.accepts(&OpReply::NotFound));
+        assert!(!ttl.accepts(&OpReply::Ok));
+        let expire = RequestOp::Expire {
+            key: b("k"),
+            expires_at_ms: 0,
+        };
+        assert!(expire.accepts(&OpReply::Ok) && expire.accepts(&OpReply::NotFound));
+        assert!(!expire.accepts(&OpReply::Expiry(None)));
+        let scan = RequestOp::Scan {
+            cursor: 0,
+            count: 0,
+            pattern: Bytes::new(),
+        };
+        let page = OpReply::Keys {
+            cursor: 0,
+            keys: vec![],
+        };
+        assert!(scan.accepts(&page) && !get.accepts(&page));
+        assert!(!scan.accepts(&OpReply::NotFound));
         assert!(RequestOp::Put {
             key: b("k"),
             value: b("v")

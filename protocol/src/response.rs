@@ -11,9 +11,19 @@ use super::frame::{
 };
 use super::limits::Limits;
 use super::wire::{
-    error_flags, frame_kind, payload_kind, Status, FRAME_HEADER_BYTES, MESSAGE_BYTES_MAX,
-    RESULT_HEADER_BYTES, STAT_TEXT_BYTES_MAX,
+    error_flags, frame_kind, payload_kind, Status, EXPIRY_PAYLOAD_BYTES, FRAME_HEADER_BYTES,
+    KEYS_ENTRY_HEADER_BYTES, KEYS_PAYLOAD_HEADER_BYTES, MESSAGE_BYTES_MAX, RESULT_HEADER_BYTES,
+    STAT_TEXT_BYTES_MAX,
 };
+
+/// When a key expires, as a TTL answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry {
+    /// The expiry time, absolute Unix ms (never 0).
+    pub at_ms: u64,
+    /// Milliseconds left by the server's clock when it answered.
+    pub left_ms: u64,
+}
 
 /// The answer to one operation, in the position of its operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +37,12 @@ pub enum OpReply {
     NotFound,
     /// Status OK with the answer to STATS: (name, value) text pairs.
     Stats(Vec<(String, String)>),
+    /// Status OK with the answer to TTL: the key's expiry, `None` when it
+    /// has none.
+    Expiry(Option<Expiry>),
+    /// Status OK with the answer to SCAN: the cursor of the next step (0
+    /// when the walk is done) and the keys of this step.
+    Keys { cursor: u64, keys: Vec<Bytes> },
     /// The operation failed and was not applied. `status.is_error()` holds;
     /// `message` is at most [`MESSAGE_BYTES_MAX`] bytes once encoded.
     Error { status: Status, message: String },
@@ -45,7 +61,11 @@ impl OpReply {
     /// The wire status of this reply.
     pub fn status(&self) -> Status {
         match self {
-            OpReply::Ok | OpReply::Value(_) | OpReply::Stats(_) => Status::Ok,
+            OpReply::Ok
+            | OpReply::Value(_)
+            | OpReply::Stats(_)
+            | OpReply::Expiry(_)
+            | OpReply::Keys { .. } => Status::Ok,
             OpReply::NotFound => Status::NotFound,
             OpReply::Error { status, .. } => *status,
         }
@@ -58,9 +78,20 @@ impl OpReply {
                 OpReply::Ok | OpReply::NotFound => 0,
                 OpReply::Value(value) => value.len(),
                 OpReply::Stats(entries) => stats_len(entries),
+                OpReply::Expiry(_) => EXPIRY_PAYLOAD_BYTES,
+                OpReply::Keys { keys, .. } => keys_len(keys),
                 OpReply::Error { message, .. } => truncate_utf8(message, MESSAGE_BYTES_MAX).len(),
             }
     }
+}
+
+/// Bytes of a KEYS payload holding `keys`.
+pub fn keys_len(keys: &[Bytes]) -> usize {
+    KEYS_PAYLOAD_HEADER_BYTES
+        + keys
+            .iter()
+            .map(|k| KEYS_ENTRY_HEADER_BYTES + k.len())
+            .sum::<usize>()
 }
 
 fn stats_len(entries: &[(String, String)]) -> usize {
@@ -148,6 +179,29 @@ pub fn encode_response(response: &Response, buf: &mut BytesMut) {
                 for (name, value) in entries {
                     put_text16(buf, truncate_utf8(name, STAT_TEXT_BYTES_MAX));
                     put_text16(buf, truncate_utf8(value, STAT_TEXT_BYTES_MAX));
+                }
+            }
+            OpReply::Expiry(expiry) => {
+                buf.put_u8(Status::Ok.code());
+                buf.put_u8(payload_kind::EXPIRY);
+                buf.put_u32_le(EXPIRY_PAYLOAD_BYTES as u32);
+                let (at_ms, left_ms) = expiry.map_or((0, 0), |e| (e.at_ms, e.left_ms));
+                assert!(
+                    expiry.is_none() || at_ms != 0,
+                    "an expiry time of 0 means none"
+                );
+                buf.put_u64_le(at_ms);
+                buf.put_u64_le(left_ms);
+            }
+            OpReply::Keys { cursor, keys } => {
+                buf.put_u8(Status::Ok.code());
+                buf.put_u8(payload_kind::KEYS);
+                buf.put_u32_le(wire_len(keys_len(keys), "keys payload"));
+                buf.put_u64_le(*cursor);
+                buf.put_u32_le(wire_len(keys.len(), "key count"));
+                for key in keys {
+                    buf.put_u32_le(wire_len(key.len(), "key"));
+                    buf.put_slice(key);
                 }
             }
             OpReply::Error { status, message } => {
@@ -373,6 +427,23 @@ fn parse_result(
             let blob = cursor.bytes(len, "stats payload")?;
             Ok(OpReply::Stats(parse_stats(&blob)?))
         }
+        (Status::Ok, payload_kind::EXPIRY) => {
+            if len != EXPIRY_PAYLOAD_BYTES {
+                return Err(bad);
+            }
+            let at_ms = cursor.u64("expiry time")?;
+            let left_ms = cursor.u64("expiry time left")?;
+            match (at_ms, left_ms) {
+                (0, 0) => Ok(OpReply::Expiry(None)),
+                (0, _) => Err(bad),
+                (at_ms, left_ms) => Ok(OpReply::Expiry(Some(Expiry { at_ms, left_ms }))),
+            }
+        }
+        (Status::Ok, payload_kind::KEYS) => {
+            let blob = cursor.bytes(len, "keys payload")?;
+            let (next, keys) = parse_keys(&blob, limits)?;
+            Ok(OpReply::Keys { cursor: next, keys })
+        }
         (status, payload_kind::MESSAGE) if status.is_error() => {
             if len > MESSAGE_BYTES_MAX {
                 return Err(FrameFault::MessageTooLarge {
@@ -387,6 +458,33 @@ fn parse_result(
         }
         _ => Err(bad),
     }
+}
+
+/// Parses a KEYS payload: the next cursor and the keys, each checked
+/// against `key_bytes_max`. Offsets in faults are relative to the payload.
+fn parse_keys(blob: &Bytes, limits: &Limits) -> Result<(u64, Vec<Bytes>), FrameFault> {
+    let mut cursor = Cursor::new(blob, 0);
+    let next = cursor.u64("next cursor")?;
+    let count = cursor.u32("key count")? as usize;
+    // Each key takes at least its length field and one byte.
+    let mut keys =
+        Vec::with_capacity(count.min(cursor.remaining() / (KEYS_ENTRY_HEADER_BYTES + 1)));
+    for index in 0..count {
+        let len = cursor.u32("key length")? as usize;
+        if len == 0 {
+            return Err(FrameFault::OverLimit(LimitError::EmptyKey { index }));
+        }
+        if len > limits.key_bytes_max as usize {
+            return Err(FrameFault::OverLimit(LimitError::KeyTooLarge {
+                index,
+                len,
+                max: limits.key_bytes_max,
+            }));
+        }
+        keys.push(cursor.bytes(len, "key")?);
+    }
+    cursor.finish()?;
+    Ok((next, keys))
 }
 
 /// Parses a STATS blob. Offsets in faults are relative to the blob.
@@ -466,6 +564,19 @@ mod tests {
                 OpReply::Stats(vec![("shards".into(), "4".into()), ("".into(), "".into())]),
                 OpReply::error(Status::Poisoned, "shard 3 is poisoned"),
                 OpReply::error(Status::Internal, ""),
+                OpReply::Expiry(None),
+                OpReply::Expiry(Some(Expiry {
+                    at_ms: 1_700_000_000_000,
+                    left_ms: 0,
+                })),
+                OpReply::Keys {
+                    cursor: 0,
+                    keys: vec![],
+                },
+                OpReply::Keys {
+                    cursor: 513,
+                    keys: vec![Bytes::from_static(b"a"), Bytes::from_static(b"key-2")],
+                },
             ],
         };
         let frame = ServerFrame::Response(response.clone());
@@ -473,6 +584,75 @@ mod tests {
         let mut buf = BytesMut::new();
         encode_response(&response, &mut buf);
         assert_eq!(buf.len(), response.encoded_len());
+    }
+
+    /// A response of one result whose payload is `payload` with `kind`.
+    fn one_result(kind: u8, payload: &[u8]) -> BytesMut {
+        let mut buf = BytesMut::new();
+        let start = begin_frame(&mut buf, frame_kind::RESPONSE, 1, 5);
+        put_result(&mut buf, Status::Ok, kind, payload);
+        finish_frame(&mut buf, start);
+        buf
+    }
+
+    #[test]
+    fn malformed_expiry_and_keys_payloads_are_rejected() {
+        let limits = Limits {
+            key_bytes_max: 4,
+            ..Limits::default()
+        };
+        let rejected = |mut buf: BytesMut| match decode_response(&mut buf, &limits) {
+            Err(DecodeError::Rejected { id: 5, fault }) => fault,
+            other => panic!("expected a rejection, got {other:?}"),
+        };
+        // Time left without an expiry time; a payload of the wrong size.
+        let mut payload = [0u8; 16];
+        payload[8] = 1;
+        assert!(matches!(
+            rejected(one_result(payload_kind::EXPIRY, &payload)),
+            FrameFault::BadReply { .. }
+        ));
+        assert!(matches!(
+            rejected(one_result(payload_kind::EXPIRY, &[0u8; 8])),
+            FrameFault::BadReply { .. }
+        ));
+        // Keys: an empty one, one over key_bytes_max, a count past the end.
+        let keys = |count: u32, entries: &[&[u8]]| {
+            let mut p = 0u64.to_le_bytes().to_vec();
+            p.extend_from_slice(&count.to_le_bytes());
+            for key in entries {
+                p.extend_from_slice(&(key.len() as u32).to_le_bytes());
+                p.extend_from_slice(key);
+            }
+            one_result(payload_kind::KEYS, &p)
+        };
+        assert_eq!(
+            rejected(keys(1, &[b""])),
+            FrameFault::OverLimit(LimitError::EmptyKey { index: 0 })
+        );
+        assert_eq!(
+            rejected(keys(2, &[b"ok", b"toolong"])),
+            FrameFault::OverLimit(LimitError::KeyTooLarge {
+                index: 1,
+                len: 7,
+                max: 4
+            })
+        );
+        assert!(matches!(
+            rejected(keys(1_000_000, &[b"a"])),
+            FrameFault::Truncated { .. }
+        ));
+        let mut fine = keys(2, &[b"a", b"bcd"]);
+        assert_eq!(
+            decode_response(&mut fine, &limits),
+            Ok(Some(ServerFrame::Response(Response {
+                id: 5,
+                results: vec![OpReply::Keys {
+                    cursor: 0,
+                    keys: vec![Bytes::from_static(b"a"), Bytes::from_static(b"bcd")]
+                }]
+            })))
+        );
     }
 
     #[test]

@@ -137,6 +137,14 @@ stats_group! {
         get: u64, "count", "operations";
         /// DELETE operations answered (any status).
         delete: u64, "count", "operations";
+        /// PUT_EXPIRING operations answered (any status).
+        put_expiring: u64, "count", "operations";
+        /// EXPIRE operations answered (any status).
+        expire: u64, "count", "operations";
+        /// TTL operations answered (any status).
+        ttl: u64, "count", "operations";
+        /// SCAN operations answered (any status).
+        scan: u64, "count", "operations";
     }
 }
 

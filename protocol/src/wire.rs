@@ -1,4 +1,4 @@
-//! Numbers of the wire format (versions 1 and 2): magic, versions, sizes,
+//! Numbers of the wire format (versions 1 to 3): magic, versions, sizes,
 //! hello flags, frame kinds, opcodes, payload kinds and status codes. Every value here is part of the protocol
 //! and is documented in `docs/protocol.md`; changing one breaks every client.
 
@@ -8,7 +8,9 @@ pub const MAGIC: [u8; 4] = *b"RKV1";
 /// The protocol version this crate speaks (the highest one). Version 2 adds
 /// the password step of the handshake ([`hello_flags::AUTH`]) and the
 /// statuses AUTH_REQUIRED and AUTH_FAILED; frames are the same as in 1.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// Version 3 adds the expiry operations (PUT_EXPIRING, EXPIRE, TTL), SCAN,
+/// and their payload kinds EXPIRY and KEYS; its handshake is version 2's.
+pub const PROTOCOL_VERSION: u16 = 3;
 /// The oldest protocol version this crate speaks.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
 
@@ -50,6 +52,20 @@ pub const ERROR_BODY_HEADER_BYTES: usize = 4;
 /// Longest error message, in UTF-8 bytes. Encoders cut longer messages at a
 /// character boundary; decoders reject longer ones.
 pub const MESSAGE_BYTES_MAX: usize = 1024;
+/// Longest MATCH pattern of a SCAN, in bytes (a `u16` length on the wire).
+/// Matching costs at most pattern × key steps per key, so the bound keeps
+/// one SCAN's filtering cheap.
+pub const SCAN_PATTERN_BYTES_MAX: usize = 256;
+/// Size of a SCAN operation without its pattern: opcode, cursor, count,
+/// pattern length.
+pub const SCAN_OP_FIXED_BYTES: usize = 1 + 8 + 4 + 2;
+/// Size of an EXPIRY payload: expiry time and time left, both `u64` ms.
+pub const EXPIRY_PAYLOAD_BYTES: usize = 16;
+/// Size of a KEYS payload before its keys: next cursor, key count.
+pub const KEYS_PAYLOAD_HEADER_BYTES: usize = 8 + 4;
+/// Size of one key's length field in a KEYS payload.
+pub const KEYS_ENTRY_HEADER_BYTES: usize = 4;
+
 /// Longest server name in a hello-ack, in UTF-8 bytes (encoders cut longer ones).
 pub const SERVER_NAME_BYTES_MAX: usize = 256;
 /// Longest name or value text of one STATS entry (a u16 length on the wire).
@@ -67,6 +83,7 @@ const _: () = assert!(
 );
 const _: () = assert!(MESSAGE_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(SERVER_NAME_BYTES_MAX <= u16::MAX as usize);
+const _: () = assert!(SCAN_PATTERN_BYTES_MAX <= u16::MAX as usize);
 
 /// Kind byte of a frame (offset 8 of the header).
 pub mod frame_kind {
@@ -96,6 +113,15 @@ pub mod opcode {
     pub const PING: u8 = 0x04;
     pub const STATS: u8 = 0x05;
 
+    /// Version 3: PUT with an expiry time. Body: key, value, `u64` expiry
+    /// (absolute Unix ms; 0: none).
+    pub const PUT_EXPIRING: u8 = 0x06;
+    /// Version 3: set or remove an existing key's expiry. Body: key, `u64`
+    /// expiry (absolute Unix ms; 0: remove it).
+    pub const EXPIRE: u8 = 0x07;
+    /// Version 3: read a key's expiry. Body: key.
+    pub const TTL: u8 = 0x08;
+
     /// Interactive transactions (0x10..=0x1F; 0x14 and up stay reserved).
     /// BEGIN opens the connection's transaction; the ops after it on the
     /// connection belong to it until COMMIT or ROLLBACK.
@@ -104,7 +130,9 @@ pub mod opcode {
     pub const GET_FOR_UPDATE: u8 = 0x11;
     pub const COMMIT: u8 = 0x12;
     pub const ROLLBACK: u8 = 0x13;
-    /// Reserved for range scans (0x20..=0x2F).
+    /// Version 3: one step of a walk over the whole keyspace (0x20..=0x2F
+    /// are for scans; 0x21 and up stay reserved). Body: cursor, count
+    /// hint, MATCH pattern.
     pub const SCAN: u8 = 0x20;
 
     /// The name of a reserved opcode, or of its reserved family, if `code` is
@@ -112,10 +140,38 @@ pub mod opcode {
     pub fn reserved_name(code: u8) -> Option<&'static str> {
         match code {
             0x14..=0x1F => Some("a transaction opcode"),
-            SCAN => Some("SCAN"),
             0x21..=0x2F => Some("a scan opcode"),
             _ => None,
         }
+    }
+
+    /// The first protocol version that defines opcode `code` (1 for the
+    /// opcodes of version 1, and for codes no version defines).
+    pub fn since_version(code: u8) -> u16 {
+        match code {
+            PUT_EXPIRING | EXPIRE | TTL | SCAN => 3,
+            _ => 1,
+        }
+    }
+
+    /// The name of a defined opcode, as `docs/protocol.md` spells it.
+    pub fn name(code: u8) -> Option<&'static str> {
+        Some(match code {
+            PUT => "PUT",
+            GET => "GET",
+            DELETE => "DELETE",
+            PING => "PING",
+            STATS => "STATS",
+            PUT_EXPIRING => "PUT_EXPIRING",
+            EXPIRE => "EXPIRE",
+            TTL => "TTL",
+            BEGIN => "BEGIN",
+            GET_FOR_UPDATE => "GET_FOR_UPDATE",
+            COMMIT => "COMMIT",
+            ROLLBACK => "ROLLBACK",
+            SCAN => "SCAN",
+            _ => return None,
+        })
     }
 }
 
@@ -129,6 +185,11 @@ pub mod payload_kind {
     pub const STATS: u8 = 0x02;
     /// A UTF-8 error message.
     pub const MESSAGE: u8 = 0x03;
+    /// Version 3, the answer to TTL: expiry time and time left (`u64` ms
+    /// each; both 0 for a key without an expiry).
+    pub const EXPIRY: u8 = 0x04;
+    /// Version 3, the answer to SCAN: the next cursor, then keys.
+    pub const KEYS: u8 = 0x05;
 }
 
 /// Declares [`Status`]: each status once, with its wire code, its name and
@@ -289,7 +350,7 @@ mod tests {
     #[test]
     fn reserved_opcodes_cover_their_ranges_and_nothing_else() {
         for code in 0..=u8::MAX {
-            let reserved = (0x14..=0x2F).contains(&code);
+            let reserved = (0x14..=0x1F).contains(&code) || (0x21..=0x2F).contains(&code);
             assert_eq!(
                 opcode::reserved_name(code).is_some(),
                 reserved,
@@ -298,5 +359,31 @@ mod tests {
         }
         assert_eq!(opcode::reserved_name(opcode::COMMIT), None);
         assert_eq!(opcode::reserved_name(0x14), Some("a transaction opcode"));
+        assert_eq!(opcode::reserved_name(opcode::SCAN), None);
+    }
+
+    #[test]
+    fn opcodes_have_names_and_versions() {
+        for code in 0..=u8::MAX {
+            let named = opcode::name(code).is_some();
+            assert!(
+                !(named && opcode::reserved_name(code).is_some()),
+                "{code:#04x} is both defined and reserved"
+            );
+            if !named {
+                assert_eq!(opcode::since_version(code), 1, "{code:#04x}");
+            }
+            assert!(opcode::since_version(code) <= PROTOCOL_VERSION);
+        }
+        assert_eq!(opcode::since_version(opcode::PUT), 1);
+        assert_eq!(opcode::since_version(opcode::COMMIT), 1);
+        for code in [
+            opcode::PUT_EXPIRING,
+            opcode::EXPIRE,
+            opcode::TTL,
+            opcode::SCAN,
+        ] {
+            assert_eq!(opcode::since_version(code), 3);
+        }
     }
 }

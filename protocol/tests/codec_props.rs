@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use ringkv_protocol::{
     check_frame, decode_hello, decode_hello_ack, decode_request, decode_response, encode_error,
     encode_hello, encode_hello_ack, encode_request, encode_response, frame_kind, DecodeError,
-    ErrorFrame, Hello, HelloAck, Limits, OpReply, Request, RequestOp, Response, ServerFrame,
-    ServerInfo, Status, FRAME_HEADER_BYTES,
+    ErrorFrame, Expiry, Hello, HelloAck, Limits, OpReply, Request, RequestOp, Response,
+    ServerFrame, ServerInfo, Status, FRAME_HEADER_BYTES, SCAN_PATTERN_BYTES_MAX,
 };
 
 fn bytes(len: std::ops::Range<usize>) -> impl Strategy<Value = Bytes> {
@@ -22,6 +22,26 @@ fn op() -> impl Strategy<Value = RequestOp> {
         bytes(1..48).prop_map(|key| RequestOp::Delete { key }),
         Just(RequestOp::Ping),
         Just(RequestOp::Stats),
+        (bytes(1..48), bytes(0..300), any::<u64>()).prop_map(|(key, value, expires_at_ms)| {
+            RequestOp::PutExpiring {
+                key,
+                value,
+                expires_at_ms,
+            }
+        }),
+        (bytes(1..48), any::<u64>())
+            .prop_map(|(key, expires_at_ms)| RequestOp::Expire { key, expires_at_ms }),
+        bytes(1..48).prop_map(|key| RequestOp::Ttl { key }),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            bytes(0..SCAN_PATTERN_BYTES_MAX + 1)
+        )
+            .prop_map(|(cursor, count, pattern)| RequestOp::Scan {
+                cursor,
+                count,
+                pattern
+            }),
     ]
 }
 
@@ -50,6 +70,11 @@ fn reply() -> impl Strategy<Value = OpReply> {
         Just(OpReply::NotFound),
         bytes(0..300).prop_map(OpReply::Value),
         proptest::collection::vec((text(), text()), 0..6).prop_map(OpReply::Stats),
+        Just(OpReply::Expiry(None)),
+        (1..=u64::MAX, any::<u64>())
+            .prop_map(|(at_ms, left_ms)| OpReply::Expiry(Some(Expiry { at_ms, left_ms }))),
+        (any::<u64>(), proptest::collection::vec(bytes(1..48), 0..20))
+            .prop_map(|(cursor, keys)| OpReply::Keys { cursor, keys }),
         (error_status(), text()).prop_map(|(status, message)| OpReply::Error { status, message }),
     ]
 }

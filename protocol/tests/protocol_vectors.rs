@@ -5,10 +5,10 @@
 
 use bytes::{Bytes, BytesMut};
 use ringkv_protocol::{
-    decode_auth, decode_hello, decode_hello_ack, decode_request, decode_response, encode_auth,
-    encode_error, encode_hello, encode_hello_ack, encode_request, encode_response, DecodeError,
-    ErrorFrame, Hello, HelloAck, Limits, OpReply, Request, RequestOp, Response, ServerFrame,
-    ServerInfo, Status,
+    decode_auth, decode_hello, decode_hello_ack, decode_request, decode_request_version,
+    decode_response, encode_auth, encode_error, encode_hello, encode_hello_ack, encode_request,
+    encode_response, DecodeError, ErrorFrame, Expiry, Hello, HelloAck, Limits, OpReply, Request,
+    RequestOp, Response, ServerFrame, ServerInfo, Status, PROTOCOL_VERSION,
 };
 
 const PROTOCOL_MD: &str = include_str!("../../docs/protocol.md");
@@ -171,9 +171,16 @@ fn word(token: &[u8]) -> &str {
     std::str::from_utf8(token).expect("UTF-8 word")
 }
 
+fn number(token: &[u8]) -> u64 {
+    word(token)
+        .parse()
+        .unwrap_or_else(|_| panic!("not a number: {:?}", word(token)))
+}
+
 fn op(text: &str) -> RequestOp {
     let tokens = tokens(text);
     let arg = |index: usize| Bytes::from(tokens[index].clone());
+    let num = |index: usize| number(&tokens[index]);
     match (word(&tokens[0]), tokens.len()) {
         ("PUT", 3) => RequestOp::Put {
             key: arg(1),
@@ -183,6 +190,21 @@ fn op(text: &str) -> RequestOp {
         ("DELETE", 2) => RequestOp::Delete { key: arg(1) },
         ("PING", 1) => RequestOp::Ping,
         ("STATS", 1) => RequestOp::Stats,
+        ("PUT_EXPIRING", 4) => RequestOp::PutExpiring {
+            key: arg(1),
+            value: arg(2),
+            expires_at_ms: num(3),
+        },
+        ("EXPIRE", 3) => RequestOp::Expire {
+            key: arg(1),
+            expires_at_ms: num(2),
+        },
+        ("TTL", 2) => RequestOp::Ttl { key: arg(1) },
+        ("SCAN", 4) => RequestOp::Scan {
+            cursor: num(1),
+            count: u32::try_from(num(2)).expect("count fits a u32"),
+            pattern: arg(3),
+        },
         ("BEGIN", 1) => RequestOp::Begin,
         ("GET_FOR_UPDATE", 2) => RequestOp::GetForUpdate { key: arg(1) },
         ("COMMIT", 1) => RequestOp::Commit,
@@ -198,6 +220,15 @@ fn result(text: &str) -> OpReply {
         "OK" => OpReply::Ok,
         "NOT_FOUND" => OpReply::NotFound,
         "VALUE" => OpReply::Value(Bytes::from(tokens[1].clone())),
+        "EXPIRY" if word(&tokens[1]) == "none" => OpReply::Expiry(None),
+        "EXPIRY" => OpReply::Expiry(Some(Expiry {
+            at_ms: number(&tokens[1]),
+            left_ms: number(&tokens[2]),
+        })),
+        "KEYS" => OpReply::Keys {
+            cursor: number(&tokens[1]),
+            keys: tokens[2..].iter().cloned().map(Bytes::from).collect(),
+        },
         "STATS" => OpReply::Stats(
             (1..tokens.len())
                 .step_by(2)
@@ -343,7 +374,16 @@ fn check(vector: &Vector) {
                 vector.name
             );
         }
-        "request-rejected" => match decode_request(&mut buf, &limits) {
+        // `version`: the connection's protocol version (default: the latest).
+        "request-rejected" => match decode_request_version(
+            &mut buf,
+            &limits,
+            if vector.has("version") {
+                vector.number("version")
+            } else {
+                PROTOCOL_VERSION
+            },
+        ) {
             Err(error @ DecodeError::Rejected { .. }) => {
                 assert_eq!(
                     error.request_id(),
@@ -417,6 +457,29 @@ fn every_vector_in_the_protocol_document_holds() {
             "no vector of type {kind}"
         );
     }
+}
+
+#[test]
+fn every_version_3_operation_and_payload_has_a_vector() {
+    let vectors = parse_vectors(PROTOCOL_MD);
+    let lines: Vec<&str> = vectors
+        .iter()
+        .flat_map(|v| v.all("op").into_iter().chain(v.all("result")))
+        .collect();
+    for word in ["PUT_EXPIRING", "EXPIRE", "TTL", "SCAN", "EXPIRY", "KEYS"] {
+        assert!(
+            lines
+                .iter()
+                .any(|line| line.split_whitespace().next() == Some(word)),
+            "no vector has an op or result {word}"
+        );
+    }
+    assert!(
+        vectors
+            .iter()
+            .any(|v| v.kind == "request-rejected" && v.has("version")),
+        "no vector shows a new opcode refused on an older connection"
+    );
 }
 
 #[test]

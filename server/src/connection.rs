@@ -28,8 +28,9 @@ use ringkv_protocol::{encode_response, Status};
 
 use crate::auth::Verdict;
 use crate::counters::OpTally;
-use crate::exec::{assemble, plan};
+use crate::exec::{assemble, plan, scan_room_bytes};
 use crate::pipe::Pipe;
+use crate::scan::scan_each;
 use crate::session::{error_frame, CloseReason, Session, Step, HANDSHAKE_BYTES_MAX};
 use crate::shard::ShardContext;
 use crate::tls::{TlsConn, TlsFailure};
@@ -617,9 +618,25 @@ async fn execute_loop(
                     conn.executing.set(false);
                     Some(answer)
                 };
+                let scan_answers = if plan.scans.is_empty() {
+                    Vec::new()
+                } else {
+                    conn.executing.set(true);
+                    let room = scan_room_bytes(frame_bytes_max, plan.kinds.len(), plan.scans.len());
+                    let answers = scan_each(&ctx.handle, &plan.scans, room).await;
+                    conn.executing.set(false);
+                    answers
+                };
                 let mut tally = OpTally::default();
                 let mut stats = || ctx.stats_pairs();
-                let response = assemble(&plan, answer, frame_bytes_max, &mut stats, &mut tally);
+                let response = assemble(
+                    &plan,
+                    answer,
+                    scan_answers,
+                    frame_bytes_max,
+                    &mut stats,
+                    &mut tally,
+                );
                 encode_response(&response, &mut out);
                 let latency_us = received.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
                 ctx.counters().add_request(&tally, latency_us);

@@ -23,16 +23,24 @@ pub enum OpKind {
     Stats,
     /// BEGIN, GET_FOR_UPDATE, COMMIT, ROLLBACK.
     Txn,
+    PutExpiring,
+    Expire,
+    Ttl,
+    Scan,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 6] = [
+    pub const ALL: [OpKind; 10] = [
         OpKind::Put,
         OpKind::Get,
         OpKind::Delete,
         OpKind::Ping,
         OpKind::Stats,
         OpKind::Txn,
+        OpKind::PutExpiring,
+        OpKind::Expire,
+        OpKind::Ttl,
+        OpKind::Scan,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -43,6 +51,10 @@ impl OpKind {
             OpKind::Ping => "ping",
             OpKind::Stats => "stats",
             OpKind::Txn => "txn",
+            OpKind::PutExpiring => "put_expiring",
+            OpKind::Expire => "expire",
+            OpKind::Ttl => "ttl",
+            OpKind::Scan => "scan",
         }
     }
 
@@ -52,7 +64,15 @@ impl OpKind {
 
     /// Whether the engine runs this kind (the others the server answers).
     pub const fn is_engine_op(self) -> bool {
-        matches!(self, OpKind::Put | OpKind::Get | OpKind::Delete)
+        matches!(
+            self,
+            OpKind::Put
+                | OpKind::Get
+                | OpKind::Delete
+                | OpKind::PutExpiring
+                | OpKind::Expire
+                | OpKind::Ttl
+        )
     }
 }
 

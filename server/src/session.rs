@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use ringkv_protocol::{
-    check_frame, decode_auth, decode_hello, decode_request, encode_error, encode_hello_ack,
+    check_frame, decode_auth, decode_hello, decode_request_version, encode_error, encode_hello_ack,
     DecodeError, ErrorFrame, Hello, HelloAck, Limits, Request, ServerInfo, Status, AUTH_LEN_BYTES,
     HELLO_BYTES, LEN_PREFIX_BYTES, PASSWORD_BYTES_MAX, PROTOCOL_VERSION,
 };
@@ -154,6 +154,9 @@ pub struct Session {
     last_error: Option<DecodeError>,
     /// Why the last handshake was refused for its password, for the log.
     auth_refusal: Option<Verdict>,
+    /// The protocol version the handshake settled on: requests are decoded
+    /// as that version defines them (a later version's opcode is refused).
+    version: u16,
 }
 
 impl Session {
@@ -172,6 +175,7 @@ impl Session {
             auth,
             last_error: None,
             auth_refusal: None,
+            version: PROTOCOL_VERSION,
         }
     }
 
@@ -188,6 +192,12 @@ impl Session {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// The protocol version of the connection (the latest until the
+    /// handshake is accepted).
+    pub fn version(&self) -> u16 {
+        self.version
     }
 
     /// Whether the handshake is done and the session still open.
@@ -239,7 +249,7 @@ impl Session {
                 let frame_bytes = buf
                     .first_chunk::<LEN_PREFIX_BYTES>()
                     .map(|p| LEN_PREFIX_BYTES + u32::from_le_bytes(*p) as usize);
-                match decode_request(buf, &self.limits) {
+                match decode_request_version(buf, &self.limits, self.version) {
                     Ok(None) => None,
                     Ok(Some(request)) => {
                         let frame_bytes = frame_bytes.unwrap_or(0);
@@ -300,6 +310,7 @@ impl Session {
         let (status, message) = match verdict {
             Some(Verdict::Accepted) => {
                 self.phase = Phase::Ready;
+                self.version = hello.version;
                 let ack = if hello.version == PROTOCOL_VERSION {
                     self.hello_ack.clone()
                 } else {
@@ -597,6 +608,62 @@ mod tests {
             panic!()
         };
         assert_eq!(request.id, 6);
+    }
+
+    #[test]
+    fn a_version_2_connection_refuses_version_3_opcodes() {
+        for version in [1u16, 2] {
+            let mut s = session();
+            let mut buf = BytesMut::new();
+            encode_hello(&Hello { version, flags: 0 }, &mut buf);
+            let Some(Step::Send(_ack)) = s.next_step(&mut buf, None) else {
+                panic!()
+            };
+            assert_eq!(s.version(), version);
+            buf.extend_from_slice(&request(
+                7,
+                vec![RequestOp::Ttl {
+                    key: Bytes::from_static(b"k"),
+                }],
+            ));
+            buf.extend_from_slice(&request(8, vec![RequestOp::Ping]));
+            let Some(Step::Send(err)) = s.next_step(&mut buf, None) else {
+                panic!()
+            };
+            let ServerFrame::Error(e) = server_frame(&err) else {
+                panic!()
+            };
+            assert_eq!(
+                (e.id, e.status, e.close),
+                (Some(7), Status::Unsupported, false)
+            );
+            assert!(
+                e.message.contains(&format!(
+                    "needs protocol version 3; this connection speaks version {version}"
+                )),
+                "{}",
+                e.message
+            );
+            let Some(Step::Run { request, .. }) = s.next_step(&mut buf, None) else {
+                panic!()
+            };
+            assert_eq!(request.id, 8);
+        }
+        // The same frame on a version 3 connection runs.
+        let mut s = session();
+        let mut buf = hello();
+        s.next_step(&mut buf, None);
+        assert_eq!(s.version(), PROTOCOL_VERSION);
+        buf.extend_from_slice(&request(
+            9,
+            vec![RequestOp::Ttl {
+                key: Bytes::from_static(b"k"),
+            }],
+        ));
+        assert!(matches!(
+            s.next_step(&mut buf, None),
+            Some(Step::Run { .. })
+        ));
     }
 
     #[test]

@@ -39,6 +39,10 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
             put: counters.ops_of_kind(OpKind::Put),
             get: counters.ops_of_kind(OpKind::Get),
             delete: counters.ops_of_kind(OpKind::Delete),
+            put_expiring: counters.ops_of_kind(OpKind::PutExpiring),
+            expire: counters.ops_of_kind(OpKind::Expire),
+            ttl: counters.ops_of_kind(OpKind::Ttl),
+            scan: counters.ops_of_kind(OpKind::Scan),
         },
         resp: RespStats {
             connections: resp.connections_open(),

@@ -7,7 +7,9 @@
 //! answer; after DIE or LOCK_TIMEOUT the transaction holds no lock and its
 //! later ops answer ABORTED until COMMIT (answered ABORTED) or ROLLBACK
 //! (answered OK) ends it; a connection that closes rolls its transaction
-//! back (the engine's `Txn` releases its locks when dropped).
+//! back (the engine's `Txn` releases its locks when dropped); PUT_EXPIRING,
+//! EXPIRE, TTL and SCAN are refused (UNSUPPORTED) while a transaction is
+//! open, and run as plain operations in a frame before its BEGIN.
 
 use bytes::Bytes;
 use engine::{AbortReason, Op, OpResult, Txn, TxnSettings};
@@ -15,7 +17,9 @@ use ringkv_protocol::{fit_response, OpReply, Request, RequestOp, Response, Statu
 use std::time::Duration;
 
 use crate::counters::{OpKind, OpTally};
-use crate::status::{op_error_status, op_reply, txn_error_reply};
+use crate::exec::{engine_op, engine_reply, scan_room_bytes};
+use crate::scan::{scan, ScanArgs};
+use crate::status::{op_error_status, txn_error_reply};
 
 /// Transaction settings from `[server]`.
 #[derive(Debug, Clone, Copy)]
@@ -64,10 +68,22 @@ fn no_txn(what: &str) -> OpReply {
     }
 }
 
-/// A plain (non-transactional) single op through the engine.
-async fn plain(handle: &engine::Handle, op: Op) -> OpReply {
+/// The answer to an operation that has no meaning inside a transaction.
+fn not_in_txn(kind: OpKind) -> OpReply {
+    OpReply::Error {
+        status: Status::Unsupported,
+        message: format!(
+            "{} does not run inside a transaction (COMMIT or ROLLBACK first)",
+            kind.name().to_ascii_uppercase()
+        ),
+    }
+}
+
+/// A plain (non-transactional) single op of `kind` through the engine.
+async fn plain(handle: &engine::Handle, kind: OpKind, op: Op) -> OpReply {
     match handle.batch(vec![op]).await {
-        Ok(mut results) => op_reply(
+        Ok(mut results) => engine_reply(
+            kind,
             results
                 .pop()
                 .unwrap_or(OpResult::Err(engine::OpError::ShuttingDown)),
@@ -99,8 +115,44 @@ pub async fn run_request(
 ) -> Response {
     let mut results = Vec::with_capacity(request.ops.len());
     let mut kinds = Vec::with_capacity(request.ops.len());
+    let scan_count = request
+        .ops
+        .iter()
+        .filter(|op| matches!(op, RequestOp::Scan { .. }))
+        .count();
+    let scan_room = scan_room_bytes(frame_bytes_max, request.ops.len(), scan_count);
     for op in request.ops {
         let (kind, reply) = match op {
+            RequestOp::PutExpiring { .. } | RequestOp::Expire { .. } | RequestOp::Ttl { .. } => {
+                let Ok((kind, op)) = engine_op(op) else {
+                    unreachable!("expiry operations are engine operations")
+                };
+                (
+                    kind,
+                    match txn {
+                        Some(_) => not_in_txn(kind),
+                        None => plain(handle, kind, op).await,
+                    },
+                )
+            }
+            RequestOp::Scan {
+                cursor,
+                count,
+                pattern,
+            } => (
+                OpKind::Scan,
+                match txn {
+                    Some(_) => not_in_txn(OpKind::Scan),
+                    None => {
+                        let args = ScanArgs {
+                            cursor,
+                            count,
+                            pattern,
+                        };
+                        scan(handle, &args, scan_room).await
+                    }
+                },
+            ),
             RequestOp::Ping => (OpKind::Ping, OpReply::Ok),
             RequestOp::Stats => (OpKind::Stats, OpReply::Stats(stats())),
             RequestOp::Begin => (
@@ -128,7 +180,7 @@ pub async fn run_request(
             RequestOp::Get { key } => (
                 OpKind::Get,
                 match txn.as_mut() {
-                    None => plain(handle, Op::Get { key }).await,
+                    None => plain(handle, OpKind::Get, Op::Get { key }).await,
                     Some(t) => match t.get(key).await {
                         Ok(v) => read_reply(v),
                         Err(e) => txn_error_reply(&e),
@@ -138,7 +190,7 @@ pub async fn run_request(
             RequestOp::Put { key, value } => (
                 OpKind::Put,
                 match txn.as_mut() {
-                    None => plain(handle, Op::Put { key, value }).await,
+                    None => plain(handle, OpKind::Put, Op::Put { key, value }).await,
                     Some(t) => match t.put(key, value).await {
                         Ok(()) => OpReply::Ok,
                         Err(e) => txn_error_reply(&e),
@@ -148,7 +200,7 @@ pub async fn run_request(
             RequestOp::Delete { key } => (
                 OpKind::Delete,
                 match txn.as_mut() {
-                    None => plain(handle, Op::Delete { key }).await,
+                    None => plain(handle, OpKind::Delete, Op::Delete { key }).await,
                     Some(t) => match t.delete(key).await {
                         Ok(true) => OpReply::Ok,
                         Ok(false) => OpReply::NotFound,

@@ -18,7 +18,7 @@ use common::*;
 use ringkv_client::{Client, ClientError, ConnectOptions, Status};
 use ringkv_protocol::{
     decode_hello_ack, decode_response, encode_auth, encode_hello, encode_request, Hello, HelloAck,
-    Limits, Request, RequestOp, ServerFrame,
+    Limits, Request, RequestOp, ServerFrame, PROTOCOL_VERSION,
 };
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -71,7 +71,8 @@ fn hello_bytes(version: u16, password: Option<&[u8]>) -> BytesMut {
     match password {
         None => encode_hello(&Hello { version, flags: 0 }, &mut b),
         Some(p) => {
-            encode_hello(&Hello::with_password(), &mut b);
+            let flags = ringkv_protocol::hello_flags::AUTH;
+            encode_hello(&Hello { version, flags }, &mut b);
             encode_auth(p, &mut b);
         }
     }
@@ -185,11 +186,15 @@ fn without_the_password_every_operation_is_refused_on_every_listener() {
         assert_eq!(status, Status::AuthRequired, "{op:?}: {message}");
         assert!(message.contains("password"), "{message}");
     }
-    // Protocol 1 cannot carry a password: UNSUPPORTED, naming version 2.
+    // Protocol 1 cannot carry a password: UNSUPPORTED, naming the latest version.
     let mut bytes = hello_bytes(1, None);
     bytes.extend_from_slice(&request_bytes(1, RequestOp::Ping));
     let (status, message, version) = refused(addr, &bytes);
-    assert_eq!((status, version), (Status::Unsupported, 2), "{message}");
+    assert_eq!(
+        (status, version),
+        (Status::Unsupported, PROTOCOL_VERSION),
+        "{message}"
+    );
     assert!(message.contains("requires a password"), "{message}");
 
     // The Rust client and the CLI without a password.
@@ -226,7 +231,7 @@ fn with_the_password_everything_works() {
     let addr = server.addr;
     with_runtime(async {
         let c = connect_with(addr, Some(PASSWORD)).await.expect("connect");
-        assert_eq!(c.protocol_version(), 2);
+        assert_eq!(c.protocol_version(), PROTOCOL_VERSION);
         c.ping().await.unwrap();
         c.put("k", "v").await.unwrap();
         assert_eq!(c.get("k").await.unwrap().as_deref(), Some(&b"v"[..]));

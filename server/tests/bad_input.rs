@@ -117,8 +117,9 @@ fn unknown_and_reserved_opcodes_are_refused_and_the_connection_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), "");
     let mut conn = RawConn::open(server.addr);
-    for (id, code) in [(41u64, 0x7Fu8), (42, 0x14), (43, opcode::SCAN)] {
-        // A valid frame around one unknown opcode byte.
+    for (id, code) in [(41u64, 0x7Fu8), (42, 0x14), (43, opcode::SCAN + 1)] {
+        // A valid frame around one unknown opcode byte (0x21: reserved for
+        // later scan operations).
         let mut frame = BytesMut::new();
         encode_request(
             &Request {

@@ -72,6 +72,79 @@ fn cli_round_trips() {
 }
 
 #[test]
+fn cli_expiry_times_and_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path(), &["--shards", "2"]);
+    let addr = server.addr;
+    let run = |args: &[&str]| ringkv(addr, args, None);
+    let number = |o: &Output| -> u64 {
+        stdout(o)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("not a number: {o:?}"))
+    };
+
+    let set = run(&["set", "a", "1", "--ex", "100"]);
+    assert!(set.status.success(), "{set:?}");
+    assert_eq!(stdout(&set), "OK\n");
+    let ttl = run(&["ttl", "a"]);
+    assert!(ttl.status.success(), "{ttl:?}");
+    assert!((99..=100).contains(&number(&ttl)), "{ttl:?}");
+    let now_ms = ringkv_client::expiry_time_ms(std::time::Duration::ZERO);
+    let at = number(&run(&["ttl", "a", "--at"]));
+    assert!(
+        at > now_ms + 90_000 && at <= now_ms + 100_000,
+        "{at} vs {now_ms}"
+    );
+
+    let persist = run(&["persist", "a"]);
+    assert_eq!(stdout(&persist), "OK\n", "{persist:?}");
+    assert_eq!(stdout(&run(&["ttl", "a"])), "none\n");
+    let expire = run(&["expire", "a", "50"]);
+    assert_eq!(stdout(&expire), "OK\n", "{expire:?}");
+    let ms = number(&run(&["ttl", "a", "--ms"]));
+    assert!((45_000..=50_000).contains(&ms), "{ms}");
+    assert_eq!(stdout(&run(&["get", "a"])), "1\n");
+
+    for args in [
+        &["ttl", "nope"][..],
+        &["persist", "nope"][..],
+        &["expire", "nope", "5"][..],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        assert_eq!(stdout(&out), "");
+    }
+    let bad = run(&["put", "x", "1", "--ex", "1", "--px", "5"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+
+    let short = run(&["put", "b", "2", "--px", "300"]);
+    assert!(short.status.success(), "{short:?}");
+    assert_eq!(stdout(&run(&["get", "b"])), "2\n");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(run(&["get", "b"]).status.code(), Some(1), "b has expired");
+
+    let script: String = (0..30).map(|i| format!("put k{i} v\n")).collect();
+    assert!(ringkv(addr, &["-"], Some(&script)).status.success());
+    let scan = run(&["scan"]);
+    assert!(scan.status.success(), "{scan:?}");
+    let mut keys: Vec<String> = stdout(&scan).lines().map(str::to_string).collect();
+    keys.sort();
+    let mut expected: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
+    expected.push("a".to_string());
+    expected.sort();
+    assert_eq!(keys, expected);
+    let matched = run(&["scan", "--match", "k1*", "--count", "1"]);
+    let mut keys: Vec<String> = stdout(&matched).lines().map(str::to_string).collect();
+    keys.sort();
+    let mut expected: Vec<String> = std::iter::once("k1".to_string())
+        .chain((10..20).map(|i| format!("k{i}")))
+        .collect();
+    expected.sort();
+    assert_eq!(keys, expected, "{matched:?}");
+}
+
+#[test]
 fn cli_reports_an_unreachable_server() {
     // A port nobody listens on: bind, learn it, close.
     let port = std::net::TcpListener::bind("127.0.0.1:0")

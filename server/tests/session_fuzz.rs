@@ -7,14 +7,17 @@
 //! - a well-formed stream yields the hello-ack then exactly its requests, in
 //!   order, however it is split; requests breaking a per-op limit get an
 //!   ERROR frame naming their id, and the stream goes on;
+//! - on a connection of an older protocol version, a request holding an
+//!   operation of a later version gets an UNSUPPORTED ERROR frame naming its
+//!   id, and the stream goes on;
 //! - a damaged stream yields a correct prefix of that, then at most one
 //!   close, and nothing after the close.
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use ringkv_protocol::{
-    decode_hello_ack, decode_response, encode_hello, encode_request, Hello, HelloAck, LimitError,
-    Limits, Request, RequestOp, ServerFrame, ServerInfo, Status,
+    decode_hello_ack, decode_response, encode_hello, encode_request, Hello, HelloAck, Limits,
+    Request, RequestOp, ServerFrame, ServerInfo, Status, PROTOCOL_VERSION, SCAN_PATTERN_BYTES_MAX,
 };
 use ringkv_server::session::{feed_checked, CloseReason, Session, Step};
 
@@ -64,6 +67,30 @@ fn op_strategy() -> impl Strategy<Value = RequestOp> {
         2 => key_strategy().prop_map(|key| RequestOp::Delete { key }),
         1 => Just(RequestOp::Ping),
         1 => Just(RequestOp::Stats),
+        2 => (key_strategy(), prop::collection::vec(any::<u8>(), 0..=2100), any::<u64>())
+            .prop_map(|(key, value, expires_at_ms)| RequestOp::PutExpiring {
+                key,
+                value: Bytes::from(value),
+                expires_at_ms,
+            }),
+        1 => (key_strategy(), any::<u64>())
+            .prop_map(|(key, expires_at_ms)| RequestOp::Expire { key, expires_at_ms }),
+        1 => key_strategy().prop_map(|key| RequestOp::Ttl { key }),
+        // Patterns sometimes over the limit (the encoder allows up to the
+        // u16 field; the limit is 256).
+        1 => (
+            any::<u64>(),
+            any::<u32>(),
+            prop_oneof![
+                8 => prop::collection::vec(any::<u8>(), 0..=SCAN_PATTERN_BYTES_MAX),
+                1 => prop::collection::vec(any::<u8>(), SCAN_PATTERN_BYTES_MAX + 1..=300),
+            ],
+        )
+            .prop_map(|(cursor, count, pattern)| RequestOp::Scan {
+                cursor,
+                count,
+                pattern: Bytes::from(pattern),
+            }),
     ]
 }
 
@@ -74,12 +101,62 @@ fn request_strategy() -> impl Strategy<Value = Request> {
 }
 
 fn encode_stream(requests: &[Request]) -> Vec<u8> {
+    encode_stream_version(requests, PROTOCOL_VERSION)
+}
+
+/// The hello of `version`, then `requests`. SCAN patterns over the limit
+/// are written with their true length field (the encoder refuses them).
+fn encode_stream_version(requests: &[Request], version: u16) -> Vec<u8> {
     let mut buf = BytesMut::new();
-    encode_hello(&Hello::current(), &mut buf);
+    encode_hello(&Hello { version, flags: 0 }, &mut buf);
     for r in requests {
-        encode_request(r, &mut buf);
+        encode_request_unchecked(r, &mut buf);
     }
     buf.to_vec()
+}
+
+/// Like `encode_request`, but also for SCAN patterns over the limit.
+fn encode_request_unchecked(r: &Request, buf: &mut BytesMut) {
+    let long_pattern = |op: &RequestOp| matches!(op, RequestOp::Scan { pattern, .. } if pattern.len() > SCAN_PATTERN_BYTES_MAX);
+    if !r.ops.iter().any(long_pattern) {
+        encode_request(r, buf);
+        return;
+    }
+    let mut body = Vec::new();
+    for op in &r.ops {
+        match op {
+            RequestOp::Scan {
+                cursor,
+                count,
+                pattern,
+            } => {
+                body.push(op.opcode());
+                body.extend_from_slice(&cursor.to_le_bytes());
+                body.extend_from_slice(&count.to_le_bytes());
+                body.extend_from_slice(&(pattern.len() as u16).to_le_bytes());
+                body.extend_from_slice(pattern);
+            }
+            other => {
+                // The op alone in a frame, without the 24-byte header.
+                let mut one = BytesMut::new();
+                encode_request(
+                    &Request {
+                        id: 0,
+                        ops: vec![other.clone()],
+                    },
+                    &mut one,
+                );
+                body.extend_from_slice(&one[24..]);
+            }
+        }
+    }
+    let mut after_crc = vec![ringkv_protocol::frame_kind::REQUEST, 0, 0, 0];
+    after_crc.extend_from_slice(&(r.ops.len() as u32).to_le_bytes());
+    after_crc.extend_from_slice(&r.id.to_le_bytes());
+    after_crc.extend_from_slice(&body);
+    buf.extend_from_slice(&((4 + after_crc.len()) as u32).to_le_bytes());
+    buf.extend_from_slice(&crc32fast::hash(&after_crc).to_le_bytes());
+    buf.extend_from_slice(&after_crc);
 }
 
 /// What the server must do with one request of a well-formed stream.
@@ -91,18 +168,30 @@ enum Expect {
 }
 
 fn expectation(r: &Request) -> Expect {
+    expectation_at(r, PROTOCOL_VERSION)
+}
+
+/// What the server must do with `r` on a connection of protocol `version`.
+fn expectation_at(r: &Request, version: u16) -> Expect {
     // The server judges the length prefix before it looks inside the frame.
     if r.encoded_len() > limits().frame_bytes_max as usize {
         return Expect::CloseTooLarge;
     }
-    match limits().check_request(r) {
-        Ok(()) => Expect::Run(r.clone()),
-        Err(LimitError::FrameTooLarge { .. }) => Expect::CloseTooLarge,
-        Err(e) => Expect::Reject {
-            id: r.id,
-            status: e.status(),
-        },
+    let reject = |status| Expect::Reject { id: r.id, status };
+    if r.ops.len() > limits().ops_per_frame_max as usize {
+        return reject(Status::TooManyOps);
     }
+    // Op by op, in order: the first op the connection's version lacks or
+    // that breaks a limit refuses the request.
+    for (index, op) in r.ops.iter().enumerate() {
+        if op.since_version() > version {
+            return reject(Status::Unsupported);
+        }
+        if let Err(e) = limits().check_op(index, op) {
+            return reject(e.status());
+        }
+    }
+    Expect::Run(r.clone())
 }
 
 fn error_frame_of(bytes: &Bytes) -> (Option<u64>, Status, bool) {
@@ -127,6 +216,10 @@ fn check_hello_ack(step: &Step) {
 /// Checks `steps` (after the hello-ack) against `requests`; returns how many
 /// requests were matched before the steps ran out or closed.
 fn check_against(requests: &[Request], steps: &[Step], exact: bool) -> usize {
+    check_against_at(requests, steps, exact, PROTOCOL_VERSION)
+}
+
+fn check_against_at(requests: &[Request], steps: &[Step], exact: bool, version: u16) -> usize {
     let mut matched = 0;
     for step in steps {
         let Some(r) = requests.get(matched) else {
@@ -135,7 +228,7 @@ fn check_against(requests: &[Request], steps: &[Step], exact: bool) -> usize {
             assert!(matches!(step, Step::Close { .. }), "extra step {step:?}");
             return matched;
         };
-        let expect = expectation(r);
+        let expect = expectation_at(r, version);
         match (step, &expect) {
             (
                 Step::Run {
@@ -237,6 +330,21 @@ proptest! {
     }
 
     #[test]
+    fn older_versions_refuse_newer_ops_and_go_on(
+        requests in prop::collection::vec(request_strategy(), 1..12),
+        version in 1u16..PROTOCOL_VERSION,
+        cuts in prop::collection::vec(1usize..5000, 0..80),
+    ) {
+        let input = encode_stream_version(&requests, version);
+        let steps = feed_checked(&mut new_session(), &input, &cuts, CHUNK);
+        check_hello_ack(&steps[0]);
+        let matched = check_against_at(&requests, &steps[1..], true, version);
+        if matched < requests.len() {
+            prop_assert_eq!(expectation_at(&requests[matched], version), Expect::CloseTooLarge);
+        }
+    }
+
+    #[test]
     fn damaged_streams_yield_a_correct_prefix_then_at_most_a_close(
         requests in prop::collection::vec(request_strategy(), 1..8),
         flips in prop::collection::vec((any::<prop::sample::Index>(), 0u8..8), 1..4),
@@ -272,6 +380,59 @@ proptest! {
             }
         }
     }
+}
+
+/// The cargo-fuzz target's seeds (`server/fuzz/seeds/session/`), unwrapped
+/// the way the target does (mode byte, then u16-length-prefixed frame
+/// bodies that get a length prefix and checksum), reach the expiry and
+/// SCAN opcodes: run on a version 3 connection, refused on version 2.
+#[test]
+fn the_fuzz_seeds_reach_the_version_3_opcodes() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/session");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let data = std::fs::read(entry.unwrap().path()).unwrap();
+        let (&mode, mut rest) = data.split_first().unwrap();
+        assert_eq!(mode & 3, 3, "a seed has a hello and checksummed frames");
+        let version = if mode & 4 == 4 {
+            PROTOCOL_VERSION - 1
+        } else {
+            PROTOCOL_VERSION
+        };
+        let mut input = BytesMut::new();
+        encode_hello(&Hello { version, flags: 0 }, &mut input);
+        while rest.len() >= 2 {
+            let len = usize::from(u16::from_le_bytes([rest[0], rest[1]])).min(rest.len() - 2);
+            let body = &rest[2..2 + len];
+            rest = &rest[2 + len..];
+            input.extend_from_slice(&((4 + body.len()) as u32).to_le_bytes());
+            input.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+            input.extend_from_slice(body);
+        }
+        let steps = drive(&input, &[]);
+        check_hello_ack(&steps[0]);
+        let mut opcodes = std::collections::BTreeSet::new();
+        for step in &steps[1..] {
+            match step {
+                Step::Run { request, .. } if version == PROTOCOL_VERSION => {
+                    opcodes.extend(request.ops.iter().map(RequestOp::opcode));
+                }
+                Step::Send(bytes) if version < PROTOCOL_VERSION => {
+                    let (id, status, close) = error_frame_of(bytes);
+                    assert!(id.is_some() && !close);
+                    assert_eq!(status, Status::Unsupported);
+                }
+                other => panic!("seed {mode:#04x}: unexpected {other:?}"),
+            }
+        }
+        if version == PROTOCOL_VERSION {
+            for code in [0x06, 0x07, 0x08, 0x20] {
+                assert!(opcodes.contains(&code), "no seed op {code:#04x}");
+            }
+        }
+        seen += 1;
+    }
+    assert!(seen >= 2, "the seeds are missing from {}", dir.display());
 }
 
 #[test]

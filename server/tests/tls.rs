@@ -20,7 +20,7 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, 
 use ringkv_client::{Client, ClientError, ConnectOptions, TlsOptions};
 use ringkv_protocol::{
     decode_hello_ack, decode_response, encode_auth, encode_hello, encode_request, Hello, HelloAck,
-    Limits, Request, RequestOp, ServerFrame, Status,
+    Limits, Request, RequestOp, ServerFrame, Status, PROTOCOL_VERSION,
 };
 
 const PASSWORD: &str = "tls test password";
@@ -484,7 +484,13 @@ fn openssl_s_client_talks_to_the_tls_listener() {
         );
     };
     assert!(
-        matches!(ack, Some(HelloAck::Accepted { version: 2, .. })),
+        matches!(
+            ack,
+            Some(HelloAck::Accepted {
+                version: PROTOCOL_VERSION,
+                ..
+            })
+        ),
         "{ack:?}"
     );
     assert!(

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
-use ringkv_client::{Client, ClientError, ConnectArgs, Limits, OpReply, RequestOp};
+use ringkv_client::{Client, ClientError, ConnectArgs, KeyTtl, Limits, OpReply, RequestOp};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -40,9 +40,9 @@ const STDIN_IDLE_FLUSH: Duration = Duration::from_millis(2);
     version,
     about = "Command-line client for a ringkv server",
     after_help = "\
-Exit status: 0 success; 1 get/del: no such key; 2 usage error; 3 the server answered
-an error (or the request breaks its limits); 4 the server cannot be reached or the
-connection failed.
+Exit status: 0 success; 1 get/del/expire/ttl/persist: no such key; 2 usage error;
+3 the server answered an error (or the request breaks its limits, or the server is
+too old for the command); 4 the server cannot be reached or the connection failed.
 
 With `-`, each stdin line is one command: `put KEY VALUE`, `get KEY`, `del KEY` or
 `ping`. VALUE is the rest of the line after KEY. Each command gets one output line,
@@ -69,12 +69,20 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Set KEY to VALUE; prints OK.
+    /// Set KEY to VALUE; prints OK. With --ex or --px the key expires that
+    /// long from now (by this machine's clock); without, it has no expiry.
+    #[command(visible_alias = "set")]
     Put {
         #[arg(value_parser = clap::value_parser!(OsString))]
         key: OsString,
         #[arg(value_parser = clap::value_parser!(OsString))]
         value: OsString,
+        /// Expire in SECS seconds (at least 1).
+        #[arg(long, value_name = "SECS", conflicts_with = "px", value_parser = clap::value_parser!(u64).range(1..))]
+        ex: Option<u64>,
+        /// Expire in MS milliseconds (at least 1).
+        #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+        px: Option<u64>,
     },
     /// Print the value of KEY; prints nothing and exits 1 if there is none.
     Get {
@@ -85,6 +93,42 @@ enum Command {
     Del {
         #[arg(value_parser = clap::value_parser!(OsString))]
         key: OsString,
+    },
+    /// Make KEY expire SECS seconds from now (0: at once, deleting it);
+    /// prints OK, or nothing and exits 1 if there is no such key.
+    Expire {
+        #[arg(value_parser = clap::value_parser!(OsString))]
+        key: OsString,
+        secs: u64,
+    },
+    /// Print the seconds KEY has left (rounded), or `none` if it has no
+    /// expiry; prints nothing and exits 1 if there is no such key.
+    Ttl {
+        #[arg(value_parser = clap::value_parser!(OsString))]
+        key: OsString,
+        /// Print milliseconds left instead of seconds.
+        #[arg(long, conflicts_with = "at")]
+        ms: bool,
+        /// Print the expiry time instead: Unix time in milliseconds.
+        #[arg(long)]
+        at: bool,
+    },
+    /// Remove KEY's expiry; prints OK, or nothing and exits 1 if there is
+    /// no such key.
+    Persist {
+        #[arg(value_parser = clap::value_parser!(OsString))]
+        key: OsString,
+    },
+    /// Print every key, one per line, walking all shards with SCAN. A key
+    /// present for the whole walk is printed at least once; keys come in no
+    /// particular order.
+    Scan {
+        /// Only keys matching this glob (`*`, `?`, `[a-z]`, `\x`).
+        #[arg(long = "match", value_name = "PATTERN", value_parser = clap::value_parser!(OsString))]
+        pattern: Option<OsString>,
+        /// Keys the server visits per step (a hint; 0: its default).
+        #[arg(long, value_name = "N", default_value_t = 1000)]
+        count: u32,
     },
     /// Round trip to the server; prints PONG.
     Ping,
@@ -120,9 +164,10 @@ struct Failure {
 impl Failure {
     fn from_client(error: ClientError) -> Failure {
         let code = match &error {
-            ClientError::Server { .. } | ClientError::Limit(_) | ClientError::Refused { .. } => {
-                EXIT_SERVER_ERROR
-            }
+            ClientError::Server { .. }
+            | ClientError::Limit(_)
+            | ClientError::Refused { .. }
+            | ClientError::NeedsVersion { .. } => EXIT_SERVER_ERROR,
             _ => EXIT_CONNECTION,
         };
         Failure {
@@ -173,9 +218,59 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         })?;
     let mut out = io::stdout().lock();
     let printed = match cli.command {
-        Command::Put { key, value } => {
-            within(timeout, client.put(key.into_vec(), value.into_vec())).await?;
+        Command::Put { key, value, ex, px } => {
+            let (key, value) = (key.into_vec(), value.into_vec());
+            let ttl = match (ex, px) {
+                (Some(secs), _) => Some(Duration::from_secs(secs)),
+                (None, Some(ms)) => Some(Duration::from_millis(ms)),
+                (None, None) => None,
+            };
+            match ttl {
+                Some(ttl) => within(timeout, client.put_expiring_in(key, value, ttl)).await?,
+                None => within(timeout, client.put(key, value)).await?,
+            }
             writeln!(out, "OK")
+        }
+        Command::Expire { key, secs } => {
+            let ttl = Duration::from_secs(secs);
+            if !within(timeout, client.expire_in(key.into_vec(), ttl)).await? {
+                return Ok(EXIT_NOT_FOUND);
+            }
+            writeln!(out, "OK")
+        }
+        Command::Ttl { key, ms, at } => match within(timeout, client.ttl(key.into_vec())).await? {
+            KeyTtl::NotFound => return Ok(EXIT_NOT_FOUND),
+            KeyTtl::Persistent => writeln!(out, "none"),
+            KeyTtl::Expires(expiry) if at => writeln!(out, "{}", expiry.at_ms),
+            KeyTtl::Expires(expiry) if ms => writeln!(out, "{}", expiry.left_ms),
+            KeyTtl::Expires(expiry) => {
+                writeln!(out, "{}", expiry.left_ms.saturating_add(500) / 1000)
+            }
+        },
+        Command::Persist { key } => {
+            if !within(timeout, client.persist(key.into_vec())).await? {
+                return Ok(EXIT_NOT_FOUND);
+            }
+            writeln!(out, "OK")
+        }
+        Command::Scan { pattern, count } => {
+            let pattern = Bytes::from(pattern.map(OsString::into_vec).unwrap_or_default());
+            let mut cursor = 0;
+            loop {
+                let page = within(timeout, client.scan(cursor, count, pattern.clone())).await?;
+                for key in &page.keys {
+                    out.write_all(key)
+                        .and_then(|()| out.write_all(b"\n"))
+                        .map_err(|error| Failure {
+                            code: EXIT_CONNECTION,
+                            message: format!("cannot write to stdout: {error}"),
+                        })?;
+                }
+                if page.cursor == 0 {
+                    break Ok(());
+                }
+                cursor = page.cursor;
+            }
         }
         Command::Get { key } => match within(timeout, client.get(key.into_vec())).await? {
             Some(value) => out.write_all(&value).and_then(|()| out.write_all(b"\n")),
@@ -291,7 +386,9 @@ async fn run_tx(
                 OpReply::Ok => writeln!(out, "OK"),
                 OpReply::NotFound => writeln!(out, "NOT_FOUND"),
                 OpReply::Error { status, message } => writeln!(out, "ERROR {status} {message}"),
-                OpReply::Stats(_) => writeln!(out, "ERROR unexpected STATS answer"),
+                OpReply::Stats(_) | OpReply::Expiry(_) | OpReply::Keys { .. } => {
+                    writeln!(out, "ERROR unexpected answer {reply:?}")
+                }
             }
             .map_err(write_err)?;
         }
@@ -549,6 +646,8 @@ fn answer_line(reply: &OpReply) -> String {
             .collect::<Vec<_>>()
             .join(" "),
         OpReply::Error { status, message } => format!("ERR {status}: {message}"),
+        // The stdin mode sends neither TTL nor SCAN.
+        OpReply::Expiry(_) | OpReply::Keys { .. } => format!("ERR unexpected answer {reply:?}"),
     }
 }
 

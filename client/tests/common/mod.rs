@@ -38,6 +38,9 @@ pub struct Options {
     pub vanish_after: Option<usize>,
     /// Answer to STATS.
     pub stats: Vec<(String, String)>,
+    /// Speak protocol versions up to this one only (an older server):
+    /// later hellos are refused with UNSUPPORTED naming it.
+    pub max_version: Option<u16>,
 }
 
 impl Default for Options {
@@ -55,6 +58,7 @@ impl Default for Options {
                 ("shards".into(), "2".into()),
                 ("device.wal.profile".into(), "nvme".into()),
             ],
+            max_version: None,
         }
     }
 }
@@ -140,9 +144,19 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
             return;
         }
     };
-    let ack = match &options.refuse {
+    let too_new = options.max_version.filter(|&max| version > max);
+    let refuse = match too_new {
+        Some(max) => Some((
+            Status::Unsupported,
+            format!(
+                "protocol version {version} is not supported; this side speaks versions 1..={max}"
+            ),
+        )),
+        None => options.refuse.clone(),
+    };
+    let ack = match &refuse {
         Some((status, message)) => HelloAck::Refused {
-            version,
+            version: too_new.unwrap_or(version),
             status: *status,
             message: message.clone(),
         },
@@ -157,7 +171,7 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
         },
     };
     encode_hello_ack(&ack, &mut out);
-    if stream.write_all(&out).await.is_err() || options.refuse.is_some() {
+    if stream.write_all(&out).await.is_err() || refuse.is_some() {
         return;
     }
     out.clear();
@@ -259,13 +273,17 @@ fn answer(shared: &Shared, request: Request) -> Response {
             },
             RequestOp::Ping => OpReply::Ok,
             RequestOp::Stats => OpReply::Stats(shared.options.stats.clone()),
-            // This fake server has no transactions.
+            // This fake server has no transactions, expiry times nor SCAN.
             RequestOp::Begin
             | RequestOp::GetForUpdate { .. }
             | RequestOp::Commit
-            | RequestOp::Rollback => OpReply::Error {
+            | RequestOp::Rollback
+            | RequestOp::PutExpiring { .. }
+            | RequestOp::Expire { .. }
+            | RequestOp::Ttl { .. }
+            | RequestOp::Scan { .. } => OpReply::Error {
                 status: ringkv_client::Status::Unsupported,
-                message: "no transactions here".to_string(),
+                message: "no transactions, expiry times nor SCAN here".to_string(),
             },
         })
         .collect();

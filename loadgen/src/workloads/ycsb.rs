@@ -280,7 +280,7 @@ pub async fn run_mixes<T: Target>(
                 snap.info(),
                 mix.name,
                 "scan",
-                "the ringkv protocol has no SCAN operation yet; workload E was not run",
+                "ringkv has no ordered range read (its SCAN walks hash-partitioned shards in hash order and cannot start at a key); workload E was not run",
             ));
             continue;
         }
