@@ -229,13 +229,15 @@ impl<'a, F: DiskFile> ChunkWriter<'a, F> {
     }
 }
 
-/// Reads and checks a whole snapshot, putting every entry into `tier`.
-/// On error `tier` holds a partial load and must be discarded.
+/// Reads and checks a whole snapshot, putting every entry into `tier`
+/// (with `None`, only checks it: every checksum, count and entry bound is
+/// verified the same way, nothing is kept). On error `tier` holds a partial
+/// load and must be discarded.
 pub async fn load<F: DiskFile>(
     file: &F,
     path: &Path,
     expected_shard: u32,
-    tier: &mut dyn Tier,
+    mut tier: Option<&mut dyn Tier>,
 ) -> Result<SnapshotMeta, SnapshotError> {
     let corrupt = |offset: u64, reason: String| SnapshotError::Corrupt {
         file: path.to_path_buf(),
@@ -398,13 +400,15 @@ pub async fn load<F: DiskFile>(
             if payload.len() - at < k + v {
                 return Err(corrupt(pos, "entry past the block end".into()));
             }
-            let key = &payload[at..at + k];
-            tier.put_expiring(
-                crate::hash::fnv1a64(key),
-                key,
-                &payload[at + k..at + k + v],
-                expires_at_ms,
-            );
+            if let Some(tier) = tier.as_deref_mut() {
+                let key = &payload[at..at + k];
+                tier.put_expiring(
+                    crate::hash::fnv1a64(key),
+                    key,
+                    &payload[at + k..at + k + v],
+                    expires_at_ms,
+                );
+            }
             at += k + v;
         }
         if at != payload.len() {
@@ -477,7 +481,9 @@ mod tests {
             assert_eq!(len % ALIGN as u64, 0);
             let file = disk.open(path, false).await.expect("open");
             let mut tier = MemoryTier::new();
-            let meta = load(&file, path, 1, &mut tier).await.expect("valid");
+            let meta = load(&file, path, 1, Some(&mut tier)).await.expect("valid");
+            // Checking alone reads the same metadata.
+            assert_eq!(load(&file, path, 1, None).await.expect("valid"), meta);
             assert_eq!(meta.lsn, 77);
             assert_eq!(meta.end_lsn, 80);
             assert_eq!(meta.max_commit_version, 6);
@@ -496,7 +502,10 @@ mod tests {
                 Some(Some(4_000_000_000_499))
             );
             // Wrong shard.
-            assert!(load(&file, path, 2, &mut MemoryTier::new()).await.is_err());
+            assert!(load(&file, path, 2, Some(&mut MemoryTier::new()))
+                .await
+                .is_err());
+            assert!(load(&file, path, 2, None).await.is_err());
             drop(file);
             // Any damaged byte in the data is detected.
             for offset in [0u64, 40, 4096, 4100, 4096 + 30_000, len / 2, len - 4096] {
@@ -505,8 +514,10 @@ mod tests {
                 let offset = offset.min(data_end);
                 disk.corrupt(path, offset, 1);
                 let file = disk.open(path, false).await.expect("open");
-                let res = load(&file, path, 1, &mut MemoryTier::new()).await;
+                let res = load(&file, path, 1, Some(&mut MemoryTier::new())).await;
                 assert!(res.is_err(), "damage at {offset} undetected");
+                let res = load(&file, path, 1, None).await;
+                assert!(res.is_err(), "damage at {offset} undetected by a check");
                 disk.corrupt(path, offset, 1); // flip back
             }
             // A cut-off file is detected.
@@ -514,7 +525,10 @@ mod tests {
             file.set_len(len / 2 / ALIGN as u64 * ALIGN as u64)
                 .await
                 .expect("truncate");
-            assert!(load(&file, path, 1, &mut MemoryTier::new()).await.is_err());
+            assert!(load(&file, path, 1, Some(&mut MemoryTier::new()))
+                .await
+                .is_err());
+            assert!(load(&file, path, 1, None).await.is_err());
         });
     }
 }

@@ -6,8 +6,9 @@
 //! engine/src/tier/memory.rs and docs/wal.md):
 //! - RAM per item: one heap block `[8-byte header][key][value]`, which the
 //!   allocator rounds to a 16-byte chunk with 8 bytes of its own (at least
-//!   32), plus the hash-table slot: 8-byte pointer + 1 control byte at a load
-//!   factor that can be as low as 7/16 right after a table grows (21 bytes).
+//!   32), plus the hash-table slot: 8-byte pointer, 8-byte cached hash and 1
+//!   control byte at a load factor that can be as low as 7/16 right after a
+//!   table grows (39 bytes).
 //! - Disk per item (durabilities that log): the WAL record (a 32-byte header
 //!   plus key and value), counted twice because a checkpoint writes a new snapshot
 //!   while the previous one and the log still exist; plus per shard the WAL
@@ -20,8 +21,9 @@
 use crate::cli::format_count;
 use std::path::Path;
 
-/// Hash-table bytes per item at the lowest load factor (9 bytes / (7/16)).
-const TABLE_BYTES_PER_ITEM: u64 = 21;
+/// Hash-table bytes per item at the lowest load factor (17 bytes / (7/16),
+/// rounded up).
+const TABLE_BYTES_PER_ITEM: u64 = 39;
 /// WAL record header (engine/src/wal/format.rs `RECORD_HEADER_BYTES`).
 const WAL_RECORD_HEADER_BYTES: u64 = 32;
 
@@ -154,9 +156,9 @@ mod tests {
 
     #[test]
     fn document_item_arithmetic() {
-        // 8 + 8 + 32 = 48 B block -> 64 B chunk, + 21 B of table = 85 B.
+        // 8 + 8 + 32 = 48 B block -> 64 B chunk, + 39 B of table = 103 B.
         let n = need(50_000_000, 50_000_000, 8, 32, true, 2, 384 << 20);
-        assert_eq!(n.ram_bytes, 50_000_000 * 85);
+        assert_eq!(n.ram_bytes, 50_000_000 * 103);
         assert_eq!(n.disk_bytes, 50_000_000 * 2 * 72 + 2 * (384 << 20));
         assert_eq!(need(10, 10, 8, 32, false, 2, 1 << 30).disk_bytes, 0);
         assert_eq!(malloc_chunk(1), 32);
@@ -173,7 +175,7 @@ mod tests {
         let disk = 60_000_000_000;
         let err = check(&needs, Some(ram), Some(disk)).unwrap_err();
         assert!(err.contains("N = 2G"), "{err}");
-        assert!(err.contains("RAM 170.0 GB needed"), "{err}");
+        assert!(err.contains("RAM 206.0 GB needed"), "{err}");
         assert!(err.contains("vs 24.0 GB available"), "{err}");
         assert!(err.contains("disk 288.8 GB needed"), "{err}");
         assert!(err.contains("--sweep-max 50M"), "{err}");

@@ -349,8 +349,17 @@ pub async fn recover<D: Disk>(
                 offset: 0,
                 source,
             })?;
+        // Only the newest valid snapshot is loaded into a tier; older ones
+        // (the fallback kept on disk) are only checked, which reads them
+        // but builds nothing: building a second tier doubled the work and
+        // left its freed blocks in the heap for the life of the process.
         let mut candidate = MemoryTier::new();
-        match snapshot::load(&file, &snap.path, config.shard, &mut candidate).await {
+        let sink: Option<&mut dyn crate::tier::Tier> = if base.is_none() {
+            Some(&mut candidate)
+        } else {
+            None
+        };
+        match snapshot::load(&file, &snap.path, config.shard, sink).await {
             Ok(meta) => {
                 if meta.lsn != snap.lsn {
                     damaged.push((

@@ -1,0 +1,210 @@
+//! `cargo bench -p ringkv-engine --bench recovery -- [--keys N] [--passes N]
+//! [--value-size N] [--shards N] [--dir PATH] [--checkpoint-wal-bytes N]`
+//!
+//! Fills a `sync` engine with `--keys` distinct keys, written `--passes`
+//! times (batches of 1,000 from four threads; checkpoints happen as they
+//! would in service, so two passes or more leave two snapshots per shard), reads the
+//! process's VmRSS, shuts the engine down, then starts itself again as a
+//! fresh process that only opens the same directory: it reports how long
+//! recovery took, what it read (snapshot files, WAL replayed) and VmRSS
+//! after the restart. See docs/benchmarks.md ("Performance round").
+
+use bytes::Bytes;
+use engine::{Engine, Op};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tunables::{ByteSize, Config, Durability};
+
+struct Options {
+    keys: u64,
+    passes: u64,
+    value_size: usize,
+    shards: u32,
+    dir: PathBuf,
+    checkpoint_wal_bytes: Option<u64>,
+    phase: String,
+}
+
+fn vm_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+fn config(opts: &Options) -> Config {
+    let mut config = Config {
+        shards: opts.shards,
+        ..Default::default()
+    };
+    config.storage.data_dir = opts.dir.join("data");
+    config.storage.durability = Durability::Sync;
+    if let Some(b) = opts.checkpoint_wal_bytes {
+        config.storage.checkpoint_wal_bytes = ByteSize(b);
+    }
+    config
+}
+
+fn bytes_under(dir: &Path, ext: &str) -> u64 {
+    let mut total = 0;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            total += bytes_under(&p, ext);
+        } else if p.extension().is_some_and(|x| x == ext) {
+            total += e.metadata().map(|m| m.len()).unwrap_or(0);
+        }
+    }
+    total
+}
+
+fn fill(opts: &Options) {
+    let _ = std::fs::remove_dir_all(&opts.dir);
+    std::fs::create_dir_all(&opts.dir).expect("create --dir");
+    let engine = Engine::open(&config(opts)).expect("open engine");
+    let value = Bytes::from(vec![0xA5u8; opts.value_size]);
+    let started = Instant::now();
+    let threads = 4u64;
+    let per = opts.keys.div_ceil(threads);
+    let passes = opts.passes;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let h = engine.handle();
+            let value = value.clone();
+            let (from, to) = (t * per, ((t + 1) * per).min(opts.keys));
+            s.spawn(move || {
+                for _ in 0..passes {
+                    let mut i = from;
+                    while i < to {
+                        let n = 1000.min(to - i);
+                        let ops = (i..i + n)
+                            .map(|k| Op::Put {
+                                key: Bytes::from(format!("k{k:015}")),
+                                value: value.clone(),
+                            })
+                            .collect();
+                        h.batch_blocking(ops).expect("put batch");
+                        i += n;
+                    }
+                }
+            });
+        }
+    });
+    let secs = started.elapsed().as_secs_f64();
+    drop(value);
+    let m = engine.metrics();
+    let keys: u64 = m.shards.iter().map(|s| s.keys).sum();
+    let tier: u64 = m.shards.iter().map(|s| s.memory_bytes).sum();
+    let checkpoints: u64 = m.shards.iter().map(|s| s.checkpoints).sum();
+    let rss = vm_rss_bytes();
+    println!(
+        "fill: {keys} keys of {} B ({passes} passes) in {secs:.2} s, {checkpoints} checkpoints; tier {} MiB; VmRSS before restart {} MiB",
+        opts.value_size,
+        tier >> 20,
+        rss >> 20
+    );
+    engine.shutdown().expect("shutdown");
+}
+
+fn recover(opts: &Options) {
+    let data = opts.dir.join("data");
+    let snap_bytes = bytes_under(&data, "snap");
+    let started = Instant::now();
+    let engine = Engine::open(&config(opts)).expect("reopen engine");
+    let wall = started.elapsed().as_secs_f64();
+    let m = engine.metrics();
+    let keys: u64 = m.shards.iter().map(|s| s.keys).sum();
+    let slowest_us = m
+        .shards
+        .iter()
+        .map(|s| s.recovery_duration_us)
+        .max()
+        .unwrap_or(0);
+    let replayed: u64 = m.shards.iter().map(|s| s.recovery_bytes_replayed).sum();
+    let entries: u64 = m.shards.iter().map(|s| s.recovery_snapshot_entries).sum();
+    let rss = vm_rss_bytes();
+    let loaded = opts.value_size as u64 * keys;
+    println!(
+        "recover: {keys} keys ({entries} from snapshots) in {wall:.2} s wall (slowest shard {:.2} s); \
+         snapshot files on disk {} MiB, WAL replayed {} MiB; {:.2} GB of data per second; VmRSS after restart {} MiB",
+        slowest_us as f64 / 1e6,
+        snap_bytes >> 20,
+        replayed >> 20,
+        loaded as f64 / 1e9 / wall,
+        rss >> 20
+    );
+    engine.shutdown().expect("shutdown");
+}
+
+fn main() {
+    let mut opts = Options {
+        keys: 1_000_000,
+        passes: 1,
+        value_size: 1000,
+        shards: 2,
+        dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-recovery"),
+        checkpoint_wal_bytes: None,
+        phase: "all".into(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| -> String {
+            args.next().unwrap_or_else(|| {
+                eprintln!("{name} needs a value");
+                std::process::exit(2)
+            })
+        };
+        let num = |s: String| -> u64 {
+            s.parse().unwrap_or_else(|_| {
+                eprintln!("not a number: {s}");
+                std::process::exit(2)
+            })
+        };
+        match arg.as_str() {
+            "--keys" => opts.keys = num(value("--keys")),
+            "--passes" => opts.passes = num(value("--passes")),
+            "--value-size" => opts.value_size = num(value("--value-size")) as usize,
+            "--shards" => opts.shards = num(value("--shards")) as u32,
+            "--checkpoint-wal-bytes" => {
+                opts.checkpoint_wal_bytes = Some(num(value("--checkpoint-wal-bytes")))
+            }
+            "--dir" => opts.dir = PathBuf::from(value("--dir")),
+            "--phase" => opts.phase = value("--phase"),
+            "--bench" => {} // passed by `cargo bench`
+            other => {
+                eprintln!(
+                    "unknown argument {other}; see the top of engine/benches/recovery/main.rs"
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    match opts.phase.as_str() {
+        "fill" => fill(&opts),
+        "recover" => recover(&opts),
+        "all" => {
+            fill(&opts);
+            // A fresh process, so VmRSS after the restart owes nothing to
+            // the filling process's heap.
+            let me = std::env::current_exe().expect("own path");
+            let mut args: Vec<String> = std::env::args().skip(1).collect();
+            args.retain(|a| a != "--bench");
+            args.extend(["--phase".into(), "recover".into()]);
+            let status = std::process::Command::new(me)
+                .args(&args)
+                .status()
+                .expect("start the recovering process");
+            assert!(status.success(), "recovering process failed");
+        }
+        other => {
+            eprintln!("--phase is fill, recover or all, not {other}");
+            std::process::exit(2);
+        }
+    }
+}
