@@ -26,6 +26,21 @@ use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// Hands the I/O that futures polled on this thread have queued (io_uring
+/// submission entries) to the kernel now, instead of at the thread's next
+/// wait, so that a read started ahead of time runs while the thread
+/// computes. Does nothing outside a compio runtime.
+pub fn submit_queued() {
+    let _ = compio::runtime::Runtime::try_with_current(|runtime| {
+        // `flush` clears the driver's "woken by another thread" mark and
+        // reports it; set it again, or the next wait could sleep through
+        // that wake-up.
+        if runtime.flush() {
+            runtime.waker().wake();
+        }
+    });
+}
+
 /// A directory tree on one backend. Paths are absolute or relative to the
 /// process's working directory, exactly as for `std::fs`.
 pub trait Disk: Clone + Send + Sync + 'static {

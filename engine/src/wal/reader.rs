@@ -16,8 +16,11 @@ use crate::wal::format::{
     decode_record, decode_segment_header, Decoded, Record, RecordKind, SegmentHeader, BLOCK_BYTES,
     FLAG_EXPIRES, FLAG_FIRST, RECORD_HEADER_BYTES, SEGMENT_DATA_OFFSET,
 };
+use std::future::Future;
 use std::io;
 use std::path::Path;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
 /// Bytes read from disk at a time.
 pub const READ_CHUNK_BYTES: usize = 1 << 20;
@@ -27,9 +30,25 @@ fn align_down(n: u64) -> u64 {
     n - n % ALIGN as u64
 }
 
+/// A read of one chunk that is in flight (or already done) while the caller
+/// works on the chunks before it.
+type ChunkRead<'a> = Pin<Box<dyn Future<Output = (io::Result<usize>, AlignedBuf)> + 'a>>;
+
+/// The read of the chunk after the last one taken into the window.
+struct ReadAhead<'a> {
+    offset: u64,
+    read: ChunkRead<'a>,
+}
+
 /// A window over a file that slides forward: `get(offset, len)` returns the
 /// bytes `[offset, offset + len)` (fewer at end of file), reading aligned
 /// chunks as needed. Bytes before `min(offset, keep_from)` may be dropped.
+///
+/// Double buffered: whenever a full chunk arrives, the read of the next one
+/// is started before `get` returns, so the disk reads chunk n + 1 while the
+/// caller parses chunk n. A read-ahead's result (data or error) is used
+/// only if the caller then asks for that chunk, so reading ahead never
+/// changes what a caller sees.
 pub struct FileWindow<'a, F: DiskFile> {
     file: &'a F,
     path: &'a Path,
@@ -37,7 +56,9 @@ pub struct FileWindow<'a, F: DiskFile> {
     start: u64,
     data: Vec<u8>,
     keep_from: u64,
-    chunk: Option<AlignedBuf>,
+    /// Chunk buffers not in use by a read (at most two exist).
+    spare: Vec<AlignedBuf>,
+    ahead: Option<ReadAhead<'a>>,
     bytes_read: u64,
 }
 
@@ -51,7 +72,8 @@ impl<'a, F: DiskFile> FileWindow<'a, F> {
             start: 0,
             data: Vec::new(),
             keep_from: u64::MAX,
-            chunk: Some(AlignedBuf::with_capacity(READ_CHUNK_BYTES)),
+            spare: vec![AlignedBuf::with_capacity(READ_CHUNK_BYTES)],
+            ahead: None,
             bytes_read: 0,
         })
     }
@@ -64,7 +86,8 @@ impl<'a, F: DiskFile> FileWindow<'a, F> {
         self.path
     }
 
-    /// Bytes read from disk so far.
+    /// Bytes read from disk so far (chunks taken into the window; a
+    /// read-ahead counts once it is used).
     pub fn bytes_read(&self) -> u64 {
         self.bytes_read
     }
@@ -72,6 +95,42 @@ impl<'a, F: DiskFile> FileWindow<'a, F> {
     /// Keep bytes from `offset` on in memory (until changed).
     pub fn keep_from(&mut self, offset: u64) {
         self.keep_from = offset;
+    }
+
+    fn spare_buf(&mut self) -> AlignedBuf {
+        self.spare
+            .pop()
+            .unwrap_or_else(|| AlignedBuf::with_capacity(READ_CHUNK_BYTES))
+    }
+
+    /// The chunk at `at`: the read-ahead if it is for `at`, else a new read
+    /// (a read-ahead for another offset is waited for and dropped).
+    async fn read_chunk(&mut self, at: u64) -> (io::Result<usize>, AlignedBuf) {
+        if let Some(ahead) = self.ahead.take() {
+            let (res, buf) = ahead.read.await;
+            if ahead.offset == at {
+                return (res, buf);
+            }
+            self.spare.push(buf);
+        }
+        let buf = self.spare_buf();
+        self.file.read_at(buf, at).await
+    }
+
+    /// Starts reading the chunk at `at` and hands it to the backend before
+    /// returning (polled once, then the backend's queue is submitted), so
+    /// the read proceeds while the caller computes.
+    fn read_ahead(&mut self, at: u64) {
+        assert!(self.ahead.is_none(), "one read-ahead at a time");
+        let buf = self.spare_buf();
+        let mut read: ChunkRead<'a> = Box::pin(self.file.read_at(buf, at));
+        let mut cx = Context::from_waker(Waker::noop());
+        if let Poll::Ready(done) = read.as_mut().poll(&mut cx) {
+            read = Box::pin(std::future::ready(done));
+        } else {
+            crate::io::submit_queued();
+        }
+        self.ahead = Some(ReadAhead { offset: at, read });
     }
 
     pub async fn get(&mut self, offset: u64, len: usize) -> io::Result<&[u8]> {
@@ -89,24 +148,25 @@ impl<'a, F: DiskFile> FileWindow<'a, F> {
             }
             let at = self.start + self.data.len() as u64;
             assert_eq!(at % ALIGN as u64, 0, "window reads stay aligned");
-            let Some(buf) = self.chunk.take() else {
-                unreachable!("window chunk always returned");
-            };
-            let (res, buf) = self.file.read_at(buf, at).await;
+            let (res, buf) = self.read_chunk(at).await;
             let got = match res {
                 Ok(n) => n,
                 Err(e) => {
-                    self.chunk = Some(buf);
+                    self.spare.push(buf);
                     return Err(e);
                 }
             };
             self.data.extend_from_slice(&buf.as_slice()[..got]);
-            self.chunk = Some(buf);
+            self.spare.push(buf);
             self.bytes_read += got as u64;
             if got < READ_CHUNK_BYTES {
                 // End of file (or a file shorter than its stat said).
                 self.file_len = self.file_len.min(at + got as u64);
                 break;
+            }
+            let next = at + READ_CHUNK_BYTES as u64;
+            if next < self.file_len {
+                self.read_ahead(next);
             }
         }
         let from = (offset.saturating_sub(self.start) as usize).min(self.data.len());
