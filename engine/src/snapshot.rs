@@ -229,6 +229,38 @@ impl<'a, F: DiskFile> ChunkWriter<'a, F> {
     }
 }
 
+/// The entry count stated by the trailer at the end of a snapshot file,
+/// found in the file's last two aligned blocks (the trailer is followed
+/// only by zero padding up to a block boundary); `None` if no trailer with
+/// a valid checksum sits there. Nothing else is checked: this is a hint
+/// for sizing tables before [`load`], which checks everything.
+pub async fn entry_count_hint<F: DiskFile>(file: &F) -> Option<u64> {
+    const TAIL_BYTES: usize = 2 * ALIGN;
+    let file_len = file.len().await.ok()?;
+    if file_len < TAIL_BYTES as u64 || file_len % ALIGN as u64 != 0 {
+        return None;
+    }
+    let (res, buf) = file
+        .read_at(
+            AlignedBuf::with_capacity(TAIL_BYTES),
+            file_len - TAIL_BYTES as u64,
+        )
+        .await;
+    let tail = &buf.as_slice()[..res.ok()?];
+    // The trailer's last byte is at or after the last non-zero byte.
+    let last_nonzero = tail.iter().rposition(|&b| b != 0)?;
+    let first = (last_nonzero + 1).saturating_sub(TRAILER_BYTES);
+    let last = tail.len().checked_sub(TRAILER_BYTES)?;
+    (first..=last)
+        .find_map(|at| {
+            let t = &tail[at..at + TRAILER_BYTES];
+            let valid = t[0..4] == TRAILER_MAGIC && le4(&t[4..8]) == crc32fast::hash(&t[8..]);
+            valid.then(|| le8(&t[16..24]))
+        })
+        // A count no file of this size can hold is not worth a table that big.
+        .filter(|&entries| entries <= file_len / ENTRY_HEADER_BYTES as u64)
+}
+
 /// Reads and checks a whole snapshot, putting every entry into `tier`
 /// (with `None`, only checks it: every checksum, count and entry bound is
 /// verified the same way, nothing is kept). On error `tier` holds a partial
@@ -489,6 +521,8 @@ mod tests {
             assert_eq!(meta.max_commit_version, 6);
             assert_eq!(meta.entries, 1000);
             assert_eq!(tier.len(), 1000);
+            // The trailer's count is found from the file's end alone.
+            assert_eq!(entry_count_hint(&file).await, Some(1000));
             let k = b"key-500";
             assert_eq!(
                 tier.get(crate::hash::fnv1a64(k), k).as_deref(),

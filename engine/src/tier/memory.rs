@@ -267,6 +267,25 @@ impl MemoryTier {
         }
     }
 
+    /// An empty tier whose tables have room for about `entries` entries
+    /// (spread over the partitions, with room for the uneven spread of a
+    /// hash), so that filling it does not grow and rehash them.
+    pub fn with_capacity(entries: u64) -> Self {
+        let mut tier = Self::new();
+        let per_partition = entries / PARTITION_COUNT as u64;
+        let room = per_partition + per_partition / 8 + 16;
+        let room = usize::try_from(room).unwrap_or(usize::MAX);
+        for partition in tier.partitions.iter_mut() {
+            partition.table = HashTable::with_capacity(room);
+        }
+        tier.table_bytes = tier
+            .partitions
+            .iter()
+            .map(|p| Self::table_bytes_of(&p.table))
+            .sum();
+        tier
+    }
+
     fn table_bytes_of(table: &HashTable<Slot>) -> u64 {
         table.allocation_size() as u64
     }
@@ -564,6 +583,18 @@ mod tests {
         assert!(!t.delete(fnv1a64(b"a"), b"a"));
         assert_eq!(t.len(), 1);
         assert_eq!(recount(&t), (1, (ENTRY_HEADER_BYTES + 1) as u64));
+    }
+
+    #[test]
+    fn presized_tier_holds_its_count_without_growing() {
+        let mut t = MemoryTier::with_capacity(100_000);
+        let table_bytes = t.table_bytes;
+        assert!(table_bytes > 0);
+        for i in 0..100_000u32 {
+            assert!(put(&mut t, &i.to_le_bytes(), b"v"));
+        }
+        assert_eq!(t.table_bytes, table_bytes, "no table grew");
+        assert_eq!(recount(&t).0, 100_000);
     }
 
     #[test]

@@ -353,7 +353,16 @@ pub async fn recover<D: Disk>(
         // (the fallback kept on disk) are only checked, which reads them
         // but builds nothing: building a second tier doubled the work and
         // left its freed blocks in the heap for the life of the process.
-        let mut candidate = MemoryTier::new();
+        // The tier is sized from the trailer's entry count up front, so
+        // the load does not grow and rehash its tables.
+        let mut candidate = if base.is_none() {
+            match snapshot::entry_count_hint(&file).await {
+                Some(entries) => MemoryTier::with_capacity(entries),
+                None => MemoryTier::new(),
+            }
+        } else {
+            MemoryTier::new()
+        };
         let sink: Option<&mut dyn crate::tier::Tier> = if base.is_none() {
             Some(&mut candidate)
         } else {
