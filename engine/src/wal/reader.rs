@@ -520,3 +520,56 @@ pub async fn scan_tail<F: DiskFile>(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::real::RealDisk;
+    use crate::io::sim::SimDisk;
+    use crate::io::Disk;
+
+    /// The window hands out the file's bytes whatever the read-ahead did:
+    /// across chunk boundaries, after a backward seek, and at the end.
+    async fn window_reads_the_file<D: Disk>(disk: &D, dir: &Path) {
+        disk.create_dir_all(dir).expect("dir");
+        let path = dir.join("f");
+        let file = disk.open(&path, true).await.expect("open");
+        let len = 3 * READ_CHUNK_BYTES + 5 * ALIGN;
+        let image: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let mut buf = AlignedBuf::with_capacity(len);
+        buf.extend_from_slice(&image);
+        let (res, _) = file.write_at(buf, 0).await;
+        res.expect("write");
+        let mut win = FileWindow::new(&file, &path).await.expect("window");
+        let reads = [
+            (0u64, 100usize),
+            (READ_CHUNK_BYTES as u64 - 10, 20),
+            (2 * READ_CHUNK_BYTES as u64 + 3, READ_CHUNK_BYTES),
+            (10, 4096), // backward
+            (len as u64 - 7, 100),
+            (len as u64 + 1, 10),
+        ];
+        for (offset, want) in reads {
+            let got = win.get(offset, want).await.expect("get").to_vec();
+            let from = (offset as usize).min(len);
+            let to = (offset as usize + want).min(len);
+            assert_eq!(got, image[from..to], "offset {offset} len {want}");
+        }
+    }
+
+    #[test]
+    fn window_reads_the_same_bytes_with_read_ahead_sim() {
+        let rt = compio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(window_reads_the_file(&SimDisk::new(7), Path::new("/w")));
+    }
+
+    /// On a real file the read-ahead is in flight while `get` returns.
+    #[test]
+    fn window_reads_the_same_bytes_with_read_ahead_real() {
+        let target = concat!(env!("CARGO_MANIFEST_DIR"), "/../target");
+        std::fs::create_dir_all(target).expect("target dir");
+        let tmp = tempfile::tempdir_in(target).expect("tempdir");
+        let rt = compio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(window_reads_the_file(&RealDisk, tmp.path()));
+    }
+}
