@@ -11,6 +11,14 @@ use ringkv_server::cli::Cli;
 use ringkv_server::signals::{block_termination_signals, spawn_signal_thread, Signal};
 use ringkv_server::sockets::raise_open_files_limit;
 
+/// mimalloc instead of glibc's malloc: a value or an op is often allocated
+/// on one shard thread and freed on the other (a cross-shard GET), and
+/// glibc's free then takes the owning arena's lock. Under a RESP GET
+/// pipeline (P=16) malloc, free and that lock's futex wake-ups were about a
+/// third of the server's time; see docs/benchmarks.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Descriptors kept for WAL segments, snapshots, listeners and /metrics.
 const FD_HEADROOM: u64 = 256;
 
