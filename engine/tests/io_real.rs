@@ -278,3 +278,132 @@ fn measure_real_disk() {
         });
     }
 }
+
+/// The blocking variants on a real file, mixed with async calls on the same
+/// file inside a runtime (as synchronous code on a shard thread does).
+#[test]
+fn blocking_round_trip_mixed_with_async() {
+    on_each_backend(|dir| async move {
+        let disk = RealDisk;
+        let path = dir.join("blocking.dat");
+        let f = disk.open_blocking(&path, true).unwrap();
+        f.write_at_blocking(&pattern(4, 3 * ALIGN), 0).unwrap();
+        f.sync_data_blocking().unwrap();
+        // Blocking write, async read.
+        let (r, buf) = f.read_at(AlignedBuf::with_capacity(3 * ALIGN), 0).await;
+        assert_eq!(r.unwrap(), 3 * ALIGN);
+        assert_eq!(buf.as_slice(), pattern(4, 3 * ALIGN).as_slice());
+        // Async write, blocking read: short at end of file, hole of zeroes.
+        let (r, _) = f.write_at(pattern(5, ALIGN), 5 * ALIGN as u64).await;
+        r.unwrap();
+        f.sync_data().await.unwrap();
+        let mut buf = AlignedBuf::with_capacity(8 * ALIGN);
+        let n = f.read_at_blocking(&mut buf, 2 * ALIGN as u64).unwrap();
+        assert_eq!(n, 4 * ALIGN);
+        assert_eq!(buf.len(), n);
+        assert_eq!(
+            &buf.as_slice()[..ALIGN],
+            &pattern(4, 3 * ALIGN).as_slice()[2 * ALIGN..]
+        );
+        assert!(buf.as_slice()[ALIGN..3 * ALIGN].iter().all(|&b| b == 0));
+        assert_eq!(&buf.as_slice()[3 * ALIGN..], pattern(5, ALIGN).as_slice());
+        assert_eq!(f.read_at_blocking(&mut buf, 64 * ALIGN as u64).unwrap(), 0);
+        assert!(buf.is_empty());
+        disk.sync_dir_blocking(&dir).unwrap();
+        drop(f);
+
+        // Reopen the existing file without create, blocking, and read it
+        // both ways.
+        let g = disk.open_blocking(&path, false).unwrap();
+        assert_eq!(g.len().await.unwrap(), 6 * ALIGN as u64);
+        let mut buf = AlignedBuf::with_capacity(ALIGN);
+        assert_eq!(g.read_at_blocking(&mut buf, 0).unwrap(), ALIGN);
+        assert_eq!(buf.as_slice(), &pattern(4, 3 * ALIGN).as_slice()[..ALIGN]);
+        g.write_at_blocking(&pattern(6, ALIGN), 0).unwrap();
+        g.sync_data_blocking().unwrap();
+        let (r, buf) = g.read_at(AlignedBuf::with_capacity(ALIGN), 0).await;
+        assert_eq!(r.unwrap(), ALIGN);
+        assert_eq!(buf.as_slice(), pattern(6, ALIGN).as_slice());
+        drop(g);
+
+        // The bytes really are in the file.
+        let on_disk = std::fs::read(&path).unwrap();
+        assert_eq!(&on_disk[..ALIGN], pattern(6, ALIGN).as_slice());
+        assert_eq!(&on_disk[5 * ALIGN..], pattern(5, ALIGN).as_slice());
+
+        disk.remove_file_blocking(&path).unwrap();
+        assert!(!disk.exists(&path));
+        disk.sync_dir_blocking(&dir).unwrap();
+    });
+}
+
+/// The blocking calls need no compio runtime at all.
+#[test]
+fn blocking_calls_work_without_a_runtime() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let disk = RealDisk;
+    let sub = tmp.path().join("tier");
+    disk.create_dir_all(&sub).unwrap();
+    let path = sub.join("pages");
+    let f = disk.open_blocking(&path, true).unwrap();
+    // A write large enough that the kernel may split it.
+    f.write_at_blocking(&pattern(8, 64 * ALIGN), ALIGN as u64)
+        .unwrap();
+    f.sync_data_blocking().unwrap();
+    disk.sync_dir_blocking(&sub).unwrap();
+    let mut buf = AlignedBuf::with_capacity(65 * ALIGN);
+    assert_eq!(f.read_at_blocking(&mut buf, 0).unwrap(), 65 * ALIGN);
+    assert!(buf.as_slice()[..ALIGN].iter().all(|&b| b == 0));
+    assert_eq!(&buf.as_slice()[ALIGN..], pattern(8, 64 * ALIGN).as_slice());
+    drop(f);
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(&on_disk[ALIGN..], pattern(8, 64 * ALIGN).as_slice());
+    disk.remove_file_blocking(&path).unwrap();
+    assert!(!path.exists());
+}
+
+#[test]
+fn blocking_errors_match_the_async_ones() {
+    on_each_backend(|dir| async move {
+        let disk = RealDisk;
+        let path = dir.join("c.dat");
+        let f = disk.open_blocking(&path, true).unwrap();
+
+        let mut short = AlignedBuf::with_capacity(ALIGN);
+        short.extend_from_slice(b"not a block");
+        let blocking = f.write_at_blocking(&short, 0).unwrap_err();
+        let (r, _) = f.write_at(short, 0).await;
+        let async_err = r.unwrap_err();
+        assert_eq!(blocking.kind(), ErrorKind::InvalidInput);
+        assert_eq!(blocking.to_string(), async_err.to_string());
+        assert!(blocking.to_string().contains("c.dat"), "{blocking}");
+
+        let blocking = f.write_at_blocking(&pattern(0, ALIGN), 512).unwrap_err();
+        assert_eq!(blocking.kind(), ErrorKind::InvalidInput);
+        assert!(blocking.to_string().contains("offset 512"), "{blocking}");
+        let mut buf = AlignedBuf::with_capacity(ALIGN);
+        let blocking = f.read_at_blocking(&mut buf, 100).unwrap_err();
+        let (r, _) = f.read_at(AlignedBuf::with_capacity(ALIGN), 100).await;
+        assert_eq!(blocking.kind(), ErrorKind::InvalidInput);
+        assert_eq!(blocking.to_string(), r.unwrap_err().to_string());
+        assert_eq!(f.len().await.unwrap(), 0, "refused writes wrote nothing");
+
+        let missing = dir.join("missing.dat");
+        let blocking = disk.open_blocking(&missing, false).unwrap_err();
+        let async_err = disk.open(&missing, false).await.unwrap_err();
+        assert_eq!(blocking.kind(), ErrorKind::NotFound);
+        assert_eq!(raw_os_error(&blocking), Some(libc::ENOENT));
+        assert_eq!(blocking.to_string(), async_err.to_string());
+
+        let blocking = disk.remove_file_blocking(&missing).unwrap_err();
+        let async_err = disk.remove_file(&missing).await.unwrap_err();
+        assert_eq!(blocking.kind(), ErrorKind::NotFound);
+        assert_eq!(blocking.to_string(), async_err.to_string());
+
+        let nodir = dir.join("nodir");
+        let blocking = disk.sync_dir_blocking(&nodir).unwrap_err();
+        let async_err = disk.sync_dir(&nodir).await.unwrap_err();
+        assert_eq!(blocking.kind(), ErrorKind::NotFound);
+        assert_eq!(blocking.to_string(), async_err.to_string());
+    });
+}

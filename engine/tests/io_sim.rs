@@ -545,3 +545,342 @@ fn shared_between_threads() {
     }
     assert_eq!(disk.stats().writes, 32);
 }
+
+// The blocking variants run on the same state as the async calls: the
+// tests below mix both kinds on one file and check that crash, faults,
+// stats and alignment rules treat them alike.
+
+fn write_blocking(file: &impl DiskFile, byte: u8, blocks: usize, offset: u64) {
+    file.write_at_blocking(&filled(byte, blocks), offset)
+        .unwrap();
+}
+
+#[test]
+fn blocking_write_is_lost_in_a_crash_unless_synced() {
+    let disk = SimDisk::new(40);
+    disk.set_faults(SimFaults {
+        torn_write_on_crash: false,
+        ..SimFaults::default()
+    });
+    disk.create_dir_all(&p("/db")).unwrap();
+    let lost = disk.open_blocking(&p("/db/lost"), true).unwrap();
+    let kept = disk.open_blocking(&p("/db/kept"), true).unwrap();
+    disk.sync_dir_blocking(&p("/db")).unwrap();
+    write_blocking(&lost, 1, 2, 0);
+    write_blocking(&kept, 2, 2, 0);
+    kept.sync_data_blocking().unwrap();
+    // Before the crash both are readable; only one is durable.
+    assert_eq!(
+        disk.read_written(&p("/db/lost")).unwrap(),
+        vec![1; 2 * ALIGN]
+    );
+    assert_eq!(disk.read_durable(&p("/db/lost")).unwrap(), Vec::<u8>::new());
+    assert_eq!(
+        disk.read_durable(&p("/db/kept")).unwrap(),
+        vec![2; 2 * ALIGN]
+    );
+
+    disk.crash();
+    assert_eq!(disk.read_written(&p("/db/lost")).unwrap(), Vec::<u8>::new());
+    assert_eq!(
+        disk.read_written(&p("/db/kept")).unwrap(),
+        vec![2; 2 * ALIGN]
+    );
+    let stats = disk.stats();
+    assert_eq!((stats.writes, stats.bytes_written), (2, 4 * ALIGN as u64));
+    assert_eq!((stats.syncs, stats.dir_syncs), (1, 1));
+
+    // Handles from before the crash are dead for blocking calls too.
+    assert!(lost.write_at_blocking(&filled(3, 1), 0).is_err());
+    assert!(lost
+        .read_at_blocking(&mut AlignedBuf::with_capacity(ALIGN), 0)
+        .is_err());
+    assert!(kept.sync_data_blocking().is_err());
+}
+
+#[test]
+fn blocking_namespace_changes_need_a_blocking_or_async_sync_dir() {
+    let disk = SimDisk::new(41);
+    disk.create_dir_all(&p("/db")).unwrap();
+    drop(disk.open_blocking(&p("/db/a"), true).unwrap());
+    drop(disk.open_blocking(&p("/db/b"), true).unwrap());
+    run(disk.sync_dir(&p("/db"))).unwrap();
+    disk.remove_file_blocking(&p("/db/a")).unwrap();
+    drop(disk.open_blocking(&p("/db/c"), true).unwrap());
+    assert!(!disk.exists(&p("/db/a")));
+    // Not yet durable: a crash brings "a" back and loses "c".
+    disk.crash();
+    assert_eq!(disk.files(), vec![p("/db/a"), p("/db/b")]);
+    disk.remove_file_blocking(&p("/db/a")).unwrap();
+    disk.sync_dir_blocking(&p("/db")).unwrap();
+    disk.crash();
+    assert_eq!(disk.files(), vec![p("/db/b")]);
+
+    let err = disk.open_blocking(&p("/db/missing"), false).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert!(err.to_string().contains("/db/missing"), "{err}");
+    let err = disk.remove_file_blocking(&p("/db/missing")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let err = disk.sync_dir_blocking(&p("/nodir")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert_eq!(
+        disk.open_blocking(&p("/db"), true).unwrap_err().kind(),
+        ErrorKind::IsADirectory
+    );
+}
+
+/// Unsynced blocking writes are pending writes like async ones: a crash
+/// with torn writes keeps a prefix of them (in order, with at most one torn
+/// block), whichever kind of call made each write.
+#[test]
+fn unsynced_blocking_writes_tear_like_async_ones() {
+    let (mut changed, mut all_kept) = (0, 0);
+    for seed in 0..48 {
+        let disk = SimDisk::new(seed);
+        disk.create_dir_all(&p("/db")).unwrap();
+        let f = disk.open_blocking(&p("/db/wal"), true).unwrap();
+        run(f.allocate_zeroed(12 * ALIGN as u64)).unwrap();
+        f.sync_data_blocking().unwrap();
+        disk.sync_dir_blocking(&p("/db")).unwrap();
+        for block in 0..8u64 {
+            let mut buf = AlignedBuf::with_capacity(ALIGN);
+            let pattern: Vec<u8> = (0..ALIGN)
+                .map(|i| (i % 241) as u8 ^ (block as u8 + 1))
+                .collect();
+            buf.extend_from_slice(&pattern);
+            let offset = block * ALIGN as u64;
+            if block % 3 == 1 {
+                let (r, _) = run(f.write_at(buf, offset));
+                r.unwrap();
+            } else {
+                f.write_at_blocking(&buf, offset).unwrap();
+            }
+        }
+        let before = disk.read_durable(&p("/db/wal")).unwrap();
+        let target = disk.read_written(&p("/db/wal")).unwrap();
+        disk.crash();
+        let after = disk.read_written(&p("/db/wal")).unwrap();
+        assert_eq!(after.len(), 12 * ALIGN, "seed {seed}");
+        assert_prefix_with_one_torn_block(&before, &target, &after);
+        if after != before {
+            changed += 1;
+        }
+        if after == target {
+            all_kept += 1;
+        }
+    }
+    assert!(changed > 0, "no crash kept any unsynced blocking write");
+    assert!(all_kept < 48, "no crash lost any unsynced blocking write");
+}
+
+#[test]
+fn blocking_and_async_views_agree() {
+    let rt = compio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let disk = SimDisk::new(42);
+        disk.create_dir_all(&p("/db")).unwrap();
+        let f = disk.open(&p("/db/a"), true).await.unwrap();
+        // Blocking write, async read.
+        write_blocking(&f, 0xB1, 2, 0);
+        let (r, buf) = f.read_at(AlignedBuf::with_capacity(2 * ALIGN), 0).await;
+        assert_eq!(r.unwrap(), 2 * ALIGN);
+        assert_eq!(buf.as_slice(), filled(0xB1, 2).as_slice());
+        // Async write, blocking read (short at end of file, with a hole).
+        write(&f, 0xA2, 1, 3 * ALIGN as u64).await;
+        let mut buf = AlignedBuf::with_capacity(8 * ALIGN);
+        buf.extend_from_slice(b"stale");
+        assert_eq!(
+            f.read_at_blocking(&mut buf, ALIGN as u64).unwrap(),
+            3 * ALIGN
+        );
+        assert_eq!(buf.len(), 3 * ALIGN);
+        assert!(buf.as_slice()[..ALIGN].iter().all(|&b| b == 0xB1));
+        assert!(buf.as_slice()[ALIGN..2 * ALIGN].iter().all(|&b| b == 0));
+        assert!(buf.as_slice()[2 * ALIGN..].iter().all(|&b| b == 0xA2));
+        // Past the end: empty.
+        assert_eq!(f.read_at_blocking(&mut buf, 16 * ALIGN as u64).unwrap(), 0);
+        assert!(buf.is_empty());
+        // A blocking handle and an async one on the same file see each other.
+        let g = disk.open_blocking(&p("/db/a"), false).unwrap();
+        write_blocking(&g, 0xC3, 1, 0);
+        let (r, buf) = f.read_at(AlignedBuf::with_capacity(ALIGN), 0).await;
+        assert_eq!(r.unwrap(), ALIGN);
+        assert_eq!(buf.as_slice(), filled(0xC3, 1).as_slice());
+        // A blocking sync makes async writes durable, and the other way round.
+        write(&f, 0xD4, 1, 0).await;
+        g.sync_data_blocking().unwrap();
+        assert_eq!(
+            &disk.read_durable(&p("/db/a")).unwrap()[..ALIGN],
+            &[0xD4; ALIGN]
+        );
+        write_blocking(&g, 0xE5, 1, 0);
+        f.sync_data().await.unwrap();
+        assert_eq!(
+            &disk.read_durable(&p("/db/a")).unwrap()[..ALIGN],
+            &[0xE5; ALIGN]
+        );
+
+        let stats = disk.stats();
+        assert_eq!(stats.writes, 5);
+        assert_eq!(stats.reads, 4, "blocking reads count too");
+        // 2 + 3 + 0 (past the end) + 1 blocks.
+        assert_eq!(stats.bytes_read, 6 * ALIGN as u64);
+        assert_eq!(stats.syncs, 2);
+    });
+}
+
+#[test]
+fn misaligned_blocking_calls_are_refused() {
+    let disk = SimDisk::new(43);
+    disk.create_dir_all(&p("/db")).unwrap();
+    let f = disk.open_blocking(&p("/db/a"), true).unwrap();
+    let mut short = AlignedBuf::with_capacity(ALIGN);
+    short.extend_from_slice(b"abc");
+    let err = f.write_at_blocking(&short, 0).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("/db/a"), "{err}");
+    let err = f.write_at_blocking(&filled(1, 1), 100).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("offset 100"), "{err}");
+    let mut buf = AlignedBuf::with_capacity(ALIGN);
+    let err = f.read_at_blocking(&mut buf, 512).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("offset 512"), "{err}");
+    assert_eq!(disk.file_len(&p("/db/a")), Some(0));
+    let stats = disk.stats();
+    assert_eq!((stats.writes, stats.reads), (0, 0));
+}
+
+/// One countdown for both kinds of call: the Nth matching write or sync
+/// fails whether it is async or blocking.
+#[test]
+fn fault_countdowns_count_blocking_and_async_calls_together() {
+    let disk = SimDisk::new(44);
+    disk.create_dir_all(&p("/db")).unwrap();
+    let f = disk.open_blocking(&p("/db/wal"), true).unwrap();
+    write_blocking(&f, 1, 1, 0);
+    f.sync_data_blocking().unwrap();
+    disk.set_faults(SimFaults {
+        fail_write_after: Some(1),
+        fail_sync_after: Some(1),
+        ..SimFaults::default()
+    });
+    run(write(&f, 2, 1, 0)); // write #0 (async)
+    let err = f.write_at_blocking(&filled(3, 1), 0).unwrap_err(); // write #1
+    assert!(err.to_string().contains("injected EIO"), "{err}");
+    write_blocking(&f, 4, 1, ALIGN as u64); // one-shot: works again
+    run(f.sync_data()).unwrap(); // sync #0 (async)
+    write_blocking(&f, 5, 1, 0);
+    let err = f.sync_data_blocking().unwrap_err(); // sync #1: drops unsynced data
+    assert!(err.to_string().contains("injected EIO"), "{err}");
+    let durable = disk.read_durable(&p("/db/wal")).unwrap();
+    assert_eq!(disk.read_written(&p("/db/wal")).unwrap(), durable);
+    assert_eq!(&durable[ALIGN..], &[4; ALIGN]);
+    let stats = disk.stats();
+    assert_eq!(
+        (stats.injected_write_errors, stats.injected_sync_errors),
+        (1, 1)
+    );
+}
+
+#[test]
+fn read_errors_hit_both_read_paths_when_certain_and_never_when_off() {
+    let disk = SimDisk::new(45);
+    disk.create_dir_all(&p("/db")).unwrap();
+    let f = disk.open_blocking(&p("/db/a"), true).unwrap();
+    let other = disk.open_blocking(&p("/db/other"), true).unwrap();
+    write_blocking(&f, 7, 1, 0);
+    write_blocking(&other, 8, 1, 0);
+    disk.set_faults(SimFaults {
+        read_error_probability: 1.0,
+        path_filter: Some("/a".into()),
+        ..SimFaults::default()
+    });
+    let (r, buf) = run(f.read_at(AlignedBuf::with_capacity(ALIGN), 0));
+    let err = r.unwrap_err();
+    assert!(err.to_string().contains("injected EIO on read_at"), "{err}");
+    assert!(buf.is_empty(), "a failed read returns no data");
+    let mut buf = AlignedBuf::with_capacity(ALIGN);
+    let err = f.read_at_blocking(&mut buf, 0).unwrap_err();
+    assert!(err.to_string().contains("injected EIO on read_at"), "{err}");
+    // The path filter applies: the other file reads fine.
+    assert_eq!(other.read_at_blocking(&mut buf, 0).unwrap(), ALIGN);
+    let stats = disk.stats();
+    assert_eq!(stats.injected_read_errors, 2);
+    assert_eq!(stats.reads, 1, "failed reads are not counted as reads");
+
+    disk.set_faults(SimFaults {
+        read_error_probability: 0.0,
+        ..SimFaults::default()
+    });
+    for _ in 0..50 {
+        assert_eq!(f.read_at_blocking(&mut buf, 0).unwrap(), ALIGN);
+        let (r, _) = run(f.read_at(AlignedBuf::with_capacity(ALIGN), 0));
+        assert_eq!(r.unwrap(), ALIGN);
+    }
+    let stats = disk.stats();
+    assert_eq!(stats.injected_read_errors, 2);
+    assert_eq!(stats.reads, 101);
+}
+
+#[test]
+fn read_error_probability_is_a_probability() {
+    let disk = SimDisk::new(46);
+    disk.create_dir_all(&p("/db")).unwrap();
+    let f = disk.open_blocking(&p("/db/a"), true).unwrap();
+    write_blocking(&f, 7, 1, 0);
+    disk.set_faults(SimFaults {
+        read_error_probability: 0.5,
+        ..SimFaults::default()
+    });
+    let mut buf = AlignedBuf::with_capacity(ALIGN);
+    let failed = (0..400)
+        .filter(|_| f.read_at_blocking(&mut buf, 0).is_err())
+        .count() as u64;
+    assert_eq!(disk.stats().injected_read_errors, failed);
+    // Deterministic for the seed; the bounds only guard against 0 or 1.
+    assert!((100..300).contains(&failed), "{failed} of 400 failed");
+}
+
+#[test]
+fn read_latency_delays_blocking_and_async_reads() {
+    let latency = Duration::from_millis(20);
+    let disk = SimDisk::new(47);
+    disk.create_dir_all(&p("/db")).unwrap();
+    let f = disk.open_blocking(&p("/db/a"), true).unwrap();
+    write_blocking(&f, 1, 1, 0);
+    disk.set_faults(SimFaults {
+        read_latency: Some(latency),
+        ..SimFaults::default()
+    });
+    let mut buf = AlignedBuf::with_capacity(ALIGN);
+    let start = Instant::now();
+    assert_eq!(f.read_at_blocking(&mut buf, 0).unwrap(), ALIGN);
+    // Lower bounds only: a sleep or timer never ends early.
+    assert!(start.elapsed() >= latency, "{:?}", start.elapsed());
+    let rt = compio::runtime::Runtime::new().unwrap();
+    let start = Instant::now();
+    let (r, _) = rt.block_on(f.read_at(AlignedBuf::with_capacity(ALIGN), 0));
+    assert_eq!(r.unwrap(), ALIGN);
+    assert!(start.elapsed() >= latency, "{:?}", start.elapsed());
+    // Write latency applies to blocking writes and syncs as well.
+    disk.set_faults(SimFaults {
+        latency: Some(latency),
+        ..SimFaults::default()
+    });
+    let start = Instant::now();
+    write_blocking(&f, 2, 1, 0);
+    f.sync_data_blocking().unwrap();
+    assert!(start.elapsed() >= 2 * latency, "{:?}", start.elapsed());
+}
+
+#[test]
+fn new_fault_fields_default_to_off() {
+    let faults = SimFaults::default();
+    assert_eq!(faults.read_error_probability, 0.0);
+    assert_eq!(faults.read_latency, None);
+    let text = format!("{faults:?}");
+    assert!(text.contains("read_error_probability"), "{text}");
+    assert!(text.contains("read_latency"), "{text}");
+    assert_eq!(SimDisk::new(1).stats().injected_read_errors, 0);
+}

@@ -128,3 +128,145 @@ fn threads_share_one_device_budget() {
     assert_eq!(sim.stats().writes, device.metrics().writes);
     assert_eq!(sim.files().len(), 6);
 }
+
+/// What a device and its sim disk counted after `ops` ran on a fresh pair.
+fn counted_after(
+    seed: u64,
+    ops: impl FnOnce(&Throttled<SimDisk>),
+) -> (
+    engine::io::throttle::DeviceMetricsSnapshot,
+    engine::io::sim::SimStats,
+) {
+    let profile = ProfileConfig {
+        iops: 1_000_000,
+        burst_iops: 1_000_000,
+        burst_credit: 0,
+        bytes_per_sec: ByteSize(0),
+        io_unit: ByteSize::kib(256),
+        count_fsync: true,
+    };
+    let device = Arc::new(Device::new("d", "", "fast", profile).unwrap());
+    let sim = SimDisk::new(seed);
+    ops(&Throttled::new(sim.clone(), device.clone()));
+    (device.metrics(), sim.stats())
+}
+
+fn blocks(n: usize) -> AlignedBuf {
+    let mut buf = AlignedBuf::with_capacity(n * ALIGN);
+    buf.extend_from_slice(&vec![0x3C; n * ALIGN]);
+    buf
+}
+
+/// The blocking calls are charged and counted exactly like the async ones:
+/// the same sequence of operations, made once each way, leaves the same
+/// device metrics (time-dependent ones aside) and the same sim stats.
+#[test]
+fn blocking_calls_count_in_device_metrics_like_async_ones() {
+    let dir = PathBuf::from("/d");
+    let path = dir.join("f");
+    let (blocking, blocking_sim) = counted_after(20, |disk| {
+        disk.create_dir_all(&dir).unwrap();
+        let f = disk.open_blocking(&path, true).unwrap();
+        f.write_at_blocking(&blocks(2), 0).unwrap();
+        f.sync_data_blocking().unwrap(); // prepaid by the write
+        f.sync_data_blocking().unwrap(); // pays for itself
+        let mut buf = AlignedBuf::with_capacity(4 * ALIGN);
+        assert_eq!(f.read_at_blocking(&mut buf, 0).unwrap(), 2 * ALIGN);
+        assert!(f.write_at_blocking(&blocks(1), 100).is_err());
+        f.write_at_blocking(&blocks(1), 2 * ALIGN as u64).unwrap();
+        f.sync_data_blocking().unwrap();
+        disk.sync_dir_blocking(&dir).unwrap();
+        drop(f);
+        disk.remove_file_blocking(&path).unwrap();
+        disk.sync_dir_blocking(&dir).unwrap();
+        assert!(!disk.exists(&path));
+    });
+    let (asynchronous, async_sim) = counted_after(20, |disk| {
+        pollster::block_on(async {
+            disk.create_dir_all(&dir).unwrap();
+            let f = disk.open(&path, true).await.unwrap();
+            f.write_at(blocks(2), 0).await.0.unwrap();
+            f.sync_data().await.unwrap();
+            f.sync_data().await.unwrap();
+            let (r, _) = f.read_at(AlignedBuf::with_capacity(4 * ALIGN), 0).await;
+            assert_eq!(r.unwrap(), 2 * ALIGN);
+            assert!(f.write_at(blocks(1), 100).await.0.is_err());
+            f.write_at(blocks(1), 2 * ALIGN as u64).await.0.unwrap();
+            f.sync_data().await.unwrap();
+            disk.sync_dir(&dir).await.unwrap();
+            drop(f);
+            disk.remove_file(&path).await.unwrap();
+            disk.sync_dir(&dir).await.unwrap();
+        })
+    });
+    let summary = |m: &engine::io::throttle::DeviceMetricsSnapshot| {
+        (
+            (m.reads, m.writes, m.syncs),
+            (m.bytes_read, m.bytes_written),
+            (m.ios_admitted, m.errors, m.waits),
+            (m.write_latency.count(), m.fsync_latency.count()),
+        )
+    };
+    assert_eq!(summary(&blocking), summary(&asynchronous));
+    assert_eq!(blocking_sim, async_sim);
+    // And the numbers themselves: 3 fdatasyncs + 2 directory syncs; the
+    // refused write still reserved its I/O and the next fdatasync's
+    // (2 + 0 + 1 + 1 + 2 + 1 + 0 + 1 + 1 = 9 units).
+    assert_eq!(
+        summary(&blocking),
+        (
+            (1, 2, 5),
+            (2 * ALIGN as u64, 3 * ALIGN as u64),
+            (9, 1, 0),
+            (2, 3)
+        )
+    );
+    assert_eq!((blocking_sim.reads, blocking_sim.writes), (1, 2));
+}
+
+/// A tight IOPS profile makes blocking reads wait (on the calling thread,
+/// with no runtime): 100 I/Os/s with no burst credit admits one read per
+/// 10 ms, so 11 reads span at least 100 ms. Only a generous lower bound is
+/// asserted (half of that).
+#[test]
+fn a_tight_profile_delays_blocking_reads() {
+    const IOPS: u64 = 100;
+    const READS: u64 = 11;
+    let profile = ProfileConfig {
+        iops: IOPS,
+        burst_iops: IOPS,
+        burst_credit: 0,
+        bytes_per_sec: ByteSize(0),
+        io_unit: ByteSize::kib(256),
+        count_fsync: true,
+    };
+    let device = Arc::new(Device::new("slow", "", "slow", profile).unwrap());
+    let sim = SimDisk::new(21);
+    sim.create_dir_all(&PathBuf::from("/d")).unwrap();
+    let path = PathBuf::from("/d/f");
+    sim.open_blocking(&path, true)
+        .unwrap()
+        .write_at_blocking(&blocks(1), 0)
+        .unwrap();
+    let disk = Throttled::new(sim, device.clone());
+    let f = disk.open_blocking(&path, false).unwrap();
+    let mut buf = AlignedBuf::with_capacity(ALIGN);
+    let start = Instant::now();
+    for _ in 0..READS {
+        assert_eq!(f.read_at_blocking(&mut buf, 0).unwrap(), ALIGN);
+    }
+    let elapsed = start.elapsed();
+    let computed = Duration::from_millis((READS - 1) * 1000 / IOPS);
+    let m = device.metrics();
+    eprintln!("{READS} blocking reads took {elapsed:?} (profile: {computed:?}); {m:?}");
+    assert!(
+        elapsed >= computed / 2,
+        "{READS} reads in {elapsed:?}, the profile needs {computed:?}"
+    );
+    assert_eq!((m.reads, m.ios_admitted), (READS, READS));
+    assert!(m.waits >= READS / 2, "{m:?}");
+    assert!(
+        Duration::from_nanos(m.wait_ns_total) >= computed / 2,
+        "{m:?}"
+    );
+}

@@ -13,6 +13,17 @@
 //! All futures here are `!Send`: a file belongs to the shard thread that
 //! opened it. A `Disk` itself is `Clone + Send + Sync` so one value can be
 //! handed to every shard thread.
+//!
+//! Blocking variants: `open`, `remove_file`, `sync_dir`, `read_at`,
+//! `write_at` and `sync_data` also come as `*_blocking` methods for
+//! synchronous code running on a shard thread. They block the calling thread
+//! (no other task of the shard runs meanwhile) and need no compio runtime,
+//! but otherwise behave exactly like their async twins on every backend: the
+//! same alignment rules and error messages, the same simulated crash and
+//! fault model (countdowns and unsynced-write bookkeeping are shared, so a
+//! file may freely mix the two kinds of call), and on a throttled disk the
+//! same token buckets and device metrics (an admission delay is slept on the
+//! thread instead of awaited on the timer).
 
 mod buf;
 pub mod real;
@@ -59,6 +70,15 @@ pub trait Disk: Clone + Send + Sync + 'static {
     /// Makes creations, removals and renames in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> impl Future<Output = io::Result<()>>;
 
+    /// Blocking `open` (O_DIRECT on real disks), for synchronous callers on a shard thread.
+    fn open_blocking(&self, path: &Path, create: bool) -> io::Result<Self::File>;
+
+    /// Blocking `remove_file`.
+    fn remove_file_blocking(&self, path: &Path) -> io::Result<()>;
+
+    /// Blocking `sync_dir`.
+    fn sync_dir_blocking(&self, dir: &Path) -> io::Result<()>;
+
     /// Creates a directory and its parents (durably on the sim disk).
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
 
@@ -103,4 +123,13 @@ pub trait DiskFile: 'static {
 
     /// Current length in bytes.
     fn len(&self) -> impl Future<Output = io::Result<u64>>;
+
+    /// Blocking `read_at`: reads up to `buf.capacity()` bytes at `offset`, sets `buf.len()` (short only at EOF).
+    fn read_at_blocking(&self, buf: &mut AlignedBuf, offset: u64) -> io::Result<usize>;
+
+    /// Blocking `write_at` of all of `buf[..buf.len()]`.
+    fn write_at_blocking(&self, buf: &AlignedBuf, offset: u64) -> io::Result<()>;
+
+    /// Blocking `sync_data` (fdatasync).
+    fn sync_data_blocking(&self) -> io::Result<()>;
 }

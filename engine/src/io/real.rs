@@ -8,6 +8,12 @@
 //! `allocate_zeroed` writes real zeroes, so later overwrites neither allocate
 //! blocks nor convert unwritten extents; a new directory is durable when
 //! `create_dir_all` returns; every error names the operation and the path.
+//!
+//! The blocking variants (`*_blocking`) make plain positional system calls
+//! (pread, pwrite, fdatasync) on the same descriptor a [`RealFile`] holds for
+//! compio, so one file serves both kinds of call. Both kinds share the
+//! alignment checks, the open flags, the retry loops ([`WriteAll`],
+//! [`ReadFill`]) and the error context; only the system call differs.
 
 use super::{AlignedBuf, Disk, DiskFile, ALIGN};
 use compio::buf::{BufResult, IntoInner, IoBuf, IoBufMut, SetLen};
@@ -15,7 +21,9 @@ use compio::driver::op::{ReadAt, WriteAt};
 use compio::driver::ToSharedFd;
 use std::fmt;
 use std::io;
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Largest single write `allocate_zeroed` issues.
@@ -138,6 +146,144 @@ fn is_aligned(n: u64) -> bool {
     n % ALIGN as u64 == 0
 }
 
+/// Flags every data file is opened with, by `open` and `open_blocking` alike.
+const DATA_FILE_FLAGS: i32 = libc::O_DIRECT | libc::O_CLOEXEC;
+
+/// Flags of the directory handle that `sync_dir` fsyncs.
+const DIR_FLAGS: i32 = libc::O_DIRECTORY | libc::O_CLOEXEC;
+
+/// The error of a failed data-file open. EINVAL there almost always means
+/// the file system refuses O_DIRECT; say so, since the engine cannot work
+/// around it (every write must bypass the page cache).
+fn open_failed(err: io::Error, path: &Path) -> io::Error {
+    let op = if err.raw_os_error() == Some(libc::EINVAL) {
+        "open with O_DIRECT (does this file system support O_DIRECT? tmpfs before \
+         Linux 6.6 and some FUSE/overlay file systems do not)"
+    } else {
+        "open"
+    };
+    context(err, op, path, None, None)
+}
+
+fn remove_failed(err: io::Error, path: &Path) -> io::Error {
+    context(err, "remove_file", path, None, None)
+}
+
+fn dir_open_failed(err: io::Error, dir: &Path) -> io::Error {
+    context(err, "open directory for fsync", dir, None, None)
+}
+
+fn dir_sync_failed(err: io::Error, dir: &Path) -> io::Error {
+    context(err, "fsync directory", dir, None, None)
+}
+
+/// A positional write of `total` bytes at `offset` that may take several
+/// system calls: short writes continue where they stopped, EINTR retries,
+/// a zero-byte write or any other error ends it with the path and offset in
+/// the message. The async path (compio `WriteAt`) and the blocking path
+/// (pwrite) drive the same value, so they cannot disagree on any of this.
+struct WriteAll<'a> {
+    path: &'a Path,
+    offset: u64,
+    total: usize,
+    done: usize,
+}
+
+impl<'a> WriteAll<'a> {
+    fn new(path: &'a Path, offset: u64, total: usize) -> Self {
+        WriteAll {
+            path,
+            offset,
+            total,
+            done: 0,
+        }
+    }
+
+    /// Where the next system call writes: the file offset, and the index in
+    /// the buffer it starts from. `None` once everything is written.
+    fn next(&self) -> Option<(u64, usize)> {
+        (self.done < self.total).then(|| (self.offset + self.done as u64, self.done))
+    }
+
+    /// Takes the outcome of the system call `next` asked for.
+    fn record(&mut self, result: io::Result<usize>) -> io::Result<()> {
+        let at = self.offset + self.done as u64;
+        let fail = |err| {
+            context(
+                err,
+                "write_at",
+                self.path,
+                Some(at),
+                Some(self.total as u64),
+            )
+        };
+        match result {
+            Ok(0) => Err(fail(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "write returned 0 bytes",
+            ))),
+            Ok(n) => {
+                self.done += n;
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(fail(e)),
+        }
+    }
+}
+
+/// A positional read of up to `capacity` bytes at `offset`. A regular file
+/// read is short only at end of file, but after a short *aligned* read it
+/// asks again to be sure (signals, odd file systems); an empty or unaligned
+/// read marks the end. EINTR retries. Shared by the async and blocking
+/// paths like [`WriteAll`].
+struct ReadFill<'a> {
+    path: &'a Path,
+    offset: u64,
+    capacity: usize,
+    done: usize,
+    at_eof: bool,
+}
+
+impl<'a> ReadFill<'a> {
+    fn new(path: &'a Path, offset: u64, capacity: usize) -> Self {
+        ReadFill {
+            path,
+            offset,
+            capacity,
+            done: 0,
+            at_eof: false,
+        }
+    }
+
+    /// Where the next system call reads: the file offset, and the index in
+    /// the buffer it fills from. `None` once the buffer is full or at EOF.
+    fn next(&self) -> Option<(u64, usize)> {
+        (!self.at_eof && self.done < self.capacity)
+            .then(|| (self.offset + self.done as u64, self.done))
+    }
+
+    /// Takes the outcome of the system call `next` asked for; `done` is
+    /// then the buffer's length.
+    fn record(&mut self, result: io::Result<usize>) -> io::Result<()> {
+        match result {
+            Ok(0) => self.at_eof = true,
+            Ok(n) => {
+                self.done += n;
+                // An unaligned tail is the end of the file.
+                self.at_eof = !is_aligned(n as u64);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let at = self.offset + self.done as u64;
+                let len = Some(self.capacity as u64);
+                return Err(context(e, "read_at", self.path, Some(at), len));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The real file system. Stateless: every shard may hold a clone.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealDisk;
@@ -157,29 +303,49 @@ impl RealFile {
 
     /// Writes all of `buf` at `offset`, continuing after short writes.
     async fn write_all_at(&self, buf: AlignedBuf, offset: u64) -> (io::Result<()>, AlignedBuf) {
-        let total = buf.len();
-        let mut done = 0usize;
+        let mut progress = WriteAll::new(&self.path, offset, buf.len());
         let mut buf = buf;
-        while done < total {
-            let at = offset + done as u64;
-            let op = WriteAt::new(self.file.to_shared_fd(), at, buf.slice(done..));
+        while let Some((at, from)) = progress.next() {
+            let op = WriteAt::new(self.file.to_shared_fd(), at, buf.slice(from..));
             let BufResult(result, slice) = compio::runtime::submit(op).await.into_inner();
             buf = slice.into_inner();
-            match result {
-                Ok(0) => {
-                    let err = io::Error::new(io::ErrorKind::WriteZero, "write returned 0 bytes");
-                    let err = context(err, "write_at", &self.path, Some(at), Some(total as u64));
-                    return (Err(err), buf);
-                }
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    let err = context(e, "write_at", &self.path, Some(at), Some(total as u64));
-                    return (Err(err), buf);
-                }
+            if let Err(err) = progress.record(result) {
+                return (Err(err), buf);
             }
         }
         (Ok(()), buf)
+    }
+
+    /// Runs `f` on the file's descriptor seen as a `std::fs::File`, for the
+    /// blocking variants' positional system calls.
+    fn with_std<R>(&self, f: impl FnOnce(&std::fs::File) -> R) -> R {
+        // SAFETY: the descriptor is open for as long as `self.file` lives,
+        // which outlasts this call; `ManuallyDrop` keeps the borrowed
+        // `std::fs::File` from closing it (the compio file owns it).
+        let file = ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(self.file.as_raw_fd()) });
+        f(&file)
+    }
+
+    fn check_write(&self, offset: u64, len: usize) -> io::Result<()> {
+        let len = len as u64;
+        if is_aligned(offset) && is_aligned(len) {
+            Ok(())
+        } else {
+            Err(misaligned("write_at", &self.path, offset, len))
+        }
+    }
+
+    /// Read lengths are the buffer's capacity, always a multiple of [`ALIGN`].
+    fn check_read(&self, offset: u64, capacity: usize) -> io::Result<()> {
+        if is_aligned(offset) {
+            Ok(())
+        } else {
+            Err(misaligned("read_at", &self.path, offset, capacity as u64))
+        }
+    }
+
+    fn sync_failed(&self, err: io::Error) -> io::Error {
+        context(err, "fdatasync", &self.path, None, None)
     }
 }
 
@@ -191,18 +357,31 @@ impl Disk for RealDisk {
             .read(true)
             .write(true)
             .create(create)
-            .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
+            .custom_flags(DATA_FILE_FLAGS)
             .open(path)
             .await
-            .map_err(|e| {
-                let op = if e.raw_os_error() == Some(libc::EINVAL) {
-                    "open with O_DIRECT (does this file system support O_DIRECT? tmpfs before \
-                     Linux 6.6 and some FUSE/overlay file systems do not)"
-                } else {
-                    "open"
-                };
-                context(e, op, path, None, None)
-            })?;
+            .map_err(|e| open_failed(e, path))?;
+        Ok(RealFile {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn open_blocking(&self, path: &Path, create: bool) -> io::Result<RealFile> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .custom_flags(DATA_FILE_FLAGS)
+            .open(path)
+            .map_err(|e| open_failed(e, path))?;
+        // SAFETY: `into_raw_fd` hands over sole ownership of an open
+        // descriptor, which the compio file then closes on drop. compio's
+        // own `open` would additionally "attach" the descriptor to the
+        // thread's driver, which on Linux (io_uring and polling drivers
+        // alike) is a no-op, so the file works on any runtime of this
+        // thread, and without one for the blocking calls.
+        let file = unsafe { compio::fs::File::from_raw_fd(file.into_raw_fd()) };
         Ok(RealFile {
             file,
             path: path.to_path_buf(),
@@ -212,7 +391,11 @@ impl Disk for RealDisk {
     async fn remove_file(&self, path: &Path) -> io::Result<()> {
         compio::fs::remove_file(path)
             .await
-            .map_err(|e| context(e, "remove_file", path, None, None))
+            .map_err(|e| remove_failed(e, path))
+    }
+
+    fn remove_file_blocking(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path).map_err(|e| remove_failed(e, path))
     }
 
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -234,14 +417,15 @@ impl Disk for RealDisk {
     async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let handle = compio::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .custom_flags(DIR_FLAGS)
             .open(dir)
             .await
-            .map_err(|e| context(e, "open directory for fsync", dir, None, None))?;
-        handle
-            .sync_all()
-            .await
-            .map_err(|e| context(e, "fsync directory", dir, None, None))
+            .map_err(|e| dir_open_failed(e, dir))?;
+        handle.sync_all().await.map_err(|e| dir_sync_failed(e, dir))
+    }
+
+    fn sync_dir_blocking(&self, dir: &Path) -> io::Result<()> {
+        fsync_dir_blocking(dir)
     }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
@@ -287,64 +471,77 @@ impl Disk for RealDisk {
     }
 }
 
+/// `sync_dir` without a runtime: also what `create_dir_all` uses to make
+/// new directory entries durable.
 fn fsync_dir_blocking(dir: &Path) -> io::Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| context(e, "fsync directory", dir, None, None))
+    let handle = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(DIR_FLAGS)
+        .open(dir)
+        .map_err(|e| dir_open_failed(e, dir))?;
+    handle.sync_all().map_err(|e| dir_sync_failed(e, dir))
 }
 
 impl DiskFile for RealFile {
     async fn write_at(&self, buf: AlignedBuf, offset: u64) -> (io::Result<()>, AlignedBuf) {
-        let len = buf.len() as u64;
-        if !is_aligned(offset) || !is_aligned(len) {
-            return (Err(misaligned("write_at", &self.path, offset, len)), buf);
+        if let Err(err) = self.check_write(offset, buf.len()) {
+            return (Err(err), buf);
         }
         self.write_all_at(buf, offset).await
     }
 
+    fn write_at_blocking(&self, buf: &AlignedBuf, offset: u64) -> io::Result<()> {
+        self.check_write(offset, buf.len())?;
+        let mut progress = WriteAll::new(&self.path, offset, buf.len());
+        self.with_std(|file| {
+            while let Some((at, from)) = progress.next() {
+                progress.record(file.write_at(&buf.as_slice()[from..], at))?;
+            }
+            Ok(())
+        })
+    }
+
     async fn read_at(&self, buf: AlignedBuf, offset: u64) -> (io::Result<usize>, AlignedBuf) {
-        let capacity = buf.capacity();
-        if !is_aligned(offset) {
-            return (
-                Err(misaligned("read_at", &self.path, offset, capacity as u64)),
-                buf,
-            );
+        if let Err(err) = self.check_read(offset, buf.capacity()) {
+            return (Err(err), buf);
         }
+        let mut fill = ReadFill::new(&self.path, offset, buf.capacity());
         let mut buf = buf;
         AlignedBuf::set_len(&mut buf, 0);
-        let mut done = 0usize;
-        // A regular file read is short only at end of file; after a short
-        // but aligned read, ask again to be sure (signals, odd file systems).
-        while done < capacity {
-            let at = offset + done as u64;
-            let op = ReadAt::new(self.file.to_shared_fd(), at, buf.slice(done..));
+        while let Some((at, from)) = fill.next() {
+            let op = ReadAt::new(self.file.to_shared_fd(), at, buf.slice(from..));
             let BufResult(result, slice) = compio::runtime::submit(op).await.into_inner();
             buf = slice.into_inner();
-            match result {
-                Ok(0) => break,
-                Ok(n) => {
-                    done += n;
-                    AlignedBuf::set_len(&mut buf, done);
-                    if !is_aligned(n as u64) {
-                        break; // unaligned tail: end of file
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    let err = context(e, "read_at", &self.path, Some(at), Some(capacity as u64));
-                    return (Err(err), buf);
-                }
+            let recorded = fill.record(result);
+            AlignedBuf::set_len(&mut buf, fill.done);
+            if let Err(err) = recorded {
+                return (Err(err), buf);
             }
         }
-        AlignedBuf::set_len(&mut buf, done);
-        (Ok(done), buf)
+        (Ok(fill.done), buf)
+    }
+
+    fn read_at_blocking(&self, buf: &mut AlignedBuf, offset: u64) -> io::Result<usize> {
+        self.check_read(offset, buf.capacity())?;
+        let mut fill = ReadFill::new(&self.path, offset, buf.capacity());
+        buf.set_len(0);
+        self.with_std(|file| {
+            while let Some((at, from)) = fill.next() {
+                let recorded = fill.record(file.read_at(&mut buf.spare_mut()[from..], at));
+                buf.set_len(fill.done);
+                recorded?;
+            }
+            Ok(fill.done)
+        })
     }
 
     async fn sync_data(&self) -> io::Result<()> {
-        self.file
-            .sync_data()
-            .await
-            .map_err(|e| context(e, "fdatasync", &self.path, None, None))
+        self.file.sync_data().await.map_err(|e| self.sync_failed(e))
+    }
+
+    fn sync_data_blocking(&self) -> io::Result<()> {
+        self.with_std(|file| file.sync_data())
+            .map_err(|e| self.sync_failed(e))
     }
 
     async fn allocate_zeroed(&self, len: u64) -> io::Result<()> {

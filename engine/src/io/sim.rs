@@ -21,11 +21,19 @@
 //! - File handles do not survive a crash: every operation on a handle opened
 //!   before the crash fails, so a zombie engine cannot write into the next life.
 //!
-//! Injected faults (see [`SimFaults`]) are one-shot counters: exactly the Nth
-//! matching `write_at`/`sync_data` fails with EIO, later ones succeed again.
-//! That is deliberate: an engine that wrongly retries a failed fdatasync then
-//! "succeeds" and acknowledges data the sim has dropped, which a model test
-//! catches after the next crash.
+//! Injected write and sync faults (see [`SimFaults`]) are one-shot counters:
+//! exactly the Nth matching `write_at`/`sync_data` fails with EIO, later ones
+//! succeed again. That is deliberate: an engine that wrongly retries a failed
+//! fdatasync then "succeeds" and acknowledges data the sim has dropped, which
+//! a model test catches after the next crash. Read faults are random instead
+//! (a probability of EIO, a probability of one flipped bit), drawn from the
+//! seeded RNG only while enabled, so seeds keep their meaning otherwise.
+//!
+//! The blocking variants (`*_blocking`) run the very same code as the async
+//! methods: only the injected latency differs (a `std::thread::sleep` instead
+//! of the compio timer). Countdowns, stats, pending writes and crash handling
+//! are therefore shared: a blocking write left unsynced is dropped or torn by
+//! a crash exactly like an async one.
 
 use super::{AlignedBuf, Disk, DiskFile, ALIGN};
 use crate::rng::SplitMix64;
@@ -75,12 +83,18 @@ pub struct SimFaults {
     /// Probability that a matching `read_at` returns one flipped bit (the
     /// stored images are untouched).
     pub corrupt_read_probability: f64,
+    /// Probability that a matching `read_at` fails with EIO (counted in
+    /// [`SimStats::injected_read_errors`]); the buffer is left as it was.
+    pub read_error_probability: f64,
     /// Whether [`SimDisk::crash`] may keep a prefix of unsynced writes with
     /// one torn block. Default: true.
     pub torn_write_on_crash: bool,
-    /// Each matching `write_at` and `sync_data` first waits this long on the
-    /// compio timer (so it needs a compio runtime).
+    /// Each matching `write_at` and `sync_data` first waits this long: the
+    /// async calls on the compio timer (so they need a compio runtime), the
+    /// blocking ones in `std::thread::sleep`.
     pub latency: Option<Duration>,
+    /// Each matching `read_at` first waits this long, the same way.
+    pub read_latency: Option<Duration>,
     /// Faults apply only to files whose path (as opened) contains this
     /// substring; `None` means every file.
     pub path_filter: Option<String>,
@@ -93,8 +107,10 @@ impl Default for SimFaults {
             fail_write_after: None,
             fail_sync_after: None,
             corrupt_read_probability: 0.0,
+            read_error_probability: 0.0,
             torn_write_on_crash: true,
             latency: None,
+            read_latency: None,
             path_filter: None,
         }
     }
@@ -134,6 +150,8 @@ pub struct SimStats {
     pub injected_sync_errors: u64,
     /// `read_at` calls that returned a flipped bit on purpose.
     pub corrupted_reads: u64,
+    /// `read_at` calls failed on purpose (`read_error_probability`).
+    pub injected_read_errors: u64,
     /// Blocks left torn (some sectors new, some old) by crashes.
     pub torn_blocks: u64,
 }
@@ -462,13 +480,100 @@ impl SimDisk {
         self.lock().stats
     }
 
-    /// Latency to wait before an operation on `path`, if configured for it.
-    fn latency_for(&self, path: &Path) -> Option<Duration> {
+    /// The delay `pick` selects from the faults (write or read latency),
+    /// if configured and applying to `path`.
+    fn delay_for(&self, path: &Path, pick: fn(&SimFaults) -> Option<Duration>) -> Option<Duration> {
         let state = self.lock();
-        state
-            .faults
-            .latency
-            .filter(|_| state.faults.applies_to(path))
+        pick(&state.faults).filter(|_| state.faults.applies_to(path))
+    }
+
+    fn open_now(&self, path: &Path, create: bool) -> io::Result<SimFile> {
+        let path = normalize(path);
+        let mut state = self.lock();
+        if state.dir_exists(&path) {
+            return Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                format!("sim: open {}: is a directory", path.display()),
+            ));
+        }
+        let ino = match state.names.get(&path) {
+            Some(&ino) => ino,
+            None if create => {
+                if !state.dir_exists(&parent_of(&path)) {
+                    return Err(not_found("open (parent directory)", &path));
+                }
+                let ino = state.next_inode;
+                state.next_inode += 1;
+                state.inodes.insert(ino, Inode::new(path.clone()));
+                state.names.insert(path.clone(), ino);
+                ino
+            }
+            None => return Err(not_found("open", &path)),
+        };
+        state.inode_mut(ino).open_handles += 1;
+        let generation = state.generation;
+        drop(state);
+        Ok(SimFile {
+            disk: self.clone(),
+            ino,
+            generation,
+            path,
+        })
+    }
+
+    fn remove_file_now(&self, path: &Path) -> io::Result<()> {
+        let path = normalize(path);
+        let mut state = self.lock();
+        let ino = state
+            .names
+            .remove(&path)
+            .ok_or_else(|| not_found("remove_file", &path))?;
+        state.maybe_free(ino);
+        Ok(())
+    }
+
+    fn sync_dir_now(&self, dir: &Path) -> io::Result<()> {
+        let dir = normalize(dir);
+        let mut state = self.lock();
+        if !state.dir_exists(&dir) {
+            return Err(not_found("sync_dir", &dir));
+        }
+        let in_dir = |path: &PathBuf| path.parent() == Some(dir.as_path());
+        let gone: Vec<(PathBuf, u64)> = state
+            .durable_names
+            .iter()
+            .filter(|(path, _)| in_dir(path))
+            .map(|(path, &ino)| (path.clone(), ino))
+            .collect();
+        for (path, _) in &gone {
+            state.durable_names.remove(path);
+        }
+        let current: Vec<(PathBuf, u64)> = state
+            .names
+            .iter()
+            .filter(|(path, _)| in_dir(path))
+            .map(|(path, &ino)| (path.clone(), ino))
+            .collect();
+        state.durable_names.extend(current);
+        for (_, ino) in gone {
+            state.maybe_free(ino);
+        }
+        state.stats.dir_syncs += 1;
+        Ok(())
+    }
+}
+
+/// Waits out an injected delay on the compio timer.
+async fn delay_async(delay: Option<Duration>) {
+    if let Some(delay) = delay {
+        compio::time::sleep(delay).await;
+    }
+}
+
+/// Waits out an injected delay by blocking the thread.
+fn delay_blocking(delay: Option<Duration>) {
+    if let Some(delay) = delay {
+        std::thread::sleep(delay);
     }
 }
 
@@ -508,6 +613,112 @@ impl SimFile {
         }
         Ok(state)
     }
+
+    /// Checks a write's alignment; the delay it must wait first, if any.
+    fn before_write(&self, offset: u64, len: usize) -> io::Result<Option<Duration>> {
+        let len = len as u64;
+        if !is_aligned(offset) || !is_aligned(len) {
+            return Err(misaligned("write_at", &self.path, offset, len));
+        }
+        Ok(self.disk.delay_for(&self.path, |f| f.latency))
+    }
+
+    /// Checks a read's alignment; the delay it must wait first, if any.
+    fn before_read(&self, offset: u64, capacity: usize) -> io::Result<Option<Duration>> {
+        if !is_aligned(offset) {
+            return Err(misaligned("read_at", &self.path, offset, capacity as u64));
+        }
+        Ok(self.disk.delay_for(&self.path, |f| f.read_latency))
+    }
+
+    /// The delay a sync must wait first, if any.
+    fn before_sync(&self) -> Option<Duration> {
+        self.disk.delay_for(&self.path, |f| f.latency)
+    }
+
+    /// The effect of an (aligned, already delayed) write of `data` at `offset`.
+    fn apply_write(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        let mut state = self.live()?;
+        let start = to_usize(offset, &self.path)?;
+        let state = &mut *state;
+        let matches = state.faults.applies_to(&self.path);
+        if matches && State::countdown_fires(&mut state.write_countdown) {
+            // A failed write may still have moved some whole blocks.
+            let blocks = data.len() / ALIGN;
+            let landed = state.rng.below(blocks as u64 + 1) as usize * ALIGN;
+            let data = &data[..landed];
+            let inode = state.inode_mut(self.ino);
+            if landed > 0 {
+                write_image(&mut inode.written, start, data);
+                inode.pending.push(PendingWrite {
+                    offset,
+                    data: data.to_vec(),
+                });
+            }
+            state.stats.injected_write_errors += 1;
+            return Err(eio("write_at", &self.path, state.seed));
+        }
+        let inode = state.inode_mut(self.ino);
+        write_image(&mut inode.written, start, data);
+        if !data.is_empty() {
+            inode.pending.push(PendingWrite {
+                offset,
+                data: data.to_vec(),
+            });
+        }
+        state.stats.writes += 1;
+        state.stats.bytes_written += data.len() as u64;
+        Ok(())
+    }
+
+    /// The effect of an (aligned, already delayed) read into `buf` at `offset`.
+    fn apply_read(&self, buf: &mut AlignedBuf, offset: u64) -> io::Result<usize> {
+        let mut state = self.live()?;
+        let state = &mut *state;
+        let matches = state.faults.applies_to(&self.path);
+        // Draw from the RNG only when the fault is enabled, so that seeds of
+        // runs without it keep their meaning.
+        let p_error = state.faults.read_error_probability;
+        if matches && p_error > 0.0 && state.rng.unit() < p_error {
+            state.stats.injected_read_errors += 1;
+            return Err(eio("read_at", &self.path, state.seed));
+        }
+        let image = &state.inode(self.ino).written;
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(image.len());
+        let count = (image.len() - start).min(buf.capacity());
+        buf.spare_mut()[..count].copy_from_slice(&image[start..start + count]);
+        buf.set_len(count);
+        let p = state.faults.corrupt_read_probability;
+        if count > 0 && p > 0.0 && matches && state.rng.unit() < p {
+            let bit = state.rng.below(count as u64 * 8);
+            buf.as_mut_slice()[(bit / 8) as usize] ^= 1 << (bit % 8);
+            state.stats.corrupted_reads += 1;
+        }
+        state.stats.reads += 1;
+        state.stats.bytes_read += count as u64;
+        Ok(count)
+    }
+
+    /// The effect of an (already delayed) `sync_data`.
+    fn apply_sync(&self) -> io::Result<()> {
+        let mut state = self.live()?;
+        let state = &mut *state;
+        let matches = state.faults.applies_to(&self.path);
+        if matches && State::countdown_fires(&mut state.sync_countdown) {
+            let inode = state.inode_mut(self.ino);
+            inode.written = inode.durable.clone();
+            inode.pending.clear();
+            state.stats.injected_sync_errors += 1;
+            return Err(eio("sync_data", &self.path, state.seed));
+        }
+        let inode = state.inode_mut(self.ino);
+        inode.durable = inode.written.clone();
+        inode.pending.clear();
+        state.stats.syncs += 1;
+        Ok(())
+    }
 }
 
 impl Drop for SimFile {
@@ -526,48 +737,19 @@ impl Disk for SimDisk {
     type File = SimFile;
 
     async fn open(&self, path: &Path, create: bool) -> io::Result<SimFile> {
-        let path = normalize(path);
-        let mut state = self.lock();
-        if state.dir_exists(&path) {
-            return Err(io::Error::new(
-                io::ErrorKind::IsADirectory,
-                format!("sim: open {}: is a directory", path.display()),
-            ));
-        }
-        let ino = match state.names.get(&path) {
-            Some(&ino) => ino,
-            None if create => {
-                if !state.dir_exists(&parent_of(&path)) {
-                    return Err(not_found("open (parent directory)", &path));
-                }
-                let ino = state.next_inode;
-                state.next_inode += 1;
-                state.inodes.insert(ino, Inode::new(path.clone()));
-                state.names.insert(path.clone(), ino);
-                ino
-            }
-            None => return Err(not_found("open", &path)),
-        };
-        state.inode_mut(ino).open_handles += 1;
-        let generation = state.generation;
-        drop(state);
-        Ok(SimFile {
-            disk: self.clone(),
-            ino,
-            generation,
-            path,
-        })
+        self.open_now(path, create)
+    }
+
+    fn open_blocking(&self, path: &Path, create: bool) -> io::Result<SimFile> {
+        self.open_now(path, create)
     }
 
     async fn remove_file(&self, path: &Path) -> io::Result<()> {
-        let path = normalize(path);
-        let mut state = self.lock();
-        let ino = state
-            .names
-            .remove(&path)
-            .ok_or_else(|| not_found("remove_file", &path))?;
-        state.maybe_free(ino);
-        Ok(())
+        self.remove_file_now(path)
+    }
+
+    fn remove_file_blocking(&self, path: &Path) -> io::Result<()> {
+        self.remove_file_now(path)
     }
 
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -599,33 +781,11 @@ impl Disk for SimDisk {
     }
 
     async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        let dir = normalize(dir);
-        let mut state = self.lock();
-        if !state.dir_exists(&dir) {
-            return Err(not_found("sync_dir", &dir));
-        }
-        let in_dir = |path: &PathBuf| path.parent() == Some(dir.as_path());
-        let gone: Vec<(PathBuf, u64)> = state
-            .durable_names
-            .iter()
-            .filter(|(path, _)| in_dir(path))
-            .map(|(path, &ino)| (path.clone(), ino))
-            .collect();
-        for (path, _) in &gone {
-            state.durable_names.remove(path);
-        }
-        let current: Vec<(PathBuf, u64)> = state
-            .names
-            .iter()
-            .filter(|(path, _)| in_dir(path))
-            .map(|(path, &ino)| (path.clone(), ino))
-            .collect();
-        state.durable_names.extend(current);
-        for (_, ino) in gone {
-            state.maybe_free(ino);
-        }
-        state.stats.dir_syncs += 1;
-        Ok(())
+        self.sync_dir_now(dir)
+    }
+
+    fn sync_dir_blocking(&self, dir: &Path) -> io::Result<()> {
+        self.sync_dir_now(dir)
     }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
@@ -674,107 +834,45 @@ impl Disk for SimDisk {
 
 impl DiskFile for SimFile {
     async fn write_at(&self, buf: AlignedBuf, offset: u64) -> (io::Result<()>, AlignedBuf) {
-        let len = buf.len() as u64;
-        if !is_aligned(offset) || !is_aligned(len) {
-            return (Err(misaligned("write_at", &self.path, offset, len)), buf);
-        }
-        if let Some(latency) = self.disk.latency_for(&self.path) {
-            compio::time::sleep(latency).await;
-        }
-        let mut state = match self.live() {
-            Ok(state) => state,
-            Err(e) => return (Err(e), buf),
-        };
-        let start = match to_usize(offset, &self.path) {
-            Ok(start) => start,
-            Err(e) => return (Err(e), buf),
-        };
-        let state = &mut *state;
-        let matches = state.faults.applies_to(&self.path);
-        if matches && State::countdown_fires(&mut state.write_countdown) {
-            // A failed write may still have moved some whole blocks.
-            let blocks = buf.len() / ALIGN;
-            let landed = state.rng.below(blocks as u64 + 1) as usize * ALIGN;
-            let data = &buf.as_slice()[..landed];
-            let inode = state.inode_mut(self.ino);
-            if landed > 0 {
-                write_image(&mut inode.written, start, data);
-                inode.pending.push(PendingWrite {
-                    offset,
-                    data: data.to_vec(),
-                });
+        let result = match self.before_write(offset, buf.len()) {
+            Ok(delay) => {
+                delay_async(delay).await;
+                self.apply_write(buf.as_slice(), offset)
             }
-            state.stats.injected_write_errors += 1;
-            let seed = state.seed;
-            return (Err(eio("write_at", &self.path, seed)), buf);
-        }
-        let inode = state.inode_mut(self.ino);
-        write_image(&mut inode.written, start, buf.as_slice());
-        if !buf.is_empty() {
-            inode.pending.push(PendingWrite {
-                offset,
-                data: buf.as_slice().to_vec(),
-            });
-        }
-        state.stats.writes += 1;
-        state.stats.bytes_written += len;
-        (Ok(()), buf)
+            Err(err) => Err(err),
+        };
+        (result, buf)
+    }
+
+    fn write_at_blocking(&self, buf: &AlignedBuf, offset: u64) -> io::Result<()> {
+        delay_blocking(self.before_write(offset, buf.len())?);
+        self.apply_write(buf.as_slice(), offset)
     }
 
     async fn read_at(&self, mut buf: AlignedBuf, offset: u64) -> (io::Result<usize>, AlignedBuf) {
-        if !is_aligned(offset) {
-            return (
-                Err(misaligned(
-                    "read_at",
-                    &self.path,
-                    offset,
-                    buf.capacity() as u64,
-                )),
-                buf,
-            );
-        }
-        let mut state = match self.live() {
-            Ok(state) => state,
-            Err(e) => return (Err(e), buf),
+        let result = match self.before_read(offset, buf.capacity()) {
+            Ok(delay) => {
+                delay_async(delay).await;
+                self.apply_read(&mut buf, offset)
+            }
+            Err(err) => Err(err),
         };
-        let state = &mut *state;
-        let image = &state.inode(self.ino).written;
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(image.len());
-        let count = (image.len() - start).min(buf.capacity());
-        buf.spare_mut()[..count].copy_from_slice(&image[start..start + count]);
-        buf.set_len(count);
-        let p = state.faults.corrupt_read_probability;
-        if count > 0 && p > 0.0 && state.faults.applies_to(&self.path) && state.rng.unit() < p {
-            let bit = state.rng.below(count as u64 * 8);
-            buf.as_mut_slice()[(bit / 8) as usize] ^= 1 << (bit % 8);
-            state.stats.corrupted_reads += 1;
-        }
-        state.stats.reads += 1;
-        state.stats.bytes_read += count as u64;
-        (Ok(count), buf)
+        (result, buf)
+    }
+
+    fn read_at_blocking(&self, buf: &mut AlignedBuf, offset: u64) -> io::Result<usize> {
+        delay_blocking(self.before_read(offset, buf.capacity())?);
+        self.apply_read(buf, offset)
     }
 
     async fn sync_data(&self) -> io::Result<()> {
-        if let Some(latency) = self.disk.latency_for(&self.path) {
-            compio::time::sleep(latency).await;
-        }
-        let mut state = self.live()?;
-        let state = &mut *state;
-        let matches = state.faults.applies_to(&self.path);
-        if matches && State::countdown_fires(&mut state.sync_countdown) {
-            let inode = state.inode_mut(self.ino);
-            inode.written = inode.durable.clone();
-            inode.pending.clear();
-            state.stats.injected_sync_errors += 1;
-            return Err(eio("sync_data", &self.path, state.seed));
-        }
-        let inode = state.inode_mut(self.ino);
-        inode.durable = inode.written.clone();
-        inode.pending.clear();
-        state.stats.syncs += 1;
-        Ok(())
+        delay_async(self.before_sync()).await;
+        self.apply_sync()
+    }
+
+    fn sync_data_blocking(&self) -> io::Result<()> {
+        delay_blocking(self.before_sync());
+        self.apply_sync()
     }
 
     async fn allocate_zeroed(&self, len: u64) -> io::Result<()> {

@@ -27,6 +27,13 @@
 //! (IOPS with burst credit, and bandwidth), in FIFO order; waiting is a
 //! compio timer, never a blocked thread, so the shard's other tasks run.
 //! Tokens are spent when reserved: a dropped future keeps its reservation.
+//!
+//! The blocking variants (`*_blocking`) are the one exception to "never a
+//! blocked thread": they exist for synchronous callers, so they reserve from
+//! the same [`Limiter`] and then sleep the thread until the admission time.
+//! Costs, the fdatasync prepayment and every metric are computed by the same
+//! code for both kinds of call, so a device's budget and numbers cover them
+//! together.
 
 mod limiter;
 
@@ -194,12 +201,28 @@ impl Device {
     /// `ios` I/O units and `bytes` bytes. Returns at once when unlimited or
     /// when the cost is zero. Needs a compio runtime only when it must wait.
     pub async fn acquire(&self, ios: u64, bytes: u64) {
+        if let Some(admit) = self.reserve(ios, bytes) {
+            compio::time::sleep_until(admit).await;
+        }
+    }
+
+    /// [`acquire`](Self::acquire) for synchronous callers: the same
+    /// reservation, but the admission delay blocks the calling thread.
+    pub fn acquire_blocking(&self, ios: u64, bytes: u64) {
+        if let Some(admit) = self.reserve(ios, bytes) {
+            std::thread::sleep(admit.saturating_duration_since(Instant::now()));
+        }
+    }
+
+    /// Reserves the cost with the limiter and counts it; the instant the
+    /// operation may start, when that is later than now.
+    fn reserve(&self, ios: u64, bytes: u64) -> Option<Instant> {
         let Some(limiter) = &self.limiter else {
             self.counters.ios_admitted.fetch_add(ios, Ordering::Relaxed);
-            return;
+            return None;
         };
         if ios == 0 && bytes == 0 {
-            return;
+            return None;
         }
         let now = self.now_ns();
         let admit = limiter
@@ -207,13 +230,14 @@ impl Device {
             .unwrap_or_else(PoisonError::into_inner)
             .reserve(now, ios, bytes);
         self.counters.ios_admitted.fetch_add(ios, Ordering::Relaxed);
-        if admit > now {
-            self.counters.waits.fetch_add(1, Ordering::Relaxed);
-            self.counters
-                .wait_ns_total
-                .fetch_add(admit - now, Ordering::Relaxed);
-            compio::time::sleep_until(self.epoch + Duration::from_nanos(admit)).await;
+        if admit <= now {
+            return None;
         }
+        self.counters.waits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .wait_ns_total
+            .fetch_add(admit - now, Ordering::Relaxed);
+        Some(self.epoch + Duration::from_nanos(admit))
     }
 
     /// I/O units a read or write of `len` bytes costs.
@@ -250,6 +274,41 @@ impl Device {
     fn count_result<T>(&self, result: &io::Result<T>) {
         if result.is_err() {
             self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Metrics of a finished `write_at` of `len` bytes begun at `started`.
+    fn record_write(&self, result: &io::Result<()>, len: u64, started: Instant) {
+        self.count_result(result);
+        if result.is_ok() {
+            self.counters.writes.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .bytes_written
+                .fetch_add(len, Ordering::Relaxed);
+            self.write_latency.record_duration(started.elapsed());
+        }
+    }
+
+    /// Metrics of a finished `read_at`.
+    fn record_read(&self, result: &io::Result<usize>) {
+        self.count_result(result);
+        if let Ok(n) = result {
+            self.counters.reads.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .bytes_read
+                .fetch_add(*n as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Metrics of a finished `sync_data` begun at `started`, or of a
+    /// `sync_dir` (`started` = `None`: no latency sample).
+    fn record_sync(&self, result: &io::Result<()>, started: Option<Instant>) {
+        self.count_result(result);
+        if result.is_ok() {
+            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+            if let Some(started) = started {
+                self.fsync_latency.record_duration(started.elapsed());
+            }
         }
     }
 }
@@ -294,6 +353,14 @@ impl<D: Disk> Throttled<D> {
         Throttled { inner, device }
     }
 
+    fn wrap(&self, inner: D::File) -> ThrottledFile<D::File> {
+        ThrottledFile {
+            inner,
+            device: self.device.clone(),
+            sync_prepaid: std::cell::Cell::new(false),
+        }
+    }
+
     pub fn device(&self) -> &Arc<Device> {
         &self.device
     }
@@ -316,6 +383,30 @@ impl<F: DiskFile> ThrottledFile<F> {
     pub fn inner(&self) -> &F {
         &self.inner
     }
+
+    /// I/O units a write of `len` bytes reserves: its own, plus the next
+    /// fdatasync's when it is the first write since the last one (see the
+    /// module doc).
+    fn write_ios(&self, len: u64) -> u64 {
+        let prepay = if self.sync_prepaid.get() {
+            0
+        } else {
+            self.device.profile.ios_for_fsync()
+        };
+        if prepay > 0 {
+            self.sync_prepaid.set(true);
+        }
+        self.device.ios_for_len(len) + prepay
+    }
+
+    /// I/O units an fdatasync reserves: none when a write prepaid it.
+    fn sync_ios(&self) -> u64 {
+        if self.sync_prepaid.replace(false) {
+            0
+        } else {
+            self.device.profile.ios_for_fsync()
+        }
+    }
 }
 
 impl<F: DiskFile + std::fmt::Debug> std::fmt::Debug for ThrottledFile<F> {
@@ -331,16 +422,19 @@ impl<D: Disk> Disk for Throttled<D> {
     type File = ThrottledFile<D::File>;
 
     async fn open(&self, path: &Path, create: bool) -> io::Result<Self::File> {
-        let inner = self.inner.open(path, create).await?;
-        Ok(ThrottledFile {
-            inner,
-            device: self.device.clone(),
-            sync_prepaid: std::cell::Cell::new(false),
-        })
+        Ok(self.wrap(self.inner.open(path, create).await?))
+    }
+
+    fn open_blocking(&self, path: &Path, create: bool) -> io::Result<Self::File> {
+        Ok(self.wrap(self.inner.open_blocking(path, create)?))
     }
 
     async fn remove_file(&self, path: &Path) -> io::Result<()> {
         self.inner.remove_file(path).await
+    }
+
+    fn remove_file_blocking(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_file_blocking(path)
     }
 
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -351,10 +445,15 @@ impl<D: Disk> Disk for Throttled<D> {
         let device = &self.device;
         device.acquire(device.profile.ios_for_fsync(), 0).await;
         let result = self.inner.sync_dir(dir).await;
-        device.count_result(&result);
-        if result.is_ok() {
-            device.counters.syncs.fetch_add(1, Ordering::Relaxed);
-        }
+        device.record_sync(&result, None);
+        result
+    }
+
+    fn sync_dir_blocking(&self, dir: &Path) -> io::Result<()> {
+        let device = &self.device;
+        device.acquire_blocking(device.profile.ios_for_fsync(), 0);
+        let result = self.inner.sync_dir_blocking(dir);
+        device.record_sync(&result, None);
         result
     }
 
@@ -375,58 +474,51 @@ impl<F: DiskFile> DiskFile for ThrottledFile<F> {
     async fn write_at(&self, buf: AlignedBuf, offset: u64) -> (io::Result<()>, AlignedBuf) {
         let started = Instant::now();
         let len = buf.len() as u64;
-        let device = &self.device;
-        // The first write since the last fdatasync also pays for the next one.
-        let prepay = if self.sync_prepaid.get() {
-            0
-        } else {
-            device.profile.ios_for_fsync()
-        };
-        if prepay > 0 {
-            self.sync_prepaid.set(true);
-        }
-        device.acquire(device.ios_for_len(len) + prepay, len).await;
+        self.device.acquire(self.write_ios(len), len).await;
         let (result, buf) = self.inner.write_at(buf, offset).await;
-        device.count_result(&result);
-        if result.is_ok() {
-            device.counters.writes.fetch_add(1, Ordering::Relaxed);
-            device
-                .counters
-                .bytes_written
-                .fetch_add(len, Ordering::Relaxed);
-            device.write_latency.record_duration(started.elapsed());
-        }
+        self.device.record_write(&result, len, started);
         (result, buf)
+    }
+
+    fn write_at_blocking(&self, buf: &AlignedBuf, offset: u64) -> io::Result<()> {
+        let started = Instant::now();
+        let len = buf.len() as u64;
+        self.device.acquire_blocking(self.write_ios(len), len);
+        let result = self.inner.write_at_blocking(buf, offset);
+        self.device.record_write(&result, len, started);
+        result
     }
 
     async fn read_at(&self, buf: AlignedBuf, offset: u64) -> (io::Result<usize>, AlignedBuf) {
         let len = buf.capacity() as u64;
-        let device = &self.device;
-        device.acquire(device.ios_for_len(len), len).await;
+        self.device.acquire(self.device.ios_for_len(len), len).await;
         let (result, buf) = self.inner.read_at(buf, offset).await;
-        device.count_result(&result);
-        if let Ok(n) = &result {
-            device.counters.reads.fetch_add(1, Ordering::Relaxed);
-            device
-                .counters
-                .bytes_read
-                .fetch_add(*n as u64, Ordering::Relaxed);
-        }
+        self.device.record_read(&result);
         (result, buf)
+    }
+
+    fn read_at_blocking(&self, buf: &mut AlignedBuf, offset: u64) -> io::Result<usize> {
+        let len = buf.capacity() as u64;
+        self.device
+            .acquire_blocking(self.device.ios_for_len(len), len);
+        let result = self.inner.read_at_blocking(buf, offset);
+        self.device.record_read(&result);
+        result
     }
 
     async fn sync_data(&self) -> io::Result<()> {
         let started = Instant::now();
-        let device = &self.device;
-        if !self.sync_prepaid.replace(false) {
-            device.acquire(device.profile.ios_for_fsync(), 0).await;
-        }
+        self.device.acquire(self.sync_ios(), 0).await;
         let result = self.inner.sync_data().await;
-        device.count_result(&result);
-        if result.is_ok() {
-            device.counters.syncs.fetch_add(1, Ordering::Relaxed);
-            device.fsync_latency.record_duration(started.elapsed());
-        }
+        self.device.record_sync(&result, Some(started));
+        result
+    }
+
+    fn sync_data_blocking(&self) -> io::Result<()> {
+        let started = Instant::now();
+        self.device.acquire_blocking(self.sync_ios(), 0);
+        let result = self.inner.sync_data_blocking();
+        self.device.record_sync(&result, Some(started));
         result
     }
 
