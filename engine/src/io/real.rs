@@ -12,8 +12,8 @@
 //! The blocking variants (`*_blocking`) make plain positional system calls
 //! (pread, pwrite, fdatasync) on the same descriptor a [`RealFile`] holds for
 //! compio, so one file serves both kinds of call. Both kinds share the
-//! alignment checks, the open flags, the retry loops ([`WriteAll`],
-//! [`ReadFill`]) and the error context; only the system call differs.
+//! alignment checks, the open flags, the retry loops (`WriteAll`,
+//! `ReadFill`) and the error context; only the system call differs.
 
 use super::{AlignedBuf, Disk, DiskFile, ALIGN};
 use compio::buf::{BufResult, IntoInner, IoBuf, IoBufMut, SetLen};
@@ -236,7 +236,7 @@ impl<'a> WriteAll<'a> {
 /// read is short only at end of file, but after a short *aligned* read it
 /// asks again to be sure (signals, odd file systems); an empty or unaligned
 /// read marks the end. EINTR retries. Shared by the async and blocking
-/// paths like [`WriteAll`].
+/// paths like `WriteAll`.
 struct ReadFill<'a> {
     path: &'a Path,
     offset: u64,
