@@ -183,4 +183,9 @@ pub enum OpError {
     /// smaller batch.
     #[error("this batch's GETs on shard {shard} already read {max} bytes of values (the per-batch read limit, limits.frame_bytes_max); read this key in a smaller batch")]
     ReadLimitReached { shard: usize, max: usize },
+    /// The key's record could not be read back from its value segment (a
+    /// device error, or a block whose checksum does not match). Nothing
+    /// was changed; `reason` names the file and offset.
+    #[error("shard {shard}: {reason}")]
+    ValueUnreadable { shard: usize, reason: String },
 }

@@ -169,6 +169,8 @@ pub enum SnapshotError {
     NoUsableSnapshot { file: PathBuf, reason: String },
     #[error("the WAL was poisoned while the checkpoint was being written")]
     Aborted,
+    #[error("the storage tier could not finish the checkpoint: {reason}")]
+    Tier { reason: String },
 }
 
 /// Errors of the data directory's manifest.

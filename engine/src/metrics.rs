@@ -61,6 +61,11 @@ pub struct ShardMetrics {
     pub expired_keys: u64,
     /// Keys that carry an expiry time (expired or not yet deleted).
     pub expiring_keys: u64,
+    /// The hybrid tier's counters (`None` on the memory tier).
+    pub hybrid: Option<crate::tier::HybridStats>,
+    /// Latency of the hybrid tier's device reads (cold GETs, checks of a
+    /// key on overwrite), in microseconds.
+    pub cold_read_latency_us: HistogramSnapshot,
 }
 
 /// One device's counters and profile, as plain data.
@@ -112,6 +117,10 @@ pub(crate) struct ShardStats {
     pub(crate) segments_recycled: AtomicU64,
     pub(crate) expired_keys: AtomicU64,
     pub(crate) expiring_keys: AtomicU64,
+    /// Published by the shard thread a few times a second (never on the
+    /// request path).
+    pub(crate) hybrid: std::sync::Mutex<Option<crate::tier::HybridStats>>,
+    pub(crate) cold_read_latency_us: std::sync::Arc<AtomicHistogram>,
 }
 
 impl ShardStats {
@@ -145,6 +154,8 @@ impl ShardStats {
             segments_recycled: AtomicU64::new(0),
             expired_keys: AtomicU64::new(0),
             expiring_keys: AtomicU64::new(0),
+            hybrid: std::sync::Mutex::new(None),
+            cold_read_latency_us: std::sync::Arc::new(AtomicHistogram::new()),
         }
     }
 
@@ -180,6 +191,8 @@ impl ShardStats {
             segments_recycled: self.segments_recycled.load(Relaxed),
             expired_keys: self.expired_keys.load(Relaxed),
             expiring_keys: self.expiring_keys.load(Relaxed),
+            hybrid: *self.hybrid.lock().unwrap_or_else(|p| p.into_inner()),
+            cold_read_latency_us: self.cold_read_latency_us.snapshot(),
         }
     }
 }

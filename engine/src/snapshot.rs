@@ -434,12 +434,8 @@ pub async fn load<F: DiskFile>(
             }
             if let Some(tier) = tier.as_deref_mut() {
                 let key = &payload[at..at + k];
-                tier.put_expiring(
-                    crate::hash::fnv1a64(key),
-                    key,
-                    &payload[at + k..at + k + v],
-                    expires_at_ms,
-                );
+                tier.load_checkpoint_entry(key, &payload[at + k..at + k + v], expires_at_ms)
+                    .map_err(|reason| corrupt(pos, reason))?;
             }
             at += k + v;
         }

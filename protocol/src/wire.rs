@@ -248,6 +248,10 @@ statuses! {
     ShuttingDown = 0x22, "SHUTTING_DOWN";
     /// A bug or unexpected failure inside the server.
     Internal = 0x23, "INTERNAL";
+    /// A stored value could not be read back (a device read error, or a
+    /// block whose checksum does not match); the message names the file
+    /// and offset. Other keys are still served.
+    ValueUnreadable = 0x24, "VALUE_UNREADABLE";
     /// Wait-die: an older transaction holds a key this transaction asked
     /// for; the transaction was aborted and its locks released. Retry it.
     Die = 0x30, "DIE";

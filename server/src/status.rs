@@ -17,6 +17,7 @@ pub fn op_error_status(error: &OpError) -> Status {
         OpError::ShuttingDown => Status::ShuttingDown,
         OpError::ReadLimitReached { .. } => Status::FrameTooLarge,
         OpError::Locked { .. } => Status::Locked,
+        OpError::ValueUnreadable { .. } => Status::ValueUnreadable,
         // A variant added to the engine after this server was written: the
         // client still gets a failure, and the message says what it was.
         _ => Status::Internal,
@@ -87,6 +88,13 @@ mod tests {
             (
                 OpError::ReadLimitReached { shard: 0, max: 1 },
                 Status::FrameTooLarge,
+            ),
+            (
+                OpError::ValueUnreadable {
+                    shard: 0,
+                    reason: "damaged".into(),
+                },
+                Status::ValueUnreadable,
             ),
         ];
         for (error, status) in errors {

@@ -102,6 +102,7 @@ pub(crate) async fn checkpoint<D: Disk>(
         return Ok(None);
     }
     core.checkpoint_started();
+    core.with_tier_mut(|t| t.checkpoint_begin());
     let shard = paths.shard as u32;
     let tmp = paths.snapshot_tmp(lsn);
     let io = |op: &'static str, file: &std::path::Path| {
@@ -127,7 +128,7 @@ pub(crate) async fn checkpoint<D: Disk>(
             // One partition is copied in one synchronous step, then written
             // while the shard goes on serving.
             core.with_tier(|t| {
-                t.visit_partition(p, &mut |k, v, at| encoder.add(k, v, at, &mut staged));
+                t.visit_checkpoint_partition(p, &mut |k, v, at| encoder.add(k, v, at, &mut staged));
             });
             encoder.finish_block(&mut staged);
             if !staged.is_empty() {
@@ -135,6 +136,17 @@ pub(crate) async fn checkpoint<D: Disk>(
                 staged.clear();
             }
             yield_now().await;
+        }
+        // A tier with files of its own makes what the copied entries
+        // point at durable, and adds its last entries.
+        core.with_tier_mut(|t| {
+            t.checkpoint_finish(&mut |k, v, at| encoder.add(k, v, at, &mut staged))
+        })
+        .map_err(|reason| SnapshotError::Tier { reason })?;
+        encoder.finish_block(&mut staged);
+        if !staged.is_empty() {
+            writer.write(&staged).await?;
+            staged.clear();
         }
         let end_lsn = core.last_lsn();
         // Every value in the snapshot must come from a durable record.
@@ -189,6 +201,7 @@ pub(crate) async fn checkpoint<D: Disk>(
     // Keep enough spares for the WAL the next checkpoint interval writes.
     let pool_max = (core.checkpoint_threshold() / files.segment_bytes()) as usize + 1;
     let segments_removed = files.remove_covered(keep_from, pool_max).await?;
+    core.with_tier_mut(|t| t.checkpoint_published());
     let elapsed = started.elapsed();
     core.checkpoint_written(file_bytes);
     let s = &core.stats;

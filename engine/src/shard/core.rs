@@ -276,6 +276,36 @@ impl ShardCore {
         st.writes_since_checkpoint = 0;
     }
 
+    /// A write of the tier's own files failed: poison the shard (the WAL
+    /// keeps everything acknowledged; a restart recovers it).
+    fn check_tier_fault(&self) {
+        let fault = self.state.borrow_mut().tier.take_fault();
+        if let Some(fault) = fault {
+            self.poison_with(&fault);
+        }
+    }
+
+    /// Copies the tier's own counters into the shard's metrics.
+    pub(crate) fn publish_tier_stats(&self) {
+        let stats = self.state.borrow().tier.hybrid_stats();
+        if stats.is_some() {
+            *self.stats.hybrid.lock().unwrap_or_else(|p| p.into_inner()) = stats;
+        }
+    }
+
+    /// Runs `f` on the tier with the tier's clock set to now, for steps
+    /// that change the tier's own state (checkpoints, GC); poisons the
+    /// shard if the tier reports a failed write.
+    pub(crate) fn with_tier_mut<R>(&self, f: impl FnOnce(&mut dyn Tier) -> R) -> R {
+        let out = {
+            let mut st = self.state.borrow_mut();
+            st.tier.set_now_ms(now_ms());
+            f(&mut *st.tier)
+        };
+        self.check_tier_fault();
+        out
+    }
+
     /// Applies as many of `ops` as fit in the WAL buffer now. Returns
     /// whether all were applied (false: wait for buffer space).
     #[allow(clippy::too_many_arguments)]
@@ -324,8 +354,16 @@ impl ShardCore {
                         .tier
                         .get_many_within(&hashes, &keys, &mut found, read_left);
                     assert_eq!(found.len(), answered, "one answer per GET answered");
+                    let unreadable = st.tier.take_read_errors();
+                    let found =
+                        found.into_iter().enumerate().map(|(i, v)| {
+                            match unreadable_error(&unreadable, &keys[i], v.is_none(), shard) {
+                                Some(e) => Some(Err(e)),
+                                None => v.map(Ok),
+                            }
+                        });
                     let max = self.settings.read_bytes_max;
-                    let values = found.into_iter().map(|v| v.map(Ok)).chain(
+                    let values = found.chain(
                         (answered..keys.len())
                             .map(|_| Some(Err(OpError::ReadLimitReached { shard, max }))),
                     );
@@ -403,6 +441,17 @@ impl ShardCore {
                     let key = op.key();
                     let hash = fnv1a64(key);
                     let current = st.tier.get_expiring(hash, key);
+                    let unreadable = st.tier.take_read_errors();
+                    if let Some(e) = unreadable_error(&unreadable, key, current.is_none(), shard) {
+                        // The current value is unknown: nothing is written.
+                        writes.mark(index, true);
+                        *had_write = true;
+                        counts.put += 1;
+                        counts.failed += 1;
+                        results.push(OpResult::Err(e));
+                        ops.next();
+                        continue;
+                    }
                     let current_expiry = current.as_ref().and_then(|c| c.1);
                     let current_value = current.as_ref().map(|c| c.0.clone());
                     let outcome: UpdateOutcome = match op {
@@ -504,7 +553,18 @@ impl ShardCore {
                     // An expired entry is deleted (and logged) like a live
                     // one, but answers NotFound, as Redis's DEL does.
                     let live = st.tier.contains(hash, key);
-                    if st.tier.contains_any(hash, key) {
+                    let any = st.tier.contains_any(hash, key);
+                    let unreadable = st.tier.take_read_errors();
+                    if let Some(e) = unreadable_error(&unreadable, key, !any, shard) {
+                        writes.mark(index, true);
+                        *had_write = true;
+                        counts.delete += 1;
+                        counts.failed += 1;
+                        results.push(OpResult::Err(e));
+                        ops.next();
+                        continue;
+                    }
+                    if any {
                         if let Some(wal) = &mut st.wal {
                             let size = record_size(key.len(), 0);
                             let (reserve, moved) = wal.reserve(size);
@@ -575,14 +635,16 @@ impl ShardCore {
         let mut ops = ops.into_iter().peekable();
         loop {
             let space = self.space_freed.notified();
-            if self.apply_some(
+            let all = self.apply_some(
                 &mut ops,
                 &mut results,
                 &mut writes,
                 &mut had_write,
                 &mut counts,
                 &mut read_left,
-            ) {
+            );
+            self.check_tier_fault();
+            if all {
                 break;
             }
             space.await;
@@ -714,6 +776,23 @@ impl ShardCore {
             error = %err,
             "WAL {what} failed: shard poisoned, it accepts no writes until restart (the fdatasync is never retried; restart recovers from what is on disk)"
         );
+        self.poison_pending();
+    }
+
+    /// The tier failed to write its own files: no more writes.
+    fn poison_with(&self, fault: &str) {
+        if self.is_poisoned() {
+            return;
+        }
+        tracing::error!(
+            shard = self.settings.shard,
+            error = %fault,
+            "storage tier write failed: shard poisoned, it accepts no writes until restart (everything acknowledged is in the WAL; free space or fix the device, then restart)"
+        );
+        self.poison_pending();
+    }
+
+    fn poison_pending(&self) {
         let pending: Vec<Pending> = {
             let mut st = self.state.borrow_mut();
             st.poisoned = true;
@@ -749,11 +828,16 @@ impl ShardCore {
     }
 
     /// The committed value of `key` in the tier.
-    pub(crate) fn read_tier(&self, key: &[u8]) -> Option<bytes::Bytes> {
+    pub(crate) fn read_tier(&self, key: &[u8]) -> Result<Option<bytes::Bytes>, OpError> {
         let mut st = self.state.borrow_mut();
         // A key whose expiry time passed since the last step is absent.
         st.tier.set_now_ms(now_ms());
-        st.tier.get(fnv1a64(key), key)
+        let value = st.tier.get(fnv1a64(key), key);
+        let unreadable = st.tier.take_read_errors();
+        match unreadable_error(&unreadable, key, value.is_none(), self.settings.shard) {
+            Some(e) => Err(e),
+            None => Ok(value),
+        }
     }
 
     /// The write marks of `keys` now (one step: no write of this shard
@@ -845,6 +929,8 @@ impl ShardCore {
         self.stats
             .memory_bytes
             .store(st.tier.memory_bytes(), Relaxed);
+        drop(st);
+        self.check_tier_fault();
     }
 
     /// Waits until `lsn` is durable. Err if the shard is poisoned first.
@@ -864,4 +950,24 @@ impl ShardCore {
             advanced.await;
         }
     }
+}
+
+/// The error for a read of `key` that found nothing, if the tier could
+/// not read a record that may have been the key's.
+fn unreadable_error(
+    errors: &[(bytes::Bytes, String)],
+    key: &[u8],
+    absent: bool,
+    shard: usize,
+) -> Option<OpError> {
+    if !absent || errors.is_empty() {
+        return None;
+    }
+    errors
+        .iter()
+        .find(|(k, _)| k.as_ref() == key)
+        .map(|(_, reason)| OpError::ValueUnreadable {
+            shard,
+            reason: reason.clone(),
+        })
 }

@@ -7,6 +7,7 @@
 pub mod checkpoint;
 pub mod core;
 pub mod expiry;
+pub mod gc;
 pub mod notify;
 pub mod router;
 pub mod thread;

@@ -16,7 +16,7 @@ use crate::metrics::ShardStats;
 use crate::shard::checkpoint::{checkpoint, run_checkpointer, CheckpointSettings};
 use crate::shard::core::{CommitClock, CoreSettings, ShardCore};
 use crate::shard::router::{clear_local, set_local, Control, ShardMsg};
-use crate::tier::MemoryTier;
+use crate::tier::{MemoryTier, Tier};
 use crate::wal::recovery::{recover, RecoveryConfig};
 use crate::wal::writer::{
     run_flusher, run_segment_creator, FlusherSettings, SegmentFiles, WalAppender,
@@ -181,7 +181,14 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
 
     // 1. Recovery.
     let (tier, last_lsn, wal_start, replayed, held, floor) = match &disk {
-        None => (MemoryTier::new(), 0, None, (0, 0), Vec::new(), 0),
+        None => (
+            Box::new(MemoryTier::new()) as Box<dyn Tier>,
+            0,
+            None,
+            (0, 0),
+            Vec::new(),
+            0,
+        ),
         Some(disk) => {
             let cfg = RecoveryConfig {
                 shard: shard as u32,
@@ -240,7 +247,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                     };
                     exchange_guard.0 = None;
                     let mut tier = r.tier;
-                    let (applied, dropped) = r.txn.finish(&decision.complete, &mut tier);
+                    let (applied, dropped) = r.txn.finish(&decision.complete, &mut *tier);
                     txn_stats
                         .recovered_parts_applied
                         .fetch_add(applied, Relaxed);
@@ -285,7 +292,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             value_bytes_max: settings.value_bytes_max,
             read_bytes_max: settings.read_bytes_max,
         },
-        Box::new(tier),
+        tier,
         last_lsn,
         appender,
         stats.clone(),

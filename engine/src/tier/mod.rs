@@ -26,8 +26,10 @@
 //! - **Memory accounting** ([`Tier::memory_bytes`]) so metrics and limits see
 //!   what the process really uses.
 
+pub mod hybrid;
 pub mod memory;
 
+pub use hybrid::{HybridSettings, HybridStats, HybridTier};
 pub use memory::MemoryTier;
 
 use bytes::Bytes;
@@ -126,4 +128,53 @@ pub trait Tier {
     /// Calls `f(key, value, expiry)` for every entry of partition
     /// `partition` that has not expired.
     fn visit_partition(&self, partition: usize, f: &mut EntryVisitor<'_>);
+
+    /// The reads since the last call that could not be answered (a device
+    /// read failed, or a block failed its checksum): `(key, message)`.
+    /// Such a read answers as if the key were absent; the shard checks
+    /// this after each read step and turns those answers into errors.
+    fn take_read_errors(&mut self) -> Vec<(Bytes, String)> {
+        Vec::new()
+    }
+    /// A write of the tier's own files failed (the shard is poisoned: the
+    /// WAL still holds what was acknowledged).
+    fn take_fault(&mut self) -> Option<String> {
+        None
+    }
+    /// Background work (GC) in one bounded step; returns whether there was
+    /// any (the caller yields and calls again).
+    fn background_step(&mut self) -> bool {
+        false
+    }
+    /// A checkpoint starts copying the tier.
+    fn checkpoint_begin(&mut self) {}
+    /// Calls `f` for each checkpoint entry of `partition`: the partition's
+    /// entries for a tier that keeps values in RAM; index chunks for one
+    /// that keeps them in its own files.
+    fn visit_checkpoint_partition(&self, partition: usize, f: &mut EntryVisitor<'_>) {
+        self.visit_partition(partition, f)
+    }
+    /// Called after every partition was copied: makes what the copied
+    /// entries point at durable and adds the last entries.
+    fn checkpoint_finish(&mut self, _f: &mut EntryVisitor<'_>) -> Result<(), String> {
+        Ok(())
+    }
+    /// The checkpoint was published (and older ones retired).
+    fn checkpoint_published(&mut self) {}
+    /// Loads one entry of a checkpoint (recovery).
+    fn load_checkpoint_entry(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+    ) -> Result<(), String> {
+        self.put_expiring(crate::hash::fnv1a64(key), key, value, expires_at_ms);
+        Ok(())
+    }
+    /// Recovery is over (checkpoint loaded, WAL replayed).
+    fn recovery_done(&mut self) {}
+    /// The hybrid tier's counters.
+    fn hybrid_stats(&self) -> Option<HybridStats> {
+        None
+    }
 }

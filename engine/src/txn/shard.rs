@@ -260,7 +260,13 @@ fn read_and_reply(
     key: Bytes,
     reply: oneshot::Sender<Result<Option<Bytes>, TxnError>>,
 ) {
-    let value = core.read_tier(&key);
+    let value = match core.read_tier(&key) {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = reply.send(Err(TxnError::Op(e)));
+            return;
+        }
+    };
     let Some(lsn) = core.undurable_lsn() else {
         let _ = reply.send(Ok(value));
         return;

@@ -18,6 +18,10 @@ use crate::layout::{
 };
 use crate::snapshot::{self, SnapshotFile, SnapshotMeta};
 use crate::tier::{MemoryTier, Tier};
+
+/// Makes an empty tier for recovery to load a checkpoint into; the
+/// argument is the checkpoint's entry count, when known.
+pub type TierFactory<'a> = dyn Fn(Option<u64>) -> Box<dyn Tier> + 'a;
 use crate::txn::recovery::TxnReplay;
 use crate::wal::format::{
     decode_segment_header, encode_segment_header, RecordKind, SegmentHeader, BLOCK_BYTES,
@@ -91,7 +95,7 @@ pub struct LiveSegment {
 
 /// What recovery hands to the shard.
 pub struct Recovered {
-    pub tier: MemoryTier,
+    pub tier: Box<dyn Tier>,
     /// Transaction parts seen; multi-shard ones wait for the exchange.
     pub(crate) txn: TxnReplay,
     /// Last LSN of the recovered state (0 for an empty shard).
@@ -310,10 +314,27 @@ async fn looks_current<F: DiskFile>(win: &mut FileWindow<'_, F>, offset: u64, ne
 }
 
 /// Recovers one shard from `paths`. See [`RecoveryCase`] for the rules.
+/// Recovers a shard into a memory tier.
 pub async fn recover<D: Disk>(
     disk: &D,
     paths: &ShardPaths,
     config: RecoveryConfig,
+) -> Result<Recovered, EngineError> {
+    let memory = |hint: Option<u64>| -> Box<dyn Tier> {
+        Box::new(match hint {
+            Some(entries) => MemoryTier::with_capacity(entries),
+            None => MemoryTier::new(),
+        })
+    };
+    recover_into(disk, paths, config, &memory).await
+}
+
+/// Recovers a shard into tiers made by `new_tier`.
+pub async fn recover_into<D: Disk>(
+    disk: &D,
+    paths: &ShardPaths,
+    config: RecoveryConfig,
+    new_tier: &TierFactory<'_>,
 ) -> Result<Recovered, EngineError> {
     let started = Instant::now();
     let mut cases = Vec::new();
@@ -335,7 +356,7 @@ pub async fn recover<D: Disk>(
 
     // --- Snapshot choice.
     let first_header_lsn = segments.iter().find_map(|s| s.used().map(|h| h.first_lsn));
-    let mut tier = MemoryTier::new();
+    let mut tier = new_tier(None);
     let mut base: Option<(SnapshotFile, SnapshotMeta)> = None;
     let mut damaged: Vec<(SnapshotFile, SnapshotError)> = Vec::new();
     let mut kept_snapshots = Vec::new();
@@ -356,15 +377,15 @@ pub async fn recover<D: Disk>(
         // The tier is sized from the trailer's entry count up front, so
         // the load does not grow and rehash its tables.
         let mut candidate = if base.is_none() {
-            match snapshot::entry_count_hint(&file).await {
-                Some(entries) => MemoryTier::with_capacity(entries),
-                None => MemoryTier::new(),
-            }
+            Some(new_tier(snapshot::entry_count_hint(&file).await))
         } else {
-            MemoryTier::new()
+            None
         };
         let sink: Option<&mut dyn crate::tier::Tier> = if base.is_none() {
-            Some(&mut candidate)
+            match &mut candidate {
+                Some(t) => Some(&mut **t),
+                None => None,
+            }
         } else {
             None
         };
@@ -392,7 +413,9 @@ pub async fn recover<D: Disk>(
                             break;
                         }
                     }
-                    tier = candidate;
+                    if let Some(loaded) = candidate {
+                        tier = loaded;
+                    }
                     base = Some((snap.clone(), meta));
                     kept_snapshots.push(snap.clone());
                 } else {
@@ -512,7 +535,7 @@ pub async fn recover<D: Disk>(
             if last.is_some_and(|l| flush.first_lsn <= l) {
                 break; // stale bytes of a recycled segment
             }
-            let tier_ref = &mut tier;
+            let tier_ref = &mut *tier;
             let txn_ref = &mut txn;
             replay_flush(&mut win, &flush, &mut |r| {
                 if r.kind == RecordKind::TxnPart {
@@ -593,7 +616,7 @@ pub async fn recover<D: Disk>(
                             bytes: seg.len,
                         });
                     }
-                    let tier_ref = &mut tier;
+                    let tier_ref = &mut *tier;
                     let txn_ref = &mut txn;
                     let mut replayed = 0u64;
                     let mut version = max_version;

@@ -1,0 +1,26 @@
+//! The tier's background work on one shard (the hybrid tier's segment
+//! GC): one bounded step at a time on the shard thread, yielding to
+//! requests between steps, sleeping when there is nothing to do.
+
+use crate::shard::core::ShardCore;
+use crate::shard::notify::yield_now;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Pause between looks when the tier has no background work.
+const IDLE: Duration = Duration::from_millis(100);
+
+pub(crate) async fn run_tier_background(core: Rc<ShardCore>) {
+    loop {
+        if core.is_poisoned() {
+            return;
+        }
+        if core.with_tier_mut(|t| t.background_step()) {
+            core.publish_tier_stats();
+            yield_now().await;
+        } else {
+            core.publish_tier_stats();
+            compio::time::sleep(IDLE).await;
+        }
+    }
+}

@@ -1,0 +1,514 @@
+//! The hybrid tier's in-RAM index: for every key, 6 bytes (a 15-bit tag of
+//! the key's hash, 1 bit saying whether the record crosses a block end,
+//! and a 32-bit record address), and no key bytes.
+//!
+//! Layout: the keys of a shard are split into [`PARTITIONS`] partitions by
+//! the top bits of the mixed hash (the same partitions as the memory tier,
+//! so SCAN cursors mean the same thing on both tiers). Each partition is a
+//! fixed array of buckets of [`SLOTS`] slots, kept as two flat arrays
+//! (tags `u16`, addresses `u32`) so a zeroed table costs no RAM until its
+//! pages are touched. A key's home bucket is picked from 32 more hash bits;
+//! when the home bucket is full the entry goes to the next bucket with a
+//! free slot (bucketized linear probing) and every full bucket passed on
+//! the way is marked "overflowed", so a lookup knows to go on past it.
+//! Marks are never cleared while the process runs (a delete cannot tell
+//! whether another key passed the bucket), so heavy churn lengthens probe
+//! runs until the next restart rebuilds nothing and keeps the marks: the
+//! table is sized with slack for that reason (`index_keys` / 0.85).
+//!
+//! A partition that has no free slot left spills into a small map keyed
+//! by the full mixed hash, at about 40 bytes per key: correct, but the
+//! table was sized too small (`storage.index_keys`).
+//!
+//! Address 0 marks an empty slot (no record starts at offset 0 of a
+//! segment: the first block is the segment header).
+//!
+//! The index never decides that two keys are equal: a tag match only names
+//! a candidate record, whose key the tier compares.
+
+use std::collections::HashMap;
+
+/// Partitions per shard (the memory tier's count; see [`crate::keyspace`]).
+pub const PARTITIONS: usize = crate::tier::memory::PARTITION_COUNT;
+const PARTITION_SHIFT: u32 = 64 - PARTITIONS.trailing_zeros();
+/// Slots per bucket.
+pub const SLOTS: usize = 8;
+/// Bits of hash kept in a slot.
+pub const TAG_BITS: u32 = 15;
+const TAG_MASK: u16 = (1 << TAG_BITS) - 1;
+/// Fraction of slots filled when the index holds `index_keys` keys.
+pub const TARGET_LOAD: f64 = 0.85;
+/// Bytes of RAM one slot costs.
+pub const SLOT_BYTES: u64 = 6;
+/// What one spilled key costs (hash, address, the map's own share).
+const SPILL_KEY_BYTES: u64 = 40;
+
+/// The hash bits the index uses, computed once per operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyHash {
+    pub mixed: u64,
+}
+
+impl KeyHash {
+    pub fn new(routing_hash: u64) -> KeyHash {
+        KeyHash {
+            mixed: crate::hash::mix(routing_hash),
+        }
+    }
+
+    pub fn partition(self) -> usize {
+        (self.mixed >> PARTITION_SHIFT) as usize
+    }
+
+    fn tag(self) -> u16 {
+        (self.mixed as u16 & TAG_MASK).max(1)
+    }
+
+    fn home(self, buckets: usize) -> usize {
+        (((self.mixed >> 16) & 0xFFFF_FFFF) * buckets as u64 >> 32) as usize
+    }
+}
+
+/// Where an entry sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loc {
+    /// Slot index in the partition's flat arrays.
+    Slot { part: u16, slot: u32 },
+    /// Spilled: the entry's full mixed hash and its place in that list.
+    Spill { part: u16, mixed: u64, at: u32 },
+}
+
+/// One candidate record for a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    pub loc: Loc,
+    pub addr: u32,
+    /// 1 if the record runs past the end of its first block.
+    pub span: u8,
+}
+
+#[derive(Default)]
+struct Partition {
+    /// Per slot: span (top bit) and tag (low 15 bits).
+    tags: Vec<u16>,
+    /// Per slot: record address, 0 when empty.
+    addrs: Vec<u32>,
+    /// One bit per bucket: an insert went past it because it was full.
+    overflowed: Vec<u64>,
+    len: u64,
+    spill: HashMap<u64, Vec<(u32, u8)>>,
+    spilled: u64,
+}
+
+impl Partition {
+    fn with_buckets(buckets: usize) -> Partition {
+        Partition {
+            tags: vec![0; buckets * SLOTS],
+            addrs: vec![0; buckets * SLOTS],
+            overflowed: vec![0; buckets.div_ceil(64)],
+            ..Partition::default()
+        }
+    }
+
+    fn buckets(&self) -> usize {
+        self.addrs.len() / SLOTS
+    }
+
+    fn is_overflowed(&self, bucket: usize) -> bool {
+        self.overflowed[bucket / 64] >> (bucket % 64) & 1 == 1
+    }
+}
+
+/// The index of one shard.
+pub struct Index {
+    parts: Vec<Partition>,
+}
+
+/// Buckets per partition for `keys` keys in the shard.
+pub fn buckets_for(keys: u64) -> usize {
+    let slots = (keys as f64 / TARGET_LOAD).ceil() as u64;
+    (slots.div_ceil((PARTITIONS * SLOTS) as u64) as usize).max(4)
+}
+
+impl Index {
+    /// An empty index sized for `keys` keys (RAM is touched as it fills).
+    pub fn new(keys: u64) -> Index {
+        Index::with_buckets(buckets_for(keys))
+    }
+
+    pub fn with_buckets(buckets: usize) -> Index {
+        Index {
+            parts: (0..PARTITIONS)
+                .map(|_| Partition::with_buckets(buckets))
+                .collect(),
+        }
+    }
+
+    pub fn buckets_per_partition(&self) -> usize {
+        self.parts[0].buckets()
+    }
+
+    pub fn len(&self) -> u64 {
+        self.parts.iter().map(|p| p.len + p.spilled).sum()
+    }
+
+    /// Bytes the index holds (slots, marks and spilled entries). Slots of
+    /// a fresh table that were never touched cost no RAM; this counts them
+    /// anyway (the whole table is touched soon after it fills).
+    pub fn memory_bytes(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|p| p.addrs.len() as u64 * SLOT_BYTES + p.overflowed.len() as u64 * 8)
+            .sum::<u64>()
+            + self.spilled() * SPILL_KEY_BYTES
+    }
+
+    pub fn spilled(&self) -> u64 {
+        self.parts.iter().map(|p| p.spilled).sum()
+    }
+
+    /// Every entry whose tag matches `h`, in probe order (spilled ones last).
+    pub fn candidates(&self, h: KeyHash, out: &mut Vec<Candidate>) {
+        let pi = h.partition();
+        let p = &self.parts[pi];
+        let n = p.buckets();
+        let tag = h.tag();
+        let mut b = h.home(n);
+        for _ in 0..n {
+            let base = b * SLOTS;
+            for s in base..base + SLOTS {
+                let t = p.tags[s];
+                if p.addrs[s] != 0 && t & TAG_MASK == tag {
+                    out.push(Candidate {
+                        loc: Loc::Slot {
+                            part: pi as u16,
+                            slot: s as u32,
+                        },
+                        addr: p.addrs[s],
+                        span: (t >> TAG_BITS) as u8,
+                    });
+                }
+            }
+            if !p.is_overflowed(b) {
+                break;
+            }
+            b = (b + 1) % n;
+        }
+        if let Some(list) = p.spill.get(&h.mixed) {
+            for (at, &(addr, span)) in list.iter().enumerate() {
+                out.push(Candidate {
+                    loc: Loc::Spill {
+                        part: pi as u16,
+                        mixed: h.mixed,
+                        at: at as u32,
+                    },
+                    addr,
+                    span,
+                });
+            }
+        }
+    }
+
+    /// The entry of `h` that points at `addr`, if any (GC's liveness test:
+    /// addresses are unique, so no key comparison is needed).
+    pub fn find_addr(&self, h: KeyHash, addr: u32) -> Option<Loc> {
+        let mut found = Vec::new();
+        self.candidates(h, &mut found);
+        found.into_iter().find(|c| c.addr == addr).map(|c| c.loc)
+    }
+
+    /// Adds an entry for a key not in the index.
+    pub fn insert(&mut self, h: KeyHash, addr: u32, span: u8) -> Loc {
+        assert!(addr != 0, "address 0 is the empty slot");
+        let pi = h.partition();
+        let p = &mut self.parts[pi];
+        let n = p.buckets();
+        let mut b = h.home(n);
+        let value = slot_tag(h.tag(), span);
+        for _ in 0..n {
+            let base = b * SLOTS;
+            if let Some(s) = (base..base + SLOTS).find(|&s| p.addrs[s] == 0) {
+                p.tags[s] = value;
+                p.addrs[s] = addr;
+                p.len += 1;
+                return Loc::Slot {
+                    part: pi as u16,
+                    slot: s as u32,
+                };
+            }
+            p.overflowed[b / 64] |= 1 << (b % 64);
+            b = (b + 1) % n;
+        }
+        let list = p.spill.entry(h.mixed).or_default();
+        list.push((addr, span));
+        p.spilled += 1;
+        Loc::Spill {
+            part: pi as u16,
+            mixed: h.mixed,
+            at: (list.len() - 1) as u32,
+        }
+    }
+
+    /// Points an existing entry at a new record.
+    pub fn set(&mut self, loc: Loc, addr: u32, span: u8) {
+        assert!(addr != 0, "address 0 is the empty slot");
+        match loc {
+            Loc::Slot { part, slot } => {
+                let p = &mut self.parts[part as usize];
+                let s = slot as usize;
+                p.tags[s] = slot_tag(p.tags[s] & TAG_MASK, span);
+                p.addrs[s] = addr;
+            }
+            Loc::Spill { part, mixed, at } => {
+                if let Some(e) = self.parts[part as usize]
+                    .spill
+                    .get_mut(&mixed)
+                    .and_then(|l| l.get_mut(at as usize))
+                {
+                    *e = (addr, span);
+                }
+            }
+        }
+    }
+
+    /// Removes an entry.
+    pub fn remove(&mut self, loc: Loc) {
+        match loc {
+            Loc::Slot { part, slot } => {
+                let p = &mut self.parts[part as usize];
+                let s = slot as usize;
+                if p.addrs[s] != 0 {
+                    p.addrs[s] = 0;
+                    p.tags[s] = 0;
+                    p.len -= 1;
+                }
+            }
+            Loc::Spill { part, mixed, at } => {
+                let p = &mut self.parts[part as usize];
+                if let Some(list) = p.spill.get_mut(&mixed) {
+                    if (at as usize) < list.len() {
+                        list.remove(at as usize);
+                        p.spilled -= 1;
+                    }
+                    if list.is_empty() {
+                        p.spill.remove(&mixed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every (address, span) of partition `part` (for scans).
+    pub fn entries(&self, part: usize) -> Vec<(u32, u8)> {
+        let p = &self.parts[part];
+        let mut out: Vec<(u32, u8)> = p
+            .addrs
+            .iter()
+            .zip(&p.tags)
+            .filter(|(&a, _)| a != 0)
+            .map(|(&a, &t)| (a, (t >> TAG_BITS) as u8))
+            .collect();
+        out.extend(p.spill.values().flatten().copied());
+        out
+    }
+
+    /// Every address in the index (live-byte accounting at recovery).
+    pub fn for_each_addr(&self, mut f: impl FnMut(u32)) {
+        for p in &self.parts {
+            p.addrs.iter().filter(|&&a| a != 0).for_each(|&a| f(a));
+            p.spill.values().flatten().for_each(|&(a, _)| f(a));
+        }
+    }
+
+    /// Partition `part` as checkpoint chunks of at most `max_buckets`
+    /// buckets each: `(first bucket, bytes)`, the bytes being the tags (LE
+    /// u16), then the addresses (LE u32), then the overflow bits of those
+    /// buckets (one byte each). A last chunk with first bucket `u32::MAX`
+    /// holds the spilled entries: (mixed hash u64, address u32, span u8).
+    pub fn encode_partition(&self, part: usize, max_buckets: usize) -> Vec<(u32, Vec<u8>)> {
+        let p = &self.parts[part];
+        let n = p.buckets();
+        let mut out = Vec::new();
+        let mut first = 0;
+        while first < n {
+            let end = (first + max_buckets).min(n);
+            let (s0, s1) = (first * SLOTS, end * SLOTS);
+            let mut bytes = Vec::with_capacity((s1 - s0) * 6 + (end - first));
+            p.tags[s0..s1]
+                .iter()
+                .for_each(|t| bytes.extend_from_slice(&t.to_le_bytes()));
+            p.addrs[s0..s1]
+                .iter()
+                .for_each(|a| bytes.extend_from_slice(&a.to_le_bytes()));
+            (first..end).for_each(|b| bytes.push(p.is_overflowed(b) as u8));
+            out.push((first as u32, bytes));
+            first = end;
+        }
+        if !p.spill.is_empty() {
+            let mut bytes = Vec::new();
+            for (&mixed, list) in &p.spill {
+                for &(addr, span) in list {
+                    bytes.extend_from_slice(&mixed.to_le_bytes());
+                    bytes.extend_from_slice(&addr.to_le_bytes());
+                    bytes.push(span);
+                }
+            }
+            out.push((u32::MAX, bytes));
+        }
+        out
+    }
+
+    /// Loads one chunk made by [`Index::encode_partition`]. The index must
+    /// have the checkpoint's bucket count.
+    pub fn decode_chunk(&mut self, part: usize, first: u32, bytes: &[u8]) -> Result<(), String> {
+        let Some(p) = self.parts.get_mut(part) else {
+            return Err(format!("partition {part} out of range"));
+        };
+        if first == u32::MAX {
+            if bytes.len() % 13 != 0 {
+                return Err("spill chunk length is not a multiple of 13".into());
+            }
+            for e in bytes.chunks_exact(13) {
+                let mixed = u64::from_le_bytes(e[0..8].try_into().expect("8 bytes"));
+                let addr = u32::from_le_bytes(e[8..12].try_into().expect("4 bytes"));
+                if addr == 0 || e[12] > 1 {
+                    return Err("spilled entry with address 0 or a bad span".into());
+                }
+                p.spill.entry(mixed).or_default().push((addr, e[12]));
+                p.spilled += 1;
+            }
+            return Ok(());
+        }
+        let first = first as usize;
+        let buckets = bytes.len() / (SLOTS * 6 + 1);
+        if bytes.len() != buckets * (SLOTS * 6 + 1) || buckets == 0 {
+            return Err(format!(
+                "chunk of {} bytes is not whole buckets",
+                bytes.len()
+            ));
+        }
+        if first + buckets > p.buckets() {
+            return Err(format!(
+                "chunk covers buckets {first}..{} of {}",
+                first + buckets,
+                p.buckets()
+            ));
+        }
+        let slots = buckets * SLOTS;
+        let s0 = first * SLOTS;
+        for i in 0..slots {
+            p.tags[s0 + i] = u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]);
+            let a = 2 * slots + 4 * i;
+            let addr = u32::from_le_bytes(bytes[a..a + 4].try_into().expect("4 bytes"));
+            if p.addrs[s0 + i] != 0 {
+                p.len -= 1;
+            }
+            p.addrs[s0 + i] = addr;
+            if addr != 0 {
+                p.len += 1;
+            }
+        }
+        for (i, &flag) in bytes[6 * slots..].iter().enumerate() {
+            let b = first + i;
+            if flag != 0 {
+                p.overflowed[b / 64] |= 1 << (b % 64);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn slot_tag(tag: u16, span: u8) -> u16 {
+    (tag & TAG_MASK) | (u16::from(span.min(1)) << TAG_BITS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(i: u64) -> KeyHash {
+        KeyHash::new(crate::hash::fnv1a64(&i.to_le_bytes()))
+    }
+
+    #[test]
+    fn insert_find_set_remove() {
+        let mut ix = Index::new(10_000);
+        let mut locs = Vec::new();
+        for i in 0..20_000u64 {
+            locs.push(ix.insert(h(i), (i + 1) as u32, (i % 2) as u8));
+        }
+        assert_eq!(ix.len(), 20_000);
+        for i in 0..20_000u64 {
+            let mut c = Vec::new();
+            ix.candidates(h(i), &mut c);
+            let hit = c.iter().find(|c| c.addr == (i + 1) as u32).expect("found");
+            assert_eq!(hit.span, (i % 2) as u8);
+            assert_eq!(ix.find_addr(h(i), (i + 1) as u32), Some(locs[i as usize]));
+        }
+        for i in (0..20_000u64).step_by(2) {
+            ix.remove(locs[i as usize]);
+        }
+        assert_eq!(ix.len(), 10_000);
+        for i in 0..20_000u64 {
+            let found = ix.find_addr(h(i), (i + 1) as u32).is_some();
+            assert_eq!(found, i % 2 == 1, "key {i}");
+        }
+        ix.set(locs[1], 999_999, 2);
+        assert_eq!(ix.find_addr(h(1), 999_999), Some(locs[1]));
+    }
+
+    #[test]
+    fn a_full_partition_spills_and_still_finds_everything() {
+        // 4 buckets of 8 slots per partition: 32 slots; 256 partitions.
+        let mut ix = Index::with_buckets(4);
+        let n = 256 * 32 * 2;
+        for i in 0..n {
+            ix.insert(h(i), (i + 1) as u32, 0);
+        }
+        assert!(ix.spilled() > 0);
+        assert_eq!(ix.len(), n);
+        for i in 0..n {
+            assert!(ix.find_addr(h(i), (i + 1) as u32).is_some(), "key {i}");
+        }
+    }
+
+    #[test]
+    fn checkpoint_chunks_round_trip() {
+        let mut ix = Index::with_buckets(8);
+        for i in 0..30_000u64 {
+            ix.insert(h(i), (i + 1) as u32, 1);
+        }
+        let mut back = Index::with_buckets(8);
+        for part in 0..PARTITIONS {
+            for (first, bytes) in ix.encode_partition(part, 3) {
+                back.decode_chunk(part, first, &bytes).expect("decodes");
+            }
+        }
+        assert_eq!(back.len(), ix.len());
+        for i in 0..30_000u64 {
+            assert!(back.find_addr(h(i), (i + 1) as u32).is_some(), "key {i}");
+        }
+        assert!(back.decode_chunk(0, 7, &[0u8; 49 * 2]).is_err());
+        assert!(back.decode_chunk(0, 0, &[0u8; 50]).is_err());
+    }
+
+    #[test]
+    fn misses_rarely_match_a_tag() {
+        let mut ix = Index::new(100_000);
+        for i in 0..100_000u64 {
+            ix.insert(h(i), (i + 1) as u32, 0);
+        }
+        let mut false_hits = 0;
+        let mut c = Vec::new();
+        for i in 100_000..1_100_000u64 {
+            c.clear();
+            ix.candidates(h(i), &mut c);
+            false_hits += usize::from(!c.is_empty());
+        }
+        // Aim: at most 1 in 1,000 misses reads anything.
+        assert!(
+            false_hits < 1_000,
+            "{false_hits} of 1M misses matched a tag"
+        );
+    }
+}

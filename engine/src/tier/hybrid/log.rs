@@ -1,0 +1,809 @@
+//! The hybrid tier's value log: append-only segment files of 4 KiB blocks,
+//! each block ending in a CRC32 of its 4,092 payload bytes seeded with the
+//! segment's sequence number and the block's index (so a block of another
+//! segment, or a stale block of a reused file, fails the check).
+//!
+//! ```text
+//! segment file (value_segment_size bytes at most):
+//!   block 0       header: "RKVSEGV1", version u32, shard u32, seq u64,
+//!                 segment bytes u64, zero padding, CRC32 (last 4 bytes)
+//!   block 1..     payload[4092] crc32[4]  (records run across blocks)
+//! record (starts 16-byte aligned, may cross block ends; the CRC words are
+//! skipped):
+//!   flags u8 (bit 0: a value record, bit 7: expiry follows)
+//!   key_len u24 LE, value_len u32 LE, [expires_at_ms u64 LE], key, value
+//! ```
+//!
+//! A record's address is `slot << offset_bits | file_offset / 16`, where a
+//! slot names one segment file among the shard's open ones: 32 bits address
+//! 64 GiB of segments per shard.
+//!
+//! All I/O here is blocking and done on the shard thread: appends fill a
+//! 1 MiB buffer in RAM that is written (whole blocks only) when it fills;
+//! [`ValueLog::flush`] writes the partial last block too (padded: the next
+//! record starts in a fresh block, so a block is never written twice) and
+//! fdatasyncs every segment written since the last flush.
+
+use crate::io::{AlignedBuf, Disk, DiskFile, ALIGN};
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub const BLOCK: usize = ALIGN;
+/// Payload bytes of one block (the last four hold its CRC).
+pub const PAYLOAD: usize = BLOCK - 4;
+/// Records start at multiples of this.
+pub const RECORD_ALIGN: u64 = 16;
+const SEGMENT_MAGIC: [u8; 8] = *b"RKVSEGV1";
+const SEGMENT_VERSION: u32 = 1;
+/// Size of the RAM buffer appends go through.
+const CHUNK: usize = 1 << 20;
+pub const FLAG_VALUE: u8 = 1;
+pub const FLAG_EXPIRES: u8 = 0x80;
+pub const RECORD_HEADER: usize = 8;
+
+/// What is wrong with a record or block read back.
+#[derive(Debug)]
+pub enum ReadError {
+    Io {
+        file: PathBuf,
+        offset: u64,
+        source: io::Error,
+    },
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Io {
+                file,
+                offset,
+                source,
+            } => write!(
+                f,
+                "reading value segment {} at offset {offset} failed: {source}",
+                file.display()
+            ),
+            ReadError::Corrupt {
+                file,
+                offset,
+                reason,
+            } => write!(
+                f,
+                "value segment {} is damaged at offset {offset}: {reason}",
+                file.display()
+            ),
+        }
+    }
+}
+
+/// One record, decoded.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub key: bytes::Bytes,
+    pub value: bytes::Bytes,
+    pub expires_at_ms: Option<u64>,
+    /// Bytes the record takes in the log (header to end, CRC words skipped).
+    pub size: u64,
+}
+
+/// Bytes of a record's encoding.
+pub fn record_size(key: usize, value: usize, expires: bool) -> u64 {
+    (RECORD_HEADER + if expires { 8 } else { 0 } + key + value) as u64
+}
+
+/// A segment's place in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegState {
+    /// Sealed: full or closed, read-only.
+    Sealed,
+    /// Being appended to.
+    Active,
+    /// Emptied by GC; removed once `confirms` reaches 2 checkpoints that
+    /// started after its GC ended.
+    Zombie { gc_epoch: u64, confirms: u8 },
+}
+
+/// One open segment file.
+pub struct Segment<F> {
+    pub seq: u64,
+    pub file: F,
+    pub path: PathBuf,
+    /// File bytes that hold records (blocks written or buffered).
+    pub end: u64,
+    /// Record bytes appended (dead or alive).
+    pub total_bytes: u64,
+    /// Record bytes the index still points to.
+    pub live_bytes: u64,
+    pub state: SegState,
+}
+
+/// Where a record lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Addr {
+    pub slot: u32,
+    pub offset: u64,
+}
+
+/// One shard's value segments.
+pub struct ValueLog<D: Disk> {
+    disk: D,
+    dir: PathBuf,
+    shard: u32,
+    segment_bytes: u64,
+    offset_bits: u32,
+    pub segs: Vec<Option<Segment<D::File>>>,
+    pub next_seq: u64,
+    active: Option<u32>,
+    chunk: AlignedBuf,
+    /// File offset of `chunk[0]` in the active segment (a block boundary).
+    chunk_start: u64,
+    /// File offset of the next append in the active segment.
+    cursor: u64,
+    /// Slots written since the last flush (fdatasync due).
+    unsynced: Vec<u32>,
+    /// Device reads done (cold reads and GC reads).
+    pub reads: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+fn block_crc(seq: u64, block: u64, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&seq.to_le_bytes());
+    h.update(&block.to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
+/// The file offset `len` payload bytes after `from` (CRC words skipped).
+fn advance(from: u64, len: u64) -> u64 {
+    let b = BLOCK as u64;
+    let p = PAYLOAD as u64;
+    let in_block = from % b;
+    debug_assert!(in_block <= p);
+    let logical = (from / b) * p + in_block + len;
+    let mut end = (logical / p) * b + logical % p;
+    // An end exactly at a block's payload end stays in that block.
+    if logical % p == 0 && len > 0 {
+        end = (logical / p - 1) * b + p;
+    }
+    end
+}
+
+fn align_up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+/// The next record start at or after `end`.
+fn next_start(end: u64) -> u64 {
+    let s = align_up(end, RECORD_ALIGN);
+    if s % BLOCK as u64 > PAYLOAD as u64 - RECORD_ALIGN {
+        align_up(s, BLOCK as u64)
+    } else {
+        s
+    }
+}
+
+impl<D: Disk> ValueLog<D> {
+    pub fn new(disk: D, dir: PathBuf, shard: u32, segment_bytes: u64) -> ValueLog<D> {
+        assert!(segment_bytes >= 2 * BLOCK as u64 && segment_bytes % BLOCK as u64 == 0);
+        let offset_bits = (segment_bytes.next_power_of_two() / RECORD_ALIGN).trailing_zeros();
+        assert!(offset_bits < 32);
+        ValueLog {
+            disk,
+            dir,
+            shard,
+            segment_bytes,
+            offset_bits,
+            segs: Vec::new(),
+            next_seq: 1,
+            active: None,
+            chunk: AlignedBuf::with_capacity(CHUNK),
+            chunk_start: 0,
+            cursor: 0,
+            unsynced: Vec::new(),
+            reads: 0,
+            bytes_read: 0,
+            bytes_written: 0,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
+    /// Most segments the address space holds.
+    pub fn max_slots(&self) -> u32 {
+        1u32 << (32 - self.offset_bits).min(16)
+    }
+
+    pub fn path_of(&self, seq: u64) -> PathBuf {
+        self.dir.join(format!("{seq:016}.seg"))
+    }
+
+    pub fn encode_addr(&self, a: Addr) -> u32 {
+        (a.slot << self.offset_bits) | (a.offset / RECORD_ALIGN) as u32
+    }
+
+    pub fn decode_addr(&self, addr: u32) -> Addr {
+        Addr {
+            slot: addr >> self.offset_bits,
+            offset: u64::from(addr & ((1u32 << self.offset_bits) - 1)) * RECORD_ALIGN,
+        }
+    }
+
+    /// The segment an address names, if open.
+    pub fn seg_of(&self, addr: u32) -> Option<&Segment<D::File>> {
+        self.segs
+            .get(self.decode_addr(addr).slot as usize)
+            .and_then(|s| s.as_ref())
+    }
+
+    pub fn seg_of_mut(&mut self, addr: u32) -> Option<&mut Segment<D::File>> {
+        let slot = self.decode_addr(addr).slot as usize;
+        self.segs.get_mut(slot).and_then(|s| s.as_mut())
+    }
+
+    /// Opens a segment listed by a checkpoint, checking its header.
+    pub fn open_existing(
+        &mut self,
+        slot: u32,
+        seq: u64,
+        end: u64,
+        total_bytes: u64,
+        state: SegState,
+    ) -> Result<(), ReadError> {
+        let path = self.path_of(seq);
+        let io_err = |source| ReadError::Io {
+            file: path.clone(),
+            offset: 0,
+            source,
+        };
+        let file = self.disk.open_blocking(&path, false).map_err(io_err)?;
+        let mut buf = AlignedBuf::with_capacity(BLOCK);
+        let n = file.read_at_blocking(&mut buf, 0).map_err(io_err)?;
+        self.reads += 1;
+        self.bytes_read += n as u64;
+        check_header(buf.as_slice(), self.shard, seq).map_err(|reason| ReadError::Corrupt {
+            file: path.clone(),
+            offset: 0,
+            reason,
+        })?;
+        if self.segs.len() <= slot as usize {
+            self.segs.resize_with(slot as usize + 1, || None);
+        }
+        self.segs[slot as usize] = Some(Segment {
+            seq,
+            file,
+            path,
+            end,
+            total_bytes,
+            live_bytes: 0,
+            state,
+        });
+        self.next_seq = self.next_seq.max(seq + 1);
+        Ok(())
+    }
+
+    /// Whether `seq` is one of the open segments.
+    pub fn has_seq(&self, seq: u64) -> bool {
+        self.segs.iter().flatten().any(|s| s.seq == seq)
+    }
+
+    fn start_segment(&mut self) -> io::Result<()> {
+        let slot = match self.segs.iter().position(|s| s.is_none()) {
+            Some(s) => s as u32,
+            None => {
+                let s = self.segs.len() as u32;
+                if s >= self.max_slots() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::StorageFull,
+                        format!(
+                            "the shard's value log reached its {} segments of {} bytes (raise storage.value_segment_size)",
+                            self.max_slots(),
+                            self.segment_bytes
+                        ),
+                    ));
+                }
+                self.segs.push(None);
+                s
+            }
+        };
+        let seq = self.next_seq;
+        let path = self.path_of(seq);
+        let file = self.disk.open_blocking(&path, true)?;
+        let mut header = AlignedBuf::with_capacity(BLOCK);
+        header.set_len(BLOCK);
+        encode_header(header.as_mut_slice(), self.shard, seq, self.segment_bytes);
+        file.write_at_blocking(&header, 0)?;
+        self.disk.sync_dir_blocking(&self.dir)?;
+        self.bytes_written += BLOCK as u64;
+        self.next_seq += 1;
+        self.segs[slot as usize] = Some(Segment {
+            seq,
+            file,
+            path,
+            end: BLOCK as u64,
+            total_bytes: 0,
+            live_bytes: 0,
+            state: SegState::Active,
+        });
+        self.active = Some(slot);
+        self.chunk_start = BLOCK as u64;
+        self.cursor = BLOCK as u64;
+        self.chunk.set_len(0);
+        self.unsynced.push(slot);
+        Ok(())
+    }
+
+    /// Appends one record; returns its address and span (1 if it runs
+    /// past the end of its first block). A failed write leaves the log unusable for writes
+    /// (the caller poisons the shard).
+    pub fn append(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+    ) -> io::Result<(u32, u8)> {
+        let size = record_size(key.len(), value.len(), expires_at_ms.is_some());
+        if advance(BLOCK as u64, size) > self.segment_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a record of {size} bytes does not fit a value segment of {} bytes",
+                    self.segment_bytes
+                ),
+            ));
+        }
+        if self.active.is_none() || advance(self.cursor, size) > self.segment_bytes {
+            self.seal_active()?;
+            self.start_segment()?;
+        }
+        let slot = self.active.expect("an active segment");
+        let start = self.cursor;
+        let mut header = [0u8; 16];
+        header[0] = FLAG_VALUE
+            | if expires_at_ms.is_some() {
+                FLAG_EXPIRES
+            } else {
+                0
+            };
+        header[1..4].copy_from_slice(&(key.len() as u32).to_le_bytes()[..3]);
+        header[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
+        let hlen = match expires_at_ms {
+            Some(at) => {
+                header[8..16].copy_from_slice(&at.to_le_bytes());
+                16
+            }
+            None => 8,
+        };
+        self.put_bytes(&header[..hlen])?;
+        self.put_bytes(key)?;
+        self.put_bytes(value)?;
+        let end = self.cursor;
+        self.cursor = next_start(end);
+        let seg = self.segs[slot as usize]
+            .as_mut()
+            .expect("active segment open");
+        seg.total_bytes += size;
+        seg.live_bytes += size;
+        seg.end = end;
+        let span = ((end - 1) / BLOCK as u64 > start / BLOCK as u64) as u8;
+        Ok((
+            self.encode_addr(Addr {
+                slot,
+                offset: start,
+            }),
+            span,
+        ))
+    }
+
+    /// Copies bytes at the cursor, skipping CRC words and writing the
+    /// buffer out when it fills.
+    fn put_bytes(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            if self.cursor % BLOCK as u64 == PAYLOAD as u64 {
+                self.cursor += 4;
+            }
+            if self.cursor - self.chunk_start == CHUNK as u64 {
+                self.write_chunk(false)?;
+            }
+            let in_block = (self.cursor % BLOCK as u64) as usize;
+            let n = bytes.len().min(PAYLOAD - in_block);
+            let at = (self.cursor - self.chunk_start) as usize;
+            if self.chunk.len() < at + n {
+                let old = self.chunk.len();
+                self.chunk.set_len(at + n);
+                self.chunk.as_mut_slice()[old..at].fill(0);
+            }
+            self.chunk.as_mut_slice()[at..at + n].copy_from_slice(&bytes[..n]);
+            self.cursor += n as u64;
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered blocks: the whole ones, and with `tail` the
+    /// partial last one too (zero padded); then starts the buffer at the
+    /// next block boundary.
+    fn write_chunk(&mut self, tail: bool) -> io::Result<()> {
+        let Some(slot) = self.active else {
+            return Ok(());
+        };
+        let used = (self.cursor - self.chunk_start) as usize;
+        let whole = if tail {
+            used.div_ceil(BLOCK) * BLOCK
+        } else {
+            used / BLOCK * BLOCK
+        };
+        if whole == 0 {
+            return Ok(());
+        }
+        let old = self.chunk.len();
+        if old < whole {
+            self.chunk.set_len(whole);
+            self.chunk.as_mut_slice()[old..whole].fill(0);
+        }
+        let seg = self.segs[slot as usize].as_ref().expect("active segment");
+        let seq = seg.seq;
+        let first_block = self.chunk_start / BLOCK as u64;
+        for (i, block) in self.chunk.as_mut_slice()[..whole]
+            .chunks_exact_mut(BLOCK)
+            .enumerate()
+        {
+            let crc = block_crc(seq, first_block + i as u64, &block[..PAYLOAD]);
+            block[PAYLOAD..].copy_from_slice(&crc.to_le_bytes());
+        }
+        let mut out = AlignedBuf::with_capacity(whole);
+        out.extend_from_slice(&self.chunk.as_slice()[..whole]);
+        seg.file.write_at_blocking(&out, self.chunk_start)?;
+        self.bytes_written += whole as u64;
+        if !self.unsynced.contains(&slot) {
+            self.unsynced.push(slot);
+        }
+        // Keep what follows the written blocks (a partial block stays in
+        // RAM unless it was padded out).
+        let rest = self.chunk.as_slice()[whole..used.max(whole)].to_vec();
+        self.chunk.set_len(0);
+        self.chunk.extend_from_slice(&rest);
+        self.chunk_start += whole as u64;
+        if tail {
+            self.cursor = self.cursor.max(self.chunk_start);
+            self.chunk.set_len(0);
+        }
+        Ok(())
+    }
+
+    fn seal_active(&mut self) -> io::Result<()> {
+        if let Some(slot) = self.active {
+            self.write_chunk(true)?;
+            if let Some(seg) = self.segs[slot as usize].as_mut() {
+                seg.state = SegState::Sealed;
+            }
+            self.active = None;
+        }
+        Ok(())
+    }
+
+    /// Makes every record appended so far durable: writes the buffered
+    /// blocks (padding the last) and fdatasyncs every segment written
+    /// since the last flush. The next record starts in a fresh block.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.write_chunk(true)?;
+        for slot in std::mem::take(&mut self.unsynced) {
+            if let Some(seg) = self.segs[slot as usize].as_ref() {
+                seg.file.sync_data_blocking()?;
+            }
+        }
+        if self.cursor + BLOCK as u64 > self.segment_bytes {
+            self.seal_active()?;
+        }
+        Ok(())
+    }
+
+    /// The bytes of blocks `first..first + count` of segment `slot`,
+    /// checked, with the CRC words removed: from the RAM buffer for the
+    /// active segment's unwritten blocks, from the device otherwise (one
+    /// read).
+    fn read_blocks(&mut self, slot: u32, first: u64, count: u64) -> Result<Vec<u8>, ReadError> {
+        let seg = match self.segs.get(slot as usize).and_then(|s| s.as_ref()) {
+            Some(s) => s,
+            None => {
+                return Err(ReadError::Corrupt {
+                    file: self.dir.clone(),
+                    offset: first * BLOCK as u64,
+                    reason: format!("address names segment slot {slot}, which is not open"),
+                })
+            }
+        };
+        let mut out = Vec::with_capacity(count as usize * PAYLOAD);
+        let in_ram_from = if self.active == Some(slot) {
+            self.chunk_start / BLOCK as u64
+        } else {
+            u64::MAX
+        };
+        let disk_count = count.min(in_ram_from.saturating_sub(first));
+        if disk_count > 0 {
+            let offset = first * BLOCK as u64;
+            let mut buf = AlignedBuf::with_capacity(disk_count as usize * BLOCK);
+            let n = seg
+                .file
+                .read_at_blocking(&mut buf, offset)
+                .map_err(|source| ReadError::Io {
+                    file: seg.path.clone(),
+                    offset,
+                    source,
+                })?;
+            self.reads += 1;
+            self.bytes_read += n as u64;
+            if n < buf.capacity() {
+                return Err(ReadError::Corrupt {
+                    file: seg.path.clone(),
+                    offset: offset + n as u64,
+                    reason: format!(
+                        "the file ends {n} bytes into a {}-byte read",
+                        buf.capacity()
+                    ),
+                });
+            }
+            for (i, block) in buf.as_slice().chunks_exact(BLOCK).enumerate() {
+                let b = first + i as u64;
+                let stored = u32::from_le_bytes(block[PAYLOAD..].try_into().expect("4 bytes"));
+                let computed = block_crc(seg.seq, b, &block[..PAYLOAD]);
+                if stored != computed {
+                    return Err(ReadError::Corrupt {
+                        file: seg.path.clone(),
+                        offset: b * BLOCK as u64,
+                        reason: format!(
+                            "block checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+                        ),
+                    });
+                }
+                out.extend_from_slice(&block[..PAYLOAD]);
+            }
+        }
+        for b in first + disk_count..first + count {
+            let at = ((b - in_ram_from) * BLOCK as u64) as usize;
+            let chunk = self.chunk.as_slice();
+            let mut block = [0u8; PAYLOAD];
+            if at < chunk.len() {
+                let n = (chunk.len() - at).min(PAYLOAD);
+                block[..n].copy_from_slice(&chunk[at..at + n]);
+            }
+            out.extend_from_slice(&block);
+        }
+        Ok(out)
+    }
+
+    /// Reads the record at `addr` (`span`: the index's hint that it runs
+    /// into the next block, so records up to about 4 KiB take one device
+    /// read, of one or two blocks).
+    pub fn read(&mut self, addr: u32, span: u8) -> Result<Record, ReadError> {
+        let Addr { slot, offset } = self.decode_addr(addr);
+        let first = offset / BLOCK as u64;
+        let in_block = (offset % BLOCK as u64) as usize;
+        let path = |log: &Self| log.path_of_slot(slot);
+        if in_block > PAYLOAD - RECORD_HEADER || offset < BLOCK as u64 {
+            return Err(ReadError::Corrupt {
+                file: path(self),
+                offset,
+                reason: "address is not a record start".into(),
+            });
+        }
+        let seg_blocks = self
+            .segs
+            .get(slot as usize)
+            .and_then(|s| s.as_ref())
+            .map_or(0, |s| s.end.div_ceil(BLOCK as u64));
+        let count = (u64::from(span) + 1).min(seg_blocks.saturating_sub(first).max(1));
+        let mut bytes = self.read_blocks(slot, first, count)?;
+        let h = &bytes[in_block..];
+        let flags = h[0];
+        let key_len = u32::from_le_bytes([h[1], h[2], h[3], 0]) as usize;
+        let value_len = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")) as usize;
+        if flags & !(FLAG_VALUE | FLAG_EXPIRES) != 0 || flags & FLAG_VALUE == 0 {
+            return Err(ReadError::Corrupt {
+                file: path(self),
+                offset,
+                reason: format!("no record starts here (flags {flags:#04x})"),
+            });
+        }
+        let expires = flags & FLAG_EXPIRES != 0;
+        let size = record_size(key_len, value_len, expires);
+        if advance(offset, size) > self.segment_bytes {
+            return Err(ReadError::Corrupt {
+                file: path(self),
+                offset,
+                reason: format!("record of {size} bytes runs past the segment end"),
+            });
+        }
+        let need = in_block + size as usize;
+        if need > bytes.len() {
+            let have = bytes.len() as u64 / PAYLOAD as u64;
+            let more = (need - bytes.len()).div_ceil(PAYLOAD) as u64;
+            let rest = self.read_blocks(slot, first + have, more)?;
+            bytes.extend_from_slice(&rest);
+        }
+        let body = &bytes[in_block..in_block + size as usize];
+        let mut at = RECORD_HEADER;
+        let expires_at_ms = if expires {
+            let v = u64::from_le_bytes(body[8..16].try_into().expect("8 bytes"));
+            at += 8;
+            Some(v)
+        } else {
+            None
+        };
+        let key = bytes::Bytes::copy_from_slice(&body[at..at + key_len]);
+        let value = bytes::Bytes::copy_from_slice(&body[at + key_len..]);
+        Ok(Record {
+            key,
+            value,
+            expires_at_ms,
+            size,
+        })
+    }
+
+    /// The record starts of segment `slot` in order, read in big chunks
+    /// (for GC). Stops at the segment's end or at the first block with no
+    /// record start (padding).
+    pub fn scan(&mut self, slot: u32) -> Result<Vec<(u32, Record)>, ReadError> {
+        let end = match self.segs.get(slot as usize).and_then(|s| s.as_ref()) {
+            Some(s) => s.end,
+            None => return Ok(Vec::new()),
+        };
+        let blocks = end.div_ceil(BLOCK as u64);
+        let mut out = Vec::new();
+        if blocks <= 1 {
+            return Ok(out);
+        }
+        let payload = self.read_blocks(slot, 1, blocks - 1)?;
+        let mut pos = BLOCK as u64;
+        while pos < end {
+            let logical = ((pos / BLOCK as u64 - 1) * PAYLOAD as u64 + pos % BLOCK as u64) as usize;
+            if logical + RECORD_HEADER > payload.len() {
+                break;
+            }
+            let h = &payload[logical..];
+            if h[0] & FLAG_VALUE == 0 {
+                // Padding to a block end (after a flush): go on at the next block.
+                pos = align_up(pos + 1, BLOCK as u64);
+                continue;
+            }
+            let key_len = u32::from_le_bytes([h[1], h[2], h[3], 0]) as usize;
+            let value_len = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")) as usize;
+            let expires = h[0] & FLAG_EXPIRES != 0;
+            let size = record_size(key_len, value_len, expires) as usize;
+            if logical + size > payload.len() {
+                return Err(ReadError::Corrupt {
+                    file: self.path_of_slot(slot),
+                    offset: pos,
+                    reason: "record runs past the segment's data".into(),
+                });
+            }
+            let body = &payload[logical..logical + size];
+            let at = RECORD_HEADER + if expires { 8 } else { 0 };
+            let expires_at_ms =
+                expires.then(|| u64::from_le_bytes(body[8..16].try_into().expect("8 bytes")));
+            let addr = self.encode_addr(Addr { slot, offset: pos });
+            out.push((
+                addr,
+                Record {
+                    key: bytes::Bytes::copy_from_slice(&body[at..at + key_len]),
+                    value: bytes::Bytes::copy_from_slice(&body[at + key_len..]),
+                    expires_at_ms,
+                    size: size as u64,
+                },
+            ));
+            pos = next_start(advance(pos, size as u64));
+        }
+        Ok(out)
+    }
+
+    fn path_of_slot(&self, slot: u32) -> PathBuf {
+        self.segs
+            .get(slot as usize)
+            .and_then(|s| s.as_ref())
+            .map_or_else(|| self.dir.clone(), |s| s.path.clone())
+    }
+
+    pub fn active_slot(&self) -> Option<u32> {
+        self.active
+    }
+
+    /// Closes a segment's slot and removes its file.
+    pub fn remove(&mut self, slot: u32) -> io::Result<()> {
+        if let Some(seg) = self.segs[slot as usize].take() {
+            let path = seg.path.clone();
+            drop(seg);
+            self.disk.remove_file_blocking(&path)?;
+            self.disk.sync_dir_blocking(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Removes segment files in the directory that no slot names (written
+    /// after the checkpoint recovery loaded: WAL replay writes their
+    /// records again).
+    pub fn remove_orphans(&mut self) -> io::Result<u64> {
+        let mut removed = 0;
+        for path in self.disk.list_dir(&self.dir)? {
+            let Some(seq) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".seg"))
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            self.next_seq = self.next_seq.max(seq + 1);
+            if !self.has_seq(seq) {
+                self.disk.remove_file_blocking(&path)?;
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            self.disk.sync_dir_blocking(&self.dir)?;
+        }
+        Ok(removed)
+    }
+}
+
+fn encode_header(block: &mut [u8], shard: u32, seq: u64, segment_bytes: u64) {
+    block.fill(0);
+    block[0..8].copy_from_slice(&SEGMENT_MAGIC);
+    block[8..12].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+    block[12..16].copy_from_slice(&shard.to_le_bytes());
+    block[16..24].copy_from_slice(&seq.to_le_bytes());
+    block[24..32].copy_from_slice(&segment_bytes.to_le_bytes());
+    let crc = block_crc(seq, 0, &block[..PAYLOAD]);
+    block[PAYLOAD..].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn check_header(block: &[u8], shard: u32, seq: u64) -> Result<(), String> {
+    if block.len() < BLOCK {
+        return Err("shorter than its header block".into());
+    }
+    let stored = u32::from_le_bytes(block[PAYLOAD..BLOCK].try_into().expect("4 bytes"));
+    if stored != block_crc(seq, 0, &block[..PAYLOAD]) {
+        return Err("header checksum mismatch (or the file belongs to another segment)".into());
+    }
+    if block[0..8] != SEGMENT_MAGIC {
+        return Err("bad magic".into());
+    }
+    let version = u32::from_le_bytes(block[8..12].try_into().expect("4 bytes"));
+    if version != SEGMENT_VERSION {
+        return Err(format!(
+            "segment format version {version}, this build reads {SEGMENT_VERSION}"
+        ));
+    }
+    let owner = u32::from_le_bytes(block[12..16].try_into().expect("4 bytes"));
+    if owner != shard {
+        return Err(format!("segment of shard {owner}, opened by shard {shard}"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advance_skips_crc_words() {
+        let b = BLOCK as u64;
+        assert_eq!(advance(b, 10), b + 10);
+        assert_eq!(advance(b, PAYLOAD as u64), b + PAYLOAD as u64);
+        assert_eq!(advance(b, PAYLOAD as u64 + 1), 2 * b + 1);
+        assert_eq!(advance(b + 4080, 20), 2 * b + 8);
+        assert_eq!(next_start(b + 4081), 2 * b);
+        assert_eq!(next_start(b + 17), b + 32);
+    }
+}

@@ -1,0 +1,736 @@
+//! The hybrid tier: a compact index in RAM ([`index`]), values in
+//! append-only segment files on the value device ([`log`]), hot records in
+//! a scan-resistant cache ([`cache`]). `docs/storage.md` has the formats
+//! and the rules; in short:
+//!
+//! - **Keys are told apart by their bytes, never by their hash.** The
+//!   index keeps 15 bits of a key's hash per entry; every entry whose tag
+//!   matches is a candidate whose record is read (from the cache, the
+//!   unwritten tail in RAM, or the device) and whose key is compared. Two
+//!   keys with equal tags simply have two entries.
+//! - **Writes.** A put appends a record to the active segment (through a
+//!   1 MiB buffer) and points the key's entry at it. To find the entry of
+//!   a key already present, the candidate's key is compared, which reads
+//!   its record when it is not in RAM: an overwrite or delete of a cold
+//!   key costs one device read (a put of a new key almost never does: its
+//!   tag rarely matches anything).
+//! - **Durability.** The WAL stays the commit point. Values reach segment
+//!   files in the background of appends and are fdatasync'ed by each
+//!   checkpoint before it is published, so WAL segments are retired only
+//!   once everything they hold is durable in segments.
+//! - **Checkpoints** write the index (6 bytes per slot), the segment table
+//!   and the expiry list through the snapshot container, never the values.
+//! - **GC** rewrites the live records of the segment with the best
+//!   cost-benefit score once garbage passes `storage.gc_garbage_percent`;
+//!   an emptied segment is removed only after two checkpoints that started
+//!   after its GC, so the older checkpoint kept never points into it.
+//! - **Faults.** A read that fails or a block whose checksum does not match
+//!   answers an error for the keys it holds (naming file and offset), never
+//!   a wrong value; a failed segment write or fdatasync poisons the shard.
+//!
+//! All device I/O here is blocking, on the shard thread.
+
+pub mod cache;
+pub mod index;
+pub mod log;
+
+use self::cache::Cache;
+use self::index::{Candidate, Index, KeyHash, PARTITIONS};
+use self::log::{ReadError, Record, SegState, ValueLog};
+use super::{EntryVisitor, Tier};
+use crate::io::Disk;
+use bytes::Bytes;
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+const KEY_LAYOUT: &[u8] = b"\0hybrid/layout";
+const KEY_INDEX: &[u8] = b"\0hybrid/index/";
+const KEY_SEGMENTS: &[u8] = b"\0hybrid/segments";
+const KEY_EXPIRING: &[u8] = b"\0hybrid/expiring/";
+const LAYOUT_VERSION: u32 = 1;
+/// Buckets per index chunk in a checkpoint (~400 KB).
+const CHECKPOINT_BUCKETS: usize = 8192;
+/// Expiry entries per checkpoint chunk.
+const EXPIRING_CHUNK: usize = 32 * 1024;
+/// What one key with an expiry time costs in RAM beyond its slot.
+const EXPIRING_KEY_BYTES: u64 = 40;
+
+/// Settings of one shard's hybrid tier.
+#[derive(Clone)]
+pub struct HybridSettings {
+    pub shard: u32,
+    pub dir: PathBuf,
+    pub segment_bytes: u64,
+    pub index_keys: u64,
+    pub cache_bytes: u64,
+    pub gc_garbage_percent: u32,
+    /// Where device read latencies go (µs).
+    pub read_latency_us: std::sync::Arc<crate::histogram::AtomicHistogram>,
+}
+
+/// Counters of the hybrid tier (for STATS and `/metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HybridStats {
+    pub keys: u64,
+    pub index_bytes: u64,
+    pub cache_bytes: u64,
+    pub cache_records: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub segments: u64,
+    pub segment_bytes: u64,
+    pub live_bytes: u64,
+    pub device_reads: u64,
+    pub device_bytes_read: u64,
+    pub device_bytes_written: u64,
+    pub gc_runs: u64,
+    pub gc_bytes_read: u64,
+    pub gc_bytes_written: u64,
+    pub read_errors: u64,
+    pub spilled_keys: u64,
+}
+
+struct Inner<D: Disk> {
+    settings: HybridSettings,
+    index: Index,
+    log: ValueLog<D>,
+    cache: Cache,
+    /// (expiry, address) of every record with an expiry time the index
+    /// may point at (checked against the index when used).
+    expiring: BTreeSet<(u64, u32)>,
+    now_ms: u64,
+    /// Errors of reads since the last `take_read_errors`: (key, message).
+    read_errors: Vec<(Bytes, String)>,
+    read_error_count: u64,
+    /// A write or fdatasync of a segment failed: the shard must stop
+    /// taking writes.
+    fault: Option<String>,
+    /// Checkpoints started (GC epochs).
+    epoch: u64,
+    /// Segment files not checked against the loaded checkpoint yet.
+    orphans_checked: bool,
+    gc_runs: u64,
+    gc_bytes_read: u64,
+    gc_bytes_written: u64,
+}
+
+/// The hybrid tier of one shard.
+pub struct HybridTier<D: Disk> {
+    inner: RefCell<Inner<D>>,
+}
+
+impl<D: Disk> HybridTier<D> {
+    /// A tier over the segment directory `settings.dir` (created if
+    /// missing). Segment files already there are opened only as a
+    /// checkpoint names them; any other is removed before the first write.
+    pub fn new(disk: D, settings: HybridSettings) -> std::io::Result<HybridTier<D>> {
+        disk.create_dir_all(&settings.dir)?;
+        let log = ValueLog::new(
+            disk,
+            settings.dir.clone(),
+            settings.shard,
+            settings.segment_bytes,
+        );
+        Ok(HybridTier {
+            inner: RefCell::new(Inner {
+                index: Index::new(settings.index_keys),
+                cache: Cache::new(settings.cache_bytes),
+                settings,
+                log,
+                expiring: BTreeSet::new(),
+                now_ms: 0,
+                read_errors: Vec::new(),
+                read_error_count: 0,
+                fault: None,
+                epoch: 0,
+                orphans_checked: false,
+                gc_runs: 0,
+                gc_bytes_read: 0,
+                gc_bytes_written: 0,
+            }),
+        })
+    }
+
+    pub fn stats(&self) -> HybridStats {
+        self.inner.borrow().stats()
+    }
+}
+
+impl<D: Disk> Inner<D> {
+    fn stats(&self) -> HybridStats {
+        let segs = self.log.segs.iter().flatten();
+        let (mut segments, mut bytes, mut live) = (0, 0, 0);
+        for s in segs {
+            segments += 1;
+            bytes += s.end;
+            live += s.live_bytes;
+        }
+        HybridStats {
+            keys: self.index.len(),
+            index_bytes: self.index.memory_bytes(),
+            cache_bytes: self.cache.bytes(),
+            cache_records: self.cache.len() as u64,
+            cache_hits: self.cache.hits,
+            cache_misses: self.cache.misses,
+            segments,
+            segment_bytes: bytes,
+            live_bytes: live,
+            device_reads: self.log.reads,
+            device_bytes_read: self.log.bytes_read,
+            device_bytes_written: self.log.bytes_written,
+            gc_runs: self.gc_runs,
+            gc_bytes_read: self.gc_bytes_read,
+            gc_bytes_written: self.gc_bytes_written,
+            read_errors: self.read_error_count,
+            spilled_keys: self.index.spilled(),
+        }
+    }
+
+    /// The record at a candidate: cache first, then the log (RAM tail or
+    /// device), which fills the cache.
+    fn record(&mut self, c: &Candidate) -> Result<Record, ReadError> {
+        if let Some(r) = self.cache.get(c.addr) {
+            return Ok(r);
+        }
+        let started = std::time::Instant::now();
+        let reads = self.log.reads;
+        let r = self.log.read(c.addr, c.span)?;
+        if self.log.reads > reads {
+            self.settings
+                .read_latency_us
+                .record(started.elapsed().as_micros() as u64);
+        }
+        self.cache.insert(c.addr, r.clone());
+        Ok(r)
+    }
+
+    /// The entry and record of `key`. `Err` when no candidate matched and
+    /// at least one could not be read (the key may be in it).
+    fn find(&mut self, h: KeyHash, key: &[u8]) -> Result<Option<(Candidate, Record)>, ReadError> {
+        let mut cands = Vec::new();
+        self.index.candidates(h, &mut cands);
+        let mut failed = None;
+        for c in cands {
+            match self.record(&c) {
+                Ok(r) if r.key == key => return Ok(Some((c, r))),
+                Ok(_) => {}
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
+
+    /// `find` for a read: a failure is kept for `take_read_errors` and
+    /// answers as absent.
+    fn find_for_read(&mut self, hash: u64, key: &[u8]) -> Option<Record> {
+        match self.find(KeyHash::new(hash), key) {
+            Ok(found) => found.map(|(_, r)| r),
+            Err(e) => {
+                self.read_error_count += 1;
+                tracing::warn!(error = %e, "hybrid tier: a key's record could not be read");
+                self.read_errors
+                    .push((Bytes::copy_from_slice(key), e.to_string()));
+                None
+            }
+        }
+    }
+
+    fn live(&self, r: &Record) -> bool {
+        r.expires_at_ms.is_none_or(|at| at > self.now_ms)
+    }
+
+    /// A record the index no longer points at.
+    fn forget(&mut self, addr: u32, r: &Record) {
+        if let Some(seg) = self.log.seg_of_mut(addr) {
+            seg.live_bytes = seg.live_bytes.saturating_sub(r.size);
+        }
+        self.cache.remove(addr);
+        if let Some(at) = r.expires_at_ms {
+            self.expiring.remove(&(at, addr));
+        }
+    }
+
+    fn note_fault(&mut self, what: &str, e: &std::io::Error) {
+        if self.fault.is_none() {
+            self.fault = Some(format!(
+                "value segment {what} in {} failed: {e}",
+                self.log.dir().display()
+            ));
+        }
+    }
+
+    fn check_orphans(&mut self) {
+        if !self.orphans_checked {
+            self.orphans_checked = true;
+            match self.log.remove_orphans() {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(
+                    shard = self.settings.shard,
+                    removed = n,
+                    "removed value segments written after the checkpoint recovery used (the WAL replay writes their records again)"
+                ),
+                Err(e) => self.note_fault("cleanup", &e),
+            }
+        }
+    }
+
+    fn put(&mut self, hash: u64, key: &[u8], value: &[u8], at: Option<u64>) -> bool {
+        self.check_orphans();
+        let h = KeyHash::new(hash);
+        let old = match self.find(h, key) {
+            Ok(found) => found,
+            Err(e) => {
+                // The key may be in the unreadable record: keep that entry
+                // (reads of it keep failing) and add a new one; a read finds
+                // the readable, newer record first.
+                tracing::warn!(error = %e, "hybrid tier: could not read a candidate record on write");
+                None
+            }
+        };
+        if self.fault.is_some() {
+            return old.is_none();
+        }
+        let (addr, span) = match self.log.append(key, value, at) {
+            Ok(a) => a,
+            Err(e) => {
+                self.note_fault("write", &e);
+                return old.is_none();
+            }
+        };
+        if let Some(t) = at {
+            self.expiring.insert((t, addr));
+        }
+        match old {
+            Some((c, r)) => {
+                self.forget(c.addr, &r);
+                self.index.set(c.loc, addr, span);
+                false
+            }
+            None => {
+                self.index.insert(h, addr, span);
+                true
+            }
+        }
+    }
+
+    fn delete(&mut self, hash: u64, key: &[u8]) -> bool {
+        match self.find(KeyHash::new(hash), key) {
+            Ok(Some((c, r))) => {
+                self.forget(c.addr, &r);
+                self.index.remove(c.loc);
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "hybrid tier: delete could not read a candidate record");
+                false
+            }
+        }
+    }
+
+    /// One GC pass over the best victim segment, if garbage is over the
+    /// bound. Returns whether it did anything.
+    fn gc_step(&mut self) -> bool {
+        if self.fault.is_some() {
+            return false;
+        }
+        let (mut total, mut live) = (0u64, 0u64);
+        let mut best: Option<(f64, u32)> = None;
+        let next_seq = self.log.next_seq;
+        let active = self.log.active_slot();
+        for (slot, seg) in self.log.segs.iter().enumerate() {
+            let Some(seg) = seg else { continue };
+            if seg.state != SegState::Sealed || Some(slot as u32) == active {
+                continue;
+            }
+            total += seg.total_bytes;
+            live += seg.live_bytes.min(seg.total_bytes);
+            if seg.total_bytes == 0 {
+                continue;
+            }
+            let u = seg.live_bytes.min(seg.total_bytes) as f64 / seg.total_bytes as f64;
+            if u > 0.95 {
+                continue;
+            }
+            let age = (next_seq - seg.seq) as f64;
+            let score = (1.0 - u) * age / (1.0 + u);
+            if best.is_none_or(|(s, _)| score > s) {
+                best = Some((score, slot as u32));
+            }
+        }
+        let garbage = total - live;
+        let Some((_, victim)) = best else {
+            return false;
+        };
+        if garbage * 100 <= total * u64::from(self.settings.gc_garbage_percent) {
+            return false;
+        }
+        let read_before = self.log.bytes_read;
+        let records = match self.log.scan(victim) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "hybrid tier GC could not read a segment; it stays");
+                // Do not pick it again and again.
+                if let Some(seg) = self.log.segs[victim as usize].as_mut() {
+                    seg.total_bytes = seg.live_bytes;
+                }
+                return false;
+            }
+        };
+        for (addr, r) in records {
+            let h = KeyHash::new(crate::hash::fnv1a64(&r.key));
+            let Some(loc) = self.index.find_addr(h, addr) else {
+                continue;
+            };
+            let (new, span) = match self.log.append(&r.key, &r.value, r.expires_at_ms) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.note_fault("write (GC)", &e);
+                    return false;
+                }
+            };
+            self.index.set(loc, new, span);
+            self.gc_bytes_written += r.size;
+            self.cache.rename(addr, new);
+            if let Some(at) = r.expires_at_ms {
+                self.expiring.remove(&(at, addr));
+                self.expiring.insert((at, new));
+            }
+        }
+        if let Some(seg) = self.log.segs[victim as usize].as_mut() {
+            seg.live_bytes = 0;
+            seg.state = SegState::Zombie {
+                gc_epoch: self.epoch,
+                confirms: 0,
+            };
+        }
+        self.gc_runs += 1;
+        self.gc_bytes_read += self.log.bytes_read - read_before;
+        true
+    }
+
+    fn encode_segments(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        for (slot, seg) in self.log.segs.iter().enumerate() {
+            let Some(seg) = seg else { continue };
+            let (state, gc_epoch, confirms) = match seg.state {
+                SegState::Sealed => (0u8, 0, 0),
+                SegState::Active => (1, 0, 0),
+                SegState::Zombie { gc_epoch, confirms } => (2, gc_epoch, confirms),
+            };
+            v.extend_from_slice(&(slot as u32).to_le_bytes());
+            v.extend_from_slice(&seg.seq.to_le_bytes());
+            v.extend_from_slice(&seg.end.to_le_bytes());
+            v.extend_from_slice(&seg.total_bytes.to_le_bytes());
+            v.extend_from_slice(&seg.live_bytes.to_le_bytes());
+            v.push(state);
+            v.push(confirms);
+            v.extend_from_slice(&gc_epoch.to_le_bytes());
+        }
+        v
+    }
+
+    fn load_segments(&mut self, bytes: &[u8]) -> Result<(), String> {
+        const ROW: usize = 4 + 8 * 4 + 2 + 8;
+        if bytes.len() % ROW != 0 {
+            return Err(format!("segment table of {} bytes", bytes.len()));
+        }
+        for row in bytes.chunks_exact(ROW) {
+            let u64_at = |i: usize| u64::from_le_bytes(row[i..i + 8].try_into().expect("8 bytes"));
+            let slot = u32::from_le_bytes(row[0..4].try_into().expect("4 bytes"));
+            let (seq, end, total, live) = (u64_at(4), u64_at(12), u64_at(20), u64_at(28));
+            let state = match row[36] {
+                // An active segment at checkpoint time is only read from
+                // now on: new records go to a new segment.
+                0 | 1 => SegState::Sealed,
+                2 => SegState::Zombie {
+                    gc_epoch: 0,
+                    confirms: 0,
+                },
+                s => return Err(format!("segment state {s}")),
+            };
+            self.log
+                .open_existing(slot, seq, end, total, state)
+                .map_err(|e| e.to_string())?;
+            if let Some(seg) = self.log.segs[slot as usize].as_mut() {
+                seg.live_bytes = live;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<D: Disk> Tier for HybridTier<D> {
+    fn get(&self, hash: u64, key: &[u8]) -> Option<Bytes> {
+        let mut st = self.inner.borrow_mut();
+        let r = st.find_for_read(hash, key)?;
+        st.live(&r).then_some(r.value)
+    }
+
+    fn contains(&self, hash: u64, key: &[u8]) -> bool {
+        let mut st = self.inner.borrow_mut();
+        st.find_for_read(hash, key).is_some_and(|r| st.live(&r))
+    }
+
+    fn contains_any(&self, hash: u64, key: &[u8]) -> bool {
+        self.inner.borrow_mut().find_for_read(hash, key).is_some()
+    }
+
+    fn get_expiring(&self, hash: u64, key: &[u8]) -> Option<(Bytes, Option<u64>)> {
+        let mut st = self.inner.borrow_mut();
+        let r = st.find_for_read(hash, key)?;
+        st.live(&r).then_some((r.value, r.expires_at_ms))
+    }
+
+    fn put_expiring(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+    ) -> bool {
+        self.inner.get_mut().put(hash, key, value, expires_at_ms)
+    }
+
+    fn set_now_ms(&mut self, now_ms: u64) {
+        self.inner.get_mut().now_ms = now_ms;
+    }
+
+    fn due_keys(&self, max: usize) -> Vec<Bytes> {
+        let mut st = self.inner.borrow_mut();
+        let now = st.now_ms;
+        let due: Vec<(u64, u32)> = st
+            .expiring
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .take(max * 2)
+            .copied()
+            .collect();
+        let mut keys = Vec::new();
+        for (at, addr) in due {
+            if keys.len() >= max {
+                break;
+            }
+            let span = 1;
+            let record = match st.cache.peek(addr).cloned() {
+                Some(r) => Ok(r),
+                None => st.log.read(addr, span),
+            };
+            match record {
+                Ok(r) => {
+                    let h = KeyHash::new(crate::hash::fnv1a64(&r.key));
+                    if st.index.find_addr(h, addr).is_some() && r.expires_at_ms == Some(at) {
+                        keys.push(r.key);
+                    } else {
+                        // Stale (from a fuzzy checkpoint): the key moved on.
+                        st.expiring.remove(&(at, addr));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "hybrid tier: an expiring record could not be read");
+                    st.expiring.remove(&(at, addr));
+                }
+            }
+        }
+        keys
+    }
+
+    fn expiring_count(&self) -> u64 {
+        self.inner.borrow().expiring.len() as u64
+    }
+
+    fn delete(&mut self, hash: u64, key: &[u8]) -> bool {
+        self.inner.get_mut().delete(hash, key)
+    }
+
+    fn len(&self) -> u64 {
+        self.inner.borrow().index.len()
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        let st = self.inner.borrow();
+        st.index.memory_bytes()
+            + st.cache.bytes()
+            + st.expiring.len() as u64 * EXPIRING_KEY_BYTES
+            + (1 << 20)
+    }
+
+    fn partition_count(&self) -> usize {
+        PARTITIONS
+    }
+
+    fn visit_partition(&self, partition: usize, f: &mut EntryVisitor<'_>) {
+        let mut st = self.inner.borrow_mut();
+        let mut entries = st.index.entries(partition);
+        entries.sort_unstable();
+        for (addr, span) in entries {
+            let c = Candidate {
+                loc: index::Loc::Slot { part: 0, slot: 0 },
+                addr,
+                span,
+            };
+            let record = match st.cache.peek(addr).cloned() {
+                Some(r) => Ok(r),
+                None => st.log.read(c.addr, c.span),
+            };
+            match record {
+                Ok(r) if st.live(&r) => f(&r.key, &r.value, r.expires_at_ms),
+                Ok(_) => {}
+                Err(e) => {
+                    st.read_error_count += 1;
+                    tracing::warn!(error = %e, "hybrid tier: a record could not be read during a key walk; its key is left out");
+                }
+            }
+        }
+    }
+
+    fn take_read_errors(&mut self) -> Vec<(Bytes, String)> {
+        std::mem::take(&mut self.inner.get_mut().read_errors)
+    }
+
+    fn take_fault(&mut self) -> Option<String> {
+        self.inner.get_mut().fault.take()
+    }
+
+    fn background_step(&mut self) -> bool {
+        self.inner.get_mut().gc_step()
+    }
+
+    fn checkpoint_begin(&mut self) {
+        self.inner.get_mut().epoch += 1;
+    }
+
+    fn visit_checkpoint_partition(&self, partition: usize, f: &mut EntryVisitor<'_>) {
+        let st = self.inner.borrow();
+        if partition == 0 {
+            let mut layout = Vec::new();
+            layout.extend_from_slice(&LAYOUT_VERSION.to_le_bytes());
+            layout.extend_from_slice(&(st.index.buckets_per_partition() as u64).to_le_bytes());
+            layout.extend_from_slice(&st.settings.segment_bytes.to_le_bytes());
+            layout.extend_from_slice(&st.epoch.to_le_bytes());
+            f(KEY_LAYOUT, &layout, None);
+        }
+        for (first, bytes) in st.index.encode_partition(partition, CHECKPOINT_BUCKETS) {
+            let mut key = KEY_INDEX.to_vec();
+            key.extend_from_slice(&(partition as u32).to_le_bytes());
+            key.extend_from_slice(&first.to_le_bytes());
+            f(&key, &bytes, None);
+        }
+    }
+
+    fn checkpoint_finish(&mut self, f: &mut EntryVisitor<'_>) -> Result<(), String> {
+        let st = self.inner.get_mut();
+        st.check_orphans();
+        if let Err(e) = st.log.flush() {
+            st.note_fault("fdatasync", &e);
+            return Err(format!("value segments could not be made durable: {e}"));
+        }
+        f(KEY_SEGMENTS, &st.encode_segments(), None);
+        let exp: Vec<(u64, u32)> = st.expiring.iter().copied().collect();
+        for (i, chunk) in exp.chunks(EXPIRING_CHUNK).enumerate() {
+            let mut key = KEY_EXPIRING.to_vec();
+            key.extend_from_slice(&(i as u32).to_le_bytes());
+            let mut v = Vec::with_capacity(chunk.len() * 12);
+            for (at, addr) in chunk {
+                v.extend_from_slice(&at.to_le_bytes());
+                v.extend_from_slice(&addr.to_le_bytes());
+            }
+            f(&key, &v, None);
+        }
+        Ok(())
+    }
+
+    fn checkpoint_published(&mut self) {
+        let st = self.inner.get_mut();
+        let epoch = st.epoch;
+        let mut gone = Vec::new();
+        for (slot, seg) in st.log.segs.iter_mut().enumerate() {
+            let Some(seg) = seg else { continue };
+            if let SegState::Zombie { gc_epoch, confirms } = &mut seg.state {
+                if *gc_epoch < epoch {
+                    *confirms += 1;
+                    if *confirms >= 2 {
+                        gone.push(slot as u32);
+                    }
+                }
+            }
+        }
+        for slot in gone {
+            if let Err(e) = st.log.remove(slot as u32) {
+                tracing::warn!(error = %e, "could not remove a value segment emptied by GC");
+            }
+        }
+    }
+
+    fn load_checkpoint_entry(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        _expires_at_ms: Option<u64>,
+    ) -> Result<(), String> {
+        let st = self.inner.get_mut();
+        if key == KEY_LAYOUT {
+            if value.len() != 28 {
+                return Err("hybrid layout entry of the wrong size".into());
+            }
+            let version = u32::from_le_bytes(value[0..4].try_into().expect("4 bytes"));
+            if version != LAYOUT_VERSION {
+                return Err(format!("hybrid index layout version {version}"));
+            }
+            let buckets = u64::from_le_bytes(value[4..12].try_into().expect("8 bytes"));
+            let seg_bytes = u64::from_le_bytes(value[12..20].try_into().expect("8 bytes"));
+            if seg_bytes != st.settings.segment_bytes {
+                return Err(format!(
+                    "the checkpoint's value segments are {seg_bytes} bytes; storage.value_segment_size is {} (it cannot change on an existing data directory)",
+                    st.settings.segment_bytes
+                ));
+            }
+            if buckets == 0 || buckets > u32::MAX as u64 {
+                return Err(format!("hybrid index of {buckets} buckets per partition"));
+            }
+            if buckets as usize != st.index.buckets_per_partition() {
+                // The index keeps the size it was built with.
+                st.index = Index::with_buckets(buckets as usize);
+            }
+            return Ok(());
+        }
+        if let Some(rest) = key.strip_prefix(KEY_INDEX) {
+            if rest.len() != 8 {
+                return Err("index chunk key of the wrong size".into());
+            }
+            let part = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
+            let first = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
+            return st.index.decode_chunk(part, first, value);
+        }
+        if key == KEY_SEGMENTS {
+            return st.load_segments(value);
+        }
+        if key.starts_with(KEY_EXPIRING) {
+            if value.len() % 12 != 0 {
+                return Err("expiry chunk of the wrong size".into());
+            }
+            for e in value.chunks_exact(12) {
+                let at = u64::from_le_bytes(e[0..8].try_into().expect("8 bytes"));
+                let addr = u32::from_le_bytes(e[8..12].try_into().expect("4 bytes"));
+                st.expiring.insert((at, addr));
+            }
+            return Ok(());
+        }
+        Err(format!(
+            "entry {:?} is not part of a hybrid checkpoint (was this directory written by the memory tier?)",
+            String::from_utf8_lossy(&key[..key.len().min(32)])
+        ))
+    }
+
+    fn recovery_done(&mut self) {
+        self.inner.get_mut().check_orphans();
+    }
+
+    fn hybrid_stats(&self) -> Option<HybridStats> {
+        Some(self.stats())
+    }
+}

@@ -1,0 +1,290 @@
+//! The hybrid tier on its own, on the simulated disk: values round-trip
+//! through segment files, keys with colliding hashes stay apart, a
+//! checkpoint's entries rebuild the tier, GC keeps every live value, and
+//! damaged blocks or failed reads answer errors, never wrong values.
+
+use bytes::Bytes;
+use engine::hash::fnv1a64;
+use engine::histogram::AtomicHistogram;
+use engine::io::sim::{SimDisk, SimFaults};
+use engine::tier::{HybridSettings, HybridTier, Tier};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn settings(cache_bytes: u64) -> HybridSettings {
+    HybridSettings {
+        shard: 0,
+        dir: PathBuf::from("/v/shard-000/values"),
+        segment_bytes: 1 << 20,
+        index_keys: 10_000,
+        cache_bytes,
+        gc_garbage_percent: 30,
+        read_latency_us: Arc::new(AtomicHistogram::new()),
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key-{i:08}").into_bytes()
+}
+
+fn value(i: u64, round: u64) -> Vec<u8> {
+    let len = 20 + (i * 37 + round * 11) % 3000;
+    (0..len).map(|j| (i + j + round) as u8).collect()
+}
+
+fn put(t: &mut dyn Tier, k: &[u8], v: &[u8]) -> bool {
+    t.put(fnv1a64(k), k, v)
+}
+
+fn get(t: &dyn Tier, k: &[u8]) -> Option<Bytes> {
+    t.get(fnv1a64(k), k)
+}
+
+/// Takes a checkpoint's entries the way the shard does.
+fn checkpoint(t: &mut dyn Tier) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
+    let mut out = Vec::new();
+    t.checkpoint_begin();
+    for p in 0..t.partition_count() {
+        t.visit_checkpoint_partition(p, &mut |k, v, at| out.push((k.to_vec(), v.to_vec(), at)));
+    }
+    t.checkpoint_finish(&mut |k, v, at| out.push((k.to_vec(), v.to_vec(), at)))
+        .expect("checkpoint");
+    t.checkpoint_published();
+    out
+}
+
+fn load(disk: &SimDisk, entries: &[(Vec<u8>, Vec<u8>, Option<u64>)]) -> HybridTier<SimDisk> {
+    let mut t = HybridTier::new(disk.clone(), settings(64 << 10)).expect("tier");
+    for (k, v, at) in entries {
+        t.load_checkpoint_entry(k, v, *at).expect("entry loads");
+    }
+    t.recovery_done();
+    t
+}
+
+#[test]
+fn values_round_trip_through_segments_with_a_small_cache() {
+    let disk = SimDisk::new(1);
+    let mut t = HybridTier::new(disk.clone(), settings(32 << 10)).expect("tier");
+    let mut model = BTreeMap::new();
+    for i in 0..3_000 {
+        assert!(put(&mut t, &key(i), &value(i, 0)));
+        model.insert(key(i), value(i, 0));
+    }
+    // Overwrite a third, delete a tenth.
+    for i in (0..3_000).step_by(3) {
+        assert!(!put(&mut t, &key(i), &value(i, 1)));
+        model.insert(key(i), value(i, 1));
+    }
+    for i in (0..3_000).step_by(10) {
+        assert_eq!(
+            t.delete(fnv1a64(&key(i)), &key(i)),
+            model.remove(&key(i)).is_some()
+        );
+    }
+    assert_eq!(t.len(), model.len() as u64);
+    for i in 0..3_100 {
+        assert_eq!(
+            get(&t, &key(i)).as_deref(),
+            model.get(&key(i)).map(|v| &v[..]),
+            "key {i}"
+        );
+    }
+    let stats = t.stats();
+    assert!(stats.segments >= 5, "{stats:?}");
+    assert!(
+        stats.device_reads > 1_000,
+        "values came from the device: {stats:?}"
+    );
+    assert!(stats.cache_bytes <= 32 << 10);
+    assert!(t.take_read_errors().is_empty());
+}
+
+#[test]
+fn keys_with_the_same_hash_stay_apart() {
+    let disk = SimDisk::new(2);
+    let mut t = HybridTier::new(disk, settings(0)).expect("tier");
+    // Every key gets the same hash: every entry's tag matches.
+    let h = 0x1234_5678_9abc_def0;
+    for i in 0..40u64 {
+        assert!(t.put(h, &key(i), &value(i, 0)), "key {i} is new");
+    }
+    for i in (0..40u64).step_by(2) {
+        assert!(!t.put(h, &key(i), &value(i, 1)), "key {i} existed");
+    }
+    assert!(t.delete(h, &key(5)));
+    assert!(!t.delete(h, &key(5)));
+    assert_eq!(t.len(), 39);
+    for i in 0..40u64 {
+        let want = match i {
+            5 => None,
+            i if i % 2 == 0 => Some(value(i, 1)),
+            i => Some(value(i, 0)),
+        };
+        assert_eq!(t.get(h, &key(i)).as_deref(), want.as_deref(), "key {i}");
+    }
+    assert_eq!(t.get(h, b"never written"), None);
+}
+
+#[test]
+fn a_checkpoint_rebuilds_the_tier_without_its_values() {
+    let disk = SimDisk::new(3);
+    let mut t = HybridTier::new(disk.clone(), settings(1 << 20)).expect("tier");
+    for i in 0..2_000 {
+        put(&mut t, &key(i), &value(i, 0));
+    }
+    t.put_expiring(fnv1a64(b"ttl"), b"ttl", b"v", Some(u64::MAX / 2));
+    let entries = checkpoint(&mut t);
+    let bytes: usize = entries.iter().map(|(k, v, _)| k.len() + v.len()).sum();
+    let values: usize = (0..2_000).map(|i| value(i, 0).len()).sum();
+    assert!(
+        bytes * 5 < values,
+        "the checkpoint holds {bytes} bytes for {values} of values"
+    );
+    // Power loss after the checkpoint: what it points at is durable.
+    disk.crash();
+    let back = load(&disk, &entries);
+    assert_eq!(back.len(), 2_001);
+    for i in 0..2_000 {
+        assert_eq!(
+            get(&back, &key(i)).as_deref(),
+            Some(&value(i, 0)[..]),
+            "key {i}"
+        );
+    }
+    assert_eq!(back.expiring_count(), 1);
+    assert_eq!(
+        back.get_expiring(fnv1a64(b"ttl"), b"ttl"),
+        Some((Bytes::from_static(b"v"), Some(u64::MAX / 2)))
+    );
+}
+
+#[test]
+fn gc_keeps_every_live_value_and_frees_space_after_two_checkpoints() {
+    let disk = SimDisk::new(4);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    let mut model = BTreeMap::new();
+    for round in 0..6 {
+        for i in 0..800 {
+            put(&mut t, &key(i), &value(i, round));
+            model.insert(key(i), value(i, round));
+        }
+    }
+    let before = t.stats();
+    let mut runs = 0;
+    while t.background_step() {
+        runs += 1;
+        assert!(runs < 1_000, "GC does not converge");
+    }
+    assert!(runs > 0, "garbage was over the bound: {before:?}");
+    for (k, v) in &model {
+        assert_eq!(get(&t, k).as_deref(), Some(&v[..]));
+    }
+    let files_before = disk.files().len();
+    checkpoint(&mut t);
+    checkpoint(&mut t);
+    let after = t.stats();
+    assert!(
+        disk.files().len() < files_before,
+        "emptied segments were removed"
+    );
+    assert!(
+        after.segment_bytes < before.segment_bytes,
+        "{before:?} -> {after:?}"
+    );
+    assert!(after.gc_bytes_read > 0 && after.gc_bytes_written > 0);
+    // And a restart from the last checkpoint still has every value.
+    let entries = checkpoint(&mut t);
+    disk.crash();
+    let back = load(&disk, &entries);
+    for (k, v) in &model {
+        assert_eq!(get(&back, k).as_deref(), Some(&v[..]));
+    }
+}
+
+#[test]
+fn a_damaged_block_is_an_error_naming_the_file_never_a_wrong_value() {
+    let disk = SimDisk::new(5);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    for i in 0..500 {
+        put(&mut t, &key(i), &value(i, 0));
+    }
+    let entries = checkpoint(&mut t);
+    let seg = disk
+        .files()
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .expect("a segment");
+    // Damage one payload byte of the second block.
+    assert!(disk.corrupt(&seg, 4096 + 100, 1));
+    let mut back = load(&disk, &entries);
+    let mut errors = 0;
+    for i in 0..500 {
+        match get(&back, &key(i)) {
+            Some(v) => assert_eq!(&v[..], &value(i, 0)[..], "key {i}"),
+            None => {
+                let e = back.take_read_errors();
+                assert_eq!(e.len(), 1, "key {i}: {e:?}");
+                assert_eq!(e[0].0.as_ref(), &key(i)[..]);
+                assert!(e[0].1.contains(&seg.display().to_string()), "{}", e[0].1);
+                assert!(e[0].1.contains("checksum"), "{}", e[0].1);
+                errors += 1;
+            }
+        }
+    }
+    assert!(
+        errors > 0 && errors < 20,
+        "{errors} keys in the damaged block"
+    );
+}
+
+#[test]
+fn read_errors_are_answered_per_key_and_the_tier_keeps_serving() {
+    let disk = SimDisk::new(6);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    for i in 0..300 {
+        put(&mut t, &key(i), &value(i, 0));
+    }
+    checkpoint(&mut t);
+    disk.set_faults(SimFaults {
+        read_error_probability: 0.5,
+        path_filter: Some(".seg".into()),
+        ..SimFaults::default()
+    });
+    let (mut ok, mut failed) = (0, 0);
+    for i in 0..300 {
+        match get(&t, &key(i)) {
+            Some(v) => {
+                assert_eq!(&v[..], &value(i, 0)[..]);
+                ok += 1;
+            }
+            None => {
+                assert_eq!(t.take_read_errors().len(), 1);
+                failed += 1;
+            }
+        }
+    }
+    assert!(ok > 50 && failed > 50, "ok {ok}, failed {failed}");
+    disk.set_faults(SimFaults::default());
+    for i in 0..300 {
+        assert_eq!(get(&t, &key(i)).as_deref(), Some(&value(i, 0)[..]));
+    }
+}
+
+#[test]
+fn a_failed_segment_write_is_a_fault_and_nothing_is_lost_from_ram() {
+    let disk = SimDisk::new(7);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    disk.set_faults(SimFaults {
+        fail_write_after: Some(0),
+        path_filter: Some(".seg".into()),
+        ..SimFaults::default()
+    });
+    let mut i = 0;
+    while t.take_fault().is_none() {
+        put(&mut t, &key(i), &value(i, 0));
+        i += 1;
+        assert!(i < 10_000, "no fault reported");
+    }
+}
