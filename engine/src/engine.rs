@@ -29,7 +29,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use tunables::{Config, Durability};
+use tunables::{Config, Durability, Tier as StorageTier};
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -44,6 +44,7 @@ pub struct Engine {
     halts: Vec<flume::Sender<()>>,
     backend: BackendKind,
     durability: Durability,
+    tier: StorageTier,
 }
 
 /// A cloneable handle to run operations on the engine, from any thread.
@@ -83,6 +84,7 @@ impl std::fmt::Debug for Engine {
             .field("shards", &self.shared.shard_count)
             .field("backend", &self.backend)
             .field("durability", &self.durability)
+            .field("tier", &self.tier)
             .finish()
     }
 }
@@ -136,6 +138,19 @@ impl Engine {
             )));
         };
         let wal_root = wal_device.dir().to_path_buf();
+        // The hybrid tier's value segments: on their own device, which may
+        // be the WAL's (then the two share its throttle).
+        let tier = s.tier;
+        let Some(value_device) = devices.get(&s.value_device).cloned() else {
+            return Err(config_err(format!(
+                "storage.value_device = {:?} names no device in [devices] (known: {})",
+                s.value_device,
+                devices.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        };
+        let value_root = value_device.dir().to_path_buf();
+        let shard_paths =
+            |shard: usize| ShardPaths::new(&wal_root, shard).with_value_root(&value_root);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
 
         // The manifest decides the shard count before any shard starts.
@@ -163,6 +178,7 @@ impl Engine {
                             &data_dir,
                             &root,
                             config_shards,
+                            tier,
                             cores,
                         ))
                     })
@@ -175,8 +191,12 @@ impl Engine {
         };
         if durability != Durability::None {
             for shard in 0..shard_count {
-                let paths = ShardPaths::new(&wal_root, shard);
-                for dir in [&paths.wal_dir, &paths.snapshot_dir] {
+                let paths = shard_paths(shard);
+                let values = (tier == StorageTier::Hybrid).then_some(&paths.values_dir);
+                for dir in [&paths.wal_dir, &paths.snapshot_dir]
+                    .into_iter()
+                    .chain(values)
+                {
                     disk.create_dir_all(dir).map_err(|source| EngineError::Io {
                         op: "create directory",
                         path: dir.clone(),
@@ -186,8 +206,17 @@ impl Engine {
             }
         }
 
+        let shards_u64 = shard_count as u64;
         let settings = ShardSettings {
             durability,
+            tier,
+            // The whole server's budgets, split evenly: the cache rounds
+            // down (the total stays within the budget), the index rounds up
+            // (the total is sized for at least the configured keys).
+            cache_bytes: s.cache_bytes.as_u64() / shards_u64,
+            value_segment_bytes: s.value_segment_size.as_u64(),
+            index_keys: s.index_keys.div_ceil(shards_u64),
+            gc_garbage_percent: s.gc_garbage_percent,
             segment_bytes,
             group_commit_max_bytes,
             group_commit_max_delay: s.group_commit_max_delay.get(),
@@ -217,6 +246,7 @@ impl Engine {
         let mut closed = Vec::new();
         let mut stats = Vec::new();
         let mut threads = Vec::new();
+        let value_throttled = Throttled::new(disk.clone(), value_device.clone());
         let throttled = Throttled::new(disk, wal_device.clone());
         for shard in 0..shard_count {
             let (inbox_tx, inbox_rx) = flume::bounded(queue_depth);
@@ -228,7 +258,8 @@ impl Engine {
                 engine_id,
                 shard,
                 disk: (durability != Durability::None).then(|| throttled.clone()),
-                paths: ShardPaths::new(&wal_root, shard),
+                value_disk: (tier == StorageTier::Hybrid).then(|| value_throttled.clone()),
+                paths: shard_paths(shard),
                 settings,
                 stats: shard_stats.clone(),
                 clock: clock.clone(),
@@ -304,9 +335,11 @@ impl Engine {
             shards = shard_count,
             backend = %backend,
             durability = ?durability,
+            tier = %tier,
             wal_root = %wal_root.display(),
             wal_device = %wal_device.name(),
             profile = %wal_device.profile_name(),
+            value_device = %value_device.name(),
             "engine open"
         );
         Ok(Engine {
@@ -315,6 +348,7 @@ impl Engine {
             halts,
             backend,
             durability,
+            tier,
         })
     }
 
@@ -364,6 +398,12 @@ impl Engine {
 
     pub fn durability(&self) -> Durability {
         self.durability
+    }
+
+    /// The storage tier the engine runs (`storage.tier`, which the data
+    /// directory's manifest agrees with).
+    pub fn tier(&self) -> StorageTier {
+        self.tier
     }
 
     /// Graceful stop: new work is refused with `ShuttingDown`, everything
@@ -449,6 +489,7 @@ async fn settle_manifest<D: Disk>(
     data_dir: &Path,
     wal_root: &Path,
     config_shards: u32,
+    tier: StorageTier,
     cores: usize,
 ) -> Result<u32, EngineError> {
     disk.create_dir_all(data_dir)
@@ -472,8 +513,21 @@ async fn settle_manifest<D: Disk>(
         }
     }
     let count = manifest::resolve_shard_count(config_shards, existing.as_ref(), cores, data_dir)?;
-    if existing.is_none() {
-        manifest::store(disk, data_dir, &Manifest::current(count)).await?;
+    manifest::check_tier(tier, existing.as_ref(), data_dir)?;
+    match &existing {
+        None => manifest::store(disk, data_dir, &Manifest::current(count, tier)).await?,
+        Some(m) if m.is_outdated() => {
+            // Same shard count and tier, in the layout this build writes
+            // (a version 1 manifest gains its tier field).
+            manifest::store(disk, data_dir, &Manifest::current(count, tier)).await?;
+            tracing::info!(
+                dir = %data_dir.display(),
+                from = m.version,
+                to = manifest::MANIFEST_VERSION,
+                "manifest upgraded to the current format"
+            );
+        }
+        Some(_) => {}
     }
     Ok(count)
 }

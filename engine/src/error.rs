@@ -186,11 +186,20 @@ pub enum ManifestError {
     },
     #[error("manifest {} is corrupt: {reason}", file.display())]
     Corrupt { file: PathBuf, reason: String },
-    #[error("manifest {} has format version {found}; this build reads version {supported}", file.display())]
+    #[error("manifest {} has format version {found}; this build reads versions {oldest} to {newest} (was it written by a newer build?)", file.display())]
     UnsupportedVersion {
         file: PathBuf,
         found: u32,
-        supported: u32,
+        oldest: u32,
+        newest: u32,
+    },
+    #[error("manifest {} names tier code {found}, which this build does not know (0 = memory, 1 = hybrid); was it written by a newer build?", file.display())]
+    UnknownTier { file: PathBuf, found: u32 },
+    #[error("data directory {} holds a {:?} tier; storage.tier is {:?}: set storage.tier = {:?}, or point storage.data_dir at an empty directory (tiers cannot be converted in place)", dir.display(), manifest.as_str(), config.as_str(), manifest.as_str())]
+    TierMismatch {
+        dir: PathBuf,
+        manifest: tunables::Tier,
+        config: tunables::Tier,
     },
     #[error("manifest {} names hash {found:?}; this build routes keys with {supported:?}", file.display())]
     UnknownHash {

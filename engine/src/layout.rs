@@ -1,7 +1,10 @@
 //! Where things live on disk. Data directory: `DATA/MANIFEST`. WAL device
 //! root (the `wal_device`'s path, or `DATA` when empty):
 //! `ROOT/shard-NNN/wal/SEQ.wal` and `ROOT/shard-NNN/snapshots/LSN.snap`
-//! (numbers zero-padded to 20 digits so names sort like numbers).
+//! (numbers zero-padded to 20 digits so names sort like numbers). Value
+//! device root (the `value_device`'s path, or `DATA` when empty):
+//! `VROOT/shard-NNN/values/` holds the hybrid tier's value segments; when
+//! both devices are one, that folder sits beside `wal/` and `snapshots/`.
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +12,8 @@ pub const WAL_SUFFIX: &str = ".wal";
 pub const SNAPSHOT_SUFFIX: &str = ".snap";
 pub const TMP_SUFFIX: &str = ".tmp";
 pub const DAMAGED_SUFFIX: &str = ".damaged";
+/// The folder of a shard's value segments (hybrid tier).
+const VALUES_DIR: &str = "values";
 
 /// The directories of one shard.
 #[derive(Debug, Clone)]
@@ -17,6 +22,9 @@ pub struct ShardPaths {
     pub dir: PathBuf,
     pub wal_dir: PathBuf,
     pub snapshot_dir: PathBuf,
+    /// The hybrid tier's value segments: `shard-NNN/values` under the value
+    /// device's root (under the WAL root until [`ShardPaths::with_value_root`]).
+    pub values_dir: PathBuf,
 }
 
 impl ShardPaths {
@@ -26,8 +34,18 @@ impl ShardPaths {
             shard,
             wal_dir: dir.join("wal"),
             snapshot_dir: dir.join("snapshots"),
+            values_dir: dir.join(VALUES_DIR),
             dir,
         }
+    }
+
+    /// These paths with the value segments under `value_root` (the value
+    /// device's directory) instead of the WAL root.
+    pub fn with_value_root(mut self, value_root: &Path) -> ShardPaths {
+        self.values_dir = value_root
+            .join(format!("shard-{:03}", self.shard))
+            .join(VALUES_DIR);
+        self
     }
 
     pub fn segment(&self, seq: u64) -> PathBuf {
@@ -72,5 +90,16 @@ mod tests {
         assert_eq!(parse_numbered(&p.snapshot(9), SNAPSHOT_SUFFIX), Some(9));
         assert_eq!(parse_numbered(&p.snapshot_tmp(9), SNAPSHOT_SUFFIX), None);
         assert_eq!(parse_numbered(Path::new("x.wal"), WAL_SUFFIX), None);
+    }
+
+    #[test]
+    fn values_follow_the_value_device() {
+        let p = ShardPaths::new(Path::new("/data"), 3);
+        assert_eq!(p.values_dir, Path::new("/data/shard-003/values"));
+        let p = p.with_value_root(Path::new("/mnt/cold"));
+        assert_eq!(p.values_dir, Path::new("/mnt/cold/shard-003/values"));
+        assert_eq!(p.wal_dir, Path::new("/data/shard-003/wal"));
+        let same = ShardPaths::new(Path::new("/data"), 3).with_value_root(Path::new("/data"));
+        assert_eq!(same.values_dir, Path::new("/data/shard-003/values"));
     }
 }

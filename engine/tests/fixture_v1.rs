@@ -130,6 +130,24 @@ fn version_1_data_directory_opens_with_exact_contents() {
         }
     }
     engine.shutdown().expect("shutdown");
+
+    // The version 1 manifest held no tier: it opened as the memory tier and
+    // the copy now carries a version 2 manifest saying so. The checked-in
+    // fixture itself stays version 1.
+    let rt = compio::runtime::Runtime::new().expect("runtime");
+    let m = rt
+        .block_on(engine::manifest::load(&RealDisk, &dir))
+        .expect("load the manifest")
+        .expect("a manifest");
+    assert_eq!(m.version, engine::manifest::MANIFEST_VERSION);
+    assert_eq!(m.tier, tunables::Tier::Memory);
+    assert_eq!(m.shard_count, 1);
+    let original = std::fs::read(fixture_dir().join("data/MANIFEST")).expect("fixture manifest");
+    assert_eq!(
+        original[8..12],
+        1u32.to_le_bytes(),
+        "the fixture is version 1"
+    );
 }
 
 /// Writes the fixture. Deterministic operations; the file layout depends

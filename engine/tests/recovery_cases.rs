@@ -422,7 +422,7 @@ fn damage_followed_by_a_complete_flush_refuses_naming_file_and_offset() {
         engine::manifest::store(
             &disk,
             Path::new(ROOT),
-            &engine::manifest::Manifest::current(1),
+            &engine::manifest::Manifest::current(1, tunables::Tier::Memory),
         )
         .await
         .expect("manifest");

@@ -64,6 +64,9 @@ pub struct Config {
 pub enum Tier {
     /// Every key and value in RAM; persistence through the WAL and snapshots.
     Memory,
+    /// A compact index in RAM; values in append-only segment files on the
+    /// `value_device`, the hot ones cached in RAM.
+    Hybrid,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,7 +143,7 @@ macro_rules! named_enum {
     };
 }
 
-named_enum!(Tier, "tier", Memory => "memory");
+named_enum!(Tier, "tier", Memory => "memory", Hybrid => "hybrid");
 named_enum!(Durability, "durability mode", Sync => "sync", Async => "async", None => "none");
 named_enum!(Backend, "I/O backend", Auto => "auto", Uring => "uring", Fallback => "fallback");
 

@@ -638,10 +638,10 @@ flush_interval = \"10 msec\"
                 "line 4: io.backend = \"epoll\": unknown I/O backend (allowed: \"auto\", \"uring\", \"fallback\")",
             ]
         );
-        let l = lines("[storage]\ntier = \"hybrid\"\n");
+        let l = lines("[storage]\ntier = \"disk\"\n");
         assert_eq!(
             l,
-            ["line 2: storage.tier = \"hybrid\": unknown tier (allowed: \"memory\")"]
+            ["line 2: storage.tier = \"disk\": unknown tier (allowed: \"memory\", \"hybrid\")"]
         );
     }
 
@@ -757,7 +757,7 @@ tls_key_file = \"/etc/ringkv/key.pem\"
 tls_client_ca_file = \"/etc/ringkv/ca.pem\"
 [storage]
 data_dir = \"/var/lib/ringkv\"
-tier = \"memory\"
+tier = \"hybrid\"
 durability = \"async\"
 wal_segment_size = \"128MiB\"
 group_commit_max_bytes = 4194304
@@ -766,6 +766,11 @@ flush_interval = \"5ms\"
 checkpoint_wal_bytes = \"1GiB\"
 checkpoint_interval = 0
 wal_device = \"fast\"
+value_device = \"wal\"
+cache_bytes = \"1GiB\"
+value_segment_size = \"16MiB\"
+index_keys = 2_000_000
+gc_garbage_percent = 30
 expiry_tick = \"250ms\"
 expiry_keys_per_tick = 1000
 [limits]
@@ -815,7 +820,7 @@ count_fsync = false
         };
         want.storage = StorageConfig {
             data_dir: PathBuf::from("/var/lib/ringkv"),
-            tier: Tier::Memory,
+            tier: Tier::Hybrid,
             durability: Durability::Async,
             wal_segment_size: ByteSize::mib(128),
             group_commit_max_bytes: ByteSize::mib(4),
@@ -824,6 +829,11 @@ count_fsync = false
             checkpoint_wal_bytes: ByteSize::gib(1),
             checkpoint_interval: Duration::ZERO,
             wal_device: "fast".to_string(),
+            value_device: "wal".to_string(),
+            cache_bytes: ByteSize::gib(1),
+            value_segment_size: ByteSize::mib(16),
+            index_keys: 2_000_000,
+            gc_garbage_percent: 30,
             expiry_tick: Duration::from_millis(250),
             expiry_keys_per_tick: 1000,
         };

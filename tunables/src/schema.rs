@@ -413,7 +413,10 @@ section! {
         /// Directory with the manifest, the lock file and one folder per shard.
         data_dir: PathBuf = PathBuf::from("./data"),
             kind None, check Check::NotEmpty("must name a directory");
-        /// Where keys and values live. `"memory"`: all in RAM, persisted through the WAL and snapshots.
+        /// Where keys and values live. `"memory"`: all in RAM, persisted through the WAL and
+        /// snapshots. `"hybrid"`: the index in RAM, values in segment files on `value_device`,
+        /// hot values cached in `cache_bytes`. A data directory keeps the tier it was created
+        /// with (see `docs/wal.md`, manifest).
         tier: Tier = Tier::Memory,
             kind None, check Check::Any;
         /// `"sync"`: a write is acknowledged after the fdatasync covering it returns.
@@ -448,6 +451,26 @@ section! {
         /// The device (a `[devices]` key) holding the WAL and snapshots.
         wal_device: String = "wal".to_string(),
             kind Some("name"), check Check::Any, note "a key of `[devices]`";
+        /// The device (a `[devices]` key) holding the hybrid tier's value segments. It may
+        /// differ from `wal_device`; its I/O pays its own device's profile.
+        value_device: String = "wal".to_string(),
+            kind Some("name"), check Check::Any, note "a key of `[devices]`";
+        /// The hybrid tier's read cache for the whole server, split evenly across the shards.
+        cache_bytes: ByteSize = ByteSize::mib(256),
+            kind None, check Check::Range(ByteSize(0), ByteSize::gib(1024));
+        /// Size of one hybrid-tier value segment file.
+        value_segment_size: ByteSize = ByteSize::mib(64),
+            kind None, check Check::Range(ByteSize::mib(1), ByteSize::gib(4)),
+            note "multiple of 4096";
+        /// Keys the hybrid index is sized for, whole server (split across the shards): the
+        /// index is a fixed table sized for this many keys (about 8 B of RAM per key at that
+        /// size); more keys still work but spill to overflow buckets and cost more RAM per key.
+        index_keys: u64 = 16_000_000,
+            kind None, check Check::Range(1024, 100_000_000_000);
+        /// The hybrid tier's garbage collection rewrites segments while garbage exceeds this
+        /// percent of segment bytes (bounds space amplification to 100 / (100 - this)).
+        gc_garbage_percent: u32 = 50,
+            kind None, check Check::Range(5, 95);
         /// How often each shard's active expiry runs (deletes keys whose expiry time passed;
         /// reads never return such keys, this reclaims their memory).
         expiry_tick: Duration = Duration::from_millis(100),

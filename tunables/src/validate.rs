@@ -11,8 +11,8 @@ use crate::error::{ConfigError, ConfigErrors};
 use crate::schema::Section;
 use crate::suggest::nearest;
 use crate::{
-    builtin_profile_names, ByteSize, Config, Duration, IoConfig, LimitsConfig, ProfileConfig,
-    ServerConfig, StorageConfig, SHARDS_MAX,
+    builtin_profile_names, ByteSize, Config, Durability, Duration, IoConfig, LimitsConfig,
+    ProfileConfig, ServerConfig, StorageConfig, Tier, SHARDS_MAX,
 };
 use std::collections::BTreeSet;
 use std::fmt::Display;
@@ -361,6 +361,7 @@ impl Checker {
         let gc = s.group_commit_max_bytes;
         self.page_multiple("storage.wal_segment_size", s.wal_segment_size);
         self.page_multiple("storage.group_commit_max_bytes", gc);
+        self.page_multiple("storage.value_segment_size", s.value_segment_size);
         let half = ByteSize(s.wal_segment_size.0 / 2);
         self.rule(
             gc <= half,
@@ -383,14 +384,21 @@ impl Checker {
                 "must be >= limits.value_bytes_max + limits.key_bytes_max + {WAL_RECORD_HEADER_BYTES_MAX} ({record} bytes) so one record always fits a flush"
             ),
         );
-        if !c.devices.contains_key(&s.wal_device) && !self.is_bad(&["devices"]) {
-            self.unknown_name(
-                "storage.wal_device",
-                &s.wal_device,
-                "device",
-                c.devices.keys().cloned().collect(),
-            );
+        for (field, device) in [
+            ("storage.wal_device", &s.wal_device),
+            ("storage.value_device", &s.value_device),
+        ] {
+            if !c.devices.contains_key(device) && !self.is_bad(&["devices"]) {
+                self.unknown_name(field, device, "device", c.devices.keys().cloned().collect());
+            }
         }
+        self.rule(
+            !(s.tier == Tier::Hybrid && s.durability == Durability::None),
+            "storage.durability",
+            quoted(s.durability),
+            &["storage.tier"],
+            "cannot be \"none\" with storage.tier = \"hybrid\": the hybrid tier rebuilds its index from the WAL and checkpoints; use \"sync\" or \"async\", or storage.tier = \"memory\"".to_string(),
+        );
 
         let put = l
             .key_bytes_max
@@ -764,6 +772,57 @@ mod tests {
     }
 
     #[test]
+    fn value_device_must_exist() {
+        let mut c = Config::default();
+        c.storage.value_device = "wall".to_string();
+        assert_one(
+            &c,
+            "storage.value_device",
+            "no device by that name — did you mean 'wal'? (known: wal)",
+        );
+        c.storage.value_device = "vals".to_string();
+        assert_one(
+            &c,
+            "storage.value_device",
+            "no device by that name (known: wal)",
+        );
+        c.devices.insert(
+            "vals".to_string(),
+            DeviceConfig {
+                path: "/mnt/values".into(),
+                profile: "nvme".to_string(),
+            },
+        );
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+    }
+
+    #[test]
+    fn value_segment_size_is_page_aligned() {
+        let mut c = Config::default();
+        c.storage.value_segment_size = ByteSize(ByteSize::mib(1).0 + 512);
+        assert_one(&c, "storage.value_segment_size", "multiple of 4096");
+        c.storage.value_segment_size = ByteSize(ByteSize::mib(1).0 + 4096);
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+    }
+
+    #[test]
+    fn hybrid_tier_needs_a_wal() {
+        let mut c = Config::default();
+        c.storage.tier = Tier::Hybrid;
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.storage.durability = Durability::Async;
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.storage.durability = Durability::None;
+        assert_one(
+            &c,
+            "storage.durability",
+            "cannot be \"none\" with storage.tier = \"hybrid\"",
+        );
+        c.storage.tier = Tier::Memory;
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+    }
+
+    #[test]
     fn device_profiles_must_exist() {
         let mut c = Config::default();
         c.devices.insert(
@@ -946,6 +1005,25 @@ mod tests {
             ("storage.checkpoint_interval", |c| {
                 c.storage.checkpoint_interval = Duration::from_secs(7 * 86_400 + 1)
             }),
+            ("storage.cache_bytes", |c| {
+                c.storage.cache_bytes = ByteSize(ByteSize::gib(1024).0 + 1)
+            }),
+            ("storage.value_segment_size", |c| {
+                c.storage.value_segment_size = ByteSize::kib(1020)
+            }),
+            ("storage.value_segment_size", |c| {
+                c.storage.value_segment_size = ByteSize(ByteSize::gib(4).0 + 4096)
+            }),
+            ("storage.index_keys", |c| c.storage.index_keys = 1023),
+            ("storage.index_keys", |c| {
+                c.storage.index_keys = 100_000_000_001
+            }),
+            ("storage.gc_garbage_percent", |c| {
+                c.storage.gc_garbage_percent = 4
+            }),
+            ("storage.gc_garbage_percent", |c| {
+                c.storage.gc_garbage_percent = 96
+            }),
             ("limits.key_bytes_max", |c| {
                 c.limits.key_bytes_max = ByteSize(0)
             }),
@@ -997,6 +1075,15 @@ mod tests {
         c.storage.checkpoint_wal_bytes = ByteSize::kib(64);
         c.limits.ops_per_frame_max = 1;
         c.limits.shard_queue_depth = 65_536;
+        c.storage.cache_bytes = ByteSize(0);
+        c.storage.value_segment_size = ByteSize::mib(1);
+        c.storage.index_keys = 1024;
+        c.storage.gc_garbage_percent = 5;
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.storage.cache_bytes = ByteSize::gib(1024);
+        c.storage.value_segment_size = ByteSize::gib(4);
+        c.storage.index_keys = 100_000_000_000;
+        c.storage.gc_garbage_percent = 95;
         assert_eq!(problems(&c), Vec::<(String, String)>::new());
         // The smallest segment: 64 KiB segments, 32 KiB flushes, small records.
         c.storage.wal_segment_size = ByteSize::kib(64);

@@ -28,7 +28,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
-use tunables::Durability;
+use tunables::{Durability, Tier};
 
 /// Per-shard settings taken from the config.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +48,24 @@ pub(crate) struct ShardSettings {
     /// Largest value an [`crate::Op::Update`] may write.
     pub(crate) value_bytes_max: usize,
     pub(crate) read_bytes_max: usize,
+    /// `storage.tier`: which tier this shard runs.
+    pub(crate) tier: Tier,
+    // The hybrid tier's settings below are read once that tier is wired in
+    // (step 0 of `shard_main`); drop their `allow(dead_code)` then.
+    /// Hybrid tier: this shard's part of `storage.cache_bytes` (the total
+    /// divided by the shard count, rounded down).
+    #[allow(dead_code)]
+    pub(crate) cache_bytes: u64,
+    /// Hybrid tier: `storage.value_segment_size`, a multiple of 4096.
+    #[allow(dead_code)]
+    pub(crate) value_segment_bytes: u64,
+    /// Hybrid tier: this shard's part of `storage.index_keys` (the total
+    /// divided by the shard count, rounded up).
+    #[allow(dead_code)]
+    pub(crate) index_keys: u64,
+    /// Hybrid tier: `storage.gc_garbage_percent`, 5..=95.
+    #[allow(dead_code)]
+    pub(crate) gc_garbage_percent: u32,
 }
 
 /// Everything a shard thread starts with.
@@ -56,6 +74,13 @@ pub(crate) struct ShardStart<D: Disk> {
     pub(crate) shard: usize,
     /// `None` in `none` durability (no files at all).
     pub(crate) disk: Option<D>,
+    /// The hybrid tier's value segments' disk, throttled by the
+    /// `storage.value_device`'s profile (the same device as `disk` when
+    /// `value_device == wal_device`). `None` unless the tier is hybrid.
+    // Read once the hybrid tier is wired in (step 0 of `shard_main`).
+    #[allow(dead_code)]
+    pub(crate) value_disk: Option<D>,
+    /// The shard's folders; the hybrid tier keeps its segments in `values_dir`.
     pub(crate) paths: ShardPaths,
     pub(crate) settings: ShardSettings,
     pub(crate) stats: Arc<ShardStats>,
@@ -178,6 +203,17 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             }),
         ));
     };
+
+    // 0. The tier. Only the memory tier is built so far.
+    match settings.tier {
+        Tier::Memory => {}
+        Tier::Hybrid => {
+            fail(EngineError::Config {
+                reason: "storage.tier = \"hybrid\" is not available in this build yet".into(),
+            });
+            return;
+        }
+    }
 
     // 1. Recovery.
     let (tier, last_lsn, wal_start, replayed, held, floor) = match &disk {
