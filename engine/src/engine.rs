@@ -149,6 +149,20 @@ impl Engine {
             )));
         };
         let value_root = value_device.dir().to_path_buf();
+        if tier == StorageTier::Hybrid {
+            // The largest record (with its 16 bytes of header and expiry,
+            // and a CRC word per block) must fit one value segment after
+            // its header block.
+            let seg = s.value_segment_size.as_u64();
+            let record = (key_max + value_max + 16) as u64;
+            let needed = 4096 + record.div_ceil(4092) * 4096 + 4096;
+            if seg < needed {
+                return Err(config_err(format!(
+                    "storage.value_segment_size = {seg} bytes cannot hold a record of the largest key and value (limits.key_bytes_max + limits.value_bytes_max = {} bytes); it needs at least {needed} bytes",
+                    key_max + value_max
+                )));
+            }
+        }
         let shard_paths =
             |shard: usize| ShardPaths::new(&wal_root, shard).with_value_root(&value_root);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

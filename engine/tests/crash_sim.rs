@@ -13,6 +13,11 @@
 //! holds (none for a plain put), so an expiry never survives without its
 //! value, nor a value without its expiry.
 //!
+//! The same runs go on the hybrid tier too (values in 64 KiB segment
+//! files, a 16 KiB cache, GC whenever 5% of segment bytes are garbage), so
+//! crashes cut it mid-GC, between a GC and the checkpoints that retire its
+//! victims, and during checkpoints (slow writes and syncs in the tail).
+//!
 //! Seeds: 200 by default, `RINGKV_CRASH_SEEDS=N` for more, and
 //! `RINGKV_CRASH_SEED=S` to replay one. Thread timing is not part of the
 //! seed, so a replay takes the same operations and crash images but may cut
@@ -141,15 +146,24 @@ struct Coverage {
     torn_blocks: u64,
     segments_rolled: u64,
     segments_recycled: u64,
+    gc_runs: u64,
+    device_reads: u64,
 }
 
-fn run_seed(seed: u64) -> Result<Coverage, String> {
+fn run_seed(seed: u64, hybrid: bool) -> Result<Coverage, String> {
     let mut coverage = Coverage::default();
     let mut rng = SplitMix64::new(seed);
     let disk = SimDisk::new(seed);
     let shards = 1 + (seed % 3) as u32;
     let dir = Path::new("/crash");
     let mut config = small_config(dir, shards, Durability::Sync);
+    if hybrid {
+        config.storage.tier = tunables::Tier::Hybrid;
+        config.storage.value_segment_size = tunables::ByteSize::kib(64);
+        config.storage.cache_bytes = tunables::ByteSize::kib(16);
+        config.storage.index_keys = 1024;
+        config.storage.gc_garbage_percent = 5;
+    }
     if seed % 4 == 0 {
         // Let some group commits wait for company.
         config.storage.group_commit_max_delay = tunables::Duration::from_micros(200);
@@ -250,6 +264,10 @@ fn run_seed(seed: u64) -> Result<Coverage, String> {
         std::thread::sleep(Duration::from_micros(wait_us));
         for m in engine.metrics().shards {
             coverage.checkpoints += m.checkpoints;
+            if let Some(h) = m.hybrid {
+                coverage.gc_runs += h.gc_runs;
+                coverage.device_reads += h.device_reads;
+            }
             coverage.segments_rolled += m.wal_bytes_written / (64 * 1024);
             coverage.segments_recycled += m.segments_recycled;
         }
@@ -331,7 +349,7 @@ fn run_seed(seed: u64) -> Result<Coverage, String> {
 
 /// Runs the seeds `first..first + count` (or the one in
 /// `RINGKV_CRASH_SEED`), panicking with a replay command on failure.
-fn run_seeds(part: u64, parts: u64) {
+fn run_seeds(part: u64, parts: u64, hybrid: bool) {
     init_log();
     let seeds: Vec<u64> = match std::env::var("RINGKV_CRASH_SEED") {
         Ok(s) if part == 0 => vec![s.parse().expect("RINGKV_CRASH_SEED must be a number")],
@@ -349,15 +367,17 @@ fn run_seeds(part: u64, parts: u64) {
         if std::env::var("RINGKV_CRASH_VERBOSE").is_ok() {
             eprintln!("crash_sim: seed {seed}");
         }
-        match run_seed(seed) {
+        match run_seed(seed, hybrid) {
             Ok(c) => {
+                total.gc_runs += c.gc_runs;
+                total.device_reads += c.device_reads;
                 total.checkpoints += c.checkpoints;
                 total.torn_blocks += c.torn_blocks;
                 total.segments_rolled += c.segments_rolled;
                 total.segments_recycled += c.segments_recycled;
             }
             Err(msg) => panic!(
-                "crash test failed for seed {seed}: {msg}\nreplay: RINGKV_CRASH_SEED={seed} cargo nextest run -p ringkv-engine --test crash_sim"
+                "crash test failed for seed {seed} (hybrid tier: {hybrid}): {msg}\nreplay: RINGKV_CRASH_SEED={seed} cargo nextest run -p ringkv-engine --test crash_sim"
             ),
         }
     }
@@ -378,26 +398,45 @@ fn run_seeds(part: u64, parts: u64) {
             "no segment filled up in {} seeds",
             seeds.len()
         );
+        if hybrid {
+            assert!(total.gc_runs > 0, "no GC ran in {} seeds", seeds.len());
+            assert!(
+                total.device_reads > 0,
+                "no value was read from a segment in {} seeds",
+                seeds.len()
+            );
+        }
     }
 }
 
 // Four parts so the seeds run in parallel under nextest.
 #[test]
 fn acknowledged_writes_survive_crashes_part0() {
-    run_seeds(0, 4);
+    run_seeds(0, 4, false);
 }
 
 #[test]
 fn acknowledged_writes_survive_crashes_part1() {
-    run_seeds(1, 4);
+    run_seeds(1, 4, false);
 }
 
 #[test]
 fn acknowledged_writes_survive_crashes_part2() {
-    run_seeds(2, 4);
+    run_seeds(2, 4, false);
 }
 
 #[test]
 fn acknowledged_writes_survive_crashes_part3() {
-    run_seeds(3, 4);
+    run_seeds(3, 4, false);
+}
+
+// The hybrid tier, in two parts.
+#[test]
+fn hybrid_acknowledged_writes_survive_crashes_part0() {
+    run_seeds(0, 2, true);
+}
+
+#[test]
+fn hybrid_acknowledged_writes_survive_crashes_part1() {
+    run_seeds(1, 2, true);
 }

@@ -460,7 +460,7 @@ section! {
             kind None, check Check::Range(ByteSize(0), ByteSize::gib(1024));
         /// Size of one hybrid-tier value segment file.
         value_segment_size: ByteSize = ByteSize::mib(64),
-            kind None, check Check::Range(ByteSize::mib(1), ByteSize::gib(4)),
+            kind None, check Check::Range(ByteSize::kib(64), ByteSize::gib(4)),
             note "multiple of 4096";
         /// Keys the hybrid index is sized for, whole server (split across the shards): the
         /// index is a fixed table sized for this many keys (about 8 B of RAM per key at that

@@ -16,8 +16,8 @@ use crate::metrics::ShardStats;
 use crate::shard::checkpoint::{checkpoint, run_checkpointer, CheckpointSettings};
 use crate::shard::core::{CommitClock, CoreSettings, ShardCore};
 use crate::shard::router::{clear_local, set_local, Control, ShardMsg};
-use crate::tier::{MemoryTier, Tier};
-use crate::wal::recovery::{recover, RecoveryConfig};
+use crate::tier::{HybridSettings, HybridTier, MemoryTier, Tier as TierStore};
+use crate::wal::recovery::{recover_into, RecoveryConfig};
 use crate::wal::writer::{
     run_flusher, run_segment_creator, FlusherSettings, SegmentFiles, WalAppender,
 };
@@ -50,21 +50,15 @@ pub(crate) struct ShardSettings {
     pub(crate) read_bytes_max: usize,
     /// `storage.tier`: which tier this shard runs.
     pub(crate) tier: Tier,
-    // The hybrid tier's settings below are read once that tier is wired in
-    // (step 0 of `shard_main`); drop their `allow(dead_code)` then.
     /// Hybrid tier: this shard's part of `storage.cache_bytes` (the total
     /// divided by the shard count, rounded down).
-    #[allow(dead_code)]
     pub(crate) cache_bytes: u64,
     /// Hybrid tier: `storage.value_segment_size`, a multiple of 4096.
-    #[allow(dead_code)]
     pub(crate) value_segment_bytes: u64,
     /// Hybrid tier: this shard's part of `storage.index_keys` (the total
     /// divided by the shard count, rounded up).
-    #[allow(dead_code)]
     pub(crate) index_keys: u64,
     /// Hybrid tier: `storage.gc_garbage_percent`, 5..=95.
-    #[allow(dead_code)]
     pub(crate) gc_garbage_percent: u32,
 }
 
@@ -77,8 +71,6 @@ pub(crate) struct ShardStart<D: Disk> {
     /// The hybrid tier's value segments' disk, throttled by the
     /// `storage.value_device`'s profile (the same device as `disk` when
     /// `value_device == wal_device`). `None` unless the tier is hybrid.
-    // Read once the hybrid tier is wired in (step 0 of `shard_main`).
-    #[allow(dead_code)]
     pub(crate) value_disk: Option<D>,
     /// The shard's folders; the hybrid tier keeps its segments in `values_dir`.
     pub(crate) paths: ShardPaths,
@@ -171,6 +163,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         engine_id,
         shard,
         disk,
+        value_disk,
         paths,
         settings,
         stats,
@@ -204,21 +197,52 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         ));
     };
 
-    // 0. The tier. Only the memory tier is built so far.
-    match settings.tier {
-        Tier::Memory => {}
-        Tier::Hybrid => {
+    // 0. The tier: recovery loads a checkpoint into tiers made here.
+    let hybrid = match (settings.tier, &value_disk) {
+        (Tier::Memory, _) => None,
+        (Tier::Hybrid, Some(value_disk)) => Some((
+            value_disk.clone(),
+            HybridSettings {
+                shard: shard as u32,
+                dir: paths.values_dir.clone(),
+                segment_bytes: settings.value_segment_bytes,
+                index_keys: settings.index_keys,
+                cache_bytes: settings.cache_bytes,
+                gc_garbage_percent: settings.gc_garbage_percent,
+                read_latency_us: stats.cold_read_latency_us.clone(),
+            },
+        )),
+        (Tier::Hybrid, None) => {
             fail(EngineError::Config {
-                reason: "storage.tier = \"hybrid\" is not available in this build yet".into(),
+                reason: "storage.tier = \"hybrid\" needs a value device (and a WAL)".into(),
+            });
+            return;
+        }
+    };
+    if let Some((disk, s)) = &hybrid {
+        if let Err(source) = disk.create_dir_all(&s.dir) {
+            fail(EngineError::Io {
+                op: "create the value segment directory",
+                path: s.dir.clone(),
+                source,
             });
             return;
         }
     }
+    let make_tier = |hint: Option<u64>| -> Box<dyn TierStore> {
+        match &hybrid {
+            None => Box::new(match hint {
+                Some(entries) => MemoryTier::with_capacity(entries),
+                None => MemoryTier::new(),
+            }),
+            Some((disk, s)) => Box::new(HybridTier::in_existing_dir(disk.clone(), s.clone())),
+        }
+    };
 
     // 1. Recovery.
     let (tier, last_lsn, wal_start, replayed, held, floor) = match &disk {
         None => (
-            Box::new(MemoryTier::new()) as Box<dyn Tier>,
+            make_tier(None),
             0,
             None,
             (0, 0),
@@ -230,7 +254,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                 shard: shard as u32,
                 segment_bytes: settings.segment_bytes,
             };
-            match recover(disk, &paths, cfg).await {
+            match recover_into(disk, &paths, cfg, &make_tier).await {
                 Ok(r) => {
                     clock.observe(r.max_commit_version);
                     stats
@@ -284,6 +308,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                     exchange_guard.0 = None;
                     let mut tier = r.tier;
                     let (applied, dropped) = r.txn.finish(&decision.complete, &mut *tier);
+                    tier.recovery_done();
                     txn_stats
                         .recovered_parts_applied
                         .fetch_add(applied, Relaxed);
@@ -449,6 +474,13 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                 },
                 snapshots,
             ),
+        );
+    }
+    if hybrid.is_some() {
+        spawn_critical(
+            "tier-gc",
+            shard,
+            crate::shard::gc::run_tier_background(core.clone()),
         );
     }
     spawn_critical(

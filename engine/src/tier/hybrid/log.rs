@@ -294,6 +294,11 @@ impl<D: Disk> ValueLog<D> {
         Ok(())
     }
 
+    /// Whether the file of segment `seq` exists.
+    pub fn segment_exists(&self, seq: u64) -> bool {
+        self.disk.exists(&self.path_of(seq))
+    }
+
     /// Whether `seq` is one of the open segments.
     pub fn has_seq(&self, seq: u64) -> bool {
         self.segs.iter().flatten().any(|s| s.seq == seq)

@@ -126,13 +126,18 @@ impl<D: Disk> HybridTier<D> {
     /// checkpoint names them; any other is removed before the first write.
     pub fn new(disk: D, settings: HybridSettings) -> std::io::Result<HybridTier<D>> {
         disk.create_dir_all(&settings.dir)?;
+        Ok(HybridTier::in_existing_dir(disk, settings))
+    }
+
+    /// [`HybridTier::new`] for a segment directory that exists already.
+    pub fn in_existing_dir(disk: D, settings: HybridSettings) -> HybridTier<D> {
         let log = ValueLog::new(
             disk,
             settings.dir.clone(),
             settings.shard,
             settings.segment_bytes,
         );
-        Ok(HybridTier {
+        HybridTier {
             inner: RefCell::new(Inner {
                 index: Index::new(settings.index_keys),
                 cache: Cache::new(settings.cache_bytes),
@@ -149,7 +154,7 @@ impl<D: Disk> HybridTier<D> {
                 gc_bytes_read: 0,
                 gc_bytes_written: 0,
             }),
-        })
+        }
     }
 
     pub fn stats(&self) -> HybridStats {
@@ -338,6 +343,7 @@ impl<D: Disk> Inner<D> {
         if self.fault.is_some() {
             return false;
         }
+        self.check_orphans();
         let (mut total, mut live) = (0u64, 0u64);
         let mut best: Option<(f64, u32)> = None;
         let next_seq = self.log.next_seq;
@@ -447,6 +453,12 @@ impl<D: Disk> Inner<D> {
                 // An active segment at checkpoint time is only read from
                 // now on: new records go to a new segment.
                 0 | 1 => SegState::Sealed,
+                // Emptied by GC. It may be gone already: it is removed once
+                // two checkpoints that started after its GC are published,
+                // and the newest of those still lists it; neither points
+                // into it. If it is still there, an index copied while its
+                // GC ran may point into it: keep it.
+                2 if !self.log.segment_exists(seq) => continue,
                 2 => SegState::Zombie {
                     gc_epoch: 0,
                     confirms: 0,
