@@ -241,14 +241,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
 
     // 1. Recovery.
     let (tier, last_lsn, wal_start, replayed, held, floor) = match &disk {
-        None => (
-            make_tier(None),
-            0,
-            None,
-            (0, 0),
-            Vec::new(),
-            0,
-        ),
+        None => (make_tier(None), 0, None, (0, 0), Vec::new(), 0),
         Some(disk) => {
             let cfg = RecoveryConfig {
                 shard: shard as u32,
