@@ -5,7 +5,10 @@
 //! `W <batch> <key> <key> ...` before submitting a batch and `A <batch>`
 //! once it is acknowledged. Batch `b` puts `value(key, b)` for each key.
 //!
-//! Usage: `ringkv-crash-writer --dir PATH [--shards N] [--threads N] [--seed N]`
+//! With `--tier hybrid` it runs the hybrid tier and reports its GC passes
+//! on stderr (`gc <passes>`, every 20 ms).
+//!
+//! Usage: `ringkv-crash-writer --dir PATH [--shards N] [--threads N] [--seed N] [--tier memory|hybrid]`
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
@@ -32,7 +35,7 @@ fn arg(args: &[String], name: &str) -> Option<String> {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let Some(dir) = arg(&args, "--dir") else {
-        eprintln!("usage: ringkv-crash-writer --dir PATH [--shards N] [--threads N] [--seed N]");
+        eprintln!("usage: ringkv-crash-writer --dir PATH [--shards N] [--threads N] [--seed N] [--tier memory|hybrid]");
         std::process::exit(2);
     };
     let number = |name: &str, default: u64| -> u64 {
@@ -46,7 +49,15 @@ fn main() {
     let shards = number("--shards", 2) as u32;
     let threads = number("--threads", 4);
     let seed = number("--seed", 1);
-    let engine = match Engine::open(&config(PathBuf::from(dir), shards)) {
+    let hybrid = match arg(&args, "--tier").as_deref() {
+        None | Some("memory") => false,
+        Some("hybrid") => true,
+        Some(other) => {
+            eprintln!("--tier must be memory or hybrid, not {other:?}");
+            std::process::exit(2);
+        }
+    };
+    let engine = match Engine::open(&config(PathBuf::from(dir), shards, hybrid)) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("ringkv-crash-writer: open failed: {e}");
@@ -92,6 +103,19 @@ fn main() {
             })
         })
         .collect();
+    if hybrid {
+        let h = engine.handle();
+        std::thread::spawn(move || loop {
+            let runs: u64 = h
+                .metrics()
+                .shards
+                .iter()
+                .filter_map(|s| s.hybrid.map(|x| x.gc_runs))
+                .sum();
+            eprintln!("gc {runs}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        });
+    }
     for w in workers {
         let _ = w.join();
     }

@@ -16,8 +16,10 @@ pub fn value(key: u64, batch: u64) -> Vec<u8> {
 }
 
 /// The config both the writer and the test open the engine with: `sync`
-/// durability and small segments, so rollover and checkpoints happen.
-pub fn config(dir: PathBuf, shards: u32) -> tunables::Config {
+/// durability and small segments, so rollover and checkpoints happen. On
+/// the hybrid tier, small value segments and cache and an eager GC, so
+/// values are read from segments and GC runs under the write load.
+pub fn config(dir: PathBuf, shards: u32, hybrid: bool) -> tunables::Config {
     let mut c = tunables::Config {
         shards,
         ..Default::default()
@@ -29,5 +31,12 @@ pub fn config(dir: PathBuf, shards: u32) -> tunables::Config {
     c.storage.checkpoint_wal_bytes = tunables::ByteSize::kib(512);
     c.limits.key_bytes_max = tunables::ByteSize(64);
     c.limits.value_bytes_max = tunables::ByteSize(4096);
+    if hybrid {
+        c.storage.tier = tunables::Tier::Hybrid;
+        c.storage.value_segment_size = tunables::ByteSize::kib(256);
+        c.storage.cache_bytes = tunables::ByteSize::kib(64);
+        c.storage.index_keys = 4096;
+        c.storage.gc_garbage_percent = 10;
+    }
     c
 }
