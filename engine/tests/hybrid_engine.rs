@@ -1,0 +1,157 @@
+//! The hybrid tier through the engine, on a real disk: a data set many
+//! times its cache is written, read back with every value checked,
+//! overwritten and deleted in part, and read back again after clean
+//! restarts and after a checkpoint; the metrics show where values came
+//! from.
+
+use bytes::Bytes;
+use engine::rng::SplitMix64;
+use engine::{Engine, Op, OpResult};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+const KEYS: u64 = 20_000;
+const CACHE: u64 = 256 * 1024;
+
+fn config(dir: &Path) -> tunables::Config {
+    let mut c = tunables::Config {
+        shards: 2,
+        ..Default::default()
+    };
+    c.storage.data_dir = dir.to_path_buf();
+    c.storage.durability = tunables::Durability::Sync;
+    c.storage.tier = tunables::Tier::Hybrid;
+    c.storage.cache_bytes = tunables::ByteSize(CACHE);
+    c.storage.value_segment_size = tunables::ByteSize::mib(1);
+    c.storage.index_keys = 100_000;
+    c.limits.value_bytes_max = tunables::ByteSize::kib(64);
+    c.storage.wal_segment_size = tunables::ByteSize::mib(4);
+    c.storage.checkpoint_wal_bytes = tunables::ByteSize::mib(4);
+    c
+}
+
+fn key(i: u64) -> Bytes {
+    Bytes::from(format!("user:{i:010}"))
+}
+
+fn value(i: u64, round: u64) -> Bytes {
+    let mut v = format!("{i}/{round}/").into_bytes();
+    v.resize(
+        200 + ((i * 131 + round * 7) % 1800) as usize,
+        (i + round) as u8,
+    );
+    Bytes::from(v)
+}
+
+fn check_all(engine: &Engine, model: &BTreeMap<u64, Bytes>, seed: u64) {
+    let h = engine.handle();
+    let mut order: Vec<u64> = (0..KEYS + 100).collect();
+    let mut rng = SplitMix64::new(seed);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    for chunk in order.chunks(250) {
+        let ops = chunk.iter().map(|&i| Op::Get { key: key(i) }).collect();
+        let answers = h.batch_blocking(ops).expect("batch");
+        for (&i, a) in chunk.iter().zip(answers) {
+            match (a, model.get(&i)) {
+                (OpResult::Value(v), Some(want)) => assert_eq!(&v, want, "key {i}"),
+                (OpResult::NotFound, None) => {}
+                (other, want) => panic!("key {i}: got {other:?}, want {want:?}"),
+            }
+        }
+    }
+}
+
+fn write(
+    engine: &Engine,
+    model: &mut BTreeMap<u64, Bytes>,
+    keys: impl Iterator<Item = u64>,
+    round: u64,
+) {
+    let h = engine.handle();
+    let keys: Vec<u64> = keys.collect();
+    for chunk in keys.chunks(200) {
+        let ops = chunk
+            .iter()
+            .map(|&i| Op::Put {
+                key: key(i),
+                value: value(i, round),
+            })
+            .collect();
+        let answers = h.batch_blocking(ops).expect("batch");
+        assert!(answers.iter().all(|a| *a == OpResult::Ok));
+        for &i in chunk {
+            model.insert(i, value(i, round));
+        }
+    }
+}
+
+#[test]
+fn a_data_set_many_times_the_cache_is_served_exactly_across_restarts() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("data");
+    let mut model = BTreeMap::new();
+
+    let engine = Engine::open(&config(&dir)).expect("open");
+    write(&engine, &mut model, 0..KEYS, 0);
+    let bytes: usize = model.values().map(|v| v.len()).sum();
+    assert!(bytes as u64 > 50 * CACHE, "{bytes} bytes of values");
+    check_all(&engine, &model, 1);
+    let m = engine.metrics();
+    let reads: u64 = m
+        .shards
+        .iter()
+        .filter_map(|s| s.hybrid)
+        .map(|x| x.device_reads)
+        .sum();
+    assert!(
+        reads > KEYS / 2,
+        "most values came from the device: {reads} reads"
+    );
+    for s in &m.shards {
+        let x = s.hybrid.expect("hybrid stats");
+        assert!(x.cache_bytes <= CACHE / 2, "shard {}: {x:?}", s.shard);
+        assert!(x.segments > 1);
+        assert!(s.cold_read_latency_us.count() > 0);
+    }
+    engine.shutdown().expect("shutdown");
+
+    // Restart: index from the checkpoint or the WAL, values from segments.
+    let engine = Engine::open(&config(&dir)).expect("reopen");
+    check_all(&engine, &model, 2);
+    // Overwrite a third, delete a tenth.
+    write(&engine, &mut model, (0..KEYS).filter(|i| i % 3 == 0), 1);
+    let h = engine.handle();
+    let gone: Vec<u64> = (0..KEYS).filter(|i| i % 10 == 1).collect();
+    for chunk in gone.chunks(200) {
+        let ops = chunk.iter().map(|&i| Op::Delete { key: key(i) }).collect();
+        h.batch_blocking(ops).expect("deletes");
+        for i in chunk {
+            model.remove(i);
+        }
+    }
+    check_all(&engine, &model, 3);
+    engine.shutdown().expect("shutdown");
+
+    let engine = Engine::open(&config(&dir)).expect("reopen");
+    check_all(&engine, &model, 4);
+    let m = engine.metrics();
+    let loaded: u64 = m.shards.iter().map(|s| s.recovery_snapshot_entries).sum();
+    assert!(loaded > 0, "recovery started from an index checkpoint");
+    let keys: u64 = m.shards.iter().map(|s| s.keys).sum();
+    assert_eq!(keys, model.len() as u64);
+    engine.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_directory_keeps_its_tier() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("data");
+    let engine = Engine::open(&config(&dir)).expect("open");
+    engine.shutdown().expect("shutdown");
+    let mut memory = config(&dir);
+    memory.storage.tier = tunables::Tier::Memory;
+    let err = Engine::open(&memory).err().expect("refused").to_string();
+    assert!(err.contains("hybrid") && err.contains("memory"), "{err}");
+}
