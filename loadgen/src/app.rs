@@ -13,7 +13,7 @@
 
 use crate::cli::{format_count, Cli, Command, DurabilityArg, RunArgs, TargetArg, WorkloadArg};
 use crate::driver::DriverError;
-use crate::embedded::{EmbeddedError, EmbeddedServer};
+use crate::embedded::{EmbeddedError, EmbeddedServer, EmbeddedStorage};
 use crate::engine_target::EngineTarget;
 use crate::keys::InsertSequence;
 use crate::machine::{utc_now_rfc3339, Machine};
@@ -407,7 +407,9 @@ pub async fn run_all(
                 let kind = args.target_kind();
                 match kind {
                     TargetArg::Engine => {
-                        let target = start_engine(device, durability, args.shard_count()).await?;
+                        let target =
+                            start_engine(device, durability, args.shard_count(), args.storage())
+                                .await?;
                         let got = match size {
                             // Closed loop: client loops on the engine's own threads.
                             Some(n) if s.pacing == crate::driver::Pacing::Closed => {
@@ -429,7 +431,9 @@ pub async fn run_all(
                         stopped?;
                     }
                     TargetArg::Server => {
-                        let server = start_embedded(device, durability, args.shard_count()).await?;
+                        let server =
+                            start_embedded(device, durability, args.shard_count(), args.storage())
+                                .await?;
                         let target = RingkvTarget::new(server.addr().to_string(), timeout);
                         let got = run_one(&target, args.workload, s, size, device, rows).await;
                         let stopped = stop_embedded(server).await;
@@ -546,15 +550,18 @@ async fn start_embedded(
     profile: &'static str,
     durability: DurabilityArg,
     shards: u32,
+    storage: EmbeddedStorage,
 ) -> Result<EmbeddedServer, AppError> {
-    let server =
-        tokio::task::spawn_blocking(move || EmbeddedServer::start(profile, durability, shards))
-            .await
-            .map_err(|e| AppError::Join(e.to_string()))??;
+    let server = tokio::task::spawn_blocking(move || {
+        EmbeddedServer::start(profile, durability, shards, storage)
+    })
+    .await
+    .map_err(|e| AppError::Join(e.to_string()))??;
     eprintln!(
-        "[{profile} {}] embedded ringkv server on {}",
+        "[{profile} {}] embedded ringkv server on {} (tier {})",
         durability.name(),
-        server.addr()
+        server.addr(),
+        storage.tier.name()
     );
     Ok(server)
 }
@@ -563,14 +570,17 @@ async fn start_engine(
     profile: &'static str,
     durability: DurabilityArg,
     shards: u32,
+    storage: EmbeddedStorage,
 ) -> Result<EngineTarget, AppError> {
-    let target =
-        tokio::task::spawn_blocking(move || EngineTarget::start(profile, durability, shards))
-            .await
-            .map_err(|e| AppError::Join(e.to_string()))??;
+    let target = tokio::task::spawn_blocking(move || {
+        EngineTarget::start(profile, durability, shards, storage)
+    })
+    .await
+    .map_err(|e| AppError::Join(e.to_string()))??;
     eprintln!(
-        "[{profile} {}] in-process ringkv engine (no TCP)",
-        durability.name()
+        "[{profile} {}] in-process ringkv engine (no TCP, tier {})",
+        durability.name(),
+        storage.tier.name()
     );
     Ok(target)
 }

@@ -188,6 +188,29 @@ pub enum DurabilityArg {
     None,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TierArg {
+    /// Every key and value in RAM (persisted through the WAL and snapshots).
+    Memory,
+    /// Index in RAM, values in segment files on the value device, hot values
+    /// cached (needs a WAL: not with --durability none).
+    Hybrid,
+}
+
+impl TierArg {
+    pub fn name(&self) -> &'static str {
+        self.tier().as_str()
+    }
+
+    /// The config's tier.
+    pub fn tier(&self) -> tunables::Tier {
+        match self {
+            TierArg::Memory => tunables::Tier::Memory,
+            TierArg::Hybrid => tunables::Tier::Hybrid,
+        }
+    }
+}
+
 impl DurabilityArg {
     pub fn name(&self) -> &'static str {
         match self {
@@ -268,6 +291,25 @@ pub struct RunArgs {
     #[arg(long, value_enum)]
     pub durability: Option<DurabilityArg>,
 
+    /// Storage tier of the embedded server or engine (storage.tier). Not with
+    /// --server. With hybrid, runs that would default to durability none use
+    /// sync instead (the hybrid tier needs its WAL).
+    /// [default: memory]
+    #[arg(long, value_enum, value_name = "TIER")]
+    pub tier: Option<TierArg>,
+
+    /// The hybrid tier's read cache for the whole embedded server or engine
+    /// (storage.cache_bytes, e.g. 64MiB, 1GiB). Not with --server.
+    /// [default: the config's, 256MiB]
+    #[arg(long, value_name = "SIZE")]
+    pub cache_bytes: Option<tunables::ByteSize>,
+
+    /// Keys the hybrid index is sized for, whole embedded server or engine
+    /// (storage.index_keys; accepts K/M/G). Not with --server.
+    /// [default: the config's, 16M]
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    pub index_keys: Option<u64>,
+
     /// Open loop: send this many operations per second in total (accepts K/M),
     /// measuring each batch from its intended send time. Default: closed loop.
     #[arg(long, value_parser = parse_count, value_name = "R")]
@@ -345,6 +387,8 @@ pub enum CliError {
         "--target engine runs the engine in this process; it cannot be combined with --server"
     )]
     EngineWithServer,
+    #[error("--tier hybrid needs a WAL: use --durability sync or async (or --tier memory)")]
+    HybridWithoutWal,
 }
 
 /// Parses `200K`, `15M`, `2G`, `1000`, `1_000` (decimal multipliers).
@@ -412,9 +456,21 @@ impl RunArgs {
                     what: "shard count",
                 });
             }
+            for (given, flag, what) in [
+                (self.tier.is_some(), "tier", "storage tier"),
+                (self.cache_bytes.is_some(), "cache-bytes", "cache size"),
+                (self.index_keys.is_some(), "index-keys", "index size"),
+            ] {
+                if given {
+                    return Err(CliError::EmbeddedOnly { flag, what });
+                }
+            }
             if self.target == Some(TargetArg::Engine) {
                 return Err(CliError::EngineWithServer);
             }
+        }
+        if self.tier_kind() == TierArg::Hybrid && self.durability == Some(DurabilityArg::None) {
+            return Err(CliError::HybridWithoutWal);
         }
         let at_least = |flag: &'static str, got: f64, min: f64| {
             if got >= min && got.is_finite() {
@@ -503,13 +559,31 @@ impl RunArgs {
         })
     }
 
-    /// Durabilities to run on the embedded server, in order.
+    /// Durabilities to run on the embedded server, in order. The hybrid
+    /// tier has no `none` run by default (it needs its WAL).
     pub fn durabilities(&self) -> Vec<DurabilityArg> {
+        let hybrid = self.tier_kind() == TierArg::Hybrid;
         match (self.durability, self.workload) {
             (Some(d), _) => vec![d],
+            (None, WorkloadArg::Putget) if hybrid => vec![DurabilityArg::Sync],
             (None, WorkloadArg::Putget) => vec![DurabilityArg::None, DurabilityArg::Sync],
             (None, WorkloadArg::Sweep) => vec![DurabilityArg::Async],
             (None, _) => vec![DurabilityArg::Sync],
+        }
+    }
+
+    /// The storage tier of the embedded server or engine.
+    pub fn tier_kind(&self) -> TierArg {
+        self.tier.unwrap_or(TierArg::Memory)
+    }
+
+    /// The storage settings of the embedded server or engine that the flags
+    /// give (the rest stay at the config's defaults).
+    pub fn storage(&self) -> crate::embedded::EmbeddedStorage {
+        crate::embedded::EmbeddedStorage {
+            tier: self.tier_kind(),
+            cache_bytes: self.cache_bytes,
+            index_keys: self.index_keys,
         }
     }
 
@@ -664,6 +738,9 @@ mod tests {
             ["--device", "sas"],
             ["--durability", "none"],
             ["--shards", "2"],
+            ["--tier", "hybrid"],
+            ["--cache-bytes", "1GiB"],
+            ["--index-keys", "1M"],
         ] {
             let cli = parse(&["--server", "127.0.0.1:1", flag[0], flag[1]]);
             assert!(
@@ -675,6 +752,52 @@ mod tests {
             .run
             .settings(false)
             .is_ok());
+    }
+
+    #[test]
+    fn tier_flags_parse_into_the_embedded_config() {
+        let r = parse(&[]).run;
+        assert_eq!(r.tier_kind(), TierArg::Memory);
+        assert_eq!(r.storage().tier, TierArg::Memory);
+
+        let r = parse(&[
+            "--tier",
+            "hybrid",
+            "--cache-bytes",
+            "64MiB",
+            "--index-keys",
+            "2M",
+        ])
+        .run;
+        assert!(r.settings(false).is_ok());
+        assert_eq!(r.tier_kind(), TierArg::Hybrid);
+        // The default put/get pair drops its RAM-only run: hybrid needs a WAL.
+        assert_eq!(r.durabilities(), vec![DurabilityArg::Sync]);
+        let storage = r.storage();
+        assert_eq!(storage.cache_bytes, Some(tunables::ByteSize::mib(64)));
+        assert_eq!(storage.index_keys, Some(2_000_000));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c =
+            crate::embedded::embedded_config(dir.path(), "nvme", DurabilityArg::Sync, 2, storage)
+                .expect("config");
+        assert_eq!(c.storage.tier, tunables::Tier::Hybrid);
+        assert_eq!(c.storage.cache_bytes, tunables::ByteSize::mib(64));
+        assert_eq!(c.storage.index_keys, 2_000_000);
+        c.validate().expect("a valid config");
+
+        let e = parse(&["--tier", "hybrid", "--durability", "none"])
+            .run
+            .settings(false)
+            .unwrap_err();
+        assert_eq!(e, CliError::HybridWithoutWal);
+        assert!(parse(&["--tier", "memory", "--durability", "none"])
+            .run
+            .settings(false)
+            .is_ok());
+        let argv = ["loadgen", "--tier", "disk"];
+        assert!(Cli::try_parse_from(argv).is_err());
+        let argv = ["loadgen", "--cache-bytes", "lots"];
+        assert!(Cli::try_parse_from(argv).is_err());
     }
 
     #[test]
@@ -769,6 +892,9 @@ mod tests {
             "--sweep-max",
             "--sweep-warmup",
             "--target",
+            "--tier",
+            "--cache-bytes",
+            "--index-keys",
         ] {
             assert!(help.contains(flag), "help lacks {flag}");
         }
@@ -779,6 +905,7 @@ mod tests {
             "default: 200K",
             "default: nvme",
             "default: 10]",
+            "default: memory",
         ] {
             assert!(help.contains(default), "help lacks {default:?}");
         }

@@ -6,10 +6,10 @@
 //! is removed when the server is stopped (runs never see each other's data);
 //! the server only listens on 127.0.0.1.
 
-use crate::cli::DurabilityArg;
+use crate::cli::{DurabilityArg, TierArg};
 use std::net::SocketAddr;
 use tempfile::TempDir;
-use tunables::{Config, Durability};
+use tunables::{ByteSize, Config, Durability};
 
 /// Failure to start or stop the embedded server.
 #[derive(Debug, thiserror::Error)]
@@ -20,11 +20,12 @@ pub enum EmbeddedError {
     #[error("the configuration has no device named {device:?} for the WAL")]
     NoWalDevice { device: String },
     #[error(
-        "embedded server (profile {profile}, durability {durability}) did not start: {reason}"
+        "embedded server (profile {profile}, durability {durability}, tier {tier}) did not start: {reason}"
     )]
     Start {
         profile: String,
         durability: &'static str,
+        tier: &'static str,
         reason: String,
     },
     #[error("embedded server (profile {profile}) did not stop cleanly: {reason}")]
@@ -40,14 +41,35 @@ pub struct EmbeddedServer {
     _dir: TempDir,
 }
 
+/// The storage settings the command line gives an embedded server or
+/// engine; `None` keeps the config's default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EmbeddedStorage {
+    pub tier: TierArg,
+    pub cache_bytes: Option<ByteSize>,
+    pub index_keys: Option<u64>,
+}
+
+impl Default for EmbeddedStorage {
+    fn default() -> Self {
+        EmbeddedStorage {
+            tier: TierArg::Memory,
+            cache_bytes: None,
+            index_keys: None,
+        }
+    }
+}
+
 /// The configuration of an embedded server: defaults, plus the data
 /// directory, a loopback listener on a kernel-chosen port, the durability,
-/// the shard count and the WAL device's profile.
+/// the shard count, the WAL device's profile and the storage tier settings.
+/// The value device is the WAL device, so its profile throttles both.
 pub fn embedded_config(
     data_dir: &std::path::Path,
     profile: &str,
     durability: DurabilityArg,
     shards: u32,
+    storage: EmbeddedStorage,
 ) -> Result<Config, EmbeddedError> {
     let mut config = Config {
         shards,
@@ -65,6 +87,14 @@ pub fn embedded_config(
         Some(device) => device.profile = profile.to_string(),
         None => return Err(EmbeddedError::NoWalDevice { device: wal_device }),
     }
+    config.storage.value_device = wal_device;
+    config.storage.tier = storage.tier.tier();
+    if let Some(bytes) = storage.cache_bytes {
+        config.storage.cache_bytes = bytes;
+    }
+    if let Some(keys) = storage.index_keys {
+        config.storage.index_keys = keys;
+    }
     Ok(config)
 }
 
@@ -74,15 +104,17 @@ impl EmbeddedServer {
         profile: &str,
         durability: DurabilityArg,
         shards: u32,
+        storage: EmbeddedStorage,
     ) -> Result<EmbeddedServer, EmbeddedError> {
         let dir = tempfile::Builder::new()
             .prefix("loadgen-ringkv-")
             .tempdir()
             .map_err(EmbeddedError::TempDir)?;
-        let config = embedded_config(dir.path(), profile, durability, shards)?;
+        let config = embedded_config(dir.path(), profile, durability, shards, storage)?;
         let server = ringkv_server::start(config).map_err(|e| EmbeddedError::Start {
             profile: profile.to_string(),
             durability: durability.name(),
+            tier: storage.tier.name(),
             reason: e.to_string(),
         })?;
         let addr = server.local_addr();
@@ -118,11 +150,25 @@ mod tests {
     #[test]
     fn config_points_everything_at_the_temp_dir_and_loopback() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let c = embedded_config(dir.path(), "sas", DurabilityArg::None, 3).expect("config");
+        let c = embedded_config(
+            dir.path(),
+            "sas",
+            DurabilityArg::None,
+            3,
+            EmbeddedStorage::default(),
+        )
+        .expect("config");
         assert_eq!(c.storage.data_dir, dir.path());
         assert_eq!(c.server.listen, "127.0.0.1:0");
         assert_eq!(c.storage.durability, Durability::None);
         assert_eq!(c.shards, 3);
         assert_eq!(c.devices[&c.storage.wal_device].profile, "sas");
+        assert_eq!(c.storage.tier, tunables::Tier::Memory);
+        assert_eq!(c.storage.value_device, c.storage.wal_device);
+        // Unset storage flags keep the config's defaults.
+        let defaults = tunables::StorageConfig::default();
+        assert_eq!(c.storage.cache_bytes, defaults.cache_bytes);
+        assert_eq!(c.storage.index_keys, defaults.index_keys);
+        c.validate().expect("a valid config");
     }
 }

@@ -17,7 +17,7 @@
 //! whatever the target; the data directory is removed when the engine stops.
 
 use crate::cli::DurabilityArg;
-use crate::embedded::{embedded_config, EmbeddedError};
+use crate::embedded::{embedded_config, EmbeddedError, EmbeddedStorage};
 use crate::target::{Op, Reply, Session, Target, TargetError};
 use engine::metrics::EngineMetrics;
 use engine::{Engine, Handle, OpResult};
@@ -40,6 +40,8 @@ pub struct EngineTarget {
 struct Facts {
     backend: String,
     durability: String,
+    /// `memory` or `hybrid`.
+    tier: String,
     /// (device name, sustained IOPS, burst IOPS) per device.
     limits: Vec<(String, u64, u64)>,
 }
@@ -50,20 +52,23 @@ impl EngineTarget {
         profile: &str,
         durability: DurabilityArg,
         shards: u32,
+        storage: EmbeddedStorage,
     ) -> Result<EngineTarget, EmbeddedError> {
         let dir = tempfile::Builder::new()
             .prefix("loadgen-engine-")
             .tempdir()
             .map_err(EmbeddedError::TempDir)?;
-        let config = embedded_config(dir.path(), profile, durability, shards)?;
+        let config = embedded_config(dir.path(), profile, durability, shards, storage)?;
         let engine = Engine::open(&config).map_err(|e| EmbeddedError::Start {
             profile: profile.to_string(),
             durability: durability.name(),
+            tier: storage.tier.name(),
             reason: e.to_string(),
         })?;
         let facts = Arc::new(Facts {
             backend: engine.backend().name().to_string(),
             durability: durability.name().to_string(),
+            tier: engine.tier().as_str().to_string(),
             limits: device_limits(&config),
         });
         Ok(EngineTarget {
@@ -250,6 +255,7 @@ fn stats_pairs(facts: &Facts, m: &EngineMetrics) -> Vec<(String, String)> {
     );
     put("server.backend".into(), facts.backend.clone());
     put("server.durability".into(), facts.durability.clone());
+    put("server.tier".into(), facts.tier.clone());
     put("server.shards".into(), m.shards.len().to_string());
     let sum = |f: fn(&engine::ShardMetrics) -> u64| m.shards.iter().map(f).sum::<u64>();
     put("engine.keys".into(), sum(|s| s.keys).to_string());

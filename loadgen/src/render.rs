@@ -202,8 +202,13 @@ fn header(report: &Report) -> String {
     let mut seen = BTreeSet::new();
     for r in &report.results {
         let sv = &r.server;
+        let tier = if sv.tier.is_empty() {
+            String::new()
+        } else {
+            format!(", tier {}", sv.tier)
+        };
         let line = format!(
-            "server:   {}: ringkv {}, backend {}, {} shards, durability {}, WAL profile {} ({})\n",
+            "server:   {}: ringkv {}, backend {}, {} shards, durability {}{tier}, WAL profile {} ({})\n",
             r.device,
             sv.version,
             sv.backend,
@@ -678,6 +683,22 @@ mod tests {
         );
         assert!(text.contains("in profile order"), "{text}");
         assert!(!text.contains("ERRORS"));
+    }
+
+    #[test]
+    fn header_names_the_tier_when_the_server_reports_one() {
+        let mut report = sample_report(&["nvme"], &["put"], 1.0);
+        let text = render(&report);
+        assert!(
+            text.contains("durability sync, WAL profile nvme"),
+            "an old report has no tier: {text}"
+        );
+        report.results[0].server.tier = "hybrid".into();
+        let text = render(&report);
+        assert!(
+            text.contains("durability sync, tier hybrid, WAL profile nvme"),
+            "{text}"
+        );
     }
 
     #[test]

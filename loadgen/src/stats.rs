@@ -17,6 +17,7 @@ pub struct ServerSnapshot {
     pub version: String,
     pub backend: String,
     pub durability: String,
+    pub tier: String,
     pub shards: u64,
     pub keys: u64,
     pub memory_bytes: u64,
@@ -38,6 +39,10 @@ pub struct ServerInfo {
     pub backend: String,
     /// `server.durability` (sync | async | none).
     pub durability: String,
+    /// `server.tier` (memory | hybrid); empty in reports of servers (and
+    /// files) from before the tier was reported.
+    #[serde(default)]
+    pub tier: String,
     pub shards: u64,
     /// Profile of the WAL device (the device class of the run).
     pub profile: String,
@@ -99,6 +104,7 @@ impl ServerSnapshot {
             version: stats.server.version,
             backend: stats.server.backend,
             durability: stats.server.durability,
+            tier: stats.server.tier,
             shards: stats.server.shards,
             keys: stats.engine.keys,
             memory_bytes: stats.engine.memory_bytes,
@@ -125,6 +131,7 @@ impl ServerSnapshot {
             version: self.version.clone(),
             backend: self.backend.clone(),
             durability: self.durability.clone(),
+            tier: self.tier.clone(),
             shards: self.shards,
             profile,
             iops_limit,
@@ -214,6 +221,7 @@ mod tests {
             ("server.version", "0.1.0"),
             ("server.backend", "uring"),
             ("server.durability", "sync"),
+            ("server.tier", "hybrid"),
             ("server.shards", "2"),
             ("wal.fsync_p99_us", "170"),
             ("device.wal.profile", "sas"),
@@ -234,6 +242,7 @@ mod tests {
             (info.profile.as_str(), info.iops_limit, info.burst_iops),
             ("sas", 1800, 5000)
         );
+        assert_eq!(info.tier, "hybrid");
     }
 
     #[test]

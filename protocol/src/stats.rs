@@ -117,6 +117,8 @@ stats_group! {
         backend: String, "text", "";
         /// Durability mode: `sync`, `async` or `none`.
         durability: String, "text", "";
+        /// Storage tier: `memory` or `hybrid`.
+        tier: String, "text", "";
         /// Number of shards.
         shards: u64, "gauge", "shards";
         /// Time since the server started.

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
-use tunables::{Backend, Config, ConfigErrors, Durability};
+use tunables::{Backend, Config, ConfigErrors, Durability, Tier};
 
 /// ringkv-server: a persistent, thread-per-core key-value server.
 #[derive(Debug, Clone, Parser)]
@@ -47,6 +47,12 @@ pub struct Cli {
     /// When a write is acknowledged.
     #[arg(long, value_enum, value_name = "MODE")]
     pub durability: Option<DurabilityArg>,
+
+    /// Storage tier (storage.tier). A data directory keeps the tier it was
+    /// created with; the hybrid tier's other settings (value_device,
+    /// cache_bytes, index_keys, ...) are set in the config file.
+    #[arg(long, value_enum, value_name = "TIER")]
+    pub tier: Option<TierArg>,
 
     /// Disk profile of the WAL device (sas, gpssd, nvme, unthrottled, or a
     /// profile from the file).
@@ -101,6 +107,23 @@ pub enum DurabilityArg {
     Async,
     /// RAM only, no WAL.
     None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TierArg {
+    /// Every key and value in RAM.
+    Memory,
+    /// Index in RAM, values in segment files on storage.value_device.
+    Hybrid,
+}
+
+impl From<TierArg> for Tier {
+    fn from(t: TierArg) -> Tier {
+        match t {
+            TierArg::Memory => Tier::Memory,
+            TierArg::Hybrid => Tier::Hybrid,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -165,6 +188,9 @@ impl Cli {
         if let Some(d) = self.durability {
             config.storage.durability = d.into();
         }
+        if let Some(t) = self.tier {
+            config.storage.tier = t.into();
+        }
         if let Some(profile) = &self.device_profile {
             // The WAL device may not be declared in the file yet: create it on
             // the data directory, as the default `wal` device is.
@@ -224,6 +250,8 @@ mod tests {
             "3",
             "--durability",
             "async",
+            "--tier",
+            "hybrid",
             "--device-profile",
             "nvme",
             "--io-backend",
@@ -248,6 +276,7 @@ mod tests {
         assert_eq!(config.server.resp_listen, "127.0.0.1:6390");
         assert_eq!(config.shards, 3);
         assert_eq!(config.storage.durability, Durability::Async);
+        assert_eq!(config.storage.tier, Tier::Hybrid);
         assert_eq!(config.devices[&config.storage.wal_device].profile, "nvme");
         assert_eq!(config.io.backend, Backend::Fallback);
         assert_eq!(config.server.max_connections, 7);

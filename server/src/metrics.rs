@@ -83,6 +83,7 @@ fn render_server(p: &mut PromText, shared: &Shared) {
             ("version", facts.version),
             ("backend", &facts.backend),
             ("durability", &facts.durability),
+            ("tier", &facts.tier),
             ("shards", &shards),
         ],
         1.0,

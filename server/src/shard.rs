@@ -32,6 +32,8 @@ pub struct ServerFacts {
     pub version: &'static str,
     pub backend: String,
     pub durability: String,
+    /// `storage.tier`: `memory` or `hybrid`.
+    pub tier: String,
     pub shard_count: usize,
     /// The RESP listener's address, when enabled.
     pub resp_listen: Option<SocketAddr>,

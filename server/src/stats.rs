@@ -30,6 +30,7 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
             version: facts.version.to_string(),
             backend: facts.backend.clone(),
             durability: facts.durability.clone(),
+            tier: facts.tier.clone(),
             shards: facts.shard_count as u64,
             uptime_s: shared.started.elapsed().as_secs(),
             connections: shared.connections_open() as u64,

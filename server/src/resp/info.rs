@@ -445,8 +445,9 @@ fn info_text(ctx: &ShardContext, asked: &[String]) -> String {
                 let aof = u8::from(facts.durability != "none");
                 let _ = write!(
                     t,
-                    "# Persistence\r\nloading:0\r\naof_enabled:{aof}\r\nrdb_changes_since_last_save:0\r\nringkv_durability:{}\r\n",
-                    facts.durability
+                    "# Persistence\r\nloading:0\r\naof_enabled:{aof}\r\nrdb_changes_since_last_save:0\r\nringkv_durability:{}\r\nringkv_tier:{}\r\n",
+                    facts.durability,
+                    facts.tier
                 );
             }
             "stats" => {
