@@ -181,6 +181,50 @@ stats_group! {
 }
 
 stats_group! {
+    /// `tier.*`: the hybrid tier, all shards (all zero on the memory tier).
+    pub struct TierStats at "tier" {
+        /// Bytes of RAM the hybrid index holds (slots, overflow marks, spilled keys).
+        index_bytes: u64, "gauge", "bytes";
+        /// Bytes of RAM the read cache holds (records and their bookkeeping).
+        cache_bytes: u64, "gauge", "bytes";
+        /// Index RAM per key, in thousandths of a byte (7100 = 7.1 bytes per key).
+        index_millibytes_per_key: u64, "gauge", "millibytes";
+        /// Cache RAM per key, in thousandths of a byte.
+        cache_millibytes_per_key: u64, "gauge", "millibytes";
+        /// Value segment files.
+        segments: u64, "gauge", "segments";
+        /// Bytes of value segment files that hold records.
+        segment_bytes: u64, "gauge", "bytes";
+        /// Record bytes the index points to (the rest is garbage GC reclaims).
+        live_bytes: u64, "gauge", "bytes";
+        /// Live record bytes as a percent of record bytes in segments.
+        live_percent: u64, "gauge", "percent";
+        /// GC passes (one victim segment each) since start.
+        gc_runs: u64, "count", "passes";
+        /// Bytes GC read from victim segments since start.
+        gc_bytes_read: u64, "count", "bytes";
+        /// Bytes of live records GC wrote again since start.
+        gc_bytes_written: u64, "count", "bytes";
+        /// Reads answered by the read cache since start.
+        cache_hits: u64, "count", "reads";
+        /// Reads the read cache could not answer since start.
+        cache_misses: u64, "count", "reads";
+        /// Cache hits as a percent of cache lookups since start.
+        cache_hit_percent: u64, "gauge", "percent";
+        /// Device reads of value segments since start (cold GETs, key checks, GC).
+        cold_reads: u64, "count", "reads";
+        /// Median latency of a cold read since start (upper bucket bound).
+        cold_read_p50_us: u64, "gauge", "microseconds";
+        /// 99th percentile latency of a cold read since start (upper bucket bound).
+        cold_read_p99_us: u64, "gauge", "microseconds";
+        /// Reads answered VALUE_UNREADABLE (device error or checksum mismatch) since start.
+        read_errors: u64, "count", "reads";
+        /// Keys past the index's sized capacity (storage.index_keys), at ~40 bytes each.
+        spilled_keys: u64, "gauge", "keys";
+    }
+}
+
+stats_group! {
     /// `wal.*`: the write-ahead logs of all shards.
     pub struct WalStats at "wal" {
         /// Bytes written to WAL segments since start (payload, padding and seals).
@@ -269,6 +313,7 @@ pub struct Stats {
     pub ops: OpsStats,
     pub resp: RespStats,
     pub engine: EngineStats,
+    pub tier: TierStats,
     pub wal: WalStats,
     pub txn: TxnStats,
     /// By device name.
@@ -285,6 +330,7 @@ impl Stats {
         self.ops.push_pairs("ops", &mut out);
         self.resp.push_pairs("resp", &mut out);
         self.engine.push_pairs("engine", &mut out);
+        self.tier.push_pairs("tier", &mut out);
         self.wal.push_pairs("wal", &mut out);
         self.txn.push_pairs("txn", &mut out);
         for (name, d) in &self.devices {
@@ -316,6 +362,9 @@ impl Stats {
                 }
                 "engine" => {
                     stats.engine.set(name, rest, value)?;
+                }
+                "tier" => {
+                    stats.tier.set(name, rest, value)?;
                 }
                 "wal" => {
                     stats.wal.set(name, rest, value)?;
@@ -353,6 +402,7 @@ impl Stats {
             .chain(OpsStats::FIELDS)
             .chain(RespStats::FIELDS)
             .chain(EngineStats::FIELDS)
+            .chain(TierStats::FIELDS)
             .chain(WalStats::FIELDS)
             .chain(TxnStats::FIELDS)
             .chain(DeviceStats::FIELDS)

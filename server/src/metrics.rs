@@ -238,6 +238,95 @@ fn render_server(p: &mut PromText, shared: &Shared) {
     );
 }
 
+/// The hybrid tier's gauges and counters of one shard.
+fn render_hybrid(
+    p: &mut PromText,
+    l: &[(&str, &str)],
+    h: &engine::tier::HybridStats,
+    latency: &engine::histogram::HistogramSnapshot,
+) {
+    for (name, help, v) in [
+        (
+            "ringkv_tier_index_bytes",
+            "Bytes of RAM the hybrid index holds.",
+            h.index_bytes,
+        ),
+        (
+            "ringkv_tier_cache_bytes",
+            "Bytes of RAM the hybrid read cache holds.",
+            h.cache_bytes,
+        ),
+        ("ringkv_tier_segments", "Value segment files.", h.segments),
+        (
+            "ringkv_tier_segment_bytes",
+            "Bytes of value segment files that hold records.",
+            h.segment_bytes,
+        ),
+        (
+            "ringkv_tier_live_bytes",
+            "Record bytes the index points to.",
+            h.live_bytes,
+        ),
+        (
+            "ringkv_tier_record_bytes",
+            "Record bytes in value segments, live or not.",
+            h.record_bytes,
+        ),
+        (
+            "ringkv_tier_spilled_keys",
+            "Keys past the index's sized capacity.",
+            h.spilled_keys,
+        ),
+    ] {
+        p.gauge(name, help, l, v as f64);
+    }
+    for (name, help, v) in [
+        (
+            "ringkv_tier_gc_runs_total",
+            "GC passes (one victim segment each).",
+            h.gc_runs,
+        ),
+        (
+            "ringkv_tier_gc_read_bytes_total",
+            "Bytes GC read from victim segments.",
+            h.gc_bytes_read,
+        ),
+        (
+            "ringkv_tier_gc_written_bytes_total",
+            "Bytes of live records GC wrote again.",
+            h.gc_bytes_written,
+        ),
+        (
+            "ringkv_tier_cache_hits_total",
+            "Reads answered by the read cache.",
+            h.cache_hits,
+        ),
+        (
+            "ringkv_tier_cache_misses_total",
+            "Reads the read cache could not answer.",
+            h.cache_misses,
+        ),
+        (
+            "ringkv_tier_cold_reads_total",
+            "Device reads of value segments.",
+            h.device_reads,
+        ),
+        (
+            "ringkv_tier_read_errors_total",
+            "Reads answered VALUE_UNREADABLE.",
+            h.read_errors,
+        ),
+    ] {
+        p.counter(name, help, l, v);
+    }
+    p.gauge(
+        "ringkv_tier_cold_read_p99_seconds",
+        "99th percentile latency of a cold read since start (upper bucket bound).",
+        l,
+        latency.quantile(0.99) as f64 / 1e6,
+    );
+}
+
 fn render_shard(p: &mut PromText, s: &ShardMetrics) {
     let shard = s.shard.to_string();
     let l = [("shard", shard.as_str())];
@@ -271,6 +360,9 @@ fn render_shard(p: &mut PromText, s: &ShardMetrics) {
         &l,
         s.ops_failed,
     );
+    if let Some(h) = &s.hybrid {
+        render_hybrid(p, &l, h, &s.cold_read_latency_us);
+    }
     p.gauge(
         "ringkv_shard_queue_depth",
         "Sub-batches waiting in the shard's inbound channel.",

@@ -9,7 +9,7 @@
 use engine::histogram::HistogramSnapshot;
 use engine::metrics::EngineMetrics;
 use ringkv_protocol::stats::{
-    EngineStats, OpsStats, RespStats, ServerStats, ShardStats, Stats, TxnStats, WalStats,
+    EngineStats, OpsStats, RespStats, ServerStats, ShardStats, Stats, TierStats, TxnStats, WalStats,
 };
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -58,6 +58,7 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
             expiring_keys: engine.shards.iter().map(|s| s.expiring_keys).sum(),
             expired_keys: engine.shards.iter().map(|s| s.expired_keys).sum(),
         },
+        tier: tier_stats(engine),
         wal: WalStats {
             bytes_written: engine.shards.iter().map(|s| s.wal_bytes_written).sum(),
             flushes: engine.shards.iter().map(|s| s.wal_flushes).sum(),
@@ -83,6 +84,48 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
             })
             .collect(),
     }
+}
+
+/// The `tier.*` group: the hybrid tier's counters summed over the shards.
+pub fn tier_stats(engine: &EngineMetrics) -> TierStats {
+    let mut t = TierStats::default();
+    let mut latency = HistogramSnapshot::default();
+    let mut keys = 0;
+    let mut record_bytes = 0;
+    for s in &engine.shards {
+        latency.merge(&s.cold_read_latency_us);
+        let Some(h) = &s.hybrid else { continue };
+        keys += h.keys;
+        t.index_bytes += h.index_bytes;
+        t.cache_bytes += h.cache_bytes;
+        t.segments += h.segments;
+        t.segment_bytes += h.segment_bytes;
+        t.live_bytes += h.live_bytes;
+        record_bytes += h.record_bytes;
+        t.gc_runs += h.gc_runs;
+        t.gc_bytes_read += h.gc_bytes_read;
+        t.gc_bytes_written += h.gc_bytes_written;
+        t.cache_hits += h.cache_hits;
+        t.cache_misses += h.cache_misses;
+        t.cold_reads += h.device_reads;
+        t.read_errors += h.read_errors;
+        t.spilled_keys += h.spilled_keys;
+    }
+    if keys > 0 {
+        t.index_millibytes_per_key = t.index_bytes * 1000 / keys;
+        t.cache_millibytes_per_key = t.cache_bytes * 1000 / keys;
+    }
+    if record_bytes > 0 {
+        t.live_percent = (t.live_bytes * 100 / record_bytes).min(100);
+    }
+    if t.cache_hits + t.cache_misses > 0 {
+        t.cache_hit_percent = t.cache_hits * 100 / (t.cache_hits + t.cache_misses);
+    }
+    if latency.count() > 0 {
+        t.cold_read_p50_us = latency.quantile(0.5);
+        t.cold_read_p99_us = latency.quantile(0.99);
+    }
+    t
 }
 
 /// The `txn.*` group from the engine's transaction counters.

@@ -80,6 +80,8 @@ pub struct HybridStats {
     pub cache_misses: u64,
     pub segments: u64,
     pub segment_bytes: u64,
+    /// Record bytes appended to the open segments (live or not).
+    pub record_bytes: u64,
     pub live_bytes: u64,
     pub device_reads: u64,
     pub device_bytes_read: u64,
@@ -165,11 +167,12 @@ impl<D: Disk> HybridTier<D> {
 impl<D: Disk> Inner<D> {
     fn stats(&self) -> HybridStats {
         let segs = self.log.segs.iter().flatten();
-        let (mut segments, mut bytes, mut live) = (0, 0, 0);
+        let (mut segments, mut bytes, mut records, mut live) = (0, 0, 0, 0);
         for s in segs {
             segments += 1;
             bytes += s.end;
-            live += s.live_bytes;
+            records += s.total_bytes;
+            live += s.live_bytes.min(s.total_bytes);
         }
         HybridStats {
             keys: self.index.len(),
@@ -180,6 +183,7 @@ impl<D: Disk> Inner<D> {
             cache_misses: self.cache.misses,
             segments,
             segment_bytes: bytes,
+            record_bytes: records,
             live_bytes: live,
             device_reads: self.log.reads,
             device_bytes_read: self.log.bytes_read,
