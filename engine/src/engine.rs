@@ -220,16 +220,13 @@ impl Engine {
             }
         }
 
-        let shards_u64 = shard_count as u64;
+        let (cache_bytes, index_keys) = per_shard_budgets(s, shard_count);
         let settings = ShardSettings {
             durability,
             tier,
-            // The whole server's budgets, split evenly: the cache rounds
-            // down (the total stays within the budget), the index rounds up
-            // (the total is sized for at least the configured keys).
-            cache_bytes: s.cache_bytes.as_u64() / shards_u64,
+            cache_bytes,
             value_segment_bytes: s.value_segment_size.as_u64(),
-            index_keys: s.index_keys.div_ceil(shards_u64),
+            index_keys,
             gc_garbage_percent: s.gc_garbage_percent,
             segment_bytes,
             group_commit_max_bytes,
@@ -487,6 +484,18 @@ impl Drop for Engine {
     }
 }
 
+/// One shard's part of the server-wide hybrid-tier budgets, as
+/// (`cache_bytes`, `index_keys`): split evenly, the cache rounded down (the
+/// shards together stay within `storage.cache_bytes`), the index rounded up
+/// (together they are sized for at least `storage.index_keys`).
+fn per_shard_budgets(s: &tunables::StorageConfig, shard_count: usize) -> (u64, u64) {
+    let shards = (shard_count as u64).max(1);
+    (
+        s.cache_bytes.as_u64() / shards,
+        s.index_keys.div_ceil(shards),
+    )
+}
+
 fn stop_threads(halts: &[flume::Sender<()>], threads: Vec<JoinHandle<()>>) {
     for h in halts {
         let _ = h.try_send(());
@@ -630,5 +639,25 @@ impl Handle {
     /// See [`Engine::metrics`].
     pub fn metrics(&self) -> EngineMetrics {
         self.shared.metrics()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hybrid_budgets_split_evenly_across_shards() {
+        let mut s = tunables::StorageConfig {
+            cache_bytes: tunables::ByteSize(1000),
+            index_keys: 1025,
+            ..Default::default()
+        };
+        assert_eq!(per_shard_budgets(&s, 1), (1000, 1025));
+        // The cache never exceeds its total; the index covers at least its keys.
+        assert_eq!(per_shard_budgets(&s, 3), (333, 342));
+        assert_eq!(per_shard_budgets(&s, 4), (250, 257));
+        s.cache_bytes = tunables::ByteSize(0);
+        assert_eq!(per_shard_budgets(&s, 4).0, 0);
     }
 }

@@ -69,6 +69,7 @@ fn cli_round_trips() {
         text.lines().any(|l| l == "server.durability sync"),
         "{text}"
     );
+    assert!(text.lines().any(|l| l == "server.tier memory"), "{text}");
 }
 
 #[test]

@@ -212,6 +212,7 @@ fn string_commands_across_shards() {
         "cluster_enabled:0",
         "db0:keys=6",
         "# Ringkv",
+        "ringkv_tier:memory",
     ] {
         assert!(info.contains(field), "INFO lacks {field}:\n{info}");
     }

@@ -203,6 +203,7 @@ fn stats_has_every_contracted_name() {
             "server.version",
             "server.backend",
             "server.durability",
+            "server.tier",
             "server.shards",
             "server.uptime_s",
             "server.connections",
@@ -321,6 +322,11 @@ fn metrics_endpoint_serves_prometheus_text_with_device_labels() {
     ] {
         assert!(body.contains(needle), "missing {needle:?} in:\n{body}");
     }
+    let info = body
+        .lines()
+        .find(|l| l.starts_with("ringkv_info{"))
+        .expect("ringkv_info sample");
+    assert!(info.contains("tier=\"memory\""), "{info}");
     // Every sample line is `name{labels} value` or `name value`.
     for line in body.lines().filter(|l| !l.starts_with('#')) {
         let value = line.rsplit(' ').next().unwrap();
