@@ -192,22 +192,11 @@ fn fresh_directory_records_the_configured_tier() {
     let raw = disk.read_durable(&manifest_path()).expect("manifest");
     assert_eq!(raw, manifest_bytes(2, 1, Some(0)));
 
-    // The hybrid tier: the manifest is settled before any shard starts, so
-    // it records the tier whether or not this build can run it yet.
+    // The hybrid tier.
     let disk = SimDisk::new(5);
-    match Engine::open_with_disk(&config(1, Tier::Hybrid), disk.clone()) {
-        Ok(engine) => {
-            assert_eq!(engine.tier(), Tier::Hybrid);
-            engine.shutdown().expect("shutdown");
-        }
-        Err(e) => {
-            let text = e.root().to_string();
-            assert!(
-                text.contains("storage.tier = \"hybrid\" is not available in this build yet"),
-                "{text}"
-            );
-        }
-    }
+    let engine = Engine::open_with_disk(&config(1, Tier::Hybrid), disk.clone()).expect("open");
+    assert_eq!(engine.tier(), Tier::Hybrid);
+    engine.shutdown().expect("shutdown");
     assert_eq!(load(&disk), Manifest::current(1, Tier::Hybrid));
     let raw = disk.read_durable(&manifest_path()).expect("manifest");
     assert_eq!(raw, manifest_bytes(2, 1, Some(1)));
