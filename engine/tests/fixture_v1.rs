@@ -8,7 +8,6 @@
 
 use engine::io::real::RealDisk;
 use engine::layout::ShardPaths;
-use engine::tier::Tier;
 use engine::wal::format::{decode_segment_header, record_size, seal_size, BLOCK_BYTES};
 use engine::wal::recovery::{recover, RecoveryCase, RecoveryConfig};
 use engine::{Engine, Op, OpResult};

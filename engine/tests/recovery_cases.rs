@@ -11,7 +11,6 @@ use common::*;
 use engine::io::sim::{SimDisk, SimFile};
 use engine::io::{AlignedBuf, Disk, DiskFile};
 use engine::layout::ShardPaths;
-use engine::tier::Tier;
 use engine::wal::format::{record_size, RecordKind, BLOCK_BYTES};
 use engine::wal::recovery::{recover, Recovered, RecoveryCase, RecoveryConfig};
 use engine::wal::writer::{Reserve, WalAppender};

@@ -111,16 +111,14 @@ pub fn tier_stats(engine: &EngineMetrics) -> TierStats {
         t.read_errors += h.read_errors;
         t.spilled_keys += h.spilled_keys;
     }
-    if keys > 0 {
-        t.index_millibytes_per_key = t.index_bytes * 1000 / keys;
-        t.cache_millibytes_per_key = t.cache_bytes * 1000 / keys;
-    }
-    if record_bytes > 0 {
-        t.live_percent = (t.live_bytes * 100 / record_bytes).min(100);
-    }
-    if t.cache_hits + t.cache_misses > 0 {
-        t.cache_hit_percent = t.cache_hits * 100 / (t.cache_hits + t.cache_misses);
-    }
+    t.index_millibytes_per_key = (t.index_bytes * 1000).checked_div(keys).unwrap_or(0);
+    t.cache_millibytes_per_key = (t.cache_bytes * 1000).checked_div(keys).unwrap_or(0);
+    t.live_percent = (t.live_bytes * 100)
+        .checked_div(record_bytes)
+        .map_or(0, |p| p.min(100));
+    t.cache_hit_percent = (t.cache_hits * 100)
+        .checked_div(t.cache_hits + t.cache_misses)
+        .unwrap_or(0);
     if latency.count() > 0 {
         t.cold_read_p50_us = latency.quantile(0.5);
         t.cold_read_p99_us = latency.quantile(0.99);

@@ -70,6 +70,10 @@ impl Cache {
         self.map.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
     /// The record at `addr`, if cached (counts a hit or a miss).
     pub fn get(&mut self, addr: u32) -> Option<Record> {
         match self.map.get_mut(&addr) {

@@ -65,7 +65,7 @@ impl KeyHash {
     }
 
     fn home(self, buckets: usize) -> usize {
-        (((self.mixed >> 16) & 0xFFFF_FFFF) * buckets as u64 >> 32) as usize
+        ((((self.mixed >> 16) & 0xFFFF_FFFF) * buckets as u64) >> 32) as usize
     }
 }
 
@@ -150,6 +150,10 @@ impl Index {
 
     pub fn len(&self) -> u64 {
         self.parts.iter().map(|p| p.len + p.spilled).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Bytes the index holds (slots, marks and spilled entries). Slots of

@@ -676,7 +676,7 @@ impl<D: Disk> Tier for HybridTier<D> {
             }
         }
         for slot in gone {
-            if let Err(e) = st.log.remove(slot as u32) {
+            if let Err(e) = st.log.remove(slot) {
                 tracing::warn!(error = %e, "could not remove a value segment emptied by GC");
             }
         }
