@@ -11,7 +11,9 @@
 //!   0 = all good, 1 = wrong/failed answers, 2 = could not run,
 //!   130 = interrupted (SIGINT/SIGTERM; temporary data is removed first).
 
-use crate::cli::{format_count, Cli, Command, DurabilityArg, RunArgs, TargetArg, WorkloadArg};
+use crate::cli::{
+    format_count, Cli, Command, DurabilityArg, RunArgs, TargetArg, TierArg, WorkloadArg,
+};
 use crate::driver::DriverError;
 use crate::embedded::{EmbeddedError, EmbeddedServer, EmbeddedStorage};
 use crate::engine_target::EngineTarget;
@@ -247,20 +249,34 @@ fn check_sweep_fits(args: &RunArgs, s: &Settings) -> Result<(), AppError> {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
         n => u64::from(n),
     };
-    let shard_disk = crate::capacity::per_shard_disk_bytes(&tunables::Config::default());
+    let config = tunables::Config::default();
+    let shard_disk = crate::capacity::per_shard_disk_bytes(&config);
+    let storage = args.storage();
     let needs: Vec<crate::capacity::Need> = s
         .sweep_sizes
         .iter()
         .map(|&n| {
-            crate::capacity::need(
-                n,
-                n + s.sweep_warmup_ops,
-                key as u64,
-                value as u64,
-                logs,
-                shards,
-                shard_disk,
-            )
+            let items = n + s.sweep_warmup_ops;
+            match storage.tier {
+                TierArg::Memory => crate::capacity::need(
+                    n,
+                    items,
+                    key as u64,
+                    value as u64,
+                    logs,
+                    shards,
+                    shard_disk,
+                ),
+                TierArg::Hybrid => crate::capacity::need_hybrid(
+                    n,
+                    items,
+                    key as u64,
+                    value as u64,
+                    storage.cache_bytes.unwrap_or(config.storage.cache_bytes).0,
+                    shards,
+                    shard_disk,
+                ),
+            }
         })
         .collect();
     crate::capacity::check(
@@ -405,11 +421,21 @@ pub async fn run_all(
             };
             for size in sizes {
                 let kind = args.target_kind();
+                // The hybrid index is sized for the items this run stores
+                // (unless --index-keys says otherwise).
+                let mut storage = args.storage();
+                if storage.tier == TierArg::Hybrid && storage.index_keys.is_none() {
+                    let items = match size {
+                        Some(n) => n + s.sweep_warmup_ops,
+                        None => s.records,
+                    };
+                    let default = tunables::Config::default().storage.index_keys;
+                    storage.index_keys = Some(default.max(items + items / 8));
+                }
                 match kind {
                     TargetArg::Engine => {
                         let target =
-                            start_engine(device, durability, args.shard_count(), args.storage())
-                                .await?;
+                            start_engine(device, durability, args.shard_count(), storage).await?;
                         let got = match size {
                             // Closed loop: client loops on the engine's own threads.
                             Some(n) if s.pacing == crate::driver::Pacing::Closed => {
@@ -432,8 +458,7 @@ pub async fn run_all(
                     }
                     TargetArg::Server => {
                         let server =
-                            start_embedded(device, durability, args.shard_count(), args.storage())
-                                .await?;
+                            start_embedded(device, durability, args.shard_count(), storage).await?;
                         let target = RingkvTarget::new(server.addr().to_string(), timeout);
                         let got = run_one(&target, args.workload, s, size, device, rows).await;
                         let stopped = stop_embedded(server).await;

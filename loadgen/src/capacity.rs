@@ -76,6 +76,32 @@ pub fn need(
     }
 }
 
+/// What the hybrid tier needs for the same items: RAM for the index (6
+/// bytes a slot at 85% load, counted as 8 per item) plus the whole read
+/// cache; disk for the WAL record, the segment record (16-byte aligned,
+/// counted twice: GC lets garbage reach half of the segments at the
+/// default `gc_garbage_percent`), and two index checkpoints.
+pub fn need_hybrid(
+    size: u64,
+    items: u64,
+    key_bytes: u64,
+    value_bytes: u64,
+    cache_bytes: u64,
+    shards: u64,
+    shard_disk_bytes: u64,
+) -> Need {
+    let record = (8 + key_bytes + value_bytes).div_ceil(16) * 16;
+    let disk_per_item = WAL_RECORD_HEADER_BYTES + key_bytes + value_bytes + 2 * record + 2 * 8;
+    Need {
+        size,
+        items,
+        ram_bytes: items.saturating_mul(8).saturating_add(cache_bytes),
+        disk_bytes: items
+            .saturating_mul(disk_per_item)
+            .saturating_add(shards.saturating_mul(shard_disk_bytes)),
+    }
+}
+
 /// Bytes of RAM the kernel says are available (`MemAvailable`).
 pub fn available_ram_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -111,7 +137,7 @@ pub fn check(needs: &[Need], ram: Option<u64>, disk: Option<u64>) -> Result<(), 
         if let Some(ram) = ram {
             if n.ram_bytes > ram {
                 why.push(format!(
-                    "RAM {} needed ({} B per item in the memory tier) vs {} available",
+                    "RAM {} needed ({} B per item) vs {} available",
                     gb(n.ram_bytes),
                     n.ram_bytes / n.items.max(1),
                     gb(ram)
@@ -121,7 +147,7 @@ pub fn check(needs: &[Need], ram: Option<u64>, disk: Option<u64>) -> Result<(), 
         if let Some(disk) = disk {
             if n.disk_bytes > disk {
                 why.push(format!(
-                    "disk {} needed (WAL and two snapshots) vs {} available",
+                    "disk {} needed (WAL, segments and checkpoints) vs {} available",
                     gb(n.disk_bytes),
                     gb(disk)
                 ));
@@ -145,7 +171,7 @@ pub fn check(needs: &[Need], ram: Option<u64>, disk: Option<u64>) -> Result<(), 
         None => String::new(),
     };
     Err(format!(
-        "sweep sizes that cannot fit this machine (the memory tier keeps every item in RAM):\n  {}{hint}",
+        "sweep sizes that cannot fit this machine (the memory tier keeps every item in RAM; the hybrid tier needs ~8 B of RAM per item plus its cache):\n  {}{hint}",
         problems.join("\n  ")
     ))
 }
@@ -182,6 +208,18 @@ mod tests {
         assert!(!err.contains("N = 50M"), "{err}");
         assert!(check(&needs[..1], Some(ram), Some(disk)).is_ok());
         assert!(check(&needs, None, None).is_ok(), "unknown = not checked");
+    }
+
+    #[test]
+    fn the_hybrid_tier_needs_a_few_bytes_of_ram_per_item() {
+        // The seed's 2G items of 8 + 32 bytes: 16 GB of index + the cache.
+        let n = need_hybrid(2_000_000_000, 2_000_000_000, 8, 32, 1 << 30, 2, 384 << 20);
+        assert_eq!(n.ram_bytes, 2_000_000_000 * 8 + (1 << 30));
+        // WAL 72 + 2 x 48 of segments + 16 of checkpoints = 184 B per item.
+        assert_eq!(n.disk_bytes, 2_000_000_000 * 184 + 2 * (384 << 20));
+        let err = check(&[n], Some(24_000_000_000), Some(60_000_000_000)).unwrap_err();
+        assert!(err.contains("disk 368.8 GB needed"), "{err}");
+        assert!(!err.contains("B per item) vs"), "no RAM problem: {err}");
     }
 
     #[test]

@@ -1009,7 +1009,7 @@ mod tests {
                 c.storage.cache_bytes = ByteSize(ByteSize::gib(1024).0 + 1)
             }),
             ("storage.value_segment_size", |c| {
-                c.storage.value_segment_size = ByteSize::kib(1020)
+                c.storage.value_segment_size = ByteSize::kib(60)
             }),
             ("storage.value_segment_size", |c| {
                 c.storage.value_segment_size = ByteSize(ByteSize::gib(4).0 + 4096)
