@@ -37,6 +37,10 @@ const SEGMENT_MAGIC: [u8; 8] = *b"RKVSEGV1";
 const SEGMENT_VERSION: u32 = 1;
 /// Size of the RAM buffer appends go through.
 const CHUNK: usize = 1 << 20;
+/// Blocks read lately that are kept (1 MiB): reads of records that sit
+/// side by side (a scan in write order, a key written after its
+/// neighbours) take one device read per block, not per record.
+pub const RECENT_BLOCKS: usize = 256;
 pub const FLAG_VALUE: u8 = 1;
 pub const FLAG_EXPIRES: u8 = 0x80;
 pub const RECORD_HEADER: usize = 8;
@@ -146,6 +150,11 @@ pub struct ValueLog<D: Disk> {
     cursor: u64,
     /// Slots written since the last flush (fdatasync due).
     unsynced: Vec<u32>,
+    /// Recently read blocks, by (slot, block), and their order.
+    recent: std::collections::HashMap<(u32, u64), Box<[u8]>>,
+    recent_order: std::collections::VecDeque<(u32, u64)>,
+    /// Reads answered from those.
+    pub recent_hits: u64,
     /// Device reads done (cold reads and GC reads).
     pub reads: u64,
     pub bytes_read: u64,
@@ -207,6 +216,9 @@ impl<D: Disk> ValueLog<D> {
             chunk_start: 0,
             cursor: 0,
             unsynced: Vec::new(),
+            recent: std::collections::HashMap::new(),
+            recent_order: std::collections::VecDeque::new(),
+            recent_hits: 0,
             reads: 0,
             bytes_read: 0,
             bytes_written: 0,
@@ -519,7 +531,13 @@ impl<D: Disk> ValueLog<D> {
     /// checked, with the CRC words removed: from the RAM buffer for the
     /// active segment's unwritten blocks, from the device otherwise (one
     /// read).
-    fn read_blocks(&mut self, slot: u32, first: u64, count: u64) -> Result<Vec<u8>, ReadError> {
+    fn read_blocks(
+        &mut self,
+        slot: u32,
+        first: u64,
+        count: u64,
+        remember: bool,
+    ) -> Result<Vec<u8>, ReadError> {
         let seg = match self.segs.get(slot as usize).and_then(|s| s.as_ref()) {
             Some(s) => s,
             None => {
@@ -537,7 +555,14 @@ impl<D: Disk> ValueLog<D> {
             u64::MAX
         };
         let disk_count = count.min(in_ram_from.saturating_sub(first));
-        if disk_count > 0 {
+        let cached = disk_count > 0
+            && (first..first + disk_count).all(|b| self.recent.contains_key(&(slot, b)));
+        if cached {
+            for b in first..first + disk_count {
+                out.extend_from_slice(&self.recent[&(slot, b)]);
+            }
+            self.recent_hits += 1;
+        } else if disk_count > 0 {
             let offset = first * BLOCK as u64;
             let mut buf = AlignedBuf::with_capacity(disk_count as usize * BLOCK);
             let n = seg
@@ -575,6 +600,11 @@ impl<D: Disk> ValueLog<D> {
                 }
                 out.extend_from_slice(&block[..PAYLOAD]);
             }
+            if remember {
+                for (i, block) in buf.as_slice().chunks_exact(BLOCK).enumerate() {
+                    self.remember(slot, first + i as u64, &block[..PAYLOAD]);
+                }
+            }
         }
         for b in first + disk_count..first + count {
             let at = ((b - in_ram_from) * BLOCK as u64) as usize;
@@ -587,6 +617,19 @@ impl<D: Disk> ValueLog<D> {
             out.extend_from_slice(&block);
         }
         Ok(out)
+    }
+
+    /// Keeps a block just read among the recent ones (blocks are never
+    /// rewritten, so a kept block stays right until its segment goes).
+    fn remember(&mut self, slot: u32, block: u64, payload: &[u8]) {
+        if self.recent.insert((slot, block), payload.into()).is_none() {
+            self.recent_order.push_back((slot, block));
+        }
+        while self.recent_order.len() > RECENT_BLOCKS {
+            if let Some(old) = self.recent_order.pop_front() {
+                self.recent.remove(&old);
+            }
+        }
     }
 
     /// Reads the record at `addr` (`span`: the index's hint that it runs
@@ -610,7 +653,7 @@ impl<D: Disk> ValueLog<D> {
             .and_then(|s| s.as_ref())
             .map_or(0, |s| s.end.div_ceil(BLOCK as u64));
         let count = (u64::from(span) + 1).min(seg_blocks.saturating_sub(first).max(1));
-        let mut bytes = self.read_blocks(slot, first, count)?;
+        let mut bytes = self.read_blocks(slot, first, count, true)?;
         let h = &bytes[in_block..];
         let flags = h[0];
         let key_len = u32::from_le_bytes([h[1], h[2], h[3], 0]) as usize;
@@ -635,7 +678,7 @@ impl<D: Disk> ValueLog<D> {
         if need > bytes.len() {
             let have = bytes.len() as u64 / PAYLOAD as u64;
             let more = (need - bytes.len()).div_ceil(PAYLOAD) as u64;
-            let rest = self.read_blocks(slot, first + have, more)?;
+            let rest = self.read_blocks(slot, first + have, more, true)?;
             bytes.extend_from_slice(&rest);
         }
         let body = &bytes[in_block..in_block + size as usize];
@@ -670,7 +713,7 @@ impl<D: Disk> ValueLog<D> {
         if blocks <= 1 {
             return Ok(out);
         }
-        let payload = self.read_blocks(slot, 1, blocks - 1)?;
+        let payload = self.read_blocks(slot, 1, blocks - 1, false)?;
         let mut pos = BLOCK as u64;
         while pos < end {
             let logical = ((pos / BLOCK as u64 - 1) * PAYLOAD as u64 + pos % BLOCK as u64) as usize;
@@ -726,6 +769,9 @@ impl<D: Disk> ValueLog<D> {
 
     /// Closes a segment's slot and removes its file.
     pub fn remove(&mut self, slot: u32) -> io::Result<()> {
+        // The slot will name another segment: forget its blocks.
+        self.recent.retain(|&(s, _), _| s != slot);
+        self.recent_order.retain(|&(s, _)| s != slot);
         if let Some(seg) = self.segs[slot as usize].take() {
             let path = seg.path.clone();
             drop(seg);

@@ -573,6 +573,7 @@ impl<D: Disk> Tier for HybridTier<D> {
             + st.cache.bytes()
             + st.expiring.len() as u64 * EXPIRING_KEY_BYTES
             + (1 << 20)
+            + (log::RECENT_BLOCKS * log::BLOCK) as u64
     }
 
     fn partition_count(&self) -> usize {
