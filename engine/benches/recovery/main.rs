@@ -1,5 +1,12 @@
 //! `cargo bench -p ringkv-engine --bench recovery -- [--keys N] [--passes N]
-//! [--value-size N] [--shards N] [--dir PATH] [--checkpoint-wal-bytes N]`
+//! [--value-size N] [--key-size 8|16] [--shards N] [--dir PATH]
+//! [--checkpoint-wal-bytes N] [--tier memory|hybrid] [--cache-bytes N]`
+//!
+//! With `--tier hybrid` the index is sized for `--keys`, and the fill also
+//! reports VmRSS growth per key and the index's own bytes per key (the
+//! hybrid tier's RAM figure in docs/benchmarks.md). `--key-size 8` writes
+//! the key number as 8 bytes (the MapDB/ChronicleMap seed's shape with
+//! `--value-size 32`).
 //!
 //! Fills a `sync` engine with `--keys` distinct keys, written `--passes`
 //! times (batches of 1,000 from four threads; checkpoints happen as they
@@ -23,6 +30,17 @@ struct Options {
     dir: PathBuf,
     checkpoint_wal_bytes: Option<u64>,
     phase: String,
+    hybrid: bool,
+    cache_bytes: Option<u64>,
+    key_size: usize,
+}
+
+fn key(opts: &Options, k: u64) -> Bytes {
+    if opts.key_size == 8 {
+        Bytes::copy_from_slice(&k.to_be_bytes())
+    } else {
+        Bytes::from(format!("k{k:015}"))
+    }
 }
 
 fn vm_rss_bytes() -> u64 {
@@ -44,6 +62,14 @@ fn config(opts: &Options) -> Config {
     config.storage.durability = Durability::Sync;
     if let Some(b) = opts.checkpoint_wal_bytes {
         config.storage.checkpoint_wal_bytes = ByteSize(b);
+        config.storage.checkpoint_interval = tunables::Duration::from_secs(0);
+    }
+    if opts.hybrid {
+        config.storage.tier = tunables::Tier::Hybrid;
+        config.storage.index_keys = opts.keys.max(1024);
+        if let Some(c) = opts.cache_bytes {
+            config.storage.cache_bytes = ByteSize(c);
+        }
     }
     config
 }
@@ -67,6 +93,7 @@ fn bytes_under(dir: &Path, ext: &str) -> u64 {
 fn fill(opts: &Options) {
     let _ = std::fs::remove_dir_all(&opts.dir);
     std::fs::create_dir_all(&opts.dir).expect("create --dir");
+    let rss_before = vm_rss_bytes();
     let engine = Engine::open(&config(opts)).expect("open engine");
     let value = Bytes::from(vec![0xA5u8; opts.value_size]);
     let started = Instant::now();
@@ -85,7 +112,7 @@ fn fill(opts: &Options) {
                         let n = 1000.min(to - i);
                         let ops = (i..i + n)
                             .map(|k| Op::Put {
-                                key: Bytes::from(format!("k{k:015}")),
+                                key: key(opts, k),
                                 value: value.clone(),
                             })
                             .collect();
@@ -109,12 +136,31 @@ fn fill(opts: &Options) {
         tier >> 20,
         rss >> 20
     );
+    println!(
+        "fill: VmRSS grew {} MiB = {:.2} B per key",
+        rss.saturating_sub(rss_before) >> 20,
+        rss.saturating_sub(rss_before) as f64 / keys.max(1) as f64
+    );
+    let hybrid: Vec<_> = m.shards.iter().filter_map(|s| s.hybrid).collect();
+    if !hybrid.is_empty() {
+        let index: u64 = hybrid.iter().map(|h| h.index_bytes).sum();
+        let cache: u64 = hybrid.iter().map(|h| h.cache_bytes).sum();
+        let segs: u64 = hybrid.iter().map(|h| h.segment_bytes).sum();
+        println!(
+            "fill: hybrid index {} MiB = {:.2} B per key; cache {} MiB; value segments {} MiB",
+            index >> 20,
+            index as f64 / keys.max(1) as f64,
+            cache >> 20,
+            segs >> 20
+        );
+    }
     engine.shutdown().expect("shutdown");
 }
 
 fn recover(opts: &Options) {
     let data = opts.dir.join("data");
     let snap_bytes = bytes_under(&data, "snap");
+    let rss_before = vm_rss_bytes();
     let started = Instant::now();
     let engine = Engine::open(&config(opts)).expect("reopen engine");
     let wall = started.elapsed().as_secs_f64();
@@ -139,6 +185,11 @@ fn recover(opts: &Options) {
         loaded as f64 / 1e9 / wall,
         rss >> 20
     );
+    println!(
+        "recover: VmRSS grew {} MiB = {:.2} B per key",
+        rss.saturating_sub(rss_before) >> 20,
+        rss.saturating_sub(rss_before) as f64 / keys.max(1) as f64
+    );
     engine.shutdown().expect("shutdown");
 }
 
@@ -151,6 +202,9 @@ fn main() {
         dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-recovery"),
         checkpoint_wal_bytes: None,
         phase: "all".into(),
+        hybrid: false,
+        cache_bytes: None,
+        key_size: 16,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -175,6 +229,9 @@ fn main() {
                 opts.checkpoint_wal_bytes = Some(num(value("--checkpoint-wal-bytes")))
             }
             "--dir" => opts.dir = PathBuf::from(value("--dir")),
+            "--tier" => opts.hybrid = value("--tier") == "hybrid",
+            "--cache-bytes" => opts.cache_bytes = Some(num(value("--cache-bytes"))),
+            "--key-size" => opts.key_size = num(value("--key-size")) as usize,
             "--phase" => opts.phase = value("--phase"),
             "--bench" => {} // passed by `cargo bench`
             other => {
