@@ -100,6 +100,14 @@ cat "$work/putgettx.txt"
 grep -q "published, 4 servers" "$work/putgettx.txt" || fail "no published PutGetTx rows"
 grep -q "ringkv putgettx-contended" "$work/putgettx.txt" || fail "no PutGetTx row of ours"
 
+log "hybrid tier: a sweep over ~10x its read cache, every value read back checked"
+"$bin/loadgen" --workload sweep --tier hybrid --target server --device unthrottled \
+  --sweep-sizes 50K --cache-bytes 256KiB --threads 4 --batch 100 --timeout 60 >"$work/hybrid.txt"
+cat "$work/hybrid.txt"
+grep -q "tier hybrid" "$work/hybrid.txt" || fail "the hybrid run does not report its tier"
+grep -q "Storage(R/W)" "$work/hybrid.txt" || fail "no hybrid sweep table"
+if grep -q "ERRORS:" "$work/hybrid.txt"; then fail "the hybrid tier gave wrong or failed answers"; fi
+
 log "stopping ringkv-server (SIGTERM)"
 kill -TERM "$server_pid"
 for _ in $(seq 1 300); do
