@@ -700,23 +700,34 @@ impl<D: Disk> ValueLog<D> {
         })
     }
 
-    /// The record starts of segment `slot` in order, read in big chunks
-    /// (for GC). Stops at the segment's end or at the first block with no
-    /// record start (padding).
-    pub fn scan(&mut self, slot: u32) -> Result<Vec<(u32, Record)>, ReadError> {
+    /// The records of segment `slot` from file offset `from` (a record
+    /// start, or a block start), reading about `max_blocks` blocks (more
+    /// if one record needs them), in order. Returns them and where the next
+    /// call goes on; at or past the segment's end when it is done. Skips
+    /// the padding after a flush. For GC, which reads a victim a step at a
+    /// time.
+    pub fn scan_from(
+        &mut self,
+        slot: u32,
+        from: u64,
+        max_blocks: u64,
+    ) -> Result<(Vec<(u32, Record)>, u64), ReadError> {
         let end = match self.segs.get(slot as usize).and_then(|s| s.as_ref()) {
             Some(s) => s.end,
-            None => return Ok(Vec::new()),
+            None => return Ok((Vec::new(), u64::MAX)),
         };
-        let blocks = end.div_ceil(BLOCK as u64);
+        let total = end.div_ceil(BLOCK as u64);
+        let first = (from / BLOCK as u64).max(1);
         let mut out = Vec::new();
-        if blocks <= 1 {
-            return Ok(out);
+        if first >= total {
+            return Ok((out, end));
         }
-        let payload = self.read_blocks(slot, 1, blocks - 1, false)?;
-        let mut pos = BLOCK as u64;
+        let count = max_blocks.max(1).min(total - first);
+        let payload = self.read_blocks(slot, first, count, false)?;
+        let mut pos = from.max(BLOCK as u64);
         while pos < end {
-            let logical = ((pos / BLOCK as u64 - 1) * PAYLOAD as u64 + pos % BLOCK as u64) as usize;
+            let logical =
+                ((pos / BLOCK as u64 - first) * PAYLOAD as u64 + pos % BLOCK as u64) as usize;
             if logical + RECORD_HEADER > payload.len() {
                 break;
             }
@@ -731,11 +742,21 @@ impl<D: Disk> ValueLog<D> {
             let expires = h[0] & FLAG_EXPIRES != 0;
             let size = record_size(key_len, value_len, expires) as usize;
             if logical + size > payload.len() {
-                return Err(ReadError::Corrupt {
-                    file: self.path_of_slot(slot),
-                    offset: pos,
-                    reason: "record runs past the segment's data".into(),
-                });
+                if first + count >= total {
+                    return Err(ReadError::Corrupt {
+                        file: self.path_of_slot(slot),
+                        offset: pos,
+                        reason: "record runs past the segment's data".into(),
+                    });
+                }
+                if out.is_empty() {
+                    // One record longer than the window: read it whole.
+                    let need = (pos % BLOCK as u64 + advance(pos, size as u64) - pos)
+                        .div_ceil(BLOCK as u64)
+                        + 1;
+                    return self.scan_from(slot, pos, need.max(max_blocks + 1));
+                }
+                break;
             }
             let body = &payload[logical..logical + size];
             let at = RECORD_HEADER + if expires { 8 } else { 0 };
@@ -753,7 +774,7 @@ impl<D: Disk> ValueLog<D> {
             ));
             pos = next_start(advance(pos, size as u64));
         }
-        Ok(out)
+        Ok((out, pos))
     }
 
     fn path_of_slot(&self, slot: u32) -> PathBuf {

@@ -115,7 +115,13 @@ struct Inner<D: Disk> {
     gc_runs: u64,
     gc_bytes_read: u64,
     gc_bytes_written: u64,
+    /// The segment GC is working through, and where it goes on.
+    gc_victim: Option<(u32, u64)>,
 }
+
+/// Blocks one GC step reads (256 KiB): the longest the shard pauses for GC
+/// is about one read of this size plus rewriting its live records.
+const GC_STEP_BLOCKS: u64 = 64;
 
 /// The hybrid tier of one shard.
 pub struct HybridTier<D: Disk> {
@@ -155,6 +161,7 @@ impl<D: Disk> HybridTier<D> {
                 gc_runs: 0,
                 gc_bytes_read: 0,
                 gc_bytes_written: 0,
+                gc_victim: None,
             }),
         }
     }
@@ -341,13 +348,79 @@ impl<D: Disk> Inner<D> {
         }
     }
 
-    /// One GC pass over the best victim segment, if garbage is over the
-    /// bound. Returns whether it did anything.
+    /// One GC step: picks a victim if none is in progress and garbage is
+    /// over the bound, then rewrites the live records of the next
+    /// [`GC_STEP_BLOCKS`] blocks of it. Returns whether it did anything.
     fn gc_step(&mut self) -> bool {
         if self.fault.is_some() {
             return false;
         }
         self.check_orphans();
+        let (victim, from) = match self.gc_victim {
+            Some(v) => v,
+            None => match self.pick_victim() {
+                Some(slot) => (slot, 0),
+                None => return false,
+            },
+        };
+        let read_before = self.log.bytes_read;
+        let step = self.log.scan_from(victim, from, GC_STEP_BLOCKS);
+        self.gc_bytes_read += self.log.bytes_read - read_before;
+        let (records, next) = match step {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "hybrid tier GC could not read a segment; it stays");
+                // Do not pick it again and again.
+                if let Some(seg) = self.log.segs[victim as usize].as_mut() {
+                    seg.total_bytes = seg.live_bytes;
+                }
+                self.gc_victim = None;
+                return false;
+            }
+        };
+        for (addr, r) in records {
+            let h = KeyHash::new(crate::hash::fnv1a64(&r.key));
+            let Some(loc) = self.index.find_addr(h, addr) else {
+                continue;
+            };
+            let (new, span) = match self.log.append(&r.key, &r.value, r.expires_at_ms) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.note_fault("write (GC)", &e);
+                    return false;
+                }
+            };
+            self.index.set(loc, new, span);
+            self.gc_bytes_written += r.size;
+            if let Some(seg) = self.log.segs[victim as usize].as_mut() {
+                seg.live_bytes = seg.live_bytes.saturating_sub(r.size);
+            }
+            self.cache.rename(addr, new);
+            if let Some(at) = r.expires_at_ms {
+                self.expiring.remove(&(at, addr));
+                self.expiring.insert((at, new));
+            }
+        }
+        let end = self.log.segs[victim as usize].as_ref().map_or(0, |s| s.end);
+        if next >= end {
+            if let Some(seg) = self.log.segs[victim as usize].as_mut() {
+                seg.live_bytes = 0;
+                seg.state = SegState::Zombie {
+                    gc_epoch: self.epoch,
+                    confirms: 0,
+                };
+            }
+            self.gc_victim = None;
+            self.gc_runs += 1;
+        } else {
+            self.gc_victim = Some((victim, next));
+        }
+        true
+    }
+
+    /// The sealed segment with the best cost-benefit score, if the garbage
+    /// of the sealed segments is over `gc_garbage_percent`.
+    fn pick_victim(&self) -> Option<u32> {
         let (mut total, mut live) = (0u64, 0u64);
         let mut best: Option<(f64, u32)> = None;
         let next_seq = self.log.next_seq;
@@ -372,55 +445,9 @@ impl<D: Disk> Inner<D> {
                 best = Some((score, slot as u32));
             }
         }
-        let garbage = total - live;
-        let Some((_, victim)) = best else {
-            return false;
-        };
-        if garbage * 100 <= total * u64::from(self.settings.gc_garbage_percent) {
-            return false;
-        }
-        let read_before = self.log.bytes_read;
-        let records = match self.log.scan(victim) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, "hybrid tier GC could not read a segment; it stays");
-                // Do not pick it again and again.
-                if let Some(seg) = self.log.segs[victim as usize].as_mut() {
-                    seg.total_bytes = seg.live_bytes;
-                }
-                return false;
-            }
-        };
-        for (addr, r) in records {
-            let h = KeyHash::new(crate::hash::fnv1a64(&r.key));
-            let Some(loc) = self.index.find_addr(h, addr) else {
-                continue;
-            };
-            let (new, span) = match self.log.append(&r.key, &r.value, r.expires_at_ms) {
-                Ok(a) => a,
-                Err(e) => {
-                    self.note_fault("write (GC)", &e);
-                    return false;
-                }
-            };
-            self.index.set(loc, new, span);
-            self.gc_bytes_written += r.size;
-            self.cache.rename(addr, new);
-            if let Some(at) = r.expires_at_ms {
-                self.expiring.remove(&(at, addr));
-                self.expiring.insert((at, new));
-            }
-        }
-        if let Some(seg) = self.log.segs[victim as usize].as_mut() {
-            seg.live_bytes = 0;
-            seg.state = SegState::Zombie {
-                gc_epoch: self.epoch,
-                confirms: 0,
-            };
-        }
-        self.gc_runs += 1;
-        self.gc_bytes_read += self.log.bytes_read - read_before;
-        true
+        let (_, victim) = best?;
+        ((total - live) * 100 > total * u64::from(self.settings.gc_garbage_percent))
+            .then_some(victim)
     }
 
     fn encode_segments(&self) -> Vec<u8> {
