@@ -329,3 +329,33 @@ fn a_checkpoint_and_a_crash_in_the_middle_of_a_gc_lose_nothing() {
         assert_eq!(get(&back, k).as_deref(), Some(&v[..]));
     }
 }
+
+#[test]
+fn key_walks_and_due_keys_read_the_records_back() {
+    let disk = SimDisk::new(9);
+    let mut t = HybridTier::new(disk, settings(0)).expect("tier");
+    for i in 0..1_000 {
+        put(&mut t, &key(i), &value(i, 0));
+    }
+    for i in 0..10 {
+        let k = format!("ttl-{i}").into_bytes();
+        t.put_expiring(fnv1a64(&k), &k, b"v", Some(1_000 + i));
+    }
+    checkpoint(&mut t);
+    t.set_now_ms(1_005);
+    let mut seen = BTreeMap::new();
+    for p in 0..t.partition_count() {
+        t.visit_partition(p, &mut |k, v, _| {
+            seen.insert(k.to_vec(), v.to_vec());
+        });
+    }
+    // Every plain key with its value, and the four TTL keys not yet expired.
+    assert_eq!(seen.len(), 1_004);
+    for i in 0..1_000 {
+        assert_eq!(seen.get(&key(i)), Some(&value(i, 0)), "key {i}");
+    }
+    let mut due: Vec<Bytes> = t.due_keys(100);
+    due.sort();
+    let want: Vec<Bytes> = (0..6).map(|i| Bytes::from(format!("ttl-{i}"))).collect();
+    assert_eq!(due, want);
+}

@@ -221,6 +221,15 @@ impl<D: Disk> Inner<D> {
         Ok(r)
     }
 
+    /// The record at `addr` for a walk (key scan, expiry): from the cache
+    /// if there, else read, without filling the cache or counting a miss.
+    fn record_for_walk(&mut self, addr: u32, span: u8) -> Result<Record, ReadError> {
+        match self.cache.peek(addr) {
+            Some(r) => Ok(r.clone()),
+            None => self.log.read(addr, span),
+        }
+    }
+
     /// The entry and record of `key`. `Err` when no candidate matched and
     /// at least one could not be read (the key may be in it).
     fn find(&mut self, h: KeyHash, key: &[u8]) -> Result<Option<(Candidate, Record)>, ReadError> {
@@ -558,12 +567,7 @@ impl<D: Disk> Tier for HybridTier<D> {
             if keys.len() >= max {
                 break;
             }
-            let span = 1;
-            let record = match st.cache.peek(addr).cloned() {
-                Some(r) => Ok(r),
-                None => st.log.read(addr, span),
-            };
-            match record {
+            match st.record_for_walk(addr, 1) {
                 Ok(r) => {
                     let h = KeyHash::new(crate::hash::fnv1a64(&r.key));
                     if st.index.find_addr(h, addr).is_some() && r.expires_at_ms == Some(at) {
@@ -612,16 +616,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         let mut entries = st.index.entries(partition);
         entries.sort_unstable();
         for (addr, span) in entries {
-            let c = Candidate {
-                loc: index::Loc::Slot { part: 0, slot: 0 },
-                addr,
-                span,
-            };
-            let record = match st.cache.peek(addr).cloned() {
-                Some(r) => Ok(r),
-                None => st.log.read(c.addr, c.span),
-            };
-            match record {
+            match st.record_for_walk(addr, span) {
                 Ok(r) if st.live(&r) => f(&r.key, &r.value, r.expires_at_ms),
                 Ok(_) => {}
                 Err(e) => {
