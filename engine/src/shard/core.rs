@@ -14,7 +14,7 @@ use crate::clock::now_ms;
 use crate::hash::fnv1a64;
 use crate::metrics::ShardStats;
 use crate::shard::notify::Notify;
-use crate::tier::Tier;
+use crate::tier::{ColdGet, Tier};
 use crate::txn::watch::{KeyMark, WriteMarks};
 use crate::wal::format::{record_size, record_size_expiring, RecordKind};
 use crate::wal::writer::{Reserve, SealedFlush, WalAppender};
@@ -317,6 +317,7 @@ impl ShardCore {
         had_write: &mut bool,
         counts: &mut Counts,
         read_left: &mut usize,
+        cold: &mut Vec<ColdGet>,
     ) -> bool {
         let shard = self.settings.shard;
         let mut st = self.state.borrow_mut();
@@ -348,11 +349,17 @@ impl ShardCore {
                     counts.get += keys.len() as u64;
                     // Values are copied only while the batch's read
                     // budget lasts; later GETs are answered
-                    // `ReadLimitReached` without a copy.
+                    // `ReadLimitReached` without a copy. Keys whose
+                    // records must come from a device are answered once
+                    // `apply` has read them (placeholders until then).
                     let mut found = Vec::with_capacity(keys.len());
+                    let cold_from = cold.len();
                     let answered = st
                         .tier
-                        .get_many_within(&hashes, &keys, &mut found, read_left);
+                        .get_many_split(&hashes, &keys, &mut found, read_left, cold);
+                    for g in &mut cold[cold_from..] {
+                        g.index += index;
+                    }
                     assert_eq!(found.len(), answered, "one answer per GET answered");
                     let unreadable = st.tier.take_read_errors();
                     let found =
@@ -625,13 +632,17 @@ impl ShardCore {
     }
 
     /// Applies a batch to the tier and the WAL buffer, waiting for buffer
-    /// space when it is full (back-pressure); does not wait for durability.
+    /// space when it is full (back-pressure) and for the device reads of
+    /// GETs the tier could not answer from RAM (other batches run
+    /// meanwhile; the GETs' answers are those of their place in this
+    /// batch); does not wait for durability.
     pub(crate) async fn apply(&self, ops: Vec<Op>) -> Applied {
         let mut results = Vec::with_capacity(ops.len());
         let mut writes = WriteSet::None;
         let mut had_write = false;
         let mut counts = Counts::default();
         let mut read_left = self.settings.read_bytes_max;
+        let mut cold = Vec::new();
         let mut ops = ops.into_iter().peekable();
         loop {
             let space = self.space_freed.notified();
@@ -642,12 +653,19 @@ impl ShardCore {
                 &mut had_write,
                 &mut counts,
                 &mut read_left,
+                &mut cold,
             );
             self.check_tier_fault();
             if all {
                 break;
             }
             space.await;
+        }
+        // What this batch logged (read before other batches run during the
+        // cold reads below).
+        let applied_lsn = self.state.borrow().last_lsn;
+        if !cold.is_empty() {
+            self.answer_cold(cold, &mut results, &mut counts).await;
         }
         let s = &self.stats;
         s.ops_get.fetch_add(counts.get, Relaxed);
@@ -662,12 +680,58 @@ impl ShardCore {
         if counts.expired > 0 {
             s.expired_keys.fetch_add(counts.expired, Relaxed);
         }
-        let wait_lsn = (had_write && self.settings.durability == Durability::Sync)
-            .then(|| self.state.borrow().last_lsn);
+        let wait_lsn =
+            (had_write && self.settings.durability == Durability::Sync).then_some(applied_lsn);
         Applied {
             results,
             wait_lsn,
             writes,
+        }
+    }
+
+    /// Reads the records of a batch's cold GETs (all at once; the shard
+    /// serves other requests meanwhile) and puts their answers in place.
+    /// Then applies the batch's read budget again over every value in
+    /// order, now that the cold ones' sizes are known.
+    async fn answer_cold(
+        &self,
+        mut cold: Vec<ColdGet>,
+        results: &mut [OpResult],
+        counts: &mut Counts,
+    ) {
+        let shard = self.settings.shard;
+        let mut answers = Vec::with_capacity(cold.len());
+        while !cold.is_empty() {
+            let fetch = self.state.borrow().tier.fetch_cold(cold);
+            let read = fetch.await;
+            let mut again = Vec::new();
+            self.state
+                .borrow()
+                .tier
+                .finish_cold(read, &mut answers, &mut again);
+            cold = again;
+        }
+        for (i, answer) in answers {
+            results[i] = match answer {
+                Ok(Some(v)) => OpResult::Value(v),
+                Ok(None) => OpResult::NotFound,
+                Err(reason) => {
+                    counts.failed += 1;
+                    OpResult::Err(OpError::ValueUnreadable { shard, reason })
+                }
+            };
+        }
+        let max = self.settings.read_bytes_max;
+        let mut left = max;
+        for r in results.iter_mut() {
+            if let OpResult::Value(v) = r {
+                if left == 0 {
+                    counts.failed += 1;
+                    *r = OpResult::Err(OpError::ReadLimitReached { shard, max });
+                } else {
+                    left = left.saturating_sub(v.len());
+                }
+            }
         }
     }
 

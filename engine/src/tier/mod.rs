@@ -2,27 +2,27 @@
 //! by one shard thread and is never shared; it sees operations in LSN order
 //! and holds exactly the state the WAL describes up to the last applied LSN.
 //!
-//! The [`Tier`] trait is the seam for the planned hybrid RAM+disk tier
-//! (FASTER / Aerospike style). What that tier will need from this seam,
-//! and why the trait looks the way it does:
-//! - **Async reads of cold values.** `get` is synchronous today because the
-//!   memory tier answers from RAM. The hybrid tier keeps a compact in-RAM
-//!   index (target: at most ~12 bytes per key: a tag of the key hash plus a
-//!   segment address, with collisions resolved by reading the key from
-//!   disk) and must fetch cold values from value segments through io_uring.
-//!   It will add `fn get_cold(&self, ..) -> impl Future` (or turn `get` into
-//!   a two-step "hit or address" lookup) so the shard can keep serving other
-//!   requests while a read is in flight.
-//! - **Batched reads.** A shard hands each run of consecutive GETs to
-//!   [`Tier::get_many`] at once; the hybrid tier can use the same call to
-//!   issue the disk reads of a run's cold values together.
-//! - **Writes that append.** A put will append the value to the active value
-//!   segment and update the index; the WAL record stays the durability point,
-//!   so the value segments need no fsync of their own before an ack.
-//! - **Compaction and snapshots by partition.** Entries are split into
+//! Two tiers implement [`Tier`]: [`MemoryTier`] (every value in RAM) and
+//! [`HybridTier`] (a compact index in RAM, values in segment files on a
+//! device, hot ones cached). `docs/storage.md` compares them. What the
+//! trait gives a tier that keeps values on a device:
+//! - **GETs in two steps.** [`Tier::get_many_split`] looks a run of keys up
+//!   and answers from RAM; the keys that need a device read come back as
+//!   [`ColdGet`]s, which [`Tier::fetch_cold`] reads together (a future that
+//!   holds no borrow of the tier, so the shard serves other requests while
+//!   it waits) and [`Tier::finish_cold`] answers. A memory tier answers
+//!   everything in the first step.
+//! - **Writes that append.** The WAL record stays the commit point; a tier
+//!   may write values to its own files in the background and makes them
+//!   durable in [`Tier::checkpoint_finish`], before the checkpoint that
+//!   lets the WAL behind it go is published.
+//! - **Checkpoints and walks by partition.** Entries are split into
 //!   [`Tier::partition_count`] partitions by hash bits the shard router does
-//!   not use. Checkpoints copy one partition at a time (so the shard never
-//!   stops for a whole-dataset copy); compaction will also work per partition.
+//!   not use; a checkpoint copies one partition at a time, so the shard
+//!   never stops for a whole-dataset copy.
+//! - **Faults and read errors** reach the shard through
+//!   [`Tier::take_fault`] (poison) and [`Tier::take_read_errors`] (an error
+//!   answer for that key).
 //! - **Memory accounting** ([`Tier::memory_bytes`]) so metrics and limits see
 //!   what the process really uses.
 
@@ -33,10 +33,30 @@ pub use hybrid::{HybridSettings, HybridStats, HybridTier};
 pub use memory::MemoryTier;
 
 use bytes::Bytes;
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 
 /// What [`Tier::visit_partition`] calls for each entry: `(key, value,
 /// expiry time in Unix ms)`.
 pub type EntryVisitor<'a> = dyn FnMut(&[u8], &[u8], Option<u64>) + 'a;
+
+/// A GET whose answer needs a device read: made by
+/// [`Tier::get_many_split`], read by [`Tier::fetch_cold`], answered by
+/// [`Tier::finish_cold`]. What the read is, is the tier's own business.
+pub struct ColdGet {
+    /// Where the answer goes: an index into the caller's answers (the
+    /// tier sets it to the key's place in its run; the caller may move it).
+    pub index: usize,
+    pub state: Box<dyn Any>,
+}
+
+/// The reads of a set of [`ColdGet`]s in flight; yields them, read.
+pub type ColdFetch = Pin<Box<dyn Future<Output = Vec<ColdGet>>>>;
+
+/// The answer to a [`ColdGet`]: the value (`None`: absent or expired), or
+/// why its record could not be read (naming file and offset).
+pub type ColdAnswer = Result<Option<Bytes>, String>;
 
 /// The interface a shard uses to keep its key-value state.
 ///
@@ -81,6 +101,45 @@ pub trait Tier {
             answered += 1;
         }
         answered
+    }
+    /// [`Tier::get_many_within`] split in two: answers from RAM what it
+    /// can now (pushing an answer, or a placeholder `None`, for every key
+    /// it answers) and, for keys whose record must be read from a device,
+    /// appends a [`ColdGet`] to `cold` instead of reading. Their values do
+    /// not count against `read_left` (their sizes are not known yet). The
+    /// answer each cold key gets later is the one it had when this was
+    /// called: records are never changed in place, so writes applied
+    /// meanwhile do not affect it. Tiers that hold every value in RAM never
+    /// add to `cold`.
+    fn get_many_split(
+        &self,
+        hashes: &[u64],
+        keys: &[Bytes],
+        out: &mut Vec<Option<Bytes>>,
+        read_left: &mut usize,
+        cold: &mut Vec<ColdGet>,
+    ) -> usize {
+        let _ = cold;
+        self.get_many_within(hashes, keys, out, read_left)
+    }
+    /// Starts the device reads of `gets` all at once (adjacent ones merged)
+    /// and yields them when every read is done. Holds no borrow of the
+    /// tier: the shard serves other requests while it waits.
+    fn fetch_cold(&self, gets: Vec<ColdGet>) -> ColdFetch {
+        Box::pin(std::future::ready(gets))
+    }
+    /// Answers the read `gets`: pushes `(index, answer)` to `answers`, and
+    /// to `again` those that need one more read (their first candidate
+    /// record was another key's, or the record is longer than was read).
+    fn finish_cold(
+        &self,
+        gets: Vec<ColdGet>,
+        answers: &mut Vec<(usize, ColdAnswer)>,
+        again: &mut Vec<ColdGet>,
+    ) {
+        let _ = again;
+        debug_assert!(gets.is_empty(), "this tier makes no cold reads");
+        answers.extend(gets.into_iter().map(|g| (g.index, Ok(None))));
     }
     /// Whether `key` is present (and not expired).
     fn contains(&self, hash: u64, key: &[u8]) -> bool;

@@ -27,6 +27,7 @@
 use crate::io::{AlignedBuf, Disk, DiskFile, ALIGN};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 pub const BLOCK: usize = ALIGN;
 /// Payload bytes of one block (the last four hold its CRC).
@@ -115,7 +116,9 @@ pub enum SegState {
 /// One open segment file.
 pub struct Segment<F> {
     pub seq: u64,
-    pub file: F,
+    /// Shared with reads in flight, which keep the file open even if GC
+    /// removes the segment meanwhile.
+    pub file: Rc<F>,
     pub path: PathBuf,
     /// File bytes that hold records (blocks written or buffered).
     pub end: u64,
@@ -196,6 +199,110 @@ fn next_start(end: u64) -> u64 {
     } else {
         s
     }
+}
+
+/// Where a record starts, and the blocks a read of it fetches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordSpot {
+    pub slot: u32,
+    pub first: u64,
+    pub count: u64,
+    /// File offset of the record's first byte.
+    pub offset: u64,
+}
+
+/// A segment's file and identity, for a read outside the log (the shard's
+/// asynchronous GET reads). The `Rc` keeps the file open for the read even
+/// if GC removes the segment first; `seq` tells whether the slot still
+/// holds that segment when the read is done.
+pub struct DeviceSource<F> {
+    pub file: Rc<F>,
+    pub path: PathBuf,
+    pub seq: u64,
+}
+
+/// What [`parse_record`] found.
+pub enum Parsed {
+    Record(Record),
+    /// The record runs past the bytes given: read this many blocks from
+    /// the spot's first one.
+    NeedBlocks(u64),
+}
+
+/// Checks the CRC of every block of `buf` (whole blocks, read from file
+/// offset `first * BLOCK` of segment `seq`); returns their payloads.
+pub fn check_blocks(seq: u64, first: u64, path: &Path, buf: &[u8]) -> Result<Vec<u8>, ReadError> {
+    let mut out = Vec::with_capacity(buf.len() / BLOCK * PAYLOAD);
+    for (i, block) in buf.chunks_exact(BLOCK).enumerate() {
+        let b = first + i as u64;
+        let stored = u32::from_le_bytes(block[PAYLOAD..].try_into().expect("4 bytes"));
+        let computed = block_crc(seq, b, &block[..PAYLOAD]);
+        if stored != computed {
+            return Err(ReadError::Corrupt {
+                file: path.to_path_buf(),
+                offset: b * BLOCK as u64,
+                reason: format!(
+                    "block checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+                ),
+            });
+        }
+        out.extend_from_slice(&block[..PAYLOAD]);
+    }
+    Ok(out)
+}
+
+/// Decodes the record at `spot` from `payloads`, the checked payloads of
+/// blocks `spot.first..` (at least one).
+pub fn parse_record(
+    payloads: &[u8],
+    spot: &RecordSpot,
+    segment_bytes: u64,
+    path: &Path,
+) -> Result<Parsed, ReadError> {
+    let offset = spot.offset;
+    let in_block = (offset % BLOCK as u64) as usize;
+    let corrupt = |reason: String| ReadError::Corrupt {
+        file: path.to_path_buf(),
+        offset,
+        reason,
+    };
+    if payloads.len() < in_block + RECORD_HEADER {
+        return Err(corrupt("the record header is past the blocks read".into()));
+    }
+    let h = &payloads[in_block..];
+    let flags = h[0];
+    let key_len = u32::from_le_bytes([h[1], h[2], h[3], 0]) as usize;
+    let value_len = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")) as usize;
+    if flags & !(FLAG_VALUE | FLAG_EXPIRES) != 0 || flags & FLAG_VALUE == 0 {
+        return Err(corrupt(format!(
+            "no record starts here (flags {flags:#04x})"
+        )));
+    }
+    let expires = flags & FLAG_EXPIRES != 0;
+    let size = record_size(key_len, value_len, expires);
+    if advance(offset, size) > segment_bytes {
+        return Err(corrupt(format!(
+            "record of {size} bytes runs past the segment end"
+        )));
+    }
+    let need = in_block + size as usize;
+    if need > payloads.len() {
+        return Ok(Parsed::NeedBlocks(need.div_ceil(PAYLOAD) as u64));
+    }
+    let body = &payloads[in_block..need];
+    let mut at = RECORD_HEADER;
+    let expires_at_ms = if expires {
+        at += 8;
+        Some(u64::from_le_bytes(body[8..16].try_into().expect("8 bytes")))
+    } else {
+        None
+    };
+    Ok(Parsed::Record(Record {
+        key: bytes::Bytes::copy_from_slice(&body[at..at + key_len]),
+        value: bytes::Bytes::copy_from_slice(&body[at + key_len..]),
+        expires_at_ms,
+        size,
+    }))
 }
 
 impl<D: Disk> ValueLog<D> {
@@ -295,7 +402,7 @@ impl<D: Disk> ValueLog<D> {
         }
         self.segs[slot as usize] = Some(Segment {
             seq,
-            file,
+            file: Rc::new(file),
             path,
             end,
             total_bytes,
@@ -347,7 +454,7 @@ impl<D: Disk> ValueLog<D> {
         self.next_seq += 1;
         self.segs[slot as usize] = Some(Segment {
             seq,
-            file,
+            file: Rc::new(file),
             path,
             end: BLOCK as u64,
             total_bytes: 0,
@@ -585,21 +692,7 @@ impl<D: Disk> ValueLog<D> {
                     ),
                 });
             }
-            for (i, block) in buf.as_slice().chunks_exact(BLOCK).enumerate() {
-                let b = first + i as u64;
-                let stored = u32::from_le_bytes(block[PAYLOAD..].try_into().expect("4 bytes"));
-                let computed = block_crc(seg.seq, b, &block[..PAYLOAD]);
-                if stored != computed {
-                    return Err(ReadError::Corrupt {
-                        file: seg.path.clone(),
-                        offset: b * BLOCK as u64,
-                        reason: format!(
-                            "block checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
-                        ),
-                    });
-                }
-                out.extend_from_slice(&block[..PAYLOAD]);
-            }
+            out.extend_from_slice(&check_blocks(seg.seq, first, &seg.path, buf.as_slice())?);
             if remember {
                 for (i, block) in buf.as_slice().chunks_exact(BLOCK).enumerate() {
                     self.remember(slot, first + i as u64, &block[..PAYLOAD]);
@@ -632,17 +725,17 @@ impl<D: Disk> ValueLog<D> {
         }
     }
 
-    /// Reads the record at `addr` (`span`: the index's hint that it runs
-    /// into the next block, so records up to about 4 KiB take one device
-    /// read, of one or two blocks).
-    pub fn read(&mut self, addr: u32, span: u8) -> Result<Record, ReadError> {
+    /// Where the record at `addr` starts and which blocks a read of it
+    /// fetches first (`span`: the index's hint that it runs into the next
+    /// block, so records up to about 4 KiB take one read of one or two
+    /// blocks).
+    pub fn locate(&self, addr: u32, span: u8) -> Result<RecordSpot, ReadError> {
         let Addr { slot, offset } = self.decode_addr(addr);
         let first = offset / BLOCK as u64;
         let in_block = (offset % BLOCK as u64) as usize;
-        let path = |log: &Self| log.path_of_slot(slot);
         if in_block > PAYLOAD - RECORD_HEADER || offset < BLOCK as u64 {
             return Err(ReadError::Corrupt {
-                file: path(self),
+                file: self.path_of_slot(slot),
                 offset,
                 reason: "address is not a record start".into(),
             });
@@ -653,51 +746,93 @@ impl<D: Disk> ValueLog<D> {
             .and_then(|s| s.as_ref())
             .map_or(0, |s| s.end.div_ceil(BLOCK as u64));
         let count = (u64::from(span) + 1).min(seg_blocks.saturating_sub(first).max(1));
-        let mut bytes = self.read_blocks(slot, first, count, true)?;
-        let h = &bytes[in_block..];
-        let flags = h[0];
-        let key_len = u32::from_le_bytes([h[1], h[2], h[3], 0]) as usize;
-        let value_len = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")) as usize;
-        if flags & !(FLAG_VALUE | FLAG_EXPIRES) != 0 || flags & FLAG_VALUE == 0 {
-            return Err(ReadError::Corrupt {
-                file: path(self),
-                offset,
-                reason: format!("no record starts here (flags {flags:#04x})"),
-            });
-        }
-        let expires = flags & FLAG_EXPIRES != 0;
-        let size = record_size(key_len, value_len, expires);
-        if advance(offset, size) > self.segment_bytes {
-            return Err(ReadError::Corrupt {
-                file: path(self),
-                offset,
-                reason: format!("record of {size} bytes runs past the segment end"),
-            });
-        }
-        let need = in_block + size as usize;
-        if need > bytes.len() {
-            let have = bytes.len() as u64 / PAYLOAD as u64;
-            let more = (need - bytes.len()).div_ceil(PAYLOAD) as u64;
-            let rest = self.read_blocks(slot, first + have, more, true)?;
-            bytes.extend_from_slice(&rest);
-        }
-        let body = &bytes[in_block..in_block + size as usize];
-        let mut at = RECORD_HEADER;
-        let expires_at_ms = if expires {
-            let v = u64::from_le_bytes(body[8..16].try_into().expect("8 bytes"));
-            at += 8;
-            Some(v)
-        } else {
-            None
-        };
-        let key = bytes::Bytes::copy_from_slice(&body[at..at + key_len]);
-        let value = bytes::Bytes::copy_from_slice(&body[at + key_len..]);
-        Ok(Record {
-            key,
-            value,
-            expires_at_ms,
-            size,
+        Ok(RecordSpot {
+            slot,
+            first,
+            count,
+            offset,
         })
+    }
+
+    /// Reads the record at `addr` (see [`ValueLog::locate`] for `span`).
+    pub fn read(&mut self, addr: u32, span: u8) -> Result<Record, ReadError> {
+        let mut spot = self.locate(addr, span)?;
+        let mut bytes = self.read_blocks(spot.slot, spot.first, spot.count, true)?;
+        loop {
+            match parse_record(
+                &bytes,
+                &spot,
+                self.segment_bytes,
+                &self.path_of_slot(spot.slot),
+            )? {
+                Parsed::Record(r) => return Ok(r),
+                Parsed::NeedBlocks(count) => {
+                    let rest = self.read_blocks(
+                        spot.slot,
+                        spot.first + spot.count,
+                        count - spot.count,
+                        true,
+                    )?;
+                    bytes.extend_from_slice(&rest);
+                    spot.count = count;
+                }
+            }
+        }
+    }
+
+    /// Whether blocks `first..first + count` of segment `slot` can be had
+    /// without a device read: all kept among the recent ones, or all in
+    /// the active segment's unwritten tail. (A range that is partly both,
+    /// or partly on the device, counts as needing the device.)
+    pub fn in_ram(&self, slot: u32, first: u64, count: u64) -> bool {
+        let unwritten = self.active == Some(slot) && first * BLOCK as u64 >= self.chunk_start;
+        unwritten || (first..first + count).all(|b| self.recent.contains_key(&(slot, b)))
+    }
+
+    /// The open file behind segment `slot`, for a read done elsewhere (an
+    /// asynchronous one), if all of blocks `first..first + count` are
+    /// already written to it (not in the RAM tail).
+    pub fn device_source(
+        &self,
+        slot: u32,
+        first: u64,
+        count: u64,
+    ) -> Option<DeviceSource<D::File>> {
+        let seg = self.segs.get(slot as usize)?.as_ref()?;
+        if self.active == Some(slot) && (first + count) * BLOCK as u64 > self.chunk_start {
+            return None;
+        }
+        Some(DeviceSource {
+            file: Rc::clone(&seg.file),
+            path: seg.path.clone(),
+            seq: seg.seq,
+        })
+    }
+
+    /// Counts a device read done through a [`DeviceSource`].
+    pub fn note_read(&mut self, bytes: u64) {
+        self.reads += 1;
+        self.bytes_read += bytes;
+    }
+
+    /// Keeps checked blocks read through a [`DeviceSource`] among the
+    /// recent ones, if segment `slot` is still the one they came from.
+    pub fn remember_read(&mut self, slot: u32, seq: u64, first: u64, payloads: &[u8]) {
+        let same = self
+            .segs
+            .get(slot as usize)
+            .and_then(|s| s.as_ref())
+            .is_some_and(|s| s.seq == seq);
+        if same {
+            for (i, p) in payloads.chunks_exact(PAYLOAD).enumerate() {
+                self.remember(slot, first + i as u64, p);
+            }
+        }
+    }
+
+    /// The sequence number of the segment in `slot`, if one is open there.
+    pub fn seq_of_slot(&self, slot: u32) -> Option<u64> {
+        self.segs.get(slot as usize)?.as_ref().map(|s| s.seq)
     }
 
     /// The records of segment `slot` from file offset `from` (a record

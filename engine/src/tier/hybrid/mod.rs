@@ -28,7 +28,13 @@
 //!   answers an error for the keys it holds (naming file and offset), never
 //!   a wrong value; a failed segment write or fdatasync poisons the shard.
 //!
-//! All device I/O here is blocking, on the shard thread.
+//! GETs of cold keys read asynchronously: [`Tier::get_many_split`] looks a
+//! run of keys up and answers what RAM holds; the records of the others
+//! are read together by [`Tier::fetch_cold`] (one read per record, reads of
+//! adjacent blocks merged, no borrow of the tier held meanwhile, so the
+//! shard keeps serving) and answered by [`Tier::finish_cold`]. Every other
+//! device I/O here (appends, GC, the reads of writes, key walks and
+//! read-modify-writes) is blocking, on the shard thread.
 
 pub mod cache;
 pub mod index;
@@ -36,12 +42,15 @@ pub mod log;
 
 use self::cache::Cache;
 use self::index::{Candidate, Index, KeyHash, PARTITIONS};
-use self::log::{ReadError, Record, SegState, ValueLog};
-use super::{EntryVisitor, Tier};
-use crate::io::Disk;
+use self::log::{
+    check_blocks, parse_record, DeviceSource, Parsed, ReadError, Record, RecordSpot, SegState,
+    ValueLog, BLOCK,
+};
+use super::{ColdAnswer, ColdFetch, ColdGet, EntryVisitor, Tier};
+use crate::io::{AlignedBuf, Disk, DiskFile};
 use bytes::Bytes;
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
 
 const KEY_LAYOUT: &[u8] = b"\0hybrid/layout";
@@ -122,6 +131,45 @@ struct Inner<D: Disk> {
 /// Blocks one GC step reads (256 KiB): the longest the shard pauses for GC
 /// is about one read of this size plus rewriting its live records.
 const GC_STEP_BLOCKS: u64 = 64;
+
+/// Most blocks one merged GET read covers (256 KiB).
+const MERGE_BLOCKS: u64 = 64;
+
+/// A candidate record of a cold GET.
+struct ColdCand<F> {
+    addr: u32,
+    span: u8,
+    spot: RecordSpot,
+    src: DeviceSource<F>,
+    /// The checked payloads of the blocks read, once read.
+    read: Option<Result<Vec<u8>, ReadError>>,
+}
+
+/// A GET waiting for device reads (what a [`ColdGet`] holds).
+struct ColdKey<F> {
+    key: Bytes,
+    hash: u64,
+    /// The tier's clock when the GET was looked up.
+    now_ms: u64,
+    /// Candidates still to try, in order; the first is the one read next.
+    cands: VecDeque<ColdCand<F>>,
+    /// Why an earlier candidate could not be read (the key may be there).
+    failed: Option<String>,
+    /// Device reads done for this GET and their bytes, not counted yet (a
+    /// merged read counts once, for the first GET it served).
+    reads: u64,
+    bytes: u64,
+}
+
+/// What a lookup found.
+enum Lookup<F> {
+    /// The record, from RAM (or none).
+    Found(Option<Record>),
+    /// No candidate matched and one could not be read.
+    Failed(ReadError),
+    /// Candidates to read from the device.
+    Cold(ColdKey<F>),
+}
 
 /// The hybrid tier of one shard.
 pub struct HybridTier<D: Disk> {
@@ -209,6 +257,12 @@ impl<D: Disk> Inner<D> {
         if let Some(r) = self.cache.get(c.addr) {
             return Ok(r);
         }
+        self.read_into_cache(c)
+    }
+
+    /// Reads the record at a candidate (RAM tail, recent blocks or a
+    /// blocking device read) and caches it.
+    fn read_into_cache(&mut self, c: &Candidate) -> Result<Record, ReadError> {
         let started = std::time::Instant::now();
         let reads = self.log.reads;
         let r = self.log.read(c.addr, c.span)?;
@@ -255,13 +309,153 @@ impl<D: Disk> Inner<D> {
         match self.find(KeyHash::new(hash), key) {
             Ok(found) => found.map(|(_, r)| r),
             Err(e) => {
-                self.read_error_count += 1;
-                tracing::warn!(error = %e, "hybrid tier: a key's record could not be read");
-                self.read_errors
-                    .push((Bytes::copy_from_slice(key), e.to_string()));
+                self.note_read_error(key, &e.to_string());
                 None
             }
         }
+    }
+
+    /// A read of `key` failed: kept for `take_read_errors`.
+    fn note_read_error(&mut self, key: &[u8], reason: &str) {
+        self.read_error_count += 1;
+        tracing::warn!(error = %reason, "hybrid tier: a key's record could not be read");
+        self.read_errors
+            .push((Bytes::copy_from_slice(key), reason.to_string()));
+    }
+
+    /// Looks `key` up for a GET without waiting for the device: candidates
+    /// whose records are in RAM (cache, recent blocks, the unwritten tail)
+    /// are compared now; the others are left to read, in index order.
+    fn lookup(&mut self, hash: u64, key: &[u8]) -> Lookup<D::File> {
+        let mut cands = Vec::new();
+        self.index.candidates(KeyHash::new(hash), &mut cands);
+        let mut cold = VecDeque::new();
+        let mut failed: Option<ReadError> = None;
+        for c in cands {
+            let record = match self.cache.get(c.addr) {
+                Some(r) => Ok(r),
+                None => {
+                    let spot = match self.log.locate(c.addr, c.span) {
+                        Ok(spot) => spot,
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                            continue;
+                        }
+                    };
+                    let src = (!self.log.in_ram(spot.slot, spot.first, spot.count))
+                        .then(|| self.log.device_source(spot.slot, spot.first, spot.count))
+                        .flatten();
+                    match src {
+                        Some(src) => {
+                            cold.push_back(ColdCand {
+                                addr: c.addr,
+                                span: c.span,
+                                spot,
+                                src,
+                                read: None,
+                            });
+                            continue;
+                        }
+                        // In RAM, or partly in the unwritten tail (a
+                        // record written just now that crosses the end
+                        // of what is on the device): read it here.
+                        None => self.read_into_cache(&c),
+                    }
+                }
+            };
+            match record {
+                Ok(r) if r.key == key => return Lookup::Found(Some(r)),
+                Ok(_) => {}
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if !cold.is_empty() {
+            return Lookup::Cold(ColdKey {
+                key: Bytes::copy_from_slice(key),
+                hash,
+                now_ms: self.now_ms,
+                cands: cold,
+                failed: failed.map(|e| e.to_string()),
+                reads: 0,
+                bytes: 0,
+            });
+        }
+        match failed {
+            Some(e) => Lookup::Failed(e),
+            None => Lookup::Found(None),
+        }
+    }
+
+    /// Answers a cold GET whose first candidate was read, or hands it back
+    /// for another read.
+    fn finish_one(&mut self, mut ck: ColdKey<D::File>) -> Result<ColdAnswer, ColdKey<D::File>> {
+        self.log.reads += std::mem::take(&mut ck.reads);
+        self.log.bytes_read += std::mem::take(&mut ck.bytes);
+        while let Some(mut c) = ck.cands.pop_front() {
+            let Some(read) = c.read.take() else {
+                ck.cands.push_front(c);
+                return Err(ck);
+            };
+            let parsed = read.and_then(|payloads| {
+                self.log
+                    .remember_read(c.spot.slot, c.src.seq, c.spot.first, &payloads);
+                parse_record(&payloads, &c.spot, self.log.segment_bytes(), &c.src.path)
+            });
+            let same_segment = self.log.seq_of_slot(c.spot.slot) == Some(c.src.seq);
+            let record = match parsed {
+                Ok(Parsed::Record(r)) => Ok(r),
+                Ok(Parsed::NeedBlocks(count)) => {
+                    if same_segment
+                        && self
+                            .log
+                            .device_source(c.spot.slot, c.spot.first, count)
+                            .is_none()
+                    {
+                        // The rest is still in the unwritten tail.
+                        self.log.read(c.addr, c.span)
+                    } else {
+                        c.spot.count = count;
+                        ck.cands.push_front(c);
+                        return Err(ck);
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            match record {
+                Ok(r) if r.key == ck.key => {
+                    // Cached only if the index still points at this record
+                    // (a write since the lookup moved the key on, or GC
+                    // removed the segment and its slot was reused).
+                    if same_segment
+                        && self
+                            .index
+                            .find_addr(KeyHash::new(ck.hash), c.addr)
+                            .is_some()
+                    {
+                        self.cache.insert(c.addr, r.clone());
+                    }
+                    let live = r.expires_at_ms.is_none_or(|at| at > ck.now_ms);
+                    return Ok(Ok(live.then_some(r.value)));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "hybrid tier: a candidate record could not be read");
+                    ck.failed.get_or_insert(e.to_string());
+                }
+            }
+            if !ck.cands.is_empty() {
+                return Err(ck);
+            }
+        }
+        Ok(match ck.failed {
+            Some(reason) => {
+                self.read_error_count += 1;
+                Err(reason)
+            }
+            None => Ok(None),
+        })
     }
 
     fn live(&self, r: &Record) -> bool {
@@ -521,6 +715,177 @@ impl<D: Disk> Tier for HybridTier<D> {
         let mut st = self.inner.borrow_mut();
         let r = st.find_for_read(hash, key)?;
         st.live(&r).then_some(r.value)
+    }
+
+    fn get_many_split(
+        &self,
+        hashes: &[u64],
+        keys: &[Bytes],
+        out: &mut Vec<Option<Bytes>>,
+        read_left: &mut usize,
+        cold: &mut Vec<ColdGet>,
+    ) -> usize {
+        assert_eq!(hashes.len(), keys.len());
+        let mut st = self.inner.borrow_mut();
+        let mut answered = 0;
+        for (i, (&h, k)) in hashes.iter().zip(keys).enumerate() {
+            if *read_left == 0 {
+                break;
+            }
+            match st.lookup(h, k) {
+                Lookup::Found(r) => {
+                    let v = r.filter(|r| st.live(r)).map(|r| r.value);
+                    *read_left = read_left.saturating_sub(v.as_ref().map_or(0, |v| v.len()));
+                    out.push(v);
+                }
+                Lookup::Failed(e) => {
+                    st.note_read_error(k, &e.to_string());
+                    out.push(None);
+                }
+                Lookup::Cold(ck) => {
+                    out.push(None);
+                    cold.push(ColdGet {
+                        index: i,
+                        state: Box::new(ck),
+                    });
+                }
+            }
+            answered += 1;
+        }
+        answered
+    }
+
+    fn fetch_cold(&self, gets: Vec<ColdGet>) -> ColdFetch {
+        let latency = self.inner.borrow().settings.read_latency_us.clone();
+        Box::pin(async move {
+            let mut keys: Vec<(usize, Box<ColdKey<D::File>>)> = gets
+                .into_iter()
+                .map(|g| {
+                    let ck = g
+                        .state
+                        .downcast::<ColdKey<D::File>>()
+                        .expect("a cold GET of this tier");
+                    (g.index, ck)
+                })
+                .collect();
+            // The blocks each GET needs next: (segment, first, end, GET).
+            let mut wanted: Vec<(u64, u64, u64, usize)> = keys
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, ck))| {
+                    let c = ck.cands.front()?;
+                    c.read.is_none().then_some((
+                        c.src.seq,
+                        c.spot.first,
+                        c.spot.first + c.spot.count,
+                        i,
+                    ))
+                })
+                .collect();
+            wanted.sort_unstable();
+            // Reads of the same segment whose blocks touch or overlap go
+            // as one read, up to MERGE_BLOCKS blocks.
+            struct Merged {
+                first: u64,
+                end: u64,
+                gets: Vec<usize>,
+            }
+            let mut merged: Vec<Merged> = Vec::new();
+            let mut last_seq = None;
+            for (seq, first, end, i) in wanted {
+                match merged.last_mut() {
+                    Some(m)
+                        if last_seq == Some(seq)
+                            && first <= m.end
+                            && end.max(m.end) - m.first <= MERGE_BLOCKS =>
+                    {
+                        m.end = m.end.max(end);
+                        m.gets.push(i);
+                    }
+                    _ => merged.push(Merged {
+                        first,
+                        end,
+                        gets: vec![i],
+                    }),
+                }
+                last_seq = Some(seq);
+            }
+            let reads = merged.iter().map(|m| {
+                let c = keys[m.gets[0]].1.cands.front().expect("wanted a read");
+                let file = std::rc::Rc::clone(&c.src.file);
+                let (offset, len) = (m.first * BLOCK as u64, (m.end - m.first) as usize * BLOCK);
+                async move {
+                    let started = std::time::Instant::now();
+                    let (res, buf) = file.read_at(AlignedBuf::with_capacity(len), offset).await;
+                    (res, buf, started.elapsed())
+                }
+            });
+            let done = futures::future::join_all(reads).await;
+            for (m, (res, buf, took)) in merged.iter().zip(done) {
+                latency.record(took.as_micros() as u64);
+                let n = res.as_ref().map_or(0, |&n| n);
+                if res.is_ok() {
+                    let first = &mut keys[m.gets[0]].1;
+                    first.reads += 1;
+                    first.bytes += n as u64;
+                }
+                for &i in &m.gets {
+                    let c = keys[i].1.cands.front_mut().expect("wanted a read");
+                    let lo = (c.spot.first - m.first) as usize * BLOCK;
+                    let hi = lo + c.spot.count as usize * BLOCK;
+                    let at = m.first * BLOCK as u64;
+                    c.read = Some(match &res {
+                        Err(e) => Err(ReadError::Io {
+                            file: c.src.path.clone(),
+                            offset: at,
+                            source: std::io::Error::new(e.kind(), e.to_string()),
+                        }),
+                        Ok(_) if n < hi => Err(ReadError::Corrupt {
+                            file: c.src.path.clone(),
+                            offset: at + n as u64,
+                            reason: format!(
+                                "the file ends {n} bytes into a {}-byte read",
+                                buf.capacity()
+                            ),
+                        }),
+                        Ok(_) => check_blocks(
+                            c.src.seq,
+                            c.spot.first,
+                            &c.src.path,
+                            &buf.as_slice()[lo..hi],
+                        ),
+                    });
+                }
+            }
+            keys.into_iter()
+                .map(|(index, ck)| ColdGet {
+                    index,
+                    state: ck as Box<dyn std::any::Any>,
+                })
+                .collect()
+        })
+    }
+
+    fn finish_cold(
+        &self,
+        gets: Vec<ColdGet>,
+        answers: &mut Vec<(usize, ColdAnswer)>,
+        again: &mut Vec<ColdGet>,
+    ) {
+        let mut st = self.inner.borrow_mut();
+        for g in gets {
+            let ck = g
+                .state
+                .downcast::<ColdKey<D::File>>()
+                .expect("a cold GET of this tier");
+            match st.finish_one(*ck) {
+                Ok(answer) => answers.push((g.index, answer)),
+                Err(ck) => again.push(ColdGet {
+                    index: g.index,
+                    state: Box::new(ck),
+                }),
+            }
+        }
     }
 
     fn contains(&self, hash: u64, key: &[u8]) -> bool {

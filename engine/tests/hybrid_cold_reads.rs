@@ -1,0 +1,422 @@
+//! The hybrid tier's asynchronous GET path on the simulated disk: a run of
+//! GETs is looked up at once, the records not in RAM are read together
+//! (one read per record, adjacent blocks merged), and the answers are the
+//! ones the keys had at lookup time, whatever happens in between: writes
+//! of the same keys, GC removing the segment, damaged blocks, read errors.
+
+use bytes::Bytes;
+use engine::hash::fnv1a64;
+use engine::histogram::AtomicHistogram;
+use engine::io::sim::{SimDisk, SimFaults};
+use engine::tier::{ColdAnswer, ColdGet, HybridSettings, HybridTier, Tier};
+use engine::{Engine, Op, OpResult};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod common;
+
+fn settings(cache_bytes: u64) -> HybridSettings {
+    HybridSettings {
+        shard: 0,
+        dir: PathBuf::from("/v/shard-000/values"),
+        segment_bytes: 1 << 20,
+        index_keys: 10_000,
+        cache_bytes,
+        gc_garbage_percent: 30,
+        read_latency_us: Arc::new(AtomicHistogram::new()),
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key-{i:08}").into_bytes()
+}
+
+fn value(i: u64, round: u64) -> Vec<u8> {
+    let len = 20 + (i * 37 + round * 11) % 3000;
+    (0..len).map(|j| (i + j + round) as u8).collect()
+}
+
+fn put(t: &mut dyn Tier, k: &[u8], v: &[u8]) {
+    t.put(fnv1a64(k), k, v);
+}
+
+/// Takes a checkpoint's entries the way the shard does.
+fn checkpoint(t: &mut dyn Tier) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
+    let mut out = Vec::new();
+    t.checkpoint_begin();
+    for p in 0..t.partition_count() {
+        t.visit_checkpoint_partition(p, &mut |k, v, at| out.push((k.to_vec(), v.to_vec(), at)));
+    }
+    t.checkpoint_finish(&mut |k, v, at| out.push((k.to_vec(), v.to_vec(), at)))
+        .expect("checkpoint");
+    t.checkpoint_published();
+    out
+}
+
+/// A tier that has `n` keys on the device and nothing of them in RAM: no
+/// cache, no recently read blocks, no unwritten tail.
+fn cold_tier(disk: &SimDisk, n: u64) -> HybridTier<SimDisk> {
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    for i in 0..n {
+        put(&mut t, &key(i), &value(i, 0));
+    }
+    let entries = checkpoint(&mut t);
+    let mut back = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    for (k, v, at) in &entries {
+        back.load_checkpoint_entry(k, v, *at).expect("entry loads");
+    }
+    back.recovery_done();
+    back
+}
+
+/// Looks a run of keys up (the first step, as the shard does).
+fn lookup(t: &dyn Tier, keys: &[Vec<u8>]) -> (Vec<ColdAnswer>, Vec<ColdGet>) {
+    let keys: Vec<Bytes> = keys.iter().map(|k| Bytes::copy_from_slice(k)).collect();
+    let hashes: Vec<u64> = keys.iter().map(|k| fnv1a64(k)).collect();
+    let (mut out, mut cold) = (Vec::new(), Vec::new());
+    let mut left = usize::MAX;
+    let answered = t.get_many_split(&hashes, &keys, &mut out, &mut left, &mut cold);
+    assert_eq!(answered, keys.len());
+    assert_eq!(out.len(), keys.len());
+    (out.into_iter().map(Ok).collect(), cold)
+}
+
+/// Reads and answers the cold GETs (the second step); returns how many
+/// rounds of reads it took.
+fn read_cold(t: &dyn Tier, answers: &mut [ColdAnswer], mut cold: Vec<ColdGet>) -> usize {
+    let mut rounds = 0;
+    while !cold.is_empty() {
+        rounds += 1;
+        assert!(rounds < 1_000, "cold reads do not converge");
+        let read = pollster::block_on(t.fetch_cold(cold));
+        let (mut done, mut again) = (Vec::new(), Vec::new());
+        t.finish_cold(read, &mut done, &mut again);
+        for (i, a) in done {
+            answers[i] = a;
+        }
+        cold = again;
+    }
+    rounds
+}
+
+fn get_split(t: &dyn Tier, keys: &[Vec<u8>]) -> (Vec<ColdAnswer>, usize) {
+    let (mut answers, cold) = lookup(t, keys);
+    let n = cold.len();
+    read_cold(t, &mut answers, cold);
+    (answers, n)
+}
+
+fn want(v: Vec<u8>) -> ColdAnswer {
+    Ok(Some(Bytes::from(v)))
+}
+
+#[test]
+fn one_device_read_per_cold_get_and_neighbours_share_one() {
+    let disk = SimDisk::new(11);
+    let t = cold_tier(&disk, 3_000);
+    // Keys far apart in the log: one read each.
+    let spread: Vec<u64> = (0..60).map(|i| i * 40 + 7).collect();
+    let keys: Vec<Vec<u8>> = spread.iter().map(|&i| key(i)).collect();
+    let before = t.stats().device_reads;
+    let (answers, cold) = get_split(&t, &keys);
+    assert_eq!(cold, keys.len(), "nothing was in RAM");
+    assert_eq!(t.stats().device_reads - before, keys.len() as u64);
+    for (a, &i) in answers.into_iter().zip(&spread) {
+        assert_eq!(a, want(value(i, 0)), "key {i}");
+    }
+    // Keys written one after another: their blocks touch, so the reads
+    // merge into a few.
+    let run: Vec<Vec<u8>> = (2_500..2_564).map(key).collect();
+    let before = t.stats().device_reads;
+    let (answers, cold) = get_split(&t, &run);
+    assert_eq!(cold, run.len());
+    let reads = t.stats().device_reads - before;
+    assert!((1..=4).contains(&reads), "{reads} reads for 64 neighbours");
+    for (a, i) in answers.into_iter().zip(2_500..) {
+        assert_eq!(a, want(value(i, 0)), "key {i}");
+    }
+    // Read once, the blocks are in RAM: no cold GET the second time.
+    let (answers, cold) = get_split(&t, &run[..8]);
+    assert_eq!(cold, 0, "{:?}", t.stats());
+    assert_eq!(answers[0], want(value(2_500, 0)));
+    // A key that does not exist reads nothing.
+    let before = t.stats().device_reads;
+    let (answers, _) = get_split(&t, &[b"never written".to_vec()]);
+    assert_eq!(answers, vec![Ok(None)]);
+    assert_eq!(t.stats().device_reads, before);
+}
+
+#[test]
+fn the_answer_is_the_value_at_lookup_time_and_the_cache_keeps_the_new_one() {
+    let disk = SimDisk::new(12);
+    let mut t = HybridTier::new(disk.clone(), settings(1 << 20)).expect("tier");
+    for i in 0..2_000 {
+        put(&mut t, &key(i), &value(i, 0));
+    }
+    checkpoint(&mut t);
+    // A fresh tier over the same files: nothing in RAM.
+    let entries = checkpoint(&mut t);
+    drop(t);
+    let mut t = HybridTier::new(disk.clone(), settings(1 << 20)).expect("tier");
+    for (k, v, at) in &entries {
+        t.load_checkpoint_entry(k, v, *at).expect("entry loads");
+    }
+    t.recovery_done();
+    let k = key(77);
+    let (mut answers, cold) = lookup(&t, std::slice::from_ref(&k));
+    assert_eq!(cold.len(), 1);
+    // Overwritten and deleted while its read is on the device.
+    put(&mut t, &k, &value(77, 1));
+    assert!(t.delete(fnv1a64(b"key-00000078"), b"key-00000078"));
+    read_cold(&t, &mut answers, cold);
+    assert_eq!(answers[0], want(value(77, 0)), "the value at lookup time");
+    let (after, _) = get_split(&t, &[k.clone(), key(78)]);
+    assert_eq!(after, vec![want(value(77, 1)), Ok(None)]);
+    assert_eq!(t.get(fnv1a64(&k), &k).as_deref(), Some(&value(77, 1)[..]));
+}
+
+/// A value of a fixed size: records of the same keys land at the same
+/// offsets in every segment written in the same order.
+fn fixed(i: u64, round: u64) -> Vec<u8> {
+    (0..200).map(|j| (i * 7 + j + round * 13) as u8).collect()
+}
+
+#[test]
+fn a_segment_gc_removes_during_the_read_still_answers_and_its_slot_is_reused_safely() {
+    let disk = SimDisk::new(13);
+    // Small segments: every round of writes below fills a few, so the
+    // last round starts new ones in the slots GC freed.
+    let small = HybridSettings {
+        segment_bytes: 64 << 10,
+        ..settings(1 << 20)
+    };
+    let mut t = HybridTier::new(disk.clone(), small.clone()).expect("tier");
+    for i in 0..800 {
+        put(&mut t, &key(i), &fixed(i, 0));
+    }
+    let entries = checkpoint(&mut t);
+    let mut t = HybridTier::new(disk.clone(), small).expect("tier");
+    for (k, v, at) in &entries {
+        t.load_checkpoint_entry(k, v, *at).expect("entry loads");
+    }
+    t.recovery_done();
+    let first_segment = disk
+        .files()
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .min()
+        .expect("a segment");
+    let k = key(3);
+    let (mut answers, cold) = lookup(&t, std::slice::from_ref(&k));
+    assert_eq!(cold.len(), 1, "key 3's record is on the device");
+    // Every key is overwritten a few times; GC and checkpoints remove the
+    // first segment; then a last round writes new segments, the first of
+    // them in the freed slot, with live records at the old one's offsets.
+    for round in 1..7 {
+        for i in 0..800 {
+            put(&mut t, &key(i), &fixed(i, round));
+        }
+        while t.background_step() {}
+        checkpoint(&mut t);
+    }
+    checkpoint(&mut t);
+    assert!(
+        !disk.files().contains(&first_segment),
+        "GC removed {}",
+        first_segment.display()
+    );
+    for i in 0..800 {
+        put(&mut t, &key(i), &fixed(i, 7));
+    }
+    read_cold(&t, &mut answers, cold);
+    assert_eq!(answers[0], want(fixed(3, 0)), "read from the open file");
+    // The old record was not cached under an address that now names
+    // another record.
+    let keys: Vec<Vec<u8>> = (0..800).map(key).collect();
+    let (after, _) = get_split(&t, &keys);
+    for (a, i) in after.into_iter().zip(0..) {
+        assert_eq!(a, want(fixed(i, 7)), "key {i}");
+    }
+}
+
+#[test]
+fn keys_with_the_same_hash_are_told_apart_on_the_cold_path() {
+    let disk = SimDisk::new(14);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    let h = 0x1234_5678_9abc_def0;
+    for i in 0..40u64 {
+        t.put(h, &key(i), &value(i, 0));
+    }
+    let entries = checkpoint(&mut t);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    for (k, v, at) in &entries {
+        t.load_checkpoint_entry(k, v, *at).expect("entry loads");
+    }
+    t.recovery_done();
+    // Every candidate's tag matches: the lookup cannot be answered from
+    // the index; the reads go on candidate by candidate until the key
+    // compares equal.
+    let keys: Vec<Bytes> = [5u64, 39, 0, 1000]
+        .iter()
+        .map(|&i| Bytes::from(key(i)))
+        .collect();
+    let (mut out, mut cold) = (Vec::new(), Vec::new());
+    let mut left = usize::MAX;
+    t.get_many_split(&[h; 4], &keys, &mut out, &mut left, &mut cold);
+    let mut answers: Vec<ColdAnswer> = out.into_iter().map(Ok).collect();
+    assert_eq!(cold.len(), 4);
+    read_cold(&t, &mut answers, cold);
+    assert_eq!(
+        answers,
+        vec![
+            want(value(5, 0)),
+            want(value(39, 0)),
+            want(value(0, 0)),
+            Ok(None)
+        ]
+    );
+}
+
+#[test]
+fn a_damaged_block_answers_an_error_for_its_keys_only() {
+    let disk = SimDisk::new(15);
+    let t = cold_tier(&disk, 500);
+    let seg = disk
+        .files()
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .expect("a segment");
+    assert!(disk.corrupt(&seg, 4096 + 100, 1));
+    let keys: Vec<Vec<u8>> = (0..500).map(key).collect();
+    let (answers, cold) = get_split(&t, &keys);
+    assert_eq!(cold, 500);
+    let mut errors = 0;
+    for (i, a) in answers.into_iter().enumerate() {
+        match a {
+            Ok(v) => assert_eq!(v, Some(Bytes::from(value(i as u64, 0))), "key {i}"),
+            Err(reason) => {
+                assert!(reason.contains(&seg.display().to_string()), "{reason}");
+                assert!(reason.contains("checksum"), "{reason}");
+                errors += 1;
+            }
+        }
+    }
+    assert!(
+        errors > 0 && errors < 20,
+        "{errors} keys in the damaged block"
+    );
+}
+
+#[test]
+fn read_errors_on_the_cold_path_are_per_key_and_the_next_read_works() {
+    let disk = SimDisk::new(16);
+    let t = cold_tier(&disk, 400);
+    disk.set_faults(SimFaults {
+        read_error_probability: 0.5,
+        path_filter: Some(".seg".into()),
+        ..SimFaults::default()
+    });
+    let spread: Vec<Vec<u8>> = (0..40).map(|i| key(i * 10)).collect();
+    let (answers, _) = get_split(&t, &spread);
+    let failed = answers.iter().filter(|a| a.is_err()).count();
+    assert!(failed > 5 && failed < 35, "{failed} of 40 failed");
+    for (a, i) in answers.iter().zip((0..).step_by(10)) {
+        if let Ok(v) = a {
+            assert_eq!(v.as_deref(), Some(&value(i, 0)[..]), "key {i}");
+        }
+    }
+    disk.set_faults(SimFaults::default());
+    let (answers, _) = get_split(&t, &spread);
+    for (a, i) in answers.into_iter().zip((0..).step_by(10)) {
+        assert_eq!(a, want(value(i, 0)), "key {i}");
+    }
+}
+
+/// Through the engine: while a batch of cold GETs waits for the device
+/// (every segment read takes 2 s here), the same shard answers writes and
+/// reads of keys in RAM; the batch's reads go to the device together, so
+/// it takes about one read's time, not one per key.
+#[test]
+fn a_shard_keeps_serving_while_cold_reads_are_on_the_device() {
+    const READ: Duration = Duration::from_secs(2);
+    let disk = SimDisk::new(17);
+    let mut config = common::small_config(Path::new("/e"), 1, tunables::Durability::Sync);
+    config.storage.tier = tunables::Tier::Hybrid;
+    config.storage.value_segment_size = tunables::ByteSize::mib(1);
+    config.storage.cache_bytes = tunables::ByteSize(0);
+    config.storage.index_keys = 10_000;
+    let k = |i: u64| Bytes::from(key(i));
+    let v = |i: u64| {
+        let mut b = format!("value of {i}:").into_bytes();
+        b.resize(1000, i as u8);
+        Bytes::from(b)
+    };
+    {
+        let engine = Engine::open_with_disk(&config, disk.clone()).expect("open");
+        let h = engine.handle();
+        for chunk in (0..3_000u64).collect::<Vec<_>>().chunks(100) {
+            let ops = chunk
+                .iter()
+                .map(|&i| Op::Put {
+                    key: k(i),
+                    value: v(i),
+                })
+                .collect();
+            h.batch_blocking(ops).expect("puts");
+        }
+    }
+    // Reopened: nothing of the values is in RAM.
+    let engine = Engine::open_with_disk(&config, disk.clone()).expect("reopen");
+    let h = engine.handle();
+    disk.set_faults(SimFaults {
+        read_latency: Some(READ),
+        path_filter: Some(".seg".into()),
+        ..SimFaults::default()
+    });
+    let spread: Vec<u64> = (0..20).map(|i| i * 150 + 3).collect();
+    let cold = {
+        let h = h.clone();
+        let spread = spread.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let ops = spread.iter().map(|&i| Op::Get { key: k(i) }).collect();
+            let answers = h.batch_blocking(ops).expect("gets");
+            (answers, started.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    // Served while the GETs wait: a write, and a read of the key written.
+    let answers = h
+        .batch_blocking(vec![
+            Op::Put {
+                key: Bytes::from_static(b"fresh"),
+                value: Bytes::from_static(b"new value"),
+            },
+            Op::Get {
+                key: Bytes::from_static(b"fresh"),
+            },
+        ])
+        .expect("write while reads wait");
+    assert_eq!(
+        answers,
+        vec![
+            OpResult::Ok,
+            OpResult::Value(Bytes::from_static(b"new value"))
+        ]
+    );
+    assert!(
+        !cold.is_finished(),
+        "the write was answered while the cold reads were still on the device"
+    );
+    let (answers, took) = cold.join().expect("cold GETs");
+    for (a, &i) in answers.iter().zip(&spread) {
+        assert_eq!(a, &OpResult::Value(v(i)), "key {i}");
+    }
+    // One read after another would take 20 reads' time (40 s).
+    assert!(
+        took < READ * 8,
+        "20 cold GETs of one batch took {took:?}: their reads did not overlap"
+    );
+    disk.set_faults(SimFaults::default());
+}
