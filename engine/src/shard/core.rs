@@ -13,14 +13,14 @@ use crate::api::{Op, OpError, OpResult, UpdateOutcome, UpdateWrite};
 use crate::clock::now_ms;
 use crate::hash::fnv1a64;
 use crate::metrics::ShardStats;
+use crate::shard::durable::{Append, Pending, WalState};
 use crate::shard::notify::Notify;
 use crate::tier::{ColdGet, Tier};
 use crate::txn::watch::{KeyMark, WriteMarks};
-use crate::wal::format::{record_size, record_size_expiring, RecordKind};
-use crate::wal::writer::{Reserve, SealedFlush, WalAppender};
+use crate::wal::format::{record_size, RecordKind};
+use crate::wal::writer::{SealedFlush, WalAppender};
 use futures::channel::oneshot;
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -74,7 +74,7 @@ impl WriteSet {
         }
     }
 
-    fn poison(&self, results: &mut [OpResult], shard: usize) {
+    pub(crate) fn poison(&self, results: &mut [OpResult], shard: usize) {
         let err = || OpResult::Err(OpError::Poisoned { shard });
         match self {
             WriteSet::None => {}
@@ -93,22 +93,14 @@ pub(crate) struct Applied {
     pub(crate) writes: WriteSet,
 }
 
-struct Pending {
-    lsn: u64,
-    applied: Applied,
-    reply: oneshot::Sender<Vec<OpResult>>,
-}
-
 struct CoreState {
     tier: Box<dyn Tier>,
-    last_lsn: u64,
     /// LSN of the newest plain write applied to the tier (transaction parts
     /// reach the tier only once durable, so they never count here).
     plain_write_lsn: u64,
-    durable_lsn: u64,
-    poisoned: bool,
-    wal: Option<WalAppender>,
-    pending: VecDeque<Pending>,
+    /// The WAL's durability state: LSNs, the append buffer, the answers
+    /// waiting for durability, poisoning.
+    wal: WalState,
     wal_bytes_since_checkpoint: u64,
     writes_since_checkpoint: u64,
     /// Bumped with every change of a key in the tier (WATCH).
@@ -155,6 +147,16 @@ pub(crate) struct ShardCore {
     pub(crate) durable_advanced: Notify,
 }
 
+/// What one apply step logged to the WAL.
+#[derive(Default)]
+struct StepLog {
+    /// The step's commit version, once its first record is logged.
+    version: Option<u64>,
+    records: u64,
+    /// The appender moved to a new segment (the segment creator has work).
+    rolled: bool,
+}
+
 /// Operation counts of one apply step, added to the atomics once.
 #[derive(Default)]
 struct Counts {
@@ -188,12 +190,8 @@ impl ShardCore {
             clock,
             state: RefCell::new(CoreState {
                 tier,
-                last_lsn,
                 plain_write_lsn: last_lsn,
-                durable_lsn: last_lsn,
-                poisoned: false,
-                wal,
-                pending: VecDeque::new(),
+                wal: WalState::new(settings.shard, last_lsn, wal),
                 wal_bytes_since_checkpoint: 0,
                 writes_since_checkpoint: 0,
                 write_marks: WriteMarks::new(),
@@ -208,29 +206,21 @@ impl ShardCore {
     }
 
     pub(crate) fn is_poisoned(&self) -> bool {
-        self.state.borrow().poisoned
+        self.state.borrow().wal.is_poisoned()
     }
 
     pub(crate) fn last_lsn(&self) -> u64 {
-        self.state.borrow().last_lsn
+        self.state.borrow().wal.last_lsn()
     }
 
     /// Segment the open WAL buffer belongs to (0 without a WAL).
     pub(crate) fn open_segment_seq(&self) -> u64 {
-        self.state.borrow().wal.as_ref().map_or(0, |w| w.open_seq())
+        self.state.borrow().wal.open_segment_seq()
     }
 
     /// (open buffer has records, a flush was requested, the buffer passed its threshold)
     pub(crate) fn flush_state(&self) -> (bool, bool, bool) {
-        let st = self.state.borrow();
-        match &st.wal {
-            Some(w) => (
-                w.has_records(),
-                w.flush_requested,
-                w.open_bytes() >= w.flush_threshold() / 2,
-            ),
-            None => (false, false, false),
-        }
+        self.state.borrow().wal.flush_state()
     }
 
     /// Runs `f` on the tier (reads from a checkpoint or a key scan), with
@@ -322,9 +312,7 @@ impl ShardCore {
         let shard = self.settings.shard;
         let mut st = self.state.borrow_mut();
         let st = &mut *st;
-        let mut version = 0u64;
-        let mut appended = false;
-        let mut rolled = false;
+        let mut step = StepLog::default();
         // One clock reading per step: every operation of the step sees the
         // same keys as expired.
         let now = now_ms();
@@ -389,7 +377,7 @@ impl ShardCore {
                     continue;
                 }
                 Op::Put { .. } | Op::Delete { .. } | Op::Update { .. } | Op::UpdateTtl { .. }
-                    if st.poisoned =>
+                    if st.wal.is_poisoned() =>
                 {
                     writes.mark(index, true);
                     *had_write = true;
@@ -417,25 +405,12 @@ impl ShardCore {
                 }
                 Op::Put { key, value } => {
                     let hash = fnv1a64(key);
-                    if let Some(wal) = &mut st.wal {
-                        let size = record_size(key.len(), value.len());
-                        assert!(
-                            size <= self.settings.max_record_bytes,
-                            "limits are checked before the shard"
-                        );
-                        let (reserve, moved) = wal.reserve(size);
-                        rolled |= moved;
-                        if reserve == Reserve::Full {
-                            wal.flush_requested = true;
-                            break false;
-                        }
-                        if version == 0 {
-                            version = self.clock.next();
-                        }
-                        st.last_lsn += 1;
-                        wal.append(st.last_lsn, version, RecordKind::Put, key, value);
-                        appended = true;
-                        counts.records += 1;
+                    assert!(
+                        record_size(key.len(), value.len()) <= self.settings.max_record_bytes,
+                        "limits are checked before the shard"
+                    );
+                    if !self.log_record(&mut st.wal, &mut step, RecordKind::Put, key, value, None) {
+                        break false;
                     }
                     st.tier.put(hash, key, value);
                     st.write_marks.bump(hash);
@@ -516,24 +491,13 @@ impl ShardCore {
                     } else {
                         None
                     };
-                    if let (Some(kind), Some(wal)) = (kind, &mut st.wal) {
+                    if let Some(kind) = kind {
                         let payload: &[u8] = value.map_or(b"", |v| v);
-                        let size = record_size_expiring(key.len(), payload.len(), expiry);
-                        let (reserve, moved) = wal.reserve(size);
-                        rolled |= moved;
-                        if reserve == Reserve::Full {
+                        if !self.log_record(&mut st.wal, &mut step, kind, key, payload, expiry) {
                             // Nothing was applied: the update runs again,
                             // on the same state, once there is room.
-                            wal.flush_requested = true;
                             break false;
                         }
-                        if version == 0 {
-                            version = self.clock.next();
-                        }
-                        st.last_lsn += 1;
-                        wal.append_expiring(st.last_lsn, version, kind, key, payload, expiry);
-                        appended = true;
-                        counts.records += 1;
                     }
                     if kind.is_some() {
                         st.write_marks.bump(hash);
@@ -572,21 +536,15 @@ impl ShardCore {
                         continue;
                     }
                     if any {
-                        if let Some(wal) = &mut st.wal {
-                            let size = record_size(key.len(), 0);
-                            let (reserve, moved) = wal.reserve(size);
-                            rolled |= moved;
-                            if reserve == Reserve::Full {
-                                wal.flush_requested = true;
-                                break false;
-                            }
-                            if version == 0 {
-                                version = self.clock.next();
-                            }
-                            st.last_lsn += 1;
-                            wal.append(st.last_lsn, version, RecordKind::Delete, key, b"");
-                            appended = true;
-                            counts.records += 1;
+                        if !self.log_record(
+                            &mut st.wal,
+                            &mut step,
+                            RecordKind::Delete,
+                            key,
+                            b"",
+                            None,
+                        ) {
+                            break false;
                         }
                         st.tier.delete(hash, key);
                         st.write_marks.bump(hash);
@@ -608,12 +566,13 @@ impl ShardCore {
             }
             ops.next();
         };
-        if appended {
-            st.plain_write_lsn = st.last_lsn;
+        counts.records += step.records;
+        if step.records > 0 {
+            st.plain_write_lsn = st.wal.last_lsn();
             st.writes_since_checkpoint += 1;
-            self.stats.current_lsn.store(st.last_lsn, Relaxed);
+            self.stats.current_lsn.store(st.wal.last_lsn(), Relaxed);
         }
-        let wake_flusher = appended || !done;
+        let wake_flusher = step.records > 0 || !done;
         let keys = st.tier.len();
         let memory = st.tier.memory_bytes();
         self.stats
@@ -625,10 +584,40 @@ impl ShardCore {
         if wake_flusher {
             self.flush_wanted.notify();
         }
-        if rolled {
+        if step.rolled {
             self.segment_rolled.notify();
         }
         done
+    }
+
+    /// Logs one record of an apply step through the WAL state, counting it
+    /// in `step`. Returns false when the buffer is full (nothing logged;
+    /// the step stops and waits for space). Without a WAL nothing is
+    /// logged and the step goes on.
+    fn log_record(
+        &self,
+        wal: &mut WalState,
+        step: &mut StepLog,
+        kind: RecordKind,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+    ) -> bool {
+        // Every record of a step shares one commit version, taken from the
+        // clock when its first record is logged.
+        let clock = &self.clock;
+        let version = &mut step.version;
+        let next_version = || *version.get_or_insert_with(|| clock.next());
+        match wal.append(kind, key, value, expires_at_ms, next_version) {
+            Append::Logged { rolled, .. } => {
+                step.rolled |= rolled;
+                step.records += 1;
+                true
+            }
+            Append::NoWal => true,
+            Append::Full => false,
+            Append::Poisoned => unreachable!("writes on a poisoned shard fail before logging"),
+        }
     }
 
     /// Applies a batch to the tier and the WAL buffer, waiting for buffer
@@ -637,6 +626,21 @@ impl ShardCore {
     /// meanwhile; the GETs' answers are those of their place in this
     /// batch); does not wait for durability.
     pub(crate) async fn apply(&self, ops: Vec<Op>) -> Applied {
+        let (applied, cold) = self.apply_in_order(ops).await;
+        if cold.is_empty() {
+            applied
+        } else {
+            self.finish_reads(applied, cold).await
+        }
+    }
+
+    /// The part of [`ShardCore::apply`] that must happen in arrival order:
+    /// everything but the device reads of cold GETs, which come back for
+    /// [`ShardCore::finish_reads`] (their answers are placeholders until
+    /// then). The inbox runs this for one batch after another and leaves
+    /// the reads to a task of their own, so a batch that waits for the
+    /// device does not hold up the batches behind it.
+    pub(crate) async fn apply_in_order(&self, ops: Vec<Op>) -> (Applied, Vec<ColdGet>) {
         let mut results = Vec::with_capacity(ops.len());
         let mut writes = WriteSet::None;
         let mut had_write = false;
@@ -661,12 +665,6 @@ impl ShardCore {
             }
             space.await;
         }
-        // What this batch logged (read before other batches run during the
-        // cold reads below).
-        let applied_lsn = self.state.borrow().last_lsn;
-        if !cold.is_empty() {
-            self.answer_cold(cold, &mut results, &mut counts).await;
-        }
         let s = &self.stats;
         s.ops_get.fetch_add(counts.get, Relaxed);
         s.ops_put.fetch_add(counts.put, Relaxed);
@@ -680,25 +678,33 @@ impl ShardCore {
         if counts.expired > 0 {
             s.expired_keys.fetch_add(counts.expired, Relaxed);
         }
-        let wait_lsn =
-            (had_write && self.settings.durability == Durability::Sync).then_some(applied_lsn);
-        Applied {
+        let wait_lsn = (had_write && self.settings.durability == Durability::Sync)
+            .then(|| self.state.borrow().wal.last_lsn());
+        let applied = Applied {
             results,
             wait_lsn,
             writes,
+        };
+        (applied, cold)
+    }
+
+    /// Reads the records of a batch's cold GETs and puts their answers in
+    /// place (see [`ShardCore::answer_cold`]).
+    pub(crate) async fn finish_reads(&self, mut applied: Applied, cold: Vec<ColdGet>) -> Applied {
+        let failed = self.answer_cold(cold, &mut applied.results).await;
+        if failed > 0 {
+            self.stats.ops_failed.fetch_add(failed, Relaxed);
         }
+        applied
     }
 
     /// Reads the records of a batch's cold GETs (all at once; the shard
     /// serves other requests meanwhile) and puts their answers in place.
     /// Then applies the batch's read budget again over every value in
     /// order, now that the cold ones' sizes are known.
-    async fn answer_cold(
-        &self,
-        mut cold: Vec<ColdGet>,
-        results: &mut [OpResult],
-        counts: &mut Counts,
-    ) {
+    /// Returns how many answers became errors.
+    async fn answer_cold(&self, mut cold: Vec<ColdGet>, results: &mut [OpResult]) -> u64 {
+        let mut failed = 0;
         let shard = self.settings.shard;
         let mut answers = Vec::with_capacity(cold.len());
         while !cold.is_empty() {
@@ -716,7 +722,7 @@ impl ShardCore {
                 Ok(Some(v)) => OpResult::Value(v),
                 Ok(None) => OpResult::NotFound,
                 Err(reason) => {
-                    counts.failed += 1;
+                    failed += 1;
                     OpResult::Err(OpError::ValueUnreadable { shard, reason })
                 }
             };
@@ -726,38 +732,22 @@ impl ShardCore {
         for r in results.iter_mut() {
             if let OpResult::Value(v) = r {
                 if left == 0 {
-                    counts.failed += 1;
+                    failed += 1;
                     *r = OpResult::Err(OpError::ReadLimitReached { shard, max });
                 } else {
                     left = left.saturating_sub(v.len());
                 }
             }
         }
+        failed
     }
 
     /// Answers an applied batch now, or queues the answer until the LSN it
     /// waits for is durable.
-    pub(crate) fn complete(&self, mut applied: Applied, reply: oneshot::Sender<Vec<OpResult>>) {
-        let Some(lsn) = applied.wait_lsn else {
-            let _ = reply.send(applied.results);
-            return;
-        };
-        let mut st = self.state.borrow_mut();
-        if st.durable_lsn >= lsn {
-            drop(st);
-            let _ = reply.send(applied.results);
-        } else if st.poisoned {
-            drop(st);
-            applied
-                .writes
-                .poison(&mut applied.results, self.settings.shard);
-            let _ = reply.send(applied.results);
-        } else {
-            st.pending.push_back(Pending {
-                lsn,
-                applied,
-                reply,
-            });
+    pub(crate) fn complete(&self, applied: Applied, reply: oneshot::Sender<Vec<OpResult>>) {
+        let answer = self.state.borrow_mut().wal.complete(applied, reply);
+        if let Some(answer) = answer {
+            answer.send();
         }
     }
 
@@ -778,7 +768,7 @@ impl ShardCore {
 
     /// The flusher takes the open buffer (sealed). Wakes blocked appenders.
     pub(crate) fn take_flush(&self) -> Option<SealedFlush> {
-        let sealed = self.state.borrow_mut().wal.as_mut().and_then(|w| w.take());
+        let sealed = self.state.borrow_mut().wal.take_flush();
         if sealed.is_some() {
             self.space_freed.notify();
         }
@@ -795,20 +785,11 @@ impl ShardCore {
         sync_us: u64,
         live_wal_bytes: u64,
     ) {
-        let mut ready = Vec::new();
+        let ready;
         let checkpoint_due;
         {
             let mut st = self.state.borrow_mut();
-            assert!(last_lsn > st.durable_lsn, "durable LSN only grows");
-            st.durable_lsn = last_lsn;
-            if let Some(w) = st.wal.as_mut() {
-                w.give_back(buf);
-            }
-            while st.pending.front().is_some_and(|p| p.lsn <= last_lsn) {
-                if let Some(p) = st.pending.pop_front() {
-                    ready.push(p);
-                }
-            }
+            ready = st.wal.flush_done(last_lsn, buf);
             st.wal_bytes_since_checkpoint += bytes;
             checkpoint_due = st.wal_bytes_since_checkpoint >= self.checkpoint_threshold.get();
         }
@@ -820,8 +801,8 @@ impl ShardCore {
         s.group_commit_bytes.record(bytes);
         s.fdatasync_latency_us.record(sync_us);
         s.wal_live_bytes.store(live_wal_bytes, Relaxed);
-        for p in ready {
-            let _ = p.reply.send(p.applied.results);
+        for answer in ready {
+            answer.send();
         }
         // A flush just returned its buffer: appenders may go on.
         self.space_freed.notify();
@@ -857,17 +838,10 @@ impl ShardCore {
     }
 
     fn poison_pending(&self) {
-        let pending: Vec<Pending> = {
-            let mut st = self.state.borrow_mut();
-            st.poisoned = true;
-            st.pending.drain(..).collect()
-        };
+        let failed = self.state.borrow_mut().wal.poison();
         self.stats.poisoned.store(true, Relaxed);
-        for mut p in pending {
-            p.applied
-                .writes
-                .poison(&mut p.applied.results, self.settings.shard);
-            let _ = p.reply.send(p.applied.results);
+        for answer in failed {
+            answer.send();
         }
         self.space_freed.notify();
         self.durable_advanced.notify();
@@ -879,15 +853,13 @@ impl ShardCore {
     /// waiting answers so their callers see `ShuttingDown` instead of
     /// waiting forever.
     pub(crate) fn abandon(&self) {
-        let pending: Vec<Pending> = self.state.borrow_mut().pending.drain(..).collect();
+        let pending: Vec<Pending> = self.state.borrow_mut().wal.abandon();
         drop(pending);
     }
 
     /// Asks the flusher to write the open buffer now.
     pub(crate) fn request_flush(&self) {
-        if let Some(w) = self.state.borrow_mut().wal.as_mut() {
-            w.flush_requested = true;
-        }
+        self.state.borrow_mut().wal.request_flush();
         self.flush_wanted.notify();
     }
 
@@ -925,7 +897,7 @@ impl ShardCore {
     /// every value in the tier is durable.
     pub(crate) fn undurable_lsn(&self) -> Option<u64> {
         let st = self.state.borrow();
-        (self.settings.durability == Durability::Sync && st.durable_lsn < st.plain_write_lsn)
+        (self.settings.durability == Durability::Sync && st.wal.durable_lsn() < st.plain_write_lsn)
             .then_some(st.plain_write_lsn)
     }
 
@@ -940,24 +912,19 @@ impl ShardCore {
         loop {
             let space = self.space_freed.notified();
             let logged = {
-                let mut guard = self.state.borrow_mut();
-                let st = &mut *guard;
-                if st.poisoned {
-                    return Err(());
-                }
-                let Some(wal) = &mut st.wal else {
-                    return Ok(None);
-                };
-                let (reserve, rolled) = wal.reserve(size);
-                if reserve == Reserve::Full {
-                    wal.flush_requested = true;
-                    None
-                } else {
-                    let version = self.clock.next();
-                    st.last_lsn += 1;
-                    wal.append(st.last_lsn, version, RecordKind::TxnPart, header, body);
-                    st.writes_since_checkpoint += 1;
-                    Some((st.last_lsn, rolled))
+                let mut st = self.state.borrow_mut();
+                let clock = &self.clock;
+                match st
+                    .wal
+                    .append(RecordKind::TxnPart, header, body, None, || clock.next())
+                {
+                    Append::Poisoned => return Err(()),
+                    Append::NoWal => return Ok(None),
+                    Append::Full => None,
+                    Append::Logged { lsn, rolled } => {
+                        st.writes_since_checkpoint += 1;
+                        Some((lsn, rolled))
+                    }
                 }
             };
             if let Some((lsn, rolled)) = logged {
@@ -1003,10 +970,10 @@ impl ShardCore {
             let advanced = self.durable_advanced.notified();
             {
                 let st = self.state.borrow();
-                if st.durable_lsn >= lsn {
+                if st.wal.durable_lsn() >= lsn {
                     return Ok(());
                 }
-                if st.poisoned {
+                if st.wal.is_poisoned() {
                     return Err(());
                 }
             }

@@ -498,8 +498,18 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
     while let Ok(msg) = inbox.recv_async().await {
         match msg {
             ShardMsg::Batch { ops, reply } => {
-                let applied = core.apply(ops).await;
-                core.complete(applied, reply);
+                let (applied, cold) = core.apply_in_order(ops).await;
+                if cold.is_empty() {
+                    core.complete(applied, reply);
+                } else {
+                    // The device reads go on while the next batches apply.
+                    let core = core.clone();
+                    compio::runtime::spawn(async move {
+                        let applied = core.finish_reads(applied, cold).await;
+                        core.complete(applied, reply);
+                    })
+                    .detach();
+                }
             }
             ShardMsg::Txn(msg) => crate::txn::shard::handle(&core, msg),
             ShardMsg::Shutdown { done } => {

@@ -329,7 +329,12 @@ pub async fn recover<D: Disk>(
     recover_into(disk, paths, config, &memory).await
 }
 
-/// Recovers a shard into tiers made by `new_tier`.
+/// Recovers a shard into tiers made by `new_tier`. Recovery runs as named
+/// phases, in this order: open the segments, choose the snapshot, replay
+/// the log after it, check the log reaches the segment `wal.head` names,
+/// and ready the directory for new writes. Every phase appends the
+/// [`RecoveryCase`] rows it decides to one list, so [`Recovered::cases`]
+/// reads in the order recovery met them.
 pub async fn recover_into<D: Disk>(
     disk: &D,
     paths: &ShardPaths,
@@ -340,6 +345,70 @@ pub async fn recover_into<D: Disk>(
     let mut cases = Vec::new();
     let head = read_head(disk, paths, config.shard).await?;
     let (segments, max_seq) = open_segments(disk, paths, config.shard).await?;
+    let mut snapshot =
+        choose_snapshot(disk, paths, config.shard, &segments, new_tier, &mut cases).await?;
+    let mut replay = replay_log(
+        paths,
+        config.shard,
+        &segments,
+        &mut *snapshot.tier,
+        snapshot.lsn,
+        snapshot.max_commit_version,
+        &mut cases,
+    )
+    .await?;
+    let head_found = check_head(paths, head, &segments, replay.newest_used, &mut cases)?;
+    let position =
+        prepare_for_writes(disk, paths, config, &segments, max_seq, &replay, &mut cases).await?;
+    let live_segments = replay.take_live_segments(&segments);
+    Ok(Recovered {
+        txn: replay.txn,
+        tier: snapshot.tier,
+        last_lsn: replay.last_lsn.unwrap_or(snapshot.lsn).max(snapshot.lsn),
+        max_commit_version: replay.max_commit_version,
+        live_segments,
+        next_segment_seq: position.next_segment_seq,
+        next_segment_ready: position.next_segment_ready,
+        next_segment_recycled: position.next_segment_recycled,
+        spares: position.spares,
+        snapshots: snapshot.kept,
+        records_replayed: replay.records_replayed,
+        bytes_replayed: replay.bytes_replayed,
+        wal_bytes_after_snapshot: replay.wal_bytes_after_snapshot,
+        bytes_read: replay.bytes_read + position.bytes_read,
+        snapshot_entries: snapshot.entries,
+        duration: started.elapsed(),
+        cases,
+        head,
+        head_found,
+    })
+}
+
+/// What the snapshot phase settled on: the tier holding the newest usable
+/// snapshot (an empty tier without one) and what that snapshot covers.
+struct SnapshotPhase {
+    tier: Box<dyn Tier>,
+    /// Last LSN the snapshot covers (0 without a snapshot): replay starts
+    /// after it.
+    lsn: u64,
+    max_commit_version: u64,
+    entries: u64,
+    /// Valid snapshots kept, oldest first.
+    kept: Vec<SnapshotFile>,
+}
+
+/// Phase: choose the snapshot. Removes unfinished snapshots, loads the
+/// newest valid one, and renames damaged newer ones `*.damaged` when an
+/// older snapshot plus the WAL cover them (rows `SnapshotLoaded`,
+/// `DamagedSnapshotSkipped`, `NoUsableSnapshot`).
+async fn choose_snapshot<D: Disk>(
+    disk: &D,
+    paths: &ShardPaths,
+    shard: u32,
+    segments: &[Segment<D>],
+    new_tier: &TierFactory<'_>,
+    cases: &mut Vec<RecoveryCase>,
+) -> Result<SnapshotPhase, EngineError> {
     let (snapshots, leftovers) = list_snapshots(disk, paths)?;
     let mut dir_changed_snap = false;
     for tmp in leftovers {
@@ -354,7 +423,6 @@ pub async fn recover_into<D: Disk>(
         dir_changed_snap = true;
     }
 
-    // --- Snapshot choice.
     let first_header_lsn = segments.iter().find_map(|s| s.used().map(|h| h.first_lsn));
     let mut tier = new_tier(None);
     let mut base: Option<(SnapshotFile, SnapshotMeta)> = None;
@@ -389,7 +457,7 @@ pub async fn recover_into<D: Disk>(
         } else {
             None
         };
-        match snapshot::load(&file, &snap.path, config.shard, sink).await {
+        match snapshot::load(&file, &snap.path, shard, sink).await {
             Ok(meta) => {
                 if meta.lsn != snap.lsn {
                     damaged.push((
@@ -478,16 +546,72 @@ pub async fn recover_into<D: Disk>(
                 source,
             })?;
     }
-    let (snapshot_lsn, mut max_version, snapshot_entries) = match &base {
+    let (lsn, max_commit_version, entries) = match &base {
         Some((_, meta)) => {
             cases.push(RecoveryCase::SnapshotLoaded);
             (meta.lsn, meta.max_commit_version, meta.entries)
         }
         None => (0, 0, 0),
     };
-    let need = snapshot_lsn + 1;
+    Ok(SnapshotPhase {
+        tier,
+        lsn,
+        max_commit_version,
+        entries,
+        kept: kept_snapshots,
+    })
+}
 
-    // --- WAL replay.
+/// What replaying the log left: where it ends and what was read on the way.
+struct ReplayPhase {
+    /// Transaction parts seen, in skipped segments too.
+    txn: TxnReplay,
+    /// Indexes of the segments with a used header, oldest first.
+    used: Vec<usize>,
+    /// How many of `used` were skipped: every record in them is in the
+    /// snapshot (row `SegmentSkipped`).
+    skipped: usize,
+    /// Index of the segment replay started in (`segments.len()` if none).
+    start: usize,
+    /// Last LSN the snapshot covers (0 without one).
+    snapshot_lsn: u64,
+    /// LSN of the last record of the log (`None`: no complete flush).
+    last_lsn: Option<u64>,
+    max_commit_version: u64,
+    records_replayed: u64,
+    bytes_replayed: u64,
+    wal_bytes_after_snapshot: u64,
+    bytes_read: u64,
+    /// Segments whose first flush belongs to the log, oldest first.
+    live_segments: Vec<LiveSegment>,
+    /// Where the log ends (`None`: no used segment was replayed).
+    end: Option<LogEnd>,
+    /// The newest segment holding a complete flush of the log: (seq, first LSN).
+    newest_used: Option<(u64, u64)>,
+}
+
+/// How one segment's part of the log ended.
+enum SegmentEnd {
+    /// The next segment continues the log (row `Rollover`).
+    Rollover,
+    /// The log ends in this segment.
+    LogEnd(LogEnd),
+}
+
+/// Phase: replay the log after the snapshot into `tier`, flush by flush
+/// and segment by segment, up to where it ends (rows `NoWal`,
+/// `NoWalForSnapshot`, `SegmentSkipped`, `FlushReplayed`, `MissingHistory`,
+/// `LsnGap`, `Rollover`, `CleanEnd`, `TornTail`, `DamageBeforeData`).
+async fn replay_log<D: Disk>(
+    paths: &ShardPaths,
+    shard: u32,
+    segments: &[Segment<D>],
+    tier: &mut dyn Tier,
+    snapshot_lsn: u64,
+    snapshot_max_version: u64,
+    cases: &mut Vec<RecoveryCase>,
+) -> Result<ReplayPhase, EngineError> {
+    let need = snapshot_lsn + 1;
     let n = segments.len();
     let used: Vec<usize> = (0..n).filter(|&i| segments[i].used().is_some()).collect();
     if used.is_empty() {
@@ -513,14 +637,63 @@ pub async fn recover_into<D: Disk>(
         }
     }
     let start = used.get(k).copied().unwrap_or(n);
-    // Segments before `start` are not replayed, but the transaction parts
-    // in them count as present (docs/transactions.md, recovery rule).
     let mut txn = TxnReplay::default();
+    let skipped_bytes_read =
+        read_skipped_txn_parts(shard, segments, &used[..k], tier, &mut txn).await?;
+    let mut phase = ReplayPhase {
+        txn,
+        used,
+        skipped: k,
+        start,
+        snapshot_lsn,
+        last_lsn: None,
+        max_commit_version: snapshot_max_version,
+        records_replayed: 0,
+        bytes_replayed: 0,
+        wal_bytes_after_snapshot: 0,
+        bytes_read: skipped_bytes_read,
+        live_segments: Vec::new(),
+        end: None,
+        newest_used: None,
+    };
+    let mut i = start;
+    while i < n {
+        let seg = &segments[i];
+        let mut win = FileWindow::new(&seg.file, &seg.path)
+            .await
+            .map_err(wal_io("stat", &seg.path, 0))?;
+        let (pos, damage) = phase
+            .replay_segment(seg, &mut win, tier, shard, cases)
+            .await?;
+        match phase
+            .end_of_segment(segments, &mut win, (i, pos, damage), shard, cases)
+            .await?
+        {
+            SegmentEnd::Rollover => i += 1,
+            SegmentEnd::LogEnd(end) => {
+                phase.end = Some(end);
+                break;
+            }
+        }
+    }
+    Ok(phase)
+}
+
+/// Segments below the replay start are not replayed, but the transaction
+/// parts in them count as present (docs/transactions.md, recovery rule).
+/// Returns the bytes read.
+async fn read_skipped_txn_parts<D: Disk>(
+    shard: u32,
+    segments: &[Segment<D>],
+    skipped: &[usize],
+    tier: &mut dyn Tier,
+    txn: &mut TxnReplay,
+) -> Result<u64, EngineError> {
     let mut skipped_bytes_read = 0u64;
-    for &idx in &used[..k] {
+    for &idx in skipped {
         let seg = &segments[idx];
         let identity = SegmentIdentity {
-            shard: config.shard,
+            shard,
             seq: seg.seq,
         };
         let mut win = FileWindow::new(&seg.file, &seg.path)
@@ -536,7 +709,7 @@ pub async fn recover_into<D: Disk>(
                 break; // stale bytes of a recycled segment
             }
             let tier_ref = &mut *tier;
-            let txn_ref = &mut txn;
+            let txn_ref = &mut *txn;
             replay_flush(&mut win, &flush, &mut |r| {
                 if r.kind == RecordKind::TxnPart {
                     txn_ref.part(r.lsn, r.key, r.value, false, tier_ref);
@@ -549,33 +722,40 @@ pub async fn recover_into<D: Disk>(
         }
         skipped_bytes_read += win.bytes_read();
     }
-    let mut last_lsn: Option<u64> = None;
-    let mut records_replayed = 0u64;
-    let mut bytes_replayed = 0u64;
-    let mut wal_bytes_after_snapshot = 0u64;
-    let mut bytes_read = skipped_bytes_read;
-    let mut live_segments: Vec<LiveSegment> = Vec::new();
-    let mut end: Option<LogEnd> = None;
-    // The newest segment holding a complete flush of the log: (seq, first LSN).
-    let mut newest_used: Option<(u64, u64)> = None;
-    let mut i = start;
-    while i < n {
-        let seg = &segments[i];
+    Ok(skipped_bytes_read)
+}
+
+impl ReplayPhase {
+    /// The LSN the log reached so far: its last record, or the snapshot's.
+    fn after_lsn(&self) -> u64 {
+        self.last_lsn.unwrap_or(self.snapshot_lsn)
+    }
+
+    /// Replays the complete flushes of `seg` that continue the log and
+    /// returns where they stop: the offset, and the damage found there
+    /// (`None` for zeroes or stale bytes). The log may still go on in the
+    /// next segment; [`ReplayPhase::end_of_segment`] decides.
+    async fn replay_segment<D: Disk>(
+        &mut self,
+        seg: &Segment<D>,
+        win: &mut FileWindow<'_, D::File>,
+        tier: &mut dyn Tier,
+        shard: u32,
+        cases: &mut Vec<RecoveryCase>,
+    ) -> Result<(u64, Option<(u64, Damage)>), EngineError> {
+        let need = self.snapshot_lsn + 1;
         let identity = SegmentIdentity {
-            shard: config.shard,
+            shard,
             seq: seg.seq,
         };
-        let mut win = FileWindow::new(&seg.file, &seg.path)
-            .await
-            .map_err(wal_io("stat", &seg.path, 0))?;
         let mut pos = 0u64;
-        let seg_end: LogEnd = loop {
-            let scan = scan_flush(&mut win, pos, identity)
+        loop {
+            let scan = scan_flush(win, pos, identity)
                 .await
                 .map_err(wal_io("read", &seg.path, pos))?;
             match scan {
                 FlushScan::Complete(flush) => {
-                    match last_lsn {
+                    match self.last_lsn {
                         None if flush.first_lsn > need => {
                             cases.push(RecoveryCase::MissingHistory);
                             return Err(corrupt(
@@ -590,7 +770,7 @@ pub async fn recover_into<D: Disk>(
                         // Older LSNs after the end: stale bytes of a
                         // recycled segment (never at offset 0: a used header
                         // names this flush's first LSN).
-                        Some(last) if pos > 0 && flush.first_lsn <= last => break (i, pos, None),
+                        Some(last) if pos > 0 && flush.first_lsn <= last => return Ok((pos, None)),
                         Some(last) if flush.first_lsn != last + 1 => {
                             cases.push(RecoveryCase::LsnGap);
                             return Err(corrupt(
@@ -604,12 +784,12 @@ pub async fn recover_into<D: Disk>(
                         }
                         _ => {}
                     }
-                    if newest_used.is_none_or(|(seq, _)| seq < seg.seq) {
+                    if self.newest_used.is_none_or(|(seq, _)| seq < seg.seq) {
                         let first = seg.used().map_or(flush.first_lsn, |h| h.first_lsn);
-                        newest_used = Some((seg.seq, first));
+                        self.newest_used = Some((seg.seq, first));
                     }
                     if pos == 0 {
-                        live_segments.push(LiveSegment {
+                        self.live_segments.push(LiveSegment {
                             seq: seg.seq,
                             path: seg.path.clone(),
                             first_lsn: flush.first_lsn,
@@ -617,10 +797,10 @@ pub async fn recover_into<D: Disk>(
                         });
                     }
                     let tier_ref = &mut *tier;
-                    let txn_ref = &mut txn;
+                    let txn_ref = &mut self.txn;
                     let mut replayed = 0u64;
-                    let mut version = max_version;
-                    let bytes = replay_flush(&mut win, &flush, &mut |r| {
+                    let mut version = self.max_commit_version;
+                    let bytes = replay_flush(win, &flush, &mut |r| {
                         version = version.max(r.commit_version);
                         if r.kind == RecordKind::TxnPart {
                             txn_ref.part(r.lsn, r.key, r.value, r.lsn >= need, tier_ref);
@@ -649,29 +829,50 @@ pub async fn recover_into<D: Disk>(
                     })
                     .await
                     .map_err(wal_io("read", &seg.path, pos))?;
-                    max_version = version;
-                    records_replayed += replayed;
+                    self.max_commit_version = version;
+                    self.records_replayed += replayed;
                     if flush.last_lsn >= need {
-                        bytes_replayed += bytes;
-                        wal_bytes_after_snapshot += flush.end - pos;
+                        self.bytes_replayed += bytes;
+                        self.wal_bytes_after_snapshot += flush.end - pos;
                     }
                     cases.push(RecoveryCase::FlushReplayed);
-                    last_lsn = Some(flush.last_lsn);
+                    self.last_lsn = Some(flush.last_lsn);
                     pos = flush.end;
                 }
-                FlushScan::Zero => break (i, pos, None),
+                FlushScan::Zero => return Ok((pos, None)),
                 FlushScan::Damaged {
                     offset,
                     reason: reason @ Damage::ForeignSegment { .. },
                 } => return Err(corrupt(&seg.path, offset, reason)),
-                FlushScan::Damaged { offset, reason } => break (i, pos, Some((offset, reason))),
+                FlushScan::Damaged { offset, reason } => return Ok((pos, Some((offset, reason)))),
             }
+        }
+    }
+
+    /// Decides what follows the log's stop at `seg_end` in segment `i`:
+    /// the next segment continues it, or the log ends here (cleanly or
+    /// with a torn flush), or newer data sits behind damage and recovery
+    /// refuses.
+    async fn end_of_segment<D: Disk>(
+        &mut self,
+        segments: &[Segment<D>],
+        win: &mut FileWindow<'_, D::File>,
+        seg_end: LogEnd,
+        shard: u32,
+        cases: &mut Vec<RecoveryCase>,
+    ) -> Result<SegmentEnd, EngineError> {
+        let i = seg_end.0;
+        let pos = seg_end.1;
+        let seg = &segments[i];
+        let identity = SegmentIdentity {
+            shard,
+            seq: seg.seq,
         };
         // The log stops in this segment at `pos`. Nothing newer may follow
         // in it: a complete flush with newer LSNs means acknowledged data
         // sits behind damage.
-        let after = last_lsn.unwrap_or(snapshot_lsn);
-        let tail = scan_tail(&mut win, pos, after, identity)
+        let after = self.after_lsn();
+        let tail = scan_tail(win, pos, after, identity)
             .await
             .map_err(wal_io("read", &seg.path, pos))?;
         if let Some(at) = tail.complete_flush_at {
@@ -695,26 +896,25 @@ pub async fn recover_into<D: Disk>(
                 // At offset 0 the used header itself names the next LSN.
                 pos == 0
                     || !segments[i].used().is_some_and(|h| h.is_recycled())
-                    || looks_current(&mut win, pos, after + 1).await
+                    || looks_current(win, pos, after + 1).await
             }
             None => tail.nonzero_end > pos && !segments[i].used().is_some_and(|h| h.is_recycled()),
         };
-        bytes_read += win.bytes_read();
+        self.bytes_read += win.bytes_read();
         // Rollover: the next segment is used and continues the log.
         if let Some(next) = segments.get(i + 1) {
             if let Some(h) = next.used() {
                 let expected = after + 1;
-                if h.first_lsn == expected && last_lsn.is_some() {
+                if h.first_lsn == expected && self.last_lsn.is_some() {
                     if seg_end.2.is_some() || torn {
                         // A torn flush followed by a segment continuing at
                         // the next LSN: the log was recovered once and went on.
                         cases.push(RecoveryCase::TornTail);
                     }
                     cases.push(RecoveryCase::Rollover);
-                    i += 1;
-                    continue;
+                    return Ok(SegmentEnd::Rollover);
                 }
-                if last_lsn.is_some() {
+                if self.last_lsn.is_some() {
                     cases.push(RecoveryCase::LsnGap);
                     return Err(corrupt(
                         &next.path,
@@ -744,12 +944,42 @@ pub async fn recover_into<D: Disk>(
         } else {
             cases.push(RecoveryCase::CleanEnd);
         }
-        end = Some(seg_end);
-        break;
+        Ok(SegmentEnd::LogEnd(seg_end))
     }
 
-    // --- The head names the newest segment whose first flush was durable
-    // (and acknowledged): the log must reach it.
+    /// The live segments, with the used segments skipped below the
+    /// snapshot put back in order: they stay until the next checkpoint
+    /// recycles them.
+    fn take_live_segments<D: Disk>(&mut self, segments: &[Segment<D>]) -> Vec<LiveSegment> {
+        let mut live_segments = std::mem::take(&mut self.live_segments);
+        for &u in &self.used[..self.skipped.min(self.used.len())] {
+            let seg = &segments[u];
+            if let Some(h) = seg.used() {
+                live_segments.insert(
+                    live_segments.partition_point(|s| s.seq < seg.seq),
+                    LiveSegment {
+                        seq: seg.seq,
+                        path: seg.path.clone(),
+                        first_lsn: h.first_lsn,
+                        bytes: seg.len,
+                    },
+                );
+            }
+        }
+        live_segments
+    }
+}
+
+/// Phase: the head names the newest segment whose first flush was durable
+/// (and acknowledged); the log must reach it (row `NewestSegmentMissing`).
+/// Returns the head recovery found true.
+fn check_head<D: Disk>(
+    paths: &ShardPaths,
+    head: Option<HeadState>,
+    segments: &[Segment<D>],
+    newest_used: Option<(u64, u64)>,
+    cases: &mut Vec<RecoveryCase>,
+) -> Result<HeadState, EngineError> {
     let found = newest_used.map_or(0, |(seq, _)| seq);
     // A segment with a used header at or past the named one also reaches
     // it: the named segment may have been retired by a checkpoint that
@@ -774,80 +1004,45 @@ pub async fn recover_into<D: Disk>(
             ));
         }
     }
-    let head_found = HeadState {
+    Ok(HeadState {
         generation: 0,
         seq: found,
         first_lsn: newest_used.map_or(0, |(_, lsn)| lsn),
-    };
+    })
+}
 
-    // --- After the end: no used segment may follow; damaged headers may
-    // not hide newer flushes; unused segments become spares.
-    let after_lsn = last_lsn.unwrap_or(snapshot_lsn);
-    let (end_index, end_pos) = end.as_ref().map_or((n, 0), |(ei, ep, _)| (*ei, *ep));
-    let mut remove: Vec<usize> = Vec::new();
-    let mut spares: Vec<usize> = Vec::new();
-    for (j, seg) in segments.iter().enumerate() {
-        let after_end = j > end_index || (j == end_index && end_pos == 0 && seg.used().is_none());
-        let before_start = j < start;
-        match &seg.header {
-            HeaderState::Used(_) if after_end => {
-                cases.push(RecoveryCase::UsedSegmentAfterUnused);
-                return Err(corrupt(
-                    &segments[end_index.min(n - 1)].path,
-                    end_pos,
-                    Damage::UsedSegmentAfterUnused {
-                        file: seg.path.clone(),
-                    },
-                ));
-            }
-            HeaderState::Used(_) => {
-                // Part of the log, or skipped below the snapshot.
-                if j == end_index && end_pos == 0 {
-                    // Its first flush is torn: it holds nothing valid.
-                    spares.push(j);
-                }
-            }
-            HeaderState::Damaged(_) if after_end || before_start => {
-                if after_end {
-                    let mut win = FileWindow::new(&seg.file, &seg.path)
-                        .await
-                        .map_err(wal_io("stat", &seg.path, 0))?;
-                    let tail = scan_tail(
-                        &mut win,
-                        0,
-                        after_lsn,
-                        SegmentIdentity {
-                            shard: config.shard,
-                            seq: seg.seq,
-                        },
-                    )
-                    .await
-                    .map_err(wal_io("read", &seg.path, 0))?;
-                    bytes_read += win.bytes_read();
-                    if let Some(at) = tail.complete_flush_at {
-                        cases.push(RecoveryCase::DamageBeforeData);
-                        return Err(corrupt(
-                            &seg.path,
-                            0,
-                            Damage::ValidFlushAfterDamage {
-                                file: seg.path.clone(),
-                                offset: at,
-                            },
-                        ));
-                    }
-                }
-                remove.push(j);
-            }
-            HeaderState::Damaged(d) => {
-                // Inside the kept log region: the main scan met it.
-                tracing::warn!(file = %seg.path.display(), damage = %d, "damaged segment header");
-            }
-            HeaderState::Unused { .. } => spares.push(j),
-        }
-    }
+/// Where new writes go once recovery is done.
+struct WritePosition {
+    /// The segment new writes go to (full size, unused header).
+    next_segment_seq: u64,
+    next_segment_recycled: bool,
+    /// False when the segment had to be created and that failed.
+    next_segment_ready: bool,
+    /// Unused segments of the right size kept for recycling.
+    spares: Vec<PathBuf>,
+    /// Bytes read checking damaged headers after the end of the log.
+    bytes_read: u64,
+}
+
+/// Phase: ready the directory for new writes. No used segment may follow
+/// the end of the log; damaged headers may not hide newer flushes; unused
+/// segments become the segment for new writes or spares, the rest is
+/// removed (rows `UsedSegmentAfterUnused`, `DamageBeforeData`,
+/// `UnusedSegmentReused`, `SegmentRecycled`, `UnusedSegmentRemoved`).
+async fn prepare_for_writes<D: Disk>(
+    disk: &D,
+    paths: &ShardPaths,
+    config: RecoveryConfig,
+    segments: &[Segment<D>],
+    max_seq: u64,
+    replay: &ReplayPhase,
+    cases: &mut Vec<RecoveryCase>,
+) -> Result<WritePosition, EngineError> {
+    let (mut remove, spares, bytes_read) =
+        sort_segments_after_end(config.shard, segments, replay, cases).await?;
     // The segment for new writes: an unused one of the right size after
     // every used one, else a spare renamed into place, else a new one.
-    let max_used_seq = used.last().map_or(0, |&u| segments[u].seq);
+    let max_used_seq = replay.used.last().map_or(0, |&u| segments[u].seq);
     let fits = |j: &usize| segments[*j].len == config.segment_bytes;
     let mut kept_spares = Vec::new();
     let mut next: Option<(u64, bool)> = None;
@@ -912,44 +1107,90 @@ pub async fn recover_into<D: Disk>(
             }
         }
     };
-    // Segments skipped below the snapshot stay until the next checkpoint
-    // recycles them.
-    for &u in &used[..k.min(used.len())] {
-        let seg = &segments[u];
-        if let Some(h) = seg.used() {
-            live_segments.insert(
-                live_segments.partition_point(|s| s.seq < seg.seq),
-                LiveSegment {
-                    seq: seg.seq,
-                    path: seg.path.clone(),
-                    first_lsn: h.first_lsn,
-                    bytes: seg.len,
-                },
-            );
+    Ok(WritePosition {
+        next_segment_seq,
+        next_segment_recycled,
+        next_segment_ready,
+        spares: kept_spares,
+        bytes_read,
+    })
+}
+
+/// Sorts the segments against the end of the log: returns the indexes to
+/// remove (damaged headers holding nothing), the candidate spares (unused
+/// headers, and a used one whose only flush tore), and the bytes read.
+async fn sort_segments_after_end<D: Disk>(
+    shard: u32,
+    segments: &[Segment<D>],
+    replay: &ReplayPhase,
+    cases: &mut Vec<RecoveryCase>,
+) -> Result<(Vec<usize>, Vec<usize>, u64), EngineError> {
+    let n = segments.len();
+    let after_lsn = replay.after_lsn();
+    let (end_index, end_pos) = replay.end.as_ref().map_or((n, 0), |(ei, ep, _)| (*ei, *ep));
+    let mut bytes_read = 0u64;
+    let mut remove: Vec<usize> = Vec::new();
+    let mut spares: Vec<usize> = Vec::new();
+    for (j, seg) in segments.iter().enumerate() {
+        let after_end = j > end_index || (j == end_index && end_pos == 0 && seg.used().is_none());
+        let before_start = j < replay.start;
+        match &seg.header {
+            HeaderState::Used(_) if after_end => {
+                cases.push(RecoveryCase::UsedSegmentAfterUnused);
+                return Err(corrupt(
+                    &segments[end_index.min(n - 1)].path,
+                    end_pos,
+                    Damage::UsedSegmentAfterUnused {
+                        file: seg.path.clone(),
+                    },
+                ));
+            }
+            HeaderState::Used(_) => {
+                // Part of the log, or skipped below the snapshot.
+                if j == end_index && end_pos == 0 {
+                    // Its first flush is torn: it holds nothing valid.
+                    spares.push(j);
+                }
+            }
+            HeaderState::Damaged(_) if after_end || before_start => {
+                if after_end {
+                    let mut win = FileWindow::new(&seg.file, &seg.path)
+                        .await
+                        .map_err(wal_io("stat", &seg.path, 0))?;
+                    let tail = scan_tail(
+                        &mut win,
+                        0,
+                        after_lsn,
+                        SegmentIdentity {
+                            shard,
+                            seq: seg.seq,
+                        },
+                    )
+                    .await
+                    .map_err(wal_io("read", &seg.path, 0))?;
+                    bytes_read += win.bytes_read();
+                    if let Some(at) = tail.complete_flush_at {
+                        cases.push(RecoveryCase::DamageBeforeData);
+                        return Err(corrupt(
+                            &seg.path,
+                            0,
+                            Damage::ValidFlushAfterDamage {
+                                file: seg.path.clone(),
+                                offset: at,
+                            },
+                        ));
+                    }
+                }
+                remove.push(j);
+            }
+            HeaderState::Damaged(d) => {
+                // Inside the kept log region: the main scan met it.
+                tracing::warn!(file = %seg.path.display(), damage = %d, "damaged segment header");
+            }
+            HeaderState::Unused { .. } => spares.push(j),
         }
     }
-    let last_lsn = last_lsn.unwrap_or(snapshot_lsn).max(snapshot_lsn);
-    Ok(Recovered {
-        txn,
-        tier,
-        last_lsn,
-        max_commit_version: max_version,
-        live_segments,
-        next_segment_seq,
-        next_segment_ready,
-        next_segment_recycled,
-        spares: kept_spares,
-        snapshots: kept_snapshots,
-        records_replayed,
-        bytes_replayed,
-        wal_bytes_after_snapshot,
-        bytes_read,
-        snapshot_entries,
-        duration: started.elapsed(),
-        cases,
-        head,
-        head_found,
-    })
+    Ok((remove, spares, bytes_read))
 }
 
 /// Overwrites block 0 of a segment with a prepared header (recycled,

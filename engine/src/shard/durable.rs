@@ -1,0 +1,428 @@
+//! The WAL's durability state of one shard: the append buffer, the last
+//! and the durable LSN, the answers waiting for durability, and poisoning.
+//! A plain value with no knowledge of tiers, operations or tasks: every
+//! method changes the bookkeeping and returns what follows from it (the
+//! answers to send, whether the appender moved to a new segment), and
+//! [`ShardCore`](crate::shard::core::ShardCore) sends the answers and wakes
+//! its tasks. That keeps the rules below testable on their own.
+//!
+//! What must hold: LSNs grow by one per logged record; an answer queued
+//! for LSN `n` is sent only once a flush through `n` is durable (or the
+//! state is poisoned), and queued answers leave in the order they came;
+//! once poisoned, nothing more is logged and every write answer still
+//! waiting, or completed later without being durable, fails.
+
+use crate::api::OpResult;
+use crate::io::AlignedBuf;
+use crate::shard::core::Applied;
+use crate::wal::format::{record_size_expiring, RecordKind};
+use crate::wal::writer::{Reserve, SealedFlush, WalAppender};
+use futures::channel::oneshot;
+use std::collections::VecDeque;
+
+/// The answer to a batch, ready to go to its caller.
+pub(crate) struct Answer {
+    results: Vec<OpResult>,
+    reply: oneshot::Sender<Vec<OpResult>>,
+}
+
+impl Answer {
+    /// Sends the answer; a caller that stopped waiting is no error.
+    pub(crate) fn send(self) {
+        let _ = self.reply.send(self.results);
+    }
+}
+
+/// An answer waiting for its LSN to be durable.
+pub(crate) struct Pending {
+    lsn: u64,
+    applied: Applied,
+    reply: oneshot::Sender<Vec<OpResult>>,
+}
+
+impl Pending {
+    fn answer(self) -> Answer {
+        Answer {
+            results: self.applied.results,
+            reply: self.reply,
+        }
+    }
+
+    /// The answer with every write in it turned into `Poisoned`.
+    fn fail(mut self, shard: usize) -> Answer {
+        self.applied.writes.poison(&mut self.applied.results, shard);
+        self.answer()
+    }
+}
+
+/// What [`WalState::append`] did with a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Append {
+    /// Logged at `lsn`; `rolled`: the appender moved to a new segment for
+    /// it (the segment creator has work).
+    Logged { lsn: u64, rolled: bool },
+    /// No WAL (durability `none`): nothing is logged, no LSN is used.
+    NoWal,
+    /// The open buffer is full: nothing was logged and a flush is
+    /// requested; try again once the flusher frees space.
+    Full,
+    /// The shard is poisoned: nothing is logged any more.
+    Poisoned,
+}
+
+/// The durability state of one shard's WAL.
+pub(crate) struct WalState {
+    /// Shard index, for the `Poisoned` answers.
+    shard: usize,
+    /// `None` without a WAL (durability `none`).
+    appender: Option<WalAppender>,
+    /// LSN of the newest record logged.
+    last_lsn: u64,
+    /// LSN through which the log is on disk.
+    durable_lsn: u64,
+    poisoned: bool,
+    /// Answers waiting for durability, in LSN order (batches are applied,
+    /// and so completed, in LSN order).
+    pending: VecDeque<Pending>,
+}
+
+impl WalState {
+    /// The state after recovery: everything up to `last_lsn` is durable.
+    pub(crate) fn new(shard: usize, last_lsn: u64, appender: Option<WalAppender>) -> WalState {
+        WalState {
+            shard,
+            appender,
+            last_lsn,
+            durable_lsn: last_lsn,
+            poisoned: false,
+            pending: VecDeque::new(),
+        }
+    }
+
+    pub(crate) fn last_lsn(&self) -> u64 {
+        self.last_lsn
+    }
+
+    pub(crate) fn durable_lsn(&self) -> u64 {
+        self.durable_lsn
+    }
+
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Segment the open buffer belongs to (0 without a WAL).
+    pub(crate) fn open_segment_seq(&self) -> u64 {
+        self.appender.as_ref().map_or(0, |w| w.open_seq())
+    }
+
+    /// (open buffer has records, a flush was requested, the buffer passed
+    /// half its threshold)
+    pub(crate) fn flush_state(&self) -> (bool, bool, bool) {
+        match &self.appender {
+            Some(w) => (
+                w.has_records(),
+                w.flush_requested,
+                w.open_bytes() >= w.flush_threshold() / 2,
+            ),
+            None => (false, false, false),
+        }
+    }
+
+    /// Logs one record at the next LSN. `version` is asked for the commit
+    /// version only once the record fits, so a step that waits for space
+    /// takes no version from the clock.
+    pub(crate) fn append(
+        &mut self,
+        kind: RecordKind,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+        version: impl FnOnce() -> u64,
+    ) -> Append {
+        if self.poisoned {
+            return Append::Poisoned;
+        }
+        let Some(wal) = &mut self.appender else {
+            return Append::NoWal;
+        };
+        let (reserve, rolled) =
+            wal.reserve(record_size_expiring(key.len(), value.len(), expires_at_ms));
+        if reserve == Reserve::Full {
+            wal.flush_requested = true;
+            return Append::Full;
+        }
+        let version = version();
+        self.last_lsn += 1;
+        wal.append_expiring(self.last_lsn, version, kind, key, value, expires_at_ms);
+        Append::Logged {
+            lsn: self.last_lsn,
+            rolled,
+        }
+    }
+
+    /// Asks for the open buffer to be flushed now (the caller wakes the
+    /// flusher).
+    pub(crate) fn request_flush(&mut self) {
+        if let Some(w) = &mut self.appender {
+            w.flush_requested = true;
+        }
+    }
+
+    /// The flusher takes the open buffer, sealed. `Some` frees buffer
+    /// space: appenders waiting for it may go on.
+    pub(crate) fn take_flush(&mut self) -> Option<SealedFlush> {
+        self.appender.as_mut().and_then(|w| w.take())
+    }
+
+    /// An applied batch is done: returns its answer if it may go now
+    /// (nothing to wait for, its LSN is durable already, or it fails
+    /// because the shard is poisoned); otherwise queues it until a flush
+    /// makes its LSN durable.
+    pub(crate) fn complete(
+        &mut self,
+        applied: Applied,
+        reply: oneshot::Sender<Vec<OpResult>>,
+    ) -> Option<Answer> {
+        let pending = match applied.wait_lsn {
+            None => {
+                return Some(Answer {
+                    results: applied.results,
+                    reply,
+                })
+            }
+            Some(lsn) => Pending {
+                lsn,
+                applied,
+                reply,
+            },
+        };
+        if self.durable_lsn >= pending.lsn {
+            Some(pending.answer())
+        } else if self.poisoned {
+            Some(pending.fail(self.shard))
+        } else {
+            self.pending.push_back(pending);
+            None
+        }
+    }
+
+    /// The flush through `last_lsn` is durable and its buffer comes back:
+    /// returns the answers it releases, oldest first.
+    pub(crate) fn flush_done(&mut self, last_lsn: u64, buf: AlignedBuf) -> Vec<Answer> {
+        assert!(last_lsn > self.durable_lsn, "durable LSN only grows");
+        self.durable_lsn = last_lsn;
+        if let Some(w) = &mut self.appender {
+            w.give_back(buf);
+        }
+        let mut ready = Vec::new();
+        while self.pending.front().is_some_and(|p| p.lsn <= last_lsn) {
+            if let Some(p) = self.pending.pop_front() {
+                ready.push(p.answer());
+            }
+        }
+        ready
+    }
+
+    /// Poisons the state: nothing more is logged. Returns every waiting
+    /// answer, its writes failed with `Poisoned`.
+    pub(crate) fn poison(&mut self) -> Vec<Answer> {
+        self.poisoned = true;
+        let shard = self.shard;
+        self.pending.drain(..).map(|p| p.fail(shard)).collect()
+    }
+
+    /// The shard stops without answering: returns the waiting answers for
+    /// the caller to drop, so their callers see the channel close.
+    pub(crate) fn abandon(&mut self) -> Vec<Pending> {
+        self.pending.drain(..).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::OpError;
+    use crate::shard::core::WriteSet;
+
+    const SHARD: usize = 3;
+
+    fn state() -> WalState {
+        // 1 MiB segments, 16 KiB flush threshold, records up to 4 KiB.
+        let appender = WalAppender::new(SHARD as u32, 1 << 20, 16 << 10, 4 << 10, 1);
+        WalState::new(SHARD, 0, Some(appender))
+    }
+
+    fn put(st: &mut WalState, value_len: usize) -> Append {
+        st.append(RecordKind::Put, b"key", &vec![7u8; value_len], None, || 1)
+    }
+
+    /// A batch of one write and one read, waiting for `lsn`.
+    fn batch(lsn: u64) -> Applied {
+        Applied {
+            results: vec![OpResult::Ok, OpResult::NotFound],
+            wait_lsn: Some(lsn),
+            writes: WriteSet::Some(vec![0]),
+        }
+    }
+
+    fn complete(st: &mut WalState, applied: Applied) -> oneshot::Receiver<Vec<OpResult>> {
+        let (tx, rx) = oneshot::channel();
+        if let Some(answer) = st.complete(applied, tx) {
+            answer.send();
+        }
+        rx
+    }
+
+    fn received(rx: &mut oneshot::Receiver<Vec<OpResult>>) -> Option<Vec<OpResult>> {
+        rx.try_recv().expect("the answer was not dropped")
+    }
+
+    fn send_all(answers: Vec<Answer>) -> usize {
+        let n = answers.len();
+        answers.into_iter().for_each(Answer::send);
+        n
+    }
+
+    #[test]
+    fn lsns_grow_by_one_per_record() {
+        let mut st = state();
+        for lsn in 1..=5 {
+            assert_eq!(put(&mut st, 10), Append::Logged { lsn, rolled: false });
+        }
+        assert_eq!(st.last_lsn(), 5);
+        assert_eq!(st.durable_lsn(), 0);
+        assert!(st.flush_state().0, "the open buffer has records");
+    }
+
+    #[test]
+    fn answers_wait_until_their_lsn_is_durable_and_leave_in_order() {
+        let mut st = state();
+        put(&mut st, 10);
+        let mut first = complete(&mut st, batch(1));
+        let flush1 = st.take_flush().expect("records to flush");
+        assert_eq!(flush1.last_lsn, 1);
+        put(&mut st, 10);
+        put(&mut st, 10);
+        let mut second = complete(&mut st, batch(3));
+        assert_eq!(received(&mut first), None, "LSN 1 is not durable yet");
+
+        assert_eq!(send_all(st.flush_done(1, flush1.buf)), 1);
+        assert_eq!(
+            received(&mut first),
+            Some(vec![OpResult::Ok, OpResult::NotFound])
+        );
+        assert_eq!(received(&mut second), None, "LSN 3 is not durable yet");
+
+        let flush2 = st.take_flush().expect("records to flush");
+        assert_eq!((flush2.first_lsn, flush2.last_lsn), (2, 3));
+        assert_eq!(send_all(st.flush_done(3, flush2.buf)), 1);
+        assert!(received(&mut second).is_some());
+        assert_eq!(st.durable_lsn(), 3);
+
+        // Durable already: answered at once, nothing queued.
+        let mut late = complete(&mut st, batch(2));
+        assert!(received(&mut late).is_some());
+        // Nothing to wait for: answered at once even before any flush.
+        put(&mut st, 10);
+        let mut read_only = complete(
+            &mut st,
+            Applied {
+                results: vec![OpResult::NotFound],
+                wait_lsn: None,
+                writes: WriteSet::None,
+            },
+        );
+        assert_eq!(received(&mut read_only), Some(vec![OpResult::NotFound]));
+    }
+
+    #[test]
+    fn one_flush_covering_several_batches_releases_all_of_them() {
+        let mut st = state();
+        let mut waiting = Vec::new();
+        for lsn in 1..=4 {
+            put(&mut st, 10);
+            waiting.push(complete(&mut st, batch(lsn)));
+        }
+        let flush = st.take_flush().expect("records to flush");
+        assert_eq!(flush.records, 4);
+        assert!(waiting.iter_mut().all(|rx| received(rx).is_none()));
+        assert_eq!(send_all(st.flush_done(4, flush.buf)), 4);
+        assert!(waiting.iter_mut().all(|rx| received(rx).is_some()));
+    }
+
+    #[test]
+    fn poisoning_fails_waiting_writes_and_refuses_appends() {
+        let mut st = state();
+        put(&mut st, 10);
+        put(&mut st, 10);
+        let mut a = complete(&mut st, batch(1));
+        let mut b = complete(&mut st, batch(2));
+        let poisoned = OpResult::Err(OpError::Poisoned { shard: SHARD });
+
+        assert_eq!(send_all(st.poison()), 2);
+        assert!(st.is_poisoned());
+        for rx in [&mut a, &mut b] {
+            // The write fails; the read in the same batch keeps its answer.
+            assert_eq!(
+                received(rx),
+                Some(vec![poisoned.clone(), OpResult::NotFound])
+            );
+        }
+
+        assert_eq!(put(&mut st, 10), Append::Poisoned);
+        assert_eq!(st.last_lsn(), 2, "no LSN is used after poisoning");
+        // A batch completed later, not durable, fails at once too.
+        let mut c = complete(&mut st, batch(2));
+        assert_eq!(received(&mut c), Some(vec![poisoned, OpResult::NotFound]));
+    }
+
+    #[test]
+    fn a_full_buffer_logs_nothing_and_asks_for_a_flush() {
+        let mut st = state();
+        let mut logged = 0u64;
+        loop {
+            match put(&mut st, 3000) {
+                Append::Logged { lsn, .. } => {
+                    logged += 1;
+                    assert_eq!(lsn, logged);
+                }
+                Append::Full => break,
+                other => panic!("unexpected {other:?}"),
+            }
+            assert!(logged < 100, "the buffer never filled");
+        }
+        assert_eq!(st.last_lsn(), logged, "a full buffer uses no LSN");
+        let (has_records, requested, _) = st.flush_state();
+        assert!(has_records && requested);
+        let flush = st.take_flush().expect("records to flush");
+        assert_eq!(flush.last_lsn, logged);
+        assert!(!st.flush_state().1, "taking the buffer clears the request");
+        assert_eq!(
+            put(&mut st, 3000),
+            Append::Logged {
+                lsn: logged + 1,
+                rolled: false
+            }
+        );
+    }
+
+    #[test]
+    fn without_a_wal_nothing_is_logged_and_writes_answer_at_once() {
+        let mut st = WalState::new(SHARD, 7, None);
+        assert_eq!(put(&mut st, 10), Append::NoWal);
+        assert_eq!(st.last_lsn(), 7);
+        assert_eq!(st.open_segment_seq(), 0);
+        let mut rx = complete(&mut st, batch(7));
+        assert!(received(&mut rx).is_some());
+    }
+
+    #[test]
+    fn abandoned_answers_close_their_channels() {
+        let mut st = state();
+        put(&mut st, 10);
+        let mut rx = complete(&mut st, batch(1));
+        drop(st.abandon());
+        assert!(rx.try_recv().is_err(), "the caller sees the channel close");
+    }
+}
