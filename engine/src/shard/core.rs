@@ -15,7 +15,7 @@ use crate::hash::fnv1a64;
 use crate::metrics::ShardStats;
 use crate::shard::durable::{Append, Pending, WalState};
 use crate::shard::notify::Notify;
-use crate::tier::{ColdGet, Tier};
+use crate::tier::{ColdGet, Presence, Tier};
 use crate::txn::watch::{KeyMark, WriteMarks};
 use crate::wal::format::{record_size, RecordKind};
 use crate::wal::writer::{SealedFlush, WalAppender};
@@ -523,8 +523,11 @@ impl ShardCore {
                     let hash = fnv1a64(key);
                     // An expired entry is deleted (and logged) like a live
                     // one, but answers NotFound, as Redis's DEL does.
-                    let live = st.tier.contains(hash, key);
-                    let any = st.tier.contains_any(hash, key);
+                    // One lookup (on the hybrid tier it reads the record
+                    // if it is not in RAM; the delete then finds it there).
+                    let presence = st.tier.presence(hash, key);
+                    let live = presence == Presence::Live;
+                    let any = presence != Presence::Absent;
                     let unreadable = st.tier.take_read_errors();
                     if let Some(e) = unreadable_error(&unreadable, key, !any, shard) {
                         writes.mark(index, true);

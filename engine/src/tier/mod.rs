@@ -58,6 +58,15 @@ pub type ColdFetch = Pin<Box<dyn Future<Output = Vec<ColdGet>>>>;
 /// why its record could not be read (naming file and offset).
 pub type ColdAnswer = Result<Option<Bytes>, String>;
 
+/// What [`Tier::presence`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    Absent,
+    Live,
+    /// An entry whose expiry time has passed (not deleted yet).
+    Expired,
+}
+
 /// The interface a shard uses to keep its key-value state.
 ///
 /// `hash` is always the routing hash of `key` ([`crate::hash::fnv1a64`]);
@@ -141,6 +150,17 @@ pub trait Tier {
         debug_assert!(gets.is_empty(), "this tier makes no cold reads");
         answers.extend(gets.into_iter().map(|g| (g.index, Ok(None))));
     }
+    /// Whether `key` has an entry, and whether it has expired, in one
+    /// lookup (what a delete needs to know before it is logged).
+    fn presence(&self, hash: u64, key: &[u8]) -> Presence {
+        if self.contains(hash, key) {
+            Presence::Live
+        } else if self.contains_any(hash, key) {
+            Presence::Expired
+        } else {
+            Presence::Absent
+        }
+    }
     /// Whether `key` is present (and not expired).
     fn contains(&self, hash: u64, key: &[u8]) -> bool;
     /// Whether the tier holds an entry for `key`, expired or not.
@@ -154,7 +174,9 @@ pub trait Tier {
         self.put_expiring(hash, key, value, None)
     }
     /// Sets `key` to `value` expiring at `expires_at_ms` (absolute Unix ms,
-    /// never 0; `None`: never); returns true if the key was new.
+    /// never 0; `None`: never); returns true if the key was new, as far as
+    /// the tier knows without a device read (a hybrid tier's blind write
+    /// answers true when no entry of the key is in RAM).
     fn put_expiring(
         &mut self,
         hash: u64,
