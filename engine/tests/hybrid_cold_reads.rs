@@ -8,53 +8,18 @@
 //! key's newest record.
 
 use bytes::Bytes;
+use common::hybrid::{checkpoint, key, reload, settings, value};
 use engine::hash::fnv1a64;
-use engine::histogram::AtomicHistogram;
 use engine::io::sim::{SimDisk, SimFaults};
 use engine::tier::{ColdAnswer, ColdGet, HybridSettings, HybridTier, Tier};
 use engine::{Engine, Op, OpResult};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 mod common;
 
-fn settings(cache_bytes: u64) -> HybridSettings {
-    HybridSettings {
-        shard: 0,
-        dir: PathBuf::from("/v/shard-000/values"),
-        segment_bytes: 1 << 20,
-        index_keys: 10_000,
-        cache_bytes,
-        gc_garbage_percent: 30,
-        read_latency_us: Arc::new(AtomicHistogram::new()),
-    }
-}
-
-fn key(i: u64) -> Vec<u8> {
-    format!("key-{i:08}").into_bytes()
-}
-
-fn value(i: u64, round: u64) -> Vec<u8> {
-    let len = 20 + (i * 37 + round * 11) % 3000;
-    (0..len).map(|j| (i + j + round) as u8).collect()
-}
-
 fn put(t: &mut dyn Tier, k: &[u8], v: &[u8]) {
-    t.put(fnv1a64(k), k, v);
-}
-
-/// Takes a checkpoint's entries the way the shard does.
-fn checkpoint(t: &mut dyn Tier) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
-    let mut out = Vec::new();
-    t.checkpoint_begin();
-    for p in 0..t.partition_count() {
-        t.visit_checkpoint_partition(p, &mut |k, v, at| out.push((k.to_vec(), v.to_vec(), at)));
-    }
-    t.checkpoint_finish(&mut |k, v, at| out.push((k.to_vec(), v.to_vec(), at)))
-        .expect("checkpoint");
-    t.checkpoint_published();
-    out
+    common::hybrid::put(t, k, v);
 }
 
 /// A tier that has `n` keys on the device and nothing of them in RAM: no
@@ -65,12 +30,7 @@ fn cold_tier(disk: &SimDisk, n: u64) -> HybridTier<SimDisk> {
         put(&mut t, &key(i), &value(i, 0));
     }
     let entries = checkpoint(&mut t);
-    let mut back = HybridTier::new(disk.clone(), settings(0)).expect("tier");
-    for (k, v, at) in &entries {
-        back.load_checkpoint_entry(k, v, *at).expect("entry loads");
-    }
-    back.recovery_done();
-    back
+    reload(disk, settings(0), &entries)
 }
 
 /// Looks a run of keys up (the first step, as the shard does).
@@ -161,11 +121,7 @@ fn the_answer_is_the_value_at_lookup_time_and_the_cache_keeps_the_new_one() {
     // A fresh tier over the same files: nothing in RAM.
     let entries = checkpoint(&mut t);
     drop(t);
-    let mut t = HybridTier::new(disk.clone(), settings(1 << 20)).expect("tier");
-    for (k, v, at) in &entries {
-        t.load_checkpoint_entry(k, v, *at).expect("entry loads");
-    }
-    t.recovery_done();
+    let mut t = reload(&disk, settings(1 << 20), &entries);
     let k = key(77);
     let (mut answers, cold) = lookup(&t, std::slice::from_ref(&k));
     assert_eq!(cold.len(), 1);
@@ -199,11 +155,7 @@ fn a_segment_gc_removes_during_the_read_still_answers_and_its_slot_is_reused_saf
         put(&mut t, &key(i), &fixed(i, 0));
     }
     let entries = checkpoint(&mut t);
-    let mut t = HybridTier::new(disk.clone(), small).expect("tier");
-    for (k, v, at) in &entries {
-        t.load_checkpoint_entry(k, v, *at).expect("entry loads");
-    }
-    t.recovery_done();
+    let mut t = reload(&disk, small, &entries);
     let first_segment = disk
         .files()
         .into_iter()
@@ -252,11 +204,7 @@ fn keys_with_the_same_hash_are_told_apart_on_the_cold_path() {
         t.put(h, &key(i), &value(i, 0));
     }
     let entries = checkpoint(&mut t);
-    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
-    for (k, v, at) in &entries {
-        t.load_checkpoint_entry(k, v, *at).expect("entry loads");
-    }
-    t.recovery_done();
+    let t = reload(&disk, settings(0), &entries);
     // Every candidate's tag matches: the lookup cannot be answered from
     // the index; the reads go on candidate by candidate until the key
     // compares equal.
@@ -463,22 +411,12 @@ fn an_overwrite_of_a_cold_key_reads_nothing_and_reads_see_the_new_value() {
     let disk = SimDisk::new(21);
     let mut t = cold_tier(&disk, 2_000);
     // Every overwrite below is counted as garbage; GC at 5% settles them.
-    let mut t = {
-        let entries = checkpoint(&mut t);
-        let mut back = HybridTier::new(
-            disk.clone(),
-            HybridSettings {
-                gc_garbage_percent: 5,
-                ..settings(0)
-            },
-        )
-        .expect("tier");
-        for (k, v, at) in &entries {
-            back.load_checkpoint_entry(k, v, *at).expect("entry loads");
-        }
-        back.recovery_done();
-        back
+    let entries = checkpoint(&mut t);
+    let gc_early = HybridSettings {
+        gc_garbage_percent: 5,
+        ..settings(0)
     };
+    let mut t = reload(&disk, gc_early, &entries);
     let mut model: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
         (0..2_000).map(|i| (key(i), value(i, 0))).collect();
     let before = t.stats();
@@ -512,11 +450,7 @@ fn an_overwrite_of_a_cold_key_reads_nothing_and_reads_see_the_new_value() {
     assert!(t.stats().unresolved_entries > 0);
     let entries = checkpoint(&mut t);
     disk.crash();
-    let mut back = HybridTier::new(disk.clone(), settings(0)).expect("tier");
-    for (k, v, at) in &entries {
-        back.load_checkpoint_entry(k, v, *at).expect("entry loads");
-    }
-    back.recovery_done();
+    let mut back = reload(&disk, settings(0), &entries);
     assert_eq!(
         back.stats().unresolved_entries,
         t.stats().unresolved_entries
@@ -558,14 +492,8 @@ fn blind_writes_of_keys_that_share_a_tag_stay_apart() {
         model.insert(key(i), value(i, 0));
     }
     let entries = checkpoint(&mut t);
-    let reload = |entries: &[(Vec<u8>, Vec<u8>, Option<u64>)]| {
-        let mut t = HybridTier::new(disk.clone(), small.clone()).expect("tier");
-        for (k, v, at) in entries {
-            t.load_checkpoint_entry(k, v, *at).expect("entry loads");
-        }
-        t.recovery_done();
-        t
-    };
+    let reload =
+        |entries: &[(Vec<u8>, Vec<u8>, Option<u64>)]| reload(&disk, small.clone(), entries);
     let mut t = reload(&entries);
     let check = |t: &mut HybridTier<SimDisk>,
                  model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>| {
@@ -630,11 +558,7 @@ fn an_older_version_with_an_expiry_time_never_expires_the_key() {
         t.put_expiring(fnv1a64(&key(i)), &key(i), &value(i, 0), Some(1_000));
     }
     let entries = checkpoint(&mut t);
-    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
-    for (k, v, at) in &entries {
-        t.load_checkpoint_entry(k, v, *at).expect("entry loads");
-    }
-    t.recovery_done();
+    let mut t = reload(&disk, settings(0), &entries);
     t.set_now_ms(500);
     // Overwritten blind without an expiry time: the older record still
     // sits in the expiry list, and must not make the key due.

@@ -4,63 +4,16 @@
 //! damaged blocks or failed reads answer errors, never wrong values.
 
 use bytes::Bytes;
+use common::hybrid::{checkpoint, get, key, put, reload, settings, value};
 use engine::hash::fnv1a64;
-use engine::histogram::AtomicHistogram;
 use engine::io::sim::{SimDisk, SimFaults};
-use engine::tier::{HybridSettings, HybridTier, Tier};
+use engine::tier::{HybridTier, Tier};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Arc;
 
-fn settings(cache_bytes: u64) -> HybridSettings {
-    HybridSettings {
-        shard: 0,
-        dir: PathBuf::from("/v/shard-000/values"),
-        segment_bytes: 1 << 20,
-        index_keys: 10_000,
-        cache_bytes,
-        gc_garbage_percent: 30,
-        read_latency_us: Arc::new(AtomicHistogram::new()),
-    }
-}
-
-fn key(i: u64) -> Vec<u8> {
-    format!("key-{i:08}").into_bytes()
-}
-
-fn value(i: u64, round: u64) -> Vec<u8> {
-    let len = 20 + (i * 37 + round * 11) % 3000;
-    (0..len).map(|j| (i + j + round) as u8).collect()
-}
-
-fn put(t: &mut dyn Tier, k: &[u8], v: &[u8]) -> bool {
-    t.put(fnv1a64(k), k, v)
-}
-
-fn get(t: &dyn Tier, k: &[u8]) -> Option<Bytes> {
-    t.get(fnv1a64(k), k)
-}
-
-/// Takes a checkpoint's entries the way the shard does.
-fn checkpoint(t: &mut dyn Tier) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
-    let mut out = Vec::new();
-    t.checkpoint_begin();
-    for p in 0..t.partition_count() {
-        t.visit_checkpoint_partition(p, &mut |k, v, at| out.push((k.to_vec(), v.to_vec(), at)));
-    }
-    t.checkpoint_finish(&mut |k, v, at| out.push((k.to_vec(), v.to_vec(), at)))
-        .expect("checkpoint");
-    t.checkpoint_published();
-    out
-}
+mod common;
 
 fn load(disk: &SimDisk, entries: &[(Vec<u8>, Vec<u8>, Option<u64>)]) -> HybridTier<SimDisk> {
-    let mut t = HybridTier::new(disk.clone(), settings(64 << 10)).expect("tier");
-    for (k, v, at) in entries {
-        t.load_checkpoint_entry(k, v, *at).expect("entry loads");
-    }
-    t.recovery_done();
-    t
+    reload(disk, settings(64 << 10), entries)
 }
 
 #[test]

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod hybrid;
+
 use bytes::Bytes;
 use engine::{Current, Op, OpResult, UpdateAnswer, UpdateOutcome, UpdateWrite};
 use std::path::Path;

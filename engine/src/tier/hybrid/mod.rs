@@ -515,32 +515,25 @@ impl<D: Disk> Inner<D> {
     fn finish_one(&mut self, mut ck: ColdKey<D::File>) -> Result<ColdAnswer, ColdKey<D::File>> {
         self.log.reads += std::mem::take(&mut ck.reads);
         self.log.bytes_read += std::mem::take(&mut ck.bytes);
-        while let Some(c) = ck.cands.pop_front() {
-            let ColdCand { addr, span, state } = c;
+        loop {
+            match ck.cands.front() {
+                None => break,
+                // Its turn, and not read yet.
+                Some(ColdCand {
+                    state: CandState::Read { blocks: None, .. },
+                    ..
+                }) => return Err(ck),
+                Some(_) => {}
+            }
+            let ColdCand { addr, span, state } = ck.cands.pop_front().expect("looked at");
             let (record, cacheable) = match state {
                 CandState::Known(r) => (r, false),
                 CandState::Read {
-                    spot,
-                    src,
-                    blocks: None,
-                } => {
-                    ck.cands.push_front(ColdCand {
-                        addr,
-                        span,
-                        state: CandState::Read {
-                            spot,
-                            src,
-                            blocks: None,
-                        },
-                    });
-                    return Err(ck);
-                }
-                CandState::Read {
                     mut spot,
                     src,
-                    blocks: Some(read),
+                    blocks,
                 } => {
-                    let parsed = read.and_then(|payloads| {
+                    let parsed = blocks.expect("read").and_then(|payloads| {
                         self.log
                             .remember_read(spot.slot, src.seq, spot.first, &payloads);
                         parse_record(&payloads, &spot, self.log.segment_bytes(), &src.path)
@@ -558,6 +551,7 @@ impl<D: Disk> Inner<D> {
                                 // The rest is still in the unwritten tail.
                                 self.log.read(addr, span)
                             } else {
+                                // Read again, whole this time.
                                 spot.count = count;
                                 ck.cands.push_front(ColdCand {
                                     addr,
@@ -568,7 +562,7 @@ impl<D: Disk> Inner<D> {
                                         blocks: None,
                                     },
                                 });
-                                return Err(ck);
+                                continue;
                             }
                         }
                         Err(e) => Err(e),
@@ -592,16 +586,6 @@ impl<D: Disk> Inner<D> {
                     tracing::warn!(error = %e, "hybrid tier: a candidate record could not be read");
                     ck.failed.get_or_insert(e.to_string());
                 }
-            }
-            let next_needs_read = matches!(
-                ck.cands.front(),
-                Some(ColdCand {
-                    state: CandState::Read { blocks: None, .. },
-                    ..
-                })
-            );
-            if next_needs_read {
-                return Err(ck);
             }
         }
         Ok(match ck.failed {

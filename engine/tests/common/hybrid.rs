@@ -1,0 +1,74 @@
+//! Helpers for the tests of the hybrid tier on its own (no engine): its
+//! settings, keys and values of varied sizes, and checkpoints taken and
+//! loaded the way the shard does.
+
+use bytes::Bytes;
+use engine::hash::fnv1a64;
+use engine::histogram::AtomicHistogram;
+use engine::io::sim::SimDisk;
+use engine::tier::{HybridSettings, HybridTier, Tier};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A checkpoint's entries: (key, value, expiry).
+pub type Entries = Vec<(Vec<u8>, Vec<u8>, Option<u64>)>;
+
+/// One shard's settings: 1 MiB segments, an index for 10,000 keys, GC
+/// past 30% garbage.
+pub fn settings(cache_bytes: u64) -> HybridSettings {
+    HybridSettings {
+        shard: 0,
+        dir: PathBuf::from("/v/shard-000/values"),
+        segment_bytes: 1 << 20,
+        index_keys: 10_000,
+        cache_bytes,
+        gc_garbage_percent: 30,
+        read_latency_us: Arc::new(AtomicHistogram::new()),
+    }
+}
+
+pub fn key(i: u64) -> Vec<u8> {
+    format!("key-{i:08}").into_bytes()
+}
+
+/// 20 to 3,019 bytes, different for each key and round.
+pub fn value(i: u64, round: u64) -> Vec<u8> {
+    let len = 20 + (i * 37 + round * 11) % 3000;
+    (0..len).map(|j| (i + j + round) as u8).collect()
+}
+
+pub fn put(t: &mut dyn Tier, k: &[u8], v: &[u8]) -> bool {
+    t.put(fnv1a64(k), k, v)
+}
+
+pub fn get(t: &dyn Tier, k: &[u8]) -> Option<Bytes> {
+    t.get(fnv1a64(k), k)
+}
+
+/// Takes a checkpoint's entries the way the shard does.
+pub fn checkpoint(t: &mut dyn Tier) -> Entries {
+    let mut out = Vec::new();
+    t.checkpoint_begin();
+    for p in 0..t.partition_count() {
+        t.visit_checkpoint_partition(p, &mut |k, v, at| out.push((k.to_vec(), v.to_vec(), at)));
+    }
+    t.checkpoint_finish(&mut |k, v, at| out.push((k.to_vec(), v.to_vec(), at)))
+        .expect("checkpoint");
+    t.checkpoint_published();
+    out
+}
+
+/// A new tier over `disk` loaded from a checkpoint's entries, as recovery
+/// does: nothing of the values is in RAM.
+pub fn reload(
+    disk: &SimDisk,
+    settings: HybridSettings,
+    entries: &[(Vec<u8>, Vec<u8>, Option<u64>)],
+) -> HybridTier<SimDisk> {
+    let mut t = HybridTier::new(disk.clone(), settings).expect("tier");
+    for (k, v, at) in entries {
+        t.load_checkpoint_entry(k, v, *at).expect("entry loads");
+    }
+    t.recovery_done();
+    t
+}
