@@ -674,6 +674,48 @@ impl<D: Disk> Inner<D> {
         v
     }
 
+    /// After recovery: a segment GC had emptied when the checkpoint was
+    /// taken is kept for the index partitions copied while its GC ran, and
+    /// those, loaded now, may still point into it (GC moved the records
+    /// after the copy; the WAL replay does not repeat GC). Such a segment
+    /// is not empty after all: it becomes an ordinary sealed segment, all
+    /// garbage as far as the counts know, so GC empties it again, moving
+    /// what the index holds, before it may be removed. Left a zombie, it
+    /// would be removed two checkpoints later and leave those entries
+    /// pointing at nothing, or at whatever the next segment in its slot
+    /// holds at that offset.
+    fn reopen_zombies_in_use(&mut self) {
+        let zombies: Vec<u32> = (0..self.log.segs.len() as u32)
+            .filter(|&slot| {
+                self.log.segs[slot as usize]
+                    .as_ref()
+                    .is_some_and(|s| matches!(s.state, SegState::Zombie { .. }))
+            })
+            .collect();
+        if zombies.is_empty() {
+            return;
+        }
+        let mut in_use = std::collections::BTreeSet::new();
+        let log = &self.log;
+        self.index.for_each_addr(|a| {
+            let slot = log.decode_addr(a).slot;
+            if zombies.contains(&slot) {
+                in_use.insert(slot);
+            }
+        });
+        for slot in in_use {
+            if let Some(seg) = self.log.segs[slot as usize].as_mut() {
+                tracing::info!(
+                    shard = self.settings.shard,
+                    segment = seg.seq,
+                    "a value segment emptied by GC before the crash is still in use by the recovered index; GC empties it again"
+                );
+                seg.state = SegState::Sealed;
+                seg.live_bytes = 0;
+            }
+        }
+    }
+
     fn load_segments(&mut self, bytes: &[u8]) -> Result<(), String> {
         const ROW: usize = 4 + 8 * 4 + 2 + 8;
         if bytes.len() % ROW != 0 {
@@ -1140,7 +1182,9 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn recovery_done(&mut self) {
-        self.inner.get_mut().check_orphans();
+        let st = self.inner.get_mut();
+        st.check_orphans();
+        st.reopen_zombies_in_use();
     }
 
     fn hybrid_stats(&self) -> Option<HybridStats> {

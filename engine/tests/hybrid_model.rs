@@ -1,0 +1,283 @@
+//! The hybrid tier on its own, single-threaded and fully decided by a seed,
+//! beside a `BTreeMap` model: random puts (some with an expiry), deletes,
+//! GC steps, fuzzy checkpoints taken one partition at a time between the
+//! other operations, and crashes. A crash drops what was not synced and
+//! recovers the way the shard does: a new tier loads the last published
+//! checkpoint and replays every operation since that checkpoint began.
+//! The keys are few, so most writes overwrite, and six of them share a
+//! tag. After every step every key is read back, every key walked, and a
+//! delete must answer whether its key was there.
+//!
+//! Unlike `crash_sim`, no thread timing is involved: a failing seed
+//! replays exactly. `RINGKV_MODEL_SEEDS=N` runs more seeds (30 by
+//! default), `RINGKV_MODEL_SEED=S` one.
+
+use bytes::Bytes;
+use common::hybrid::{key, settings};
+use engine::hash::fnv1a64;
+use engine::io::sim::SimDisk;
+use engine::rng::SplitMix64;
+use engine::tier::{HybridSettings, HybridTier, Tier};
+use std::collections::BTreeMap;
+
+mod common;
+
+/// Keys whose hashes share partition, home bucket and tag in an index of
+/// four buckets per partition (as in `hybrid_cold_reads.rs`).
+const SHARED_TAG: [&str; 6] = [
+    "tag-000000000",
+    "tag-017941882",
+    "tag-028139317",
+    "tag-032695921",
+    "tag-081407437",
+    "tag-085314964",
+];
+
+const PLAIN_KEYS: u64 = 24;
+
+#[derive(Clone, Debug)]
+enum Logged {
+    Put(Vec<u8>, Vec<u8>, Option<u64>),
+    Delete(Vec<u8>),
+}
+
+type Entries = Vec<(Vec<u8>, Vec<u8>, Option<u64>)>;
+type Model = BTreeMap<Vec<u8>, (Vec<u8>, Option<u64>)>;
+
+fn keys() -> Vec<Vec<u8>> {
+    SHARED_TAG
+        .iter()
+        .map(|k| k.as_bytes().to_vec())
+        .chain((0..PLAIN_KEYS).map(key))
+        .collect()
+}
+
+fn tier_settings(rng: &mut SplitMix64) -> HybridSettings {
+    HybridSettings {
+        segment_bytes: 64 << 10,
+        index_keys: 1_000,
+        cache_bytes: [0, 4 << 10, 16 << 10][rng.below(3) as usize],
+        gc_garbage_percent: 5,
+        ..settings(0)
+    }
+}
+
+/// A value naming its key and version, 10 to ~1,500 bytes.
+fn value_of(k: &[u8], version: u64, rng: &mut SplitMix64) -> Vec<u8> {
+    let mut v = format!("{}#{version}#", String::from_utf8_lossy(k)).into_bytes();
+    let len = [10, 100, 900, 1_500][rng.below(4) as usize];
+    while v.len() < len {
+        v.push(b'a' + (v.len() % 26) as u8);
+    }
+    v
+}
+
+fn apply(t: &mut dyn Tier, op: &Logged) {
+    match op {
+        Logged::Put(k, v, at) => {
+            t.put_expiring(fnv1a64(k), k, v, *at);
+        }
+        Logged::Delete(k) => {
+            t.delete(fnv1a64(k), k);
+        }
+    }
+}
+
+fn check(t: &mut dyn Tier, model: &Model, what: &str) -> Result<(), String> {
+    for k in keys() {
+        let got = t.get_expiring(fnv1a64(&k), &k);
+        let want = model.get(&k).map(|(v, at)| (Bytes::from(v.clone()), *at));
+        if got != want {
+            let show = |x: &Option<(Bytes, Option<u64>)>| {
+                x.as_ref().map(|(v, at)| {
+                    (
+                        String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned(),
+                        *at,
+                    )
+                })
+            };
+            return Err(format!(
+                "{what}: key {} reads {:?}, want {:?}",
+                String::from_utf8_lossy(&k),
+                show(&got),
+                show(&want)
+            ));
+        }
+    }
+    // The GET path the shard takes: look up all, read the cold ones.
+    let all = keys();
+    let hashes: Vec<u64> = all.iter().map(|k| fnv1a64(k)).collect();
+    let all: Vec<Bytes> = all.into_iter().map(Bytes::from).collect();
+    let (mut out, mut cold) = (Vec::new(), Vec::new());
+    let mut left = usize::MAX;
+    t.get_many_split(&hashes, &all, &mut out, &mut left, &mut cold);
+    let mut answers: Vec<Result<Option<Bytes>, String>> = out.into_iter().map(Ok).collect();
+    while !cold.is_empty() {
+        let read = pollster::block_on(t.fetch_cold(cold));
+        let (mut done, mut again) = (Vec::new(), Vec::new());
+        t.finish_cold(read, &mut done, &mut again);
+        for (i, a) in done {
+            answers[i] = a.map_err(|e| format!("{e:?}"));
+        }
+        cold = again;
+    }
+    for (k, a) in all.iter().zip(answers) {
+        let want = model.get(&k[..]).map(|(v, _)| Bytes::from(v.clone()));
+        if a != Ok(want.clone()) {
+            return Err(format!(
+                "{what}: a split GET of {} answers {:?}, want {:?}",
+                String::from_utf8_lossy(k),
+                a.map(|v| v.map(|v| String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned())),
+                want.map(|v| String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned()),
+            ));
+        }
+    }
+    let mut seen = BTreeMap::new();
+    for p in 0..t.partition_count() {
+        t.visit_partition(p, &mut |k, v, at| {
+            seen.insert(k.to_vec(), (v.to_vec(), at));
+        });
+    }
+    if &seen != model {
+        return Err(format!(
+            "{what}: a walk lists {} keys, the model has {}",
+            seen.len(),
+            model.len()
+        ));
+    }
+    let errors = t.take_read_errors();
+    if !errors.is_empty() {
+        return Err(format!("{what}: read errors {errors:?}"));
+    }
+    Ok(())
+}
+
+/// A checkpoint in progress: its start in the log, the entries so far and
+/// the next partition to copy.
+struct Running {
+    start: usize,
+    entries: Entries,
+    next: usize,
+}
+
+fn run(seed: u64) -> Result<(), String> {
+    let mut rng = SplitMix64::new(seed);
+    let disk = SimDisk::new(seed);
+    let settings = tier_settings(&mut rng);
+    let mut t = HybridTier::new(disk.clone(), settings.clone()).expect("tier");
+    let keys = keys();
+    let mut model: Model = BTreeMap::new();
+    let mut log: Vec<Logged> = Vec::new();
+    // The last published checkpoint: (log position it began at, entries).
+    let mut published: (usize, Entries) = (0, Vec::new());
+    let mut running: Option<Running> = None;
+    let mut version = 0u64;
+    for step in 0..3_000u32 {
+        let dice = rng.below(100);
+        let what = format!("seed {seed} step {step}");
+        if dice < 55 {
+            // Few keys take most writes, so overwrites of cold keys are many.
+            let k = if rng.below(4) == 0 {
+                &keys[rng.below(keys.len() as u64) as usize]
+            } else {
+                &keys[rng.below(8) as usize + SHARED_TAG.len() - 3]
+            };
+            version += 1;
+            let v = value_of(k, version, &mut rng);
+            let at = (version % 3 == 0).then_some(4_102_444_800_000 + version);
+            let op = Logged::Put(k.clone(), v.clone(), at);
+            apply(&mut t, &op);
+            log.push(op);
+            model.insert(k.clone(), (v, at));
+        } else if dice < 65 {
+            let k = &keys[rng.below(keys.len() as u64) as usize];
+            let op = Logged::Delete(k.clone());
+            let existed = t.delete(fnv1a64(k), k);
+            if existed != model.contains_key(k) {
+                return Err(format!(
+                    "{what}: delete of {} answers {existed}; read errors {:?}",
+                    String::from_utf8_lossy(k),
+                    t.take_read_errors()
+                ));
+            }
+            log.push(op);
+            model.remove(k);
+        } else if dice < 80 {
+            for _ in 0..1 + rng.below(4) {
+                t.background_step();
+            }
+        } else if dice < 97 {
+            match running.as_mut() {
+                None => {
+                    t.checkpoint_begin();
+                    running = Some(Running {
+                        start: log.len(),
+                        entries: Vec::new(),
+                        next: 0,
+                    });
+                }
+                Some(r) if r.next < t.partition_count() => {
+                    // Several partitions at a time: 256 of them.
+                    let end = (r.next + 1 + rng.below(64) as usize).min(t.partition_count());
+                    for p in r.next..end {
+                        t.visit_checkpoint_partition(p, &mut |k, v, at| {
+                            r.entries.push((k.to_vec(), v.to_vec(), at))
+                        });
+                    }
+                    r.next = end;
+                }
+                Some(_) => {
+                    let mut r = running.take().expect("running");
+                    t.checkpoint_finish(&mut |k, v, at| {
+                        r.entries.push((k.to_vec(), v.to_vec(), at))
+                    })
+                    .map_err(|e| format!("{what}: checkpoint: {e}"))?;
+                    // Published: its snapshot is durable; what it retires goes.
+                    published = (r.start, r.entries);
+                    t.checkpoint_published();
+                }
+            }
+        } else {
+            // Crash: unsynced writes are lost; recovery loads the last
+            // published checkpoint and replays the log since it began.
+            drop(t);
+            running = None;
+            disk.crash();
+            let mut back = HybridTier::new(disk.clone(), settings.clone()).expect("tier");
+            for (k, v, at) in &published.1 {
+                back.load_checkpoint_entry(k, v, *at)
+                    .map_err(|e| format!("{what}: checkpoint entry: {e}"))?;
+            }
+            for op in &log[published.0..] {
+                apply(&mut back, op);
+            }
+            back.recovery_done();
+            t = back;
+            check(&mut t, &model, &format!("{what} (after a crash)"))?;
+            continue;
+        }
+        check(&mut t, &model, &what)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn the_tier_matches_the_model_through_gc_checkpoints_and_crashes() {
+    let seeds: Vec<u64> = match std::env::var("RINGKV_MODEL_SEED") {
+        Ok(s) => vec![s.parse().expect("RINGKV_MODEL_SEED is a number")],
+        Err(_) => {
+            let n = std::env::var("RINGKV_MODEL_SEEDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(30u64);
+            (0..n).collect()
+        }
+    };
+    let failed: Vec<String> = seeds.into_iter().filter_map(|s| run(s).err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} seeds failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
