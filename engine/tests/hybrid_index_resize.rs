@@ -3,7 +3,7 @@
 //! index at the new size from the keys in its segments (spilled keys move
 //! into a larger table; a smaller one spills), writes the new size in its
 //! next checkpoint, and keeps the old index whole when a record cannot be
-//! read.
+//! read or holds a key that does not match its entry.
 
 use common::hybrid::{checkpoint, get, key, layout_buckets, put, reload, settings, value, Entries};
 use engine::hash::fnv1a64;
@@ -178,6 +178,55 @@ fn a_damaged_record_keeps_the_old_index_whole() {
     // The next checkpoint keeps the old size too.
     let entries = checkpoint(&mut t);
     assert_eq!(layout_buckets(&entries), buckets_for(10_000) as u64);
+}
+
+#[test]
+fn an_entry_whose_record_holds_another_key_keeps_the_old_index() {
+    common::init_log();
+    let disk = SimDisk::new(14);
+    let (before, mut entries) = filled(&disk);
+    // Swap the addresses of two entries of partition 0 with different
+    // tags: each now names a record whose key does not hash to it.
+    let mut chunk_key = b"\0hybrid/index/".to_vec();
+    chunk_key.extend_from_slice(&0u32.to_le_bytes());
+    chunk_key.extend_from_slice(&0u32.to_le_bytes());
+    let (_, chunk, _) = entries
+        .iter_mut()
+        .find(|(k, _, _)| *k == chunk_key)
+        .expect("partition 0's first chunk");
+    let slots = chunk.len() / 49 * 8;
+    let tag = |c: &[u8], s: usize| u16::from_le_bytes([c[2 * s], c[2 * s + 1]]) & 0x7FFF;
+    let addr_at = |s: usize| 2 * slots + 4 * s;
+    let used: Vec<usize> = (0..slots)
+        .filter(|&s| chunk[addr_at(s)..addr_at(s) + 4] != [0; 4])
+        .collect();
+    let (a, b) = (
+        used[0],
+        *used
+            .iter()
+            .find(|&&s| tag(chunk, s) != tag(chunk, used[0]))
+            .expect("two tags"),
+    );
+    for i in 0..4 {
+        chunk.swap(addr_at(a) + i, addr_at(b) + i);
+    }
+
+    let t = reload(&disk, with_index_keys(200_000), &entries);
+    let s = t.stats();
+    assert_eq!(s.keys, KEYS);
+    assert_eq!(s.index_bytes, before.index_bytes, "the old index stays");
+    // The two keys of the swapped entries are not found; every other key
+    // reads its value.
+    let missing = (0..KEYS)
+        .filter(|&i| match get(&t, &key(i)) {
+            Some(v) => {
+                assert_eq!(v, value(i, 0), "key {i}");
+                false
+            }
+            None => true,
+        })
+        .count();
+    assert_eq!(missing, 2);
 }
 
 #[test]
