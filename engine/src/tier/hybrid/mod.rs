@@ -26,7 +26,7 @@
 //!   after its GC, so the older checkpoint kept never points into it.
 //! - **Resize.** An index loaded from a checkpoint has the size it was
 //!   written with; when recovery is done and `index_keys` asks for another
-//!   size, [`resize`] rebuilds it by reading every record's key.
+//!   size, `resize.rs` rebuilds it by reading every record's key.
 //! - **Faults.** A read that fails or a block whose checksum does not match
 //!   answers an error for the keys it holds (naming file and offset), never
 //!   a wrong value; a failed segment write or fdatasync poisons the shard.
