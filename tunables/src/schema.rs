@@ -464,7 +464,10 @@ section! {
             note "multiple of 4096";
         /// Keys the hybrid index is sized for, whole server (split across the shards): the
         /// index is a fixed table sized for this many keys (about 8 B of RAM per key at that
-        /// size); more keys still work but spill to overflow buckets and cost more RAM per key.
+        /// size); more keys still work but spill to overflow buckets and cost more RAM per key
+        /// (STATS `tier.spilled_keys`). It can change for an existing data directory: a
+        /// restart rebuilds the index at the new size, reading every record's key once from
+        /// the value segments before the shard serves (`docs/storage.md`, Recovery).
         index_keys: u64 = 16_000_000,
             kind None, check Check::Range(1024, 100_000_000_000);
         /// The hybrid tier's garbage collection rewrites segments while garbage exceeds this

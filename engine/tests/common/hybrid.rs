@@ -72,3 +72,13 @@ pub fn reload(
     t.recovery_done();
     t
 }
+
+/// The buckets per partition a checkpoint's index was written with (its
+/// layout entry).
+pub fn layout_buckets(entries: &[(Vec<u8>, Vec<u8>, Option<u64>)]) -> u64 {
+    let (_, layout, _) = entries
+        .iter()
+        .find(|(k, _, _)| k.as_slice() == b"\0hybrid/layout")
+        .expect("a layout entry");
+    u64::from_le_bytes(layout[4..12].try_into().expect("8 bytes"))
+}

@@ -13,8 +13,9 @@
 //! the way is marked "overflowed", so a lookup knows to go on past it.
 //! Marks are never cleared while the process runs (a delete cannot tell
 //! whether another key passed the bucket), so heavy churn lengthens probe
-//! runs until the next restart rebuilds nothing and keeps the marks: the
-//! table is sized with slack for that reason (`index_keys` / 0.85).
+//! runs; a restart keeps the marks (only a resize, which rebuilds the
+//! table, clears them): the table is sized with slack for that reason
+//! (`index_keys` / 0.85).
 //!
 //! A partition that has no free slot left spills into a small map keyed
 //! by the full mixed hash, at about 40 bytes per key: correct, but the
@@ -76,6 +77,31 @@ pub enum Loc {
     Slot { part: u16, slot: u32 },
     /// Spilled: the entry's full mixed hash and its place in that list.
     Spill { part: u16, mixed: u64, at: u32 },
+}
+
+/// One entry as the index holds it, for a rebuild at another size (see
+/// `hybrid/resize.rs`): 8 bytes, so listing every entry of a shard costs 8
+/// bytes per key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub addr: u32,
+    part: u16,
+    /// Span (top bit) and tag (low 15 bits), as in a slot.
+    tag: u16,
+}
+
+impl Entry {
+    /// 1 if the record runs past the end of its first block.
+    pub fn span(self) -> u8 {
+        (self.tag >> TAG_BITS) as u8
+    }
+
+    /// Whether a key of hash `h` can own this entry (same partition and
+    /// tag): a record whose key does not match its entry means the index
+    /// and the segments disagree.
+    pub fn matches(self, h: KeyHash) -> bool {
+        h.partition() == usize::from(self.part) && h.tag() == self.tag & TAG_MASK
+    }
 }
 
 /// One candidate record for a key.
@@ -316,6 +342,30 @@ impl Index {
         out
     }
 
+    /// Every entry, slots and spilled ones, in no useful order.
+    pub fn all_entries(&self) -> Vec<Entry> {
+        let mut out = Vec::with_capacity(self.len() as usize);
+        for (pi, p) in self.parts.iter().enumerate() {
+            let part = pi as u16;
+            for (&addr, &tag) in p.addrs.iter().zip(&p.tags) {
+                if addr != 0 {
+                    out.push(Entry { addr, part, tag });
+                }
+            }
+            for (&mixed, list) in &p.spill {
+                let tag = KeyHash { mixed }.tag();
+                for &(addr, span) in list {
+                    out.push(Entry {
+                        addr,
+                        part,
+                        tag: slot_tag(tag, span),
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// Every address in the index (live-byte accounting at recovery).
     pub fn for_each_addr(&self, mut f: impl FnMut(u32)) {
         for p in &self.parts {
@@ -494,6 +544,25 @@ mod tests {
         }
         assert!(back.decode_chunk(0, 7, &[0u8; 49 * 2]).is_err());
         assert!(back.decode_chunk(0, 0, &[0u8; 50]).is_err());
+    }
+
+    #[test]
+    fn all_entries_lists_slots_and_spilled_ones_with_their_span_and_tag() {
+        let mut ix = Index::with_buckets(4);
+        let n = 256 * 32 * 2;
+        for i in 0..n {
+            ix.insert(h(i), (i + 1) as u32, (i % 2) as u8);
+        }
+        assert!(ix.spilled() > 0);
+        let mut all = ix.all_entries();
+        assert_eq!(all.len() as u64, n);
+        all.sort_unstable_by_key(|e| e.addr);
+        for (i, e) in (0..n).zip(&all) {
+            assert_eq!(e.addr, (i + 1) as u32);
+            assert_eq!(e.span(), (i % 2) as u8);
+            assert!(e.matches(h(i)), "key {i}");
+            assert!(!e.matches(h(i + n)) || h(i).tag() == h(i + n).tag());
+        }
     }
 
     #[test]

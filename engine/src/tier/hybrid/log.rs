@@ -638,7 +638,7 @@ impl<D: Disk> ValueLog<D> {
     /// checked, with the CRC words removed: from the RAM buffer for the
     /// active segment's unwritten blocks, from the device otherwise (one
     /// read).
-    fn read_blocks(
+    pub fn read_blocks(
         &mut self,
         slot: u32,
         first: u64,
@@ -912,7 +912,7 @@ impl<D: Disk> ValueLog<D> {
         Ok((out, pos))
     }
 
-    fn path_of_slot(&self, slot: u32) -> PathBuf {
+    pub fn path_of_slot(&self, slot: u32) -> PathBuf {
         self.segs
             .get(slot as usize)
             .and_then(|s| s.as_ref())

@@ -24,6 +24,9 @@
 //!   cost-benefit score once garbage passes `storage.gc_garbage_percent`;
 //!   an emptied segment is removed only after two checkpoints that started
 //!   after its GC, so the older checkpoint kept never points into it.
+//! - **Resize.** An index loaded from a checkpoint has the size it was
+//!   written with; when recovery is done and `index_keys` asks for another
+//!   size, `resize.rs` rebuilds it by reading every record's key.
 //! - **Faults.** A read that fails or a block whose checksum does not match
 //!   answers an error for the keys it holds (naming file and offset), never
 //!   a wrong value; a failed segment write or fdatasync poisons the shard.
@@ -39,6 +42,7 @@
 pub mod cache;
 pub mod index;
 pub mod log;
+mod resize;
 
 use self::cache::Cache;
 use self::index::{Candidate, Index, KeyHash, PARTITIONS};
@@ -1148,7 +1152,8 @@ impl<D: Disk> Tier for HybridTier<D> {
                 return Err(format!("hybrid index of {buckets} buckets per partition"));
             }
             if buckets as usize != st.index.buckets_per_partition() {
-                // The index keeps the size it was built with.
+                // Loaded at the size it was written with; `recovery_done`
+                // resizes it to `index_keys` (see `resize`).
                 st.index = Index::with_buckets(buckets as usize);
             }
             return Ok(());
@@ -1184,6 +1189,7 @@ impl<D: Disk> Tier for HybridTier<D> {
     fn recovery_done(&mut self) {
         let st = self.inner.get_mut();
         st.check_orphans();
+        st.resize_index();
         st.reopen_zombies_in_use();
     }
 
