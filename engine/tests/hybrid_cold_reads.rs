@@ -3,7 +3,9 @@
 //! (one read per record, adjacent blocks merged), and the answers are the
 //! ones the keys had at lookup time, whatever happens in between: writes
 //! of the same keys, GC removing the segment, damaged blocks, read errors.
-//! And a delete of a key not in RAM reads its record once.
+//! And its blind writes: an overwrite of a key not in RAM reads nothing,
+//! yet reads, deletes, walks, expiry, GC and checkpoints all see only the
+//! key's newest record.
 
 use bytes::Bytes;
 use common::hybrid::{checkpoint, key, reload, settings, value};
@@ -370,6 +372,210 @@ fn a_shard_keeps_serving_while_cold_reads_are_on_the_device() {
         "20 cold GETs of one batch took {took:?}: their reads did not overlap"
     );
     disk.set_faults(SimFaults::default());
+}
+
+fn walk(t: &dyn Tier) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut seen = std::collections::BTreeMap::new();
+    for p in 0..t.partition_count() {
+        t.visit_partition(p, &mut |k, v, _| {
+            assert!(
+                seen.insert(k.to_vec(), v.to_vec()).is_none(),
+                "the walk lists {:?} twice",
+                String::from_utf8_lossy(k)
+            );
+        });
+    }
+    seen
+}
+
+/// Checks every key of `model` (and a few never written) through the
+/// blocking reads, the split reads and a walk.
+fn check(
+    t: &mut HybridTier<SimDisk>,
+    model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    n: u64,
+) {
+    let keys: Vec<Vec<u8>> = (0..n + 20).map(key).collect();
+    let (answers, _) = get_split(t, &keys);
+    for (k, a) in keys.iter().zip(answers) {
+        let want = model.get(k).map(|v| Bytes::from(v.clone()));
+        assert_eq!(a, Ok(want.clone()), "{}", String::from_utf8_lossy(k));
+        assert_eq!(t.get(fnv1a64(k), k), want, "{}", String::from_utf8_lossy(k));
+    }
+    assert_eq!(&walk(t), model);
+    assert!(t.take_read_errors().is_empty());
+}
+
+#[test]
+fn an_overwrite_of_a_cold_key_reads_nothing_and_reads_see_the_new_value() {
+    let disk = SimDisk::new(21);
+    let mut t = cold_tier(&disk, 2_000);
+    // Every overwrite below is counted as garbage; GC at 5% settles them.
+    let entries = checkpoint(&mut t);
+    let gc_early = HybridSettings {
+        gc_garbage_percent: 5,
+        ..settings(0)
+    };
+    let mut t = reload(&disk, gc_early, &entries);
+    let mut model: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
+        (0..2_000).map(|i| (key(i), value(i, 0))).collect();
+    let before = t.stats();
+    for i in (0..2_000).step_by(4) {
+        put(&mut t, &key(i), &value(i, 1));
+        model.insert(key(i), value(i, 1));
+    }
+    let after = t.stats();
+    assert_eq!(after.device_reads, before.device_reads, "no overwrite read");
+    assert!(after.unresolved_entries >= 500, "{after:?}");
+    let n = model.len() as u64;
+    assert!(t.len() <= n && n <= t.len() + after.unresolved_entries);
+    check(&mut t, &model, 2_000);
+    // A delete leaves no older version behind.
+    for i in (0..2_000).step_by(8) {
+        assert!(t.delete(fnv1a64(&key(i)), &key(i)), "key {i} was there");
+        model.remove(&key(i));
+    }
+    check(&mut t, &model, 2_000);
+    // GC settles the unresolved entries: the count is exact again.
+    while t.background_step() {}
+    let settled = t.stats();
+    assert!(settled.gc_runs > 0, "{settled:?}");
+    check(&mut t, &model, 2_000);
+    // Overwritten again and checkpointed with entries unresolved: a
+    // restart from the checkpoint still reads the newest values.
+    for i in (1..2_000).step_by(2) {
+        put(&mut t, &key(i), &value(i, 2));
+        model.insert(key(i), value(i, 2));
+    }
+    assert!(t.stats().unresolved_entries > 0);
+    let entries = checkpoint(&mut t);
+    disk.crash();
+    let mut back = reload(&disk, settings(0), &entries);
+    assert_eq!(
+        back.stats().unresolved_entries,
+        t.stats().unresolved_entries
+    );
+    check(&mut back, &model, 2_000);
+    while back.background_step() {}
+    check(&mut back, &model, 2_000);
+    assert!(back.stats().unresolved_entries < t.stats().unresolved_entries);
+}
+
+/// Keys whose hashes share partition, home bucket and tag in an index of
+/// four buckets per partition (found by a search over `tag-NNNNNNNNN`):
+/// each one's entry is a candidate of all the others.
+const SHARED_TAG: [&str; 6] = [
+    "tag-000000000",
+    "tag-017941882",
+    "tag-028139317",
+    "tag-032695921",
+    "tag-081407437",
+    "tag-085314964",
+];
+
+#[test]
+fn blind_writes_of_keys_that_share_a_tag_stay_apart() {
+    let disk = SimDisk::new(22);
+    let small = HybridSettings {
+        index_keys: 1_000,
+        gc_garbage_percent: 5,
+        ..settings(0)
+    };
+    let mut t = HybridTier::new(disk.clone(), small.clone()).expect("tier");
+    let mut model = std::collections::BTreeMap::new();
+    for (i, k) in SHARED_TAG.iter().enumerate() {
+        put(&mut t, k.as_bytes(), &value(i as u64, 0));
+        model.insert(k.as_bytes().to_vec(), value(i as u64, 0));
+    }
+    for i in 0..300 {
+        put(&mut t, &key(i), &value(i, 0));
+        model.insert(key(i), value(i, 0));
+    }
+    let entries = checkpoint(&mut t);
+    let reload =
+        |entries: &[(Vec<u8>, Vec<u8>, Option<u64>)]| reload(&disk, small.clone(), entries);
+    let mut t = reload(&entries);
+    let check = |t: &mut HybridTier<SimDisk>,
+                 model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>| {
+        let keys: Vec<Vec<u8>> = SHARED_TAG
+            .iter()
+            .map(|k| k.as_bytes().to_vec())
+            .chain((0..300).map(key))
+            .collect();
+        let (answers, _) = get_split(t, &keys);
+        for (k, a) in keys.iter().zip(answers) {
+            let want = model.get(k).map(|v| Bytes::from(v.clone()));
+            assert_eq!(a, Ok(want.clone()), "{}", String::from_utf8_lossy(k));
+            assert_eq!(t.get(fnv1a64(k), k), want, "{}", String::from_utf8_lossy(k));
+        }
+        assert_eq!(&walk(t), model);
+        assert!(t.take_read_errors().is_empty());
+    };
+    // The first blind overwrite leaves the other five keys' entries
+    // unresolved beside its key's old one: they do share the tag.
+    let reads = t.stats().device_reads;
+    put(&mut t, SHARED_TAG[0].as_bytes(), &value(0, 1));
+    model.insert(SHARED_TAG[0].as_bytes().to_vec(), value(0, 1));
+    assert_eq!(t.stats().unresolved_entries, 6, "{:?}", t.stats());
+    assert_eq!(t.stats().device_reads, reads, "a blind put reads nothing");
+    check(&mut t, &model);
+    for round in 2..5u64 {
+        // Fresh from the checkpoint each round: nothing in RAM.
+        let entries = checkpoint(&mut t);
+        t = reload(&entries);
+        for (i, k) in SHARED_TAG.iter().enumerate() {
+            if (i as u64 + round) % 3 != 0 {
+                put(&mut t, k.as_bytes(), &value(i as u64, round));
+                model.insert(k.as_bytes().to_vec(), value(i as u64, round));
+            }
+        }
+        check(&mut t, &model);
+    }
+    for k in [SHARED_TAG[2], SHARED_TAG[5]] {
+        assert!(t.delete(fnv1a64(k.as_bytes()), k.as_bytes()));
+        model.remove(k.as_bytes());
+    }
+    check(&mut t, &model);
+    let entries = checkpoint(&mut t);
+    let mut t = reload(&entries);
+    check(&mut t, &model);
+    // GC settles what is left; a key that only shared a tag is counted
+    // again.
+    for i in 0..300 {
+        put(&mut t, &key(i), &value(i, 9));
+        model.insert(key(i), value(i, 9));
+    }
+    while t.background_step() {}
+    check(&mut t, &model);
+    assert!(t.stats().gc_runs > 0);
+}
+
+#[test]
+fn an_older_version_with_an_expiry_time_never_expires_the_key() {
+    let disk = SimDisk::new(23);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    for i in 0..500u64 {
+        t.put_expiring(fnv1a64(&key(i)), &key(i), &value(i, 0), Some(1_000));
+    }
+    let entries = checkpoint(&mut t);
+    let mut t = reload(&disk, settings(0), &entries);
+    t.set_now_ms(500);
+    // Overwritten blind without an expiry time: the older record still
+    // sits in the expiry list, and must not make the key due.
+    for i in 0..250u64 {
+        put(&mut t, &key(i), &value(i, 1));
+    }
+    assert!(t.stats().unresolved_entries >= 250);
+    t.set_now_ms(2_000);
+    let due: std::collections::BTreeSet<Vec<u8>> =
+        t.due_keys(10_000).into_iter().map(|k| k.to_vec()).collect();
+    let want: std::collections::BTreeSet<Vec<u8>> = (250..500).map(key).collect();
+    assert_eq!(due, want);
+    for i in 0..500u64 {
+        let got = t.get(fnv1a64(&key(i)), &key(i));
+        let want = (i < 250).then(|| Bytes::from(value(i, 1)));
+        assert_eq!(got, want, "key {i}");
+    }
 }
 
 #[test]

@@ -139,8 +139,20 @@ fn a_data_set_many_times_the_cache_is_served_exactly_across_restarts() {
     let m = engine.metrics();
     let loaded: u64 = m.shards.iter().map(|s| s.recovery_snapshot_entries).sum();
     assert!(loaded > 0, "recovery started from an index checkpoint");
+    // The key count leaves out the entries blind overwrites left
+    // unresolved; the few of those that are another key's current record
+    // (a shared tag) are missing from it until GC settles them.
     let keys: u64 = m.shards.iter().map(|s| s.keys).sum();
-    assert_eq!(keys, model.len() as u64);
+    let unresolved: u64 = m
+        .shards
+        .iter()
+        .filter_map(|s| s.hybrid.map(|h| h.unresolved_entries))
+        .sum();
+    let n = model.len() as u64;
+    assert!(
+        keys <= n && n <= keys + unresolved,
+        "{keys} keys counted, {unresolved} entries unresolved, {n} keys written"
+    );
     engine.shutdown().expect("shutdown");
 }
 

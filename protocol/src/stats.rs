@@ -221,6 +221,8 @@ stats_group! {
         read_errors: u64, "count", "reads";
         /// Keys past the index's sized capacity (storage.index_keys), at ~40 bytes each.
         spilled_keys: u64, "gauge", "keys";
+        /// Index entries a blind write left unresolved (nearly all older versions of keys written since; GC settles them). `keys` leaves them out.
+        unresolved_entries: u64, "gauge", "entries";
     }
 }
 

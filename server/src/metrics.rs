@@ -277,6 +277,11 @@ fn render_hybrid(
             "Keys past the index's sized capacity.",
             h.spilled_keys,
         ),
+        (
+            "ringkv_tier_unresolved_entries",
+            "Index entries a blind write left unresolved (GC settles them).",
+            h.unresolved_entries,
+        ),
     ] {
         p.gauge(name, help, l, v as f64);
     }

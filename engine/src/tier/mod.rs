@@ -174,7 +174,9 @@ pub trait Tier {
         self.put_expiring(hash, key, value, None)
     }
     /// Sets `key` to `value` expiring at `expires_at_ms` (absolute Unix ms,
-    /// never 0; `None`: never); returns true if the key was new.
+    /// never 0; `None`: never); returns true if the key was new, as far as
+    /// the tier knows without a device read (a hybrid tier's blind write
+    /// answers true when no entry of the key is in RAM).
     fn put_expiring(
         &mut self,
         hash: u64,

@@ -9,11 +9,13 @@
 //!   unwritten tail in RAM, or the device) and whose key is compared. Two
 //!   keys with equal tags simply have two entries.
 //! - **Writes.** A put appends a record to the active segment (through a
-//!   1 MiB buffer) and points the key's entry at it. To find the entry of
-//!   a key already present, the candidate's key is compared, which reads
-//!   its record when it is not in RAM: an overwrite or delete of a cold
-//!   key costs one device read (a put of a new key almost never does: its
-//!   tag rarely matches anything).
+//!   1 MiB buffer) and points the key's entry at it. It never reads the
+//!   device (a blind write): candidates whose records are in RAM are
+//!   compared, and the key's older entry among them replaced; candidates
+//!   on the device are left beside the new entry, marked *unresolved*. A
+//!   key has at most one entry that is not unresolved, its newest; reads
+//!   try those first, then the unresolved ones newest first. GC, deletes
+//!   and walks settle unresolved entries (they read those records anyway).
 //! - **Durability.** The WAL stays the commit point. Values reach segment
 //!   files in the background of appends and are fdatasync'ed by each
 //!   checkpoint before it is published, so WAL segments are retired only
@@ -36,7 +38,7 @@
 //! are read together by [`Tier::fetch_cold`] (one read per record, reads of
 //! adjacent blocks merged, no borrow of the tier held meanwhile, so the
 //! shard keeps serving) and answered by [`Tier::finish_cold`]. Every other
-//! device I/O here (appends, GC, the reads of writes, key walks and
+//! device I/O here (appends, GC, the reads of deletes, key walks and
 //! read-modify-writes) is blocking, on the shard thread.
 
 pub mod cache;
@@ -61,7 +63,9 @@ const KEY_LAYOUT: &[u8] = b"\0hybrid/layout";
 const KEY_INDEX: &[u8] = b"\0hybrid/index/";
 const KEY_SEGMENTS: &[u8] = b"\0hybrid/segments";
 const KEY_EXPIRING: &[u8] = b"\0hybrid/expiring/";
-const LAYOUT_VERSION: u32 = 1;
+const KEY_UNRESOLVED: &[u8] = b"\0hybrid/unresolved/";
+/// 2: checkpoints may list unresolved entries (version 1 has none).
+const LAYOUT_VERSION: u32 = 2;
 /// Buckets per index chunk in a checkpoint (~400 KB).
 const CHECKPOINT_BUCKETS: usize = 8192;
 /// Expiry entries per checkpoint chunk.
@@ -104,6 +108,8 @@ pub struct HybridStats {
     pub gc_bytes_written: u64,
     pub read_errors: u64,
     pub spilled_keys: u64,
+    /// Entries blind writes left unresolved.
+    pub unresolved_entries: u64,
 }
 
 struct Inner<D: Disk> {
@@ -130,6 +136,20 @@ struct Inner<D: Disk> {
     gc_bytes_written: u64,
     /// The segment GC is working through, and where it goes on.
     gc_victim: Option<(u32, u64)>,
+    /// Entries a blind write left behind: the addresses of records that
+    /// may hold an older version of a key written since (a write whose
+    /// candidates were not in RAM did not read them). Reads try them last,
+    /// newest first; GC, deletes and walks settle them.
+    unresolved: std::collections::HashSet<u32>,
+    /// Most entries `unresolved` may hold; past it writes read their
+    /// candidates again.
+    unresolved_max: usize,
+    /// `unresolved` as it was when the running checkpoint began: what the
+    /// checkpoint lists. Entries made unresolved later come back with the
+    /// replay of the writes that made them so; entries GC settles later
+    /// (no WAL record) must stay listed, or an index partition copied
+    /// before GC settled them would have two current entries for one key.
+    checkpoint_unresolved: Vec<u32>,
 }
 
 /// Blocks one GC step reads (256 KiB): the longest the shard pauses for GC
@@ -139,14 +159,34 @@ const GC_STEP_BLOCKS: u64 = 64;
 /// Most blocks one merged GET read covers (256 KiB).
 const MERGE_BLOCKS: u64 = 64;
 
+/// Most unresolved entries per shard: an 32nd of the keys the index is
+/// sized for (about 0.3 bytes of RAM per key at most), at least 4096.
+fn unresolved_max(index_keys: u64) -> usize {
+    (index_keys / 32).max(4096) as usize
+}
+
 /// A candidate record of a cold GET.
 struct ColdCand<F> {
     addr: u32,
     span: u8,
-    spot: RecordSpot,
-    src: DeviceSource<F>,
-    /// The checked payloads of the blocks read, once read.
-    read: Option<Result<Vec<u8>, ReadError>>,
+    state: CandState<F>,
+}
+
+enum CandState<F> {
+    /// On the device: `blocks` are the checked payloads once read.
+    Read {
+        spot: RecordSpot,
+        src: DeviceSource<F>,
+        blocks: Option<Result<Vec<u8>, ReadError>>,
+    },
+    /// Found in RAM, but tried only after the candidates before it.
+    Known(Result<Record, ReadError>),
+}
+
+/// Where a candidate's record is.
+enum Where<F> {
+    Ram(Result<Record, ReadError>),
+    Device(RecordSpot, DeviceSource<F>),
 }
 
 /// A GET waiting for device reads (what a [`ColdGet`] holds).
@@ -191,6 +231,7 @@ impl<D: Disk> HybridTier<D> {
 
     /// [`HybridTier::new`] for a segment directory that exists already.
     pub fn in_existing_dir(disk: D, settings: HybridSettings) -> HybridTier<D> {
+        let settings_index_keys = settings.index_keys;
         let log = ValueLog::new(
             disk,
             settings.dir.clone(),
@@ -214,6 +255,9 @@ impl<D: Disk> HybridTier<D> {
                 gc_bytes_read: 0,
                 gc_bytes_written: 0,
                 gc_victim: None,
+                unresolved: std::collections::HashSet::new(),
+                unresolved_max: unresolved_max(settings_index_keys),
+                checkpoint_unresolved: Vec::new(),
             }),
         }
     }
@@ -234,7 +278,10 @@ impl<D: Disk> Inner<D> {
             live += s.live_bytes.min(s.total_bytes);
         }
         HybridStats {
-            keys: self.index.len(),
+            keys: self
+                .index
+                .len()
+                .saturating_sub(self.unresolved.len() as u64),
             index_bytes: self.index.memory_bytes(),
             cache_bytes: self.cache.bytes(),
             cache_records: self.cache.len() as u64,
@@ -252,6 +299,7 @@ impl<D: Disk> Inner<D> {
             gc_bytes_written: self.gc_bytes_written,
             read_errors: self.read_error_count,
             spilled_keys: self.index.spilled(),
+            unresolved_entries: self.unresolved.len() as u64,
         }
     }
 
@@ -279,6 +327,26 @@ impl<D: Disk> Inner<D> {
         Ok(r)
     }
 
+    /// Where a candidate's record is: in RAM (the cache, the recent
+    /// blocks, the unwritten tail: read now) or on the device (not read).
+    fn where_is(&mut self, c: &Candidate) -> Where<D::File> {
+        if let Some(r) = self.cache.get(c.addr) {
+            return Where::Ram(Ok(r));
+        }
+        let spot = match self.log.locate(c.addr, c.span) {
+            Ok(spot) => spot,
+            Err(e) => return Where::Ram(Err(e)),
+        };
+        if !self.log.in_ram(spot.slot, spot.first, spot.count) {
+            if let Some(src) = self.log.device_source(spot.slot, spot.first, spot.count) {
+                return Where::Device(spot, src);
+            }
+        }
+        // In RAM, or partly in the unwritten tail (a record written just
+        // now that crosses the end of what is on the device): read it here.
+        Where::Ram(self.read_into_cache(c))
+    }
+
     /// The record at `addr` for a walk (key scan, expiry): from the cache
     /// if there, else read, without filling the cache or counting a miss.
     fn record_for_walk(&mut self, addr: u32, span: u8) -> Result<Record, ReadError> {
@@ -288,13 +356,37 @@ impl<D: Disk> Inner<D> {
         }
     }
 
+    /// How recent the record at `addr` is: (segment sequence, offset).
+    /// Appends (writes and GC's copies) always go to the newest place.
+    fn age(&self, addr: u32) -> (u64, u64) {
+        let a = self.log.decode_addr(addr);
+        (self.log.seq_of_slot(a.slot).unwrap_or(0), a.offset)
+    }
+
+    /// The entries whose tag matches `h`, in the order reads try them: the
+    /// settled ones first (a key has at most one settled entry, so any
+    /// order will do), then the unresolved ones, newest first (a key's
+    /// newest record is the one that counts).
+    fn ordered_candidates(&self, h: KeyHash) -> Vec<Candidate> {
+        let mut cands = Vec::new();
+        self.index.candidates(h, &mut cands);
+        if !self.unresolved.is_empty() && cands.len() > 1 {
+            cands.sort_by_key(|c| {
+                if self.unresolved.contains(&c.addr) {
+                    (1, std::cmp::Reverse(self.age(c.addr)))
+                } else {
+                    (0, std::cmp::Reverse((0, 0)))
+                }
+            });
+        }
+        cands
+    }
+
     /// The entry and record of `key`. `Err` when no candidate matched and
     /// at least one could not be read (the key may be in it).
     fn find(&mut self, h: KeyHash, key: &[u8]) -> Result<Option<(Candidate, Record)>, ReadError> {
-        let mut cands = Vec::new();
-        self.index.candidates(h, &mut cands);
         let mut failed = None;
-        for c in cands {
+        for c in self.ordered_candidates(h) {
             match self.record(&c) {
                 Ok(r) if r.key == key => return Ok(Some((c, r))),
                 Ok(_) => {}
@@ -305,6 +397,50 @@ impl<D: Disk> Inner<D> {
             Some(e) => Err(e),
             None => Ok(None),
         }
+    }
+
+    /// Every entry of `key` (its newest first: the one that counts), for a
+    /// delete, which must leave none behind. `Err` if a candidate that may
+    /// hold the key could not be read.
+    fn find_all(&mut self, h: KeyHash, key: &[u8]) -> Result<Vec<(Candidate, Record)>, ReadError> {
+        let mut found = Vec::new();
+        let mut failed = None;
+        for c in self.ordered_candidates(h) {
+            match self.record(&c) {
+                Ok(r) if r.key == key => found.push((c, r)),
+                Ok(_) => {}
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(found),
+        }
+    }
+
+    /// Whether the record at `addr` (of `key`, an unresolved entry) is an
+    /// older version of its key: another entry of the key is newer.
+    fn superseded(&mut self, addr: u32, key: &[u8]) -> Result<bool, ReadError> {
+        let h = KeyHash::new(crate::hash::fnv1a64(key));
+        let age = self.age(addr);
+        for c in self.ordered_candidates(h) {
+            if c.addr == addr || self.age(c.addr) <= age {
+                continue;
+            }
+            if self.record(&c)?.key == key {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// For a walk: whether a record the index points at is its key's
+    /// current one (not an unresolved older version).
+    fn current(&mut self, addr: u32, r: &Record) -> Result<bool, ReadError> {
+        if !self.unresolved.contains(&addr) {
+            return Ok(true);
+        }
+        Ok(!self.superseded(addr, &r.key)?)
     }
 
     /// `find` for a read: a failure is kept for `take_read_errors` and
@@ -328,59 +464,45 @@ impl<D: Disk> Inner<D> {
     }
 
     /// Looks `key` up for a GET without waiting for the device: candidates
-    /// whose records are in RAM (cache, recent blocks, the unwritten tail)
-    /// are compared now; the others are left to read, in index order.
+    /// whose records are in RAM are compared now when their turn allows;
+    /// the rest are left to read, in the order reads try them.
     fn lookup(&mut self, hash: u64, key: &[u8]) -> Lookup<D::File> {
-        let mut cands = Vec::new();
-        self.index.candidates(KeyHash::new(hash), &mut cands);
-        let mut cold = VecDeque::new();
+        let mut queue = VecDeque::new();
         let mut failed: Option<ReadError> = None;
-        for c in cands {
-            let record = match self.cache.get(c.addr) {
-                Some(r) => Ok(r),
-                None => {
-                    let spot = match self.log.locate(c.addr, c.span) {
-                        Ok(spot) => spot,
-                        Err(e) => {
-                            failed.get_or_insert(e);
-                            continue;
-                        }
-                    };
-                    let src = (!self.log.in_ram(spot.slot, spot.first, spot.count))
-                        .then(|| self.log.device_source(spot.slot, spot.first, spot.count))
-                        .flatten();
-                    match src {
-                        Some(src) => {
-                            cold.push_back(ColdCand {
-                                addr: c.addr,
-                                span: c.span,
-                                spot,
-                                src,
-                                read: None,
-                            });
-                            continue;
-                        }
-                        // In RAM, or partly in the unwritten tail (a
-                        // record written just now that crosses the end
-                        // of what is on the device): read it here.
-                        None => self.read_into_cache(&c),
+        for c in self.ordered_candidates(KeyHash::new(hash)) {
+            // A settled entry that matches is the key's, whatever is still
+            // to read; an unresolved one only if nothing before it is.
+            let settled = !self.unresolved.contains(&c.addr);
+            match self.where_is(&c) {
+                Where::Ram(res) if settled || queue.is_empty() => match res {
+                    Ok(r) if r.key == key => return Lookup::Found(Some(r)),
+                    Ok(_) => {}
+                    Err(e) => {
+                        failed.get_or_insert(e);
                     }
-                }
-            };
-            match record {
-                Ok(r) if r.key == key => return Lookup::Found(Some(r)),
-                Ok(_) => {}
-                Err(e) => {
-                    failed.get_or_insert(e);
-                }
+                },
+                Where::Ram(res) => queue.push_back(ColdCand {
+                    addr: c.addr,
+                    span: c.span,
+                    state: CandState::Known(res),
+                }),
+                Where::Device(spot, src) => queue.push_back(ColdCand {
+                    addr: c.addr,
+                    span: c.span,
+                    state: CandState::Read {
+                        spot,
+                        src,
+                        blocks: None,
+                    },
+                }),
             }
         }
-        if !cold.is_empty() {
+        if !queue.is_empty() {
             return Lookup::Cold(ColdKey {
                 key: Bytes::copy_from_slice(key),
                 hash,
                 now_ms: self.now_ms,
-                cands: cold,
+                cands: queue,
                 failed: failed.map(|e| e.to_string()),
                 reads: 0,
                 bytes: 0,
@@ -392,53 +514,73 @@ impl<D: Disk> Inner<D> {
         }
     }
 
-    /// Answers a cold GET whose first candidate was read, or hands it back
+    /// Answers a cold GET whose next candidate was read, or hands it back
     /// for another read.
     fn finish_one(&mut self, mut ck: ColdKey<D::File>) -> Result<ColdAnswer, ColdKey<D::File>> {
         self.log.reads += std::mem::take(&mut ck.reads);
         self.log.bytes_read += std::mem::take(&mut ck.bytes);
-        while let Some(mut c) = ck.cands.pop_front() {
-            let Some(read) = c.read.take() else {
-                ck.cands.push_front(c);
-                return Err(ck);
-            };
-            let parsed = read.and_then(|payloads| {
-                self.log
-                    .remember_read(c.spot.slot, c.src.seq, c.spot.first, &payloads);
-                parse_record(&payloads, &c.spot, self.log.segment_bytes(), &c.src.path)
-            });
-            let same_segment = self.log.seq_of_slot(c.spot.slot) == Some(c.src.seq);
-            let record = match parsed {
-                Ok(Parsed::Record(r)) => Ok(r),
-                Ok(Parsed::NeedBlocks(count)) => {
-                    if same_segment
-                        && self
-                            .log
-                            .device_source(c.spot.slot, c.spot.first, count)
-                            .is_none()
-                    {
-                        // The rest is still in the unwritten tail.
-                        self.log.read(c.addr, c.span)
-                    } else {
-                        c.spot.count = count;
-                        ck.cands.push_front(c);
-                        return Err(ck);
-                    }
+        loop {
+            match ck.cands.front() {
+                None => break,
+                // Its turn, and not read yet.
+                Some(ColdCand {
+                    state: CandState::Read { blocks: None, .. },
+                    ..
+                }) => return Err(ck),
+                Some(_) => {}
+            }
+            let ColdCand { addr, span, state } = ck.cands.pop_front().expect("looked at");
+            let (record, cacheable) = match state {
+                CandState::Known(r) => (r, false),
+                CandState::Read {
+                    mut spot,
+                    src,
+                    blocks,
+                } => {
+                    let parsed = blocks.expect("read").and_then(|payloads| {
+                        self.log
+                            .remember_read(spot.slot, src.seq, spot.first, &payloads);
+                        parse_record(&payloads, &spot, self.log.segment_bytes(), &src.path)
+                    });
+                    let same_segment = self.log.seq_of_slot(spot.slot) == Some(src.seq);
+                    let record = match parsed {
+                        Ok(Parsed::Record(r)) => Ok(r),
+                        Ok(Parsed::NeedBlocks(count)) => {
+                            if same_segment
+                                && self
+                                    .log
+                                    .device_source(spot.slot, spot.first, count)
+                                    .is_none()
+                            {
+                                // The rest is still in the unwritten tail.
+                                self.log.read(addr, span)
+                            } else {
+                                // Read again, whole this time.
+                                spot.count = count;
+                                ck.cands.push_front(ColdCand {
+                                    addr,
+                                    span,
+                                    state: CandState::Read {
+                                        spot,
+                                        src,
+                                        blocks: None,
+                                    },
+                                });
+                                continue;
+                            }
+                        }
+                        Err(e) => Err(e),
+                    };
+                    (record, same_segment)
                 }
-                Err(e) => Err(e),
             };
             match record {
                 Ok(r) if r.key == ck.key => {
                     // Cached only if the index still points at this record
                     // (a write since the lookup moved the key on, or GC
                     // removed the segment and its slot was reused).
-                    if same_segment
-                        && self
-                            .index
-                            .find_addr(KeyHash::new(ck.hash), c.addr)
-                            .is_some()
-                    {
-                        self.cache.insert(c.addr, r.clone());
+                    if cacheable && self.index.find_addr(KeyHash::new(ck.hash), addr).is_some() {
+                        self.cache.insert(addr, r.clone());
                     }
                     let live = r.expires_at_ms.is_none_or(|at| at > ck.now_ms);
                     return Ok(Ok(live.then_some(r.value)));
@@ -448,9 +590,6 @@ impl<D: Disk> Inner<D> {
                     tracing::warn!(error = %e, "hybrid tier: a candidate record could not be read");
                     ck.failed.get_or_insert(e.to_string());
                 }
-            }
-            if !ck.cands.is_empty() {
-                return Err(ck);
             }
         }
         Ok(match ck.failed {
@@ -466,14 +605,25 @@ impl<D: Disk> Inner<D> {
         r.expires_at_ms.is_none_or(|at| at > self.now_ms)
     }
 
-    /// A record the index no longer points at.
+    /// A record the index no longer points at. An unresolved one's bytes
+    /// were counted as garbage when it became unresolved.
     fn forget(&mut self, addr: u32, r: &Record) {
-        if let Some(seg) = self.log.seg_of_mut(addr) {
-            seg.live_bytes = seg.live_bytes.saturating_sub(r.size);
+        if !self.unresolved.remove(&addr) {
+            if let Some(seg) = self.log.seg_of_mut(addr) {
+                seg.live_bytes = seg.live_bytes.saturating_sub(r.size);
+            }
         }
         self.cache.remove(addr);
         if let Some(at) = r.expires_at_ms {
             self.expiring.remove(&(at, addr));
+        }
+    }
+
+    /// Removes the entry pointing at `addr` (found again: a spilled
+    /// entry's place moves when another is removed).
+    fn remove_entry(&mut self, h: KeyHash, addr: u32) {
+        if let Some(loc) = self.index.find_addr(h, addr) {
+            self.index.remove(loc);
         }
     }
 
@@ -501,58 +651,94 @@ impl<D: Disk> Inner<D> {
         }
     }
 
+    /// A put. Candidates in RAM are compared; those on the device are not
+    /// read (a blind write): the new entry is added beside them, and they
+    /// become unresolved (reads try them after it; GC, deletes and walks
+    /// settle them). Only when `unresolved` is full does a put read them.
+    /// Returns whether no entry of the key was found (after a blind write:
+    /// none in RAM).
     fn put(&mut self, hash: u64, key: &[u8], value: &[u8], at: Option<u64>) -> bool {
         self.check_orphans();
         let h = KeyHash::new(hash);
-        let old = match self.find(h, key) {
-            Ok(found) => found,
-            Err(e) => {
-                // The key may be in the unreadable record: keep that entry
-                // (reads of it keep failing) and add a new one; a read finds
-                // the readable, newer record first.
-                tracing::warn!(error = %e, "hybrid tier: could not read a candidate record on write");
-                None
+        let mut mine: Vec<(Candidate, Record)> = Vec::new();
+        let mut unknown: Vec<Candidate> = Vec::new();
+        if self.unresolved.len() < self.unresolved_max {
+            for c in self.ordered_candidates(h) {
+                match self.where_is(&c) {
+                    Where::Ram(Ok(r)) if r.key == key => mine.push((c, r)),
+                    Where::Ram(Ok(_)) => {}
+                    // Unreadable: it may be the key's; keep it, unresolved
+                    // (reads find the new record first).
+                    Where::Ram(Err(_)) | Where::Device(..) => unknown.push(c),
+                }
             }
-        };
+        } else {
+            match self.find(h, key) {
+                Ok(found) => mine.extend(found),
+                Err(e) => {
+                    // The key may be in the unreadable record: keep that
+                    // entry (reads of it keep failing) and add a new one.
+                    tracing::warn!(error = %e, "hybrid tier: could not read a candidate record on write");
+                }
+            }
+        }
+        let new = mine.is_empty();
         if self.fault.is_some() {
-            return old.is_none();
+            return new;
         }
         let (addr, span) = match self.log.append(key, value, at) {
             Ok(a) => a,
             Err(e) => {
                 self.note_fault("write", &e);
-                return old.is_none();
+                return new;
             }
         };
         if let Some(t) = at {
             self.expiring.insert((t, addr));
         }
-        match old {
-            Some((c, r)) => {
+        let size = log::record_size(key.len(), value.len(), at.is_some());
+        let mut mine = mine.into_iter();
+        match (unknown.is_empty(), mine.next()) {
+            (true, Some((c, r))) => {
                 self.forget(c.addr, &r);
                 self.index.set(c.loc, addr, span);
-                false
             }
-            None => {
+            (_, first) => {
+                if let Some((c, r)) = first {
+                    self.forget(c.addr, &r);
+                    self.remove_entry(h, c.addr);
+                }
                 self.index.insert(h, addr, span);
-                true
             }
         }
+        for (c, r) in mine {
+            self.forget(c.addr, &r);
+            self.remove_entry(h, c.addr);
+        }
+        for c in unknown {
+            if self.unresolved.insert(c.addr) {
+                // Most likely the key's older record: count it as garbage,
+                // guessing its size from the new one (GC finds out).
+                if let Some(seg) = self.log.seg_of_mut(c.addr) {
+                    seg.live_bytes = seg.live_bytes.saturating_sub(size);
+                }
+            }
+        }
+        new
     }
 
-    fn delete(&mut self, hash: u64, key: &[u8]) -> bool {
-        match self.find(KeyHash::new(hash), key) {
-            Ok(Some((c, r))) => {
-                self.forget(c.addr, &r);
-                self.index.remove(c.loc);
-                true
-            }
-            Ok(None) => false,
-            Err(e) => {
-                tracing::warn!(error = %e, "hybrid tier: delete could not read a candidate record");
-                false
-            }
+    /// A delete: removes every entry of the key (the unresolved older ones
+    /// too), reading the candidates that are not in RAM. Returns whether
+    /// the key was there (expired or not), or why it could not be told.
+    fn delete(&mut self, hash: u64, key: &[u8]) -> Result<bool, ReadError> {
+        let h = KeyHash::new(hash);
+        let found = self.find_all(h, key)?;
+        let existed = !found.is_empty();
+        for (c, r) in found {
+            self.forget(c.addr, &r);
+            self.remove_entry(h, c.addr);
         }
+        Ok(existed)
     }
 
     /// One GC step: picks a victim if none is in progress and garbage is
@@ -573,20 +759,50 @@ impl<D: Disk> Inner<D> {
         let read_before = self.log.bytes_read;
         let step = self.log.scan_from(victim, from, GC_STEP_BLOCKS);
         self.gc_bytes_read += self.log.bytes_read - read_before;
+        let give_up = |st: &mut Self, e: &ReadError| {
+            tracing::error!(error = %e, "hybrid tier GC could not read a segment or a record; the segment stays");
+            // Do not pick it again and again.
+            if let Some(seg) = st.log.segs[victim as usize].as_mut() {
+                seg.total_bytes = seg.live_bytes;
+            }
+            st.gc_victim = None;
+        };
         let (records, next) = match step {
             Ok(r) => r,
             Err(e) => {
-                tracing::error!(error = %e, "hybrid tier GC could not read a segment; it stays");
-                // Do not pick it again and again.
-                if let Some(seg) = self.log.segs[victim as usize].as_mut() {
-                    seg.total_bytes = seg.live_bytes;
-                }
-                self.gc_victim = None;
+                give_up(self, &e);
                 return false;
             }
         };
         for (addr, r) in records {
             let h = KeyHash::new(crate::hash::fnv1a64(&r.key));
+            if self.index.find_addr(h, addr).is_none() {
+                continue;
+            }
+            if self.unresolved.contains(&addr) {
+                match self.superseded(addr, &r.key) {
+                    Ok(true) => {
+                        // An older version: its entry goes (its bytes
+                        // were counted as garbage already).
+                        self.unresolved.remove(&addr);
+                        self.remove_entry(h, addr);
+                        self.cache.remove(addr);
+                        if let Some(at) = r.expires_at_ms {
+                            self.expiring.remove(&(at, addr));
+                        }
+                        continue;
+                    }
+                    // The key's current record after all (two keys shared
+                    // a tag): copied below, settled.
+                    Ok(false) => {
+                        self.unresolved.remove(&addr);
+                    }
+                    Err(e) => {
+                        give_up(self, &e);
+                        return false;
+                    }
+                }
+            }
             let Some(loc) = self.index.find_addr(h, addr) else {
                 continue;
             };
@@ -818,14 +1034,13 @@ impl<D: Disk> Tier for HybridTier<D> {
             let mut wanted: Vec<(u64, u64, u64, usize)> = keys
                 .iter()
                 .enumerate()
-                .filter_map(|(i, (_, ck))| {
-                    let c = ck.cands.front()?;
-                    c.read.is_none().then_some((
-                        c.src.seq,
-                        c.spot.first,
-                        c.spot.first + c.spot.count,
-                        i,
-                    ))
+                .filter_map(|(i, (_, ck))| match &ck.cands.front()?.state {
+                    CandState::Read {
+                        spot,
+                        src,
+                        blocks: None,
+                    } => Some((src.seq, spot.first, spot.first + spot.count, i)),
+                    _ => None,
                 })
                 .collect();
             wanted.sort_unstable();
@@ -857,8 +1072,10 @@ impl<D: Disk> Tier for HybridTier<D> {
                 last_seq = Some(seq);
             }
             let reads = merged.iter().map(|m| {
-                let c = keys[m.gets[0]].1.cands.front().expect("wanted a read");
-                let file = std::rc::Rc::clone(&c.src.file);
+                let file = match keys[m.gets[0]].1.cands.front().map(|c| &c.state) {
+                    Some(CandState::Read { src, .. }) => std::rc::Rc::clone(&src.file),
+                    _ => unreachable!("only reads were wanted"),
+                };
                 let (offset, len) = (m.first * BLOCK as u64, (m.end - m.first) as usize * BLOCK);
                 async move {
                     let started = std::time::Instant::now();
@@ -876,30 +1093,31 @@ impl<D: Disk> Tier for HybridTier<D> {
                     first.bytes += n as u64;
                 }
                 for &i in &m.gets {
-                    let c = keys[i].1.cands.front_mut().expect("wanted a read");
-                    let lo = (c.spot.first - m.first) as usize * BLOCK;
-                    let hi = lo + c.spot.count as usize * BLOCK;
+                    let Some(CandState::Read { spot, src, blocks }) =
+                        keys[i].1.cands.front_mut().map(|c| &mut c.state)
+                    else {
+                        unreachable!("only reads were wanted");
+                    };
+                    let lo = (spot.first - m.first) as usize * BLOCK;
+                    let hi = lo + spot.count as usize * BLOCK;
                     let at = m.first * BLOCK as u64;
-                    c.read = Some(match &res {
+                    *blocks = Some(match &res {
                         Err(e) => Err(ReadError::Io {
-                            file: c.src.path.clone(),
+                            file: src.path.clone(),
                             offset: at,
                             source: std::io::Error::new(e.kind(), e.to_string()),
                         }),
                         Ok(_) if n < hi => Err(ReadError::Corrupt {
-                            file: c.src.path.clone(),
+                            file: src.path.clone(),
                             offset: at + n as u64,
                             reason: format!(
                                 "the file ends {n} bytes into a {}-byte read",
                                 buf.capacity()
                             ),
                         }),
-                        Ok(_) => check_blocks(
-                            c.src.seq,
-                            c.spot.first,
-                            &c.src.path,
-                            &buf.as_slice()[lo..hi],
-                        ),
+                        Ok(_) => {
+                            check_blocks(src.seq, spot.first, &src.path, &buf.as_slice()[lo..hi])
+                        }
                     });
                 }
             }
@@ -990,7 +1208,12 @@ impl<D: Disk> Tier for HybridTier<D> {
             match st.record_for_walk(addr, 1) {
                 Ok(r) => {
                     let h = KeyHash::new(crate::hash::fnv1a64(&r.key));
-                    if st.index.find_addr(h, addr).is_some() && r.expires_at_ms == Some(at) {
+                    // An unresolved older version must not delete the key
+                    // its newer record holds.
+                    let current = st.index.find_addr(h, addr).is_some()
+                        && r.expires_at_ms == Some(at)
+                        && st.current(addr, &r).unwrap_or(false);
+                    if current {
                         keys.push(r.key);
                     } else {
                         // Stale (from a fuzzy checkpoint): the key moved on.
@@ -1011,11 +1234,21 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn delete(&mut self, hash: u64, key: &[u8]) -> bool {
-        self.inner.get_mut().delete(hash, key)
+        match self.inner.get_mut().delete(hash, key) {
+            Ok(existed) => existed,
+            Err(e) => {
+                tracing::warn!(error = %e, "hybrid tier: delete could not read a candidate record");
+                false
+            }
+        }
     }
 
+    /// The index's entries less the unresolved ones (nearly all older
+    /// versions; a key that only shares a tag with a key written blind is
+    /// left out of the count until GC settles it).
     fn len(&self) -> u64 {
-        self.inner.borrow().index.len()
+        let st = self.inner.borrow();
+        st.index.len().saturating_sub(st.unresolved.len() as u64)
     }
 
     fn memory_bytes(&self) -> u64 {
@@ -1023,6 +1256,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         st.index.memory_bytes()
             + st.cache.bytes()
             + st.expiring.len() as u64 * EXPIRING_KEY_BYTES
+            + st.unresolved.capacity() as u64 * 5
             + (1 << 20)
             + (log::RECENT_BLOCKS * log::BLOCK) as u64
     }
@@ -1036,8 +1270,11 @@ impl<D: Disk> Tier for HybridTier<D> {
         let mut entries = st.index.entries(partition);
         entries.sort_unstable();
         for (addr, span) in entries {
-            match st.record_for_walk(addr, span) {
-                Ok(r) if st.live(&r) => f(&r.key, &r.value, r.expires_at_ms),
+            let record = st
+                .record_for_walk(addr, span)
+                .and_then(|r| Ok((st.current(addr, &r)?, r)));
+            match record {
+                Ok((true, r)) if st.live(&r) => f(&r.key, &r.value, r.expires_at_ms),
                 Ok(_) => {}
                 Err(e) => {
                     st.read_error_count += 1;
@@ -1060,7 +1297,9 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn checkpoint_begin(&mut self) {
-        self.inner.get_mut().epoch += 1;
+        let st = self.inner.get_mut();
+        st.epoch += 1;
+        st.checkpoint_unresolved = st.unresolved.iter().copied().collect();
     }
 
     fn visit_checkpoint_partition(&self, partition: usize, f: &mut EntryVisitor<'_>) {
@@ -1100,6 +1339,15 @@ impl<D: Disk> Tier for HybridTier<D> {
             }
             f(&key, &v, None);
         }
+        // Which entries are unresolved is part of the index: without it a
+        // read could take a key's older record for its current one.
+        let unresolved = std::mem::take(&mut st.checkpoint_unresolved);
+        for (i, chunk) in unresolved.chunks(EXPIRING_CHUNK).enumerate() {
+            let mut key = KEY_UNRESOLVED.to_vec();
+            key.extend_from_slice(&(i as u32).to_le_bytes());
+            let v: Vec<u8> = chunk.iter().flat_map(|a| a.to_le_bytes()).collect();
+            f(&key, &v, None);
+        }
         Ok(())
     }
 
@@ -1119,6 +1367,10 @@ impl<D: Disk> Tier for HybridTier<D> {
             }
         }
         for slot in gone {
+            // GC settled every unresolved entry in it; none may outlive it
+            // and name a record of the segment that takes its slot.
+            let log = &st.log;
+            st.unresolved.retain(|&a| log.decode_addr(a).slot != slot);
             if let Err(e) = st.log.remove(slot) {
                 tracing::warn!(error = %e, "could not remove a value segment emptied by GC");
             }
@@ -1137,7 +1389,7 @@ impl<D: Disk> Tier for HybridTier<D> {
                 return Err("hybrid layout entry of the wrong size".into());
             }
             let version = u32::from_le_bytes(value[0..4].try_into().expect("4 bytes"));
-            if version != LAYOUT_VERSION {
+            if version != 1 && version != LAYOUT_VERSION {
                 return Err(format!("hybrid index layout version {version}"));
             }
             let buckets = u64::from_le_bytes(value[4..12].try_into().expect("8 bytes"));
@@ -1169,6 +1421,17 @@ impl<D: Disk> Tier for HybridTier<D> {
         if key == KEY_SEGMENTS {
             return st.load_segments(value);
         }
+        if key.starts_with(KEY_UNRESOLVED) {
+            if value.len() % 4 != 0 {
+                return Err("unresolved-entry chunk of the wrong size".into());
+            }
+            st.unresolved.extend(
+                value
+                    .chunks_exact(4)
+                    .map(|a| u32::from_le_bytes(a.try_into().expect("4 bytes"))),
+            );
+            return Ok(());
+        }
         if key.starts_with(KEY_EXPIRING) {
             if value.len() % 12 != 0 {
                 return Err("expiry chunk of the wrong size".into());
@@ -1191,6 +1454,20 @@ impl<D: Disk> Tier for HybridTier<D> {
         st.check_orphans();
         st.resize_index();
         st.reopen_zombies_in_use();
+        // A checkpoint lists the entries unresolved when it began; some of
+        // them may be gone from the index copied after (GC settled them).
+        // An address no entry holds must not stay listed: a record written
+        // there later would be taken for an older version.
+        if !st.unresolved.is_empty() {
+            let mut present = std::collections::HashSet::new();
+            let unresolved = &st.unresolved;
+            st.index.for_each_addr(|a| {
+                if unresolved.contains(&a) {
+                    present.insert(a);
+                }
+            });
+            st.unresolved = present;
+        }
     }
 
     fn hybrid_stats(&self) -> Option<HybridStats> {
