@@ -592,3 +592,30 @@ fn a_delete_of_a_cold_key_reads_its_record_once() {
     }
     assert_eq!(t.stats().device_reads - before, 50);
 }
+
+#[test]
+fn an_unreadable_newer_record_is_an_error_never_the_older_version() {
+    let disk = SimDisk::new(24);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    put(&mut t, &key(0), &value(0, 0));
+    let entries = checkpoint(&mut t);
+    let mut t = reload(&disk, settings(0), &entries);
+    // A blind overwrite: the old record stays beside the new one,
+    // unresolved, and a reload forgets everything held in RAM.
+    put(&mut t, &key(0), &value(0, 1));
+    assert_eq!(t.stats().unresolved_entries, 1);
+    let entries = checkpoint(&mut t);
+    let t = reload(&disk, settings(0), &entries);
+    let newer = disk
+        .files()
+        .into_iter()
+        .find(|p| p.ends_with("0000000000000002.seg"))
+        .expect("the overwrite's segment");
+    assert!(disk.corrupt(&newer, 4096 + 40, 1));
+    let (answers, _) = get_split(&t, &[key(0)]);
+    let reason = answers[0].clone().expect_err("the newer record is damaged");
+    assert!(reason.contains("0000000000000002.seg"), "{reason}");
+    assert_eq!(t.get(fnv1a64(&key(0)), &key(0)), None);
+    let mut t = t;
+    assert_eq!(t.take_read_errors().len(), 1);
+}

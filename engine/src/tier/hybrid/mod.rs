@@ -169,6 +169,9 @@ fn unresolved_max(index_keys: u64) -> usize {
 struct ColdCand<F> {
     addr: u32,
     span: u8,
+    /// An unresolved entry: the answer only if every candidate before it
+    /// was read and is another key's.
+    unresolved: bool,
     state: CandState<F>,
 }
 
@@ -388,7 +391,15 @@ impl<D: Disk> Inner<D> {
         let mut failed = None;
         for c in self.ordered_candidates(h) {
             match self.record(&c) {
-                Ok(r) if r.key == key => return Ok(Some((c, r))),
+                Ok(r) if r.key == key => {
+                    // An unresolved entry is the key's current record only
+                    // if no entry tried before it is: one that could not
+                    // be read may be.
+                    return match failed {
+                        Some(e) if self.unresolved.contains(&c.addr) => Err(e),
+                        _ => Ok(Some((c, r))),
+                    };
+                }
                 Ok(_) => {}
                 Err(e) => failed = failed.or(Some(e)),
             }
@@ -475,7 +486,14 @@ impl<D: Disk> Inner<D> {
             let settled = !self.unresolved.contains(&c.addr);
             match self.where_is(&c) {
                 Where::Ram(res) if settled || queue.is_empty() => match res {
-                    Ok(r) if r.key == key => return Lookup::Found(Some(r)),
+                    Ok(r) if r.key == key => {
+                        return match failed {
+                            // An earlier candidate could not be read and
+                            // may be the key's newer record.
+                            Some(e) if !settled => Lookup::Failed(e),
+                            _ => Lookup::Found(Some(r)),
+                        };
+                    }
                     Ok(_) => {}
                     Err(e) => {
                         failed.get_or_insert(e);
@@ -484,11 +502,13 @@ impl<D: Disk> Inner<D> {
                 Where::Ram(res) => queue.push_back(ColdCand {
                     addr: c.addr,
                     span: c.span,
+                    unresolved: !settled,
                     state: CandState::Known(res),
                 }),
                 Where::Device(spot, src) => queue.push_back(ColdCand {
                     addr: c.addr,
                     span: c.span,
+                    unresolved: !settled,
                     state: CandState::Read {
                         spot,
                         src,
@@ -529,7 +549,12 @@ impl<D: Disk> Inner<D> {
                 }) => return Err(ck),
                 Some(_) => {}
             }
-            let ColdCand { addr, span, state } = ck.cands.pop_front().expect("looked at");
+            let ColdCand {
+                addr,
+                span,
+                unresolved,
+                state,
+            } = ck.cands.pop_front().expect("looked at");
             let (record, cacheable) = match state {
                 CandState::Known(r) => (r, false),
                 CandState::Read {
@@ -560,6 +585,7 @@ impl<D: Disk> Inner<D> {
                                 ck.cands.push_front(ColdCand {
                                     addr,
                                     span,
+                                    unresolved,
                                     state: CandState::Read {
                                         spot,
                                         src,
@@ -575,6 +601,11 @@ impl<D: Disk> Inner<D> {
                 }
             };
             match record {
+                Ok(r) if r.key == ck.key && unresolved && ck.failed.is_some() => {
+                    // An earlier candidate could not be read and may be
+                    // the key's newer record.
+                    break;
+                }
                 Ok(r) if r.key == ck.key => {
                     // Cached only if the index still points at this record
                     // (a write since the lookup moved the key on, or GC
@@ -677,8 +708,10 @@ impl<D: Disk> Inner<D> {
                 Ok(found) => mine.extend(found),
                 Err(e) => {
                     // The key may be in the unreadable record: keep that
-                    // entry (reads of it keep failing) and add a new one.
+                    // entry, but unresolved (with the others), so reads
+                    // take the new record first even once it reads again.
                     tracing::warn!(error = %e, "hybrid tier: could not read a candidate record on write");
+                    unknown = self.ordered_candidates(h);
                 }
             }
         }
