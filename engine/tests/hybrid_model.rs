@@ -164,7 +164,17 @@ fn run(seed: u64) -> Result<(), String> {
     let mut rng = SplitMix64::new(seed);
     let disk = SimDisk::new(seed);
     let settings = tier_settings(&mut rng);
-    let mut t = HybridTier::new(disk.clone(), settings.clone()).expect("tier");
+    // Half the seeds bound the unresolved entries low, so the set fills,
+    // background steps settle it, and PUTs read again when it is full.
+    let unresolved_max = [None, Some(4), Some(12)][rng.below(3) as usize];
+    let open = |disk: &SimDisk| {
+        let mut t = HybridTier::new(disk.clone(), settings.clone()).expect("tier");
+        if let Some(max) = unresolved_max {
+            t.set_unresolved_max(max);
+        }
+        t
+    };
+    let mut t = open(&disk);
     let keys = keys();
     let mut model: Model = BTreeMap::new();
     let mut log: Vec<Logged> = Vec::new();
@@ -243,7 +253,7 @@ fn run(seed: u64) -> Result<(), String> {
             drop(t);
             running = None;
             disk.crash();
-            let mut back = HybridTier::new(disk.clone(), settings.clone()).expect("tier");
+            let mut back = open(&disk);
             for (k, v, at) in &published.1 {
                 back.load_checkpoint_entry(k, v, *at)
                     .map_err(|e| format!("{what}: checkpoint entry: {e}"))?;
