@@ -70,7 +70,9 @@ fn a_larger_index_keys_grows_the_index_and_takes_the_spilled_keys_in() {
 
     let mut t = reload(&disk, with_index_keys(200_000), &entries);
     let s = t.stats();
-    assert_eq!(s.keys, KEYS);
+    // Entries, not keys: a new key whose tag matched a cold entry of
+    // another key left that entry unresolved (blind writes).
+    assert_eq!(s.keys + s.unresolved_entries, KEYS);
     assert_eq!(s.spilled_keys, 0, "{s:?}");
     assert!(s.index_bytes > before.index_bytes, "{s:?} vs {before:?}");
     // One read per segment header, then the segments read in runs of
@@ -88,7 +90,8 @@ fn a_larger_index_keys_grows_the_index_and_takes_the_spilled_keys_in() {
 
     // The resized index takes writes: overwrite a third, delete a tenth.
     for i in (0..KEYS).step_by(3) {
-        assert!(!put(&mut t, &key(i), &value(i, 1)));
+        // Blind: whether the key was new is not known without a read.
+        put(&mut t, &key(i), &value(i, 1));
     }
     for i in (1..KEYS).step_by(10) {
         assert!(t.delete(fnv1a64(&key(i)), &key(i)));
@@ -108,9 +111,12 @@ fn a_larger_index_keys_grows_the_index_and_takes_the_spilled_keys_in() {
     let s = t.stats();
     assert_eq!(s.device_reads, s.segments, "only the segment headers read");
     assert_eq!(s.spilled_keys, 0);
-    assert_eq!(
-        s.keys,
-        (0..KEYS).filter(|&i| round(i).is_some()).count() as u64
+    // `keys` leaves out unresolved entries: older versions the blind
+    // overwrites left, and the few keys that share a tag with one.
+    let live = (0..KEYS).filter(|&i| round(i).is_some()).count() as u64;
+    assert!(
+        s.keys <= live && s.keys + s.unresolved_entries >= live,
+        "{s:?}"
     );
     check_all(&t, round);
 }
@@ -123,7 +129,9 @@ fn a_smaller_index_keys_shrinks_the_index_and_spills_what_does_not_fit() {
 
     let mut t = reload(&disk, with_index_keys(1_000), &entries);
     let s = t.stats();
-    assert_eq!(s.keys, KEYS);
+    // Entries, not keys: a new key whose tag matched a cold entry of
+    // another key left that entry unresolved (blind writes).
+    assert_eq!(s.keys + s.unresolved_entries, KEYS);
     assert!(s.spilled_keys > before.spilled_keys, "{s:?} vs {before:?}");
     check_all(&t, |_| Some(0));
     check_expiring(&mut t);
@@ -156,7 +164,9 @@ fn a_damaged_record_keeps_the_old_index_whole() {
 
     let mut t = reload(&disk, with_index_keys(200_000), &entries);
     let s = t.stats();
-    assert_eq!(s.keys, KEYS);
+    // Entries, not keys: a new key whose tag matched a cold entry of
+    // another key left that entry unresolved (blind writes).
+    assert_eq!(s.keys + s.unresolved_entries, KEYS);
     assert_eq!(s.index_bytes, before.index_bytes, "the old index stays");
     assert_eq!(s.spilled_keys, before.spilled_keys);
     // Every key reads its value, or answers an error (never a wrong value).
@@ -213,7 +223,9 @@ fn an_entry_whose_record_holds_another_key_keeps_the_old_index() {
 
     let t = reload(&disk, with_index_keys(200_000), &entries);
     let s = t.stats();
-    assert_eq!(s.keys, KEYS);
+    // Entries, not keys: a new key whose tag matched a cold entry of
+    // another key left that entry unresolved (blind writes).
+    assert_eq!(s.keys + s.unresolved_entries, KEYS);
     assert_eq!(s.index_bytes, before.index_bytes, "the old index stays");
     // The two keys of the swapped entries are not found; every other key
     // reads its value.
@@ -293,7 +305,10 @@ fn an_engine_restarted_with_a_larger_index_keys_unspills() {
         loop {
             let s = e.metrics().shards[0].hybrid;
             match s {
-                Some(s) if s.keys == keys => return s,
+                // Index entries: blind writes (and their replay) leave
+                // older versions and entries of keys that share a tag
+                // unresolved until settled.
+                Some(s) if s.keys + s.unresolved_entries >= keys => return s,
                 _ => assert!(std::time::Instant::now() < deadline, "{s:?}"),
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
