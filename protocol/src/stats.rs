@@ -223,8 +223,6 @@ stats_group! {
         spilled_keys: u64, "gauge", "keys";
         /// Index entries a blind write left unresolved (nearly all older versions of keys written since; GC settles them). `keys` leaves them out.
         unresolved_entries: u64, "gauge", "entries";
-        /// Unresolved entries settled in the background since start (each one device read), once the set is half full.
-        unresolved_settled: u64, "count", "entries";
     }
 }
 

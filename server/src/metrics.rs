@@ -317,11 +317,6 @@ fn render_hybrid(
             h.device_reads,
         ),
         (
-            "ringkv_tier_unresolved_settled_total",
-            "Unresolved index entries settled in the background.",
-            h.unresolved_settled,
-        ),
-        (
             "ringkv_tier_read_errors_total",
             "Reads answered VALUE_UNREADABLE.",
             h.read_errors,

@@ -110,8 +110,6 @@ pub struct HybridStats {
     pub spilled_keys: u64,
     /// Entries blind writes left unresolved.
     pub unresolved_entries: u64,
-    /// Unresolved entries settled in the background since start.
-    pub unresolved_settled: u64,
 }
 
 struct Inner<D: Disk> {
@@ -152,21 +150,11 @@ struct Inner<D: Disk> {
     /// (no WAL record) must stay listed, or an index partition copied
     /// before GC settled them would have two current entries for one key.
     checkpoint_unresolved: Vec<u32>,
-    /// The unresolved entries the background settling pass has still to
-    /// look at, highest address first (popped from the end).
-    settle_queue: Vec<u32>,
-    /// Unresolved entries settled in the background (dropped as older
-    /// versions, or kept as their key's current record).
-    settled: u64,
 }
 
 /// Blocks one GC step reads (256 KiB): the longest the shard pauses for GC
 /// is about one read of this size plus rewriting its live records.
 const GC_STEP_BLOCKS: u64 = 64;
-
-/// Unresolved entries one background step settles at most (one read
-/// each, in address order).
-const SETTLE_STEP: usize = 32;
 
 /// Most blocks one merged GET read covers (256 KiB).
 const MERGE_BLOCKS: u64 = 64;
@@ -273,8 +261,6 @@ impl<D: Disk> HybridTier<D> {
                 unresolved: std::collections::HashSet::new(),
                 unresolved_max: unresolved_max(settings_index_keys),
                 checkpoint_unresolved: Vec::new(),
-                settle_queue: Vec::new(),
-                settled: 0,
             }),
         }
     }
@@ -324,7 +310,6 @@ impl<D: Disk> Inner<D> {
             read_errors: self.read_error_count,
             spilled_keys: self.index.spilled(),
             unresolved_entries: self.unresolved.len() as u64,
-            unresolved_settled: self.settled,
         }
     }
 
@@ -794,75 +779,6 @@ impl<D: Disk> Inner<D> {
             self.remove_entry(h, c.addr);
         }
         Ok(existed)
-    }
-
-    /// One background step of settling unresolved entries, once the set is
-    /// half full (so blind writes go on: a full set makes PUTs read their
-    /// candidates). Each entry's record is read to learn its key; an entry
-    /// a newer one of the same key supersedes goes, any other is settled
-    /// in place. Entries are taken in address order, in passes over the
-    /// set as it was when the pass began, so an unreadable one is skipped
-    /// until the next pass rather than tried again and again. Returns
-    /// whether it did anything.
-    fn settle_step(&mut self) -> bool {
-        if self.fault.is_some() {
-            return false;
-        }
-        if self.settle_queue.is_empty() {
-            if self.unresolved.len() < self.unresolved_max / 2 {
-                return false;
-            }
-            self.settle_queue = self.unresolved.iter().copied().collect();
-            self.settle_queue.sort_unstable_by(|a, b| b.cmp(a));
-        }
-        let mut done = 0;
-        while done < SETTLE_STEP {
-            let Some(addr) = self.settle_queue.pop() else {
-                break;
-            };
-            if !self.unresolved.contains(&addr) {
-                continue;
-            }
-            done += 1;
-            let r = match self.record_for_walk(addr, 1) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(error = %e, "hybrid tier: an unresolved entry's record could not be read; it stays unresolved");
-                    continue;
-                }
-            };
-            let h = KeyHash::new(crate::hash::fnv1a64(&r.key));
-            if self.index.find_addr(h, addr).is_none() {
-                self.unresolved.remove(&addr);
-                continue;
-            }
-            match self.superseded(addr, &r.key) {
-                Ok(true) => {
-                    // Its bytes were counted as garbage when it became
-                    // unresolved.
-                    self.unresolved.remove(&addr);
-                    self.remove_entry(h, addr);
-                    self.cache.remove(addr);
-                    if let Some(at) = r.expires_at_ms {
-                        self.expiring.remove(&(at, addr));
-                    }
-                }
-                Ok(false) => {
-                    // The current record of a key that shares a tag with
-                    // one written blind: live after all.
-                    self.unresolved.remove(&addr);
-                    if let Some(seg) = self.log.seg_of_mut(addr) {
-                        seg.live_bytes += r.size;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "hybrid tier: a candidate record could not be read while settling; the entry stays unresolved");
-                    continue;
-                }
-            }
-            self.settled += 1;
-        }
-        done > 0
     }
 
     /// One GC step: picks a victim if none is in progress and garbage is
@@ -1417,11 +1333,7 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn background_step(&mut self) -> bool {
-        let st = self.inner.get_mut();
-        // Both in one step: GC settles the entries of its victim anyway,
-        // and settling keeps the blind writes going between GC passes.
-        let settled = st.settle_step();
-        st.gc_step() || settled
+        self.inner.get_mut().gc_step()
     }
 
     fn checkpoint_begin(&mut self) {
