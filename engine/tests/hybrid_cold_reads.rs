@@ -8,7 +8,7 @@
 //! key's newest record.
 
 use bytes::Bytes;
-use common::hybrid::{checkpoint, key, reload, settings, value};
+use common::hybrid::{checkpoint, key, reload, settings, value, SHARED_TAG};
 use engine::hash::fnv1a64;
 use engine::io::sim::{SimDisk, SimFaults};
 use engine::tier::{ColdAnswer, ColdGet, HybridSettings, HybridTier, Tier};
@@ -396,7 +396,17 @@ fn check(
     n: u64,
 ) {
     let keys: Vec<Vec<u8>> = (0..n + 20).map(key).collect();
-    let (answers, _) = get_split(t, &keys);
+    check_keys(t, model, &keys);
+}
+
+/// Checks `keys` against `model` through the blocking reads and the split
+/// reads, and the whole model through a walk.
+fn check_keys(
+    t: &mut HybridTier<SimDisk>,
+    model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    keys: &[Vec<u8>],
+) {
+    let (answers, _) = get_split(t, keys);
     for (k, a) in keys.iter().zip(answers) {
         let want = model.get(k).map(|v| Bytes::from(v.clone()));
         assert_eq!(a, Ok(want.clone()), "{}", String::from_utf8_lossy(k));
@@ -461,18 +471,6 @@ fn an_overwrite_of_a_cold_key_reads_nothing_and_reads_see_the_new_value() {
     assert!(back.stats().unresolved_entries < t.stats().unresolved_entries);
 }
 
-/// Keys whose hashes share partition, home bucket and tag in an index of
-/// four buckets per partition (found by a search over `tag-NNNNNNNNN`):
-/// each one's entry is a candidate of all the others.
-const SHARED_TAG: [&str; 6] = [
-    "tag-000000000",
-    "tag-017941882",
-    "tag-028139317",
-    "tag-032695921",
-    "tag-081407437",
-    "tag-085314964",
-];
-
 #[test]
 fn blind_writes_of_keys_that_share_a_tag_stay_apart() {
     let disk = SimDisk::new(22);
@@ -502,14 +500,7 @@ fn blind_writes_of_keys_that_share_a_tag_stay_apart() {
             .map(|k| k.as_bytes().to_vec())
             .chain((0..300).map(key))
             .collect();
-        let (answers, _) = get_split(t, &keys);
-        for (k, a) in keys.iter().zip(answers) {
-            let want = model.get(k).map(|v| Bytes::from(v.clone()));
-            assert_eq!(a, Ok(want.clone()), "{}", String::from_utf8_lossy(k));
-            assert_eq!(t.get(fnv1a64(k), k), want, "{}", String::from_utf8_lossy(k));
-        }
-        assert_eq!(&walk(t), model);
-        assert!(t.take_read_errors().is_empty());
+        check_keys(t, model, &keys);
     };
     // The first blind overwrite leaves the other five keys' entries
     // unresolved beside its key's old one: they do share the tag.

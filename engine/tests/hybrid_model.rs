@@ -13,7 +13,7 @@
 //! default), `RINGKV_MODEL_SEED=S` one.
 
 use bytes::Bytes;
-use common::hybrid::{key, settings};
+use common::hybrid::{key, settings, SHARED_TAG};
 use engine::hash::fnv1a64;
 use engine::io::sim::SimDisk;
 use engine::rng::SplitMix64;
@@ -21,17 +21,6 @@ use engine::tier::{HybridSettings, HybridTier, Tier};
 use std::collections::BTreeMap;
 
 mod common;
-
-/// Keys whose hashes share partition, home bucket and tag in an index of
-/// four buckets per partition (as in `hybrid_cold_reads.rs`).
-const SHARED_TAG: [&str; 6] = [
-    "tag-000000000",
-    "tag-017941882",
-    "tag-028139317",
-    "tag-032695921",
-    "tag-081407437",
-    "tag-085314964",
-];
 
 const PLAIN_KEYS: u64 = 24;
 

@@ -27,6 +27,17 @@ pub fn settings(cache_bytes: u64) -> HybridSettings {
     }
 }
 
+/// Keys whose hashes share partition, home bucket and tag in an index of
+/// four buckets per partition (found by a search over `tag-NNNNNNNNN`).
+pub const SHARED_TAG: [&str; 6] = [
+    "tag-000000000",
+    "tag-017941882",
+    "tag-028139317",
+    "tag-032695921",
+    "tag-081407437",
+    "tag-085314964",
+];
+
 pub fn key(i: u64) -> Vec<u8> {
     format!("key-{i:08}").into_bytes()
 }
