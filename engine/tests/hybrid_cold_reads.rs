@@ -8,10 +8,10 @@
 //! key's newest record.
 
 use bytes::Bytes;
-use common::hybrid::{checkpoint, key, reload, settings, value, SHARED_TAG};
+use common::hybrid::{checkpoint, get, key, reload, settings, value, SHARED_TAG};
 use engine::hash::fnv1a64;
 use engine::io::sim::{SimDisk, SimFaults};
-use engine::tier::{ColdAnswer, ColdGet, HybridSettings, HybridTier, Tier};
+use engine::tier::{ColdAnswer, ColdGet, DeleteLookup, HybridSettings, HybridTier, Tier};
 use engine::{Engine, Op, OpResult};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -284,14 +284,23 @@ fn read_errors_on_the_cold_path_are_per_key_and_the_next_read_works() {
     }
 }
 
-/// Through the engine: while a batch of cold GETs waits for the device
-/// (every segment read takes 2 s here), the same shard answers writes and
-/// reads of keys in RAM; the batch's reads go to the device together, so
-/// it takes about one read's time, not one per key.
-#[test]
-fn a_shard_keeps_serving_while_cold_reads_are_on_the_device() {
-    const READ: Duration = Duration::from_secs(2);
-    let disk = SimDisk::new(17);
+/// Every segment read takes this long in the engine tests below.
+const SLOW_READ: Duration = Duration::from_secs(2);
+
+fn engine_key(i: u64) -> Bytes {
+    Bytes::from(key(i))
+}
+
+fn engine_value(i: u64) -> Bytes {
+    let mut b = format!("value of {i}:").into_bytes();
+    b.resize(1000, i as u8);
+    Bytes::from(b)
+}
+
+/// One hybrid shard with 3,000 keys of 1 KB written and nothing of them in
+/// RAM (reopened, no cache), and every segment read made [`SLOW_READ`]
+/// slow.
+fn slow_cold_engine(disk: &SimDisk) -> Engine {
     let mut config = common::small_config(Path::new("/e"), 1, tunables::Durability::Sync);
     config.storage.tier = tunables::Tier::Hybrid;
     config.storage.value_segment_size = tunables::ByteSize::mib(1);
@@ -299,12 +308,6 @@ fn a_shard_keeps_serving_while_cold_reads_are_on_the_device() {
     config.storage.index_keys = 10_000;
     // No GC: its reads (blocking, 2 s each here) are not what is tested.
     config.storage.gc_garbage_percent = 95;
-    let k = |i: u64| Bytes::from(key(i));
-    let v = |i: u64| {
-        let mut b = format!("value of {i}:").into_bytes();
-        b.resize(1000, i as u8);
-        Bytes::from(b)
-    };
     {
         let engine = Engine::open_with_disk(&config, disk.clone()).expect("open");
         let h = engine.handle();
@@ -312,34 +315,36 @@ fn a_shard_keeps_serving_while_cold_reads_are_on_the_device() {
             let ops = chunk
                 .iter()
                 .map(|&i| Op::Put {
-                    key: k(i),
-                    value: v(i),
+                    key: engine_key(i),
+                    value: engine_value(i),
                 })
                 .collect();
             h.batch_blocking(ops).expect("puts");
         }
     }
-    // Reopened: nothing of the values is in RAM.
     let engine = Engine::open_with_disk(&config, disk.clone()).expect("reopen");
-    let h = engine.handle();
     disk.set_faults(SimFaults {
-        read_latency: Some(READ),
+        read_latency: Some(SLOW_READ),
         path_filter: Some(".seg".into()),
         ..SimFaults::default()
     });
-    let spread: Vec<u64> = (0..20).map(|i| i * 150 + 3).collect();
-    let cold = {
+    engine
+}
+
+/// Runs `ops` on a thread of its own; after 200 ms checks that a write and
+/// a read of the key written are answered while `ops` still wait for the
+/// device. Returns `ops`'s answers and how long they took.
+fn served_while_waiting(engine: &Engine, ops: Vec<Op>) -> (Vec<OpResult>, Duration) {
+    let h = engine.handle();
+    let waiting = {
         let h = h.clone();
-        let spread = spread.clone();
         std::thread::spawn(move || {
             let started = Instant::now();
-            let ops = spread.iter().map(|&i| Op::Get { key: k(i) }).collect();
-            let answers = h.batch_blocking(ops).expect("gets");
+            let answers = h.batch_blocking(ops).expect("batch");
             (answers, started.elapsed())
         })
     };
     std::thread::sleep(Duration::from_millis(200));
-    // Served while the GETs wait: a write, and a read of the key written.
     let answers = h
         .batch_blocking(vec![
             Op::Put {
@@ -359,18 +364,87 @@ fn a_shard_keeps_serving_while_cold_reads_are_on_the_device() {
         ]
     );
     assert!(
-        !cold.is_finished(),
-        "the write was answered while the cold reads were still on the device"
+        !waiting.is_finished(),
+        "the write was answered while the device reads were still on the device"
     );
-    let (answers, took) = cold.join().expect("cold GETs");
+    waiting.join().expect("batch thread")
+}
+
+/// Through the engine: while a batch of cold GETs waits for the device,
+/// the same shard answers writes and reads of keys in RAM; the batch's
+/// reads go to the device together, so it takes about one read's time,
+/// not one per key.
+#[test]
+fn a_shard_keeps_serving_while_cold_reads_are_on_the_device() {
+    let disk = SimDisk::new(17);
+    let engine = slow_cold_engine(&disk);
+    let spread: Vec<u64> = (0..20).map(|i| i * 150 + 3).collect();
+    let ops = spread
+        .iter()
+        .map(|&i| Op::Get { key: engine_key(i) })
+        .collect();
+    let (answers, took) = served_while_waiting(&engine, ops);
     for (a, &i) in answers.iter().zip(&spread) {
-        assert_eq!(a, &OpResult::Value(v(i)), "key {i}");
+        assert_eq!(a, &OpResult::Value(engine_value(i)), "key {i}");
     }
     // One read after another would take 20 reads' time (40 s).
     assert!(
-        took < READ * 8,
+        took < SLOW_READ * 8,
         "20 cold GETs of one batch took {took:?}: their reads did not overlap"
     );
+    disk.set_faults(SimFaults::default());
+}
+
+/// Through the engine: deletes of cold keys are applied at once, and only
+/// their answers (whether the key was there) wait for the device; the
+/// shard serves meanwhile, and the keys read as gone right away.
+#[test]
+fn a_shard_keeps_serving_while_deletes_wait_for_their_answers() {
+    let disk = SimDisk::new(18);
+    let engine = slow_cold_engine(&disk);
+    let h = engine.handle();
+    let spread: Vec<u64> = (0..20).map(|i| i * 150 + 5).collect();
+    let ops = spread
+        .iter()
+        .map(|&i| Op::Delete { key: engine_key(i) })
+        // A key never written, on no candidate's tag: answered from RAM.
+        .chain([Op::Delete {
+            key: Bytes::from_static(b"never written"),
+        }])
+        .collect();
+    let (answers, took) = served_while_waiting(&engine, ops);
+    let mut want = vec![OpResult::Ok; spread.len()];
+    want.push(OpResult::NotFound);
+    assert_eq!(answers, want);
+    assert!(
+        took < SLOW_READ * 8,
+        "20 cold deletes of one batch took {took:?}: their reads did not overlap"
+    );
+    // Gone, and telling so reads nothing.
+    let again: Vec<Op> = spread
+        .iter()
+        .flat_map(|&i| {
+            [
+                Op::Get { key: engine_key(i) },
+                Op::Delete { key: engine_key(i) },
+            ]
+        })
+        .collect();
+    let reads = || {
+        // The shard publishes its tier's counters every 100 ms.
+        std::thread::sleep(Duration::from_millis(300));
+        engine.metrics().shards[0]
+            .hybrid
+            .expect("hybrid")
+            .device_reads
+    };
+    let before = reads();
+    let answers = h.batch_blocking(again).expect("again");
+    assert!(
+        answers.iter().all(|a| *a == OpResult::NotFound),
+        "{answers:?}"
+    );
+    assert_eq!(reads(), before, "deleted keys read nothing");
     disk.set_faults(SimFaults::default());
 }
 
@@ -569,19 +643,130 @@ fn an_older_version_with_an_expiry_time_never_expires_the_key() {
     }
 }
 
+/// A delete the shard's way: looked up, applied blind, and, when RAM
+/// cannot tell, answered by a read afterwards. Returns whether the key
+/// was there.
+fn delete_blind(t: &mut HybridTier<SimDisk>, k: &[u8]) -> ColdAnswer {
+    let h = fnv1a64(k);
+    match t.delete_lookup(h, k) {
+        DeleteLookup::Absent => Ok(None),
+        DeleteLookup::Live => {
+            t.delete_blind(h, k);
+            Ok(Some(Bytes::new()))
+        }
+        DeleteLookup::Expired => {
+            t.delete_blind(h, k);
+            Ok(None)
+        }
+        DeleteLookup::Cold(g) => {
+            assert!(g.delete);
+            let reads = t.stats().device_reads;
+            t.delete_blind(h, k);
+            assert_eq!(
+                t.stats().device_reads,
+                reads,
+                "the delete itself reads nothing"
+            );
+            let mut answer = [Ok(None)];
+            read_cold(t, &mut answer, vec![g]);
+            let [answer] = answer;
+            answer
+        }
+    }
+}
+
 #[test]
-fn a_delete_of_a_cold_key_reads_its_record_once() {
+fn a_delete_of_a_cold_key_reads_nothing_and_its_answer_one_record() {
     let disk = SimDisk::new(24);
     let mut t = cold_tier(&disk, 2_000);
+    let mut model: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
+        (0..2_000).map(|i| (key(i), value(i, 0))).collect();
     let before = t.stats().device_reads;
     for i in (0..2_000).step_by(40) {
-        // What the shard does: one lookup, then the logged delete.
-        let (k, h) = (key(i), fnv1a64(&key(i)));
-        assert_eq!(t.presence(h, &k), engine::tier::Presence::Live);
-        assert!(t.delete(h, &k));
-        assert_eq!(t.presence(h, &k), engine::tier::Presence::Absent);
+        let answer = delete_blind(&mut t, &key(i));
+        assert_eq!(answer, Ok(Some(Bytes::from(value(i, 0)))), "key {i}");
+        model.remove(&key(i));
     }
-    assert_eq!(t.stats().device_reads - before, 50);
+    assert_eq!(t.stats().device_reads - before, 50, "one read per answer");
+    // Settled by the answer's read: nothing of those keys is left.
+    assert_eq!(t.stats().unresolved_entries, 0, "{:?}", t.stats());
+    assert_eq!(t.stats().deleted_keys, 0, "{:?}", t.stats());
+    let before = t.stats().device_reads;
+    for i in (0..2_000).step_by(40) {
+        assert_eq!(delete_blind(&mut t, &key(i)), Ok(None), "key {i}");
+        assert_eq!(get(&t, &key(i)), None);
+    }
+    assert_eq!(t.stats().device_reads, before, "deleted keys read nothing");
+    check(&mut t, &model, 2_000);
+    let entries = checkpoint(&mut t);
+    let mut t = reload(&disk, settings(0), &entries);
+    check(&mut t, &model, 2_000);
+}
+
+#[test]
+fn a_blind_delete_answered_later_leaves_its_key_deleted_and_the_others_readable() {
+    // Deletes whose answers are not read (as after a crash, or while the
+    // read is still on the device): the keys are gone at once.
+    let disk = SimDisk::new(25);
+    let small = HybridSettings {
+        index_keys: 1_000,
+        gc_garbage_percent: 5,
+        ..settings(0)
+    };
+    let mut t = HybridTier::new(disk.clone(), small.clone()).expect("tier");
+    let mut model = std::collections::BTreeMap::new();
+    for (i, k) in SHARED_TAG.iter().enumerate() {
+        put(&mut t, k.as_bytes(), &value(i as u64, 0));
+        model.insert(k.as_bytes().to_vec(), value(i as u64, 0));
+    }
+    for i in 0..300 {
+        put(&mut t, &key(i), &value(i, 0));
+        model.insert(key(i), value(i, 0));
+    }
+    let entries = checkpoint(&mut t);
+    let mut t = reload(&disk, small.clone(), &entries);
+    let keys: Vec<Vec<u8>> = SHARED_TAG
+        .iter()
+        .map(|k| k.as_bytes().to_vec())
+        .chain((0..300).map(key))
+        .collect();
+    let reads = t.stats().device_reads;
+    for k in [SHARED_TAG[1], SHARED_TAG[4]] {
+        let h = fnv1a64(k.as_bytes());
+        // The answer's read is dropped, never made.
+        let DeleteLookup::Cold(_) = t.delete_lookup(h, k.as_bytes()) else {
+            panic!("{k} is on the device");
+        };
+        t.delete_blind(h, k.as_bytes());
+        model.remove(k.as_bytes());
+    }
+    assert_eq!(t.stats().device_reads, reads, "blind deletes read nothing");
+    // Every key sharing the tag had its entry unresolved (any may have been
+    // the deleted key's).
+    assert_eq!(t.stats().unresolved_entries, 6, "{:?}", t.stats());
+    assert_eq!(t.stats().deleted_keys, 2);
+    check_keys(&mut t, &model, &keys);
+    // Through a checkpoint the deleted keys stay deleted.
+    let entries = checkpoint(&mut t);
+    let mut t = reload(&disk, small.clone(), &entries);
+    check_keys(&mut t, &model, &keys);
+    assert_eq!(t.stats().deleted_keys, 2);
+    // Written again: read back, and no longer listed as deleted.
+    put(&mut t, SHARED_TAG[4].as_bytes(), &value(4, 7));
+    model.insert(SHARED_TAG[4].as_bytes().to_vec(), value(4, 7));
+    assert_eq!(t.stats().deleted_keys, 1);
+    check_keys(&mut t, &model, &keys);
+    // GC settles every unresolved entry: the dead ones go, the others are
+    // current again, and no key is left listed.
+    for i in 0..300 {
+        put(&mut t, &key(i), &value(i, 9));
+        model.insert(key(i), value(i, 9));
+    }
+    while t.background_step() {}
+    check_keys(&mut t, &model, &keys);
+    assert_eq!(t.stats().unresolved_entries, 0, "{:?}", t.stats());
+    assert_eq!(t.stats().deleted_keys, 0, "{:?}", t.stats());
+    assert_eq!(t.len(), model.len() as u64);
 }
 
 #[test]

@@ -6,7 +6,9 @@
 //! checkpoint and replays every operation since that checkpoint began.
 //! The keys are few, so most writes overwrite, and six of them share a
 //! tag. After every step every key is read back, every key walked, and a
-//! delete must answer whether its key was there.
+//! delete must answer whether its key was there: half of them the blocking
+//! way, half the way the shard does it (applied without reading, the
+//! answer read later, with other steps in between).
 //!
 //! Unlike `crash_sim`, no thread timing is involved: a failing seed
 //! replays exactly. `RINGKV_MODEL_SEEDS=N` runs more seeds (30 by
@@ -17,7 +19,7 @@ use common::hybrid::{key, settings, SHARED_TAG};
 use engine::hash::fnv1a64;
 use engine::io::sim::SimDisk;
 use engine::rng::SplitMix64;
-use engine::tier::{HybridSettings, HybridTier, Tier};
+use engine::tier::{ColdGet, DeleteLookup, HybridSettings, HybridTier, Tier};
 use std::collections::BTreeMap;
 
 mod common;
@@ -67,9 +69,45 @@ fn apply(t: &mut dyn Tier, op: &Logged) {
             t.put_expiring(fnv1a64(k), k, v, *at);
         }
         Logged::Delete(k) => {
-            t.delete(fnv1a64(k), k);
+            t.delete_blind(fnv1a64(k), k);
         }
     }
+}
+
+/// A blind delete's answer still to read: (its read, the key, whether the
+/// model had it).
+type PendingDelete = (ColdGet, Vec<u8>, bool);
+
+/// Reads the answers of blind deletes and checks them.
+fn answer_deletes(
+    t: &mut dyn Tier,
+    pending: &mut Vec<PendingDelete>,
+    what: &str,
+) -> Result<(), String> {
+    let mut want = Vec::new();
+    let mut cold = Vec::new();
+    for (i, (mut g, k, existed)) in pending.drain(..).enumerate() {
+        g.index = i;
+        cold.push(g);
+        want.push((k, existed));
+    }
+    while !cold.is_empty() {
+        let read = pollster::block_on(t.fetch_cold(cold));
+        let (mut done, mut again) = (Vec::new(), Vec::new());
+        t.finish_cold(read, &mut done, &mut again);
+        for (i, a) in done {
+            let (k, existed) = &want[i];
+            if a.as_ref().map(|v| v.is_some()) != Ok(*existed) {
+                return Err(format!(
+                    "{what}: the blind delete of {} answers {:?}, want existed = {existed}",
+                    String::from_utf8_lossy(k),
+                    a.map(|v| v.is_some())
+                ));
+            }
+        }
+        cold = again;
+    }
+    Ok(())
 }
 
 fn check(t: &mut dyn Tier, model: &Model, what: &str) -> Result<(), String> {
@@ -128,8 +166,28 @@ fn check(t: &mut dyn Tier, model: &Model, what: &str) -> Result<(), String> {
         });
     }
     if &seen != model {
+        let short = |e: Option<&(Vec<u8>, Option<u64>)>| {
+            e.map(|(v, at)| {
+                (
+                    String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned(),
+                    *at,
+                )
+            })
+        };
+        let differ: Vec<_> = seen
+            .keys()
+            .chain(model.keys())
+            .filter(|k| seen.get(*k) != model.get(*k))
+            .map(|k| {
+                (
+                    String::from_utf8_lossy(k).into_owned(),
+                    short(seen.get(k)),
+                    short(model.get(k)),
+                )
+            })
+            .collect();
         return Err(format!(
-            "{what}: a walk lists {} keys, the model has {}",
+            "{what}: a walk lists {} keys, the model has {}; (key, walked, model): {differ:?}",
             seen.len(),
             model.len()
         ));
@@ -171,9 +229,13 @@ fn run(seed: u64) -> Result<(), String> {
     let mut published: (usize, Entries) = (0, Vec::new());
     let mut running: Option<Running> = None;
     let mut version = 0u64;
+    let mut pending: Vec<PendingDelete> = Vec::new();
     for step in 0..3_000u32 {
         let dice = rng.below(100);
         let what = format!("seed {seed} step {step}");
+        if !pending.is_empty() && rng.below(3) == 0 {
+            answer_deletes(&mut t, &mut pending, &what)?;
+        }
         if dice < 55 {
             // Few keys take most writes, so overwrites of cold keys are many.
             let k = if rng.below(4) == 0 {
@@ -191,8 +253,30 @@ fn run(seed: u64) -> Result<(), String> {
         } else if dice < 65 {
             let k = &keys[rng.below(keys.len() as u64) as usize];
             let op = Logged::Delete(k.clone());
-            let existed = t.delete(fnv1a64(k), k);
-            if existed != model.contains_key(k) {
+            let had = model.contains_key(k);
+            let existed = if rng.below(2) == 0 {
+                t.delete(fnv1a64(k), k)
+            } else {
+                // The shard's way: logged and applied without a read when
+                // RAM cannot tell; the answer is read afterwards.
+                match t.delete_lookup(fnv1a64(k), k) {
+                    DeleteLookup::Absent => false,
+                    DeleteLookup::Live => {
+                        t.delete_blind(fnv1a64(k), k);
+                        true
+                    }
+                    DeleteLookup::Expired => {
+                        return Err(format!("{what}: nothing expires here"));
+                    }
+                    DeleteLookup::Cold(g) => {
+                        t.delete_blind(fnv1a64(k), k);
+                        pending.push((g, k.clone(), had));
+                        // Checked when the answer is read.
+                        had
+                    }
+                }
+            };
+            if existed != had {
                 return Err(format!(
                     "{what}: delete of {} answers {existed}; read errors {:?}",
                     String::from_utf8_lossy(k),
@@ -241,6 +325,8 @@ fn run(seed: u64) -> Result<(), String> {
             // published checkpoint and replays the log since it began.
             drop(t);
             running = None;
+            // Answers not read yet are lost with the process.
+            pending.clear();
             disk.crash();
             let mut back = open(&disk);
             for (k, v, at) in &published.1 {
@@ -257,7 +343,7 @@ fn run(seed: u64) -> Result<(), String> {
         }
         check(&mut t, &model, &what)?;
     }
-    Ok(())
+    answer_deletes(&mut t, &mut pending, "at the end")
 }
 
 #[test]

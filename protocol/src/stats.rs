@@ -223,6 +223,8 @@ stats_group! {
         spilled_keys: u64, "gauge", "keys";
         /// Index entries a blind write left unresolved (nearly all older versions of keys written since; GC settles them). `keys` leaves them out.
         unresolved_entries: u64, "gauge", "entries";
+        /// Keys deleted without a device read whose older entries are still in the index (unresolved, dead; GC settles them). Past a 32nd of storage.index_keys per shard, deletes read.
+        deleted_keys: u64, "gauge", "keys";
     }
 }
 

@@ -282,6 +282,11 @@ fn render_hybrid(
             "Index entries a blind write left unresolved (GC settles them).",
             h.unresolved_entries,
         ),
+        (
+            "ringkv_tier_deleted_keys",
+            "Keys deleted without a device read whose older entries GC has not settled yet.",
+            h.deleted_keys,
+        ),
     ] {
         p.gauge(name, help, l, v as f64);
     }

@@ -15,7 +15,7 @@ use crate::hash::fnv1a64;
 use crate::metrics::ShardStats;
 use crate::shard::durable::{Append, Pending, WalState};
 use crate::shard::notify::Notify;
-use crate::tier::{ColdGet, Presence, Tier};
+use crate::tier::{ColdGet, DeleteLookup, Tier};
 use crate::txn::watch::{KeyMark, WriteMarks};
 use crate::wal::format::{record_size, RecordKind};
 use crate::wal::writer::{SealedFlush, WalAppender};
@@ -510,7 +510,7 @@ impl ShardCore {
                             if !st.tier.contains(hash, key) {
                                 counts.expired += 1;
                             }
-                            st.tier.delete(hash, key);
+                            st.tier.delete_blind(hash, key);
                         }
                         (None, _) => {}
                     }
@@ -522,12 +522,14 @@ impl ShardCore {
                 Op::Delete { key } => {
                     let hash = fnv1a64(key);
                     // An expired entry is deleted (and logged) like a live
-                    // one, but answers NotFound, as Redis's DEL does.
-                    // One lookup (on the hybrid tier it reads the record
-                    // if it is not in RAM; the delete then finds it there).
-                    let presence = st.tier.presence(hash, key);
-                    let live = presence == Presence::Live;
-                    let any = presence != Presence::Absent;
+                    // one, but answers NotFound, as Redis's DEL does. When
+                    // only a device read can tell whether the key is there
+                    // (hybrid tier), the delete is logged and applied now
+                    // without it, and the answer waits for the read, like a
+                    // cold GET's.
+                    let lookup = st.tier.delete_lookup(hash, key);
+                    let live = matches!(lookup, DeleteLookup::Live);
+                    let any = !matches!(lookup, DeleteLookup::Absent);
                     let unreadable = st.tier.take_read_errors();
                     if let Some(e) = unreadable_error(&unreadable, key, !any, shard) {
                         writes.mark(index, true);
@@ -549,9 +551,14 @@ impl ShardCore {
                         ) {
                             break false;
                         }
-                        st.tier.delete(hash, key);
+                        st.tier.delete_blind(hash, key);
                         st.write_marks.bump(hash);
-                        if live {
+                        if let DeleteLookup::Cold(mut g) = lookup {
+                            g.index = index;
+                            cold.push(g);
+                            // A placeholder until the read answers.
+                            results.push(OpResult::NotFound);
+                        } else if live {
                             results.push(OpResult::Ok);
                         } else {
                             counts.expired += 1;
@@ -638,7 +645,8 @@ impl ShardCore {
     }
 
     /// The part of [`ShardCore::apply`] that must happen in arrival order:
-    /// everything but the device reads of cold GETs, which come back for
+    /// everything but the device reads of cold GETs (and of the answers of
+    /// deletes applied without reading), which come back for
     /// [`ShardCore::finish_reads`] (their answers are placeholders until
     /// then). The inbox runs this for one batch after another and leaves
     /// the reads to a task of their own, so a batch that waits for the
@@ -701,8 +709,9 @@ impl ShardCore {
         applied
     }
 
-    /// Reads the records of a batch's cold GETs (all at once; the shard
-    /// serves other requests meanwhile) and puts their answers in place.
+    /// Reads the records of a batch's cold GETs and blind deletes (all at
+    /// once; the shard serves other requests meanwhile) and puts their
+    /// answers in place.
     /// Then applies the batch's read budget again over every value in
     /// order, now that the cold ones' sizes are known.
     /// Returns how many answers became errors.
@@ -710,6 +719,8 @@ impl ShardCore {
         let mut failed = 0;
         let shard = self.settings.shard;
         let mut answers = Vec::with_capacity(cold.len());
+        let deletes: std::collections::HashSet<usize> =
+            cold.iter().filter(|g| g.delete).map(|g| g.index).collect();
         while !cold.is_empty() {
             let fetch = self.state.borrow().tier.fetch_cold(cold);
             let read = fetch.await;
@@ -722,10 +733,17 @@ impl ShardCore {
         }
         for (i, answer) in answers {
             results[i] = match answer {
+                // A delete's: whether its key was there, live.
+                Ok(Some(_)) if deletes.contains(&i) => OpResult::Ok,
                 Ok(Some(v)) => OpResult::Value(v),
                 Ok(None) => OpResult::NotFound,
                 Err(reason) => {
                     failed += 1;
+                    let reason = if deletes.contains(&i) {
+                        format!("the key was deleted, but whether it was there could not be read: {reason}")
+                    } else {
+                        reason
+                    };
                     OpResult::Err(OpError::ValueUnreadable { shard, reason })
                 }
             };
@@ -955,7 +973,7 @@ impl ShardCore {
                     st.tier.put(hash, &w.key, v);
                 }
                 None => {
-                    st.tier.delete(hash, &w.key);
+                    st.tier.delete_blind(hash, &w.key);
                 }
             }
         }

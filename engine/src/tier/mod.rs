@@ -12,6 +12,11 @@
 //!   holds no borrow of the tier, so the shard serves other requests while
 //!   it waits) and [`Tier::finish_cold`] answers. A memory tier answers
 //!   everything in the first step.
+//! - **Deletes that do not read.** [`Tier::delete_lookup`] tells a delete
+//!   whether its key is there before it is logged, from RAM when it can;
+//!   when that needs a device read it hands back a [`ColdGet`] whose
+//!   answer is read like a GET's, and [`Tier::delete_blind`] removes the
+//!   key at once without reading.
 //! - **Writes that append.** The WAL record stays the commit point; a tier
 //!   may write values to its own files in the background and makes them
 //!   durable in [`Tier::checkpoint_finish`], before the checkpoint that
@@ -48,6 +53,9 @@ pub struct ColdGet {
     /// Where the answer goes: an index into the caller's answers (the
     /// tier sets it to the key's place in its run; the caller may move it).
     pub index: usize,
+    /// The read answers a DELETE (whether its key was there, live), not a
+    /// GET; the delete itself was applied already.
+    pub delete: bool,
     pub state: Box<dyn Any>,
 }
 
@@ -65,6 +73,16 @@ pub enum Presence {
     Live,
     /// An entry whose expiry time has passed (not deleted yet).
     Expired,
+}
+
+/// What [`Tier::delete_lookup`] found.
+pub enum DeleteLookup {
+    Absent,
+    Live,
+    /// An entry whose expiry time has passed (not deleted yet).
+    Expired,
+    /// Only a device read can tell; the answer comes from the read.
+    Cold(ColdGet),
 }
 
 /// The interface a shard uses to keep its key-value state.
@@ -160,6 +178,26 @@ pub trait Tier {
         } else {
             Presence::Absent
         }
+    }
+    /// What a delete of `key` needs to know before it is logged: whether
+    /// the key is there (live or expired), or, when only a device read can
+    /// tell, a [`ColdGet`] (with `delete` set) whose answer says whether
+    /// it was live when this was called. In that case the caller logs the
+    /// delete and applies it with [`Tier::delete_blind`] right away, and
+    /// answers once the read is done. Read errors go to
+    /// [`Tier::take_read_errors`].
+    fn delete_lookup(&self, hash: u64, key: &[u8]) -> DeleteLookup {
+        match self.presence(hash, key) {
+            Presence::Absent => DeleteLookup::Absent,
+            Presence::Live => DeleteLookup::Live,
+            Presence::Expired => DeleteLookup::Expired,
+        }
+    }
+    /// Removes `key` (logged already) without answering whether it was
+    /// there; a tier that keeps values on a device does it without a
+    /// device read when it can. The default is [`Tier::delete`].
+    fn delete_blind(&mut self, hash: u64, key: &[u8]) {
+        self.delete(hash, key);
     }
     /// Whether `key` is present (and not expired).
     fn contains(&self, hash: u64, key: &[u8]) -> bool;

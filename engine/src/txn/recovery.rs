@@ -123,7 +123,7 @@ fn apply(tier: &mut dyn Tier, key: &[u8], value: Option<&[u8]>) {
             tier.put(hash, key, v);
         }
         None => {
-            tier.delete(hash, key);
+            tier.delete_blind(hash, key);
         }
     }
 }

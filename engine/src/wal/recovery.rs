@@ -818,7 +818,7 @@ impl ReplayPhase {
                                 tier_ref.put_expiring(h, r.key, r.value, r.expires_at_ms);
                             }
                             RecordKind::Delete => {
-                                tier_ref.delete(h, r.key);
+                                tier_ref.delete_blind(h, r.key);
                             }
                             RecordKind::Seal | RecordKind::TxnPart => {
                                 unreachable!("replay_flush skips seals; parts are handled above")

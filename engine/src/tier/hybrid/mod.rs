@@ -16,6 +16,13 @@
 //!   key has at most one entry that is not unresolved, its newest; reads
 //!   try those first, then the unresolved ones newest first. GC, deletes
 //!   and walks settle unresolved entries (they read those records anyway).
+//! - **Deletes** do not read either. Entries of the key found in RAM go;
+//!   those on the device stay, unresolved, and the key is put in a set of
+//!   *deleted keys*: while it is there, every entry of it is dead (it has
+//!   no settled entry), so reads answer absent without reading. A put of
+//!   the key takes it out; GC takes it out once it has settled the key's
+//!   last unresolved entry. Whether the key was there is read afterwards,
+//!   asynchronously, for the answer ([`Tier::delete_lookup`]).
 //! - **Durability.** The WAL stays the commit point. Values reach segment
 //!   files in the background of appends and are fdatasync'ed by each
 //!   checkpoint before it is published, so WAL segments are retired only
@@ -37,9 +44,10 @@
 //! run of keys up and answers what RAM holds; the records of the others
 //! are read together by [`Tier::fetch_cold`] (one read per record, reads of
 //! adjacent blocks merged, no borrow of the tier held meanwhile, so the
-//! shard keeps serving) and answered by [`Tier::finish_cold`]. Every other
-//! device I/O here (appends, GC, the reads of deletes, key walks and
-//! read-modify-writes) is blocking, on the shard thread.
+//! shard keeps serving) and answered by [`Tier::finish_cold`]; so are the
+//! answers of blind deletes. Every other device I/O here (appends, GC, key
+//! walks, read-modify-writes, and the reads of writes while the unresolved
+//! or deleted-key set is full) is blocking, on the shard thread.
 
 pub mod cache;
 pub mod index;
@@ -64,14 +72,21 @@ const KEY_INDEX: &[u8] = b"\0hybrid/index/";
 const KEY_SEGMENTS: &[u8] = b"\0hybrid/segments";
 const KEY_EXPIRING: &[u8] = b"\0hybrid/expiring/";
 const KEY_UNRESOLVED: &[u8] = b"\0hybrid/unresolved/";
+const KEY_DELETED: &[u8] = b"\0hybrid/deleted/";
 /// 2: checkpoints may list unresolved entries (version 1 has none).
-const LAYOUT_VERSION: u32 = 2;
+/// 3: checkpoints may list deleted keys (versions 1 and 2 have none).
+const LAYOUT_VERSION: u32 = 3;
 /// Buckets per index chunk in a checkpoint (~400 KB).
 const CHECKPOINT_BUCKETS: usize = 8192;
 /// Expiry entries per checkpoint chunk.
 const EXPIRING_CHUNK: usize = 32 * 1024;
 /// What one key with an expiry time costs in RAM beyond its slot.
 const EXPIRING_KEY_BYTES: u64 = 40;
+/// What one deleted key costs in RAM beyond its bytes (its box and its
+/// place in the set).
+const DELETED_KEY_BYTES: u64 = 40;
+/// Bytes of deleted keys per checkpoint chunk.
+const DELETED_CHUNK_BYTES: usize = 256 * 1024;
 
 /// Settings of one shard's hybrid tier.
 #[derive(Clone)]
@@ -110,6 +125,9 @@ pub struct HybridStats {
     pub spilled_keys: u64,
     /// Entries blind writes left unresolved.
     pub unresolved_entries: u64,
+    /// Keys deleted without reading whose older entries are still in the
+    /// index (unresolved, dead; GC settles them).
+    pub deleted_keys: u64,
 }
 
 struct Inner<D: Disk> {
@@ -150,6 +168,16 @@ struct Inner<D: Disk> {
     /// (no WAL record) must stay listed, or an index partition copied
     /// before GC settled them would have two current entries for one key.
     checkpoint_unresolved: Vec<u32>,
+    /// Keys a delete removed without reading (see the module doc): every
+    /// entry of such a key is unresolved and dead. Bounded by
+    /// `unresolved_max`; past it deletes read.
+    deleted: std::collections::HashSet<Box<[u8]>>,
+    /// Bytes of the keys in `deleted`.
+    deleted_bytes: u64,
+    /// `deleted` as it was when the running checkpoint began (see
+    /// `checkpoint_unresolved`; a put or a delete after it comes back with
+    /// the replay).
+    checkpoint_deleted: Vec<Box<[u8]>>,
 }
 
 /// Blocks one GC step reads (256 KiB): the longest the shard pauses for GC
@@ -206,7 +234,14 @@ struct ColdKey<F> {
     /// merged read counts once, for the first GET it served).
     reads: u64,
     bytes: u64,
+    /// The read answers a delete that was applied blind: the key's record
+    /// it finds is dead, and its entry goes.
+    settle: bool,
 }
+
+/// Where a cold read's answer goes: (its index, whether it answers a
+/// delete), as in [`ColdGet`].
+type Placed = (usize, bool);
 
 /// What a lookup found.
 enum Lookup<F> {
@@ -261,6 +296,9 @@ impl<D: Disk> HybridTier<D> {
                 unresolved: std::collections::HashSet::new(),
                 unresolved_max: unresolved_max(settings_index_keys),
                 checkpoint_unresolved: Vec::new(),
+                deleted: std::collections::HashSet::new(),
+                deleted_bytes: 0,
+                checkpoint_deleted: Vec::new(),
             }),
         }
     }
@@ -310,6 +348,7 @@ impl<D: Disk> Inner<D> {
             read_errors: self.read_error_count,
             spilled_keys: self.index.spilled(),
             unresolved_entries: self.unresolved.len() as u64,
+            deleted_keys: self.deleted.len() as u64,
         }
     }
 
@@ -395,6 +434,21 @@ impl<D: Disk> Inner<D> {
     /// The entry and record of `key`. `Err` when no candidate matched and
     /// at least one could not be read (the key may be in it).
     fn find(&mut self, h: KeyHash, key: &[u8]) -> Result<Option<(Candidate, Record)>, ReadError> {
+        if self.is_deleted(key) {
+            return Ok(None);
+        }
+        self.find_entry(h, key)
+    }
+
+    /// `find` without the shortcut for a key deleted blind: its newest
+    /// entry (dead), for a put to replace. During a replay, a settled
+    /// entry of such a key may also be there (an index partition copied
+    /// after a put the replay has not reached yet); this finds it first.
+    fn find_entry(
+        &mut self,
+        h: KeyHash,
+        key: &[u8],
+    ) -> Result<Option<(Candidate, Record)>, ReadError> {
         let mut failed = None;
         for c in self.ordered_candidates(h) {
             match self.record(&c) {
@@ -422,6 +476,10 @@ impl<D: Disk> Inner<D> {
     /// hold the key could not be read.
     fn find_all(&mut self, h: KeyHash, key: &[u8]) -> Result<Vec<(Candidate, Record)>, ReadError> {
         let mut found = Vec::new();
+        if self.is_deleted(key) {
+            // Every entry of it is dead already.
+            return Ok(found);
+        }
         let mut failed = None;
         for c in self.ordered_candidates(h) {
             match self.record(&c) {
@@ -436,9 +494,19 @@ impl<D: Disk> Inner<D> {
         }
     }
 
+    /// Whether `key` was deleted blind since its last put: then it has no
+    /// settled entry, and every unresolved one is dead.
+    fn is_deleted(&self, key: &[u8]) -> bool {
+        !self.deleted.is_empty() && self.deleted.contains(key)
+    }
+
     /// Whether the record at `addr` (of `key`, an unresolved entry) is an
-    /// older version of its key: another entry of the key is newer.
+    /// older version of its key: another entry of the key is newer, or the
+    /// key was deleted since.
     fn superseded(&mut self, addr: u32, key: &[u8]) -> Result<bool, ReadError> {
+        if self.is_deleted(key) {
+            return Ok(true);
+        }
         let h = KeyHash::new(crate::hash::fnv1a64(key));
         let age = self.age(addr);
         for c in self.ordered_candidates(h) {
@@ -485,6 +553,9 @@ impl<D: Disk> Inner<D> {
     /// whose records are in RAM are compared now when their turn allows;
     /// the rest are left to read, in the order reads try them.
     fn lookup(&mut self, hash: u64, key: &[u8]) -> Lookup<D::File> {
+        if self.is_deleted(key) {
+            return Lookup::Found(None);
+        }
         let mut queue = VecDeque::new();
         let mut failed: Option<ReadError> = None;
         for c in self.ordered_candidates(KeyHash::new(hash)) {
@@ -533,6 +604,7 @@ impl<D: Disk> Inner<D> {
                 failed: failed.map(|e| e.to_string()),
                 reads: 0,
                 bytes: 0,
+                settle: false,
             });
         }
         match failed {
@@ -543,7 +615,10 @@ impl<D: Disk> Inner<D> {
 
     /// Answers a cold GET whose next candidate was read, or hands it back
     /// for another read.
-    fn finish_one(&mut self, mut ck: ColdKey<D::File>) -> Result<ColdAnswer, ColdKey<D::File>> {
+    fn finish_one(
+        &mut self,
+        mut ck: Box<ColdKey<D::File>>,
+    ) -> Result<ColdAnswer, Box<ColdKey<D::File>>> {
         self.log.reads += std::mem::take(&mut ck.reads);
         self.log.bytes_read += std::mem::take(&mut ck.bytes);
         loop {
@@ -614,10 +689,18 @@ impl<D: Disk> Inner<D> {
                     break;
                 }
                 Ok(r) if r.key == ck.key => {
-                    // Cached only if the index still points at this record
-                    // (a write since the lookup moved the key on, or GC
-                    // removed the segment and its slot was reused).
-                    if cacheable && self.index.find_addr(KeyHash::new(ck.hash), addr).is_some() {
+                    if ck.settle {
+                        // A blind delete's answer: the record is dead now.
+                        if cacheable {
+                            self.settle_deleted(ck.hash, addr, !unresolved, &r);
+                        }
+                    } else if cacheable
+                        && self.index.find_addr(KeyHash::new(ck.hash), addr).is_some()
+                    {
+                        // Cached only if the index still points at this
+                        // record (a write since the lookup moved the key
+                        // on, or GC removed the segment and its slot was
+                        // reused).
                         self.cache.insert(addr, r.clone());
                     }
                     let live = r.expires_at_ms.is_none_or(|at| at > ck.now_ms);
@@ -711,7 +794,7 @@ impl<D: Disk> Inner<D> {
                 }
             }
         } else {
-            match self.find(h, key) {
+            match self.find_entry(h, key) {
                 Ok(found) => mine.extend(found),
                 Err(e) => {
                     // The key may be in the unreadable record: keep that
@@ -733,6 +816,8 @@ impl<D: Disk> Inner<D> {
                 return new;
             }
         };
+        // Its entries left are dead; the new one is newer than all.
+        let new = self.take_deleted(key) || new;
         if let Some(t) = at {
             self.expiring.insert((t, addr));
         }
@@ -779,6 +864,126 @@ impl<D: Disk> Inner<D> {
             self.remove_entry(h, c.addr);
         }
         Ok(existed)
+    }
+
+    /// A delete that does not read: entries of the key whose records are
+    /// in RAM go; if any candidate's record is on the device (or cannot be
+    /// read), the key goes into `deleted`, and the settled candidates
+    /// among those become unresolved when the key's current record was not
+    /// found in RAM (it may be one of them). Reads the candidates instead
+    /// (a blocking delete) when `deleted` or `unresolved` is full.
+    fn delete_blind(&mut self, hash: u64, key: &[u8]) {
+        if self.is_deleted(key) {
+            return;
+        }
+        if !self.blind_room() {
+            if let Err(e) = self.delete(hash, key) {
+                tracing::warn!(error = %e, "hybrid tier: delete could not read a candidate record");
+            }
+            return;
+        }
+        let h = KeyHash::new(hash);
+        let mut mine: Vec<(Candidate, Record)> = Vec::new();
+        let mut current_in_ram = false;
+        let mut settled_unknown = Vec::new();
+        let mut unresolved_unknown = false;
+        for c in self.ordered_candidates(h) {
+            let settled = !self.unresolved.contains(&c.addr);
+            match self.where_is(&c) {
+                Where::Ram(Ok(r)) if r.key == key => {
+                    current_in_ram |= settled;
+                    mine.push((c, r));
+                }
+                Where::Ram(Ok(_)) => {}
+                Where::Ram(Err(_)) | Where::Device(..) if settled => settled_unknown.push(c),
+                Where::Ram(Err(_)) | Where::Device(..) => unresolved_unknown = true,
+            }
+        }
+        for (c, r) in mine {
+            self.forget(c.addr, &r);
+            self.remove_entry(h, c.addr);
+        }
+        // With the current record found in RAM, the settled entries on the
+        // device are other keys'; the unresolved ones may be older
+        // versions of this one.
+        let mark = if current_in_ram {
+            unresolved_unknown
+        } else {
+            // Their bytes stay counted as live: most are other keys'
+            // records; the answer's read settles this key's own.
+            for c in &settled_unknown {
+                self.unresolved.insert(c.addr);
+            }
+            unresolved_unknown || !settled_unknown.is_empty()
+        };
+        if mark {
+            self.deleted_bytes += key.len() as u64;
+            self.deleted.insert(key.into());
+        }
+    }
+
+    /// Whether a write may leave entries unresolved and a delete may go
+    /// without reading.
+    fn blind_room(&self) -> bool {
+        self.unresolved.len() < self.unresolved_max && self.deleted.len() < self.unresolved_max
+    }
+
+    /// The answer of a blind delete read the key's record at `addr` (from
+    /// before the delete, so dead now): its entry goes if it is still
+    /// there. `counted`: its bytes still count as live (it was settled
+    /// when the delete looked it up).
+    fn settle_deleted(&mut self, hash: u64, addr: u32, counted: bool, r: &Record) {
+        let h = KeyHash::new(hash);
+        if !self.unresolved.contains(&addr) || self.index.find_addr(h, addr).is_none() {
+            return;
+        }
+        self.unresolved.remove(&addr);
+        if counted {
+            if let Some(seg) = self.log.seg_of_mut(addr) {
+                seg.live_bytes = seg.live_bytes.saturating_sub(r.size);
+            }
+        }
+        self.remove_entry(h, addr);
+        self.cache.remove(addr);
+        if let Some(at) = r.expires_at_ms {
+            self.expiring.remove(&(at, addr));
+        }
+        self.undelete_if_settled(h, &r.key);
+    }
+
+    /// Takes `key` out of `deleted` once no unresolved entry shares its
+    /// tag (none of its dead entries is left).
+    fn undelete_if_settled(&mut self, h: KeyHash, key: &[u8]) {
+        if !self.is_deleted(key) {
+            return;
+        }
+        let mut cands = Vec::new();
+        self.index.candidates(h, &mut cands);
+        if cands.iter().all(|c| !self.unresolved.contains(&c.addr)) {
+            self.take_deleted(key);
+        }
+    }
+
+    /// Takes out of `deleted` every key none of whose dead entries is left
+    /// (GC settled them one by one, and the last one settled may have been
+    /// another key's that shares the tag). One index lookup per key.
+    fn prune_deleted(&mut self) {
+        if self.deleted.is_empty() {
+            return;
+        }
+        let keys: Vec<Box<[u8]>> = self.deleted.iter().cloned().collect();
+        for k in keys {
+            self.undelete_if_settled(KeyHash::new(crate::hash::fnv1a64(&k)), &k);
+        }
+    }
+
+    /// Removes `key` from `deleted`; returns whether it was there.
+    fn take_deleted(&mut self, key: &[u8]) -> bool {
+        let was = !self.deleted.is_empty() && self.deleted.remove(key);
+        if was {
+            self.deleted_bytes -= key.len() as u64;
+        }
+        was
     }
 
     /// One GC step: picks a victim if none is in progress and garbage is
@@ -830,6 +1035,7 @@ impl<D: Disk> Inner<D> {
                         if let Some(at) = r.expires_at_ms {
                             self.expiring.remove(&(at, addr));
                         }
+                        self.undelete_if_settled(h, &r.key);
                         continue;
                     }
                     // The key's current record after all (two keys shared
@@ -875,6 +1081,7 @@ impl<D: Disk> Inner<D> {
             }
             self.gc_victim = None;
             self.gc_runs += 1;
+            self.prune_deleted();
         } else {
             self.gc_victim = Some((victim, next));
         }
@@ -1048,6 +1255,7 @@ impl<D: Disk> Tier for HybridTier<D> {
                     out.push(None);
                     cold.push(ColdGet {
                         index: i,
+                        delete: false,
                         state: Box::new(ck),
                     });
                 }
@@ -1060,14 +1268,14 @@ impl<D: Disk> Tier for HybridTier<D> {
     fn fetch_cold(&self, gets: Vec<ColdGet>) -> ColdFetch {
         let latency = self.inner.borrow().settings.read_latency_us.clone();
         Box::pin(async move {
-            let mut keys: Vec<(usize, Box<ColdKey<D::File>>)> = gets
+            let mut keys: Vec<(Placed, Box<ColdKey<D::File>>)> = gets
                 .into_iter()
                 .map(|g| {
                     let ck = g
                         .state
                         .downcast::<ColdKey<D::File>>()
                         .expect("a cold GET of this tier");
-                    (g.index, ck)
+                    ((g.index, g.delete), ck)
                 })
                 .collect();
             // The blocks each GET needs next: (segment, first, end, GET).
@@ -1162,8 +1370,9 @@ impl<D: Disk> Tier for HybridTier<D> {
                 }
             }
             keys.into_iter()
-                .map(|(index, ck)| ColdGet {
+                .map(|((index, delete), ck)| ColdGet {
                     index,
+                    delete,
                     state: ck as Box<dyn std::any::Any>,
                 })
                 .collect()
@@ -1182,11 +1391,12 @@ impl<D: Disk> Tier for HybridTier<D> {
                 .state
                 .downcast::<ColdKey<D::File>>()
                 .expect("a cold GET of this tier");
-            match st.finish_one(*ck) {
+            match st.finish_one(ck) {
                 Ok(answer) => answers.push((g.index, answer)),
                 Err(ck) => again.push(ColdGet {
                     index: g.index,
-                    state: Box::new(ck),
+                    delete: g.delete,
+                    state: ck,
                 }),
             }
         }
@@ -1208,6 +1418,43 @@ impl<D: Disk> Tier for HybridTier<D> {
 
     fn contains_any(&self, hash: u64, key: &[u8]) -> bool {
         self.inner.borrow_mut().find_for_read(hash, key).is_some()
+    }
+
+    /// Tells from RAM when it can (a key deleted blind is absent; a
+    /// candidate in RAM that matches answers); otherwise the answer is
+    /// read like a cold GET's, after the delete was applied blind. With
+    /// `deleted` or `unresolved` full the delete reads now, blocking.
+    fn delete_lookup(&self, hash: u64, key: &[u8]) -> super::DeleteLookup {
+        use super::DeleteLookup;
+        let mut st = self.inner.borrow_mut();
+        let found = if st.blind_room() {
+            match st.lookup(hash, key) {
+                Lookup::Found(r) => r,
+                Lookup::Failed(e) => {
+                    st.note_read_error(key, &e.to_string());
+                    None
+                }
+                Lookup::Cold(mut ck) => {
+                    ck.settle = true;
+                    return DeleteLookup::Cold(ColdGet {
+                        index: 0,
+                        delete: true,
+                        state: Box::new(ck),
+                    });
+                }
+            }
+        } else {
+            st.find_for_read(hash, key)
+        };
+        match found {
+            None => DeleteLookup::Absent,
+            Some(r) if st.live(&r) => DeleteLookup::Live,
+            Some(_) => DeleteLookup::Expired,
+        }
+    }
+
+    fn delete_blind(&mut self, hash: u64, key: &[u8]) {
+        self.inner.get_mut().delete_blind(hash, key);
     }
 
     fn get_expiring(&self, hash: u64, key: &[u8]) -> Option<(Bytes, Option<u64>)> {
@@ -1297,6 +1544,8 @@ impl<D: Disk> Tier for HybridTier<D> {
             + st.cache.bytes()
             + st.expiring.len() as u64 * EXPIRING_KEY_BYTES
             + st.unresolved.capacity() as u64 * 5
+            + st.deleted_bytes
+            + st.deleted.capacity() as u64 * DELETED_KEY_BYTES
             + (1 << 20)
             + (log::RECENT_BLOCKS * log::BLOCK) as u64
     }
@@ -1340,6 +1589,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         let st = self.inner.get_mut();
         st.epoch += 1;
         st.checkpoint_unresolved = st.unresolved.iter().copied().collect();
+        st.checkpoint_deleted = st.deleted.iter().cloned().collect();
     }
 
     fn visit_checkpoint_partition(&self, partition: usize, f: &mut EntryVisitor<'_>) {
@@ -1388,6 +1638,22 @@ impl<D: Disk> Tier for HybridTier<D> {
             let v: Vec<u8> = chunk.iter().flat_map(|a| a.to_le_bytes()).collect();
             f(&key, &v, None);
         }
+        // So are the keys deleted blind: without them their dead entries
+        // would read as current.
+        let deleted = std::mem::take(&mut st.checkpoint_deleted);
+        let mut chunk = Vec::new();
+        let mut chunks = 0u32;
+        for (i, k) in deleted.iter().enumerate() {
+            chunk.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            chunk.extend_from_slice(k);
+            if chunk.len() >= DELETED_CHUNK_BYTES || i + 1 == deleted.len() {
+                let mut key = KEY_DELETED.to_vec();
+                key.extend_from_slice(&chunks.to_le_bytes());
+                f(&key, &chunk, None);
+                chunk.clear();
+                chunks += 1;
+            }
+        }
         Ok(())
     }
 
@@ -1429,7 +1695,7 @@ impl<D: Disk> Tier for HybridTier<D> {
                 return Err("hybrid layout entry of the wrong size".into());
             }
             let version = u32::from_le_bytes(value[0..4].try_into().expect("4 bytes"));
-            if version != 1 && version != LAYOUT_VERSION {
+            if !(1..=LAYOUT_VERSION).contains(&version) {
                 return Err(format!("hybrid index layout version {version}"));
             }
             let buckets = u64::from_le_bytes(value[4..12].try_into().expect("8 bytes"));
@@ -1472,6 +1738,22 @@ impl<D: Disk> Tier for HybridTier<D> {
             );
             return Ok(());
         }
+        if key.starts_with(KEY_DELETED) {
+            let mut rest = value;
+            while !rest.is_empty() {
+                let len = rest
+                    .get(..4)
+                    .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize);
+                let Some(k) = len.and_then(|len| rest.get(4..4 + len)) else {
+                    return Err("deleted-key chunk cut short".into());
+                };
+                if st.deleted.insert(k.into()) {
+                    st.deleted_bytes += k.len() as u64;
+                }
+                rest = &rest[4 + k.len()..];
+            }
+            return Ok(());
+        }
         if key.starts_with(KEY_EXPIRING) {
             if value.len() % 12 != 0 {
                 return Err("expiry chunk of the wrong size".into());
@@ -1508,6 +1790,9 @@ impl<D: Disk> Tier for HybridTier<D> {
             });
             st.unresolved = present;
         }
+        // A key deleted blind whose dead entries are all gone need not
+        // stay listed.
+        st.prune_deleted();
     }
 
     fn hybrid_stats(&self) -> Option<HybridStats> {
