@@ -86,12 +86,14 @@ start_redis() {
 # Starts ringkv-server with the native and the RESP listener; sets
 # RINGKV_ADDR (native), RINGKV_RESP_PORT and RINGKV_PID. Extra arguments go
 # to the server.
+# Starts ringkv-server on $WORK/ringkv (kept across restarts) with extra
+# flags "$@"; waits READY_SECONDS (30) for its ready line (recovery first).
 start_ringkv() {
   mkdir -p "$WORK/ringkv"
   RUST_LOG=info "$SERVER" --data-dir "$WORK/ringkv" --listen 127.0.0.1:0 \
     --resp-listen 127.0.0.1:0 --durability sync "$@" >"$WORK/ringkv.log" 2>&1 &
   RINGKV_PID=$!
-  for _ in $(seq 300); do
+  for _ in $(seq $((${READY_SECONDS:-30} * 10))); do
     grep -q "ringkv-server ready" "$WORK/ringkv.log" && break
     kill -0 "$RINGKV_PID" 2>/dev/null || { cat "$WORK/ringkv.log"; exit 1; }
     sleep 0.1
