@@ -545,16 +545,20 @@ fn an_overwrite_of_a_cold_key_reads_nothing_and_reads_see_the_new_value() {
     assert!(back.stats().unresolved_entries < t.stats().unresolved_entries);
 }
 
-#[test]
-fn blind_writes_of_keys_that_share_a_tag_stay_apart() {
-    let disk = SimDisk::new(22);
+type Model = std::collections::BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// A small tier (an index for 1,000 keys, GC past 5% garbage) with the six
+/// [`SHARED_TAG`] keys and keys 0..300 on the device, reloaded from a
+/// checkpoint so nothing is in RAM: its settings, the tier, the model, and
+/// every key written.
+fn shared_tag_tier(disk: &SimDisk) -> (HybridSettings, HybridTier<SimDisk>, Model, Vec<Vec<u8>>) {
     let small = HybridSettings {
         index_keys: 1_000,
         gc_garbage_percent: 5,
         ..settings(0)
     };
     let mut t = HybridTier::new(disk.clone(), small.clone()).expect("tier");
-    let mut model = std::collections::BTreeMap::new();
+    let mut model = Model::new();
     for (i, k) in SHARED_TAG.iter().enumerate() {
         put(&mut t, k.as_bytes(), &value(i as u64, 0));
         model.insert(k.as_bytes().to_vec(), value(i as u64, 0));
@@ -564,18 +568,18 @@ fn blind_writes_of_keys_that_share_a_tag_stay_apart() {
         model.insert(key(i), value(i, 0));
     }
     let entries = checkpoint(&mut t);
+    let t = reload(disk, small.clone(), &entries);
+    let keys = model.keys().cloned().collect();
+    (small, t, model, keys)
+}
+
+#[test]
+fn blind_writes_of_keys_that_share_a_tag_stay_apart() {
+    let disk = SimDisk::new(22);
+    let (small, mut t, mut model, keys) = shared_tag_tier(&disk);
     let reload =
         |entries: &[(Vec<u8>, Vec<u8>, Option<u64>)]| reload(&disk, small.clone(), entries);
-    let mut t = reload(&entries);
-    let check = |t: &mut HybridTier<SimDisk>,
-                 model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>| {
-        let keys: Vec<Vec<u8>> = SHARED_TAG
-            .iter()
-            .map(|k| k.as_bytes().to_vec())
-            .chain((0..300).map(key))
-            .collect();
-        check_keys(t, model, &keys);
-    };
+    let check = |t: &mut HybridTier<SimDisk>, model: &Model| check_keys(t, model, &keys);
     // The first blind overwrite leaves the other five keys' entries
     // unresolved beside its key's old one: they do share the tag.
     let reads = t.stats().device_reads;
@@ -708,28 +712,7 @@ fn a_blind_delete_answered_later_leaves_its_key_deleted_and_the_others_readable(
     // Deletes whose answers are not read (as after a crash, or while the
     // read is still on the device): the keys are gone at once.
     let disk = SimDisk::new(25);
-    let small = HybridSettings {
-        index_keys: 1_000,
-        gc_garbage_percent: 5,
-        ..settings(0)
-    };
-    let mut t = HybridTier::new(disk.clone(), small.clone()).expect("tier");
-    let mut model = std::collections::BTreeMap::new();
-    for (i, k) in SHARED_TAG.iter().enumerate() {
-        put(&mut t, k.as_bytes(), &value(i as u64, 0));
-        model.insert(k.as_bytes().to_vec(), value(i as u64, 0));
-    }
-    for i in 0..300 {
-        put(&mut t, &key(i), &value(i, 0));
-        model.insert(key(i), value(i, 0));
-    }
-    let entries = checkpoint(&mut t);
-    let mut t = reload(&disk, small.clone(), &entries);
-    let keys: Vec<Vec<u8>> = SHARED_TAG
-        .iter()
-        .map(|k| k.as_bytes().to_vec())
-        .chain((0..300).map(key))
-        .collect();
+    let (small, mut t, mut model, keys) = shared_tag_tier(&disk);
     let reads = t.stats().device_reads;
     for k in [SHARED_TAG[1], SHARED_TAG[4]] {
         let h = fnv1a64(k.as_bytes());
