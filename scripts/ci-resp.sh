@@ -14,7 +14,8 @@
 #      tests/test_pipeline.py's pipeline and transaction tests (the lists
 #      below), with --protocol=2 and --protocol=3.
 # Any failure exits non-zero. Set RESP_CI_STAGES="cli bench tcl py" to run
-# a subset.
+# a subset, and RESP_CI_TIER=hybrid to run the servers on the hybrid tier
+# (the memory tier by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -150,7 +151,8 @@ start_ringkv() {
   # loop below may read it first (set -e would end the script).
   : >"$work/$name/server.log"
   "$bin" --config "$work/ringkv.toml" --data-dir "$work/$name/data" \
-    --listen 127.0.0.1:0 --resp-listen 127.0.0.1:0 --shards 2 --durability sync "$@" \
+    --listen 127.0.0.1:0 --resp-listen 127.0.0.1:0 --shards 2 --durability sync \
+    --tier "${RESP_CI_TIER:-memory}" "$@" \
     >"$work/$name/server.log" 2>&1 &
   server_pid=$!
   port=""

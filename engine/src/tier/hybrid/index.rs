@@ -328,16 +328,23 @@ impl Index {
         }
     }
 
-    /// Every (address, span) of partition `part` (for scans).
+    /// Every (address, span) of partition `part` (for scans). Stops
+    /// looking at slots once it has found the partition's count: an index
+    /// sized far over its keys (RANDOMKEY or SCAN over a near-empty one)
+    /// does not read every slot.
     pub fn entries(&self, part: usize) -> Vec<(u32, u8)> {
         let p = &self.parts[part];
-        let mut out: Vec<(u32, u8)> = p
-            .addrs
-            .iter()
-            .zip(&p.tags)
-            .filter(|(&a, _)| a != 0)
-            .map(|(&a, &t)| (a, (t >> TAG_BITS) as u8))
-            .collect();
+        let mut out = Vec::with_capacity((p.len + p.spilled) as usize);
+        if p.len > 0 {
+            for (&a, &t) in p.addrs.iter().zip(&p.tags) {
+                if a != 0 {
+                    out.push((a, (t >> TAG_BITS) as u8));
+                    if out.len() as u64 == p.len {
+                        break;
+                    }
+                }
+            }
+        }
         out.extend(p.spill.values().flatten().copied());
         out
     }
