@@ -922,8 +922,8 @@ impl<D: Disk> Inner<D> {
         }
     }
 
-    /// Whether a write may leave entries unresolved and a delete may go
-    /// without reading.
+    /// Whether a delete may go without reading: room in both `unresolved`
+    /// and `deleted` (a put needs room in `unresolved` only).
     fn blind_room(&self) -> bool {
         self.unresolved.len() < self.unresolved_max && self.deleted.len() < self.unresolved_max
     }
@@ -937,12 +937,19 @@ impl<D: Disk> Inner<D> {
         if !self.unresolved.contains(&addr) || self.index.find_addr(h, addr).is_none() {
             return;
         }
-        self.unresolved.remove(&addr);
         if counted {
             if let Some(seg) = self.log.seg_of_mut(addr) {
                 seg.live_bytes = seg.live_bytes.saturating_sub(r.size);
             }
         }
+        self.drop_dead(h, addr, r);
+    }
+
+    /// Removes the unresolved entry at `addr`, whose record `r` is dead
+    /// (superseded, or of a key deleted since), with everything that
+    /// names it; its key leaves `deleted` if that was its last dead entry.
+    fn drop_dead(&mut self, h: KeyHash, addr: u32, r: &Record) {
+        self.unresolved.remove(&addr);
         self.remove_entry(h, addr);
         self.cache.remove(addr);
         if let Some(at) = r.expires_at_ms {
@@ -1029,13 +1036,7 @@ impl<D: Disk> Inner<D> {
                     Ok(true) => {
                         // An older version: its entry goes (its bytes
                         // were counted as garbage already).
-                        self.unresolved.remove(&addr);
-                        self.remove_entry(h, addr);
-                        self.cache.remove(addr);
-                        if let Some(at) = r.expires_at_ms {
-                            self.expiring.remove(&(at, addr));
-                        }
-                        self.undelete_if_settled(h, &r.key);
+                        self.drop_dead(h, addr, &r);
                         continue;
                     }
                     // The key's current record after all (two keys shared
