@@ -234,6 +234,7 @@ impl Engine {
             flush_interval: s.flush_interval.get(),
             checkpoint_wal_bytes: s.checkpoint_wal_bytes.as_u64(),
             checkpoint_interval: s.checkpoint_interval.get(),
+            checkpoint_deltas_max: s.checkpoint_deltas_max,
             expiry_tick: s.expiry_tick.get(),
             expiry_keys_per_tick: s.expiry_keys_per_tick as usize,
             max_record_bytes,

@@ -43,6 +43,10 @@ pub struct ShardMetrics {
     /// LSN covered by the newest checkpoint.
     pub checkpoint_last_lsn: u64,
     pub checkpoint_failures: u64,
+    /// Checkpoints written as deltas (what changed since the one before).
+    pub checkpoint_deltas: u64,
+    /// Bytes of the checkpoint files written, this run.
+    pub checkpoint_bytes: u64,
     pub recovery_duration_us: u64,
     pub recovery_bytes_replayed: u64,
     pub recovery_records_replayed: u64,
@@ -108,6 +112,8 @@ pub(crate) struct ShardStats {
     pub(crate) checkpoint_last_duration_us: AtomicU64,
     pub(crate) checkpoint_last_lsn: AtomicU64,
     pub(crate) checkpoint_failures: AtomicU64,
+    pub(crate) checkpoint_deltas: AtomicU64,
+    pub(crate) checkpoint_bytes: AtomicU64,
     pub(crate) recovery_duration_us: AtomicU64,
     pub(crate) recovery_bytes_replayed: AtomicU64,
     pub(crate) recovery_records_replayed: AtomicU64,
@@ -145,6 +151,8 @@ impl ShardStats {
             checkpoint_last_duration_us: AtomicU64::new(0),
             checkpoint_last_lsn: AtomicU64::new(0),
             checkpoint_failures: AtomicU64::new(0),
+            checkpoint_deltas: AtomicU64::new(0),
+            checkpoint_bytes: AtomicU64::new(0),
             recovery_duration_us: AtomicU64::new(0),
             recovery_bytes_replayed: AtomicU64::new(0),
             recovery_records_replayed: AtomicU64::new(0),
@@ -181,6 +189,8 @@ impl ShardStats {
             checkpoint_last_duration_us: self.checkpoint_last_duration_us.load(Relaxed),
             checkpoint_last_lsn: self.checkpoint_last_lsn.load(Relaxed),
             checkpoint_failures: self.checkpoint_failures.load(Relaxed),
+            checkpoint_deltas: self.checkpoint_deltas.load(Relaxed),
+            checkpoint_bytes: self.checkpoint_bytes.load(Relaxed),
             recovery_duration_us: self.recovery_duration_us.load(Relaxed),
             recovery_bytes_replayed: self.recovery_bytes_replayed.load(Relaxed),
             recovery_records_replayed: self.recovery_records_replayed.load(Relaxed),

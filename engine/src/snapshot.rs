@@ -3,7 +3,9 @@
 //! writes, and the loader used by recovery.
 //!
 //! Layout: a 4 KiB header block (magic, version, shard, covered LSN, max
-//! commit version, CRC), then a stream of checksummed blocks of entries, then
+//! commit version, CRC; a delta snapshot adds the LSN of the snapshot it
+//! builds on and a second CRC), then a stream of checksummed blocks of
+//! entries, then
 //! a trailer (block count, entry count, end LSN, payload bytes, CRC), zero
 //! padded to a 4 KiB boundary. A snapshot is valid only if every block and
 //! the trailer check out and the counts agree; a file is only ever named
@@ -18,7 +20,13 @@ use crate::wal::reader::FileWindow;
 use std::path::{Path, PathBuf};
 
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RINGKVSN";
+/// Header of a full snapshot: magic, version, shard, LSN, max commit
+/// version, CRC of the 32 bytes before it. Zeroes follow (older builds
+/// require them, so a full snapshot is still readable by them).
 const HEADER_BYTES: usize = 36;
+/// Header of a delta snapshot: the full header, then the LSN of the
+/// snapshot it builds on (never 0) and a CRC of the 44 bytes before it.
+const DELTA_HEADER_BYTES: usize = 48;
 const BLOCK_MAGIC: [u8; 4] = *b"SBLK";
 const TRAILER_MAGIC: [u8; 4] = *b"STRL";
 /// Block header: magic, crc, seq u64, payload_len u32, entry_count u32.
@@ -32,6 +40,11 @@ pub const ENTRY_HEADER_BYTES: usize = 8;
 pub const ENTRY_KEY_LEN_EXPIRES: u32 = 1 << 31;
 /// Bytes of an entry's expiry time.
 pub const ENTRY_EXPIRY_BYTES: usize = 8;
+/// Bit of an entry's key_len, in delta snapshots only: the key was
+/// deleted since the base snapshot (no value, no expiry follows).
+pub const ENTRY_KEY_LEN_DELETED: u32 = 1 << 30;
+/// Key length bits of an entry's key_len.
+const ENTRY_KEY_LEN_MASK: u32 = ENTRY_KEY_LEN_DELETED - 1;
 /// A block is closed once its payload passes this size.
 pub const BLOCK_TARGET_BYTES: usize = 256 * 1024;
 /// Size of each O_DIRECT write of a snapshot.
@@ -50,6 +63,9 @@ pub struct SnapshotMeta {
     pub end_lsn: u64,
     /// Largest commit version any entry may carry.
     pub max_commit_version: u64,
+    /// A delta snapshot: the LSN of the snapshot it builds on (its entries
+    /// are loaded over that one's). `None`: a full snapshot.
+    pub base_lsn: Option<u64>,
     pub entries: u64,
     pub blocks: u64,
 }
@@ -66,8 +82,14 @@ fn le8(b: &[u8]) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// Encodes the header block.
-pub fn encode_header(shard: u32, lsn: u64, max_commit_version: u64, block: &mut [u8]) {
+/// Encodes the header block; `base_lsn` makes it a delta snapshot's.
+pub fn encode_header(
+    shard: u32,
+    lsn: u64,
+    max_commit_version: u64,
+    base_lsn: Option<u64>,
+    block: &mut [u8],
+) {
     assert_eq!(block.len(), ALIGN);
     block.fill(0);
     block[0..8].copy_from_slice(&SNAPSHOT_MAGIC);
@@ -77,6 +99,15 @@ pub fn encode_header(shard: u32, lsn: u64, max_commit_version: u64, block: &mut 
     block[24..32].copy_from_slice(&max_commit_version.to_le_bytes());
     let crc = crc32fast::hash(&block[0..32]);
     block[32..36].copy_from_slice(&crc.to_le_bytes());
+    if let Some(base) = base_lsn {
+        assert!(
+            base != 0 && base < lsn,
+            "a delta builds on an older snapshot"
+        );
+        block[36..44].copy_from_slice(&base.to_le_bytes());
+        let crc = crc32fast::hash(&block[0..44]);
+        block[44..48].copy_from_slice(&crc.to_le_bytes());
+    }
 }
 
 /// Turns entries into checksummed blocks.
@@ -109,7 +140,7 @@ impl BlockEncoder {
             self.open.resize(BLOCK_HEADER_BYTES, 0);
         }
         let key_len = u32::try_from(key.len()).expect("key over 4 GiB");
-        assert!(key_len < ENTRY_KEY_LEN_EXPIRES, "key over 2 GiB");
+        assert!(key_len <= ENTRY_KEY_LEN_MASK, "key over 1 GiB");
         let value_len = u32::try_from(value.len()).expect("value over 4 GiB");
         let flag = expires_at_ms.map_or(0, |_| ENTRY_KEY_LEN_EXPIRES);
         self.open.extend_from_slice(&(key_len | flag).to_le_bytes());
@@ -119,6 +150,26 @@ impl BlockEncoder {
         }
         self.open.extend_from_slice(key);
         self.open.extend_from_slice(value);
+        self.open_entries += 1;
+    }
+
+    /// Adds a deleted-key entry (delta snapshots only).
+    pub fn add_deleted(&mut self, key: &[u8], out: &mut Vec<u8>) {
+        let entry = ENTRY_HEADER_BYTES + key.len();
+        if self.open_entries > 0
+            && self.open.len() - BLOCK_HEADER_BYTES + entry > BLOCK_TARGET_BYTES
+        {
+            self.finish_block(out);
+        }
+        if self.open.is_empty() {
+            self.open.resize(BLOCK_HEADER_BYTES, 0);
+        }
+        let key_len = u32::try_from(key.len()).expect("key over 4 GiB");
+        assert!(key_len <= ENTRY_KEY_LEN_MASK, "key over 1 GiB");
+        self.open
+            .extend_from_slice(&(key_len | ENTRY_KEY_LEN_DELETED).to_le_bytes());
+        self.open.extend_from_slice(&0u32.to_le_bytes());
+        self.open.extend_from_slice(key);
         self.open_entries += 1;
     }
 
@@ -261,6 +312,96 @@ pub async fn entry_count_hint<F: DiskFile>(file: &F) -> Option<u64> {
         .filter(|&entries| entries <= file_len / ENTRY_HEADER_BYTES as u64)
 }
 
+/// What a snapshot's header block says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotHeader {
+    pub version: u32,
+    pub lsn: u64,
+    pub max_commit_version: u64,
+    /// The snapshot a delta builds on; `None` for a full snapshot.
+    pub base_lsn: Option<u64>,
+}
+
+fn decode_header(
+    header: &[u8],
+    path: &Path,
+    expected_shard: u32,
+) -> Result<SnapshotHeader, SnapshotError> {
+    let corrupt = |reason: String| SnapshotError::Corrupt {
+        file: path.to_path_buf(),
+        offset: 0,
+        reason,
+    };
+    if header.len() < ALIGN {
+        return Err(corrupt("shorter than its header block".into()));
+    }
+    let stored = le4(&header[32..36]);
+    let computed = crc32fast::hash(&header[0..32]);
+    if stored != computed {
+        return Err(corrupt(format!(
+            "header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+        )));
+    }
+    if header[0..8] != SNAPSHOT_MAGIC {
+        return Err(corrupt("bad magic".into()));
+    }
+    let version = le4(&header[8..12]);
+    if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
+        return Err(corrupt(format!("unsupported format version {version}")));
+    }
+    let shard = le4(&header[12..16]);
+    if shard != expected_shard {
+        return Err(corrupt(format!(
+            "belongs to shard {shard}, not {expected_shard}"
+        )));
+    }
+    let lsn = le8(&header[16..24]);
+    let base = le8(&header[36..44]);
+    let base_lsn = if base == 0 && header[44..48].iter().all(|&b| b == 0) {
+        None
+    } else {
+        let stored = le4(&header[44..48]);
+        let computed = crc32fast::hash(&header[0..44]);
+        if stored != computed {
+            return Err(corrupt(format!(
+                "delta header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+            )));
+        }
+        if base == 0 || base >= lsn {
+            return Err(corrupt(format!(
+                "a delta of LSN {lsn} cannot build on LSN {base}"
+            )));
+        }
+        Some(base)
+    };
+    if header[DELTA_HEADER_BYTES..].iter().any(|&b| b != 0) {
+        return Err(corrupt("bytes after the header are not zero".into()));
+    }
+    Ok(SnapshotHeader {
+        version,
+        lsn,
+        max_commit_version: le8(&header[24..32]),
+        base_lsn,
+    })
+}
+
+/// Reads and checks only the header block of a snapshot (recovery uses it
+/// to find which snapshot each delta builds on before loading any).
+pub async fn read_header<F: DiskFile>(
+    file: &F,
+    path: &Path,
+    expected_shard: u32,
+) -> Result<SnapshotHeader, SnapshotError> {
+    let (res, buf) = file.read_at(AlignedBuf::with_capacity(ALIGN), 0).await;
+    let n = res.map_err(|source| SnapshotError::Io {
+        op: "read",
+        file: path.to_path_buf(),
+        offset: 0,
+        source,
+    })?;
+    decode_header(&buf.as_slice()[..n], path, expected_shard)
+}
+
 /// Reads and checks a whole snapshot, putting every entry into `tier`
 /// (with `None`, only checks it: every checksum, count and entry bound is
 /// verified the same way, nothing is kept). On error `tier` holds a partial
@@ -286,36 +427,16 @@ pub async fn load<F: DiskFile>(
         .await
         .map_err(|e| io_err(0, e))?;
     let header = win.get(0, ALIGN).await.map_err(|e| io_err(0, e))?;
-    if header.len() < ALIGN {
-        return Err(corrupt(0, "shorter than its header block".into()));
+    let file_head = decode_header(header, path, expected_shard)?;
+    let (version, lsn, header_version) = (
+        file_head.version,
+        file_head.lsn,
+        file_head.max_commit_version,
+    );
+    if let Some(tier) = tier.as_deref_mut() {
+        tier.load_checkpoint_begin(file_head.base_lsn.is_some())
+            .map_err(|reason| corrupt(0, reason))?;
     }
-    let stored = le4(&header[32..36]);
-    let computed = crc32fast::hash(&header[0..32]);
-    if stored != computed {
-        return Err(corrupt(
-            0,
-            format!("header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"),
-        ));
-    }
-    if header[0..8] != SNAPSHOT_MAGIC {
-        return Err(corrupt(0, "bad magic".into()));
-    }
-    if header[HEADER_BYTES..].iter().any(|&b| b != 0) {
-        return Err(corrupt(0, "bytes after the header are not zero".into()));
-    }
-    let version = le4(&header[8..12]);
-    if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
-        return Err(corrupt(0, format!("unsupported format version {version}")));
-    }
-    let shard = le4(&header[12..16]);
-    if shard != expected_shard {
-        return Err(corrupt(
-            0,
-            format!("belongs to shard {shard}, not {expected_shard}"),
-        ));
-    }
-    let lsn = le8(&header[16..24]);
-    let header_version = le8(&header[24..32]);
 
     let mut pos = ALIGN as u64;
     let mut blocks = 0u64;
@@ -363,9 +484,10 @@ pub async fn load<F: DiskFile>(
                 ));
             }
             return Ok(SnapshotMeta {
-                shard,
+                shard: expected_shard,
                 lsn,
                 end_lsn,
+                base_lsn: file_head.base_lsn,
                 max_commit_version,
                 entries,
                 blocks,
@@ -413,6 +535,24 @@ pub async fn load<F: DiskFile>(
             let k_field = le4(&payload[at..]);
             let v = le4(&payload[at + 4..]) as usize;
             at += ENTRY_HEADER_BYTES;
+            if k_field & ENTRY_KEY_LEN_DELETED != 0 {
+                let k = (k_field & ENTRY_KEY_LEN_MASK) as usize;
+                if file_head.base_lsn.is_none() || k_field & ENTRY_KEY_LEN_EXPIRES != 0 || v != 0 {
+                    return Err(corrupt(
+                        pos,
+                        "a deleted-key entry outside a delta, or with a value".into(),
+                    ));
+                }
+                if payload.len() - at < k {
+                    return Err(corrupt(pos, "entry past the block end".into()));
+                }
+                if let Some(tier) = tier.as_deref_mut() {
+                    tier.load_checkpoint_delete(&payload[at..at + k])
+                        .map_err(|reason| corrupt(pos, reason))?;
+                }
+                at += k;
+                continue;
+            }
             let mut expires_at_ms = None;
             if k_field & ENTRY_KEY_LEN_EXPIRES != 0 {
                 if version < 2 {
@@ -457,6 +597,10 @@ pub async fn load<F: DiskFile>(
 pub struct SnapshotFile {
     pub lsn: u64,
     pub path: PathBuf,
+    /// The snapshot a delta builds on; `None` for a full snapshot.
+    pub base_lsn: Option<u64>,
+    /// File size.
+    pub bytes: u64,
 }
 
 #[cfg(test)]
@@ -470,7 +614,7 @@ mod tests {
         let file = disk.open(path, true).await.expect("open");
         let mut w = ChunkWriter::new(&file, path);
         let mut header = vec![0u8; ALIGN];
-        encode_header(1, 77, 5, &mut header);
+        encode_header(1, 77, 5, None, &mut header);
         w.write(&header).await.expect("write");
         let mut enc = BlockEncoder::new();
         let mut out = Vec::new();
@@ -559,6 +703,77 @@ mod tests {
                 .await
                 .is_err());
             assert!(load(&file, path, 1, None).await.is_err());
+        });
+    }
+
+    #[test]
+    fn a_delta_loads_over_its_base_and_its_header_is_checked() {
+        let rt = compio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            let disk = SimDisk::new(2);
+            disk.create_dir_all(Path::new("/s")).expect("dir");
+            let base = Path::new("/s/77.snap");
+            write_snapshot(&disk, base, 100).await;
+            // The delta: key-1 deleted, key-2 changed, key-200 new.
+            let path = Path::new("/s/90.snap");
+            let file = disk.open(path, true).await.expect("open");
+            let mut w = ChunkWriter::new(&file, path);
+            let mut header = vec![0u8; ALIGN];
+            encode_header(1, 90, 7, Some(77), &mut header);
+            w.write(&header).await.expect("write");
+            let mut enc = BlockEncoder::new();
+            let mut out = Vec::new();
+            enc.add_deleted(b"key-1", &mut out);
+            enc.add(b"key-2", b"changed", None, &mut out);
+            enc.add(b"key-200", b"new", Some(5_000_000_000_000), &mut out);
+            enc.finish_block(&mut out);
+            out.extend_from_slice(&enc.trailer(91, 7));
+            w.write(&out).await.expect("write");
+            w.finish().await.expect("finish");
+            drop(file);
+
+            let mut tier = MemoryTier::new();
+            let file = disk.open(base, false).await.expect("open");
+            assert_eq!(
+                load(&file, base, 1, Some(&mut tier))
+                    .await
+                    .expect("base")
+                    .base_lsn,
+                None
+            );
+            let file = disk.open(path, false).await.expect("open");
+            let meta = load(&file, path, 1, Some(&mut tier)).await.expect("delta");
+            assert_eq!((meta.lsn, meta.base_lsn, meta.entries), (90, Some(77), 3));
+            let head = read_header(&file, path, 1).await.expect("header");
+            assert_eq!((head.lsn, head.base_lsn), (90, Some(77)));
+            let get = |k: &[u8]| tier.get(crate::hash::fnv1a64(k), k);
+            assert_eq!(tier.len(), 100);
+            assert_eq!(get(b"key-1"), None);
+            assert_eq!(get(b"key-2").as_deref(), Some(&b"changed"[..]));
+            assert_eq!(get(b"key-200").as_deref(), Some(&b"new"[..]));
+            // The base LSN is covered by its own checksum.
+            drop(file);
+            disk.corrupt(path, 37, 1);
+            let file = disk.open(path, false).await.expect("open");
+            let err = read_header(&file, path, 1).await.expect_err("damaged");
+            assert!(err.to_string().contains("delta header checksum"), "{err}");
+            assert!(load(&file, path, 1, None).await.is_err());
+            disk.corrupt(path, 37, 1);
+            // A deleted-key entry is refused in a full snapshot.
+            let full = Path::new("/s/95.snap");
+            let file = disk.open(full, true).await.expect("open");
+            let mut w = ChunkWriter::new(&file, full);
+            encode_header(1, 95, 7, None, &mut header);
+            w.write(&header).await.expect("write");
+            let mut enc = BlockEncoder::new();
+            let mut out = Vec::new();
+            enc.add_deleted(b"key-1", &mut out);
+            enc.finish_block(&mut out);
+            out.extend_from_slice(&enc.trailer(95, 7));
+            w.write(&out).await.expect("write");
+            w.finish().await.expect("finish");
+            let err = load(&file, full, 1, None).await.expect_err("refused");
+            assert!(err.to_string().contains("outside a delta"), "{err}");
         });
     }
 }

@@ -143,6 +143,8 @@ fn describe(state: &State) -> String {
 #[derive(Default)]
 struct Coverage {
     checkpoints: u64,
+    /// Checkpoints written as deltas (recoveries load chains).
+    deltas: u64,
     torn_blocks: u64,
     segments_rolled: u64,
     segments_recycled: u64,
@@ -264,6 +266,7 @@ fn run_seed(seed: u64, hybrid: bool) -> Result<Coverage, String> {
         std::thread::sleep(Duration::from_micros(wait_us));
         for m in engine.metrics().shards {
             coverage.checkpoints += m.checkpoints;
+            coverage.deltas += m.checkpoint_deltas;
             if let Some(h) = m.hybrid {
                 coverage.gc_runs += h.gc_runs;
                 coverage.device_reads += h.device_reads;
@@ -372,6 +375,7 @@ fn run_seeds(part: u64, parts: u64, hybrid: bool) {
                 total.gc_runs += c.gc_runs;
                 total.device_reads += c.device_reads;
                 total.checkpoints += c.checkpoints;
+                total.deltas += c.deltas;
                 total.torn_blocks += c.torn_blocks;
                 total.segments_rolled += c.segments_rolled;
                 total.segments_recycled += c.segments_recycled;
@@ -386,6 +390,11 @@ fn run_seeds(part: u64, parts: u64, hybrid: bool) {
         assert!(
             total.checkpoints > 0,
             "no checkpoint was taken in {} seeds",
+            seeds.len()
+        );
+        assert!(
+            total.deltas > 0,
+            "no delta checkpoint was taken in {} seeds",
             seeds.len()
         );
         assert!(

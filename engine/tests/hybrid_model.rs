@@ -205,6 +205,8 @@ struct Running {
     start: usize,
     entries: Entries,
     next: usize,
+    /// Only what changed since the last published checkpoint.
+    delta: bool,
 }
 
 fn run(seed: u64) -> Result<(), String> {
@@ -225,8 +227,12 @@ fn run(seed: u64) -> Result<(), String> {
     let keys = keys();
     let mut model: Model = BTreeMap::new();
     let mut log: Vec<Logged> = Vec::new();
-    // The last published checkpoint: (log position it began at, entries).
-    let mut published: (usize, Entries) = (0, Vec::new());
+    // The published checkpoints a recovery loads: a full one, then the
+    // deltas over it; each as (log position it began at, entries).
+    let mut published: Vec<(usize, Entries)> = Vec::new();
+    // The tier's change marks are relative to the last published
+    // checkpoint (none failed or was lost to a crash since it).
+    let mut marks_valid = false;
     let mut running: Option<Running> = None;
     let mut version = 0u64;
     let mut pending: Vec<PendingDelete> = Vec::new();
@@ -297,13 +303,22 @@ fn run(seed: u64) -> Result<(), String> {
                         start: log.len(),
                         entries: Vec::new(),
                         next: 0,
+                        // Chains of up to 5 deltas.
+                        delta: marks_valid && published.len() < 6 && rng.below(4) != 0,
                     });
+                }
+                Some(_) if rng.below(40) == 0 => {
+                    // The checkpoint fails (a full disk): its file is
+                    // dropped, and the marks of what it copied are lost.
+                    running = None;
+                    marks_valid = false;
                 }
                 Some(r) if r.next < t.partition_count() => {
                     // Several partitions at a time: 256 of them.
                     let end = (r.next + 1 + rng.below(64) as usize).min(t.partition_count());
                     for p in r.next..end {
-                        t.visit_checkpoint_partition(p, &mut |k, v, at| {
+                        t.visit_checkpoint_partition(p, r.delta, &mut |k, v, at| {
+                            let v = v.expect("no deleted-key entries");
                             r.entries.push((k.to_vec(), v.to_vec(), at))
                         });
                     }
@@ -312,11 +327,16 @@ fn run(seed: u64) -> Result<(), String> {
                 Some(_) => {
                     let mut r = running.take().expect("running");
                     t.checkpoint_finish(&mut |k, v, at| {
+                        let v = v.expect("no deleted-key entries");
                         r.entries.push((k.to_vec(), v.to_vec(), at))
                     })
                     .map_err(|e| format!("{what}: checkpoint: {e}"))?;
                     // Published: its snapshot is durable; what it retires goes.
-                    published = (r.start, r.entries);
+                    if !r.delta {
+                        published.clear();
+                    }
+                    published.push((r.start, r.entries));
+                    marks_valid = true;
                     t.checkpoint_published();
                 }
             }
@@ -328,12 +348,20 @@ fn run(seed: u64) -> Result<(), String> {
             // Answers not read yet are lost with the process.
             pending.clear();
             disk.crash();
+            marks_valid = false;
             let mut back = open(&disk);
-            for (k, v, at) in &published.1 {
-                back.load_checkpoint_entry(k, v, *at)
-                    .map_err(|e| format!("{what}: checkpoint entry: {e}"))?;
+            for (i, (_, entries)) in published.iter().enumerate() {
+                back.load_checkpoint_begin(i > 0)
+                    .map_err(|e| format!("{what}: checkpoint {i}: {e}"))?;
+                for (k, v, at) in entries {
+                    back.load_checkpoint_entry(k, v, *at)
+                        .map_err(|e| format!("{what}: checkpoint entry: {e}"))?;
+                }
             }
-            for op in &log[published.0..] {
+            back.load_checkpoint_done()
+                .map_err(|e| format!("{what}: checkpoint chain: {e}"))?;
+            let replay_from = published.last().map_or(0, |(start, _)| *start);
+            for op in &log[replay_from..] {
                 apply(&mut back, op);
             }
             back.recovery_done();

@@ -719,11 +719,34 @@ fn check_model(r: &Recovered, model: &BTreeMap<u64, u64>) {
     assert_eq!(r.tier.len(), model.len() as u64);
 }
 
+/// (LSN, base LSN) of every snapshot on disk, oldest first.
+fn chain(disk: &SimDisk) -> Vec<(u64, Option<u64>)> {
+    let mut out: Vec<(u64, Option<u64>)> = snapshots(disk)
+        .iter()
+        .map(|p| {
+            let h = block_on(async {
+                let f = disk.open(p, false).await.expect("open");
+                engine::snapshot::read_header(&f, p, 0)
+                    .await
+                    .expect("header")
+            });
+            (h.lsn, h.base_lsn)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 #[test]
 fn snapshot_is_loaded_and_covered_segments_are_skipped() {
     let disk = SimDisk::new(13);
     let model = engine_with_checkpoints(&disk, 3);
-    assert_eq!(snapshots(&disk).len(), 2, "two snapshots are kept");
+    // The two newest snapshots are kept, with what each builds on.
+    let chain = chain(&disk);
+    assert!((2..=4).contains(&chain.len()), "{chain:?}");
+    for (_, base) in chain.iter().filter_map(|(l, b)| b.map(|b| (l, b))) {
+        assert!(chain.iter().any(|(l, _)| *l == base), "{chain:?}");
+    }
     block_on(async {
         let r = recover(&disk, &paths(), cfg()).await.expect("recover");
         assert!(
@@ -786,6 +809,110 @@ fn no_usable_snapshot_refuses() {
         ),
         "{err}"
     );
+}
+
+/// Keys [`engine_with_deletes`] writes first.
+const KEYS: u64 = 1000;
+
+/// An engine that overwrites and deletes keys over several
+/// checkpoints with `deltas_max` deltas per chain; returns the live keys.
+fn engine_with_deletes(disk: &SimDisk, deltas_max: u32, checkpoints: u64) -> BTreeMap<u64, u64> {
+    let mut config = small_config(Path::new(ROOT), 1, Durability::Sync);
+    config.storage.checkpoint_deltas_max = deltas_max;
+    // Every key first, with no checkpoint, so the first (full) checkpoint,
+    // taken at the next start, holds them all, and each delta (about a
+    // checkpoint threshold of writes, some 170 of them) is far smaller.
+    let mut model = BTreeMap::new();
+    let mut version = 1;
+    let engine = Engine::open_with_disk(&config, disk.clone()).expect("open");
+    for from in (0..KEYS).step_by(200) {
+        let ops = (from..from + 200).map(|k| put(k, version)).collect();
+        engine.handle().batch_blocking(ops).expect("batch");
+    }
+    model.extend((0..KEYS).map(|k| (k, version)));
+    engine.shutdown().expect("shutdown");
+    config.storage.checkpoint_wal_bytes = tunables::ByteSize::kib(64);
+    let engine = Engine::open_with_disk(&config, disk.clone()).expect("open");
+    let h = engine.handle();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while engine.metrics().shards[0].checkpoints < checkpoints {
+        assert!(Instant::now() < deadline, "checkpoints never happened");
+        version += 1;
+        // Each round writes a window of 64 keys and deletes a few below it.
+        let first = version * 67 % KEYS;
+        let mut ops: Vec<_> = (first..first + 64).map(|k| put(k, version)).collect();
+        ops.extend((0..5).map(|i| del((first + KEYS - 3 * i) % KEYS)));
+        h.batch_blocking(ops).expect("batch");
+        for k in first..first + 64 {
+            model.insert(k, version);
+        }
+        for i in 0..5 {
+            model.remove(&((first + KEYS - 3 * i) % KEYS));
+        }
+    }
+    engine.shutdown().expect("shutdown");
+    model
+}
+
+#[test]
+fn a_chain_of_deltas_recovers_overwrites_and_deletes() {
+    let disk = SimDisk::new(21);
+    let model = engine_with_deletes(&disk, 3, 6);
+    let chain = chain(&disk);
+    assert!(chain.iter().any(|(_, base)| base.is_some()), "{chain:?}");
+    // No chain is longer than three deltas.
+    assert!(chain.len() <= 2 * 4, "{chain:?}");
+    block_on(async {
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        check_model(&r, &model);
+        for k in 0..KEYS + 64 {
+            if !model.contains_key(&k) {
+                assert_eq!(get(&r, k), None, "deleted key {k} came back");
+            }
+        }
+    });
+}
+
+#[test]
+fn without_deltas_every_snapshot_is_full() {
+    let disk = SimDisk::new(22);
+    let model = engine_with_deletes(&disk, 0, 6);
+    let chain = chain(&disk);
+    assert_eq!(chain.len(), 2, "{chain:?}");
+    assert!(chain.iter().all(|(_, base)| base.is_none()), "{chain:?}");
+    block_on(async {
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        check_model(&r, &model);
+    });
+}
+
+#[test]
+fn a_damaged_snapshot_under_a_delta_refuses_to_open() {
+    let disk = SimDisk::new(23);
+    engine_with_deletes(&disk, 3, 3);
+    // A full snapshot and two deltas, each over the one before.
+    let chain = chain(&disk);
+    assert_eq!(chain.len(), 3, "{chain:?}");
+    assert_eq!(chain[0].1, None, "{chain:?}");
+    assert_eq!(chain[1].1, Some(chain[0].0), "{chain:?}");
+    assert_eq!(chain[2].1, Some(chain[1].0), "{chain:?}");
+    // The middle one: the newest builds on it, and the WAL reaches back
+    // only to it, not to the full snapshot before it.
+    let middle = paths().snapshot(chain[1].0);
+    let len = disk.file_len(&middle).expect("len");
+    disk.corrupt(&middle, len / 2, 4);
+    let err = block_on(recover(&disk, &paths(), cfg()))
+        .err()
+        .expect("must refuse");
+    match err.root() {
+        EngineError::Snapshot(SnapshotError::NoUsableSnapshot { file, reason }) => {
+            assert_eq!(file, &paths().snapshot(chain[2].0), "{err}");
+            assert!(reason.contains("builds on"), "{err}");
+        }
+        other => panic!("{other}"),
+    }
+    // Nothing was renamed or removed: the files are as they were.
+    assert_eq!(snapshots(&disk).len(), 3);
 }
 
 #[test]

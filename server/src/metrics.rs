@@ -451,6 +451,18 @@ fn render_shard(p: &mut PromText, s: &ShardMetrics) {
         &l,
         s.checkpoint_failures,
     );
+    p.counter(
+        "ringkv_checkpoint_deltas_total",
+        "Checkpoints written as deltas over the one before.",
+        &l,
+        s.checkpoint_deltas,
+    );
+    p.counter(
+        "ringkv_checkpoint_bytes_total",
+        "Bytes of checkpoint files written.",
+        &l,
+        s.checkpoint_bytes,
+    );
     p.gauge(
         "ringkv_checkpoint_last_duration_seconds",
         "Duration of the newest checkpoint.",

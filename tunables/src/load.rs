@@ -765,6 +765,7 @@ group_commit_max_delay = \"200us\"
 flush_interval = \"5ms\"
 checkpoint_wal_bytes = \"1GiB\"
 checkpoint_interval = 0
+checkpoint_deltas_max = 3
 wal_device = \"fast\"
 value_device = \"wal\"
 cache_bytes = \"1GiB\"
@@ -828,6 +829,7 @@ count_fsync = false
             flush_interval: Duration::from_millis(5),
             checkpoint_wal_bytes: ByteSize::gib(1),
             checkpoint_interval: Duration::ZERO,
+            checkpoint_deltas_max: 3,
             wal_device: "fast".to_string(),
             value_device: "wal".to_string(),
             cache_bytes: ByteSize::gib(1),

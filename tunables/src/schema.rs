@@ -448,6 +448,12 @@ section! {
         /// Also take a checkpoint this often if anything was written; `"0s"` disables the timer.
         checkpoint_interval: Duration = Duration::from_secs(300),
             kind None, check Check::Range(Duration::ZERO, Duration::from_secs(7 * 86_400));
+        /// Most delta checkpoints in a row: a delta writes only what changed since the
+        /// checkpoint before it (loaded over it at a restart); a full checkpoint, which copies
+        /// everything, starts each chain, and one is also taken once the chain's deltas
+        /// together outgrow it. `0`: every checkpoint is full.
+        checkpoint_deltas_max: u32 = 8,
+            kind None, check Check::Range(0, 1000);
         /// The device (a `[devices]` key) holding the WAL and snapshots.
         wal_device: String = "wal".to_string(),
             kind Some("name"), check Check::Any, note "a key of `[devices]`";

@@ -1,6 +1,13 @@
 //! `cargo bench -p ringkv-engine --bench recovery -- [--keys N] [--passes N]
 //! [--value-size N] [--key-size 8|16] [--shards N] [--dir PATH]
-//! [--checkpoint-wal-bytes N] [--tier memory|hybrid] [--cache-bytes N]`
+//! [--checkpoint-wal-bytes N] [--tier memory|hybrid] [--cache-bytes N]
+//! [--updates N] [--deltas-max N]`
+//!
+//! `--updates N` adds a phase after the fill: N overwrites of keys picked
+//! uniformly at random, checkpointed as in service; it reports the
+//! checkpoints written during it (full ones and deltas, bytes) and their
+//! time. `--deltas-max` sets `storage.checkpoint_deltas_max` (0: every
+//! checkpoint full), to compare delta checkpoints with full ones.
 //!
 //! With `--tier hybrid` the index is sized for `--keys`, and the fill also
 //! reports VmRSS growth per key and the index's own bytes per key (the
@@ -33,6 +40,8 @@ struct Options {
     hybrid: bool,
     cache_bytes: Option<u64>,
     key_size: usize,
+    updates: u64,
+    deltas_max: Option<u32>,
 }
 
 fn key(opts: &Options, k: u64) -> Bytes {
@@ -63,6 +72,9 @@ fn config(opts: &Options) -> Config {
     if let Some(b) = opts.checkpoint_wal_bytes {
         config.storage.checkpoint_wal_bytes = ByteSize(b);
         config.storage.checkpoint_interval = tunables::Duration::from_secs(0);
+    }
+    if let Some(d) = opts.deltas_max {
+        config.storage.checkpoint_deltas_max = d;
     }
     if opts.hybrid {
         config.storage.tier = tunables::Tier::Hybrid;
@@ -154,7 +166,61 @@ fn fill(opts: &Options) {
             segs >> 20
         );
     }
+    if opts.updates > 0 {
+        update(opts, &engine);
+    }
     engine.shutdown().expect("shutdown");
+}
+
+/// Checkpoints written so far: (all, deltas, bytes).
+fn checkpoint_counts(engine: &Engine) -> (u64, u64, u64) {
+    let m = engine.metrics();
+    m.shards.iter().fold((0, 0, 0), |(n, d, b), s| {
+        (
+            n + s.checkpoints,
+            d + s.checkpoint_deltas,
+            b + s.checkpoint_bytes,
+        )
+    })
+}
+
+/// Overwrites `--updates` keys picked uniformly at random.
+fn update(opts: &Options, engine: &Engine) {
+    let before = checkpoint_counts(engine);
+    let value = Bytes::from(vec![0x5Au8; opts.value_size]);
+    let started = Instant::now();
+    let threads = 4u64;
+    let per = opts.updates.div_ceil(threads);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let h = engine.handle();
+            let value = value.clone();
+            s.spawn(move || {
+                let mut rng = engine::rng::SplitMix64::new(0x5eed + t);
+                let mut left = per;
+                while left > 0 {
+                    let n = 1000.min(left);
+                    let ops = (0..n)
+                        .map(|_| Op::Put {
+                            key: key(opts, rng.below(opts.keys)),
+                            value: value.clone(),
+                        })
+                        .collect();
+                    h.batch_blocking(ops).expect("put batch");
+                    left -= n;
+                }
+            });
+        }
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let after = checkpoint_counts(engine);
+    let (n, deltas, bytes) = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+    println!(
+        "update: {} random overwrites in {secs:.2} s ({:.0}/s); {n} checkpoints ({deltas} deltas) wrote {} MiB",
+        opts.updates,
+        opts.updates as f64 / secs,
+        bytes >> 20
+    );
 }
 
 fn recover(opts: &Options) {
@@ -205,6 +271,8 @@ fn main() {
         hybrid: false,
         cache_bytes: None,
         key_size: 16,
+        updates: 0,
+        deltas_max: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -233,6 +301,8 @@ fn main() {
             "--cache-bytes" => opts.cache_bytes = Some(num(value("--cache-bytes"))),
             "--key-size" => opts.key_size = num(value("--key-size")) as usize,
             "--phase" => opts.phase = value("--phase"),
+            "--updates" => opts.updates = num(value("--updates")),
+            "--deltas-max" => opts.deltas_max = Some(num(value("--deltas-max")) as u32),
             "--bench" => {} // passed by `cargo bench`
             other => {
                 eprintln!(

@@ -7,8 +7,17 @@
 //! LSN <= S and possibly some records in (S, E]; it is renamed into place
 //! only after the WAL is durable through E and the snapshot itself is
 //! fdatasync'ed; WAL segments are removed only when every record in them is
-//! at or below the LSN of the *older* of the two snapshots kept, so a
+//! at or below the LSN of the *older* of the two newest snapshots, so a
 //! damaged newest snapshot can always fall back to the older one.
+//!
+//! **Deltas.** A snapshot is either full or a delta: what changed since the
+//! snapshot it builds on (its base), loaded over that base's own state. A
+//! delta is taken only over the newest snapshot, and only if this process
+//! published it and no checkpoint failed since: the tier's change marks are
+//! cleared as partitions are copied, so they describe the changes since the
+//! last *published* copy only then. A start therefore takes a full one
+//! first. The files kept are the chains (a full snapshot and the deltas
+//! over it, in order) of the two newest snapshots.
 
 use crate::error::{EngineError, SnapshotError};
 use crate::io::{Disk, DiskFile, ALIGN};
@@ -32,6 +41,72 @@ pub(crate) struct CheckpointSettings {
     pub(crate) wal_bytes: u64,
     /// Zero disables time-based checkpoints.
     pub(crate) interval: Duration,
+    /// Most deltas in a row over one full snapshot; 0: every snapshot is
+    /// full.
+    pub(crate) deltas_max: u32,
+}
+
+/// The snapshots a snapshot's state is loaded from, the full one first:
+/// `Some(indexes into snapshots)`, or `None` if a base is missing.
+pub(crate) fn chain_of(snapshots: &[SnapshotFile], at: usize) -> Option<Vec<usize>> {
+    let mut chain = vec![at];
+    let mut cur = &snapshots[at];
+    while let Some(base) = cur.base_lsn {
+        let i = snapshots.iter().position(|s| s.lsn == base)?;
+        chain.push(i);
+        cur = &snapshots[i];
+    }
+    chain.reverse();
+    Some(chain)
+}
+
+/// What the next checkpoint builds on: the newest snapshot's LSN if it may
+/// be a delta over it (`marks_valid`: the tier's change marks are relative
+/// to it), `None` for a full one. A chain stops at `deltas_max` deltas, and
+/// once its deltas together outgrow its full snapshot, so a recovery reads
+/// at most about twice a full snapshot.
+pub(crate) fn delta_base(
+    snapshots: &[SnapshotFile],
+    marks_valid: bool,
+    deltas_max: u32,
+) -> Option<u64> {
+    let newest = snapshots.len().checked_sub(1)?;
+    if !marks_valid || deltas_max == 0 {
+        return None;
+    }
+    let chain = chain_of(snapshots, newest)?;
+    let deltas = chain.len() - 1;
+    let full_bytes = snapshots[chain[0]].bytes;
+    let delta_bytes: u64 = chain[1..].iter().map(|&i| snapshots[i].bytes).sum();
+    (deltas < deltas_max as usize && delta_bytes < full_bytes).then_some(snapshots[newest].lsn)
+}
+
+/// The snapshots to keep (sorted by LSN): the chains of the two newest.
+fn retained(snapshots: &[SnapshotFile]) -> Vec<bool> {
+    let mut keep = vec![false; snapshots.len()];
+    let n = snapshots.len();
+    for at in n.saturating_sub(SNAPSHOTS_KEPT)..n {
+        match chain_of(snapshots, at) {
+            Some(chain) => chain.into_iter().for_each(|i| keep[i] = true),
+            None => keep[at] = true,
+        }
+    }
+    keep
+}
+
+/// The size of the full snapshot the newest snapshot's chain starts from
+/// (0 without one).
+pub(crate) fn full_bytes(snapshots: &[SnapshotFile]) -> u64 {
+    let Some(newest) = snapshots.len().checked_sub(1) else {
+        return 0;
+    };
+    chain_of(snapshots, newest).map_or(snapshots[newest].bytes, |c| snapshots[c[0]].bytes)
+}
+
+/// The LSN of the oldest snapshot a recovery may load: the older of the
+/// two newest. The WAL is kept from there on.
+pub(crate) fn fallback_lsn(snapshots: &[SnapshotFile]) -> u64 {
+    snapshots[snapshots.len().saturating_sub(SNAPSHOTS_KEPT)].lsn
 }
 
 /// The checkpoint loop of one shard.
@@ -42,14 +117,25 @@ pub(crate) async fn run_checkpointer<D: Disk>(
     paths: ShardPaths,
     settings: CheckpointSettings,
     mut snapshots: Vec<SnapshotFile>,
+    mut marks_valid: bool,
 ) {
+    // `marks_valid`: the tier's change marks count from the last copy of
+    // each partition; they are relative to the newest snapshot only once
+    // this process has published one and no checkpoint failed since.
     let mut last_checkpoint = Instant::now();
     loop {
         if core.is_poisoned() {
             return;
         }
         let (bytes, writes) = core.since_checkpoint();
-        let by_bytes = bytes >= core.checkpoint_threshold().max(settings.wal_bytes);
+        let base = delta_base(&snapshots, marks_valid, settings.deltas_max);
+        // A delta costs about what the WAL since the last checkpoint holds;
+        // a full snapshot waits until the WAL has grown by its size.
+        let threshold = match base {
+            Some(_) => settings.wal_bytes,
+            None => core.checkpoint_threshold().max(settings.wal_bytes),
+        };
+        let by_bytes = bytes >= threshold;
         let by_time = !settings.interval.is_zero()
             && writes > 0
             && last_checkpoint.elapsed() >= settings.interval;
@@ -67,9 +153,10 @@ pub(crate) async fn run_checkpointer<D: Disk>(
             continue;
         }
         last_checkpoint = Instant::now();
-        match checkpoint(&core, &files, &disk, &paths, &mut snapshots).await {
-            Ok(_) => {}
+        match checkpoint(&core, &files, &disk, &paths, &mut snapshots, base).await {
+            Ok(written) => marks_valid |= written.is_some(),
             Err(e) => {
+                marks_valid = false;
                 core.stats.checkpoint_failures.fetch_add(1, Relaxed);
                 if core.is_poisoned() {
                     return;
@@ -81,15 +168,18 @@ pub(crate) async fn run_checkpointer<D: Disk>(
     }
 }
 
-/// Takes one checkpoint now. Returns the snapshot written, or `None` if
-/// nothing was logged since the last one.
+/// Takes one checkpoint now: a delta over the snapshot of LSN `base` (the
+/// newest; see [`delta_base`]), or a full one. Returns the snapshot
+/// written, or `None` if nothing was logged since the last one.
 pub(crate) async fn checkpoint<D: Disk>(
     core: &ShardCore,
     files: &SegmentFiles<D>,
     disk: &D,
     paths: &ShardPaths,
     snapshots: &mut Vec<SnapshotFile>,
+    base: Option<u64>,
 ) -> Result<Option<SnapshotFile>, EngineError> {
+    debug_assert!(base.is_none() || base == snapshots.last().map(|s| s.lsn));
     let started = Instant::now();
     // A transaction part logged but not applied yet is not in the tier: the
     // snapshot must not claim its LSN (replay from below it is idempotent).
@@ -119,7 +209,7 @@ pub(crate) async fn checkpoint<D: Disk>(
     let result = async {
         let mut writer = ChunkWriter::new(&file, &tmp);
         let mut header = vec![0u8; ALIGN];
-        snapshot::encode_header(shard, lsn, core.clock.current(), &mut header);
+        snapshot::encode_header(shard, lsn, core.clock.current(), base, &mut header);
         writer.write(&header).await?;
         let mut encoder = BlockEncoder::new();
         let mut staged = Vec::new();
@@ -127,8 +217,11 @@ pub(crate) async fn checkpoint<D: Disk>(
         for p in 0..partitions {
             // One partition is copied in one synchronous step, then written
             // while the shard goes on serving.
-            core.with_tier(|t| {
-                t.visit_checkpoint_partition(p, &mut |k, v, at| encoder.add(k, v, at, &mut staged));
+            core.with_tier_mut(|t| {
+                t.visit_checkpoint_partition(p, base.is_some(), &mut |k, v, at| match v {
+                    Some(v) => encoder.add(k, v, at, &mut staged),
+                    None => encoder.add_deleted(k, &mut staged),
+                });
             });
             encoder.finish_block(&mut staged);
             if !staged.is_empty() {
@@ -140,7 +233,10 @@ pub(crate) async fn checkpoint<D: Disk>(
         // A tier with files of its own makes what the copied entries
         // point at durable, and adds its last entries.
         core.with_tier_mut(|t| {
-            t.checkpoint_finish(&mut |k, v, at| encoder.add(k, v, at, &mut staged))
+            t.checkpoint_finish(&mut |k, v, at| match v {
+                Some(v) => encoder.add(k, v, at, &mut staged),
+                None => encoder.add_deleted(k, &mut staged),
+            })
         })
         .map_err(|reason| SnapshotError::Tier { reason })?;
         encoder.finish_block(&mut staged);
@@ -173,46 +269,60 @@ pub(crate) async fn checkpoint<D: Disk>(
     disk.sync_dir(&paths.snapshot_dir)
         .await
         .map_err(io("fsync directory", &paths.snapshot_dir))?;
-    let snap = SnapshotFile { lsn, path };
+    let snap = SnapshotFile {
+        lsn,
+        path,
+        base_lsn: base,
+        bytes: file_bytes,
+    };
     snapshots.push(snap.clone());
 
-    // Retention: keep the newest SNAPSHOTS_KEPT; the WAL reaches back to
-    // the oldest kept one.
-    let mut removed = false;
-    while snapshots.len() > SNAPSHOTS_KEPT {
-        let old = snapshots.remove(0);
+    // Retention: keep the chains of the newest SNAPSHOTS_KEPT; the WAL
+    // reaches back to the older of those two.
+    let keep = retained(snapshots);
+    let (kept, gone): (Vec<_>, Vec<_>) = std::mem::take(snapshots)
+        .into_iter()
+        .zip(keep)
+        .partition(|(_, keep)| *keep);
+    *snapshots = kept.into_iter().map(|(s, _)| s).collect();
+    let removed = !gone.is_empty();
+    for (old, _) in gone {
         disk.remove_file(&old.path)
             .await
             .map_err(io("remove", &old.path))?;
-        removed = true;
     }
     if removed {
         disk.sync_dir(&paths.snapshot_dir)
             .await
             .map_err(io("fsync directory", &paths.snapshot_dir))?;
     }
-    core.txn.publish_floor(snapshots[0].lsn);
+    core.txn.publish_floor(fallback_lsn(snapshots));
     // Segments with parts of multi-shard transactions stay until every
     // participant's kept snapshots cover its own part.
     let keep_from = match core.txn.retain_from() {
-        Some(lsn) => snapshots[0].lsn.min(lsn.saturating_sub(1)),
-        None => snapshots[0].lsn,
+        Some(lsn) => fallback_lsn(snapshots).min(lsn.saturating_sub(1)),
+        None => fallback_lsn(snapshots),
     };
     // Keep enough spares for the WAL the next checkpoint interval writes.
     let pool_max = (core.checkpoint_threshold() / files.segment_bytes()) as usize + 1;
     let segments_removed = files.remove_covered(keep_from, pool_max).await?;
     core.with_tier_mut(|t| t.checkpoint_published());
     let elapsed = started.elapsed();
-    core.checkpoint_written(file_bytes);
+    core.checkpoint_written(full_bytes(snapshots));
     let s = &core.stats;
     s.checkpoints.fetch_add(1, Relaxed);
+    s.checkpoint_deltas
+        .fetch_add(u64::from(base.is_some()), Relaxed);
+    s.checkpoint_bytes.fetch_add(file_bytes, Relaxed);
     s.checkpoint_last_duration_us
         .store(elapsed.as_micros() as u64, Relaxed);
     s.checkpoint_last_lsn.store(lsn, Relaxed);
     tracing::debug!(
         shard = paths.shard,
         lsn,
+        delta_over = base,
         entries,
+        bytes = file_bytes,
         segments_removed,
         duration_ms = elapsed.as_millis() as u64,
         "checkpoint written"

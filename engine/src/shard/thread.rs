@@ -10,7 +10,7 @@
 
 use crate::error::EngineError;
 use crate::io::runtime::{build_runtime, BackendKind};
-use crate::io::{Disk, DiskFile};
+use crate::io::Disk;
 use crate::layout::ShardPaths;
 use crate::metrics::ShardStats;
 use crate::shard::checkpoint::{checkpoint, run_checkpointer, CheckpointSettings};
@@ -40,6 +40,7 @@ pub(crate) struct ShardSettings {
     pub(crate) flush_interval: Duration,
     pub(crate) checkpoint_wal_bytes: u64,
     pub(crate) checkpoint_interval: Duration,
+    pub(crate) checkpoint_deltas_max: u32,
     /// Time between two active-expiry ticks.
     pub(crate) expiry_tick: Duration,
     /// Most expired keys one tick deletes.
@@ -392,19 +393,16 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         // The WAL replayed counts toward the next checkpoint, whatever the
         // restart pattern; after a replay of a whole threshold or more, the
         // checkpoint runs now, before the shard reports ready.
-        let newest_snapshot_bytes = match snapshots.last() {
-            Some(snap) => match disk.open(&snap.path, false).await {
-                Ok(f) => f.len().await.unwrap_or(0),
-                Err(_) => 0,
-            },
-            None => 0,
-        };
-        core.checkpoint_written(newest_snapshot_bytes);
+        core.checkpoint_written(crate::shard::checkpoint::full_bytes(&snapshots));
         core.carry_over(replayed.0, replayed.1);
+        // The first checkpoint of a process is a full one (the tier's
+        // change marks are not relative to any snapshot yet).
+        let mut marks_valid = false;
         if replayed.0 > 0 && replayed.0 >= core.checkpoint_threshold() {
             let started = std::time::Instant::now();
-            match checkpoint(&core, &files, &disk, &paths, &mut snapshots).await {
-                Ok(_) => {
+            match checkpoint(&core, &files, &disk, &paths, &mut snapshots, None).await {
+                Ok(written) => {
+                    marks_valid = written.is_some();
                     tracing::info!(
                         shard,
                         bytes_replayed = replayed.0,
@@ -464,8 +462,10 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                 CheckpointSettings {
                     wal_bytes: settings.checkpoint_wal_bytes,
                     interval: settings.checkpoint_interval,
+                    deltas_max: settings.checkpoint_deltas_max,
                 },
                 snapshots,
+                marks_valid,
             ),
         );
     }

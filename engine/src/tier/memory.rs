@@ -46,11 +46,19 @@ const ENTRY_HEADER_BYTES: usize = 8;
 const ENTRY_ALIGN: usize = 8;
 /// Bit of `key_len` saying that an expiry time follows the header.
 const KEY_LEN_EXPIRES: u32 = 1 << 31;
+/// Bit of `key_len` saying that the entry changed since a checkpoint last
+/// copied its partition (what a delta checkpoint copies).
+const KEY_LEN_CHANGED: u32 = 1 << 30;
+/// The key length bits of `key_len`.
+const KEY_LEN_MASK: u32 = KEY_LEN_CHANGED - 1;
 /// Bytes of the expiry time of an entry that has one.
 const ENTRY_EXPIRY_BYTES: usize = 8;
 /// What one key of the `expiring` index costs, counted in `memory_bytes`
 /// (the (expiry, hash) pair, the count, and the B-tree's share).
 const EXPIRING_INDEX_BYTES: u64 = 48;
+/// What one remembered deleted key costs beyond its bytes (the set's slot
+/// and the allocation's header), counted in `memory_bytes`.
+const DELETED_KEY_BYTES: usize = 32;
 
 /// Values read by one [`Tier::get_many`] are packed into shared buffers of
 /// at most this many bytes (a larger value gets a buffer of its own). A
@@ -74,14 +82,14 @@ impl Entry {
     /// `expires_at_ms == 0`: no expiry.
     fn new(key: &[u8], value: &[u8], expires_at_ms: u64) -> Entry {
         let key_len = u32::try_from(key.len()).expect("key over 4 GiB");
-        assert!(key_len < KEY_LEN_EXPIRES, "key over 2 GiB");
+        assert!(key_len <= KEY_LEN_MASK, "key over 1 GiB");
         let value_len = u32::try_from(value.len()).expect("value over 4 GiB");
         let (flag, extra) = if expires_at_ms != 0 {
             (KEY_LEN_EXPIRES, ENTRY_EXPIRY_BYTES)
         } else {
             (0, 0)
         };
-        let key_len = key_len | flag;
+        let key_len = key_len | flag | KEY_LEN_CHANGED;
         let total = ENTRY_HEADER_BYTES + extra + key.len() + value.len();
         let layout = Self::layout(total);
         // SAFETY: the layout has a non-zero size (at least the header).
@@ -125,10 +133,31 @@ impl Entry {
             0
         };
         (
-            (k & !KEY_LEN_EXPIRES) as usize,
+            (k & KEY_LEN_MASK) as usize,
             u32::from_le_bytes(v) as usize,
             extra,
         )
+    }
+
+    /// Whether the entry changed since a checkpoint last copied it.
+    fn changed(&self) -> bool {
+        // SAFETY: ptr points to an initialised block of at least 8 bytes.
+        let b = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), 4) };
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & KEY_LEN_CHANGED != 0
+    }
+
+    /// Sets or clears the "changed since the last checkpoint copy" bit.
+    fn set_changed(&mut self, changed: bool) {
+        // SAFETY: the first 4 bytes of the owned block are `key_len`, and
+        // `&mut self` means no other reference reads them meanwhile.
+        let b = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), 4) };
+        let k = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let k = if changed {
+            k | KEY_LEN_CHANGED
+        } else {
+            k & !KEY_LEN_CHANGED
+        };
+        b.copy_from_slice(&k.to_le_bytes());
     }
 
     fn lens(&self) -> (usize, usize) {
@@ -189,6 +218,7 @@ impl Entry {
                 v,
             );
         }
+        self.set_changed(true);
     }
 }
 
@@ -209,6 +239,9 @@ struct Slot {
 
 struct Partition {
     table: HashTable<Slot>,
+    /// Keys deleted since a checkpoint last copied this partition (what a
+    /// delta checkpoint lists as deleted). Kept only once checkpoints run.
+    deleted: hashbrown::HashSet<Box<[u8]>>,
 }
 
 /// All entries of one shard, in RAM.
@@ -226,6 +259,11 @@ pub struct MemoryTier {
     entry_bytes: u64,
     /// Sum of the tables' allocations.
     table_bytes: u64,
+    /// Whether deletes are remembered for the next delta checkpoint (set
+    /// by the first checkpoint: with none, nothing would ever clear them).
+    track_deletes: bool,
+    /// Key bytes held in the partitions' `deleted` sets.
+    deleted_bytes: u64,
 }
 
 impl Default for MemoryTier {
@@ -253,6 +291,7 @@ impl MemoryTier {
         let partitions = (0..PARTITION_COUNT)
             .map(|_| Partition {
                 table: HashTable::new(),
+                deleted: hashbrown::HashSet::new(),
             })
             .collect::<Vec<_>>()
             .into_boxed_slice();
@@ -264,6 +303,8 @@ impl MemoryTier {
             len: 0,
             entry_bytes: 0,
             table_bytes: 0,
+            track_deletes: false,
+            deleted_bytes: 0,
         }
     }
 
@@ -457,6 +498,9 @@ impl Tier for MemoryTier {
                 self.entry_bytes -= entry.alloc_bytes() as u64;
                 self.len -= 1;
                 self.index_remove(entry.expires_at_ms(), hash);
+                if self.track_deletes && self.partitions[p].deleted.insert(key.into()) {
+                    self.deleted_bytes += (key.len() + DELETED_KEY_BYTES) as u64;
+                }
                 true
             }
             Err(_) => false,
@@ -471,6 +515,7 @@ impl Tier for MemoryTier {
         self.entry_bytes
             + self.expiring.len() as u64 * EXPIRING_INDEX_BYTES
             + self.table_bytes
+            + self.deleted_bytes
             + (self.partitions.len() * std::mem::size_of::<Partition>()) as u64
     }
 
@@ -484,6 +529,46 @@ impl Tier for MemoryTier {
                 let at = entry.expires_at_ms();
                 f(entry.key(), entry.value(), (at != 0).then_some(at));
             }
+        }
+    }
+
+    fn checkpoint_begin(&mut self) {
+        self.track_deletes = true;
+    }
+
+    /// A full copy: every live entry. A delta: the keys deleted since the
+    /// last copy, then the entries changed since it; a changed entry that
+    /// has expired is listed as deleted, since the copy the delta builds
+    /// on may hold an older, live version of it.
+    fn visit_checkpoint_partition(
+        &mut self,
+        partition: usize,
+        delta: bool,
+        f: &mut super::CheckpointVisitor<'_>,
+    ) {
+        let now = self.now_ms;
+        let part = &mut self.partitions[partition];
+        let deleted = std::mem::take(&mut part.deleted);
+        self.deleted_bytes -= deleted
+            .iter()
+            .map(|k| (k.len() + DELETED_KEY_BYTES) as u64)
+            .sum::<u64>();
+        if delta {
+            for key in &deleted {
+                f(key, None, None);
+            }
+        }
+        for Slot { entry, .. } in part.table.iter_mut() {
+            if delta && !entry.changed() {
+                continue;
+            }
+            if entry.live_at(now) {
+                let at = entry.expires_at_ms();
+                f(entry.key(), Some(entry.value()), (at != 0).then_some(at));
+            } else if delta {
+                f(entry.key(), None, None);
+            }
+            entry.set_changed(false);
         }
     }
 }
@@ -551,6 +636,90 @@ mod tests {
 
     fn put(t: &mut MemoryTier, k: &[u8], v: &[u8]) -> bool {
         t.put(fnv1a64(k), k, v)
+    }
+
+    /// What a checkpoint copy of every partition lists: key to value, or
+    /// to `None` for a deleted key.
+    type Copy = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+    fn copy(t: &mut MemoryTier, delta: bool) -> Copy {
+        let mut out = Copy::new();
+        t.checkpoint_begin();
+        for p in 0..t.partition_count() {
+            t.visit_checkpoint_partition(p, delta, &mut |k, v, _| {
+                out.insert(k.to_vec(), v.map(<[u8]>::to_vec));
+            });
+        }
+        out
+    }
+
+    fn load(t: &mut MemoryTier, copy: &Copy) {
+        for (k, v) in copy {
+            match v {
+                Some(v) => t.load_checkpoint_entry(k, v, None).expect("entry"),
+                None => t.load_checkpoint_delete(k).expect("delete"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_delta_lists_what_changed_since_the_last_copy() {
+        let mut t = MemoryTier::new();
+        for k in [&b"a"[..], b"b", b"c", b"e"] {
+            put(&mut t, k, b"v1");
+        }
+        let full = copy(&mut t, false);
+        assert_eq!(full.len(), 4);
+        assert!(copy(&mut t, true).is_empty(), "nothing changed");
+        t.delete(fnv1a64(b"b"), b"b");
+        put(&mut t, b"d", b"v1");
+        // Same length: the value is overwritten in place.
+        put(&mut t, b"a", b"v2");
+        // Deleted and written again: both are listed, the value wins.
+        t.delete(fnv1a64(b"e"), b"e");
+        put(&mut t, b"e", b"v3");
+        // Changed, then expired before the copy: listed as deleted, since
+        // the copy before holds an older, live value.
+        t.put_expiring(fnv1a64(b"c"), b"c", b"v2", Some(1_000));
+        t.set_now_ms(2_000);
+        let delta = copy(&mut t, true);
+        let want: Copy = [
+            (&b"a"[..], Some(&b"v2"[..])),
+            (b"b", None),
+            (b"c", None),
+            (b"d", Some(b"v1")),
+            (b"e", Some(b"v3")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+        .collect();
+        assert_eq!(delta, want);
+        assert!(copy(&mut t, true).is_empty(), "the copy cleared the marks");
+        // The full copy with the delta loaded over it is the tier now.
+        let mut back = MemoryTier::new();
+        load(&mut back, &full);
+        load(&mut back, &delta);
+        back.set_now_ms(2_000);
+        for k in [&b"a"[..], b"b", b"c", b"d", b"e"] {
+            let h = fnv1a64(k);
+            assert_eq!(back.get(h, k), t.get(h, k), "{k:?}");
+        }
+        // A full copy clears the marks and the deleted keys too.
+        t.delete(fnv1a64(b"a"), b"a");
+        put(&mut t, b"f", b"v1");
+        assert_eq!(copy(&mut t, false).len(), 3);
+        assert!(copy(&mut t, true).is_empty());
+        assert_eq!(t.deleted_bytes, 0);
+    }
+
+    #[test]
+    fn deletes_are_not_remembered_before_a_checkpoint_runs() {
+        let mut t = MemoryTier::new();
+        put(&mut t, b"a", b"v");
+        let before = t.memory_bytes();
+        t.delete(fnv1a64(b"a"), b"a");
+        assert_eq!(t.deleted_bytes, 0);
+        assert!(t.memory_bytes() < before);
     }
 
     fn recount(t: &MemoryTier) -> (u64, u64) {

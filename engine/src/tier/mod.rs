@@ -42,6 +42,11 @@ use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 
+/// What a checkpoint copy calls for each entry: `(key, value, expiry time
+/// in Unix ms)`; a `None` value (delta checkpoints only) says that the key
+/// was deleted since the checkpoint the delta builds on.
+pub type CheckpointVisitor<'a> = dyn FnMut(&[u8], Option<&[u8]>, Option<u64>) + 'a;
+
 /// What [`Tier::visit_partition`] calls for each entry: `(key, value,
 /// expiry time in Unix ms)`.
 pub type EntryVisitor<'a> = dyn FnMut(&[u8], &[u8], Option<u64>) + 'a;
@@ -269,17 +274,29 @@ pub trait Tier {
     fn checkpoint_begin(&mut self) {}
     /// Calls `f` for each checkpoint entry of `partition`: the partition's
     /// entries for a tier that keeps values in RAM; index chunks for one
-    /// that keeps them in its own files.
-    fn visit_checkpoint_partition(&self, partition: usize, f: &mut EntryVisitor<'_>) {
-        self.visit_partition(partition, f)
-    }
+    /// that keeps them in its own files. With `delta`, only what changed
+    /// since the partition was last copied (the caller takes a delta only
+    /// when that copy was published), deleted keys included; without it,
+    /// everything. Either way the partition counts as copied from now on.
+    fn visit_checkpoint_partition(
+        &mut self,
+        partition: usize,
+        delta: bool,
+        f: &mut CheckpointVisitor<'_>,
+    );
     /// Called after every partition was copied: makes what the copied
-    /// entries point at durable and adds the last entries.
-    fn checkpoint_finish(&mut self, _f: &mut EntryVisitor<'_>) -> Result<(), String> {
+    /// entries point at durable and adds the last entries (whole, in a
+    /// delta too).
+    fn checkpoint_finish(&mut self, _f: &mut CheckpointVisitor<'_>) -> Result<(), String> {
         Ok(())
     }
     /// The checkpoint was published (and older ones retired).
     fn checkpoint_published(&mut self) {}
+    /// A checkpoint file starts loading (recovery): a full one into an
+    /// empty tier, or a delta over what the files before it loaded.
+    fn load_checkpoint_begin(&mut self, _delta: bool) -> Result<(), String> {
+        Ok(())
+    }
     /// Loads one entry of a checkpoint (recovery).
     fn load_checkpoint_entry(
         &mut self,
@@ -288,6 +305,16 @@ pub trait Tier {
         expires_at_ms: Option<u64>,
     ) -> Result<(), String> {
         self.put_expiring(crate::hash::fnv1a64(key), key, value, expires_at_ms);
+        Ok(())
+    }
+    /// Every file of the checkpoint chain is loaded (recovery; the WAL
+    /// replay comes next). An error means the chain cannot be used.
+    fn load_checkpoint_done(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    /// Loads a deleted-key entry of a delta checkpoint (recovery).
+    fn load_checkpoint_delete(&mut self, key: &[u8]) -> Result<(), String> {
+        self.delete(crate::hash::fnv1a64(key), key);
         Ok(())
     }
     /// Recovery is over (checkpoint loaded, WAL replayed).

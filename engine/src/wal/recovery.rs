@@ -288,7 +288,12 @@ fn list_snapshots<D: Disk>(
     let mut leftovers = Vec::new();
     for path in files {
         if let Some(lsn) = parse_numbered(&path, SNAPSHOT_SUFFIX) {
-            snaps.push(SnapshotFile { lsn, path });
+            snaps.push(SnapshotFile {
+                lsn,
+                path,
+                base_lsn: None,
+                bytes: 0,
+            });
         } else if path.to_string_lossy().ends_with(TMP_SUFFIX) {
             leftovers.push(path);
         } else if !path.to_string_lossy().ends_with(DAMAGED_SUFFIX) {
@@ -397,10 +402,23 @@ struct SnapshotPhase {
     kept: Vec<SnapshotFile>,
 }
 
-/// Phase: choose the snapshot. Removes unfinished snapshots, loads the
-/// newest valid one, and renames damaged newer ones `*.damaged` when an
-/// older snapshot plus the WAL cover them (rows `SnapshotLoaded`,
-/// `DamagedSnapshotSkipped`, `NoUsableSnapshot`).
+/// The snapshot recovery loaded: its place among the snapshots, its chain
+/// (indexes, the full one first), the tier it loaded and what its last
+/// file's trailer says, and the entries of the whole chain.
+struct Chosen {
+    at: usize,
+    chain: Vec<usize>,
+    tier: Box<dyn Tier>,
+    meta: SnapshotMeta,
+    entries: u64,
+}
+
+/// Phase: choose the snapshot. Removes unfinished snapshots, then loads
+/// the newest snapshot whose chain (the full snapshot it starts from and
+/// every delta up to it, `docs/wal.md`) checks out, and renames every
+/// snapshot newer than it `*.damaged` when an older snapshot plus the WAL
+/// cover them (rows `SnapshotLoaded`, `DamagedSnapshotSkipped`,
+/// `NoUsableSnapshot`).
 async fn choose_snapshot<D: Disk>(
     disk: &D,
     paths: &ShardPaths,
@@ -409,7 +427,7 @@ async fn choose_snapshot<D: Disk>(
     new_tier: &TierFactory<'_>,
     cases: &mut Vec<RecoveryCase>,
 ) -> Result<SnapshotPhase, EngineError> {
-    let (snapshots, leftovers) = list_snapshots(disk, paths)?;
+    let (listed, leftovers) = list_snapshots(disk, paths)?;
     let mut dir_changed_snap = false;
     for tmp in leftovers {
         tracing::info!(file = %tmp.display(), "removing an unfinished snapshot");
@@ -422,109 +440,216 @@ async fn choose_snapshot<D: Disk>(
             })?;
         dir_changed_snap = true;
     }
-
-    let first_header_lsn = segments.iter().find_map(|s| s.used().map(|h| h.first_lsn));
-    let mut tier = new_tier(None);
-    let mut base: Option<(SnapshotFile, SnapshotMeta)> = None;
-    let mut damaged: Vec<(SnapshotFile, SnapshotError)> = Vec::new();
-    let mut kept_snapshots = Vec::new();
-    for snap in snapshots.iter().rev() {
-        let file = disk
-            .open(&snap.path, false)
-            .await
-            .map_err(|source| SnapshotError::Io {
-                op: "open",
-                file: snap.path.clone(),
-                offset: 0,
-                source,
-            })?;
-        // Only the newest valid snapshot is loaded into a tier; older ones
-        // (the fallback kept on disk) are only checked, which reads them
-        // but builds nothing: building a second tier doubled the work and
-        // left its freed blocks in the heap for the life of the process.
-        // The tier is sized from the trailer's entry count up front, so
-        // the load does not grow and rehash its tables.
-        let mut candidate = if base.is_none() {
-            Some(new_tier(snapshot::entry_count_hint(&file).await))
-        } else {
-            None
-        };
-        let sink: Option<&mut dyn crate::tier::Tier> = if base.is_none() {
-            match &mut candidate {
-                Some(t) => Some(&mut **t),
-                None => None,
-            }
-        } else {
-            None
-        };
-        match snapshot::load(&file, &snap.path, shard, sink).await {
-            Ok(meta) => {
-                if meta.lsn != snap.lsn {
-                    damaged.push((
-                        snap.clone(),
-                        SnapshotError::Corrupt {
-                            file: snap.path.clone(),
-                            offset: 0,
-                            reason: format!(
-                                "header covers LSN {} but the name says {}",
-                                meta.lsn, snap.lsn
-                            ),
-                        },
-                    ));
-                    continue;
-                }
-                if base.is_none() {
-                    if !damaged.is_empty() {
-                        // An older snapshot only helps if the WAL reaches back to it.
-                        let covered = first_header_lsn.is_some_and(|first| first <= meta.lsn + 1);
-                        if !covered {
-                            break;
-                        }
-                    }
-                    if let Some(loaded) = candidate {
-                        tier = loaded;
-                    }
-                    base = Some((snap.clone(), meta));
-                    kept_snapshots.push(snap.clone());
-                } else {
-                    kept_snapshots.push(snap.clone());
-                }
-            }
-            Err(SnapshotError::Io {
-                op,
-                file,
-                offset,
-                source,
-            }) => {
-                return Err(SnapshotError::Io {
-                    op,
-                    file,
-                    offset,
+    let open = |snap: &SnapshotFile| {
+        let path = snap.path.clone();
+        async move {
+            disk.open(&path, false)
+                .await
+                .map_err(|source| SnapshotError::Io {
+                    op: "open",
+                    file: path.clone(),
+                    offset: 0,
                     source,
-                }
-                .into());
+                })
+        }
+    };
+
+    // Every header first: which snapshot each delta builds on, and sizes.
+    let mut snapshots = Vec::new();
+    let mut damaged: Vec<(SnapshotFile, SnapshotError)> = Vec::new();
+    for mut snap in listed {
+        let file = open(&snap).await?;
+        snap.bytes = file.len().await.unwrap_or(0);
+        match snapshot::read_header(&file, &snap.path, shard).await {
+            Ok(h) if h.lsn == snap.lsn => {
+                snap.base_lsn = h.base_lsn;
+                snapshots.push(snap);
             }
-            Err(e) => {
-                tracing::warn!(file = %snap.path.display(), error = %e, "snapshot is damaged");
-                if base.is_none() {
-                    damaged.push((snap.clone(), e));
+            Ok(h) => {
+                let reason = format!("header covers LSN {} but the name says {}", h.lsn, snap.lsn);
+                let file = snap.path.clone();
+                damaged.push((
+                    snap,
+                    SnapshotError::Corrupt {
+                        file,
+                        offset: 0,
+                        reason,
+                    },
+                ));
+            }
+            Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
+            Err(e) => damaged.push((snap, e)),
+        }
+    }
+
+    // The newest snapshot whose whole chain loads. An older one only helps
+    // if the WAL reaches back to it.
+    let first_header_lsn = segments.iter().find_map(|s| s.used().map(|h| h.first_lsn));
+    let is_damaged = |damaged: &[(SnapshotFile, SnapshotError)], lsn: u64| {
+        damaged.iter().any(|(d, _)| d.lsn == lsn)
+    };
+    let mut chosen: Option<Chosen> = None;
+    for at in (0..snapshots.len()).rev() {
+        let snap = &snapshots[at];
+        let newer_exist = damaged.iter().any(|(d, _)| d.lsn > snap.lsn) || at + 1 < snapshots.len();
+        if newer_exist && first_header_lsn.is_none_or(|first| first > snap.lsn + 1) {
+            break;
+        }
+        let Some(chain) = crate::shard::checkpoint::chain_of(&snapshots, at) else {
+            let reason = format!(
+                "it is a delta, and a snapshot it builds on (over LSN {}) is missing",
+                snap.base_lsn.unwrap_or(0)
+            );
+            let file = snap.path.clone();
+            damaged.push((
+                snap.clone(),
+                SnapshotError::Corrupt {
+                    file,
+                    offset: 0,
+                    reason,
+                },
+            ));
+            continue;
+        };
+        if let Some(&bad) = chain
+            .iter()
+            .find(|&&i| is_damaged(&damaged, snapshots[i].lsn))
+        {
+            if bad != at {
+                let reason = format!(
+                    "it builds on the damaged snapshot {}",
+                    snapshots[bad].path.display()
+                );
+                let file = snap.path.clone();
+                damaged.push((
+                    snap.clone(),
+                    SnapshotError::Corrupt {
+                        file,
+                        offset: 0,
+                        reason,
+                    },
+                ));
+            }
+            continue;
+        }
+        // The tier is sized from the full snapshot's entry count up front,
+        // so the load does not grow and rehash its tables.
+        let root = open(&snapshots[chain[0]]).await?;
+        let mut tier = new_tier(snapshot::entry_count_hint(&root).await);
+        drop(root);
+        let mut entries = 0;
+        let mut last = None;
+        for &i in &chain {
+            let file = open(&snapshots[i]).await?;
+            match snapshot::load(&file, &snapshots[i].path, shard, Some(&mut *tier)).await {
+                Ok(meta) => {
+                    entries += meta.entries;
+                    last = Some(meta);
                 }
+                Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(file = %snapshots[i].path.display(), error = %e, "snapshot is damaged");
+                    damaged.push((snapshots[i].clone(), e));
+                    last = None;
+                    break;
+                }
+            }
+        }
+        // The tier's last step: what only the whole chain says (the
+        // hybrid tier opens the value segments its newest table lists).
+        if last.is_some() {
+            if let Err(reason) = tier.load_checkpoint_done() {
+                let e = SnapshotError::Corrupt {
+                    file: snap.path.clone(),
+                    offset: 0,
+                    reason,
+                };
+                tracing::warn!(file = %snap.path.display(), error = %e, "snapshot is damaged");
+                damaged.push((snap.clone(), e));
+                continue;
+            }
+        }
+        match last {
+            Some(meta) => {
+                chosen = Some(Chosen {
+                    at,
+                    chain,
+                    tier,
+                    meta,
+                    entries,
+                });
+                break;
+            }
+            None if !is_damaged(&damaged, snap.lsn) => {
+                let reason = "a snapshot it builds on is damaged".to_string();
+                let file = snap.path.clone();
+                damaged.push((
+                    snap.clone(),
+                    SnapshotError::Corrupt {
+                        file,
+                        offset: 0,
+                        reason,
+                    },
+                ));
+            }
+            None => {}
+        }
+    }
+
+    // What is kept for the checkpointer's retention: the chosen chain, and
+    // the chain of the snapshot before it if that one checks out (the
+    // fallback until the next checkpoint), each file read once.
+    let chosen_at = chosen.as_ref().map(|c| c.at);
+    let mut kept: Vec<usize> = chosen.as_ref().map(|c| c.chain.clone()).unwrap_or_default();
+    if let Some(at) = chosen_at.filter(|&at| at > 0) {
+        let prev = at - 1;
+        if let Some(chain) = crate::shard::checkpoint::chain_of(&snapshots, prev) {
+            let mut all_valid = true;
+            for &i in chain.iter().filter(|i| !kept.contains(i)) {
+                let file = open(&snapshots[i]).await?;
+                match snapshot::load(&file, &snapshots[i].path, shard, None).await {
+                    Ok(_) => {}
+                    Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
+                    Err(e) => {
+                        tracing::warn!(file = %snapshots[i].path.display(), error = %e, "snapshot is damaged");
+                        all_valid = false;
+                    }
+                }
+            }
+            if all_valid {
+                kept.extend(chain);
             }
         }
     }
-    kept_snapshots.reverse();
-    if let Some((newest, err)) = damaged.first() {
-        if base.is_none() && first_header_lsn != Some(1) {
+    kept.sort_unstable();
+    kept.dedup();
+    let kept_snapshots: Vec<SnapshotFile> = kept.iter().map(|&i| snapshots[i].clone()).collect();
+
+    // Snapshots newer than the one chosen cannot be used: rename them.
+    let chosen_lsn = chosen_at.map_or(0, |at| snapshots[at].lsn);
+    let mut unusable: Vec<(SnapshotFile, String)> = damaged
+        .iter()
+        .filter(|(d, _)| d.lsn > chosen_lsn)
+        .map(|(d, e)| (d.clone(), e.to_string()))
+        .collect();
+    for snap in snapshots.iter().filter(|s| s.lsn > chosen_lsn) {
+        if !unusable.iter().any(|(d, _)| d.lsn == snap.lsn) {
+            unusable.push((snap.clone(), "a snapshot it builds on is damaged".into()));
+        }
+    }
+    unusable.sort_by_key(|(d, _)| std::cmp::Reverse(d.lsn));
+    if let Some((newest, reason)) = unusable.first() {
+        if chosen.is_none() && first_header_lsn != Some(1) {
             cases.push(RecoveryCase::NoUsableSnapshot);
             return Err(SnapshotError::NoUsableSnapshot {
                 file: newest.path.clone(),
-                reason: err.to_string(),
+                reason: reason.clone(),
             }
             .into());
         }
-        for (snap, err) in &damaged {
+        for (snap, reason) in &unusable {
             let to = PathBuf::from(format!("{}{DAMAGED_SUFFIX}", snap.path.display()));
-            tracing::warn!(file = %snap.path.display(), error = %err, renamed_to = %to.display(),
+            tracing::warn!(file = %snap.path.display(), error = %reason, renamed_to = %to.display(),
                 "skipping a damaged snapshot: an older snapshot plus the WAL cover it");
             disk.rename(&snap.path, &to)
                 .await
@@ -546,20 +671,25 @@ async fn choose_snapshot<D: Disk>(
                 source,
             })?;
     }
-    let (lsn, max_commit_version, entries) = match &base {
-        Some((_, meta)) => {
+    match chosen {
+        Some(c) => {
             cases.push(RecoveryCase::SnapshotLoaded);
-            (meta.lsn, meta.max_commit_version, meta.entries)
+            Ok(SnapshotPhase {
+                tier: c.tier,
+                lsn: c.meta.lsn,
+                max_commit_version: c.meta.max_commit_version,
+                entries: c.entries,
+                kept: kept_snapshots,
+            })
         }
-        None => (0, 0, 0),
-    };
-    Ok(SnapshotPhase {
-        tier,
-        lsn,
-        max_commit_version,
-        entries,
-        kept: kept_snapshots,
-    })
+        None => Ok(SnapshotPhase {
+            tier: new_tier(None),
+            lsn: 0,
+            max_commit_version: 0,
+            entries: 0,
+            kept: kept_snapshots,
+        }),
+    }
 }
 
 /// What replaying the log left: where it ends and what was read on the way.

@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// A checkpoint's entries: (key, value, expiry).
-pub type Entries = Vec<(Vec<u8>, Vec<u8>, Option<u64>)>;
+/// One checkpoint entry: (key, value, expiry).
+pub type CheckpointEntry = (Vec<u8>, Vec<u8>, Option<u64>);
+pub type Entries = Vec<CheckpointEntry>;
 
 /// One shard's settings: 1 MiB segments, an index for 10,000 keys, GC
 /// past 30% garbage.
@@ -56,15 +58,24 @@ pub fn get(t: &dyn Tier, k: &[u8]) -> Option<Bytes> {
     t.get(fnv1a64(k), k)
 }
 
-/// Takes a checkpoint's entries the way the shard does.
+/// Takes a full checkpoint's entries the way the shard does.
 pub fn checkpoint(t: &mut dyn Tier) -> Entries {
+    checkpoint_of(t, false)
+}
+
+/// Takes a checkpoint's entries the way the shard does: a delta (what
+/// changed since the last one) or a full one.
+pub fn checkpoint_of(t: &mut dyn Tier, delta: bool) -> Entries {
     let mut out = Vec::new();
+    let mut push = |k: &[u8], v: Option<&[u8]>, at: Option<u64>| {
+        let v = v.expect("a hybrid checkpoint lists no deleted keys");
+        out.push((k.to_vec(), v.to_vec(), at));
+    };
     t.checkpoint_begin();
     for p in 0..t.partition_count() {
-        t.visit_checkpoint_partition(p, &mut |k, v, at| out.push((k.to_vec(), v.to_vec(), at)));
+        t.visit_checkpoint_partition(p, delta, &mut push);
     }
-    t.checkpoint_finish(&mut |k, v, at| out.push((k.to_vec(), v.to_vec(), at)))
-        .expect("checkpoint");
+    t.checkpoint_finish(&mut push).expect("checkpoint");
     t.checkpoint_published();
     out
 }
@@ -76,10 +87,24 @@ pub fn reload(
     settings: HybridSettings,
     entries: &[(Vec<u8>, Vec<u8>, Option<u64>)],
 ) -> HybridTier<SimDisk> {
+    reload_chain(disk, settings, &[entries])
+}
+
+/// [`reload`] from a chain: a full checkpoint's entries, then those of
+/// each delta over it, in order.
+pub fn reload_chain(
+    disk: &SimDisk,
+    settings: HybridSettings,
+    chain: &[&[CheckpointEntry]],
+) -> HybridTier<SimDisk> {
     let mut t = HybridTier::new(disk.clone(), settings).expect("tier");
-    for (k, v, at) in entries {
-        t.load_checkpoint_entry(k, v, *at).expect("entry loads");
+    for (i, entries) in chain.iter().enumerate() {
+        t.load_checkpoint_begin(i > 0).expect("checkpoint starts");
+        for (k, v, at) in entries.iter() {
+            t.load_checkpoint_entry(k, v, *at).expect("entry loads");
+        }
     }
+    t.load_checkpoint_done().expect("the chain loads");
     t.recovery_done();
     t
 }

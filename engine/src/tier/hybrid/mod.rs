@@ -60,7 +60,7 @@ use self::log::{
     check_blocks, parse_record, DeviceSource, Parsed, ReadError, Record, RecordSpot, SegState,
     ValueLog, BLOCK,
 };
-use super::{ColdAnswer, ColdFetch, ColdGet, EntryVisitor, Tier};
+use super::{CheckpointVisitor, ColdAnswer, ColdFetch, ColdGet, EntryVisitor, Tier};
 use crate::io::{AlignedBuf, Disk, DiskFile};
 use bytes::Bytes;
 use std::cell::RefCell;
@@ -178,7 +178,16 @@ struct Inner<D: Disk> {
     /// `checkpoint_unresolved`; a put or a delete after it comes back with
     /// the replay).
     checkpoint_deleted: Vec<Box<[u8]>>,
+    /// A checkpoint's layout entry was loaded (recovery): the index has
+    /// the size a delta loaded over it must have.
+    layout_loaded: bool,
+    /// The segment table of the checkpoint file loaded last, opened once
+    /// the whole chain is loaded (`load_checkpoint_done`).
+    pending_segments: Option<Vec<u8>>,
 }
+
+/// Bytes of one row of a checkpoint's segment table.
+const SEGMENT_ROW_BYTES: usize = 4 + 8 * 4 + 2 + 8;
 
 /// Blocks one GC step reads (256 KiB): the longest the shard pauses for GC
 /// is about one read of this size plus rewriting its live records.
@@ -299,6 +308,8 @@ impl<D: Disk> HybridTier<D> {
                 deleted: std::collections::HashSet::new(),
                 deleted_bytes: 0,
                 checkpoint_deleted: Vec::new(),
+                layout_loaded: false,
+                pending_segments: None,
             }),
         }
     }
@@ -1185,7 +1196,7 @@ impl<D: Disk> Inner<D> {
     }
 
     fn load_segments(&mut self, bytes: &[u8]) -> Result<(), String> {
-        const ROW: usize = 4 + 8 * 4 + 2 + 8;
+        const ROW: usize = SEGMENT_ROW_BYTES;
         if bytes.len() % ROW != 0 {
             return Err(format!("segment table of {} bytes", bytes.len()));
         }
@@ -1593,32 +1604,42 @@ impl<D: Disk> Tier for HybridTier<D> {
         st.checkpoint_deleted = st.deleted.iter().cloned().collect();
     }
 
-    fn visit_checkpoint_partition(&self, partition: usize, f: &mut EntryVisitor<'_>) {
-        let st = self.inner.borrow();
+    fn visit_checkpoint_partition(
+        &mut self,
+        partition: usize,
+        delta: bool,
+        f: &mut CheckpointVisitor<'_>,
+    ) {
+        let st = self.inner.get_mut();
         if partition == 0 {
             let mut layout = Vec::new();
             layout.extend_from_slice(&LAYOUT_VERSION.to_le_bytes());
             layout.extend_from_slice(&(st.index.buckets_per_partition() as u64).to_le_bytes());
             layout.extend_from_slice(&st.settings.segment_bytes.to_le_bytes());
             layout.extend_from_slice(&st.epoch.to_le_bytes());
-            f(KEY_LAYOUT, &layout, None);
+            f(KEY_LAYOUT, Some(&layout), None);
         }
-        for (first, bytes) in st.index.encode_partition(partition, CHECKPOINT_BUCKETS) {
+        let chunks = if delta {
+            st.index.encode_changed(partition, CHECKPOINT_BUCKETS)
+        } else {
+            st.index.encode_partition(partition, CHECKPOINT_BUCKETS)
+        };
+        for (first, bytes) in chunks {
             let mut key = KEY_INDEX.to_vec();
             key.extend_from_slice(&(partition as u32).to_le_bytes());
             key.extend_from_slice(&first.to_le_bytes());
-            f(&key, &bytes, None);
+            f(&key, Some(&bytes), None);
         }
     }
 
-    fn checkpoint_finish(&mut self, f: &mut EntryVisitor<'_>) -> Result<(), String> {
+    fn checkpoint_finish(&mut self, f: &mut CheckpointVisitor<'_>) -> Result<(), String> {
         let st = self.inner.get_mut();
         st.check_orphans();
         if let Err(e) = st.log.flush() {
             st.note_fault("fdatasync", &e);
             return Err(format!("value segments could not be made durable: {e}"));
         }
-        f(KEY_SEGMENTS, &st.encode_segments(), None);
+        f(KEY_SEGMENTS, Some(&st.encode_segments()), None);
         let exp: Vec<(u64, u32)> = st.expiring.iter().copied().collect();
         for (i, chunk) in exp.chunks(EXPIRING_CHUNK).enumerate() {
             let mut key = KEY_EXPIRING.to_vec();
@@ -1628,7 +1649,7 @@ impl<D: Disk> Tier for HybridTier<D> {
                 v.extend_from_slice(&at.to_le_bytes());
                 v.extend_from_slice(&addr.to_le_bytes());
             }
-            f(&key, &v, None);
+            f(&key, Some(&v), None);
         }
         // Which entries are unresolved is part of the index: without it a
         // read could take a key's older record for its current one.
@@ -1637,7 +1658,7 @@ impl<D: Disk> Tier for HybridTier<D> {
             let mut key = KEY_UNRESOLVED.to_vec();
             key.extend_from_slice(&(i as u32).to_le_bytes());
             let v: Vec<u8> = chunk.iter().flat_map(|a| a.to_le_bytes()).collect();
-            f(&key, &v, None);
+            f(&key, Some(&v), None);
         }
         // So are the keys deleted blind: without them their dead entries
         // would read as current.
@@ -1650,7 +1671,7 @@ impl<D: Disk> Tier for HybridTier<D> {
             if chunk.len() >= DELETED_CHUNK_BYTES || i + 1 == deleted.len() {
                 let mut key = KEY_DELETED.to_vec();
                 key.extend_from_slice(&chunks.to_le_bytes());
-                f(&key, &chunk, None);
+                f(&key, Some(&chunk), None);
                 chunk.clear();
                 chunks += 1;
             }
@@ -1684,6 +1705,38 @@ impl<D: Disk> Tier for HybridTier<D> {
         }
     }
 
+    /// A delta carries the segment table, the expiry list and the
+    /// unresolved and deleted lists whole: those loaded before it go. Its
+    /// index chunks are loaded over the index loaded so far. (The segment
+    /// table is only kept until the chain is loaded: an older file's table
+    /// may list segments removed since.)
+    fn load_checkpoint_begin(&mut self, delta: bool) -> Result<(), String> {
+        let st = self.inner.get_mut();
+        if !delta {
+            return Ok(());
+        }
+        if !st.layout_loaded {
+            return Err("a delta checkpoint with no full checkpoint before it".into());
+        }
+        st.expiring.clear();
+        st.unresolved.clear();
+        st.deleted.clear();
+        st.deleted_bytes = 0;
+        Ok(())
+    }
+
+    fn load_checkpoint_done(&mut self) -> Result<(), String> {
+        let st = self.inner.get_mut();
+        match st.pending_segments.take() {
+            Some(table) => st.load_segments(&table),
+            None => Ok(()),
+        }
+    }
+
+    fn load_checkpoint_delete(&mut self, _key: &[u8]) -> Result<(), String> {
+        Err("a deleted-key entry in a hybrid checkpoint (was this directory written by the memory tier?)".into())
+    }
+
     fn load_checkpoint_entry(
         &mut self,
         key: &[u8],
@@ -1711,10 +1764,17 @@ impl<D: Disk> Tier for HybridTier<D> {
                 return Err(format!("hybrid index of {buckets} buckets per partition"));
             }
             if buckets as usize != st.index.buckets_per_partition() {
+                if st.layout_loaded {
+                    return Err(format!(
+                        "a delta checkpoint of {buckets} buckets per partition over one of {}",
+                        st.index.buckets_per_partition()
+                    ));
+                }
                 // Loaded at the size it was written with; `recovery_done`
                 // resizes it to `index_keys` (see `resize`).
                 st.index = Index::with_buckets(buckets as usize);
             }
+            st.layout_loaded = true;
             return Ok(());
         }
         if let Some(rest) = key.strip_prefix(KEY_INDEX) {
@@ -1726,7 +1786,11 @@ impl<D: Disk> Tier for HybridTier<D> {
             return st.index.decode_chunk(part, first, value);
         }
         if key == KEY_SEGMENTS {
-            return st.load_segments(value);
+            if value.len() % SEGMENT_ROW_BYTES != 0 {
+                return Err(format!("segment table of {} bytes", value.len()));
+            }
+            st.pending_segments = Some(value.to_vec());
+            return Ok(());
         }
         if key.starts_with(KEY_UNRESOLVED) {
             if value.len() % 4 != 0 {
