@@ -452,7 +452,7 @@ section! {
         /// checkpoint before it (loaded over it at a restart); a full checkpoint, which copies
         /// everything, starts each chain, and one is also taken once the chain's deltas
         /// together outgrow it. `0`: every checkpoint is full.
-        checkpoint_deltas_max: u32 = 8,
+        checkpoint_deltas_max: u32 = 32,
             kind None, check Check::Range(0, 1000);
         /// The device (a `[devices]` key) holding the WAL and snapshots.
         wal_device: String = "wal".to_string(),

@@ -123,18 +123,27 @@ pub(crate) async fn run_checkpointer<D: Disk>(
     // each partition; they are relative to the newest snapshot only once
     // this process has published one and no checkpoint failed since.
     let mut last_checkpoint = Instant::now();
+    // WAL bytes written since the newest full snapshot began, up to the
+    // start of the newest checkpoint.
+    let mut chain_wal = 0u64;
     loop {
         if core.is_poisoned() {
             return;
         }
         let (bytes, writes) = core.since_checkpoint();
         let base = delta_base(&snapshots, marks_valid, settings.deltas_max);
-        // A delta costs about what the WAL since the last checkpoint holds;
-        // a full snapshot waits until the WAL has grown by its size.
+        // A delta costs about what the WAL since the last checkpoint holds.
+        // A full snapshot waits until the WAL written since the last full
+        // one began has grown by its size, so checkpoints never write more
+        // than the log they replace.
         let threshold = match base {
             Some(_) => settings.wal_bytes,
-            None => core.checkpoint_threshold().max(settings.wal_bytes),
+            None => full_bytes(&snapshots)
+                .saturating_sub(chain_wal)
+                .max(settings.wal_bytes),
         };
+        // The shard wakes this loop once its WAL passes the threshold.
+        core.set_checkpoint_threshold(threshold);
         let by_bytes = bytes >= threshold;
         let by_time = !settings.interval.is_zero()
             && writes > 0
@@ -154,7 +163,12 @@ pub(crate) async fn run_checkpointer<D: Disk>(
         }
         last_checkpoint = Instant::now();
         match checkpoint(&core, &files, &disk, &paths, &mut snapshots, base).await {
-            Ok(written) => marks_valid |= written.is_some(),
+            Ok(written) => {
+                if written.is_some() {
+                    marks_valid = true;
+                    chain_wal = if base.is_some() { chain_wal + bytes } else { 0 };
+                }
+            }
             Err(e) => {
                 marks_valid = false;
                 core.stats.checkpoint_failures.fetch_add(1, Relaxed);
@@ -308,7 +322,6 @@ pub(crate) async fn checkpoint<D: Disk>(
     let segments_removed = files.remove_covered(keep_from, pool_max).await?;
     core.with_tier_mut(|t| t.checkpoint_published());
     let elapsed = started.elapsed();
-    core.checkpoint_written(full_bytes(snapshots));
     let s = &core.stats;
     s.checkpoints.fetch_add(1, Relaxed);
     s.checkpoint_deltas

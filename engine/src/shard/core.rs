@@ -242,11 +242,12 @@ impl ShardCore {
         self.checkpoint_threshold.get()
     }
 
-    /// A snapshot of `snapshot_bytes` was written: checkpoint again once
-    /// the WAL has grown by at least as much.
-    pub(crate) fn checkpoint_written(&self, snapshot_bytes: u64) {
+    /// Sets the WAL bytes after which the next checkpoint is due (the
+    /// checkpointer's choice: `checkpoint_wal_bytes` before a delta, more
+    /// before a full snapshot).
+    pub(crate) fn set_checkpoint_threshold(&self, bytes: u64) {
         self.checkpoint_threshold
-            .set(self.settings.checkpoint_wal_bytes.max(snapshot_bytes));
+            .set(self.settings.checkpoint_wal_bytes.max(bytes));
     }
 
     /// Recovery replayed `bytes` of WAL holding `records` records after the

@@ -393,7 +393,9 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         // The WAL replayed counts toward the next checkpoint, whatever the
         // restart pattern; after a replay of a whole threshold or more, the
         // checkpoint runs now, before the shard reports ready.
-        core.checkpoint_written(crate::shard::checkpoint::full_bytes(&snapshots));
+        // The first checkpoint is a full one: due once the WAL has grown by
+        // the size of the full snapshot recovery loaded.
+        core.set_checkpoint_threshold(crate::shard::checkpoint::full_bytes(&snapshots));
         core.carry_over(replayed.0, replayed.1);
         // The first checkpoint of a process is a full one (the tier's
         // change marks are not relative to any snapshot yet).

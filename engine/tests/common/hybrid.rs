@@ -10,7 +10,6 @@ use engine::tier::{HybridSettings, HybridTier, Tier};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// A checkpoint's entries: (key, value, expiry).
 /// One checkpoint entry: (key, value, expiry).
 pub type CheckpointEntry = (Vec<u8>, Vec<u8>, Option<u64>);
 pub type Entries = Vec<CheckpointEntry>;
