@@ -126,11 +126,9 @@ impl BlockEncoder {
         Self::default()
     }
 
-    /// Adds one entry (with its expiry time, if it has one), closing the
-    /// open block into `out` first if it is full.
-    pub fn add(&mut self, key: &[u8], value: &[u8], expires_at_ms: Option<u64>, out: &mut Vec<u8>) {
-        let extra = expires_at_ms.map_or(0, |_| ENTRY_EXPIRY_BYTES);
-        let entry = ENTRY_HEADER_BYTES + extra + key.len() + value.len();
+    /// Readies the open block for an entry of `entry` bytes: closes it into
+    /// `out` first if the entry would take it past its target size.
+    fn make_room(&mut self, entry: usize, out: &mut Vec<u8>) {
         if self.open_entries > 0
             && self.open.len() - BLOCK_HEADER_BYTES + entry > BLOCK_TARGET_BYTES
         {
@@ -139,6 +137,13 @@ impl BlockEncoder {
         if self.open.is_empty() {
             self.open.resize(BLOCK_HEADER_BYTES, 0);
         }
+    }
+
+    /// Adds one entry (with its expiry time, if it has one), closing the
+    /// open block into `out` first if it is full.
+    pub fn add(&mut self, key: &[u8], value: &[u8], expires_at_ms: Option<u64>, out: &mut Vec<u8>) {
+        let extra = expires_at_ms.map_or(0, |_| ENTRY_EXPIRY_BYTES);
+        self.make_room(ENTRY_HEADER_BYTES + extra + key.len() + value.len(), out);
         let key_len = u32::try_from(key.len()).expect("key over 4 GiB");
         assert!(key_len <= ENTRY_KEY_LEN_MASK, "key over 1 GiB");
         let value_len = u32::try_from(value.len()).expect("value over 4 GiB");
@@ -155,15 +160,7 @@ impl BlockEncoder {
 
     /// Adds a deleted-key entry (delta snapshots only).
     pub fn add_deleted(&mut self, key: &[u8], out: &mut Vec<u8>) {
-        let entry = ENTRY_HEADER_BYTES + key.len();
-        if self.open_entries > 0
-            && self.open.len() - BLOCK_HEADER_BYTES + entry > BLOCK_TARGET_BYTES
-        {
-            self.finish_block(out);
-        }
-        if self.open.is_empty() {
-            self.open.resize(BLOCK_HEADER_BYTES, 0);
-        }
+        self.make_room(ENTRY_HEADER_BYTES + key.len(), out);
         let key_len = u32::try_from(key.len()).expect("key over 4 GiB");
         assert!(key_len <= ENTRY_KEY_LEN_MASK, "key over 1 GiB");
         self.open

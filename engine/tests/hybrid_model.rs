@@ -360,6 +360,8 @@ fn run(seed: u64) -> Result<(), String> {
             }
             back.load_checkpoint_done()
                 .map_err(|e| format!("{what}: checkpoint chain: {e}"))?;
+            // As recovery does: the replay's blind writes are not bounded.
+            back.replay_begin();
             let replay_from = published.last().map_or(0, |(start, _)| *start);
             for op in &log[replay_from..] {
                 apply(&mut back, op);

@@ -176,6 +176,49 @@ fn index_deltas_loaded_over_their_checkpoint_give_the_tier_back() {
 }
 
 #[test]
+fn a_wal_replay_overwrites_cold_keys_without_reading_past_the_bound() {
+    let disk = SimDisk::new(32);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    for i in 0..500 {
+        put(&mut t, &key(i), &value(i, 0));
+    }
+    let entries = checkpoint(&mut t);
+    disk.crash();
+    // Recovery: the checkpoint, then a replay of 200 overwrites of cold
+    // keys, far more than the 8 unresolved entries allowed in service.
+    let mut back = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    back.set_unresolved_max(8);
+    for (k, v, at) in &entries {
+        back.load_checkpoint_entry(k, v, *at).expect("entry");
+    }
+    back.load_checkpoint_done().expect("chain");
+    let reads = back.stats().device_reads;
+    back.replay_begin();
+    for i in 0..200 {
+        put(&mut back, &key(i), &value(i, 1));
+    }
+    assert_eq!(back.stats().device_reads, reads, "the replay read records");
+    assert!(back.stats().unresolved_entries > 8);
+    back.recovery_done();
+    // In service the bound holds again: an overwrite of a cold key reads.
+    let reads = back.stats().device_reads;
+    put(&mut back, &key(400), &value(400, 2));
+    assert!(back.stats().device_reads > reads);
+    for i in 0..500 {
+        let round = match i {
+            0..200 => 1,
+            400 => 2,
+            _ => 0,
+        };
+        assert_eq!(
+            get(&back, &key(i)).as_deref(),
+            Some(&value(i, round)[..]),
+            "key {i}"
+        );
+    }
+}
+
+#[test]
 fn gc_keeps_every_live_value_and_frees_space_after_two_checkpoints() {
     let disk = SimDisk::new(4);
     let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");

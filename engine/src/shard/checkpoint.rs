@@ -134,8 +134,8 @@ pub(crate) async fn run_checkpointer<D: Disk>(
         let base = delta_base(&snapshots, marks_valid, settings.deltas_max);
         // A delta costs about what the WAL since the last checkpoint holds.
         // A full snapshot waits until the WAL written since the last full
-        // one began has grown by its size, so checkpoints never write more
-        // than the log they replace.
+        // one began has grown by its size: a full copy is never taken more
+        // often than the log it replaces is written.
         let threshold = match base {
             Some(_) => settings.wal_bytes,
             None => full_bytes(&snapshots)

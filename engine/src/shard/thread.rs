@@ -288,7 +288,13 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                         (r.head, r.head_found),
                     );
                     let replayed = (r.wal_bytes_after_snapshot, r.records_replayed);
-                    let floor = wal_start.2.first().map_or(0, |s| s.lsn);
+                    // The oldest snapshot a recovery may load (not the
+                    // full snapshot a kept chain starts from).
+                    let floor = if wal_start.2.is_empty() {
+                        0
+                    } else {
+                        crate::shard::checkpoint::fallback_lsn(&wal_start.2)
+                    };
                     // The exchange: every shard reports the multi-shard parts
                     // in its log; a part applies only if all of its
                     // transaction's parts are somewhere.

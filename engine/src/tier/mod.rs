@@ -317,6 +317,8 @@ pub trait Tier {
         self.delete(crate::hash::fnv1a64(key), key);
         Ok(())
     }
+    /// The WAL replay of a recovery starts (after the checkpoint loaded).
+    fn replay_begin(&mut self) {}
     /// Recovery is over (checkpoint loaded, WAL replayed).
     fn recovery_done(&mut self) {}
     /// The hybrid tier's counters.

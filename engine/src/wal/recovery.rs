@@ -352,6 +352,7 @@ pub async fn recover_into<D: Disk>(
     let (segments, max_seq) = open_segments(disk, paths, config.shard).await?;
     let mut snapshot =
         choose_snapshot(disk, paths, config.shard, &segments, new_tier, &mut cases).await?;
+    snapshot.tier.replay_begin();
     let mut replay = replay_log(
         paths,
         config.shard,
@@ -400,6 +401,17 @@ struct SnapshotPhase {
     entries: u64,
     /// Valid snapshots kept, oldest first.
     kept: Vec<SnapshotFile>,
+}
+
+/// `snap` cannot be used, for `reason` (a damage found at its start, or in
+/// what it builds on).
+fn unusable(snap: &SnapshotFile, reason: String) -> (SnapshotFile, SnapshotError) {
+    let e = SnapshotError::Corrupt {
+        file: snap.path.clone(),
+        offset: 0,
+        reason,
+    };
+    (snap.clone(), e)
 }
 
 /// The snapshot recovery loaded: its place among the snapshots, its chain
@@ -467,15 +479,7 @@ async fn choose_snapshot<D: Disk>(
             }
             Ok(h) => {
                 let reason = format!("header covers LSN {} but the name says {}", h.lsn, snap.lsn);
-                let file = snap.path.clone();
-                damaged.push((
-                    snap,
-                    SnapshotError::Corrupt {
-                        file,
-                        offset: 0,
-                        reason,
-                    },
-                ));
+                damaged.push(unusable(&snap, reason));
             }
             Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
             Err(e) => damaged.push((snap, e)),
@@ -500,15 +504,7 @@ async fn choose_snapshot<D: Disk>(
                 "it is a delta, and a snapshot it builds on (over LSN {}) is missing",
                 snap.base_lsn.unwrap_or(0)
             );
-            let file = snap.path.clone();
-            damaged.push((
-                snap.clone(),
-                SnapshotError::Corrupt {
-                    file,
-                    offset: 0,
-                    reason,
-                },
-            ));
+            damaged.push(unusable(snap, reason));
             continue;
         };
         if let Some(&bad) = chain
@@ -520,15 +516,7 @@ async fn choose_snapshot<D: Disk>(
                     "it builds on the damaged snapshot {}",
                     snapshots[bad].path.display()
                 );
-                let file = snap.path.clone();
-                damaged.push((
-                    snap.clone(),
-                    SnapshotError::Corrupt {
-                        file,
-                        offset: 0,
-                        reason,
-                    },
-                ));
+                damaged.push(unusable(snap, reason));
             }
             continue;
         }
@@ -559,13 +547,9 @@ async fn choose_snapshot<D: Disk>(
         // hybrid tier opens the value segments its newest table lists).
         if last.is_some() {
             if let Err(reason) = tier.load_checkpoint_done() {
-                let e = SnapshotError::Corrupt {
-                    file: snap.path.clone(),
-                    offset: 0,
-                    reason,
-                };
+                let (snap, e) = unusable(snap, reason);
                 tracing::warn!(file = %snap.path.display(), error = %e, "snapshot is damaged");
-                damaged.push((snap.clone(), e));
+                damaged.push((snap, e));
                 continue;
             }
         }
@@ -581,16 +565,7 @@ async fn choose_snapshot<D: Disk>(
                 break;
             }
             None if !is_damaged(&damaged, snap.lsn) => {
-                let reason = "a snapshot it builds on is damaged".to_string();
-                let file = snap.path.clone();
-                damaged.push((
-                    snap.clone(),
-                    SnapshotError::Corrupt {
-                        file,
-                        offset: 0,
-                        reason,
-                    },
-                ));
+                damaged.push(unusable(snap, "a snapshot it builds on is damaged".into()));
             }
             None => {}
         }

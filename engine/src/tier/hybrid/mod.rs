@@ -162,6 +162,9 @@ struct Inner<D: Disk> {
     /// Most entries `unresolved` may hold; past it writes read their
     /// candidates again.
     unresolved_max: usize,
+    /// A recovery replays the WAL (`replay_begin` until `recovery_done`):
+    /// blind writes are not bounded by `unresolved_max`.
+    replaying: bool,
     /// `unresolved` as it was when the running checkpoint began: what the
     /// checkpoint lists. Entries made unresolved later come back with the
     /// replay of the writes that made them so; entries GC settles later
@@ -309,6 +312,7 @@ impl<D: Disk> HybridTier<D> {
                 deleted_bytes: 0,
                 checkpoint_deleted: Vec::new(),
                 layout_loaded: false,
+                replaying: false,
                 pending_segments: None,
             }),
         }
@@ -794,7 +798,7 @@ impl<D: Disk> Inner<D> {
         let h = KeyHash::new(hash);
         let mut mine: Vec<(Candidate, Record)> = Vec::new();
         let mut unknown: Vec<Candidate> = Vec::new();
-        if self.unresolved.len() < self.unresolved_max {
+        if self.unresolved_room() {
             for c in self.ordered_candidates(h) {
                 match self.where_is(&c) {
                     Where::Ram(Ok(r)) if r.key == key => mine.push((c, r)),
@@ -936,7 +940,15 @@ impl<D: Disk> Inner<D> {
     /// Whether a delete may go without reading: room in both `unresolved`
     /// and `deleted` (a put needs room in `unresolved` only).
     fn blind_room(&self) -> bool {
-        self.unresolved.len() < self.unresolved_max && self.deleted.len() < self.unresolved_max
+        self.unresolved_room() && (self.replaying || self.deleted.len() < self.unresolved_max)
+    }
+
+    /// Whether a put may go without reading: room in `unresolved`. A WAL
+    /// replay has room whatever the bound (it holds at most what the WAL
+    /// since the checkpoint wrote): a replay that read every overwritten
+    /// key's records took a minute at 100M keys.
+    fn unresolved_room(&self) -> bool {
+        self.replaying || self.unresolved.len() < self.unresolved_max
     }
 
     /// The answer of a blind delete read the key's record at `addr` (from
@@ -1836,8 +1848,13 @@ impl<D: Disk> Tier for HybridTier<D> {
         ))
     }
 
+    fn replay_begin(&mut self) {
+        self.inner.get_mut().replaying = true;
+    }
+
     fn recovery_done(&mut self) {
         let st = self.inner.get_mut();
+        st.replaying = false;
         st.check_orphans();
         st.resize_index();
         st.reopen_zombies_in_use();
