@@ -146,6 +146,12 @@ impl Partition {
         self.changed[bucket / 64] |= 1 << (bucket % 64);
     }
 
+    /// A checkpoint copied the partition: nothing has changed since.
+    fn mark_copied(&mut self) {
+        self.changed.fill(0);
+        self.spill_changed = false;
+    }
+
     fn is_changed(&self, bucket: usize) -> bool {
         self.changed[bucket / 64] >> (bucket % 64) & 1 == 1
     }
@@ -452,8 +458,7 @@ impl Index {
         if !p.spill.is_empty() {
             out.push((u32::MAX, p.encode_spill()));
         }
-        p.changed.fill(0);
-        p.spill_changed = false;
+        p.mark_copied();
         out
     }
 
@@ -462,8 +467,9 @@ impl Index {
     /// of consecutive changed buckets, and the whole spill chunk, possibly
     /// empty, if any spilled entry changed. (A chunk's key and header cost
     /// about 30 bytes, less than the 53 of an unchanged bucket, so runs are
-    /// not joined across unchanged buckets.) Loaded over the copy they build on, they give the
-    /// partition as it is now, which counts as copied from now on.
+    /// not joined across unchanged buckets.) Loaded over the copy they
+    /// build on, they give the partition as it is now, which counts as
+    /// copied from now on.
     pub fn encode_changed(&mut self, part: usize, max_buckets: usize) -> Vec<(u32, Vec<u8>)> {
         let p = &mut self.parts[part];
         let n = p.buckets();
@@ -487,8 +493,7 @@ impl Index {
         if p.spill_changed {
             out.push((u32::MAX, p.encode_spill()));
         }
-        p.changed.fill(0);
-        p.spill_changed = false;
+        p.mark_copied();
         out
     }
 
