@@ -310,7 +310,11 @@ pub async fn run_phase<T: Target, W: Work>(
     if let Some(e) = first_error {
         return Err(e);
     }
-    let after = ServerSnapshot::parse(&monitor.stats().await?)?;
+    // A fresh connection: a phase may outlast the server's idle timeout
+    // (a preload of 50M records takes minutes), and the monitor's has
+    // been quiet since the window opened.
+    drop(monitor);
+    let after = ServerSnapshot::parse(&target.connect().await?.stats().await?)?;
     let elapsed = last_done
         .map(|t| t.saturating_duration_since(measure_start))
         .unwrap_or_default();
@@ -564,6 +568,27 @@ mod tests {
             out.after.devices["wal"].ios - out.before.devices["wal"].ios,
             4
         );
+    }
+
+    #[tokio::test]
+    async fn a_phase_longer_than_the_idle_timeout_still_reads_stats_after_it() {
+        // The monitor connection is quiet while the tasks run; a server
+        // closes it once the phase outlasts its idle timeout.
+        let mut target = MemoryTarget::default();
+        target.idle_close = Some(Duration::from_millis(40));
+        let out = run_phase(
+            &target,
+            &plan(
+                Stop::Exhausted { total_ops: 100 },
+                Pacing::Open { ops_per_sec: 500.0 },
+            ),
+            writers(1, 100),
+        )
+        .await
+        .expect("phase");
+        // 10 steps, one every 20 ms: about 200 ms, five idle timeouts.
+        assert_eq!(out.tallies["put"].ops, 100);
+        assert_eq!(out.after.keys, 100);
     }
 
     #[tokio::test]

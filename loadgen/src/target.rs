@@ -117,6 +117,9 @@ pub mod memory {
     pub struct MemoryTarget {
         state: Arc<Mutex<State>>,
         pub scan: bool,
+        /// A session unused for this long is closed, as a server closes
+        /// idle connections: its next request fails.
+        pub idle_close: Option<std::time::Duration>,
     }
 
     impl MemoryTarget {
@@ -137,6 +140,24 @@ pub mod memory {
     pub struct MemorySession {
         state: Arc<Mutex<State>>,
         scan: bool,
+        idle_close: Option<std::time::Duration>,
+        last_used: std::time::Instant,
+    }
+
+    impl MemorySession {
+        /// Fails a request on a session the "server" closed for idleness.
+        fn touch(&mut self) -> Result<(), TargetError> {
+            let now = std::time::Instant::now();
+            let idle = now.duration_since(self.last_used);
+            self.last_used = now;
+            match self.idle_close {
+                Some(max) if idle > max => Err(TargetError::Request {
+                    addr: "memory".to_string(),
+                    reason: "the server closed the connection (idle)".to_string(),
+                }),
+                _ => Ok(()),
+            }
+        }
     }
 
     impl Target for MemoryTarget {
@@ -145,6 +166,8 @@ pub mod memory {
             Ok(MemorySession {
                 state: self.state.clone(),
                 scan: self.scan,
+                idle_close: self.idle_close,
+                last_used: std::time::Instant::now(),
             })
         }
         fn addr(&self) -> String {
@@ -154,6 +177,7 @@ pub mod memory {
 
     impl Session for MemorySession {
         async fn batch(&mut self, ops: Vec<Op>) -> Result<Vec<Reply>, TargetError> {
+            self.touch()?;
             let mut st = self.state.lock().expect("lock");
             let mut out = Vec::with_capacity(ops.len());
             for op in ops {
@@ -190,6 +214,7 @@ pub mod memory {
         }
 
         async fn stats(&mut self) -> Result<Vec<(String, String)>, TargetError> {
+            self.touch()?;
             let st = self.state.lock().expect("lock");
             let pairs = [
                 ("server.version", "0.0.0-memory".to_string()),
