@@ -10,6 +10,12 @@
 //! way, half the way the shard does it (applied without reading, the
 //! answer read later, with other steps in between).
 //!
+//! Puts made while the unresolved set is full queue settling reads; the
+//! model takes them, reads them and applies what they found at random
+//! later steps, as the shard's settling task does between requests. The
+//! tier forgets what it keeps in RAM at one step in three, so writes and
+//! deletes meet records on the device.
+//!
 //! Unlike `crash_sim`, no thread timing is involved: a failing seed
 //! replays exactly. `RINGKV_MODEL_SEEDS=N` runs more seeds (30 by
 //! default), `RINGKV_MODEL_SEED=S` one.
@@ -108,6 +114,38 @@ fn answer_deletes(
         cold = again;
     }
     Ok(())
+}
+
+/// Settling reads at their three stages: queued in the tier, taken (not
+/// read yet), read (not applied yet).
+#[derive(Default)]
+struct Settles {
+    taken: Vec<ColdGet>,
+    read: Vec<ColdGet>,
+    finished: u64,
+}
+
+impl Settles {
+    /// One stage further for some of them, as the dice say: take what the
+    /// tier queued, read what was taken, or apply what was read (a record
+    /// longer than its first read goes back to be read again).
+    fn step(&mut self, t: &mut dyn Tier, rng: &mut SplitMix64) {
+        match rng.below(3) {
+            0 => t.take_settles(1 + rng.below(4) as usize, &mut self.taken),
+            1 if !self.taken.is_empty() => {
+                let n = (1 + rng.below(4) as usize).min(self.taken.len());
+                let batch: Vec<ColdGet> = self.taken.drain(..n).collect();
+                self.read.extend(pollster::block_on(t.fetch_cold(batch)));
+            }
+            _ if !self.read.is_empty() => {
+                let (mut answers, mut again) = (Vec::new(), Vec::new());
+                t.finish_cold(std::mem::take(&mut self.read), &mut answers, &mut again);
+                self.finished += answers.len() as u64;
+                self.taken.extend(again);
+            }
+            _ => {}
+        }
+    }
 }
 
 fn check(t: &mut dyn Tier, model: &Model, what: &str) -> Result<(), String> {
@@ -236,11 +274,20 @@ fn run(seed: u64) -> Result<(), String> {
     let mut running: Option<Running> = None;
     let mut version = 0u64;
     let mut pending: Vec<PendingDelete> = Vec::new();
+    let mut settles = Settles::default();
     for step in 0..3_000u32 {
         let dice = rng.below(100);
         let what = format!("seed {seed} step {step}");
         if !pending.is_empty() && rng.below(3) == 0 {
             answer_deletes(&mut t, &mut pending, &what)?;
+        }
+        if rng.below(2) == 0 {
+            settles.step(&mut t, &mut rng);
+        }
+        // The checks read every key back into RAM; with so few keys,
+        // records reach the device only when RAM forgets them.
+        if rng.below(3) == 0 {
+            t.forget_cached();
         }
         if dice < 55 {
             // Few keys take most writes, so overwrites of cold keys are many.
@@ -345,8 +392,11 @@ fn run(seed: u64) -> Result<(), String> {
             // published checkpoint and replays the log since it began.
             drop(t);
             running = None;
-            // Answers not read yet are lost with the process.
+            // Answers and settling reads not made yet are lost with the
+            // process.
             pending.clear();
+            settles.taken.clear();
+            settles.read.clear();
             disk.crash();
             marks_valid = false;
             let mut back = open(&disk);
@@ -373,7 +423,13 @@ fn run(seed: u64) -> Result<(), String> {
         }
         check(&mut t, &model, &what)?;
     }
-    answer_deletes(&mut t, &mut pending, "at the end")
+    answer_deletes(&mut t, &mut pending, "at the end")?;
+    if unresolved_max.is_some() && settles.finished == 0 {
+        return Err(format!(
+            "seed {seed}: no settling read was made with a full unresolved set"
+        ));
+    }
+    Ok(())
 }
 
 #[test]

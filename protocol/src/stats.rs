@@ -225,6 +225,8 @@ stats_group! {
         unresolved_entries: u64, "gauge", "entries";
         /// Keys deleted without a device read whose older entries are still in the index (unresolved, dead; GC settles them). Past a 32nd of storage.index_keys per shard, deletes read.
         deleted_keys: u64, "gauge", "keys";
+        /// Settling reads finished since start: after a put made while the unresolved entries were at their bound, a read of its key's older record, which then goes.
+        settles_done: u64, "count", "reads";
     }
 }
 

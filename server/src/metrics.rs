@@ -326,6 +326,11 @@ fn render_hybrid(
             "Reads answered VALUE_UNREADABLE.",
             h.read_errors,
         ),
+        (
+            "ringkv_tier_settles_total",
+            "Settling reads finished (the older records of keys put past the unresolved bound).",
+            h.settles_done,
+        ),
     ] {
         p.counter(name, help, l, v);
     }

@@ -112,6 +112,7 @@ pub fn tier_stats(engine: &EngineMetrics) -> TierStats {
         t.spilled_keys += h.spilled_keys;
         t.unresolved_entries += h.unresolved_entries;
         t.deleted_keys += h.deleted_keys;
+        t.settles_done += h.settles_done;
     }
     t.index_millibytes_per_key = (t.index_bytes * 1000).checked_div(keys).unwrap_or(0);
     t.cache_millibytes_per_key = (t.cache_bytes * 1000).checked_div(keys).unwrap_or(0);

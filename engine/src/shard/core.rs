@@ -137,8 +137,11 @@ pub(crate) struct ShardCore {
     checkpoint_threshold: std::cell::Cell<u64>,
     /// The flusher waits on this for records or a flush request.
     pub(crate) flush_wanted: Notify,
-    /// Appenders wait on this for buffer space (or poisoning).
+    /// Appenders wait on this for buffer space (or poisoning), and for
+    /// room in the tier ([`Tier::write_room`]: settling reads finished).
     pub(crate) space_freed: Notify,
+    /// The tier queued settling reads ([`Tier::take_settles`]).
+    pub(crate) settle_wanted: Notify,
     /// The segment creator waits on this (the appender moved to a new segment).
     pub(crate) segment_rolled: Notify,
     /// The checkpointer waits on this.
@@ -199,6 +202,7 @@ impl ShardCore {
             checkpoint_threshold: std::cell::Cell::new(settings.checkpoint_wal_bytes),
             flush_wanted: Notify::new(),
             space_freed: Notify::new(),
+            settle_wanted: Notify::new(),
             segment_rolled: Notify::new(),
             checkpoint_wanted: Notify::new(),
             durable_advanced: Notify::new(),
@@ -273,6 +277,40 @@ impl ShardCore {
         let fault = self.state.borrow_mut().tier.take_fault();
         if let Some(fault) = fault {
             self.poison_with(&fault);
+        }
+    }
+
+    /// Makes up to `max` of the settling reads the tier queued, all
+    /// submitted together (the shard serves other requests meanwhile),
+    /// then wakes writes held back for them. Returns whether there were
+    /// any.
+    pub(crate) async fn settle_some(&self, max: usize) -> bool {
+        let mut cold = Vec::new();
+        self.state.borrow_mut().tier.take_settles(max, &mut cold);
+        if cold.is_empty() {
+            return false;
+        }
+        // Nobody waits for their answers.
+        let mut answers = Vec::with_capacity(cold.len());
+        while !cold.is_empty() {
+            let fetch = self.state.borrow().tier.fetch_cold(cold);
+            let read = fetch.await;
+            let mut again = Vec::new();
+            self.state
+                .borrow()
+                .tier
+                .finish_cold(read, &mut answers, &mut again);
+            cold = again;
+        }
+        self.space_freed.notify();
+        true
+    }
+
+    /// Wakes the settling task if the tier queued reads outside a batch
+    /// (a transaction's commit, an update).
+    pub(crate) fn wake_settles(&self) {
+        if self.state.borrow().tier.settles_waiting() {
+            self.settle_wanted.notify();
         }
     }
 
@@ -410,7 +448,18 @@ impl ShardCore {
                         record_size(key.len(), value.len()) <= self.settings.max_record_bytes,
                         "limits are checked before the shard"
                     );
-                    if !self.log_record(&mut st.wal, &mut step, RecordKind::Put, key, value, None) {
+                    // Too many settling reads open: the put waits for
+                    // some to finish rather than read on the shard thread.
+                    if !st.tier.write_room()
+                        || !self.log_record(
+                            &mut st.wal,
+                            &mut step,
+                            RecordKind::Put,
+                            key,
+                            value,
+                            None,
+                        )
+                    {
                         break false;
                     }
                     st.tier.put(hash, key, value);
@@ -597,6 +646,9 @@ impl ShardCore {
         }
         if step.rolled {
             self.segment_rolled.notify();
+        }
+        if st.tier.settles_waiting() {
+            self.settle_wanted.notify();
         }
         done
     }

@@ -483,6 +483,11 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             shard,
             crate::shard::gc::run_tier_background(core.clone()),
         );
+        spawn_critical(
+            "tier-settle",
+            shard,
+            crate::shard::gc::run_settles(core.clone()),
+        );
     }
     spawn_critical(
         "active-expiry",

@@ -204,6 +204,24 @@ pub trait Tier {
     fn delete_blind(&mut self, hash: u64, key: &[u8]) {
         self.delete(hash, key);
     }
+    /// Moves up to `max` of the reads the tier wants made after writes it
+    /// applied without them to `out` (the hybrid tier: the older records
+    /// of keys put while its unresolved set was full). The caller reads
+    /// them with [`Tier::fetch_cold`] and [`Tier::finish_cold`] whenever
+    /// it likes (no write waits for them) and drops their answers.
+    fn take_settles(&mut self, max: usize, out: &mut Vec<ColdGet>) {
+        let _ = (max, out);
+    }
+    /// Whether reads wait for [`Tier::take_settles`].
+    fn settles_waiting(&self) -> bool {
+        false
+    }
+    /// Whether a put applied now would go without a device read. False
+    /// while too many settling reads are open: the caller holds writes
+    /// back until some finish (a put applied anyway reads, blocking).
+    fn write_room(&self) -> bool {
+        true
+    }
     /// Whether `key` is present (and not expired).
     fn contains(&self, hash: u64, key: &[u8]) -> bool;
     /// Whether the tier holds an entry for `key`, expired or not.

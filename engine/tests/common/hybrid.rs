@@ -58,6 +58,22 @@ pub fn get(t: &dyn Tier, k: &[u8]) -> Option<Bytes> {
 }
 
 /// Takes a full checkpoint's entries the way the shard does.
+/// Makes every settling read the tier queued, as the shard's settling
+/// task does; returns how many finished.
+pub fn run_settles(t: &mut dyn Tier) -> usize {
+    let mut cold = Vec::new();
+    t.take_settles(usize::MAX, &mut cold);
+    let mut finished = 0;
+    while !cold.is_empty() {
+        let read = pollster::block_on(t.fetch_cold(cold));
+        let (mut answers, mut again) = (Vec::new(), Vec::new());
+        t.finish_cold(read, &mut answers, &mut again);
+        finished += answers.len();
+        cold = again;
+    }
+    finished
+}
+
 pub fn checkpoint(t: &mut dyn Tier) -> Entries {
     checkpoint_of(t, false)
 }

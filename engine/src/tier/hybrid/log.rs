@@ -712,6 +712,12 @@ impl<D: Disk> ValueLog<D> {
         Ok(out)
     }
 
+    /// Drops the recent blocks (tests: as if other reads pushed them out).
+    pub fn forget_recent(&mut self) {
+        self.recent.clear();
+        self.recent_order.clear();
+    }
+
     /// Keeps a block just read among the recent ones (blocks are never
     /// rewritten, so a kept block stays right until its segment goes).
     fn remember(&mut self, slot: u32, block: u64, payload: &[u8]) {

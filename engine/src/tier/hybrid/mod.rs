@@ -45,9 +45,11 @@
 //! are read together by [`Tier::fetch_cold`] (one read per record, reads of
 //! adjacent blocks merged, no borrow of the tier held meanwhile, so the
 //! shard keeps serving) and answered by [`Tier::finish_cold`]; so are the
-//! answers of blind deletes. Every other device I/O here (appends, GC, key
-//! walks, read-modify-writes, and the reads of writes while the unresolved
-//! or deleted-key set is full) is blocking, on the shard thread.
+//! answers of blind deletes, and the settling reads puts queue once the
+//! unresolved set is at its bound ([`Tier::take_settles`]). Every other
+//! device I/O here (appends, GC, key walks, read-modify-writes, deletes
+//! while the unresolved or deleted-key set is full, puts past
+//! [`SETTLES_MAX`] open settling reads) is blocking, on the shard thread.
 
 pub mod cache;
 pub mod index;
@@ -128,6 +130,9 @@ pub struct HybridStats {
     /// Keys deleted without reading whose older entries are still in the
     /// index (unresolved, dead; GC settles them).
     pub deleted_keys: u64,
+    /// Settling reads finished: reads of the older records of keys put
+    /// while the unresolved set was full, made after the put.
+    pub settles_done: u64,
 }
 
 struct Inner<D: Disk> {
@@ -181,6 +186,15 @@ struct Inner<D: Disk> {
     /// `checkpoint_unresolved`; a put or a delete after it comes back with
     /// the replay).
     checkpoint_deleted: Vec<Box<[u8]>>,
+    /// Reads that settle the candidates of puts made past the unresolved
+    /// set's bound, waiting for [`Tier::take_settles`].
+    settles: Vec<ColdKey<D::File>>,
+    /// Settling reads queued or in flight (not finished yet).
+    settles_open: usize,
+    /// Most settling reads open ([`SETTLES_MAX`]).
+    settles_max: usize,
+    /// Settling reads finished.
+    settles_done: u64,
     /// A checkpoint's layout entry was loaded (recovery): the index has
     /// the size a delta loaded over it must have.
     layout_loaded: bool,
@@ -204,6 +218,11 @@ const MERGE_BLOCKS: u64 = 64;
 fn unresolved_max(index_keys: u64) -> usize {
     (index_keys / 32).max(4096) as usize
 }
+
+/// Most settling reads queued or in flight per shard. Past it a put
+/// reads its candidates itself; the shard holds writes back before that
+/// ([`Tier::write_room`]).
+const SETTLES_MAX: usize = 4096;
 
 /// A candidate record of a cold GET.
 struct ColdCand<F> {
@@ -246,9 +265,13 @@ struct ColdKey<F> {
     /// merged read counts once, for the first GET it served).
     reads: u64,
     bytes: u64,
-    /// The read answers a delete that was applied blind: the key's record
-    /// it finds is dead, and its entry goes.
+    /// The read answers a delete that was applied blind, or settles a
+    /// put's candidates: the key's record it finds is dead (older than
+    /// the delete or the put), and its entry goes.
     settle: bool,
+    /// A settling read of a put (counted in `settles_open`); no one
+    /// waits for its answer.
+    background: bool,
 }
 
 /// Where a cold read's answer goes: (its index, whether it answers a
@@ -311,6 +334,10 @@ impl<D: Disk> HybridTier<D> {
                 deleted: std::collections::HashSet::new(),
                 deleted_bytes: 0,
                 checkpoint_deleted: Vec::new(),
+                settles: Vec::new(),
+                settles_open: 0,
+                settles_max: SETTLES_MAX,
+                settles_done: 0,
                 layout_loaded: false,
                 replaying: false,
                 pending_segments: None,
@@ -320,6 +347,23 @@ impl<D: Disk> HybridTier<D> {
 
     pub fn stats(&self) -> HybridStats {
         self.inner.borrow().stats()
+    }
+
+    /// Forgets the records kept in RAM (the cache and the recent blocks),
+    /// as if other reads had pushed them out, so tests with few keys
+    /// reach the paths of records on the device.
+    #[doc(hidden)]
+    pub fn forget_cached(&mut self) {
+        let st = self.inner.get_mut();
+        st.cache = Cache::new(st.settings.cache_bytes);
+        st.log.forget_recent();
+    }
+
+    /// Allows `max` settling reads open instead of [`SETTLES_MAX`], so
+    /// tests reach the limit with few keys.
+    #[doc(hidden)]
+    pub fn set_settles_max(&mut self, max: usize) {
+        self.inner.get_mut().settles_max = max;
     }
 
     /// Bounds the unresolved entries at `max` instead of the size
@@ -364,6 +408,7 @@ impl<D: Disk> Inner<D> {
             spilled_keys: self.index.spilled(),
             unresolved_entries: self.unresolved.len() as u64,
             deleted_keys: self.deleted.len() as u64,
+            settles_done: self.settles_done,
         }
     }
 
@@ -620,6 +665,7 @@ impl<D: Disk> Inner<D> {
                 reads: 0,
                 bytes: 0,
                 settle: false,
+                background: false,
             });
         }
         match failed {
@@ -790,7 +836,11 @@ impl<D: Disk> Inner<D> {
     /// A put. Candidates in RAM are compared; those on the device are not
     /// read (a blind write): the new entry is added beside them, and they
     /// become unresolved (reads try them after it; GC, deletes and walks
-    /// settle them). Only when `unresolved` is full does a put read them.
+    /// settle them). Once `unresolved` is at its bound, the put also
+    /// queues a settling read of them ([`Tier::take_settles`]), made after
+    /// the put: the key's older record it finds goes, so the set stays
+    /// near its bound. Only when [`SETTLES_MAX`] settling reads are open
+    /// does a put read its candidates itself, blocking.
     /// Returns whether no entry of the key was found (after a blind write:
     /// none in RAM).
     fn put(&mut self, hash: u64, key: &[u8], value: &[u8], at: Option<u64>) -> bool {
@@ -798,14 +848,34 @@ impl<D: Disk> Inner<D> {
         let h = KeyHash::new(hash);
         let mut mine: Vec<(Candidate, Record)> = Vec::new();
         let mut unknown: Vec<Candidate> = Vec::new();
-        if self.unresolved_room() {
+        let mut settle: Vec<ColdCand<D::File>> = Vec::new();
+        let full = !self.unresolved_room();
+        if !full || self.settles_open < self.settles_max {
             for c in self.ordered_candidates(h) {
-                match self.where_is(&c) {
-                    Where::Ram(Ok(r)) if r.key == key => mine.push((c, r)),
-                    Where::Ram(Ok(_)) => {}
+                let state = match self.where_is(&c) {
+                    Where::Ram(Ok(r)) if r.key == key => {
+                        mine.push((c, r));
+                        continue;
+                    }
+                    Where::Ram(Ok(_)) => continue,
                     // Unreadable: it may be the key's; keep it, unresolved
                     // (reads find the new record first).
-                    Where::Ram(Err(_)) | Where::Device(..) => unknown.push(c),
+                    Where::Ram(Err(e)) => CandState::Known(Err(e)),
+                    Where::Device(spot, src) => CandState::Read {
+                        spot,
+                        src,
+                        blocks: None,
+                    },
+                };
+                unknown.push(c);
+                if full {
+                    settle.push(ColdCand {
+                        addr: c.addr,
+                        span: c.span,
+                        // All of them are, once this put is applied.
+                        unresolved: true,
+                        state,
+                    });
                 }
             }
         } else {
@@ -863,6 +933,20 @@ impl<D: Disk> Inner<D> {
                     seg.live_bytes = seg.live_bytes.saturating_sub(size);
                 }
             }
+        }
+        if !settle.is_empty() {
+            self.settles_open += 1;
+            self.settles.push(ColdKey {
+                key: Bytes::copy_from_slice(key),
+                hash,
+                now_ms: self.now_ms,
+                cands: settle.into(),
+                failed: None,
+                reads: 0,
+                bytes: 0,
+                settle: true,
+                background: true,
+            });
         }
         new
     }
@@ -1415,8 +1499,15 @@ impl<D: Disk> Tier for HybridTier<D> {
                 .state
                 .downcast::<ColdKey<D::File>>()
                 .expect("a cold GET of this tier");
+            let background = ck.background;
             match st.finish_one(ck) {
-                Ok(answer) => answers.push((g.index, answer)),
+                Ok(answer) => {
+                    if background {
+                        st.settles_open -= 1;
+                        st.settles_done += 1;
+                    }
+                    answers.push((g.index, answer));
+                }
                 Err(ck) => again.push(ColdGet {
                     index: g.index,
                     delete: g.delete,
@@ -1479,6 +1570,25 @@ impl<D: Disk> Tier for HybridTier<D> {
 
     fn delete_blind(&mut self, hash: u64, key: &[u8]) {
         self.inner.get_mut().delete_blind(hash, key);
+    }
+
+    fn take_settles(&mut self, max: usize, out: &mut Vec<ColdGet>) {
+        let st = self.inner.get_mut();
+        let n = st.settles.len().min(max);
+        out.extend(st.settles.drain(..n).map(|ck| ColdGet {
+            index: 0,
+            delete: false,
+            state: Box::new(ck),
+        }));
+    }
+
+    fn settles_waiting(&self) -> bool {
+        !self.inner.borrow().settles.is_empty()
+    }
+
+    fn write_room(&self) -> bool {
+        let st = self.inner.borrow();
+        st.settles_open < st.settles_max || st.unresolved_room()
     }
 
     fn get_expiring(&self, hash: u64, key: &[u8]) -> Option<(Bytes, Option<u64>)> {
