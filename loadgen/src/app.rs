@@ -375,17 +375,22 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
 fn sweep_method(args: &RunArgs, s: &Settings) -> String {
     let document = s.threads == 1
         && s.batch == 1
+        && s.sweep_reads.is_none()
         && s.sweep_items == sweep::ItemShape::Document
         && s.sweep_warmup_ops == sweep::DOCUMENT_WARMUP_OPS
         && (args.server.is_some() || args.target_kind() == TargetArg::Engine);
     format!(
-        "{}: {}; writes i = 0 … N-1 in order, then N reads uniform over [0, N); {} client{} x {} op{} per call; {} warm-up ops before each phase's clock",
+        "{}: {}; writes i = 0 … N-1 in order, then {} reads uniform over [0, N); {} client{} x {} op{} per call; {} warm-up ops before each phase's clock",
         if document {
             "the MapDB/ChronicleMap document's method"
         } else {
             "the document's order with other settings"
         },
         s.sweep_items.describe(),
+        match s.sweep_reads {
+            None => "N".to_string(),
+            Some(r) => format!("min(N, {})", format_count(r)),
+        },
         s.threads,
         if s.threads == 1 { "" } else { "s" },
         s.batch,

@@ -331,6 +331,13 @@ pub struct RunArgs {
     #[arg(long, default_value = "10K", value_parser = parse_count, value_name = "N")]
     pub sweep_warmup: u64,
 
+    /// Reads in each sweep size's read phase: this many uniform random
+    /// reads over its N items instead of N (the document's). Every read of
+    /// a large size is one device read on the hybrid tier, so 50M reads on
+    /// sas take hours; a sample measures the same rate. [default: N]
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    pub sweep_reads: Option<u64>,
+
     /// Exact sweep sizes, comma separated (e.g. 1K,5K); overrides --sweep-max.
     #[arg(long, value_delimiter = ',', value_parser = parse_count, value_name = "LIST")]
     pub sweep_sizes: Option<Vec<u64>>,
@@ -552,6 +559,7 @@ impl RunArgs {
             sweep_sizes,
             sweep_items,
             sweep_warmup_ops: self.sweep_warmup,
+            sweep_reads: self.sweep_reads,
             txn_range: self.range.unwrap_or(match self.workload {
                 WorkloadArg::PutgettxContended => 64,
                 _ => 1_000_000,

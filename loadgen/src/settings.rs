@@ -35,6 +35,9 @@ pub struct Settings {
     pub sweep_items: crate::workloads::sweep::ItemShape,
     /// Operations run before each sweep phase's clock starts.
     pub sweep_warmup_ops: u64,
+    /// Reads in each size's read phase, if fewer than the size's N (a
+    /// uniform sample; the document reads N).
+    pub sweep_reads: Option<u64>,
     /// PutGetTx: keys are drawn from `[0, txn_range)` (Yardstick's `--range`).
     pub txn_range: u64,
 }
@@ -113,6 +116,7 @@ pub mod tests {
             sweep_sizes: vec![50, 120],
             sweep_items: crate::workloads::sweep::ItemShape::Document,
             sweep_warmup_ops: 20,
+            sweep_reads: None,
             txn_range: 100,
         }
     }

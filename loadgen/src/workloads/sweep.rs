@@ -319,9 +319,14 @@ pub async fn run_size_on<T: Target>(
         } else {
             Default::default()
         };
-        let measured = works(s, &items, access, op, base, n, order(false));
+        // The read phase may be a sample (--sweep-reads).
+        let count = match access {
+            Access::Get => s.sweep_reads.map_or(n, |r| r.clamp(1, n)),
+            Access::Put => n,
+        };
+        let measured = works(s, &items, access, op, base, count, order(false));
         let mut out = target
-            .phase(s, format!("{label} {op} {sizes}"), n, measured)
+            .phase(s, format!("{label} {op} {sizes}"), count, measured)
             .await?;
         // Warm-up is not timed, but its wrong answers count.
         if let Some(w) = warm_errors.get(op) {
@@ -597,6 +602,27 @@ mod tests {
             total += n + s.sweep_warmup_ops;
             assert_eq!(target.keys() as u64, total);
         }
+    }
+
+    #[tokio::test]
+    async fn a_read_sample_reads_fewer_than_n_over_all_of_them() {
+        let target = MemoryTarget::default();
+        let s = Settings {
+            sweep_warmup_ops: 0,
+            sweep_reads: Some(30),
+            ..tiny()
+        };
+        let rows = run_size(&target, &s, 120, 0, "t").await.expect("size");
+        assert_eq!((rows[0].ops, rows[1].ops), (120, 30));
+        assert_eq!(rows[1].items, Some(120));
+        assert_eq!(rows[1].status, Status::Ok);
+        // A sample larger than N reads N.
+        let s = Settings {
+            sweep_reads: Some(1_000),
+            ..s
+        };
+        let rows = run_size(&target, &s, 50, 1, "t").await.expect("size");
+        assert_eq!(rows[1].ops, 50);
     }
 
     #[tokio::test]
