@@ -852,30 +852,31 @@ impl<D: Disk> Inner<D> {
         let full = !self.unresolved_room();
         if !full || self.settles_open < self.settles_max {
             for c in self.ordered_candidates(h) {
-                let state = match self.where_is(&c) {
-                    Where::Ram(Ok(r)) if r.key == key => {
-                        mine.push((c, r));
-                        continue;
-                    }
-                    Where::Ram(Ok(_)) => continue,
+                match self.where_is(&c) {
+                    Where::Ram(Ok(r)) if r.key == key => mine.push((c, r)),
+                    Where::Ram(Ok(_)) => {}
                     // Unreadable: it may be the key's; keep it, unresolved
                     // (reads find the new record first).
-                    Where::Ram(Err(e)) => CandState::Known(Err(e)),
-                    Where::Device(spot, src) => CandState::Read {
-                        spot,
-                        src,
-                        blocks: None,
-                    },
-                };
-                unknown.push(c);
-                if full {
-                    settle.push(ColdCand {
-                        addr: c.addr,
-                        span: c.span,
-                        // All of them are, once this put is applied.
-                        unresolved: true,
-                        state,
-                    });
+                    Where::Ram(Err(_)) => unknown.push(c),
+                    Where::Device(spot, src) => {
+                        unknown.push(c);
+                        // Any record of the key among these is older than
+                        // the one this put appends: whichever the read
+                        // finds is dead.
+                        if full {
+                            settle.push(ColdCand {
+                                addr: c.addr,
+                                span: c.span,
+                                // All of them are, once this put is applied.
+                                unresolved: true,
+                                state: CandState::Read {
+                                    spot,
+                                    src,
+                                    blocks: None,
+                                },
+                            });
+                        }
+                    }
                 }
             }
         } else {
