@@ -598,7 +598,7 @@ fn draw_sweep(report: &Report, rows: &[&ResultRow], out: &mut String) -> Result<
             })
             .collect()
     };
-    let all_ns = rows.iter().map(|r| r.elapsed_ns as f64).chain(
+    let all_ns = rows.iter().map(|r| r.items_time_ns().0 as f64).chain(
         devices
             .iter()
             .flat_map(|d| {
@@ -659,7 +659,7 @@ fn draw_sweep(report: &Report, rows: &[&ResultRow], out: &mut String) -> Result<
             let mut pts: Vec<(f64, f64)> = rows
                 .iter()
                 .filter(|r| r.device == *device && r.operation == op)
-                .filter_map(|r| r.items.map(|n| (n as f64, r.elapsed_ns as f64)))
+                .filter_map(|r| r.items.map(|n| (n as f64, r.items_time_ns().0 as f64)))
                 .collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             chart

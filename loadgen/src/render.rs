@@ -421,13 +421,18 @@ pub fn sweep_tables(rows: &[&ResultRow]) -> String {
         );
         let cols: Vec<(&str, Align)> = columns.iter().map(|(h, a)| (h.as_str(), *a)).collect();
         let mut t = Table::new(&cols);
+        let mut sampled = false;
         for (op, label) in [("write", "ringkv(W)"), ("read", "ringkv(R)")] {
             let mut row = vec![label.to_string()];
             for n in &sizes {
                 let cell = mine
                     .iter()
                     .find(|r| r.operation == op && r.items == Some(*n))
-                    .map(|r| flagged(r, &r.elapsed_ns.to_string()))
+                    .map(|r| {
+                        let (ns, scaled) = r.items_time_ns();
+                        sampled |= scaled;
+                        flagged(r, &format!("{}{ns}", if scaled { "~" } else { "" }))
+                    })
                     .unwrap_or_default();
                 row.push(cell);
             }
@@ -451,7 +456,7 @@ pub fn sweep_tables(rows: &[&ResultRow]) -> String {
                     let ours = mine
                         .iter()
                         .find(|r| r.operation == op && r.items == Some(n) && r.status == Status::Ok)
-                        .map(|r| r.elapsed_ns);
+                        .map(|r| r.items_time_ns().0);
                     let best = crate::published::best_published(device, op, n);
                     row.push(match (ours, best) {
                         (Some(ours), Some((_, best))) if ours > 0 => ratio(best, ours),
@@ -462,6 +467,11 @@ pub fn sweep_tables(rows: &[&ResultRow]) -> String {
             }
         }
         out.push_str(&t.render());
+        if sampled {
+            out.push_str(
+                "~ N reads at the rate of the sample read (--sweep-reads), not N reads timed.\n",
+            );
+        }
         if !published.is_empty() {
             out.push_str(&format!(
                 "* {}: {}. Ratio = best published time / ringkv time (above 1x: ringkv is faster).\n",
@@ -720,12 +730,14 @@ mod tests {
             .iter()
             .map(|r| ResultRow {
                 items: Some(100_000),
+                ops: 100_000,
                 elapsed_ns: 9_000_000,
                 ..r.clone()
             })
             .collect();
         for r in report.results.iter_mut() {
             r.items = Some(10_000);
+            r.ops = 10_000;
             r.workload = "sweep".into();
         }
         for mut r in extra {
@@ -766,6 +778,50 @@ mod tests {
         }
         let rows: Vec<&ResultRow> = report.results.iter().collect();
         assert!(!sweep_tables(&rows).contains("MapDB"));
+    }
+
+    #[test]
+    fn a_sampled_read_is_shown_scaled_to_n_and_marked() {
+        let mut report = sample_report(&["nvme"], &["write", "read"], 1.0);
+        for r in report.results.iter_mut() {
+            r.workload = "sweep".into();
+            r.items = Some(100_000);
+            r.elapsed_ns = 9_000_000;
+            r.ops = if r.operation == "read" {
+                10_000
+            } else {
+                100_000
+            };
+        }
+        let rows: Vec<&ResultRow> = report.results.iter().collect();
+        let text = sweep_tables(&rows);
+        let cells = |label: &str| -> Vec<String> {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&format!("| {label}")))
+                .unwrap_or_else(|| panic!("no row {label} in\n{text}"));
+            line.split('|')
+                .map(|c| c.trim().to_string())
+                .filter(|c| !c.is_empty())
+                .collect()
+        };
+        // 10K reads in 9 ms: 100K at that rate take 90 ms.
+        assert_eq!(cells("ringkv(R)"), ["ringkv(R)", "~90000000"]);
+        assert_eq!(cells("ringkv(W)"), ["ringkv(W)", "9000000"]);
+        // The published 100K read on nvme (276 ms) against the scaled 90 ms.
+        assert_eq!(
+            cells("ringkv vs best published (R)")[1],
+            ratio(
+                crate::published::best_published("nvme", "read", 100_000)
+                    .unwrap()
+                    .1,
+                90_000_000
+            )
+        );
+        assert!(
+            text.contains("~ N reads at the rate of the sample"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -133,6 +133,20 @@ pub struct ResultRow {
 }
 
 impl ResultRow {
+    /// The time of all `items` (the sweep's N): measured, or, when the
+    /// phase read a sample of them (`--sweep-reads`), the sample's time
+    /// scaled to N at its rate (`true`: scaled).
+    pub fn items_time_ns(&self) -> (u64, bool) {
+        match self.items {
+            Some(n) if self.ops > 0 && self.ops < n => (
+                u64::try_from(u128::from(self.elapsed_ns) * u128::from(n) / u128::from(self.ops))
+                    .unwrap_or(u64::MAX),
+                true,
+            ),
+            _ => (self.elapsed_ns, false),
+        }
+    }
+
     /// The counters of the WAL device (`wal`, else the first one).
     pub fn wal_device(&self) -> Option<&DeviceCounters> {
         self.device_counters
