@@ -22,7 +22,8 @@
 #
 # Usage: scripts/bench-cold-deletes.sh
 # Env:   KEYS (300000), DELETES (20000), HOT_GETS (40000), OP (DEL or SET),
-#        INDEX_KEYS (3 x KEYS),
+#        INDEX_KEYS (3 x KEYS), WARM_COLD (cold requests made first, not
+#        measured: 0),
 #        BIN_DIR (binaries to use instead of a fresh release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,7 @@ DELETES="${DELETES:-20000}"
 HOT_GETS="${HOT_GETS:-40000}"
 OP="${OP:-DEL}"
 INDEX_KEYS="${INDEX_KEYS:-$((KEYS * 3))}"
+WARM_COLD="${WARM_COLD:-0}"
 case "$OP" in
   DEL) COLD_CMD=(DEL key:__rand_int__) ;;
   SET) COLD_CMD=(SET key:__rand_int__ overwritten-value-of-forty-bytes-xxxxxx) ;;
@@ -67,6 +69,12 @@ echo "keys: $(redis-cli -p "$RINGKV_RESP_PORT" dbsize)"
 redis-benchmark -p "$RINGKV_RESP_PORT" -n 20000 -r 100 -c 4 -P 16 -q SET hot:__rand_int__ hotvalue |
   tr '\r' '\n' | grep -v '^ *$' | tail -1
 
+if [ "$WARM_COLD" -gt 0 ]; then
+  say "$WARM_COLD cold ${OP}s first, not measured (to fill the unresolved set)"
+  redis-benchmark -p "$RINGKV_RESP_PORT" -n "$WARM_COLD" -r "$KEYS" -c 8 -P 1 -q "${COLD_CMD[@]}" |
+    tr '\r' '\n' | grep -v '^ *$' | tail -1
+fi
+
 say "$DELETES cold ${OP}s (8 clients) and $HOT_GETS hot GETs (4 clients) at once"
 redis-benchmark -p "$RINGKV_RESP_PORT" -n "$DELETES" -r "$KEYS" -c 8 -P 1 "${COLD_CMD[@]}" \
   >"$WORK/cold.out" 2>&1 &
@@ -81,4 +89,6 @@ for what in cold get; do
     grep -E "requests completed|throughput summary|avg +min" -A1 | grep -v '^--'
 done
 echo "keys: $(redis-cli -p "$RINGKV_RESP_PORT" dbsize)"
+redis-cli -p "$RINGKV_RESP_PORT" info ringkv | tr -d '\r' |
+  grep -E '^tier_(unresolved_entries|deleted_keys|cold_reads|settles_done):' || true
 echo "(the hot GETs must finish before the ${OP}s for the whole run to be contended)"

@@ -837,3 +837,82 @@ fn puts_past_the_unresolved_bound_settle_their_candidates_after_writing() {
     assert!(t.write_room());
     check(&mut t, &model, 1_000);
 }
+
+#[test]
+fn deletes_past_the_bound_go_blind_while_settling_reads_have_room() {
+    let disk = SimDisk::new(26);
+    let mut t = cold_tier(&disk, 2_000);
+    t.set_unresolved_max(4);
+    t.set_settles_max(3);
+    // Four blind deletes whose answers are never read: the deleted-key
+    // set is at its bound.
+    for i in 0..4u64 {
+        let k = key(i * 100);
+        let DeleteLookup::Cold(_) = t.delete_lookup(fnv1a64(&k), &k) else {
+            panic!("key {i}: its record is on the device");
+        };
+        t.delete_blind(fnv1a64(&k), &k);
+    }
+    assert_eq!(t.stats().deleted_keys, 4);
+    // Past the bound: still blind, the answer's read counted among the
+    // settling reads.
+    let (k1, k2, k3) = (key(1_001), key(1_002), key(1_003));
+    let reads = t.stats().device_reads;
+    let mut held = Vec::new();
+    for k in [&k1, &k2] {
+        let DeleteLookup::Cold(mut g) = t.delete_lookup(fnv1a64(k), k) else {
+            panic!("blind past the bound");
+        };
+        t.delete_blind(fnv1a64(k), k);
+        g.index = held.len();
+        held.push(g);
+    }
+    assert_eq!(t.stats().device_reads, reads, "a delete read");
+    assert_eq!(t.stats().deleted_keys, 6);
+    assert!(t.write_room());
+    // A lookup whose delete is not applied (its WAL record did not fit)
+    // and is dropped gives its count back.
+    let DeleteLookup::Cold(g) = t.delete_lookup(fnv1a64(&k3), &k3) else {
+        panic!("blind past the bound");
+    };
+    assert!(!t.write_room(), "three settling reads open");
+    drop(g);
+    assert!(t.write_room());
+    // The third one is applied; then all three are open, and a fourth
+    // delete reads its key's record before it is applied.
+    let DeleteLookup::Cold(mut g) = t.delete_lookup(fnv1a64(&k3), &k3) else {
+        panic!("blind past the bound");
+    };
+    t.delete_blind(fnv1a64(&k3), &k3);
+    g.index = held.len();
+    held.push(g);
+    assert!(!t.write_room());
+    let k4 = key(1_004);
+    assert!(matches!(
+        t.delete_lookup(fnv1a64(&k4), &k4),
+        DeleteLookup::Live
+    ));
+    t.delete_blind(fnv1a64(&k4), &k4);
+    assert!(t.stats().device_reads > reads);
+    assert_eq!(
+        t.stats().deleted_keys,
+        7,
+        "the blocking delete left no key behind"
+    );
+    // The answers: each key was there; their reads settle what the blind
+    // deletes left.
+    let mut answers = vec![Ok(None); 3];
+    read_cold(&t, &mut answers, held);
+    for (a, i) in answers.iter().zip([1_001u64, 1_002, 1_003]) {
+        assert_eq!(a, &Ok(Some(Bytes::from(value(i, 0)))), "key {i}");
+    }
+    assert!(t.write_room());
+    assert_eq!(t.stats().deleted_keys, 4, "{:?}", t.stats());
+    for i in [1_001u64, 1_002, 1_003, 1_004, 0, 100] {
+        assert_eq!(t.get(fnv1a64(&key(i)), &key(i)), None, "key {i}");
+    }
+    assert_eq!(
+        t.get(fnv1a64(&key(1_005)), &key(1_005)),
+        Some(Bytes::from(value(1_005, 0)))
+    );
+}

@@ -223,7 +223,7 @@ stats_group! {
         spilled_keys: u64, "gauge", "keys";
         /// Index entries a blind write left unresolved (nearly all older versions of keys written since; GC settles them). `keys` leaves them out.
         unresolved_entries: u64, "gauge", "entries";
-        /// Keys deleted without a device read whose older entries are still in the index (unresolved, dead; GC settles them). Past a 32nd of storage.index_keys per shard, deletes read.
+        /// Keys deleted without a device read whose older entries are still in the index (unresolved, dead; the delete's answer read or GC settles them). Bounded at a 32nd of storage.index_keys per shard, plus the deletes whose answer reads are open.
         deleted_keys: u64, "gauge", "keys";
         /// Settling reads finished since start: after a put made while the unresolved entries were at their bound, a read of its key's older record, which then goes.
         settles_done: u64, "count", "reads";

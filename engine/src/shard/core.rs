@@ -577,6 +577,12 @@ impl ShardCore {
                     // (hybrid tier), the delete is logged and applied now
                     // without it, and the answer waits for the read, like a
                     // cold GET's.
+                    // Past the tier's bounds with its settling reads all
+                    // open, the delete would read on the shard thread:
+                    // it waits for room instead.
+                    if !st.tier.write_room() {
+                        break false;
+                    }
                     let lookup = st.tier.delete_lookup(hash, key);
                     let live = matches!(lookup, DeleteLookup::Live);
                     let any = !matches!(lookup, DeleteLookup::Absent);

@@ -216,9 +216,10 @@ pub trait Tier {
     fn settles_waiting(&self) -> bool {
         false
     }
-    /// Whether a put applied now would go without a device read. False
-    /// while too many settling reads are open: the caller holds writes
-    /// back until some finish (a put applied anyway reads, blocking).
+    /// Whether a put or a delete applied now would go without a device
+    /// read. False while too many settling reads are open: the caller
+    /// holds writes back until some finish (one applied anyway reads,
+    /// blocking).
     fn write_room(&self) -> bool {
         true
     }

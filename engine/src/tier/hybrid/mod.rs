@@ -47,9 +47,9 @@
 //! shard keeps serving) and answered by [`Tier::finish_cold`]; so are the
 //! answers of blind deletes, and the settling reads puts queue once the
 //! unresolved set is at its bound ([`Tier::take_settles`]). Every other
-//! device I/O here (appends, GC, key walks, read-modify-writes, deletes
-//! while the unresolved or deleted-key set is full, puts past
-//! [`SETTLES_MAX`] open settling reads) is blocking, on the shard thread.
+//! device I/O here (appends, GC, key walks, read-modify-writes, puts and
+//! deletes past [`SETTLES_MAX`] open settling reads) is blocking, on the
+//! shard thread.
 
 pub mod cache;
 pub mod index;
@@ -189,8 +189,12 @@ struct Inner<D: Disk> {
     /// Reads that settle the candidates of puts made past the unresolved
     /// set's bound, waiting for [`Tier::take_settles`].
     settles: Vec<ColdKey<D::File>>,
-    /// Settling reads queued or in flight (not finished yet).
-    settles_open: usize,
+    /// Settling reads queued or in flight (not finished yet): each holds
+    /// an [`OpenSettle`], which counts it until it is dropped.
+    settles_open: std::rc::Rc<std::cell::Cell<usize>>,
+    /// The last delete looked up past the sets' bound with an answer read
+    /// counted among the settling reads: it may go blind.
+    blind_allowed: Option<u64>,
     /// Most settling reads open ([`SETTLES_MAX`]).
     settles_max: usize,
     /// Settling reads finished.
@@ -269,9 +273,28 @@ struct ColdKey<F> {
     /// put's candidates: the key's record it finds is dead (older than
     /// the delete or the put), and its entry goes.
     settle: bool,
-    /// A settling read of a put (counted in `settles_open`); no one
-    /// waits for its answer.
+    /// A settling read of a put; no one waits for its answer.
     background: bool,
+    /// Counted in `settles_open` (a put's settling read, or the answer
+    /// read of a delete applied blind past the sets' bound) until dropped.
+    counted: Option<OpenSettle>,
+}
+
+/// One open settling read, counted until dropped (finished, or abandoned:
+/// a delete looked up again when its WAL record did not fit).
+struct OpenSettle(std::rc::Rc<std::cell::Cell<usize>>);
+
+impl OpenSettle {
+    fn new(open: &std::rc::Rc<std::cell::Cell<usize>>) -> OpenSettle {
+        open.set(open.get() + 1);
+        OpenSettle(open.clone())
+    }
+}
+
+impl Drop for OpenSettle {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 /// Where a cold read's answer goes: (its index, whether it answers a
@@ -335,7 +358,8 @@ impl<D: Disk> HybridTier<D> {
                 deleted_bytes: 0,
                 checkpoint_deleted: Vec::new(),
                 settles: Vec::new(),
-                settles_open: 0,
+                settles_open: std::rc::Rc::new(std::cell::Cell::new(0)),
+                blind_allowed: None,
                 settles_max: SETTLES_MAX,
                 settles_done: 0,
                 layout_loaded: false,
@@ -666,6 +690,7 @@ impl<D: Disk> Inner<D> {
                 bytes: 0,
                 settle: false,
                 background: false,
+                counted: None,
             });
         }
         match failed {
@@ -850,7 +875,7 @@ impl<D: Disk> Inner<D> {
         let mut unknown: Vec<Candidate> = Vec::new();
         let mut settle: Vec<ColdCand<D::File>> = Vec::new();
         let full = !self.unresolved_room();
-        if !full || self.settles_open < self.settles_max {
+        if !full || self.settles_open.get() < self.settles_max {
             for c in self.ordered_candidates(h) {
                 match self.where_is(&c) {
                     Where::Ram(Ok(r)) if r.key == key => mine.push((c, r)),
@@ -936,7 +961,7 @@ impl<D: Disk> Inner<D> {
             }
         }
         if !settle.is_empty() {
-            self.settles_open += 1;
+            let counted = Some(OpenSettle::new(&self.settles_open));
             self.settles.push(ColdKey {
                 key: Bytes::copy_from_slice(key),
                 hash,
@@ -947,6 +972,7 @@ impl<D: Disk> Inner<D> {
                 bytes: 0,
                 settle: true,
                 background: true,
+                counted,
             });
         }
         new
@@ -971,12 +997,15 @@ impl<D: Disk> Inner<D> {
     /// read), the key goes into `deleted`, and the settled candidates
     /// among those become unresolved when the key's current record was not
     /// found in RAM (it may be one of them). Reads the candidates instead
-    /// (a blocking delete) when `deleted` or `unresolved` is full.
+    /// (a blocking delete) when `deleted` or `unresolved` is full and so
+    /// are the settling reads (a blind delete is always right; the bound
+    /// is on the RAM its sets take until reads settle them).
     fn delete_blind(&mut self, hash: u64, key: &[u8]) {
         if self.is_deleted(key) {
             return;
         }
-        if !self.blind_room() {
+        let allowed = self.blind_allowed.take() == Some(hash);
+        if !self.blind_room() && !allowed {
             if let Err(e) = self.delete(hash, key) {
                 tracing::warn!(error = %e, "hybrid tier: delete could not read a candidate record");
             }
@@ -1504,7 +1533,6 @@ impl<D: Disk> Tier for HybridTier<D> {
             match st.finish_one(ck) {
                 Ok(answer) => {
                     if background {
-                        st.settles_open -= 1;
                         st.settles_done += 1;
                     }
                     answers.push((g.index, answer));
@@ -1539,11 +1567,15 @@ impl<D: Disk> Tier for HybridTier<D> {
     /// Tells from RAM when it can (a key deleted blind is absent; a
     /// candidate in RAM that matches answers); otherwise the answer is
     /// read like a cold GET's, after the delete was applied blind. With
-    /// `deleted` or `unresolved` full the delete reads now, blocking.
+    /// `deleted` or `unresolved` full that read counts among the settling
+    /// reads ([`SETTLES_MAX`]); past those, the delete reads now, blocking.
     fn delete_lookup(&self, hash: u64, key: &[u8]) -> super::DeleteLookup {
         use super::DeleteLookup;
         let mut st = self.inner.borrow_mut();
-        let found = if st.blind_room() {
+        // Past the sets' bound the delete still goes blind while settling
+        // reads have room: its answer's read settles what it leaves.
+        let past_bound = !st.blind_room();
+        let found = if !past_bound || st.settles_open.get() < st.settles_max {
             match st.lookup(hash, key) {
                 Lookup::Found(r) => r,
                 Lookup::Failed(e) => {
@@ -1552,6 +1584,10 @@ impl<D: Disk> Tier for HybridTier<D> {
                 }
                 Lookup::Cold(mut ck) => {
                     ck.settle = true;
+                    if past_bound {
+                        ck.counted = Some(OpenSettle::new(&st.settles_open));
+                        st.blind_allowed = Some(hash);
+                    }
                     return DeleteLookup::Cold(ColdGet {
                         index: 0,
                         delete: true,
@@ -1589,7 +1625,7 @@ impl<D: Disk> Tier for HybridTier<D> {
 
     fn write_room(&self) -> bool {
         let st = self.inner.borrow();
-        st.settles_open < st.settles_max || st.unresolved_room()
+        st.settles_open.get() < st.settles_max || st.blind_room()
     }
 
     fn get_expiring(&self, hash: u64, key: &[u8]) -> Option<(Bytes, Option<u64>)> {
