@@ -916,3 +916,30 @@ fn deletes_past_the_bound_go_blind_while_settling_reads_have_room() {
         Some(Bytes::from(value(1_005, 0)))
     );
 }
+
+#[test]
+fn a_delete_answer_settles_every_older_record_of_its_key() {
+    let disk = SimDisk::new(27);
+    let mut t = cold_tier(&disk, 2_000);
+    // A blind overwrite: the key's older record stays, unresolved.
+    let k = key(700);
+    put(&mut t, &k, &value(700, 1));
+    assert_eq!(t.stats().unresolved_entries, 1);
+    // Both records on the device, none in RAM.
+    checkpoint(&mut t);
+    t.forget_cached();
+    let DeleteLookup::Cold(mut g) = t.delete_lookup(fnv1a64(&k), &k) else {
+        panic!("the key's records are on the device");
+    };
+    t.delete_blind(fnv1a64(&k), &k);
+    assert_eq!(t.stats().deleted_keys, 1);
+    g.index = 0;
+    let mut answer = [Ok(None)];
+    read_cold(&t, &mut answer, vec![g]);
+    // The answer is the newer value; the read went on to the older record,
+    // so nothing of the key is left to settle.
+    assert_eq!(answer[0], Ok(Some(Bytes::from(value(700, 1)))));
+    assert_eq!(t.stats().deleted_keys, 0, "{:?}", t.stats());
+    assert_eq!(t.stats().unresolved_entries, 0, "{:?}", t.stats());
+    assert_eq!(t.get(fnv1a64(&k), &k), None);
+}

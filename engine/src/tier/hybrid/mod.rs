@@ -275,6 +275,10 @@ struct ColdKey<F> {
     settle: bool,
     /// A settling read of a put; no one waits for its answer.
     background: bool,
+    /// A settling read's answer, from the first record of the key it
+    /// found; it goes on to the other candidates, whose records of the key
+    /// are older and go too.
+    answer: Option<Option<Bytes>>,
     /// Counted in `settles_open` (a put's settling read, or the answer
     /// read of a delete applied blind past the sets' bound) until dropped.
     counted: Option<OpenSettle>,
@@ -690,6 +694,7 @@ impl<D: Disk> Inner<D> {
                 bytes: 0,
                 settle: false,
                 background: false,
+                answer: None,
                 counted: None,
             });
         }
@@ -769,6 +774,12 @@ impl<D: Disk> Inner<D> {
                 }
             };
             match record {
+                Ok(r) if r.key == ck.key && ck.settle && ck.answer.is_some() => {
+                    // An older record of the key: as dead as the first.
+                    if cacheable {
+                        self.settle_deleted(ck.hash, addr, !unresolved, &r);
+                    }
+                }
                 Ok(r) if r.key == ck.key && unresolved && ck.failed.is_some() => {
                     // An earlier candidate could not be read and may be
                     // the key's newer record.
@@ -776,10 +787,17 @@ impl<D: Disk> Inner<D> {
                 }
                 Ok(r) if r.key == ck.key => {
                     if ck.settle {
-                        // A blind delete's answer: the record is dead now.
+                        // A blind delete's answer, or a put's settling
+                        // read: the record is dead now, and so is every
+                        // older one of the key among the candidates left
+                        // (reading them all leaves the key no unresolved
+                        // entry, so it leaves the deleted-key set).
                         if cacheable {
                             self.settle_deleted(ck.hash, addr, !unresolved, &r);
                         }
+                        let live = r.expires_at_ms.is_none_or(|at| at > ck.now_ms);
+                        ck.answer = Some(live.then_some(r.value));
+                        continue;
                     } else if cacheable
                         && self.index.find_addr(KeyHash::new(ck.hash), addr).is_some()
                     {
@@ -798,6 +816,9 @@ impl<D: Disk> Inner<D> {
                     ck.failed.get_or_insert(e.to_string());
                 }
             }
+        }
+        if let Some(answer) = ck.answer.take() {
+            return Ok(Ok(answer));
         }
         Ok(match ck.failed {
             Some(reason) => {
@@ -972,6 +993,7 @@ impl<D: Disk> Inner<D> {
                 bytes: 0,
                 settle: true,
                 background: true,
+                answer: None,
                 counted,
             });
         }
