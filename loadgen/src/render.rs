@@ -722,6 +722,18 @@ mod tests {
         assert!(text.contains("NOT in profile order"), "{text}");
     }
 
+    /// The cells of the Markdown table row of `text` that starts with `label`.
+    fn table_row(text: &str, label: &str) -> Vec<String> {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("| {label}")))
+            .unwrap_or_else(|| panic!("no row {label} in\n{text}"));
+        line.split('|')
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .collect()
+    }
+
     #[test]
     fn sweep_table_has_seed_shape() {
         let mut report = sample_report(&["nvme"], &["write", "read"], 1.0);
@@ -746,17 +758,7 @@ mod tests {
         }
         let rows: Vec<&ResultRow> = report.results.iter().collect();
         let text = sweep_tables(&rows);
-        let lines: Vec<&str> = text.lines().collect();
-        let row = |label: &str| -> Vec<String> {
-            let line = lines
-                .iter()
-                .find(|l| l.starts_with(&format!("| {label}")))
-                .unwrap_or_else(|| panic!("no row {label} in\n{text}"));
-            line.split('|')
-                .map(|c| c.trim().to_string())
-                .filter(|c| !c.is_empty())
-                .collect()
-        };
+        let row = |label: &str| table_row(&text, label);
         assert_eq!(row("Storage(R/W)"), ["Storage(R/W)", "10K(ns)", "100K(ns)"]);
         assert_eq!(row("ringkv(W)"), ["ringkv(W)", "1000000", "9000000"]);
         // The document's own rows for nvme, marked as published.
@@ -795,16 +797,7 @@ mod tests {
         }
         let rows: Vec<&ResultRow> = report.results.iter().collect();
         let text = sweep_tables(&rows);
-        let cells = |label: &str| -> Vec<String> {
-            let line = text
-                .lines()
-                .find(|l| l.starts_with(&format!("| {label}")))
-                .unwrap_or_else(|| panic!("no row {label} in\n{text}"));
-            line.split('|')
-                .map(|c| c.trim().to_string())
-                .filter(|c| !c.is_empty())
-                .collect()
-        };
+        let cells = |label: &str| table_row(&text, label);
         // 10K reads in 9 ms: 100K at that rate take 90 ms.
         assert_eq!(cells("ringkv(R)"), ["ringkv(R)", "~90000000"]);
         assert_eq!(cells("ringkv(W)"), ["ringkv(W)", "9000000"]);

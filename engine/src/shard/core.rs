@@ -15,7 +15,7 @@ use crate::hash::fnv1a64;
 use crate::metrics::ShardStats;
 use crate::shard::durable::{Append, Pending, WalState};
 use crate::shard::notify::Notify;
-use crate::tier::{ColdGet, DeleteLookup, Tier};
+use crate::tier::{ColdAnswer, ColdGet, DeleteLookup, Tier};
 use crate::txn::watch::{KeyMark, WriteMarks};
 use crate::wal::format::{record_size, RecordKind};
 use crate::wal::writer::{SealedFlush, WalAppender};
@@ -291,6 +291,15 @@ impl ShardCore {
             return false;
         }
         // Nobody waits for their answers.
+        self.read_cold(cold).await;
+        self.space_freed.notify();
+        true
+    }
+
+    /// Reads `cold` (all at once; the shard serves other requests
+    /// meanwhile), again for those that need another read, until each
+    /// has its answer: `(index, answer)`.
+    async fn read_cold(&self, mut cold: Vec<ColdGet>) -> Vec<(usize, ColdAnswer)> {
         let mut answers = Vec::with_capacity(cold.len());
         while !cold.is_empty() {
             let fetch = self.state.borrow().tier.fetch_cold(cold);
@@ -302,8 +311,7 @@ impl ShardCore {
                 .finish_cold(read, &mut answers, &mut again);
             cold = again;
         }
-        self.space_freed.notify();
-        true
+        answers
     }
 
     /// Wakes the settling task if the tier queued reads outside a batch
@@ -774,23 +782,12 @@ impl ShardCore {
     /// Then applies the batch's read budget again over every value in
     /// order, now that the cold ones' sizes are known.
     /// Returns how many answers became errors.
-    async fn answer_cold(&self, mut cold: Vec<ColdGet>, results: &mut [OpResult]) -> u64 {
+    async fn answer_cold(&self, cold: Vec<ColdGet>, results: &mut [OpResult]) -> u64 {
         let mut failed = 0;
         let shard = self.settings.shard;
-        let mut answers = Vec::with_capacity(cold.len());
         let deletes: std::collections::HashSet<usize> =
             cold.iter().filter(|g| g.delete).map(|g| g.index).collect();
-        while !cold.is_empty() {
-            let fetch = self.state.borrow().tier.fetch_cold(cold);
-            let read = fetch.await;
-            let mut again = Vec::new();
-            self.state
-                .borrow()
-                .tier
-                .finish_cold(read, &mut answers, &mut again);
-            cold = again;
-        }
-        for (i, answer) in answers {
+        for (i, answer) in self.read_cold(cold).await {
             results[i] = match answer {
                 // A delete's: whether its key was there, live.
                 Ok(Some(_)) if deletes.contains(&i) => OpResult::Ok,
