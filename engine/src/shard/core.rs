@@ -292,13 +292,14 @@ impl ShardCore {
         }
         // Nobody waits for their answers.
         self.read_cold(cold).await;
-        self.space_freed.notify();
         true
     }
 
     /// Reads `cold` (all at once; the shard serves other requests
     /// meanwhile), again for those that need another read, until each
-    /// has its answer: `(index, answer)`.
+    /// has its answer: `(index, answer)`. Then wakes writes held back for
+    /// room in the tier: settling reads and the answer reads of deletes
+    /// past the tier's bound both count toward it.
     async fn read_cold(&self, mut cold: Vec<ColdGet>) -> Vec<(usize, ColdAnswer)> {
         let mut answers = Vec::with_capacity(cold.len());
         while !cold.is_empty() {
@@ -311,6 +312,7 @@ impl ShardCore {
                 .finish_cold(read, &mut answers, &mut again);
             cold = again;
         }
+        self.space_freed.notify();
         answers
     }
 
