@@ -18,10 +18,10 @@ use ringkv_protocol::{Limits, ServerInfo};
 use tunables::Config;
 
 use crate::auth::{AuthError, Authenticator};
-use crate::http::MetricsServer;
-use crate::listener::{run_shard, DRAIN_TIME};
 use crate::lockfile::{DirLock, LockError};
-use crate::session::accepted_hello_ack;
+use crate::native::listener::{run_shard, DRAIN_TIME};
+use crate::native::session::accepted_hello_ack;
+use crate::ops::http::MetricsServer;
 use crate::shard::{Access, DeviceFacts, ServerFacts, ShardContext, Shared};
 use crate::sockets::{bind_reuseport_group, BindError};
 use crate::tls::{TlsConfig, TlsError, TlsFiles};
@@ -168,7 +168,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         handshake_timeout: config.server.handshake_timeout.get(),
         tls: tls.clone().filter(|_| config.server.tls_native),
     };
-    let metrics_access = crate::http::MetricsAccess {
+    let metrics_access = crate::ops::http::MetricsAccess {
         auth: Arc::clone(&auth),
         tls: tls.clone().filter(|_| config.server.tls_metrics),
     };
@@ -276,7 +276,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         config.server.max_connections as usize,
         facts,
         engine.handle(),
-        crate::txn::TxnConfig::from_config(&config.server),
+        crate::native::txn::TxnConfig::from_config(&config.server),
     ));
 
     let metrics = match metrics_listen {
@@ -284,7 +284,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         Some(addr) => {
             let render_shared = Arc::clone(&shared);
             match MetricsServer::start(addr, metrics_access, move || {
-                crate::metrics::render(&render_shared, &render_shared.handle.metrics())
+                crate::ops::metrics::render(&render_shared, &render_shared.handle.metrics())
             }) {
                 Ok(m) => Some(m),
                 Err(source) => {
@@ -418,12 +418,12 @@ impl RunningServer {
 
     /// The STATS pairs, as a client would get them.
     pub fn stats(&self) -> Vec<(String, String)> {
-        crate::stats::stats_pairs(&self.shared, &self.shared.handle.metrics())
+        crate::ops::stats::stats_pairs(&self.shared, &self.shared.handle.metrics())
     }
 
     /// The Prometheus page, as `/metrics` would serve it.
     pub fn render_metrics(&self) -> String {
-        crate::metrics::render(&self.shared, &self.shared.handle.metrics())
+        crate::ops::metrics::render(&self.shared, &self.shared.handle.metrics())
     }
 
     /// Reads the TLS certificate, key and client-CA files again and uses them

@@ -22,9 +22,9 @@ use bytes::Bytes;
 use ringkv_protocol::Limits;
 
 use crate::auth::Authenticator;
-use crate::connection::ConnState;
-use crate::counters::{CountersSnapshot, ShardCounters};
-use crate::session::CloseReason;
+use crate::native::connection::ConnState;
+use crate::native::session::CloseReason;
+use crate::ops::counters::{CountersSnapshot, ShardCounters};
 
 /// Facts about the running server that STATS and /metrics report.
 #[derive(Debug, Clone)]
@@ -89,7 +89,7 @@ pub struct Shared {
     pub facts: ServerFacts,
     pub handle: engine::Handle,
     /// Transaction limits and timeouts (`server.txn_*`).
-    pub txn: crate::txn::TxnConfig,
+    pub txn: crate::native::txn::TxnConfig,
     connections_open: AtomicUsize,
     shutting_down: AtomicBool,
 }
@@ -105,7 +105,7 @@ impl Shared {
         max_connections: usize,
         facts: ServerFacts,
         handle: engine::Handle,
-        txn: crate::txn::TxnConfig,
+        txn: crate::native::txn::TxnConfig,
     ) -> Shared {
         Shared {
             access,
@@ -331,6 +331,6 @@ impl ShardContext {
 
     /// The STATS answer.
     pub fn stats_pairs(&self) -> Vec<(String, String)> {
-        crate::stats::stats_pairs(&self.shared, &self.handle.metrics())
+        crate::ops::stats::stats_pairs(&self.shared, &self.handle.metrics())
     }
 }

@@ -19,7 +19,7 @@ use ringkv_protocol::{
     decode_hello_ack, decode_response, encode_hello, encode_request, Hello, HelloAck, Limits,
     Request, RequestOp, ServerFrame, ServerInfo, Status, PROTOCOL_VERSION, SCAN_PATTERN_BYTES_MAX,
 };
-use ringkv_server::session::{feed_checked, CloseReason, Session, Step};
+use ringkv_server::native::session::{feed_checked, CloseReason, Session, Step};
 
 /// The reader's smallest read; the buffer may exceed a frame by this much.
 const CHUNK: usize = 4096;

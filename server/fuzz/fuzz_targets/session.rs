@@ -16,7 +16,7 @@
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use ringkv_protocol::{encode_hello, Hello, Limits, ServerInfo, PROTOCOL_VERSION};
-use ringkv_server::session::{feed_checked, Session, Step};
+use ringkv_server::native::session::{feed_checked, Session, Step};
 
 fn limits() -> Limits {
     Limits {

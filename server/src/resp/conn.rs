@@ -39,9 +39,9 @@ use super::command::{
 use super::counters::RespCounters;
 use super::info::answer_server_command;
 use super::multi::{self, error_reply, MultiLimits, MultiState, Queued, WATCH_INSIDE_MULTI};
-use crate::connection::{linger, ConnState};
-use crate::pipe::Pipe;
-use crate::session::CloseReason;
+use crate::native::connection::{linger, ConnState};
+use crate::native::pipe::Pipe;
+use crate::native::session::CloseReason;
 use crate::shard::ShardContext;
 
 /// Smallest free space offered to one read.

@@ -16,10 +16,10 @@ use engine::{AbortReason, Op, OpResult, Txn, TxnSettings};
 use ringkv_protocol::{fit_response, OpReply, Request, RequestOp, Response, Status};
 use std::time::Duration;
 
-use crate::counters::{OpKind, OpTally};
-use crate::exec::{engine_op, engine_reply, scan_room_bytes};
-use crate::scan::{scan, ScanArgs};
-use crate::status::{op_error_status, txn_error_reply};
+use crate::native::exec::{engine_op, engine_reply, scan_room_bytes};
+use crate::native::scan::{scan, ScanArgs};
+use crate::ops::counters::{OpKind, OpTally};
+use crate::ops::status::{op_error_status, txn_error_reply};
 
 /// Transaction settings from `[server]`.
 #[derive(Debug, Clone, Copy)]

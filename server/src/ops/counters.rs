@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ringkv_protocol::Status;
 
-use crate::session::CloseReason;
+use crate::native::session::CloseReason;
 use engine::histogram::{AtomicHistogram, HistogramSnapshot};
 
 /// Operation kinds as counted (and labelled `op` in /metrics).

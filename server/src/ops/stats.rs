@@ -13,7 +13,7 @@ use ringkv_protocol::stats::{
 };
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::counters::OpKind;
+use crate::ops::counters::OpKind;
 use crate::shard::Shared;
 
 /// The STATS answer for this server and engine snapshot.
@@ -68,7 +68,7 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
         devices: engine
             .devices
             .iter()
-            .map(|d| (d.name.clone(), crate::metrics::device_stats(shared, d)))
+            .map(|d| (d.name.clone(), crate::ops::metrics::device_stats(shared, d)))
             .collect(),
         shards: engine
             .shards

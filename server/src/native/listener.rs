@@ -18,8 +18,8 @@ use compio::net::{TcpListener, TcpStream};
 use futures::future::{select, Either};
 use ringkv_protocol::{encode_hello_ack, HelloAck, Status, PROTOCOL_VERSION};
 
-use crate::connection::{linger, serve};
-use crate::session::CloseReason;
+use crate::native::connection::{linger, serve};
+use crate::native::session::CloseReason;
 use crate::shard::ShardContext;
 
 /// How long a stopping shard lets its connections finish what they read.

@@ -11,9 +11,9 @@ use engine::metrics::{DeviceMetrics, EngineMetrics, ShardMetrics};
 use ringkv_protocol::stats::DeviceStats;
 use ringkv_protocol::Status;
 
-use crate::counters::OpKind;
-use crate::prom::{latency_sample, size_sample, PromText};
-use crate::session::CloseReason;
+use crate::native::session::CloseReason;
+use crate::ops::counters::OpKind;
+use crate::ops::prom::{latency_sample, size_sample, PromText};
 use crate::shard::{DeviceFacts, Shared};
 
 /// Renders the whole page.
@@ -31,7 +31,7 @@ pub fn render(shared: &Shared, engine: &EngineMetrics) -> String {
 }
 
 fn render_txn(p: &mut PromText, shared: &Shared) {
-    let t = crate::stats::txn_stats(shared.handle.txn_stats());
+    let t = crate::ops::stats::txn_stats(shared.handle.txn_stats());
     p.gauge(
         "ringkv_txn_open",
         "Transactions open now.",

@@ -20,7 +20,7 @@ use engine::{Handle, PARTITIONS_PER_SHARD};
 use ringkv_protocol::{OpReply, Status, KEYS_ENTRY_HEADER_BYTES, KEYS_PAYLOAD_HEADER_BYTES};
 
 use crate::glob::glob_match;
-use crate::status::op_error_status;
+use crate::ops::status::op_error_status;
 
 /// Keys a step visits when the request's count is 0.
 pub const SCAN_COUNT_DEFAULT: usize = 10;

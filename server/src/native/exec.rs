@@ -14,10 +14,10 @@ use ringkv_protocol::{
     RESULT_HEADER_BYTES,
 };
 
-use crate::counters::{OpKind, OpTally};
-use crate::expiry::{expire_op, expiry_reply, put_expiring_op, ttl_query_op};
-use crate::scan::ScanArgs;
-use crate::status::{op_error_status, op_reply};
+use crate::native::expiry::{expire_op, expiry_reply, put_expiring_op, ttl_query_op};
+use crate::native::scan::ScanArgs;
+use crate::ops::counters::{OpKind, OpTally};
+use crate::ops::status::{op_error_status, op_reply};
 
 /// A request split into what the engine runs and what the server answers.
 #[derive(Debug)]
@@ -110,7 +110,7 @@ pub fn plan(request: Request) -> Plan {
                 });
             }
             // Frames with transaction ops run on the transaction path
-            // (`crate::txn`); here they could only be outside a transaction.
+            // (`crate::native::txn`); here they could only be outside a transaction.
             RequestOp::Begin
             | RequestOp::GetForUpdate { .. }
             | RequestOp::Commit

@@ -27,11 +27,11 @@ use compio::net::TcpStream;
 use ringkv_protocol::{encode_response, Status};
 
 use crate::auth::Verdict;
-use crate::counters::OpTally;
-use crate::exec::{assemble, plan, scan_room_bytes};
-use crate::pipe::Pipe;
-use crate::scan::scan_each;
-use crate::session::{error_frame, CloseReason, Session, Step, HANDSHAKE_BYTES_MAX};
+use crate::native::exec::{assemble, plan, scan_room_bytes};
+use crate::native::pipe::Pipe;
+use crate::native::scan::scan_each;
+use crate::native::session::{error_frame, CloseReason, Session, Step, HANDSHAKE_BYTES_MAX};
+use crate::ops::counters::OpTally;
 use crate::shard::ShardContext;
 use crate::tls::{TlsConn, TlsFailure};
 
@@ -556,7 +556,7 @@ async fn execute_loop(
             match compio::time::timeout(txn_config.idle_timeout, pipe.pop()).await {
                 Ok(next) => next,
                 Err(_) => {
-                    crate::txn::abort_idle(&mut txn).await;
+                    crate::native::txn::abort_idle(&mut txn).await;
                     continue;
                 }
             }
@@ -586,12 +586,12 @@ async fn execute_loop(
                 ));
             }
             Work::Run { request, received }
-                if crate::txn::needs_txn_path(&request, txn.is_some()) =>
+                if crate::native::txn::needs_txn_path(&request, txn.is_some()) =>
             {
                 let mut tally = OpTally::default();
                 let mut stats = || ctx.stats_pairs();
                 conn.executing.set(true);
-                let response = crate::txn::run_request(
+                let response = crate::native::txn::run_request(
                     &ctx.handle,
                     &txn_config,
                     &mut txn,

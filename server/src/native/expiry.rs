@@ -13,8 +13,8 @@ use engine::{
 };
 use ringkv_protocol::{Expiry, OpReply, Status};
 
-use crate::counters::OpKind;
-use crate::status::op_reply;
+use crate::ops::counters::OpKind;
+use crate::ops::status::op_reply;
 
 /// The expiry time a wire field names: 0 is none.
 fn wire_expiry(at: i64) -> Option<u64> {
