@@ -21,6 +21,7 @@ pub mod histogram;
 pub mod layout;
 pub mod manifest;
 pub mod metrics;
+mod notify;
 pub mod rng;
 mod shard;
 pub mod snapshot;

@@ -600,6 +600,74 @@ pub struct SnapshotFile {
     pub bytes: u64,
 }
 
+// Chains: which snapshot files a state is loaded from and which are kept.
+
+/// Snapshots kept on disk (the newest and one older fallback).
+pub(crate) const SNAPSHOTS_KEPT: usize = 2;
+
+/// The snapshots a snapshot's state is loaded from, the full one first:
+/// `Some(indexes into snapshots)`, or `None` if a base is missing.
+pub(crate) fn chain_of(snapshots: &[SnapshotFile], at: usize) -> Option<Vec<usize>> {
+    let mut chain = vec![at];
+    let mut cur = &snapshots[at];
+    while let Some(base) = cur.base_lsn {
+        let i = snapshots.iter().position(|s| s.lsn == base)?;
+        chain.push(i);
+        cur = &snapshots[i];
+    }
+    chain.reverse();
+    Some(chain)
+}
+
+/// What the next checkpoint builds on: the newest snapshot's LSN if it may
+/// be a delta over it (`marks_valid`: the tier's change marks are relative
+/// to it), `None` for a full one. A chain stops at `deltas_max` deltas, and
+/// once its deltas together outgrow its full snapshot, so a recovery reads
+/// at most about twice a full snapshot.
+pub(crate) fn delta_base(
+    snapshots: &[SnapshotFile],
+    marks_valid: bool,
+    deltas_max: u32,
+) -> Option<u64> {
+    let newest = snapshots.len().checked_sub(1)?;
+    if !marks_valid || deltas_max == 0 {
+        return None;
+    }
+    let chain = chain_of(snapshots, newest)?;
+    let deltas = chain.len() - 1;
+    let full_bytes = snapshots[chain[0]].bytes;
+    let delta_bytes: u64 = chain[1..].iter().map(|&i| snapshots[i].bytes).sum();
+    (deltas < deltas_max as usize && delta_bytes < full_bytes).then_some(snapshots[newest].lsn)
+}
+
+/// The snapshots to keep (sorted by LSN): the chains of the two newest.
+pub(crate) fn retained(snapshots: &[SnapshotFile]) -> Vec<bool> {
+    let mut keep = vec![false; snapshots.len()];
+    let n = snapshots.len();
+    for at in n.saturating_sub(SNAPSHOTS_KEPT)..n {
+        match chain_of(snapshots, at) {
+            Some(chain) => chain.into_iter().for_each(|i| keep[i] = true),
+            None => keep[at] = true,
+        }
+    }
+    keep
+}
+
+/// The size of the full snapshot the newest snapshot's chain starts from
+/// (0 without one).
+pub(crate) fn full_bytes(snapshots: &[SnapshotFile]) -> u64 {
+    let Some(newest) = snapshots.len().checked_sub(1) else {
+        return 0;
+    };
+    chain_of(snapshots, newest).map_or(snapshots[newest].bytes, |c| snapshots[c[0]].bytes)
+}
+
+/// The LSN of the oldest snapshot a recovery may load: the older of the
+/// two newest. The WAL is kept from there on.
+pub(crate) fn fallback_lsn(snapshots: &[SnapshotFile]) -> u64 {
+    snapshots[snapshots.len().saturating_sub(SNAPSHOTS_KEPT)].lsn
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -602,7 +602,7 @@ fn stale_records_of_a_recycled_segment_are_never_replayed() {
         buf.extend_from_slice(&image);
         let (r, _) = f.write_at(buf, 0).await;
         r.expect("write");
-        engine::wal::recovery::prepare_segment(&f, &paths().segment(2), 0, SEG)
+        engine::wal::segment::prepare_segment(&f, &paths().segment(2), 0, SEG)
             .await
             .expect("prepare");
         // The log goes on in segment 2 (LSN 61..): newer versions of keys

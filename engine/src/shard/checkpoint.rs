@@ -22,16 +22,16 @@
 use crate::error::{EngineError, SnapshotError};
 use crate::io::{Disk, DiskFile, ALIGN};
 use crate::layout::ShardPaths;
+use crate::notify::yield_now;
 use crate::shard::core::ShardCore;
-use crate::shard::notify::yield_now;
-use crate::snapshot::{self, BlockEncoder, ChunkWriter, SnapshotFile};
+use crate::snapshot::{
+    self, delta_base, fallback_lsn, full_bytes, retained, BlockEncoder, ChunkWriter, SnapshotFile,
+};
 use crate::wal::writer::SegmentFiles;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-/// Snapshots kept on disk (the newest and one older fallback).
-pub(crate) const SNAPSHOTS_KEPT: usize = 2;
 /// Pause after a failed checkpoint before trying again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
@@ -44,69 +44,6 @@ pub(crate) struct CheckpointSettings {
     /// Most deltas in a row over one full snapshot; 0: every snapshot is
     /// full.
     pub(crate) deltas_max: u32,
-}
-
-/// The snapshots a snapshot's state is loaded from, the full one first:
-/// `Some(indexes into snapshots)`, or `None` if a base is missing.
-pub(crate) fn chain_of(snapshots: &[SnapshotFile], at: usize) -> Option<Vec<usize>> {
-    let mut chain = vec![at];
-    let mut cur = &snapshots[at];
-    while let Some(base) = cur.base_lsn {
-        let i = snapshots.iter().position(|s| s.lsn == base)?;
-        chain.push(i);
-        cur = &snapshots[i];
-    }
-    chain.reverse();
-    Some(chain)
-}
-
-/// What the next checkpoint builds on: the newest snapshot's LSN if it may
-/// be a delta over it (`marks_valid`: the tier's change marks are relative
-/// to it), `None` for a full one. A chain stops at `deltas_max` deltas, and
-/// once its deltas together outgrow its full snapshot, so a recovery reads
-/// at most about twice a full snapshot.
-pub(crate) fn delta_base(
-    snapshots: &[SnapshotFile],
-    marks_valid: bool,
-    deltas_max: u32,
-) -> Option<u64> {
-    let newest = snapshots.len().checked_sub(1)?;
-    if !marks_valid || deltas_max == 0 {
-        return None;
-    }
-    let chain = chain_of(snapshots, newest)?;
-    let deltas = chain.len() - 1;
-    let full_bytes = snapshots[chain[0]].bytes;
-    let delta_bytes: u64 = chain[1..].iter().map(|&i| snapshots[i].bytes).sum();
-    (deltas < deltas_max as usize && delta_bytes < full_bytes).then_some(snapshots[newest].lsn)
-}
-
-/// The snapshots to keep (sorted by LSN): the chains of the two newest.
-fn retained(snapshots: &[SnapshotFile]) -> Vec<bool> {
-    let mut keep = vec![false; snapshots.len()];
-    let n = snapshots.len();
-    for at in n.saturating_sub(SNAPSHOTS_KEPT)..n {
-        match chain_of(snapshots, at) {
-            Some(chain) => chain.into_iter().for_each(|i| keep[i] = true),
-            None => keep[at] = true,
-        }
-    }
-    keep
-}
-
-/// The size of the full snapshot the newest snapshot's chain starts from
-/// (0 without one).
-pub(crate) fn full_bytes(snapshots: &[SnapshotFile]) -> u64 {
-    let Some(newest) = snapshots.len().checked_sub(1) else {
-        return 0;
-    };
-    chain_of(snapshots, newest).map_or(snapshots[newest].bytes, |c| snapshots[c[0]].bytes)
-}
-
-/// The LSN of the oldest snapshot a recovery may load: the older of the
-/// two newest. The WAL is kept from there on.
-pub(crate) fn fallback_lsn(snapshots: &[SnapshotFile]) -> u64 {
-    snapshots[snapshots.len().saturating_sub(SNAPSHOTS_KEPT)].lsn
 }
 
 /// The checkpoint loop of one shard.
@@ -130,7 +67,7 @@ pub(crate) async fn run_checkpointer<D: Disk>(
         if core.is_poisoned() {
             return;
         }
-        let (bytes, writes) = core.since_checkpoint();
+        let (bytes, writes) = core.wal.since_checkpoint();
         let base = delta_base(&snapshots, marks_valid, settings.deltas_max);
         // A delta costs about what the WAL since the last checkpoint holds.
         // A full snapshot waits until the WAL written since the last full
@@ -143,13 +80,13 @@ pub(crate) async fn run_checkpointer<D: Disk>(
                 .max(settings.wal_bytes),
         };
         // The shard wakes this loop once its WAL passes the threshold.
-        core.set_checkpoint_threshold(threshold);
+        core.wal.set_checkpoint_threshold(threshold);
         let by_bytes = bytes >= threshold;
         let by_time = !settings.interval.is_zero()
             && writes > 0
             && last_checkpoint.elapsed() >= settings.interval;
         if !(by_bytes || by_time) {
-            let wanted = core.checkpoint_wanted.notified();
+            let wanted = core.wal.checkpoint_wanted.notified();
             if settings.interval.is_zero() {
                 wanted.await;
             } else {
@@ -183,7 +120,7 @@ pub(crate) async fn run_checkpointer<D: Disk>(
 }
 
 /// Takes one checkpoint now: a delta over the snapshot of LSN `base` (the
-/// newest; see [`delta_base`]), or a full one. Returns the snapshot
+/// newest; see [`delta_base`](crate::snapshot::delta_base)), or a full one. Returns the snapshot
 /// written, or `None` if nothing was logged since the last one.
 pub(crate) async fn checkpoint<D: Disk>(
     core: &ShardCore,
@@ -202,10 +139,10 @@ pub(crate) async fn checkpoint<D: Disk>(
         None => core.last_lsn(),
     };
     if lsn == 0 || snapshots.last().is_some_and(|s| s.lsn >= lsn) {
-        core.checkpoint_started();
+        core.wal.checkpoint_started();
         return Ok(None);
     }
-    core.checkpoint_started();
+    core.wal.checkpoint_started();
     core.with_tier_mut(|t| t.checkpoint_begin());
     let shard = paths.shard as u32;
     let tmp = paths.snapshot_tmp(lsn);
@@ -318,7 +255,7 @@ pub(crate) async fn checkpoint<D: Disk>(
         None => fallback_lsn(snapshots),
     };
     // Keep enough spares for the WAL the next checkpoint interval writes.
-    let pool_max = (core.checkpoint_threshold() / files.segment_bytes()) as usize + 1;
+    let pool_max = (core.wal.checkpoint_threshold() / files.segment_bytes()) as usize + 1;
     let segments_removed = files.remove_covered(keep_from, pool_max).await?;
     core.with_tier_mut(|t| t.checkpoint_published());
     let elapsed = started.elapsed();

@@ -13,15 +13,15 @@ use crate::api::{Op, OpError, OpResult, UpdateOutcome, UpdateWrite};
 use crate::clock::now_ms;
 use crate::hash::fnv1a64;
 use crate::metrics::ShardStats;
-use crate::shard::durable::{Append, Pending, WalState};
-use crate::shard::notify::Notify;
+use crate::notify::Notify;
 use crate::tier::{ColdAnswer, ColdGet, DeleteLookup, Tier};
 use crate::txn::watch::{KeyMark, WriteMarks};
+use crate::wal::durable::{Append, Applied, Wal, WriteSet};
 use crate::wal::format::{record_size, RecordKind};
-use crate::wal::writer::{SealedFlush, WalAppender};
+use crate::wal::writer::WalAppender;
 use futures::channel::oneshot;
 use std::cell::RefCell;
-use std::path::Path;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use tunables::Durability;
@@ -52,57 +52,11 @@ impl CommitClock {
     }
 }
 
-/// Which answers of a batch belong to writes (they turn into `Poisoned`
-/// if the shard is poisoned before their flush is durable).
-#[derive(Debug)]
-pub(crate) enum WriteSet {
-    None,
-    All,
-    Some(Vec<u32>),
-}
-
-impl WriteSet {
-    /// Records whether the answer at `index` (answers are pushed in order)
-    /// belongs to a write.
-    fn mark(&mut self, index: usize, is_write: bool) {
-        match (&mut *self, is_write) {
-            (WriteSet::None, true) if index == 0 => *self = WriteSet::All,
-            (WriteSet::None, true) => *self = WriteSet::Some(vec![index as u32]),
-            (WriteSet::All, false) => *self = WriteSet::Some((0..index as u32).collect()),
-            (WriteSet::Some(v), true) => v.push(index as u32),
-            _ => {}
-        }
-    }
-
-    pub(crate) fn poison(&self, results: &mut [OpResult], shard: usize) {
-        let err = || OpResult::Err(OpError::Poisoned { shard });
-        match self {
-            WriteSet::None => {}
-            WriteSet::All => results.iter_mut().for_each(|r| *r = err()),
-            WriteSet::Some(v) => v.iter().for_each(|&i| results[i as usize] = err()),
-        }
-    }
-}
-
-/// The outcome of applying a batch, before it is answered.
-#[derive(Debug)]
-pub(crate) struct Applied {
-    pub(crate) results: Vec<OpResult>,
-    /// LSN that must be durable before the answer (sync mode with writes).
-    pub(crate) wait_lsn: Option<u64>,
-    pub(crate) writes: WriteSet,
-}
-
 struct CoreState {
     tier: Box<dyn Tier>,
     /// LSN of the newest plain write applied to the tier (transaction parts
     /// reach the tier only once durable, so they never count here).
     plain_write_lsn: u64,
-    /// The WAL's durability state: LSNs, the append buffer, the answers
-    /// waiting for durability, poisoning.
-    wal: WalState,
-    wal_bytes_since_checkpoint: u64,
-    writes_since_checkpoint: u64,
     /// Bumped with every change of a key in the tier (WATCH).
     write_marks: WriteMarks,
 }
@@ -130,24 +84,16 @@ pub(crate) struct ShardCore {
     pub(crate) stats: Arc<ShardStats>,
     pub(crate) clock: Arc<CommitClock>,
     state: RefCell<CoreState>,
-    /// WAL bytes after which a checkpoint is due: the configured
+    /// The shard's WAL: durability, the flusher's wake-ups, the checkpoint
+    /// trigger. Its `space_freed` also wakes writes held back for room in
+    /// the tier ([`Tier::write_room`]: settling reads finished). The WAL
+    /// bytes after which a checkpoint is due are the configured
     /// `checkpoint_wal_bytes`, or the size of the last snapshot if larger
     /// (a checkpoint never costs more than the log it replaces; like Redis's
     /// `auto-aof-rewrite-percentage 100`).
-    checkpoint_threshold: std::cell::Cell<u64>,
-    /// The flusher waits on this for records or a flush request.
-    pub(crate) flush_wanted: Notify,
-    /// Appenders wait on this for buffer space (or poisoning), and for
-    /// room in the tier ([`Tier::write_room`]: settling reads finished).
-    pub(crate) space_freed: Notify,
+    pub(crate) wal: Rc<Wal>,
     /// The tier queued settling reads ([`Tier::take_settles`]).
     pub(crate) settle_wanted: Notify,
-    /// The segment creator waits on this (the appender moved to a new segment).
-    pub(crate) segment_rolled: Notify,
-    /// The checkpointer waits on this.
-    pub(crate) checkpoint_wanted: Notify,
-    /// Durable LSN moved (or the shard got poisoned).
-    pub(crate) durable_advanced: Notify,
 }
 
 /// What one apply step logged to the WAL.
@@ -182,8 +128,13 @@ impl ShardCore {
         txn: crate::txn::shard::TxnShard,
     ) -> ShardCore {
         assert_eq!(wal.is_some(), settings.durability != Durability::None);
-        stats.current_lsn.store(last_lsn, Relaxed);
-        stats.durable_lsn.store(last_lsn, Relaxed);
+        let wal = Rc::new(Wal::new(
+            settings.shard,
+            last_lsn,
+            wal,
+            stats.clone(),
+            settings.checkpoint_wal_bytes,
+        ));
         stats.keys.store(tier.len(), Relaxed);
         stats.memory_bytes.store(tier.memory_bytes(), Relaxed);
         ShardCore {
@@ -194,37 +145,19 @@ impl ShardCore {
             state: RefCell::new(CoreState {
                 tier,
                 plain_write_lsn: last_lsn,
-                wal: WalState::new(settings.shard, last_lsn, wal),
-                wal_bytes_since_checkpoint: 0,
-                writes_since_checkpoint: 0,
                 write_marks: WriteMarks::new(),
             }),
-            checkpoint_threshold: std::cell::Cell::new(settings.checkpoint_wal_bytes),
-            flush_wanted: Notify::new(),
-            space_freed: Notify::new(),
+            wal,
             settle_wanted: Notify::new(),
-            segment_rolled: Notify::new(),
-            checkpoint_wanted: Notify::new(),
-            durable_advanced: Notify::new(),
         }
     }
 
     pub(crate) fn is_poisoned(&self) -> bool {
-        self.state.borrow().wal.is_poisoned()
+        self.wal.is_poisoned()
     }
 
     pub(crate) fn last_lsn(&self) -> u64 {
-        self.state.borrow().wal.last_lsn()
-    }
-
-    /// Segment the open WAL buffer belongs to (0 without a WAL).
-    pub(crate) fn open_segment_seq(&self) -> u64 {
-        self.state.borrow().wal.open_segment_seq()
-    }
-
-    /// (open buffer has records, a flush was requested, the buffer passed its threshold)
-    pub(crate) fn flush_state(&self) -> (bool, bool, bool) {
-        self.state.borrow().wal.flush_state()
+        self.wal.last_lsn()
     }
 
     /// Runs `f` on the tier (reads from a checkpoint or a key scan), with
@@ -233,42 +166,6 @@ impl ShardCore {
         let mut st = self.state.borrow_mut();
         st.tier.set_now_ms(now_ms());
         f(&*st.tier)
-    }
-
-    /// (WAL bytes, writes) since the last checkpoint.
-    pub(crate) fn since_checkpoint(&self) -> (u64, u64) {
-        let st = self.state.borrow();
-        (st.wal_bytes_since_checkpoint, st.writes_since_checkpoint)
-    }
-
-    /// WAL bytes after which the next checkpoint is due.
-    pub(crate) fn checkpoint_threshold(&self) -> u64 {
-        self.checkpoint_threshold.get()
-    }
-
-    /// Sets the WAL bytes after which the next checkpoint is due (the
-    /// checkpointer's choice: `checkpoint_wal_bytes` before a delta, more
-    /// before a full snapshot).
-    pub(crate) fn set_checkpoint_threshold(&self, bytes: u64) {
-        self.checkpoint_threshold
-            .set(self.settings.checkpoint_wal_bytes.max(bytes));
-    }
-
-    /// Recovery replayed `bytes` of WAL holding `records` records after the
-    /// newest snapshot: they count toward the next checkpoint as if this
-    /// process had written them (a server that restarts often must still
-    /// checkpoint).
-    pub(crate) fn carry_over(&self, bytes: u64, records: u64) {
-        let mut st = self.state.borrow_mut();
-        st.wal_bytes_since_checkpoint = bytes;
-        st.writes_since_checkpoint = records;
-    }
-
-    /// A checkpoint starts: count from zero again.
-    pub(crate) fn checkpoint_started(&self) {
-        let mut st = self.state.borrow_mut();
-        st.wal_bytes_since_checkpoint = 0;
-        st.writes_since_checkpoint = 0;
     }
 
     /// A write of the tier's own files failed: poison the shard (the WAL
@@ -312,7 +209,7 @@ impl ShardCore {
                 .finish_cold(read, &mut answers, &mut again);
             cold = again;
         }
-        self.space_freed.notify();
+        self.wal.space_freed.notify();
         answers
     }
 
@@ -426,7 +323,7 @@ impl ShardCore {
                     continue;
                 }
                 Op::Put { .. } | Op::Delete { .. } | Op::Update { .. } | Op::UpdateTtl { .. }
-                    if st.wal.is_poisoned() =>
+                    if self.wal.is_poisoned() =>
                 {
                     writes.mark(index, true);
                     *had_write = true;
@@ -461,14 +358,7 @@ impl ShardCore {
                     // Too many settling reads open: the put waits for
                     // some to finish rather than read on the shard thread.
                     if !st.tier.write_room()
-                        || !self.log_record(
-                            &mut st.wal,
-                            &mut step,
-                            RecordKind::Put,
-                            key,
-                            value,
-                            None,
-                        )
+                        || !self.log_record(&mut step, RecordKind::Put, key, value, None)
                     {
                         break false;
                     }
@@ -553,7 +443,7 @@ impl ShardCore {
                     };
                     if let Some(kind) = kind {
                         let payload: &[u8] = value.map_or(b"", |v| v);
-                        if !self.log_record(&mut st.wal, &mut step, kind, key, payload, expiry) {
+                        if !self.log_record(&mut step, kind, key, payload, expiry) {
                             // Nothing was applied: the update runs again,
                             // on the same state, once there is room.
                             break false;
@@ -607,14 +497,7 @@ impl ShardCore {
                         continue;
                     }
                     if any {
-                        if !self.log_record(
-                            &mut st.wal,
-                            &mut step,
-                            RecordKind::Delete,
-                            key,
-                            b"",
-                            None,
-                        ) {
+                        if !self.log_record(&mut step, RecordKind::Delete, key, b"", None) {
                             break false;
                         }
                         st.tier.delete_blind(hash, key);
@@ -644,9 +527,8 @@ impl ShardCore {
         };
         counts.records += step.records;
         if step.records > 0 {
-            st.plain_write_lsn = st.wal.last_lsn();
-            st.writes_since_checkpoint += 1;
-            self.stats.current_lsn.store(st.wal.last_lsn(), Relaxed);
+            st.plain_write_lsn = self.wal.last_lsn();
+            self.stats.current_lsn.store(st.plain_write_lsn, Relaxed);
         }
         let wake_flusher = step.records > 0 || !done;
         let keys = st.tier.len();
@@ -657,12 +539,7 @@ impl ShardCore {
         // Notifications only schedule other tasks; no borrow is re-entered.
         self.stats.keys.store(keys, Relaxed);
         self.stats.memory_bytes.store(memory, Relaxed);
-        if wake_flusher {
-            self.flush_wanted.notify();
-        }
-        if step.rolled {
-            self.segment_rolled.notify();
-        }
+        self.wal.appended(step.records, wake_flusher, step.rolled);
         if st.tier.settles_waiting() {
             self.settle_wanted.notify();
         }
@@ -675,7 +552,6 @@ impl ShardCore {
     /// logged and the step goes on.
     fn log_record(
         &self,
-        wal: &mut WalState,
         step: &mut StepLog,
         kind: RecordKind,
         key: &[u8],
@@ -687,7 +563,10 @@ impl ShardCore {
         let clock = &self.clock;
         let version = &mut step.version;
         let next_version = || *version.get_or_insert_with(|| clock.next());
-        match wal.append(kind, key, value, expires_at_ms, next_version) {
+        match self
+            .wal
+            .append(kind, key, value, expires_at_ms, next_version)
+        {
             Append::Logged { rolled, .. } => {
                 step.rolled |= rolled;
                 step.records += 1;
@@ -729,7 +608,7 @@ impl ShardCore {
         let mut cold = Vec::new();
         let mut ops = ops.into_iter().peekable();
         loop {
-            let space = self.space_freed.notified();
+            let space = self.wal.space_freed.notified();
             let all = self.apply_some(
                 &mut ops,
                 &mut results,
@@ -759,7 +638,7 @@ impl ShardCore {
             s.expired_keys.fetch_add(counts.expired, Relaxed);
         }
         let wait_lsn = (had_write && self.settings.durability == Durability::Sync)
-            .then(|| self.state.borrow().wal.last_lsn());
+            .then(|| self.wal.last_lsn());
         let applied = Applied {
             results,
             wait_lsn,
@@ -824,10 +703,7 @@ impl ShardCore {
     /// Answers an applied batch now, or queues the answer until the LSN it
     /// waits for is durable.
     pub(crate) fn complete(&self, applied: Applied, reply: oneshot::Sender<Vec<OpResult>>) {
-        let answer = self.state.borrow_mut().wal.complete(applied, reply);
-        if let Some(answer) = answer {
-            answer.send();
-        }
+        self.wal.complete(applied, reply);
     }
 
     /// Applies a batch and waits for its answer (the inline path of a
@@ -845,64 +721,6 @@ impl ShardCore {
         }
     }
 
-    /// The flusher takes the open buffer (sealed). Wakes blocked appenders.
-    pub(crate) fn take_flush(&self) -> Option<SealedFlush> {
-        let sealed = self.state.borrow_mut().wal.take_flush();
-        if sealed.is_some() {
-            self.space_freed.notify();
-        }
-        sealed
-    }
-
-    /// A flush is durable: acknowledge everything it covers.
-    pub(crate) fn flush_complete(
-        &self,
-        last_lsn: u64,
-        buf: crate::io::AlignedBuf,
-        bytes: u64,
-        records: u64,
-        sync_us: u64,
-        live_wal_bytes: u64,
-    ) {
-        let ready;
-        let checkpoint_due;
-        {
-            let mut st = self.state.borrow_mut();
-            ready = st.wal.flush_done(last_lsn, buf);
-            st.wal_bytes_since_checkpoint += bytes;
-            checkpoint_due = st.wal_bytes_since_checkpoint >= self.checkpoint_threshold.get();
-        }
-        let s = &self.stats;
-        s.durable_lsn.store(last_lsn, Relaxed);
-        s.wal_flushes.fetch_add(1, Relaxed);
-        s.wal_bytes_written.fetch_add(bytes, Relaxed);
-        s.group_commit_records.record(records);
-        s.group_commit_bytes.record(bytes);
-        s.fdatasync_latency_us.record(sync_us);
-        s.wal_live_bytes.store(live_wal_bytes, Relaxed);
-        for answer in ready {
-            answer.send();
-        }
-        // A flush just returned its buffer: appenders may go on.
-        self.space_freed.notify();
-        self.durable_advanced.notify();
-        if checkpoint_due {
-            self.checkpoint_wanted.notify();
-        }
-    }
-
-    /// A WAL write or fdatasync failed: no more writes on this shard.
-    pub(crate) fn poison(&self, what: &str, file: &Path, offset: u64, err: &std::io::Error) {
-        tracing::error!(
-            shard = self.settings.shard,
-            file = %file.display(),
-            offset,
-            error = %err,
-            "WAL {what} failed: shard poisoned, it accepts no writes until restart (the fdatasync is never retried; restart recovers from what is on disk)"
-        );
-        self.poison_pending();
-    }
-
     /// The tier failed to write its own files: no more writes.
     fn poison_with(&self, fault: &str) {
         if self.is_poisoned() {
@@ -917,29 +735,14 @@ impl ShardCore {
     }
 
     fn poison_pending(&self) {
-        let failed = self.state.borrow_mut().wal.poison();
-        self.stats.poisoned.store(true, Relaxed);
-        for answer in failed {
-            answer.send();
-        }
-        self.space_freed.notify();
-        self.durable_advanced.notify();
-        self.flush_wanted.notify();
-        self.checkpoint_wanted.notify();
+        self.wal.poison_pending();
     }
 
     /// The shard thread is ending without answering what waits: drop the
     /// waiting answers so their callers see `ShuttingDown` instead of
     /// waiting forever.
     pub(crate) fn abandon(&self) {
-        let pending: Vec<Pending> = self.state.borrow_mut().wal.abandon();
-        drop(pending);
-    }
-
-    /// Asks the flusher to write the open buffer now.
-    pub(crate) fn request_flush(&self) {
-        self.state.borrow_mut().wal.request_flush();
-        self.flush_wanted.notify();
+        self.wal.abandon();
     }
 
     /// The committed value of `key` in the tier.
@@ -976,7 +779,8 @@ impl ShardCore {
     /// every value in the tier is durable.
     pub(crate) fn undurable_lsn(&self) -> Option<u64> {
         let st = self.state.borrow();
-        (self.settings.durability == Durability::Sync && st.wal.durable_lsn() < st.plain_write_lsn)
+        (self.settings.durability == Durability::Sync
+            && self.wal.durable_lsn() < st.plain_write_lsn)
             .then_some(st.plain_write_lsn)
     }
 
@@ -989,33 +793,22 @@ impl ShardCore {
             "transaction parts are checked against the record limit before the shard"
         );
         loop {
-            let space = self.space_freed.notified();
-            let logged = {
-                let mut st = self.state.borrow_mut();
-                let clock = &self.clock;
-                match st
-                    .wal
-                    .append(RecordKind::TxnPart, header, body, None, || clock.next())
-                {
-                    Append::Poisoned => return Err(()),
-                    Append::NoWal => return Ok(None),
-                    Append::Full => None,
-                    Append::Logged { lsn, rolled } => {
-                        st.writes_since_checkpoint += 1;
-                        Some((lsn, rolled))
-                    }
+            let space = self.wal.space_freed.notified();
+            let clock = &self.clock;
+            match self
+                .wal
+                .append(RecordKind::TxnPart, header, body, None, || clock.next())
+            {
+                Append::Poisoned => return Err(()),
+                Append::NoWal => return Ok(None),
+                Append::Full => self.wal.appended(0, true, false),
+                Append::Logged { lsn, rolled } => {
+                    self.stats.wal_records.fetch_add(1, Relaxed);
+                    self.stats.current_lsn.store(lsn, Relaxed);
+                    self.wal.appended(1, true, rolled);
+                    return Ok(Some(lsn));
                 }
-            };
-            if let Some((lsn, rolled)) = logged {
-                self.stats.wal_records.fetch_add(1, Relaxed);
-                self.stats.current_lsn.store(lsn, Relaxed);
-                if rolled {
-                    self.segment_rolled.notify();
-                }
-                self.flush_wanted.notify();
-                return Ok(Some(lsn));
             }
-            self.flush_wanted.notify();
             space.await;
         }
     }
@@ -1045,20 +838,7 @@ impl ShardCore {
 
     /// Waits until `lsn` is durable. Err if the shard is poisoned first.
     pub(crate) async fn wait_durable(&self, lsn: u64) -> Result<(), ()> {
-        loop {
-            let advanced = self.durable_advanced.notified();
-            {
-                let st = self.state.borrow();
-                if st.wal.durable_lsn() >= lsn {
-                    return Ok(());
-                }
-                if st.wal.is_poisoned() {
-                    return Err(());
-                }
-            }
-            self.request_flush();
-            advanced.await;
-        }
+        self.wal.wait_durable(lsn).await
     }
 }
 

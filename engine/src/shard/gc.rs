@@ -4,8 +4,8 @@
 //! reads (the older records of keys put while its unresolved set was
 //! full), made asynchronously after the puts.
 
+use crate::notify::yield_now;
 use crate::shard::core::ShardCore;
-use crate::shard::notify::yield_now;
 use std::rc::Rc;
 use std::time::Duration;
 

@@ -17,10 +17,9 @@ use crate::shard::checkpoint::{checkpoint, run_checkpointer, CheckpointSettings}
 use crate::shard::core::{CommitClock, CoreSettings, ShardCore};
 use crate::shard::router::{clear_local, set_local, Control, ShardMsg};
 use crate::tier::{HybridSettings, HybridTier, MemoryTier, Tier as TierStore};
+use crate::wal::flusher::{run_flusher, run_segment_creator, FlusherSettings};
 use crate::wal::recovery::{recover_into, RecoveryConfig};
-use crate::wal::writer::{
-    run_flusher, run_segment_creator, FlusherSettings, SegmentFiles, WalAppender,
-};
+use crate::wal::writer::{SegmentFiles, WalAppender};
 use futures::FutureExt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -293,7 +292,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                     let floor = if wal_start.2.is_empty() {
                         0
                     } else {
-                        crate::shard::checkpoint::fallback_lsn(&wal_start.2)
+                        crate::snapshot::fallback_lsn(&wal_start.2)
                     };
                     // The exchange: every shard reports the multi-shard parts
                     // in its log; a part applies only if all of its
@@ -387,7 +386,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             "wal-flusher",
             shard,
             run_flusher(
-                core.clone(),
+                core.wal.clone(),
                 files.clone(),
                 FlusherSettings {
                     durability: settings.durability,
@@ -401,12 +400,13 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         // checkpoint runs now, before the shard reports ready.
         // The first checkpoint is a full one: due once the WAL has grown by
         // the size of the full snapshot recovery loaded.
-        core.set_checkpoint_threshold(crate::shard::checkpoint::full_bytes(&snapshots));
-        core.carry_over(replayed.0, replayed.1);
+        core.wal
+            .set_checkpoint_threshold(crate::snapshot::full_bytes(&snapshots));
+        core.wal.carry_over(replayed.0, replayed.1);
         // The first checkpoint of a process is a full one (the tier's
         // change marks are not relative to any snapshot yet).
         let mut marks_valid = false;
-        if replayed.0 > 0 && replayed.0 >= core.checkpoint_threshold() {
+        if replayed.0 > 0 && replayed.0 >= core.wal.checkpoint_threshold() {
             let started = std::time::Instant::now();
             match checkpoint(&core, &files, &disk, &paths, &mut snapshots, None).await {
                 Ok(written) => {
@@ -421,7 +421,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                 Err(e) => {
                     // Not fatal (e.g. a full disk): serve, and let the
                     // checkpointer retry.
-                    core.carry_over(replayed.0, replayed.1);
+                    core.wal.carry_over(replayed.0, replayed.1);
                     stats.checkpoint_failures.fetch_add(1, Relaxed);
                     tracing::warn!(shard, error = %e,
                         "checkpoint after recovery failed; serving anyway, the checkpointer retries");
@@ -434,7 +434,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         // nor share the device with one. Then wait until the device has
         // paid for that I/O (a throttled profile admits the read only
         // then). Failures are not fatal: a nearly full disk still starts.
-        let open_seq = core.open_segment_seq();
+        let open_seq = core.wal.open_segment_seq();
         let mut made_any = false;
         for seq in [open_seq, open_seq + 1] {
             if seq > open_seq && !files.has_segment(open_seq) {
@@ -457,7 +457,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         spawn_critical(
             "segment-creator",
             shard,
-            run_segment_creator(core.clone(), files.clone()),
+            run_segment_creator(core.wal.clone(), files.clone()),
         );
         spawn_critical(
             "checkpointer",

@@ -1,10 +1,12 @@
-//! The WAL's durability state of one shard: the append buffer, the last
-//! and the durable LSN, the answers waiting for durability, and poisoning.
-//! A plain value with no knowledge of tiers, operations or tasks: every
-//! method changes the bookkeeping and returns what follows from it (the
-//! answers to send, whether the appender moved to a new segment), and
-//! [`ShardCore`](crate::shard::core::ShardCore) sends the answers and wakes
-//! its tasks. That keeps the rules below testable on their own.
+//! One shard's WAL as the shard uses it: [`Wal`] owns the durability
+//! state ([`WalState`]: the append buffer, the last and the durable LSN,
+//! the answers waiting for durability, poisoning), the wake-ups between
+//! the appenders, the flusher and the segment creator, and the counter
+//! that tells the checkpointer when a checkpoint is due. It knows nothing
+//! of tiers or operations: callers hand it records and applied batches
+//! ([`Applied`]), and the flusher ([`crate::wal::flusher`]) hands back
+//! finished flushes. [`WalState`] is the plain bookkeeping under it, with
+//! no tasks and no I/O, so its rules are testable on their own.
 //!
 //! What must hold: LSNs grow by one per logged record; an answer queued
 //! for LSN `n` is sent only once a flush through `n` is durable (or the
@@ -12,13 +14,59 @@
 //! once poisoned, nothing more is logged and every write answer still
 //! waiting, or completed later without being durable, fails.
 
-use crate::api::OpResult;
+use crate::api::{OpError, OpResult};
 use crate::io::AlignedBuf;
-use crate::shard::core::Applied;
+use crate::metrics::ShardStats;
+use crate::notify::Notify;
 use crate::wal::format::{record_size_expiring, RecordKind};
 use crate::wal::writer::{Reserve, SealedFlush, WalAppender};
 use futures::channel::oneshot;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// Which answers of a batch belong to writes (they turn into `Poisoned`
+/// if the shard is poisoned before their flush is durable).
+#[derive(Debug)]
+pub(crate) enum WriteSet {
+    None,
+    All,
+    Some(Vec<u32>),
+}
+
+impl WriteSet {
+    /// Records whether the answer at `index` (answers are pushed in order)
+    /// belongs to a write.
+    pub(crate) fn mark(&mut self, index: usize, is_write: bool) {
+        match (&mut *self, is_write) {
+            (WriteSet::None, true) if index == 0 => *self = WriteSet::All,
+            (WriteSet::None, true) => *self = WriteSet::Some(vec![index as u32]),
+            (WriteSet::All, false) => *self = WriteSet::Some((0..index as u32).collect()),
+            (WriteSet::Some(v), true) => v.push(index as u32),
+            _ => {}
+        }
+    }
+
+    pub(crate) fn poison(&self, results: &mut [OpResult], shard: usize) {
+        let err = || OpResult::Err(OpError::Poisoned { shard });
+        match self {
+            WriteSet::None => {}
+            WriteSet::All => results.iter_mut().for_each(|r| *r = err()),
+            WriteSet::Some(v) => v.iter().for_each(|&i| results[i as usize] = err()),
+        }
+    }
+}
+
+/// The outcome of applying a batch, before it is answered.
+#[derive(Debug)]
+pub(crate) struct Applied {
+    pub(crate) results: Vec<OpResult>,
+    /// LSN that must be durable before the answer (sync mode with writes).
+    pub(crate) wait_lsn: Option<u64>,
+    pub(crate) writes: WriteSet,
+}
 
 /// The answer to a batch, ready to go to its caller.
 pub(crate) struct Answer {
@@ -239,11 +287,285 @@ impl WalState {
     }
 }
 
+/// WAL bytes and writes since the last checkpoint, and the threshold that
+/// makes the next one due: the checkpointer reads and resets it, the
+/// flusher adds to it.
+struct CheckpointCounter {
+    /// The configured `checkpoint_wal_bytes`: the threshold never goes
+    /// below it.
+    wal_bytes_min: u64,
+    threshold: Cell<u64>,
+    wal_bytes: Cell<u64>,
+    writes: Cell<u64>,
+}
+
+/// One shard's write-ahead log as its tasks share it (single-threaded:
+/// every task of the shard runs on its thread). See the module doc.
+pub(crate) struct Wal {
+    shard: usize,
+    state: RefCell<WalState>,
+    stats: Arc<ShardStats>,
+    checkpoint: CheckpointCounter,
+    /// The flusher waits on this for records or a flush request.
+    pub(crate) flush_wanted: Notify,
+    /// Appenders wait on this for buffer space (or poisoning). The shard
+    /// also uses it for room in its tier.
+    pub(crate) space_freed: Notify,
+    /// The segment creator waits on this (the appender moved to a new
+    /// segment).
+    pub(crate) segment_rolled: Notify,
+    /// The checkpointer waits on this.
+    pub(crate) checkpoint_wanted: Notify,
+    /// Durable LSN moved (or the shard got poisoned).
+    pub(crate) durable_advanced: Notify,
+}
+
+impl Wal {
+    /// The WAL after recovery: everything up to `last_lsn` is durable;
+    /// `appender` is `None` without a WAL (durability `none`).
+    pub(crate) fn new(
+        shard: usize,
+        last_lsn: u64,
+        appender: Option<WalAppender>,
+        stats: Arc<ShardStats>,
+        checkpoint_wal_bytes: u64,
+    ) -> Wal {
+        stats.current_lsn.store(last_lsn, Relaxed);
+        stats.durable_lsn.store(last_lsn, Relaxed);
+        Wal {
+            shard,
+            state: RefCell::new(WalState::new(shard, last_lsn, appender)),
+            stats,
+            checkpoint: CheckpointCounter {
+                wal_bytes_min: checkpoint_wal_bytes,
+                threshold: Cell::new(checkpoint_wal_bytes),
+                wal_bytes: Cell::new(0),
+                writes: Cell::new(0),
+            },
+            flush_wanted: Notify::new(),
+            space_freed: Notify::new(),
+            segment_rolled: Notify::new(),
+            checkpoint_wanted: Notify::new(),
+            durable_advanced: Notify::new(),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> &ShardStats {
+        &self.stats
+    }
+
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.state.borrow().is_poisoned()
+    }
+
+    pub(crate) fn last_lsn(&self) -> u64 {
+        self.state.borrow().last_lsn()
+    }
+
+    pub(crate) fn durable_lsn(&self) -> u64 {
+        self.state.borrow().durable_lsn()
+    }
+
+    /// Segment the open buffer belongs to (0 without a WAL).
+    pub(crate) fn open_segment_seq(&self) -> u64 {
+        self.state.borrow().open_segment_seq()
+    }
+
+    /// (open buffer has records, a flush was requested, the buffer passed
+    /// half its threshold)
+    pub(crate) fn flush_state(&self) -> (bool, bool, bool) {
+        self.state.borrow().flush_state()
+    }
+
+    /// Logs one record at the next LSN (see [`WalState::append`]). The
+    /// caller wakes the flusher and the segment creator once its step is
+    /// done ([`Wal::appended`]).
+    pub(crate) fn append(
+        &self,
+        kind: RecordKind,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+        version: impl FnOnce() -> u64,
+    ) -> Append {
+        self.state
+            .borrow_mut()
+            .append(kind, key, value, expires_at_ms, version)
+    }
+
+    /// A step of appends ended: counts it as one write toward the next
+    /// checkpoint if it logged anything (`records`), and wakes the flusher
+    /// (`wake_flusher`: records to write, or a full buffer to empty) and
+    /// the segment creator (`rolled`: the appender moved to a new segment).
+    pub(crate) fn appended(&self, records: u64, wake_flusher: bool, rolled: bool) {
+        if records > 0 {
+            self.checkpoint.writes.set(self.checkpoint.writes.get() + 1);
+        }
+        if wake_flusher {
+            self.flush_wanted.notify();
+        }
+        if rolled {
+            self.segment_rolled.notify();
+        }
+    }
+
+    /// Answers an applied batch now, or queues the answer until the LSN it
+    /// waits for is durable.
+    pub(crate) fn complete(&self, applied: Applied, reply: oneshot::Sender<Vec<OpResult>>) {
+        let answer = self.state.borrow_mut().complete(applied, reply);
+        if let Some(answer) = answer {
+            answer.send();
+        }
+    }
+
+    /// The flusher takes the open buffer (sealed). Wakes blocked appenders.
+    pub(crate) fn take_flush(&self) -> Option<SealedFlush> {
+        let sealed = self.state.borrow_mut().take_flush();
+        if sealed.is_some() {
+            self.space_freed.notify();
+        }
+        sealed
+    }
+
+    /// The flush through `last_lsn` is durable and its buffer comes back:
+    /// acknowledges everything it covers, counts its bytes toward the next
+    /// checkpoint, and wakes whoever waits for space or durability.
+    pub(crate) fn flush_complete(&self, flush: FlushDone) {
+        let ready = self
+            .state
+            .borrow_mut()
+            .flush_done(flush.last_lsn, flush.buf);
+        let bytes = self.checkpoint.wal_bytes.get() + flush.bytes;
+        self.checkpoint.wal_bytes.set(bytes);
+        let s = &self.stats;
+        s.durable_lsn.store(flush.last_lsn, Relaxed);
+        s.wal_flushes.fetch_add(1, Relaxed);
+        s.wal_bytes_written.fetch_add(flush.bytes, Relaxed);
+        s.group_commit_records.record(flush.records);
+        s.group_commit_bytes.record(flush.bytes);
+        s.fdatasync_latency_us.record(flush.sync_us);
+        s.wal_live_bytes.store(flush.live_wal_bytes, Relaxed);
+        for answer in ready {
+            answer.send();
+        }
+        // A flush just returned its buffer: appenders may go on.
+        self.space_freed.notify();
+        self.durable_advanced.notify();
+        if bytes >= self.checkpoint.threshold.get() {
+            self.checkpoint_wanted.notify();
+        }
+    }
+
+    /// A WAL write or fdatasync failed: no more writes on this shard.
+    pub(crate) fn poison(&self, what: &str, file: &Path, offset: u64, err: &std::io::Error) {
+        tracing::error!(
+            shard = self.shard,
+            file = %file.display(),
+            offset,
+            error = %err,
+            "WAL {what} failed: shard poisoned, it accepts no writes until restart (the fdatasync is never retried; restart recovers from what is on disk)"
+        );
+        self.poison_pending();
+    }
+
+    /// Poisons the state: every waiting write answer fails, every task
+    /// waiting on the WAL wakes to see it.
+    pub(crate) fn poison_pending(&self) {
+        let failed = self.state.borrow_mut().poison();
+        self.stats.poisoned.store(true, Relaxed);
+        for answer in failed {
+            answer.send();
+        }
+        self.space_freed.notify();
+        self.durable_advanced.notify();
+        self.flush_wanted.notify();
+        self.checkpoint_wanted.notify();
+    }
+
+    /// The shard thread is ending without answering what waits: drop the
+    /// waiting answers so their callers see `ShuttingDown` instead of
+    /// waiting forever.
+    pub(crate) fn abandon(&self) {
+        let pending: Vec<Pending> = self.state.borrow_mut().abandon();
+        drop(pending);
+    }
+
+    /// Asks the flusher to write the open buffer now.
+    pub(crate) fn request_flush(&self) {
+        self.state.borrow_mut().request_flush();
+        self.flush_wanted.notify();
+    }
+
+    /// Waits until `lsn` is durable. Err if the shard is poisoned first.
+    pub(crate) async fn wait_durable(&self, lsn: u64) -> Result<(), ()> {
+        loop {
+            let advanced = self.durable_advanced.notified();
+            {
+                let st = self.state.borrow();
+                if st.durable_lsn() >= lsn {
+                    return Ok(());
+                }
+                if st.is_poisoned() {
+                    return Err(());
+                }
+            }
+            self.request_flush();
+            advanced.await;
+        }
+    }
+
+    /// (WAL bytes, writes) since the last checkpoint.
+    pub(crate) fn since_checkpoint(&self) -> (u64, u64) {
+        (
+            self.checkpoint.wal_bytes.get(),
+            self.checkpoint.writes.get(),
+        )
+    }
+
+    /// WAL bytes after which the next checkpoint is due.
+    pub(crate) fn checkpoint_threshold(&self) -> u64 {
+        self.checkpoint.threshold.get()
+    }
+
+    /// Sets the WAL bytes after which the next checkpoint is due (the
+    /// checkpointer's choice: `checkpoint_wal_bytes` before a delta, more
+    /// before a full snapshot); never below `checkpoint_wal_bytes`.
+    pub(crate) fn set_checkpoint_threshold(&self, bytes: u64) {
+        let c = &self.checkpoint;
+        c.threshold.set(c.wal_bytes_min.max(bytes));
+    }
+
+    /// Recovery replayed `bytes` of WAL holding `records` records after the
+    /// newest snapshot: they count toward the next checkpoint as if this
+    /// process had written them (a server that restarts often must still
+    /// checkpoint).
+    pub(crate) fn carry_over(&self, bytes: u64, records: u64) {
+        self.checkpoint.wal_bytes.set(bytes);
+        self.checkpoint.writes.set(records);
+    }
+
+    /// A checkpoint starts: count from zero again.
+    pub(crate) fn checkpoint_started(&self) {
+        self.checkpoint.wal_bytes.set(0);
+        self.checkpoint.writes.set(0);
+    }
+}
+
+/// A flush the flusher finished (written and fdatasync'ed).
+#[derive(Debug)]
+pub(crate) struct FlushDone {
+    pub(crate) last_lsn: u64,
+    pub(crate) buf: AlignedBuf,
+    pub(crate) bytes: u64,
+    pub(crate) records: u64,
+    pub(crate) sync_us: u64,
+    /// Bytes of every segment file on disk after this flush.
+    pub(crate) live_wal_bytes: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::OpError;
-    use crate::shard::core::WriteSet;
 
     const SHARD: usize = 3;
 

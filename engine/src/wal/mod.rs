@@ -1,11 +1,21 @@
-//! The write-ahead log of one shard, split by role: `format` (byte
-//! layouts), `writer` (append buffer, group-commit flusher, segment files),
-//! `reader` (validating and replaying flushes), `recovery` (the decision
-//! table that turns what is on disk into a state and a clean log end).
+//! The write-ahead log of one shard, split by role:
+//! - `format`: byte layouts; `head`: the file naming the log's first
+//!   segment; `segment`: one segment file (create, prepare, recycle);
+//! - `writer`: the append buffer ([`writer::WalAppender`]) and the set of
+//!   segment files ([`writer::SegmentFiles`]);
+//! - `durable`: the WAL as the shard uses it (LSNs, answers waiting for
+//!   durability, poisoning, the checkpoint trigger);
+//! - `flusher`: the group-commit and segment-creator tasks;
+//! - `reader`: validating and replaying flushes; `recovery`: the decision
+//!   table that turns what is on disk into a state and a clean log end.
+//!
 //! The byte diagrams and the rules are in `docs/wal.md`.
 
+pub(crate) mod durable;
+pub(crate) mod flusher;
 pub mod format;
 pub mod head;
 pub mod reader;
 pub mod recovery;
+pub mod segment;
 pub mod writer;

@@ -12,7 +12,7 @@
 //! never mistaken for data because every later flush carries higher LSNs.
 
 use crate::error::{Damage, EngineError, SnapshotError, WalError};
-use crate::io::{AlignedBuf, Disk, DiskFile};
+use crate::io::{Disk, DiskFile};
 use crate::layout::{
     parse_numbered, ShardPaths, DAMAGED_SUFFIX, SNAPSHOT_SUFFIX, TMP_SUFFIX, WAL_SUFFIX,
 };
@@ -24,12 +24,14 @@ use crate::tier::{MemoryTier, Tier};
 pub type TierFactory<'a> = dyn Fn(Option<u64>) -> Box<dyn Tier> + 'a;
 use crate::txn::recovery::TxnReplay;
 use crate::wal::format::{
-    decode_segment_header, encode_segment_header, RecordKind, SegmentHeader, BLOCK_BYTES,
-    RECORD_HEADER_BYTES,
+    decode_segment_header, RecordKind, SegmentHeader, BLOCK_BYTES, RECORD_HEADER_BYTES,
 };
 use crate::wal::head::{read_head, HeadState};
 use crate::wal::reader::{
     replay_flush, scan_flush, scan_tail, FileWindow, FlushScan, SegmentIdentity,
+};
+use crate::wal::segment::{
+    create_segment, prepare_segment, recycle_into, wal_io, LiveSegment, SEGMENT_TMP_SUFFIX,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -82,15 +84,6 @@ pub enum RecoveryCase {
     UnusedSegmentRemoved,
     NoWalForSnapshot,
     NewestSegmentMissing,
-}
-
-/// A WAL segment holding records, kept after recovery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveSegment {
-    pub seq: u64,
-    pub path: PathBuf,
-    pub first_lsn: u64,
-    pub bytes: u64,
 }
 
 /// What recovery hands to the shard.
@@ -170,16 +163,6 @@ impl<D: Disk> Segment<D> {
 /// Where the valid log ends: segment index, offset, and the damage found
 /// there (`None` for zeroes or stale bytes).
 type LogEnd = (usize, u64, Option<(u64, Damage)>);
-
-fn wal_io(op: &'static str, file: &Path, offset: u64) -> impl FnOnce(std::io::Error) -> WalError {
-    let file = file.to_path_buf();
-    move |source| WalError::Io {
-        op,
-        file,
-        offset,
-        source,
-    }
-}
 
 fn corrupt(file: &Path, offset: u64, reason: Damage) -> EngineError {
     EngineError::Wal(WalError::Corrupt {
@@ -499,7 +482,7 @@ async fn choose_snapshot<D: Disk>(
         if newer_exist && first_header_lsn.is_none_or(|first| first > snap.lsn + 1) {
             break;
         }
-        let Some(chain) = crate::shard::checkpoint::chain_of(&snapshots, at) else {
+        let Some(chain) = crate::snapshot::chain_of(&snapshots, at) else {
             let reason = format!(
                 "it is a delta, and a snapshot it builds on (over LSN {}) is missing",
                 snap.base_lsn.unwrap_or(0)
@@ -578,7 +561,7 @@ async fn choose_snapshot<D: Disk>(
     let mut kept: Vec<usize> = chosen.as_ref().map(|c| c.chain.clone()).unwrap_or_default();
     if let Some(at) = chosen_at.filter(|&at| at > 0) {
         let prev = at - 1;
-        if let Some(chain) = crate::shard::checkpoint::chain_of(&snapshots, prev) {
+        if let Some(chain) = crate::snapshot::chain_of(&snapshots, prev) {
             let mut all_valid = true;
             for &i in chain.iter().filter(|i| !kept.contains(i)) {
                 let file = open(&snapshots[i]).await?;
@@ -1296,85 +1279,4 @@ async fn sort_segments_after_end<D: Disk>(
         }
     }
     Ok((remove, spares, bytes_read))
-}
-
-/// Overwrites block 0 of a segment with a prepared header (recycled,
-/// waiting for its first flush) and makes it durable. After this nothing
-/// in the file belongs to the log.
-pub async fn prepare_segment<F: DiskFile>(
-    file: &F,
-    path: &Path,
-    shard: u32,
-    segment_bytes: u64,
-) -> Result<(), WalError> {
-    let mut block = AlignedBuf::with_capacity(BLOCK_BYTES);
-    block.set_len(BLOCK_BYTES);
-    encode_segment_header(
-        &SegmentHeader::prepared(shard, segment_bytes),
-        block.as_mut_slice(),
-    );
-    let (res, _) = file.write_at(block, 0).await;
-    res.map_err(wal_io("write prepared header", path, 0))?;
-    file.sync_data().await.map_err(wal_io("fdatasync", path, 0))
-}
-
-/// Renames a prepared (or never written) segment file to segment `seq`
-/// and makes the rename durable.
-pub async fn recycle_into<D: Disk>(
-    disk: &D,
-    paths: &ShardPaths,
-    from: &Path,
-    seq: u64,
-) -> Result<(), WalError> {
-    let to = paths.segment(seq);
-    disk.rename(from, &to)
-        .await
-        .map_err(wal_io("rename (recycle)", from, 0))?;
-    disk.sync_dir(&paths.wal_dir)
-        .await
-        .map_err(wal_io("fsync directory", &paths.wal_dir, 0))
-}
-
-/// Suffix of a segment being created (`SEQ.wal.tmp`); recovery removes
-/// leftovers.
-pub const SEGMENT_TMP_SUFFIX: &str = ".wal.tmp";
-
-/// Creates segment `seq`: preallocated with written zeroes under a
-/// temporary name, fdatasync'ed, renamed into place, directory fsync'ed;
-/// length and name durable before it is returned. A failed creation (a
-/// full disk) removes its partial file, so it never leaves a short
-/// segment behind; a crash leaves only a `.wal.tmp` that recovery removes.
-pub async fn create_segment<D: Disk>(
-    disk: &D,
-    paths: &ShardPaths,
-    seq: u64,
-    segment_bytes: u64,
-) -> Result<D::File, WalError> {
-    let path = paths.segment(seq);
-    let tmp = PathBuf::from(format!("{}{}", path.display(), TMP_SUFFIX));
-    let file = disk
-        .open(&tmp, true)
-        .await
-        .map_err(wal_io("create", &tmp, 0))?;
-    let filled = async {
-        file.allocate_zeroed(segment_bytes)
-            .await
-            .map_err(wal_io("preallocate", &tmp, 0))?;
-        file.sync_data().await.map_err(wal_io("fdatasync", &tmp, 0))
-    }
-    .await;
-    if let Err(e) = filled {
-        drop(file);
-        if let Err(rm) = disk.remove_file(&tmp).await {
-            tracing::warn!(file = %tmp.display(), error = %rm, "could not remove a partial WAL segment");
-        }
-        return Err(e);
-    }
-    disk.rename(&tmp, &path)
-        .await
-        .map_err(wal_io("rename (new segment)", &tmp, 0))?;
-    disk.sync_dir(&paths.wal_dir)
-        .await
-        .map_err(wal_io("fsync directory", &paths.wal_dir, 0))?;
-    Ok(file)
 }

@@ -1,27 +1,22 @@
 //! The write side of one shard's WAL: the append buffer records are encoded
-//! into ([`WalAppender`], no I/O, used by the shard's apply path), the
-//! flusher task that turns each sealed buffer into one O_DIRECT write plus
-//! one fdatasync (group commit), and the segment files (created ahead of
-//! need, removed after checkpoints).
+//! into ([`WalAppender`], no I/O, used by the shard's apply path) and the
+//! segment files (created ahead of need, recycled or removed after
+//! checkpoints). The tasks that write them are in `crate::wal::flusher`.
 //!
-//! What must hold: exactly one flush is in flight per shard, so flushes
-//! reach the disk in LSN order and only the last one can be torn; a flush
-//! starts on a block boundary past every earlier flush and never rewrites a
-//! block holding acknowledged records; a record is acknowledged (sync mode)
-//! only after the fdatasync of its flush returned; a failed write or
-//! fdatasync poisons the shard and is never retried.
+//! What must hold: a flush starts on a block boundary past every earlier
+//! flush and never rewrites a block holding acknowledged records; a
+//! segment is retired only when every record in it is covered by a
+//! checkpoint.
 
 use crate::error::WalError;
 use crate::io::{AlignedBuf, Disk, DiskFile, ALIGN};
 use crate::layout::ShardPaths;
-use crate::shard::core::ShardCore;
 use crate::wal::format::{
     encode_record_expiring, encode_seal, encode_segment_header, record_size_expiring, seal_size,
-    set_segment_header_flags, RecordKind, SealInfo, SegmentHeader, BLOCK_BYTES, FLAG_FIRST,
-    SEAL_RESERVE_BYTES, SEGMENT_FLAG_RECYCLED,
+    RecordKind, SealInfo, SegmentHeader, BLOCK_BYTES, FLAG_FIRST, SEAL_RESERVE_BYTES,
 };
 use crate::wal::head::{open_head, HeadState, WalHead};
-use crate::wal::recovery::{create_segment, prepare_segment, recycle_into, LiveSegment};
+use crate::wal::segment::{create_segment, prepare_segment, recycle_into, LiveSegment};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -32,8 +27,6 @@ use std::path::PathBuf;
 /// a new one (which doubles the bytes the disk writes).
 pub const SPARE_SEGMENTS_MIN: usize = 2;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
-use tunables::Durability;
 
 /// Bytes a flush buffer needs so that a segment header, one record of
 /// `max_record_bytes` and the largest seal always fit.
@@ -284,8 +277,8 @@ impl WalAppender {
 /// recycling after checkpoints) and the pool of recyclable files.
 pub struct SegmentFiles<D: Disk> {
     disk: D,
-    paths: ShardPaths,
-    segment_bytes: u64,
+    pub(super) paths: ShardPaths,
+    pub(super) segment_bytes: u64,
     files: RefCell<BTreeMap<u64, Rc<D::File>>>,
     live: RefCell<Vec<LiveSegment>>,
     /// Files with a prepared (or zero) header, ready to be renamed into place.
@@ -296,15 +289,15 @@ pub struct SegmentFiles<D: Disk> {
     /// retries (after a pause, a rollover, or when the flusher needs that
     /// segment); the flusher poisons the shard only when a fresh attempt
     /// for the segment it must write fails.
-    create_failed: RefCell<Option<(u64, String)>>,
-    created: crate::shard::notify::Notify,
+    pub(super) create_failed: RefCell<Option<(u64, String)>>,
+    created: crate::notify::Notify,
     /// The flusher wants a fresh creation attempt now.
-    retry_wanted: crate::shard::notify::Notify,
+    pub(super) retry_wanted: crate::notify::Notify,
     /// The segment the flusher waits for, if it does not exist.
-    needed: Cell<Option<u64>>,
+    pub(super) needed: Cell<Option<u64>>,
     creating: Cell<bool>,
     /// The WAL head (taken out by the flusher while it updates it).
-    head: RefCell<Option<WalHead<D::File>>>,
+    pub(super) head: RefCell<Option<WalHead<D::File>>>,
 }
 
 impl<D: Disk> SegmentFiles<D> {
@@ -353,8 +346,8 @@ impl<D: Disk> SegmentFiles<D> {
             pool: RefCell::new(spares),
             recycled: RefCell::new(recycled),
             create_failed: RefCell::new(None),
-            created: crate::shard::notify::Notify::new(),
-            retry_wanted: crate::shard::notify::Notify::new(),
+            created: crate::notify::Notify::new(),
+            retry_wanted: crate::notify::Notify::new(),
             needed: Cell::new(None),
             creating: Cell::new(false),
             head: RefCell::new(Some(head)),
@@ -377,18 +370,18 @@ impl<D: Disk> SegmentFiles<D> {
             + self.pool.borrow().len()
     }
 
-    fn has(&self, seq: u64) -> bool {
+    pub(super) fn has(&self, seq: u64) -> bool {
         self.files.borrow().contains_key(&seq)
     }
 
-    fn is_recycled(&self, seq: u64) -> bool {
+    pub(super) fn is_recycled(&self, seq: u64) -> bool {
         self.recycled.borrow().contains(&seq)
     }
 
     /// The file of segment `seq`, waiting for its creation if needed. If
     /// the last attempt to make it failed, asks for one fresh attempt (space
     /// may have been freed since) and fails only if that one fails too.
-    async fn file(&self, seq: u64) -> Result<Rc<D::File>, String> {
+    pub(super) async fn file(&self, seq: u64) -> Result<Rc<D::File>, String> {
         let mut retried = false;
         let result = loop {
             if let Some(f) = self.files.borrow().get(&seq) {
@@ -430,7 +423,7 @@ impl<D: Disk> SegmentFiles<D> {
     /// zero-filled one. Errors are kept for the flusher (which poisons the
     /// shard when it needs that segment). Returns whether it recycled, if
     /// it made a segment.
-    async fn create_ahead(&self, seq: u64) -> Option<bool> {
+    pub(super) async fn create_ahead(&self, seq: u64) -> Option<bool> {
         if self.has(seq) || self.creating.get() {
             return None;
         }
@@ -491,7 +484,7 @@ impl<D: Disk> SegmentFiles<D> {
         made
     }
 
-    fn mark_live(&self, seq: u64, first_lsn: u64) {
+    pub(super) fn mark_live(&self, seq: u64, first_lsn: u64) {
         let mut live = self.live.borrow_mut();
         assert!(
             live.last().is_none_or(|s| s.seq < seq),
@@ -585,191 +578,8 @@ impl<D: Disk> SegmentFiles<D> {
     }
 
     /// Forgets the file handle of a segment that is full and flushed.
-    fn close_before(&self, seq: u64) {
+    pub(super) fn close_before(&self, seq: u64) {
         self.files.borrow_mut().retain(|s, _| *s >= seq);
-    }
-}
-
-/// Flusher settings from the config.
-#[derive(Debug, Clone, Copy)]
-pub struct FlusherSettings {
-    pub durability: Durability,
-    pub group_commit_max_delay: Duration,
-    pub flush_interval: Duration,
-}
-
-/// Pause between two attempts to make a segment after one failed.
-const CREATE_RETRY_PAUSE: Duration = Duration::from_secs(1);
-
-/// Keeps the segment the open buffer uses and one spare beyond it ready.
-/// A failed creation (a full disk) is retried after a pause, at the next
-/// rollover, or when the flusher needs the segment.
-pub(crate) async fn run_segment_creator<D: Disk>(core: Rc<ShardCore>, files: Rc<SegmentFiles<D>>) {
-    loop {
-        if core.is_poisoned() {
-            return;
-        }
-        let rolled = core.segment_rolled.notified();
-        let retry = files.retry_wanted.notified();
-        // The segment the flusher waits for first; else the open one if it
-        // is missing (a start on a full disk); else one spare ahead.
-        let open = core.open_segment_seq();
-        let want = match files.needed.get() {
-            Some(seq) if !files.has(seq) => Some(seq),
-            _ if !files.has(open) => Some(open),
-            _ if !files.has(open + 1) => Some(open + 1),
-            _ => None,
-        };
-        let Some(want) = want else {
-            // Nothing to make until the appender moves on or the flusher
-            // needs something.
-            let rolled = std::pin::pin!(rolled);
-            let retry = std::pin::pin!(retry);
-            futures::future::select(rolled, retry).await;
-            continue;
-        };
-        match files.create_ahead(want).await {
-            Some(true) => {
-                core.stats
-                    .segments_recycled
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            Some(false) => {
-                core.stats
-                    .segments_created
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            None => {}
-        }
-        if files.create_failed.borrow().is_some() {
-            let rolled = std::pin::pin!(rolled);
-            let retry = std::pin::pin!(retry);
-            let either = futures::future::select(rolled, retry);
-            let _ = compio::time::timeout(CREATE_RETRY_PAUSE, either).await;
-        }
-    }
-}
-
-/// The group-commit loop of one shard: take the open buffer, write it,
-/// fdatasync, acknowledge, repeat. Exits only when the shard is poisoned.
-pub(crate) async fn run_flusher<D: Disk>(
-    core: Rc<ShardCore>,
-    files: Rc<SegmentFiles<D>>,
-    settings: FlusherSettings,
-) {
-    let mut last_flush = Instant::now();
-    loop {
-        // 1. Wait until there is something to flush (and, in async mode,
-        //    until the interval passed or someone asked for a flush).
-        loop {
-            if core.is_poisoned() {
-                return;
-            }
-            let (has_records, requested, full) = core.flush_state();
-            let due = match settings.durability {
-                Durability::Sync => has_records,
-                _ => {
-                    has_records
-                        && (requested || full || last_flush.elapsed() >= settings.flush_interval)
-                }
-            };
-            if due {
-                break;
-            }
-            let wanted = core.flush_wanted.notified();
-            if has_records && settings.durability != Durability::Sync {
-                let left = settings.flush_interval.saturating_sub(last_flush.elapsed());
-                let _ = compio::time::timeout(left, wanted).await;
-            } else {
-                wanted.await;
-            }
-        }
-        // 2. Optionally let more records join this group commit.
-        let delay = settings.group_commit_max_delay;
-        if settings.durability == Durability::Sync && !delay.is_zero() {
-            let (_, requested, full) = core.flush_state();
-            if !requested && !full {
-                let deadline = Instant::now() + delay;
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
-                    let wanted = core.flush_wanted.notified();
-                    let _ = compio::time::timeout(left, wanted).await;
-                    let (_, requested, full) = core.flush_state();
-                    if requested || full {
-                        break;
-                    }
-                }
-            }
-        }
-        // 3. Seal and write.
-        let Some(flush) = core.take_flush() else {
-            continue;
-        };
-        last_flush = Instant::now();
-        let path = files.paths.segment(flush.seq);
-        let file = match files.file(flush.seq).await {
-            Ok(f) => f,
-            Err(reason) => {
-                core.poison(
-                    "segment creation",
-                    &path,
-                    flush.offset,
-                    &std::io::Error::other(reason),
-                );
-                return;
-            }
-        };
-        if flush.starts_segment && flush.seq > 0 {
-            files.close_before(flush.seq);
-        }
-        let mut buf = flush.buf;
-        if flush.starts_segment && files.is_recycled(flush.seq) {
-            set_segment_header_flags(
-                &mut buf.as_mut_slice()[..BLOCK_BYTES],
-                SEGMENT_FLAG_RECYCLED,
-            );
-        }
-        let bytes = buf.len() as u64;
-        let (res, buf) = file.write_at(buf, flush.offset).await;
-        if let Err(e) = res {
-            core.poison("write", &path, flush.offset, &e);
-            return;
-        }
-        let sync_started = Instant::now();
-        if let Err(e) = file.sync_data().await {
-            core.poison("fdatasync", &path, flush.offset, &e);
-            return;
-        }
-        let sync_us = sync_started.elapsed().as_micros() as u64;
-        if flush.starts_segment {
-            files.mark_live(flush.seq, flush.first_lsn);
-            // The head names this segment before its first records are
-            // acknowledged, so losing the segment is detected at recovery.
-            let head = files.head.borrow_mut().take();
-            if let Some(mut head) = head {
-                let advanced = head.advance(flush.seq, flush.first_lsn).await;
-                *files.head.borrow_mut() = Some(head);
-                if let Err(e) = advanced {
-                    let (path, source) = match e {
-                        WalError::Io { file, source, .. } => (file, source),
-                        other => (path.clone(), std::io::Error::other(other.to_string())),
-                    };
-                    core.poison("head update", &path, 0, &source);
-                    return;
-                }
-            }
-        }
-        core.flush_complete(
-            flush.last_lsn,
-            buf,
-            bytes,
-            u64::from(flush.records),
-            sync_us,
-            files.file_count() as u64 * files.segment_bytes,
-        );
     }
 }
 
@@ -781,7 +591,7 @@ mod tests {
     #[test]
     fn a_pooled_file_named_like_the_target_is_never_replaced() {
         use crate::io::sim::SimDisk;
-        use crate::wal::recovery::create_segment;
+        use crate::wal::segment::create_segment;
         let seg = 64 * 1024;
         let disk = SimDisk::new(1);
         let paths = ShardPaths::new(std::path::Path::new("/pool"), 0);
