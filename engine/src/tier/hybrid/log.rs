@@ -59,6 +59,10 @@ pub enum ReadError {
         offset: u64,
         reason: String,
     },
+    /// The key's newest write never reached the segments in `dir` (a
+    /// segment write failed and poisoned the shard): whatever the index
+    /// still points at is older. A restart replays the write from the WAL.
+    Unwritten { dir: PathBuf },
 }
 
 impl std::fmt::Display for ReadError {
@@ -81,6 +85,11 @@ impl std::fmt::Display for ReadError {
                 f,
                 "value segment {} is damaged at offset {offset}: {reason}",
                 file.display()
+            ),
+            ReadError::Unwritten { dir } => write!(
+                f,
+                "the key's last write did not reach the value segments in {} (a failed write poisoned the shard; a restart recovers the write from the WAL)",
+                dir.display()
             ),
         }
     }

@@ -150,6 +150,11 @@ struct Inner<D: Disk> {
     /// A write or fdatasync of a segment failed: the shard must stop
     /// taking writes.
     fault: Option<String>,
+    /// Keys whose newest put failed to append (after a fault): their
+    /// entries point at older records, so reads answer an error for them
+    /// instead ([`ReadError::Unwritten`]). Only a poisoned shard has any
+    /// (it logs no more writes, so the set grows by one batch at most).
+    unwritten: std::collections::HashSet<Box<[u8]>>,
     /// Checkpoints started (GC epochs).
     epoch: u64,
     /// Segment files not checked against the loaded checkpoint yet.
@@ -349,6 +354,7 @@ impl<D: Disk> HybridTier<D> {
                 read_errors: Vec::new(),
                 read_error_count: 0,
                 fault: None,
+                unwritten: Default::default(),
                 epoch: 0,
                 orphans_checked: false,
                 gc_runs: 0,
@@ -522,10 +528,22 @@ impl<D: Disk> Inner<D> {
     /// The entry and record of `key`. `Err` when no candidate matched and
     /// at least one could not be read (the key may be in it).
     fn find(&mut self, h: KeyHash, key: &[u8]) -> Result<Option<(Candidate, Record)>, ReadError> {
+        self.check_written(key)?;
         if self.is_deleted(key) {
             return Ok(None);
         }
         self.find_entry(h, key)
+    }
+
+    /// `Err` if `key`'s newest put never reached the segments (its entries
+    /// are older than what was acknowledged or logged).
+    fn check_written(&self, key: &[u8]) -> Result<(), ReadError> {
+        if !self.unwritten.is_empty() && self.unwritten.contains(key) {
+            return Err(ReadError::Unwritten {
+                dir: self.log.dir().to_path_buf(),
+            });
+        }
+        Ok(())
     }
 
     /// `find` without the shortcut for a key deleted blind: its newest
@@ -641,6 +659,9 @@ impl<D: Disk> Inner<D> {
     /// whose records are in RAM are compared now when their turn allows;
     /// the rest are left to read, in the order reads try them.
     fn lookup(&mut self, hash: u64, key: &[u8]) -> Lookup<D::File> {
+        if let Err(e) = self.check_written(key) {
+            return Lookup::Failed(e);
+        }
         if self.is_deleted(key) {
             return Lookup::Found(None);
         }
@@ -939,15 +960,20 @@ impl<D: Disk> Inner<D> {
         }
         let new = mine.is_empty();
         if self.fault.is_some() {
+            self.unwritten.insert(key.into());
             return new;
         }
         let (addr, span) = match self.log.append(key, value, at) {
             Ok(a) => a,
             Err(e) => {
                 self.note_fault("write", &e);
+                self.unwritten.insert(key.into());
                 return new;
             }
         };
+        if !self.unwritten.is_empty() {
+            self.unwritten.remove(key);
+        }
         // Its entries left are dead; the new one is newer than all.
         let new = self.take_deleted(key) || new;
         if let Some(t) = at {
@@ -1004,6 +1030,7 @@ impl<D: Disk> Inner<D> {
     /// too), reading the candidates that are not in RAM. Returns whether
     /// the key was there (expired or not), or why it could not be told.
     fn delete(&mut self, hash: u64, key: &[u8]) -> Result<bool, ReadError> {
+        self.unwritten.remove(key);
         let h = KeyHash::new(hash);
         let found = self.find_all(h, key)?;
         let existed = !found.is_empty();
@@ -1023,6 +1050,9 @@ impl<D: Disk> Inner<D> {
     /// are the settling reads (a blind delete is always right; the bound
     /// is on the RAM its sets take until reads settle them).
     fn delete_blind(&mut self, hash: u64, key: &[u8]) {
+        if !self.unwritten.is_empty() {
+            self.unwritten.remove(key);
+        }
         if self.is_deleted(key) {
             return;
         }
