@@ -1,11 +1,15 @@
-//! The hybrid tier when a segment write fails, on the simulated disk: a
-//! transaction whose writes did not reach the tier is not acknowledged,
-//! and its keys do not read their older values.
+//! The hybrid tier when a segment write fails or a record cannot be read,
+//! on the simulated disk: a transaction whose writes did not reach the
+//! tier is not acknowledged, and its keys do not read their older values;
+//! a delete that cannot read one of its candidates still removes its key.
 
 mod common;
 
 use bytes::Bytes;
+use common::hybrid::{checkpoint, get, key, put, reload, settings, value, Entries, SHARED_TAG};
+use engine::hash::fnv1a64;
 use engine::io::sim::{SimDisk, SimFaults};
+use engine::tier::{HybridSettings, HybridTier, Tier};
 use engine::{Engine, OpError, TxnError, TxnSettings};
 use std::path::Path;
 
@@ -94,4 +98,72 @@ fn a_commit_whose_tier_write_failed_is_an_error_and_its_key_never_reads_the_olde
         assert_eq!(got, Some(txn_value(i, round)), "key {i} after the restart");
     }
     engine.shutdown().expect("shutdown");
+}
+
+/// The tier of [`SHARED_TAG`] tests (an index for 1,000 keys): `first`
+/// written first (its record in the first block of the first segment),
+/// then 300 other keys, then `last`; reloaded from a checkpoint, so
+/// nothing is in RAM. Returns the tier and its checkpoint's entries.
+fn tag_sharing_tier(disk: &SimDisk, first: &[u8], last: &[u8]) -> (HybridTier<SimDisk>, Entries) {
+    let mut t = HybridTier::new(disk.clone(), small()).expect("tier");
+    put(&mut t, first, &value(1, 0));
+    for i in 0..300 {
+        put(&mut t, &key(i), &value(i, 0));
+    }
+    put(&mut t, last, &value(0, 0));
+    let entries = checkpoint(&mut t);
+    (reload(disk, small(), &entries), entries)
+}
+
+fn small() -> HybridSettings {
+    HybridSettings {
+        index_keys: 1_000,
+        ..settings(0)
+    }
+}
+
+/// Damages the first record block of the first segment.
+fn damage_first_block(disk: &SimDisk) {
+    let seg = disk
+        .files()
+        .into_iter()
+        .find(|p| p.ends_with("0000000000000001.seg"))
+        .expect("the first segment");
+    assert!(disk.corrupt(&seg, 4096 + 100, 1));
+}
+
+#[test]
+fn a_delete_that_cannot_read_another_keys_record_still_removes_its_key() {
+    let disk = SimDisk::new(2802);
+    let (k, other) = (SHARED_TAG[0].as_bytes(), SHARED_TAG[1].as_bytes());
+    let (mut t, _) = tag_sharing_tier(&disk, other, k);
+    damage_first_block(&disk);
+    assert_eq!(get(&t, other), None, "the other key's record is damaged");
+    assert_eq!(t.take_read_errors().len(), 1);
+    assert_eq!(get(&t, k).as_deref(), Some(&value(0, 0)[..]));
+    // No room for blind deletes: the delete reads its candidates, and one
+    // of them (the other key's) cannot be read.
+    t.set_unresolved_max(0);
+    t.delete_blind(fnv1a64(k), k);
+    assert_eq!(get(&t, k), None, "the deleted key is gone");
+    t.take_read_errors();
+    // (The first keys after the other one share its damaged block.)
+    for i in 50..300 {
+        assert_eq!(
+            get(&t, &key(i)).as_deref(),
+            Some(&value(i, 0)[..]),
+            "key {i}"
+        );
+    }
+    // And it stays gone through a checkpoint.
+    let entries = checkpoint(&mut t);
+    let back = reload(&disk, small(), &entries);
+    assert_eq!(get(&back, k), None);
+    // The same through the delete that answers whether the key was there:
+    // it could not tell, but the key goes.
+    let disk = SimDisk::new(2803);
+    let (mut t, _) = tag_sharing_tier(&disk, other, k);
+    damage_first_block(&disk);
+    t.delete(fnv1a64(k), k);
+    assert_eq!(get(&t, k), None, "the deleted key is gone");
 }

@@ -1032,7 +1032,18 @@ impl<D: Disk> Inner<D> {
     fn delete(&mut self, hash: u64, key: &[u8]) -> Result<bool, ReadError> {
         self.unwritten.remove(key);
         let h = KeyHash::new(hash);
-        let found = self.find_all(h, key)?;
+        let found = match self.find_all(h, key) {
+            Ok(found) => found,
+            Err(e) => {
+                // A candidate that may be the key's could not be read: the
+                // key goes all the same, the way a blind delete takes it
+                // (what cannot be read is left dead under `deleted`), past
+                // the sets' bound if need be: only unreadable records bring
+                // a delete here, and it must never be dropped.
+                self.delete_unread(hash, key);
+                return Err(e);
+            }
+        };
         let existed = !found.is_empty();
         for (c, r) in found {
             self.forget(c.addr, &r);
@@ -1059,8 +1070,17 @@ impl<D: Disk> Inner<D> {
         let allowed = self.blind_allowed.take() == Some(hash);
         if !self.blind_room() && !allowed {
             if let Err(e) = self.delete(hash, key) {
-                tracing::warn!(error = %e, "hybrid tier: delete could not read a candidate record");
+                tracing::warn!(error = %e, "hybrid tier: delete could not read a candidate record; its key is deleted blind");
             }
+            return;
+        }
+        self.delete_unread(hash, key);
+    }
+
+    /// The work of a blind delete, whatever the sets' bound (see
+    /// [`Inner::delete_blind`]).
+    fn delete_unread(&mut self, hash: u64, key: &[u8]) {
+        if self.is_deleted(key) {
             return;
         }
         let h = KeyHash::new(hash);
