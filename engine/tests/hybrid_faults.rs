@@ -1,7 +1,9 @@
 //! The hybrid tier when a segment write fails or a record cannot be read,
 //! on the simulated disk: a transaction whose writes did not reach the
 //! tier is not acknowledged, and its keys do not read their older values;
-//! a delete that cannot read one of its candidates still removes its key.
+//! a delete that cannot read one of its candidates still removes its key;
+//! an entry whose record is another key's never lets a read fall through
+//! to an older version.
 
 mod common;
 
@@ -9,7 +11,7 @@ use bytes::Bytes;
 use common::hybrid::{checkpoint, get, key, put, reload, settings, value, Entries, SHARED_TAG};
 use engine::hash::fnv1a64;
 use engine::io::sim::{SimDisk, SimFaults};
-use engine::tier::{HybridSettings, HybridTier, Tier};
+use engine::tier::{ColdAnswer, HybridSettings, HybridTier, Tier};
 use engine::{Engine, OpError, TxnError, TxnSettings};
 use std::path::Path;
 
@@ -166,4 +168,118 @@ fn a_delete_that_cannot_read_another_keys_record_still_removes_its_key() {
     damage_first_block(&disk);
     t.delete(fnv1a64(k), k);
     assert_eq!(get(&t, k), None, "the deleted key is gone");
+}
+
+/// The checkpoint's index slots as (chunk index in `entries`, slot, tag
+/// with its span bit, address) for every filled slot.
+fn filled_slots(entries: &Entries) -> Vec<(usize, usize, u16, u32)> {
+    let mut out = Vec::new();
+    for (n, (k, v, _)) in entries.iter().enumerate() {
+        if !k.starts_with(b"\0hybrid/index/") {
+            continue;
+        }
+        // tags (u16 each), addresses (u32 each), one overflow byte per
+        // bucket of 8 slots: 6 bytes per slot plus 1/8.
+        let slots = v.len() * 8 / 49;
+        for s in 0..slots {
+            let tag = u16::from_le_bytes([v[2 * s], v[2 * s + 1]]);
+            let at = slots * 2 + 4 * s;
+            let addr = u32::from_le_bytes(v[at..at + 4].try_into().expect("4 bytes"));
+            if addr != 0 {
+                out.push((n, s, tag, addr));
+            }
+        }
+    }
+    out
+}
+
+fn unresolved_addrs(entries: &Entries) -> Vec<u32> {
+    entries
+        .iter()
+        .filter(|(k, _, _)| k.starts_with(b"\0hybrid/unresolved/"))
+        .flat_map(|(_, v, _)| {
+            v.chunks_exact(4)
+                .map(|a| u32::from_le_bytes(a.try_into().expect("4 bytes")))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn an_entry_pointing_at_another_keys_record_is_an_error_never_the_older_version() {
+    let disk = SimDisk::new(2804);
+    let k = b"the key".as_slice();
+    let other = b"another key".as_slice();
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    put(&mut t, k, &value(0, 0));
+    let entries = checkpoint(&mut t);
+    // A blind overwrite: the old record stays, unresolved, behind the new.
+    let mut t = reload(&disk, settings(0), &entries);
+    put(&mut t, k, &value(0, 1));
+    put(&mut t, other, &value(1, 0));
+    assert_eq!(t.stats().unresolved_entries, 1);
+    let mut entries = checkpoint(&mut t);
+    let slots = filled_slots(&entries);
+    assert_eq!(slots.len(), 3, "{slots:?}");
+    let unresolved = unresolved_addrs(&entries);
+    assert_eq!(unresolved.len(), 1);
+    let key_tag = slots
+        .iter()
+        .find(|s| s.3 == unresolved[0])
+        .expect("the older entry")
+        .2
+        & 0x7fff;
+    type Slot<'a> = &'a (usize, usize, u16, u32);
+    let (newer, others): (Vec<Slot>, Vec<Slot>) = slots
+        .iter()
+        .filter(|s| s.3 != unresolved[0])
+        .partition(|s| s.2 & 0x7fff == key_tag);
+    let (newer, other_slot) = (newer[0], others[0]);
+    assert_ne!(other_slot.2 & 0x7fff, key_tag, "the two keys' tags differ");
+    // The key's settled entry dangles: it points at the other key's record
+    // (as an entry into a removed segment whose slot was reused would).
+    let (chunk, slot) = (newer.0, newer.1);
+    let v = &mut entries[chunk].1;
+    let slots_in_chunk = v.len() * 8 / 49;
+    let tag = (newer.2 & 0x7fff) | (other_slot.2 & 0x8000);
+    v[2 * slot..2 * slot + 2].copy_from_slice(&tag.to_le_bytes());
+    let at = slots_in_chunk * 2 + 4 * slot;
+    v[at..at + 4].copy_from_slice(&other_slot.3.to_le_bytes());
+    // Neither read path answers the older value: the split one (the
+    // records on the device) ...
+    let t = reload(&disk, settings(0), &entries);
+    let (answers, cold) = get_split(&t, &[k.to_vec()]);
+    assert_eq!(cold, 1, "read from the device");
+    match &answers[0] {
+        Err(_) => {}
+        a => panic!("split read answered {a:?}"),
+    }
+    // ... and the blocking one.
+    let mut t = reload(&disk, settings(0), &entries);
+    let got = get(&t, k);
+    assert_ne!(got.as_deref(), Some(&value(0, 0)[..]), "blocking read");
+    assert_eq!(got, None);
+    assert_eq!(t.take_read_errors().len(), 1, "the read is an error");
+    assert_eq!(get(&t, other).as_deref(), Some(&value(1, 0)[..]));
+}
+
+fn get_split(t: &dyn Tier, keys: &[Vec<u8>]) -> (Vec<ColdAnswer>, usize) {
+    let keys: Vec<Bytes> = keys.iter().map(|k| Bytes::copy_from_slice(k)).collect();
+    let hashes: Vec<u64> = keys.iter().map(|k| fnv1a64(k)).collect();
+    let (mut out, mut cold) = (Vec::new(), Vec::new());
+    let mut left = usize::MAX;
+    let answered = t.get_many_split(&hashes, &keys, &mut out, &mut left, &mut cold);
+    assert_eq!(answered, keys.len());
+    let mut answers: Vec<ColdAnswer> = out.into_iter().map(Ok).collect();
+    let n = cold.len();
+    while !cold.is_empty() {
+        let read = pollster::block_on(t.fetch_cold(cold));
+        let (mut done, mut again) = (Vec::new(), Vec::new());
+        t.finish_cold(read, &mut done, &mut again);
+        for (i, a) in done {
+            answers[i] = a;
+        }
+        cold = again;
+    }
+    (answers, n)
 }

@@ -63,6 +63,11 @@ pub enum ReadError {
     /// segment write failed and poisoned the shard): whatever the index
     /// still points at is older. A restart replays the write from the WAL.
     Unwritten { dir: PathBuf },
+    /// The record at an entry's address holds a key that cannot be the
+    /// entry's (another partition or tag): the entry dangles (it points
+    /// into a segment removed or rewritten since), so the key's newest
+    /// record is unknown.
+    Dangling { file: PathBuf, offset: u64 },
 }
 
 impl std::fmt::Display for ReadError {
@@ -84,6 +89,11 @@ impl std::fmt::Display for ReadError {
             } => write!(
                 f,
                 "value segment {} is damaged at offset {offset}: {reason}",
+                file.display()
+            ),
+            ReadError::Dangling { file, offset } => write!(
+                f,
+                "the index points at value segment {} offset {offset}, which holds a record of an unrelated key (a dangling entry)",
                 file.display()
             ),
             ReadError::Unwritten { dir } => write!(

@@ -546,6 +546,21 @@ impl<D: Disk> Inner<D> {
         Ok(())
     }
 
+    /// `Err` if the record `r` read at entry `addr`, a candidate for `h`,
+    /// cannot be that entry's record: its key's partition or tag differs.
+    /// Such an entry dangles; it may have been the key's newest, so what
+    /// comes after it must not be taken for the key's current record.
+    fn check_dangling(&self, h: KeyHash, addr: u32, r: &Record) -> Result<(), ReadError> {
+        if KeyHash::new(crate::hash::fnv1a64(&r.key)).could_share_entry(h) {
+            return Ok(());
+        }
+        let a = self.log.decode_addr(addr);
+        Err(ReadError::Dangling {
+            file: self.log.path_of_slot(a.slot),
+            offset: a.offset,
+        })
+    }
+
     /// `find` without the shortcut for a key deleted blind: its newest
     /// entry (dead), for a put to replace. During a replay, a settled
     /// entry of such a key may also be there (an index partition copied
@@ -567,7 +582,11 @@ impl<D: Disk> Inner<D> {
                         _ => Ok(Some((c, r))),
                     };
                 }
-                Ok(_) => {}
+                Ok(r) => {
+                    if let Err(e) = self.check_dangling(h, c.addr, &r) {
+                        failed = failed.or(Some(e));
+                    }
+                }
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
@@ -681,7 +700,11 @@ impl<D: Disk> Inner<D> {
                             _ => Lookup::Found(Some(r)),
                         };
                     }
-                    Ok(_) => {}
+                    Ok(r) => {
+                        if let Err(e) = self.check_dangling(KeyHash::new(hash), c.addr, &r) {
+                            failed.get_or_insert(e);
+                        }
+                    }
                     Err(e) => {
                         failed.get_or_insert(e);
                     }
@@ -831,7 +854,12 @@ impl<D: Disk> Inner<D> {
                     let live = r.expires_at_ms.is_none_or(|at| at > ck.now_ms);
                     return Ok(Ok(live.then_some(r.value)));
                 }
-                Ok(_) => {}
+                Ok(r) => {
+                    if let Err(e) = self.check_dangling(KeyHash::new(ck.hash), addr, &r) {
+                        tracing::warn!(error = %e, "hybrid tier: a candidate entry dangles");
+                        ck.failed.get_or_insert(e.to_string());
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "hybrid tier: a candidate record could not be read");
                     ck.failed.get_or_insert(e.to_string());
