@@ -1421,11 +1421,14 @@ impl<D: Disk> Inner<D> {
         }
     }
 
-    fn load_segments(&mut self, bytes: &[u8]) -> Result<(), String> {
+    /// Opens the segments of a checkpoint's table. Returns the (slot,
+    /// sequence) of the emptied segments it lists that are gone.
+    fn load_segments(&mut self, bytes: &[u8]) -> Result<Vec<(u32, u64)>, String> {
         const ROW: usize = SEGMENT_ROW_BYTES;
         if bytes.len() % ROW != 0 {
             return Err(format!("segment table of {} bytes", bytes.len()));
         }
+        let mut gone = Vec::new();
         for row in bytes.chunks_exact(ROW) {
             let u64_at = |i: usize| u64::from_le_bytes(row[i..i + 8].try_into().expect("8 bytes"));
             let slot = u32::from_le_bytes(row[0..4].try_into().expect("4 bytes"));
@@ -1437,9 +1440,13 @@ impl<D: Disk> Inner<D> {
                 // Emptied by GC. It may be gone already: it is removed once
                 // two checkpoints that started after its GC are published,
                 // and the newest of those still lists it; neither points
-                // into it. If it is still there, an index copied while its
-                // GC ran may point into it: keep it.
-                2 if !self.log.segment_exists(seq) => continue,
+                // into it (an older chain loaded as a fallback may: see
+                // `check_removed_segments`). If it is still there, an index
+                // copied while its GC ran may point into it: keep it.
+                2 if !self.log.segment_exists(seq) => {
+                    gone.push((slot, seq));
+                    continue;
+                }
                 2 => SegState::Zombie {
                     gc_epoch: 0,
                     confirms: 0,
@@ -1453,7 +1460,35 @@ impl<D: Disk> Inner<D> {
                 seg.live_bytes = live;
             }
         }
-        Ok(())
+        Ok(gone)
+    }
+
+    /// Refuses a loaded chain whose index points into a segment that GC
+    /// emptied and that was removed since (`gone`, from
+    /// [`Inner::load_segments`]). Only an older chain than the newest can
+    /// (the segment goes once two checkpoints that started after its GC
+    /// are published, and neither points into it), loaded because a newer
+    /// one is damaged; its entries there would read as errors, or as
+    /// whatever a segment that took the slot holds. Recovery then takes
+    /// another snapshot, or stops.
+    fn check_removed_segments(&self, gone: &[(u32, u64)]) -> Result<(), String> {
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let mut hit = None;
+        self.index.for_each_addr(|a| {
+            let slot = self.log.decode_addr(a).slot;
+            if hit.is_none() {
+                hit = gone.iter().find(|g| g.0 == slot).copied();
+            }
+        });
+        match hit {
+            None => Ok(()),
+            Some((_, seq)) => Err(format!(
+                "its index points into value segment {}, which GC emptied and removed after this snapshot was taken",
+                self.log.path_of(seq).display()
+            )),
+        }
     }
 }
 
@@ -1986,10 +2021,11 @@ impl<D: Disk> Tier for HybridTier<D> {
 
     fn load_checkpoint_done(&mut self) -> Result<(), String> {
         let st = self.inner.get_mut();
-        match st.pending_segments.take() {
-            Some(table) => st.load_segments(&table),
-            None => Ok(()),
-        }
+        let gone = match st.pending_segments.take() {
+            Some(table) => st.load_segments(&table)?,
+            None => Vec::new(),
+        };
+        st.check_removed_segments(&gone)
     }
 
     fn load_checkpoint_delete(&mut self, _key: &[u8]) -> Result<(), String> {
