@@ -4,7 +4,8 @@
 //! a delete that cannot read one of its candidates still removes its key;
 //! an entry whose record is another key's never lets a read fall through
 //! to an older version; a snapshot chain whose index points into a
-//! segment removed since is refused.
+//! segment removed since is refused; keys with a TTL stay due through a
+//! GC that raced a checkpoint and through a failed read.
 
 mod common;
 
@@ -365,4 +366,72 @@ fn an_older_snapshot_pointing_into_a_removed_segment_is_refused_not_served() {
             assert!(back.take_read_errors().is_empty());
         }
     }
+}
+
+#[test]
+fn keys_with_a_ttl_that_gc_moved_during_a_checkpoint_still_expire_after_recovery() {
+    let disk = SimDisk::new(2806);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    // The odd keys carry an expiry time and stay in the oldest segment;
+    // the even ones are overwritten, so GC moves the odd ones.
+    for round in 0..8 {
+        for i in (0..800).filter(|i| round == 0 || i % 2 == 0) {
+            let at = (i % 2 == 1).then_some(1_000 + i);
+            t.put_expiring(fnv1a64(&key(i)), &key(i), &value(i, round), at);
+        }
+    }
+    // A full checkpoint copies the index, then GC moves the records, then
+    // the checkpoint finishes (it writes the expiry list last).
+    t.checkpoint_begin();
+    let mut entries = Vec::new();
+    let mut push = |k: &[u8], v: Option<&[u8]>, at: Option<u64>| {
+        entries.push((k.to_vec(), v.expect("no deleted keys").to_vec(), at));
+    };
+    for p in 0..t.partition_count() {
+        t.visit_checkpoint_partition(p, false, &mut push);
+    }
+    let mut steps = 0;
+    while t.stats().gc_runs == 0 {
+        assert!(t.background_step(), "GC has a victim");
+        steps += 1;
+        assert!(steps < 100, "GC does not finish its victim");
+    }
+    assert!(t.stats().gc_bytes_written > 0, "GC moved records");
+    t.checkpoint_finish(&mut push).expect("checkpoint");
+    t.checkpoint_published();
+    // A crash, and recovery from that checkpoint (no WAL records after it).
+    disk.crash();
+    let mut back = reload(&disk, settings(0), &entries);
+    back.set_now_ms(5_000);
+    let mut due: Vec<Vec<u8>> = back
+        .due_keys(10_000)
+        .into_iter()
+        .map(|k| k.to_vec())
+        .collect();
+    due.sort();
+    let want: Vec<Vec<u8>> = (0..800).filter(|i| i % 2 == 1).map(key).collect();
+    assert_eq!(due.len(), want.len(), "every key with a TTL is due");
+    assert_eq!(due, want);
+}
+
+#[test]
+fn a_due_key_whose_record_cannot_be_read_now_is_expired_once_it_can() {
+    let disk = SimDisk::new(2807);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    for i in 0..20 {
+        t.put_expiring(fnv1a64(&key(i)), &key(i), &value(i, 0), Some(1_000 + i));
+    }
+    let entries = checkpoint(&mut t);
+    let mut t = reload(&disk, settings(0), &entries);
+    t.set_now_ms(5_000);
+    disk.set_faults(SimFaults {
+        read_error_probability: 1.0,
+        path_filter: Some(".seg".into()),
+        ..SimFaults::default()
+    });
+    assert!(t.due_keys(100).is_empty(), "nothing could be read");
+    disk.set_faults(SimFaults::default());
+    let mut due: Vec<Vec<u8>> = t.due_keys(100).into_iter().map(|k| k.to_vec()).collect();
+    due.sort();
+    assert_eq!(due, (0..20).map(key).collect::<Vec<_>>());
 }

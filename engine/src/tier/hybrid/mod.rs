@@ -191,6 +191,12 @@ struct Inner<D: Disk> {
     /// `checkpoint_unresolved`; a put or a delete after it comes back with
     /// the replay).
     checkpoint_deleted: Vec<Box<[u8]>>,
+    /// While a checkpoint runs: the (expiry, address) pairs GC moved away
+    /// from since it began. Its index partitions copied before a move
+    /// point at the old address, and the expiry list is written at its
+    /// finish, so it lists them too (recovery drops the pairs its index
+    /// does not point at when they come due).
+    checkpoint_expiring_moved: Option<Vec<(u64, u32)>>,
     /// Reads that settle the candidates of puts made past the unresolved
     /// set's bound, waiting for [`Tier::take_settles`].
     settles: Vec<ColdKey<D::File>>,
@@ -367,6 +373,7 @@ impl<D: Disk> HybridTier<D> {
                 deleted: std::collections::HashSet::new(),
                 deleted_bytes: 0,
                 checkpoint_deleted: Vec::new(),
+                checkpoint_expiring_moved: None,
                 settles: Vec::new(),
                 settles_open: std::rc::Rc::new(std::cell::Cell::new(0)),
                 blind_allowed: None,
@@ -1306,6 +1313,9 @@ impl<D: Disk> Inner<D> {
             if let Some(at) = r.expires_at_ms {
                 self.expiring.remove(&(at, addr));
                 self.expiring.insert((at, new));
+                if let Some(moved) = self.checkpoint_expiring_moved.as_mut() {
+                    moved.push((at, addr));
+                }
             }
         }
         let end = self.log.segs[victim as usize].as_ref().map_or(0, |s| s.end);
@@ -1814,8 +1824,9 @@ impl<D: Disk> Tier for HybridTier<D> {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "hybrid tier: an expiring record could not be read");
-                    st.expiring.remove(&(at, addr));
+                    // Kept: the key is due, and its record may read again
+                    // (a later call tries it again).
+                    tracing::warn!(error = %e, "hybrid tier: an expiring record could not be read; its key is expired once it can be");
                 }
             }
         }
@@ -1896,6 +1907,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         st.epoch += 1;
         st.checkpoint_unresolved = st.unresolved.iter().copied().collect();
         st.checkpoint_deleted = st.deleted.iter().cloned().collect();
+        st.checkpoint_expiring_moved = Some(Vec::new());
     }
 
     fn visit_checkpoint_partition(
@@ -1934,7 +1946,13 @@ impl<D: Disk> Tier for HybridTier<D> {
             return Err(format!("value segments could not be made durable: {e}"));
         }
         f(KEY_SEGMENTS, Some(&st.encode_segments()), None);
-        let exp: Vec<(u64, u32)> = st.expiring.iter().copied().collect();
+        let mut exp: Vec<(u64, u32)> = st.expiring.iter().copied().collect();
+        let moved = st.checkpoint_expiring_moved.take().unwrap_or_default();
+        if !moved.is_empty() {
+            exp.extend(moved);
+            exp.sort_unstable();
+            exp.dedup();
+        }
         for (i, chunk) in exp.chunks(EXPIRING_CHUNK).enumerate() {
             let mut key = KEY_EXPIRING.to_vec();
             key.extend_from_slice(&(i as u32).to_le_bytes());
