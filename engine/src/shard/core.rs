@@ -169,12 +169,14 @@ impl ShardCore {
     }
 
     /// A write of the tier's own files failed: poison the shard (the WAL
-    /// keeps everything acknowledged; a restart recovers it).
-    fn check_tier_fault(&self) {
+    /// keeps everything acknowledged; a restart recovers it). Returns
+    /// whether the tier reported a failure since the last call.
+    fn check_tier_fault(&self) -> bool {
         let fault = self.state.borrow_mut().tier.take_fault();
-        if let Some(fault) = fault {
-            self.poison_with(&fault);
+        if let Some(fault) = &fault {
+            self.poison_with(fault);
         }
+        fault.is_some()
     }
 
     /// Makes up to `max` of the settling reads the tier queued, all
@@ -813,8 +815,13 @@ impl ShardCore {
         }
     }
 
-    /// Applies a committed transaction's writes on this shard to the tier.
-    pub(crate) fn apply_txn_writes(&self, writes: &[crate::txn::record::TxnWrite]) {
+    /// Applies a transaction part's writes to the tier. `Err` if the tier
+    /// failed to take one of them (the shard is poisoned then, and the
+    /// commit's outcome is left to the restart, which replays the part).
+    pub(crate) fn apply_txn_writes(
+        &self,
+        writes: &[crate::txn::record::TxnWrite],
+    ) -> Result<(), ()> {
         let mut st = self.state.borrow_mut();
         for w in writes {
             let hash = fnv1a64(&w.key);
@@ -833,7 +840,10 @@ impl ShardCore {
             .memory_bytes
             .store(st.tier.memory_bytes(), Relaxed);
         drop(st);
-        self.check_tier_fault();
+        if self.check_tier_fault() {
+            return Err(());
+        }
+        Ok(())
     }
 
     /// Waits until `lsn` is durable. Err if the shard is poisoned first.

@@ -545,7 +545,7 @@ impl Txn {
                 .find(|(s, _)| *s == shard)
                 .map_or(0, |(_, l)| *l);
             async move {
-                let _ = shared
+                shared
                     .txn_ask(shard as usize, |reply| TxnMsg::Apply {
                         txn,
                         lsn,
@@ -553,12 +553,29 @@ impl Txn {
                         parts,
                         reply,
                     })
-                    .await;
+                    .await
             }
         });
-        futures::future::join_all(applies).await;
+        // Every part is applied where it can be; one that could not be
+        // (its shard is poisoned) makes the commit's outcome the restart's
+        // to decide, and the commit says so.
+        let mut failure = None;
+        for answer in futures::future::join_all(applies).await {
+            match answer {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    failure.get_or_insert(e);
+                }
+                // The shard is going away; every part is logged, so the
+                // restart applies this one (as before this answer).
+                Err(_) => {}
+            }
+        }
         shared.txn_release(txn, &others).await;
-        Ok(())
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 

@@ -58,7 +58,9 @@ pub(crate) enum TxnMsg {
         lsn: u64,
         writes: Vec<TxnWrite>,
         parts: Arc<[(u16, u64)]>,
-        reply: oneshot::Sender<()>,
+        /// `Err` if the tier failed to take the writes (the shard is
+        /// poisoned; the restart decides).
+        reply: oneshot::Sender<Result<(), TxnError>>,
     },
     /// The write marks of `keys` (WATCH, and EXEC's check), in order.
     Marks {
@@ -222,9 +224,11 @@ pub(crate) fn handle(core: &Rc<ShardCore>, msg: TxnMsg) {
         } => {
             let core = core.clone();
             compio::runtime::spawn(async move {
-                let result = log_part(&core, txn, &participants, &writes).await;
+                let mut result = log_part(&core, txn, &participants, &writes).await;
                 if let (Ok(lsn), true) = (&result, finish) {
-                    apply_part(&core, txn, *lsn, &writes, None);
+                    if let Err(e) = apply_part(&core, txn, *lsn, &writes, None) {
+                        result = Err(e);
+                    }
                 }
                 let _ = reply.send(result);
             })
@@ -237,8 +241,8 @@ pub(crate) fn handle(core: &Rc<ShardCore>, msg: TxnMsg) {
             parts,
             reply,
         } => {
-            apply_part(core, txn, lsn, &writes, Some(parts));
-            let _ = reply.send(());
+            let applied = apply_part(core, txn, lsn, &writes, Some(parts));
+            let _ = reply.send(applied);
         }
         TxnMsg::Marks { keys, reply } => {
             let _ = reply.send(core.key_marks(&keys));
@@ -310,14 +314,22 @@ async fn log_part(
 }
 
 /// Applies a logged part to the tier, resolves it, releases the locks.
+/// If the tier could not take the writes, the shard is poisoned: the
+/// commit answers [`TxnError::Poisoned`] (a restart replays the part), and
+/// the part stays unresolved, so no snapshot claims its LSN.
 fn apply_part(
     core: &ShardCore,
     txn: u64,
     lsn: u64,
     writes: &[TxnWrite],
     parts: Option<Arc<[(u16, u64)]>>,
-) {
-    core.apply_txn_writes(writes);
+) -> Result<(), TxnError> {
+    if core.apply_txn_writes(writes).is_err() {
+        core.txn.locks.borrow_mut().release_all(txn);
+        return Err(TxnError::Poisoned {
+            shard: core.settings.shard,
+        });
+    }
     if lsn > 0 {
         core.txn.unresolved.borrow_mut().remove(&lsn);
         if let Some(parts) = parts.filter(|p| p.len() > 1) {
@@ -325,4 +337,5 @@ fn apply_part(
         }
     }
     core.txn.locks.borrow_mut().release_all(txn);
+    Ok(())
 }

@@ -65,6 +65,13 @@ impl KeyHash {
         (self.mixed as u16 & TAG_MASK).max(1)
     }
 
+    /// Whether an entry made for `other` could be this hash's: same
+    /// partition and tag. A record at a candidate whose key fails this
+    /// cannot be the entry's record (the entry dangles).
+    pub fn could_share_entry(self, other: KeyHash) -> bool {
+        self.partition() == other.partition() && self.tag() == other.tag()
+    }
+
     fn home(self, buckets: usize) -> usize {
         ((((self.mixed >> 16) & 0xFFFF_FFFF) * buckets as u64) >> 32) as usize
     }

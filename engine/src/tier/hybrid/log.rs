@@ -59,6 +59,15 @@ pub enum ReadError {
         offset: u64,
         reason: String,
     },
+    /// The key's newest write never reached the segments in `dir` (a
+    /// segment write failed and poisoned the shard): whatever the index
+    /// still points at is older. A restart replays the write from the WAL.
+    Unwritten { dir: PathBuf },
+    /// The record at an entry's address holds a key that cannot be the
+    /// entry's (another partition or tag): the entry dangles (it points
+    /// into a segment removed or rewritten since), so the key's newest
+    /// record is unknown.
+    Dangling { file: PathBuf, offset: u64 },
 }
 
 impl std::fmt::Display for ReadError {
@@ -81,6 +90,16 @@ impl std::fmt::Display for ReadError {
                 f,
                 "value segment {} is damaged at offset {offset}: {reason}",
                 file.display()
+            ),
+            ReadError::Dangling { file, offset } => write!(
+                f,
+                "the index points at value segment {} offset {offset}, which holds a record of an unrelated key (a dangling entry)",
+                file.display()
+            ),
+            ReadError::Unwritten { dir } => write!(
+                f,
+                "the key's last write did not reach the value segments in {} (a failed write poisoned the shard; a restart recovers the write from the WAL)",
+                dir.display()
             ),
         }
     }

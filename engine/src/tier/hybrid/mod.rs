@@ -150,6 +150,11 @@ struct Inner<D: Disk> {
     /// A write or fdatasync of a segment failed: the shard must stop
     /// taking writes.
     fault: Option<String>,
+    /// Keys whose newest put failed to append (after a fault): their
+    /// entries point at older records, so reads answer an error for them
+    /// instead ([`ReadError::Unwritten`]). Only a poisoned shard has any
+    /// (it logs no more writes, so the set grows by one batch at most).
+    unwritten: std::collections::HashSet<Box<[u8]>>,
     /// Checkpoints started (GC epochs).
     epoch: u64,
     /// Segment files not checked against the loaded checkpoint yet.
@@ -186,6 +191,12 @@ struct Inner<D: Disk> {
     /// `checkpoint_unresolved`; a put or a delete after it comes back with
     /// the replay).
     checkpoint_deleted: Vec<Box<[u8]>>,
+    /// While a checkpoint runs: the (expiry, address) pairs GC moved away
+    /// from since it began. Its index partitions copied before a move
+    /// point at the old address, and the expiry list is written at its
+    /// finish, so it lists them too (recovery drops the pairs its index
+    /// does not point at when they come due).
+    checkpoint_expiring_moved: Option<Vec<(u64, u32)>>,
     /// Reads that settle the candidates of puts made past the unresolved
     /// set's bound, waiting for [`Tier::take_settles`].
     settles: Vec<ColdKey<D::File>>,
@@ -349,6 +360,7 @@ impl<D: Disk> HybridTier<D> {
                 read_errors: Vec::new(),
                 read_error_count: 0,
                 fault: None,
+                unwritten: Default::default(),
                 epoch: 0,
                 orphans_checked: false,
                 gc_runs: 0,
@@ -361,6 +373,7 @@ impl<D: Disk> HybridTier<D> {
                 deleted: std::collections::HashSet::new(),
                 deleted_bytes: 0,
                 checkpoint_deleted: Vec::new(),
+                checkpoint_expiring_moved: None,
                 settles: Vec::new(),
                 settles_open: std::rc::Rc::new(std::cell::Cell::new(0)),
                 blind_allowed: None,
@@ -522,10 +535,37 @@ impl<D: Disk> Inner<D> {
     /// The entry and record of `key`. `Err` when no candidate matched and
     /// at least one could not be read (the key may be in it).
     fn find(&mut self, h: KeyHash, key: &[u8]) -> Result<Option<(Candidate, Record)>, ReadError> {
+        self.check_written(key)?;
         if self.is_deleted(key) {
             return Ok(None);
         }
         self.find_entry(h, key)
+    }
+
+    /// `Err` if `key`'s newest put never reached the segments (its entries
+    /// are older than what was acknowledged or logged).
+    fn check_written(&self, key: &[u8]) -> Result<(), ReadError> {
+        if !self.unwritten.is_empty() && self.unwritten.contains(key) {
+            return Err(ReadError::Unwritten {
+                dir: self.log.dir().to_path_buf(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `Err` if the record `r` read at entry `addr`, a candidate for `h`,
+    /// cannot be that entry's record: its key's partition or tag differs.
+    /// Such an entry dangles; it may have been the key's newest, so what
+    /// comes after it must not be taken for the key's current record.
+    fn check_dangling(&self, h: KeyHash, addr: u32, r: &Record) -> Result<(), ReadError> {
+        if KeyHash::new(crate::hash::fnv1a64(&r.key)).could_share_entry(h) {
+            return Ok(());
+        }
+        let a = self.log.decode_addr(addr);
+        Err(ReadError::Dangling {
+            file: self.log.path_of_slot(a.slot),
+            offset: a.offset,
+        })
     }
 
     /// `find` without the shortcut for a key deleted blind: its newest
@@ -549,7 +589,11 @@ impl<D: Disk> Inner<D> {
                         _ => Ok(Some((c, r))),
                     };
                 }
-                Ok(_) => {}
+                Ok(r) => {
+                    if let Err(e) = self.check_dangling(h, c.addr, &r) {
+                        failed = failed.or(Some(e));
+                    }
+                }
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
@@ -641,6 +685,9 @@ impl<D: Disk> Inner<D> {
     /// whose records are in RAM are compared now when their turn allows;
     /// the rest are left to read, in the order reads try them.
     fn lookup(&mut self, hash: u64, key: &[u8]) -> Lookup<D::File> {
+        if let Err(e) = self.check_written(key) {
+            return Lookup::Failed(e);
+        }
         if self.is_deleted(key) {
             return Lookup::Found(None);
         }
@@ -660,7 +707,11 @@ impl<D: Disk> Inner<D> {
                             _ => Lookup::Found(Some(r)),
                         };
                     }
-                    Ok(_) => {}
+                    Ok(r) => {
+                        if let Err(e) = self.check_dangling(KeyHash::new(hash), c.addr, &r) {
+                            failed.get_or_insert(e);
+                        }
+                    }
                     Err(e) => {
                         failed.get_or_insert(e);
                     }
@@ -810,7 +861,12 @@ impl<D: Disk> Inner<D> {
                     let live = r.expires_at_ms.is_none_or(|at| at > ck.now_ms);
                     return Ok(Ok(live.then_some(r.value)));
                 }
-                Ok(_) => {}
+                Ok(r) => {
+                    if let Err(e) = self.check_dangling(KeyHash::new(ck.hash), addr, &r) {
+                        tracing::warn!(error = %e, "hybrid tier: a candidate entry dangles");
+                        ck.failed.get_or_insert(e.to_string());
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "hybrid tier: a candidate record could not be read");
                     ck.failed.get_or_insert(e.to_string());
@@ -939,15 +995,20 @@ impl<D: Disk> Inner<D> {
         }
         let new = mine.is_empty();
         if self.fault.is_some() {
+            self.unwritten.insert(key.into());
             return new;
         }
         let (addr, span) = match self.log.append(key, value, at) {
             Ok(a) => a,
             Err(e) => {
                 self.note_fault("write", &e);
+                self.unwritten.insert(key.into());
                 return new;
             }
         };
+        if !self.unwritten.is_empty() {
+            self.unwritten.remove(key);
+        }
         // Its entries left are dead; the new one is newer than all.
         let new = self.take_deleted(key) || new;
         if let Some(t) = at {
@@ -1004,8 +1065,20 @@ impl<D: Disk> Inner<D> {
     /// too), reading the candidates that are not in RAM. Returns whether
     /// the key was there (expired or not), or why it could not be told.
     fn delete(&mut self, hash: u64, key: &[u8]) -> Result<bool, ReadError> {
+        self.unwritten.remove(key);
         let h = KeyHash::new(hash);
-        let found = self.find_all(h, key)?;
+        let found = match self.find_all(h, key) {
+            Ok(found) => found,
+            Err(e) => {
+                // A candidate that may be the key's could not be read: the
+                // key goes all the same, the way a blind delete takes it
+                // (what cannot be read is left dead under `deleted`), past
+                // the sets' bound if need be: only unreadable records bring
+                // a delete here, and it must never be dropped.
+                self.delete_unread(hash, key);
+                return Err(e);
+            }
+        };
         let existed = !found.is_empty();
         for (c, r) in found {
             self.forget(c.addr, &r);
@@ -1023,14 +1096,26 @@ impl<D: Disk> Inner<D> {
     /// are the settling reads (a blind delete is always right; the bound
     /// is on the RAM its sets take until reads settle them).
     fn delete_blind(&mut self, hash: u64, key: &[u8]) {
+        if !self.unwritten.is_empty() {
+            self.unwritten.remove(key);
+        }
         if self.is_deleted(key) {
             return;
         }
         let allowed = self.blind_allowed.take() == Some(hash);
         if !self.blind_room() && !allowed {
             if let Err(e) = self.delete(hash, key) {
-                tracing::warn!(error = %e, "hybrid tier: delete could not read a candidate record");
+                tracing::warn!(error = %e, "hybrid tier: delete could not read a candidate record; its key is deleted blind");
             }
+            return;
+        }
+        self.delete_unread(hash, key);
+    }
+
+    /// The work of a blind delete, whatever the sets' bound (see
+    /// [`Inner::delete_blind`]).
+    fn delete_unread(&mut self, hash: u64, key: &[u8]) {
+        if self.is_deleted(key) {
             return;
         }
         let h = KeyHash::new(hash);
@@ -1228,6 +1313,9 @@ impl<D: Disk> Inner<D> {
             if let Some(at) = r.expires_at_ms {
                 self.expiring.remove(&(at, addr));
                 self.expiring.insert((at, new));
+                if let Some(moved) = self.checkpoint_expiring_moved.as_mut() {
+                    moved.push((at, addr));
+                }
             }
         }
         let end = self.log.segs[victim as usize].as_ref().map_or(0, |s| s.end);
@@ -1343,11 +1431,14 @@ impl<D: Disk> Inner<D> {
         }
     }
 
-    fn load_segments(&mut self, bytes: &[u8]) -> Result<(), String> {
+    /// Opens the segments of a checkpoint's table. Returns the (slot,
+    /// sequence) of the emptied segments it lists that are gone.
+    fn load_segments(&mut self, bytes: &[u8]) -> Result<Vec<(u32, u64)>, String> {
         const ROW: usize = SEGMENT_ROW_BYTES;
         if bytes.len() % ROW != 0 {
             return Err(format!("segment table of {} bytes", bytes.len()));
         }
+        let mut gone = Vec::new();
         for row in bytes.chunks_exact(ROW) {
             let u64_at = |i: usize| u64::from_le_bytes(row[i..i + 8].try_into().expect("8 bytes"));
             let slot = u32::from_le_bytes(row[0..4].try_into().expect("4 bytes"));
@@ -1359,9 +1450,13 @@ impl<D: Disk> Inner<D> {
                 // Emptied by GC. It may be gone already: it is removed once
                 // two checkpoints that started after its GC are published,
                 // and the newest of those still lists it; neither points
-                // into it. If it is still there, an index copied while its
-                // GC ran may point into it: keep it.
-                2 if !self.log.segment_exists(seq) => continue,
+                // into it (an older chain loaded as a fallback may: see
+                // `check_removed_segments`). If it is still there, an index
+                // copied while its GC ran may point into it: keep it.
+                2 if !self.log.segment_exists(seq) => {
+                    gone.push((slot, seq));
+                    continue;
+                }
                 2 => SegState::Zombie {
                     gc_epoch: 0,
                     confirms: 0,
@@ -1375,7 +1470,35 @@ impl<D: Disk> Inner<D> {
                 seg.live_bytes = live;
             }
         }
-        Ok(())
+        Ok(gone)
+    }
+
+    /// Refuses a loaded chain whose index points into a segment that GC
+    /// emptied and that was removed since (`gone`, from
+    /// [`Inner::load_segments`]). Only an older chain than the newest can
+    /// (the segment goes once two checkpoints that started after its GC
+    /// are published, and neither points into it), loaded because a newer
+    /// one is damaged; its entries there would read as errors, or as
+    /// whatever a segment that took the slot holds. Recovery then takes
+    /// another snapshot, or stops.
+    fn check_removed_segments(&self, gone: &[(u32, u64)]) -> Result<(), String> {
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let mut hit = None;
+        self.index.for_each_addr(|a| {
+            let slot = self.log.decode_addr(a).slot;
+            if hit.is_none() {
+                hit = gone.iter().find(|g| g.0 == slot).copied();
+            }
+        });
+        match hit {
+            None => Ok(()),
+            Some((_, seq)) => Err(format!(
+                "its index points into value segment {}, which GC emptied and removed after this snapshot was taken",
+                self.log.path_of(seq).display()
+            )),
+        }
     }
 }
 
@@ -1701,8 +1824,9 @@ impl<D: Disk> Tier for HybridTier<D> {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "hybrid tier: an expiring record could not be read");
-                    st.expiring.remove(&(at, addr));
+                    // Kept: the key is due, and its record may read again
+                    // (a later call tries it again).
+                    tracing::warn!(error = %e, "hybrid tier: an expiring record could not be read; its key is expired once it can be");
                 }
             }
         }
@@ -1783,6 +1907,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         st.epoch += 1;
         st.checkpoint_unresolved = st.unresolved.iter().copied().collect();
         st.checkpoint_deleted = st.deleted.iter().cloned().collect();
+        st.checkpoint_expiring_moved = Some(Vec::new());
     }
 
     fn visit_checkpoint_partition(
@@ -1821,7 +1946,13 @@ impl<D: Disk> Tier for HybridTier<D> {
             return Err(format!("value segments could not be made durable: {e}"));
         }
         f(KEY_SEGMENTS, Some(&st.encode_segments()), None);
-        let exp: Vec<(u64, u32)> = st.expiring.iter().copied().collect();
+        let mut exp: Vec<(u64, u32)> = st.expiring.iter().copied().collect();
+        let moved = st.checkpoint_expiring_moved.take().unwrap_or_default();
+        if !moved.is_empty() {
+            exp.extend(moved);
+            exp.sort_unstable();
+            exp.dedup();
+        }
         for (i, chunk) in exp.chunks(EXPIRING_CHUNK).enumerate() {
             let mut key = KEY_EXPIRING.to_vec();
             key.extend_from_slice(&(i as u32).to_le_bytes());
@@ -1908,10 +2039,11 @@ impl<D: Disk> Tier for HybridTier<D> {
 
     fn load_checkpoint_done(&mut self) -> Result<(), String> {
         let st = self.inner.get_mut();
-        match st.pending_segments.take() {
-            Some(table) => st.load_segments(&table),
-            None => Ok(()),
-        }
+        let gone = match st.pending_segments.take() {
+            Some(table) => st.load_segments(&table)?,
+            None => Vec::new(),
+        };
+        st.check_removed_segments(&gone)
     }
 
     fn load_checkpoint_delete(&mut self, _key: &[u8]) -> Result<(), String> {

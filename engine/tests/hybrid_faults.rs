@@ -1,0 +1,437 @@
+//! The hybrid tier when a segment write fails or a record cannot be read,
+//! on the simulated disk: a transaction whose writes did not reach the
+//! tier is not acknowledged, and its keys do not read their older values;
+//! a delete that cannot read one of its candidates still removes its key;
+//! an entry whose record is another key's never lets a read fall through
+//! to an older version; a snapshot chain whose index points into a
+//! segment removed since is refused; keys with a TTL stay due through a
+//! GC that raced a checkpoint and through a failed read.
+
+mod common;
+
+use bytes::Bytes;
+use common::hybrid::{
+    checkpoint, checkpoint_of, get, key, put, reload, settings, value, Entries, SHARED_TAG,
+};
+use engine::hash::fnv1a64;
+use engine::io::sim::{SimDisk, SimFaults};
+use engine::tier::{ColdAnswer, HybridSettings, HybridTier, Tier};
+use engine::{Engine, OpError, TxnError, TxnSettings};
+use std::path::Path;
+
+/// One hybrid shard, values up to 64 KiB, no checkpoint and no GC while a
+/// test runs (their segment writes would meet the injected fault first).
+fn txn_config() -> tunables::Config {
+    let mut c = common::small_config(Path::new("/h"), 1, tunables::Durability::Sync);
+    c.storage.tier = tunables::Tier::Hybrid;
+    c.storage.value_segment_size = tunables::ByteSize::mib(1);
+    c.storage.cache_bytes = tunables::ByteSize(0);
+    c.storage.index_keys = 10_000;
+    c.storage.gc_garbage_percent = 95;
+    c.storage.wal_segment_size = tunables::ByteSize::mib(8);
+    c.storage.checkpoint_wal_bytes = tunables::ByteSize::mib(256);
+    c.limits.value_bytes_max = tunables::ByteSize::kib(64);
+    c.storage.group_commit_max_bytes = tunables::ByteSize::kib(128);
+    c
+}
+
+fn txn_key(i: u64) -> Bytes {
+    Bytes::from(format!("account-{i:04}"))
+}
+
+/// 60 KiB naming its key and round: a chunk of the segment buffer fills
+/// every 17 records.
+fn txn_value(i: u64, round: u64) -> Bytes {
+    let mut v = format!("{i}/{round}/").into_bytes();
+    v.resize(60 * 1024, (i + round) as u8);
+    Bytes::from(v)
+}
+
+#[test]
+fn a_commit_whose_tier_write_failed_is_an_error_and_its_key_never_reads_the_older_value() {
+    let disk = SimDisk::new(28);
+    let config = txn_config();
+    const KEYS: u64 = 40;
+    let failed_at;
+    {
+        let engine = Engine::open_with_disk(&config, disk.clone()).expect("open");
+        let h = engine.handle();
+        for i in 0..KEYS {
+            pollster::block_on(h.put(txn_key(i), txn_value(i, 1))).expect("put");
+        }
+        // The next write of a value segment fails: the commit that makes
+        // the buffer spill cannot apply its write to the tier.
+        disk.set_faults(SimFaults {
+            fail_write_after: Some(0),
+            path_filter: Some(".seg".into()),
+            ..SimFaults::default()
+        });
+        let mut failed = None;
+        for i in 0..KEYS {
+            let mut txn = h.begin(TxnSettings::default());
+            pollster::block_on(txn.put(txn_key(i), txn_value(i, 2))).expect("txn put");
+            match pollster::block_on(txn.commit()) {
+                Ok(()) => {
+                    let got = pollster::block_on(h.get(txn_key(i))).expect("get");
+                    assert_eq!(got, Some(txn_value(i, 2)), "key {i}: acknowledged commit");
+                }
+                Err(TxnError::Poisoned { shard: 0 }) => {
+                    failed = Some(i);
+                    break;
+                }
+                Err(e) => panic!("key {i}: commit answered {e}"),
+            }
+        }
+        failed_at = failed.expect("a commit met the failed segment write");
+        assert!(engine.metrics().shards[0].poisoned);
+        // Its key is not served at its pre-commit value.
+        match pollster::block_on(h.get(txn_key(failed_at))) {
+            Err(OpError::ValueUnreadable { .. }) => {}
+            other => panic!("key {failed_at} after its failed commit: {other:?}"),
+        }
+        // Keys not written since the fault read as before.
+        let other = pollster::block_on(h.get(txn_key(KEYS - 1))).expect("get");
+        assert_eq!(other, Some(txn_value(KEYS - 1, 1)));
+        let _ = engine.shutdown();
+    }
+    // The WAL holds the commit: a restart applies it.
+    disk.set_faults(SimFaults::default());
+    let engine = Engine::open_with_disk(&config, disk.clone()).expect("reopen");
+    let h = engine.handle();
+    for i in 0..KEYS {
+        let round = if i <= failed_at { 2 } else { 1 };
+        let got = pollster::block_on(h.get(txn_key(i))).expect("get");
+        assert_eq!(got, Some(txn_value(i, round)), "key {i} after the restart");
+    }
+    engine.shutdown().expect("shutdown");
+}
+
+/// The tier of [`SHARED_TAG`] tests (an index for 1,000 keys): `first`
+/// written first (its record in the first block of the first segment),
+/// then 300 other keys, then `last`; reloaded from a checkpoint, so
+/// nothing is in RAM. Returns the tier and its checkpoint's entries.
+fn tag_sharing_tier(disk: &SimDisk, first: &[u8], last: &[u8]) -> (HybridTier<SimDisk>, Entries) {
+    let mut t = HybridTier::new(disk.clone(), small()).expect("tier");
+    put(&mut t, first, &value(1, 0));
+    for i in 0..300 {
+        put(&mut t, &key(i), &value(i, 0));
+    }
+    put(&mut t, last, &value(0, 0));
+    let entries = checkpoint(&mut t);
+    (reload(disk, small(), &entries), entries)
+}
+
+fn small() -> HybridSettings {
+    HybridSettings {
+        index_keys: 1_000,
+        ..settings(0)
+    }
+}
+
+/// Damages the first record block of the first segment.
+fn damage_first_block(disk: &SimDisk) {
+    let seg = disk
+        .files()
+        .into_iter()
+        .find(|p| p.ends_with("0000000000000001.seg"))
+        .expect("the first segment");
+    assert!(disk.corrupt(&seg, 4096 + 100, 1));
+}
+
+#[test]
+fn a_delete_that_cannot_read_another_keys_record_still_removes_its_key() {
+    let disk = SimDisk::new(2802);
+    let (k, other) = (SHARED_TAG[0].as_bytes(), SHARED_TAG[1].as_bytes());
+    let (mut t, _) = tag_sharing_tier(&disk, other, k);
+    damage_first_block(&disk);
+    assert_eq!(get(&t, other), None, "the other key's record is damaged");
+    assert_eq!(t.take_read_errors().len(), 1);
+    assert_eq!(get(&t, k).as_deref(), Some(&value(0, 0)[..]));
+    // No room for blind deletes: the delete reads its candidates, and one
+    // of them (the other key's) cannot be read.
+    t.set_unresolved_max(0);
+    t.delete_blind(fnv1a64(k), k);
+    assert_eq!(get(&t, k), None, "the deleted key is gone");
+    t.take_read_errors();
+    // (The first keys after the other one share its damaged block.)
+    for i in 50..300 {
+        assert_eq!(
+            get(&t, &key(i)).as_deref(),
+            Some(&value(i, 0)[..]),
+            "key {i}"
+        );
+    }
+    // And it stays gone through a checkpoint.
+    let entries = checkpoint(&mut t);
+    let back = reload(&disk, small(), &entries);
+    assert_eq!(get(&back, k), None);
+    // The same through the delete that answers whether the key was there:
+    // it could not tell, but the key goes.
+    let disk = SimDisk::new(2803);
+    let (mut t, _) = tag_sharing_tier(&disk, other, k);
+    damage_first_block(&disk);
+    t.delete(fnv1a64(k), k);
+    assert_eq!(get(&t, k), None, "the deleted key is gone");
+}
+
+/// The checkpoint's index slots as (chunk index in `entries`, slot, tag
+/// with its span bit, address) for every filled slot.
+fn filled_slots(entries: &Entries) -> Vec<(usize, usize, u16, u32)> {
+    let mut out = Vec::new();
+    for (n, (k, v, _)) in entries.iter().enumerate() {
+        if !k.starts_with(b"\0hybrid/index/") {
+            continue;
+        }
+        // tags (u16 each), addresses (u32 each), one overflow byte per
+        // bucket of 8 slots: 6 bytes per slot plus 1/8.
+        let slots = v.len() * 8 / 49;
+        for s in 0..slots {
+            let tag = u16::from_le_bytes([v[2 * s], v[2 * s + 1]]);
+            let at = slots * 2 + 4 * s;
+            let addr = u32::from_le_bytes(v[at..at + 4].try_into().expect("4 bytes"));
+            if addr != 0 {
+                out.push((n, s, tag, addr));
+            }
+        }
+    }
+    out
+}
+
+fn unresolved_addrs(entries: &Entries) -> Vec<u32> {
+    entries
+        .iter()
+        .filter(|(k, _, _)| k.starts_with(b"\0hybrid/unresolved/"))
+        .flat_map(|(_, v, _)| {
+            v.chunks_exact(4)
+                .map(|a| u32::from_le_bytes(a.try_into().expect("4 bytes")))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn an_entry_pointing_at_another_keys_record_is_an_error_never_the_older_version() {
+    let disk = SimDisk::new(2804);
+    let k = b"the key".as_slice();
+    let other = b"another key".as_slice();
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    put(&mut t, k, &value(0, 0));
+    let entries = checkpoint(&mut t);
+    // A blind overwrite: the old record stays, unresolved, behind the new.
+    let mut t = reload(&disk, settings(0), &entries);
+    put(&mut t, k, &value(0, 1));
+    put(&mut t, other, &value(1, 0));
+    assert_eq!(t.stats().unresolved_entries, 1);
+    let mut entries = checkpoint(&mut t);
+    let slots = filled_slots(&entries);
+    assert_eq!(slots.len(), 3, "{slots:?}");
+    let unresolved = unresolved_addrs(&entries);
+    assert_eq!(unresolved.len(), 1);
+    let key_tag = slots
+        .iter()
+        .find(|s| s.3 == unresolved[0])
+        .expect("the older entry")
+        .2
+        & 0x7fff;
+    type Slot<'a> = &'a (usize, usize, u16, u32);
+    let (newer, others): (Vec<Slot>, Vec<Slot>) = slots
+        .iter()
+        .filter(|s| s.3 != unresolved[0])
+        .partition(|s| s.2 & 0x7fff == key_tag);
+    let (newer, other_slot) = (newer[0], others[0]);
+    assert_ne!(other_slot.2 & 0x7fff, key_tag, "the two keys' tags differ");
+    // The key's settled entry dangles: it points at the other key's record
+    // (as an entry into a removed segment whose slot was reused would).
+    let (chunk, slot) = (newer.0, newer.1);
+    let v = &mut entries[chunk].1;
+    let slots_in_chunk = v.len() * 8 / 49;
+    let tag = (newer.2 & 0x7fff) | (other_slot.2 & 0x8000);
+    v[2 * slot..2 * slot + 2].copy_from_slice(&tag.to_le_bytes());
+    let at = slots_in_chunk * 2 + 4 * slot;
+    v[at..at + 4].copy_from_slice(&other_slot.3.to_le_bytes());
+    // Neither read path answers the older value: the split one (the
+    // records on the device) ...
+    let t = reload(&disk, settings(0), &entries);
+    let (answers, cold) = get_split(&t, &[k.to_vec()]);
+    assert_eq!(cold, 1, "read from the device");
+    match &answers[0] {
+        Err(_) => {}
+        a => panic!("split read answered {a:?}"),
+    }
+    // ... and the blocking one.
+    let mut t = reload(&disk, settings(0), &entries);
+    let got = get(&t, k);
+    assert_ne!(got.as_deref(), Some(&value(0, 0)[..]), "blocking read");
+    assert_eq!(got, None);
+    assert_eq!(t.take_read_errors().len(), 1, "the read is an error");
+    assert_eq!(get(&t, other).as_deref(), Some(&value(1, 0)[..]));
+}
+
+fn get_split(t: &dyn Tier, keys: &[Vec<u8>]) -> (Vec<ColdAnswer>, usize) {
+    let keys: Vec<Bytes> = keys.iter().map(|k| Bytes::copy_from_slice(k)).collect();
+    let hashes: Vec<u64> = keys.iter().map(|k| fnv1a64(k)).collect();
+    let (mut out, mut cold) = (Vec::new(), Vec::new());
+    let mut left = usize::MAX;
+    let answered = t.get_many_split(&hashes, &keys, &mut out, &mut left, &mut cold);
+    assert_eq!(answered, keys.len());
+    let mut answers: Vec<ColdAnswer> = out.into_iter().map(Ok).collect();
+    let n = cold.len();
+    while !cold.is_empty() {
+        let read = pollster::block_on(t.fetch_cold(cold));
+        let (mut done, mut again) = (Vec::new(), Vec::new());
+        t.finish_cold(read, &mut done, &mut again);
+        for (i, a) in done {
+            answers[i] = a;
+        }
+        cold = again;
+    }
+    (answers, n)
+}
+
+/// A chain's entries loaded into a new tier, as recovery does; `Err` if
+/// the tier refuses the chain.
+fn try_load_chain(disk: &SimDisk, chain: &[&Entries]) -> Result<HybridTier<SimDisk>, String> {
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    for (i, entries) in chain.iter().enumerate() {
+        t.load_checkpoint_begin(i > 0)?;
+        for (k, v, at) in entries.iter() {
+            t.load_checkpoint_entry(k, v, *at)?;
+        }
+    }
+    t.load_checkpoint_done()?;
+    t.recovery_done();
+    Ok(t)
+}
+
+#[test]
+fn an_older_snapshot_pointing_into_a_removed_segment_is_refused_not_served() {
+    let disk = SimDisk::new(2805);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    let mut model = std::collections::BTreeMap::new();
+    // Later rounds overwrite the even keys only: the oldest segment keeps
+    // the odd keys live, so GC has records to move out of it.
+    for round in 0..8 {
+        for i in (0..800).filter(|i| round == 0 || i % 2 == 0) {
+            put(&mut t, &key(i), &value(i, round));
+            model.insert(key(i), value(i, round));
+        }
+    }
+    let full = checkpoint_of(&mut t, false);
+    // D1: GC empties a segment after every index partition was copied, so
+    // the chain up to D1 still points into it.
+    t.checkpoint_begin();
+    let mut d1 = Vec::new();
+    let mut push = |k: &[u8], v: Option<&[u8]>, at: Option<u64>| {
+        d1.push((k.to_vec(), v.expect("no deleted keys").to_vec(), at));
+    };
+    for p in 0..t.partition_count() {
+        t.visit_checkpoint_partition(p, true, &mut push);
+    }
+    let mut steps = 0;
+    while t.stats().gc_runs == 0 {
+        assert!(t.background_step(), "GC has a victim");
+        steps += 1;
+        assert!(steps < 100, "GC does not finish its victim");
+    }
+    t.checkpoint_finish(&mut push).expect("checkpoint");
+    t.checkpoint_published();
+    // D2 and D3 start after the GC: the emptied segment goes at D3.
+    let d2 = checkpoint_of(&mut t, true);
+    let segments = disk.files().len();
+    let d3 = checkpoint_of(&mut t, true);
+    assert_eq!(
+        disk.files().len(),
+        segments - 1,
+        "the emptied segment is removed"
+    );
+    // The whole chain holds every value.
+    let back = try_load_chain(&disk, &[&full, &d1, &d2, &d3]).expect("the chain loads");
+    for (k, v) in &model {
+        assert_eq!(get(&back, k).as_deref(), Some(&v[..]));
+    }
+    // D2 damaged: recovery falls back to the chain up to D1, whose index
+    // points into the removed segment. It must be refused, or serve every
+    // value; never an unreadable or older one.
+    match try_load_chain(&disk, &[&full, &d1]) {
+        Err(reason) => assert!(reason.contains("segment"), "{reason}"),
+        Ok(mut back) => {
+            for (k, v) in &model {
+                assert_eq!(
+                    get(&back, k).as_deref(),
+                    Some(&v[..]),
+                    "{}",
+                    String::from_utf8_lossy(k)
+                );
+            }
+            assert!(back.take_read_errors().is_empty());
+        }
+    }
+}
+
+#[test]
+fn keys_with_a_ttl_that_gc_moved_during_a_checkpoint_still_expire_after_recovery() {
+    let disk = SimDisk::new(2806);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    // The odd keys carry an expiry time and stay in the oldest segment;
+    // the even ones are overwritten, so GC moves the odd ones.
+    for round in 0..8 {
+        for i in (0..800).filter(|i| round == 0 || i % 2 == 0) {
+            let at = (i % 2 == 1).then_some(1_000 + i);
+            t.put_expiring(fnv1a64(&key(i)), &key(i), &value(i, round), at);
+        }
+    }
+    // A full checkpoint copies the index, then GC moves the records, then
+    // the checkpoint finishes (it writes the expiry list last).
+    t.checkpoint_begin();
+    let mut entries = Vec::new();
+    let mut push = |k: &[u8], v: Option<&[u8]>, at: Option<u64>| {
+        entries.push((k.to_vec(), v.expect("no deleted keys").to_vec(), at));
+    };
+    for p in 0..t.partition_count() {
+        t.visit_checkpoint_partition(p, false, &mut push);
+    }
+    let mut steps = 0;
+    while t.stats().gc_runs == 0 {
+        assert!(t.background_step(), "GC has a victim");
+        steps += 1;
+        assert!(steps < 100, "GC does not finish its victim");
+    }
+    assert!(t.stats().gc_bytes_written > 0, "GC moved records");
+    t.checkpoint_finish(&mut push).expect("checkpoint");
+    t.checkpoint_published();
+    // A crash, and recovery from that checkpoint (no WAL records after it).
+    disk.crash();
+    let mut back = reload(&disk, settings(0), &entries);
+    back.set_now_ms(5_000);
+    let mut due: Vec<Vec<u8>> = back
+        .due_keys(10_000)
+        .into_iter()
+        .map(|k| k.to_vec())
+        .collect();
+    due.sort();
+    let want: Vec<Vec<u8>> = (0..800).filter(|i| i % 2 == 1).map(key).collect();
+    assert_eq!(due.len(), want.len(), "every key with a TTL is due");
+    assert_eq!(due, want);
+}
+
+#[test]
+fn a_due_key_whose_record_cannot_be_read_now_is_expired_once_it_can() {
+    let disk = SimDisk::new(2807);
+    let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
+    for i in 0..20 {
+        t.put_expiring(fnv1a64(&key(i)), &key(i), &value(i, 0), Some(1_000 + i));
+    }
+    let entries = checkpoint(&mut t);
+    let mut t = reload(&disk, settings(0), &entries);
+    t.set_now_ms(5_000);
+    disk.set_faults(SimFaults {
+        read_error_probability: 1.0,
+        path_filter: Some(".seg".into()),
+        ..SimFaults::default()
+    });
+    assert!(t.due_keys(100).is_empty(), "nothing could be read");
+    disk.set_faults(SimFaults::default());
+    let mut due: Vec<Vec<u8>> = t.due_keys(100).into_iter().map(|k| k.to_vec()).collect();
+    due.sort();
+    assert_eq!(due, (0..20).map(key).collect::<Vec<_>>());
+}
