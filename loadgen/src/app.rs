@@ -57,6 +57,8 @@ pub enum AppError {
     Interrupted { signal: &'static str },
     #[error("{0}")]
     DoesNotFit(String),
+    #[error(transparent)]
+    Crash(#[from] crate::crash::CrashError),
 }
 
 /// Runs the parsed command line; returns the process exit code.
@@ -186,7 +188,8 @@ fn command_line() -> String {
 
 fn run_benchmark(args: &RunArgs) -> Result<ExitCode, AppError> {
     let settings = args.settings(std::io::stderr().is_terminal())?;
-    if args.workload == WorkloadArg::Sweep && args.server.is_none() {
+    let crash_plan = args.crash_plan(&settings)?;
+    if args.workload == WorkloadArg::Sweep && args.server.is_none() && crash_plan.is_none() {
         check_sweep_fits(args, &settings)?;
     }
     let interrupt = install_interrupt();
@@ -199,6 +202,7 @@ fn run_benchmark(args: &RunArgs) -> Result<ExitCode, AppError> {
         machine: machine.clone(),
         run: run_settings(args, &settings, &machine),
         results: Vec::new(),
+        crash: Vec::new(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -206,9 +210,10 @@ fn run_benchmark(args: &RunArgs) -> Result<ExitCode, AppError> {
         .map_err(AppError::Runtime)?;
     // On a signal the run's future is dropped: embedded servers shut down
     // (RunningServer's Drop) and their data directories are removed (TempDir).
+    let (results, crashes) = (&mut report.results, &mut report.crash);
     let outcome = runtime.block_on(async {
         tokio::select! {
-            r = run_all(args, &settings, &mut report.results) => r,
+            r = run_chosen(args, &settings, crash_plan.as_ref(), results, crashes) => r,
             e = interrupted(interrupt) => Err(e),
         }
     });
@@ -289,7 +294,12 @@ fn check_sweep_fits(args: &RunArgs, s: &Settings) -> Result<(), AppError> {
 
 fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings {
     let mut notes = Vec::new();
-    if args.server.is_none() {
+    if args.crash_run() {
+        notes.push(format!(
+            "crash run: the server process and the {} client tasks share the machine's {} CPUs; no load phase and no warm-up (keys fill as the run writes them); the audit's rule is in docs/loadgen.md",
+            s.threads, machine.cpus
+        ));
+    } else if args.server.is_none() {
         let what = match args.target_kind() {
             TargetArg::Engine => "the engine runs in this process (no TCP): its shard threads",
             TargetArg::Server => "the embedded server runs in this process: its shard threads",
@@ -300,6 +310,7 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
         ));
     }
     match args.workload {
+        WorkloadArg::Putget if args.crash_run() => {}
         WorkloadArg::Putget => notes.push(format!(
             "{} records preloaded (the GridGain report used 15M; raise with --records); keys uniform over them",
             format_count(s.records)
@@ -329,6 +340,7 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
     RunSettings {
         workload: args.workload.name().to_string(),
         target: match (&args.server, args.target_kind()) {
+            _ if args.crash_run() => "process",
             (Some(_), _) => "server",
             (None, TargetArg::Server) => "embedded",
             (None, TargetArg::Engine) => "engine",
@@ -352,7 +364,11 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
             Measure::Ops(n) => Some(n),
             Measure::Time(_) => None,
         },
-        warmup_s: s.warmup.as_secs_f64(),
+        warmup_s: if args.crash_run() {
+            0.0
+        } else {
+            s.warmup.as_secs_f64()
+        },
         mode: s.mode().to_string(),
         rate_ops_per_sec: match s.pacing {
             crate::driver::Pacing::Open { ops_per_sec } => Some(ops_per_sec),
@@ -397,6 +413,53 @@ fn sweep_method(args: &RunArgs, s: &Settings) -> String {
         if s.batch == 1 { "" } else { "s" },
         format_count(s.sweep_warmup_ops)
     )
+}
+
+/// A crash run when the flags ask for one, else [`run_all`].
+async fn run_chosen(
+    args: &RunArgs,
+    s: &Settings,
+    plan: Option<&crate::crash::CrashPlan>,
+    rows: &mut Vec<ResultRow>,
+    crashes: &mut Vec<crate::crash::report::CrashSummary>,
+) -> Result<(), AppError> {
+    match plan {
+        Some(plan) => run_crashes(args, s, plan, rows, crashes).await,
+        None => run_all(args, s, rows).await,
+    }
+}
+
+/// Crash runs: one per device class and durability (default `sync`), each
+/// on its own server process and data directory.
+pub async fn run_crashes(
+    args: &RunArgs,
+    s: &Settings,
+    plan: &crate::crash::CrashPlan,
+    rows: &mut Vec<ResultRow>,
+    crashes: &mut Vec<crate::crash::report::CrashSummary>,
+) -> Result<(), AppError> {
+    let mix = crate::crash::mix_of(args.workload).ok_or(crate::cli::CliError::CrashRefused(
+        "this workload has no crash run",
+    ))?;
+    let durabilities = match args.durability {
+        Some(d) => vec![d],
+        None => vec![DurabilityArg::Sync],
+    };
+    for device in args.devices() {
+        for durability in &durabilities {
+            let on = crate::crash::RunOn {
+                profile: device,
+                durability: durability.name(),
+                tier: args.tier_kind().name(),
+                shards: args.shard_count(),
+            };
+            let got = crate::crash::run(plan, s, mix, args.workload.name(), on).await?;
+            announce(&got.rows);
+            rows.extend(got.rows);
+            crashes.push(got.summary);
+        }
+    }
+    Ok(())
 }
 
 /// Runs everything the flags ask for, appending rows as they are measured.

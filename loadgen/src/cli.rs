@@ -362,6 +362,38 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
     pub timeout: f64,
 
+    /// Crash run: SIGKILL the server at random moments about this far apart
+    /// (each gap uniform in [0.5, 1.5] x this, e.g. 10s), restart it on the
+    /// same data directory and audit every acknowledged write. loadgen runs
+    /// `ringkv-server` as a separate process (or --server-cmd). Workloads:
+    /// putget, sweep, ycsb-a, putgettx. [default with --crashes: the
+    /// duration / (N + 1)]
+    #[arg(long, value_name = "DURATION")]
+    pub crash_every: Option<tunables::Duration>,
+
+    /// Crash run: kill the server this many times (at most; fewer if the
+    /// duration ends first). [default with --crash-every: as many as fit]
+    #[arg(long, value_name = "N")]
+    pub crashes: Option<u32>,
+
+    /// Crash run: the command that starts the server, e.g. "/opt/ringkv-server
+    /// --config my.toml"; loadgen appends --data-dir, --listen,
+    /// --metrics-listen, --durability, --tier, --device-profile and --shards.
+    /// [default: ringkv-server beside loadgen, else on PATH]
+    #[arg(long, value_name = "CMD")]
+    pub server_cmd: Option<String>,
+
+    /// Crash run: read back every key after each restart up to this many
+    /// keys; above it, a uniform sample of about this many (accepts K/M).
+    #[arg(long, default_value = "2M", value_parser = parse_count, value_name = "N")]
+    pub crash_audit_keys: u64,
+
+    /// Crash run with --durability async: a lost write must have been
+    /// acknowledged within the server's flush interval plus this before
+    /// the kill.
+    #[arg(long, default_value = "250ms", value_name = "DURATION")]
+    pub crash_async_slack: tunables::Duration,
+
     /// Write every figure as JSON (schema ringkv-loadgen/1, docs/loadgen.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -396,6 +428,8 @@ pub enum CliError {
     EngineWithServer,
     #[error("--tier hybrid needs a WAL: use --durability sync or async (or --tier memory)")]
     HybridWithoutWal,
+    #[error("a crash run kills and restarts a ringkv-server process that loadgen starts; {0}")]
+    CrashRefused(&'static str),
 }
 
 /// Parses `200K`, `15M`, `2G`, `1000`, `1_000` (decimal multipliers).
@@ -565,6 +599,60 @@ impl RunArgs {
                 _ => 1_000_000,
             }),
         })
+    }
+
+    /// Whether this is a crash run (`--crash-every` or `--crashes`).
+    pub fn crash_run(&self) -> bool {
+        self.crash_every.is_some() || self.crashes.is_some()
+    }
+
+    /// The crash run's plan (None: not a crash run), after the refusals.
+    pub fn crash_plan(&self, s: &Settings) -> Result<Option<crate::crash::CrashPlan>, CliError> {
+        if !self.crash_run() {
+            return Ok(None);
+        }
+        self.crash_refusals()?;
+        let Measure::Time(duration) = s.measure else {
+            return Err(CliError::CrashRefused("it runs for --duration, not --ops"));
+        };
+        let interval = match (self.crash_every, self.crashes) {
+            (Some(every), _) => every.0,
+            (None, n) => duration / (n.unwrap_or(1) + 1),
+        };
+        if interval.is_zero() {
+            return Err(CliError::CrashRefused("--crash-every must be above zero"));
+        }
+        Ok(Some(crate::crash::CrashPlan {
+            interval,
+            crashes: self.crashes,
+            duration,
+            server_command: self
+                .server_cmd
+                .clone()
+                .unwrap_or_else(crate::crash::process::ServerSpec::default_command),
+            audit_keys_max: self.crash_audit_keys.max(1),
+            async_slack: self.crash_async_slack.0,
+            ready_within: Duration::from_secs_f64(self.timeout),
+            timeout: Duration::from_secs_f64(self.timeout),
+            between_kill_and_restart: None,
+        }))
+    }
+
+    fn crash_refusals(&self) -> Result<(), CliError> {
+        if self.server.is_some() {
+            return Err(CliError::CrashRefused("it cannot restart a server it did not start (--server); describe how to start yours with --server-cmd"));
+        }
+        match self.target {
+            Some(TargetArg::Engine) => return Err(CliError::CrashRefused("--target engine runs the engine inside loadgen, which a kill would take down with it")),
+            Some(TargetArg::Server) => return Err(CliError::CrashRefused("--target server is the embedded server inside loadgen, which cannot be killed alone; leave --target out")),
+            None => {}
+        }
+        if crate::crash::mix_of(self.workload).is_none() {
+            return Err(CliError::CrashRefused(
+                "its workloads are putget, sweep, ycsb-a, putgettx and putgettx-contended",
+            ));
+        }
+        Ok(())
     }
 
     /// Durabilities to run on the embedded server, in order. The hybrid
@@ -917,5 +1005,55 @@ mod tests {
         ] {
             assert!(help.contains(default), "help lacks {default:?}");
         }
+    }
+
+    fn crash_refusal(args: &[&str]) -> Option<CliError> {
+        let r = parse(args).run;
+        let s = r.settings(false).ok()?;
+        r.crash_plan(&s).err()
+    }
+
+    #[test]
+    fn crash_runs_refuse_what_they_cannot_kill() {
+        for args in [
+            &["--crashes", "2", "--target", "engine"][..],
+            &["--crashes", "2", "--target", "server"],
+            &["--crash-every", "1s", "--server", "127.0.0.1:1"],
+            &["--crash-every", "1s", "--workload", "ycsb-b"],
+            &["--crash-every", "1s", "--ops", "1000"],
+        ] {
+            assert!(
+                matches!(crash_refusal(args), Some(CliError::CrashRefused(_))),
+                "{args:?} was not refused"
+            );
+        }
+        let r = parse(&["--crash-every", "0s"]).run;
+        let s = r.settings(false).expect("settings");
+        assert!(r.crash_plan(&s).is_err());
+    }
+
+    #[test]
+    fn crash_plan_defaults() {
+        let r = parse(&["--crashes", "3", "--duration", "8"]).run;
+        let s = r.settings(false).expect("settings");
+        let plan = r.crash_plan(&s).expect("plan").expect("a crash run");
+        assert_eq!(plan.interval, Duration::from_secs(2));
+        assert_eq!(plan.crashes, Some(3));
+        assert_eq!(plan.audit_keys_max, 2_000_000);
+        assert_eq!(plan.async_slack, Duration::from_millis(250));
+        let r = parse(&["--crash-every", "10s"]).run;
+        let plan = r
+            .crash_plan(&r.settings(false).expect("settings"))
+            .expect("plan")
+            .expect("run");
+        assert_eq!(
+            (plan.interval, plan.crashes),
+            (Duration::from_secs(10), None)
+        );
+        let r = parse(&[]).run;
+        assert!(r
+            .crash_plan(&r.settings(false).expect("settings"))
+            .expect("ok")
+            .is_none());
     }
 }

@@ -119,6 +119,11 @@ pub fn compare(base: &Report, base_label: &str, new: &Report, new_label: &str) -
             out.push_str(&format!("\nOnly in {file}: {}\n", rows.join("; ")));
         }
     }
+    let crash = crate::crash::report::compare(&base.crash, &new.crash);
+    if !crash.is_empty() {
+        out.push('\n');
+        out.push_str(&crash);
+    }
     if base.machine != new.machine {
         out.push_str(&format!(
             "\nNote: the reports come from different machines ({} vs {}).\n",

@@ -13,6 +13,7 @@ pub mod app;
 pub mod capacity;
 pub mod cli;
 pub mod compare;
+pub mod crash;
 pub mod driver;
 pub mod embedded;
 pub mod engine_target;

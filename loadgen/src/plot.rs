@@ -138,6 +138,12 @@ pub fn plot(report: &Report, path: &Path) -> Result<(), PlotError> {
 
 /// The chart of `report` as SVG text.
 pub fn svg_of(report: &Report) -> Result<String, PlotError> {
+    if !report.crash.is_empty() {
+        return crate::crash::chart::svg(&report.crash).map_err(|reason| PlotError::Draw {
+            path: PathBuf::from("(svg)"),
+            reason,
+        });
+    }
     let rows: Vec<&ResultRow> = report
         .results
         .iter()

@@ -76,6 +76,9 @@ pub fn render(report: &Report) -> String {
             ));
         }
     }
+    for run in &report.crash {
+        out.push_str(&crate::crash::report::render(run));
+    }
     out.push_str(&error_summary(report));
     out
 }
@@ -148,6 +151,9 @@ fn header(report: &Report) -> String {
     };
     let target = match (&run.server_addr, run.target.as_str()) {
         (Some(addr), _) => format!("ringkv-server at {addr}"),
+        (None, "process") => format!(
+            "a ringkv-server process loadgen starts, kills and restarts (temporary data directory, loopback), shards {shards}"
+        ),
         (None, "engine") => format!(
             "ringkv engine library in this process (no TCP, no protocol; temporary data directory), shards {shards}"
         ),

@@ -27,6 +27,9 @@ pub struct Report {
     pub machine: Machine,
     pub run: RunSettings,
     pub results: Vec<ResultRow>,
+    /// Crash runs (`--crash-every` / `--crashes`): kills, restarts, audits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub crash: Vec<crate::crash::report::CrashSummary>,
 }
 
 /// The settings the run used (after defaults).
@@ -347,6 +350,7 @@ impl Report {
     /// Any row with errors.
     pub fn has_errors(&self) -> bool {
         self.results.iter().any(|r| r.status == Status::Errors)
+            || self.crash.iter().any(|c| c.failed())
     }
 }
 
@@ -444,6 +448,7 @@ pub mod tests {
                 notes: vec![],
             },
             results,
+            crash: Vec::new(),
         }
     }
 
@@ -510,5 +515,19 @@ pub mod tests {
         assert_eq!(storage_label("none"), "RAM Only");
         assert_eq!(storage_label("sync"), "RAM+Disk");
         assert_eq!(storage_label("async"), "RAM+Disk");
+    }
+
+    #[test]
+    fn a_lost_write_makes_the_report_fail_and_survives_json() {
+        let mut r = sample_report(&["nvme"], &["put"], 1.0);
+        assert!(!r.has_errors());
+        r.crash.push(crate::crash::report::tests::sample(0));
+        assert!(!r.has_errors());
+        r.crash.push(crate::crash::report::tests::sample(3));
+        assert!(r.has_errors(), "a loss sets exit status 1");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("r.json");
+        r.write_json(&path).expect("write");
+        assert_eq!(Report::read_json(&path).expect("read"), r);
     }
 }

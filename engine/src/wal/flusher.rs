@@ -201,3 +201,244 @@ pub(crate) async fn run_flusher<D: Disk>(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The WAL unit alone on the simulated disk: a `Wal`, its segment
+    //! files, the flusher and the segment creator, and no shard or tier.
+
+    use super::*;
+    use crate::api::{OpError, OpResult};
+    use crate::io::sim::{SimDisk, SimFaults};
+    use crate::layout::ShardPaths;
+    use crate::metrics::ShardStats;
+    use crate::wal::durable::{Append, Applied, WriteSet};
+    use crate::wal::format::RecordKind;
+    use crate::wal::recovery::{recover, Recovered, RecoveryConfig};
+    use crate::wal::writer::WalAppender;
+    use futures::channel::oneshot;
+    use std::path::Path;
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::Arc;
+
+    const SHARD: u32 = 0;
+    const RECORD_MAX: usize = 4096;
+
+    struct Rig {
+        disk: SimDisk,
+        paths: ShardPaths,
+        wal: Rc<Wal>,
+        stats: Arc<ShardStats>,
+    }
+
+    fn config(segment_bytes: u64) -> RecoveryConfig {
+        RecoveryConfig {
+            shard: SHARD,
+            segment_bytes,
+        }
+    }
+
+    async fn recovered(disk: &SimDisk, paths: &ShardPaths, segment_bytes: u64) -> Recovered {
+        recover(disk, paths, config(segment_bytes))
+            .await
+            .expect("recovery")
+    }
+
+    /// Recovers `disk` (fresh or not) and starts the flusher and the
+    /// segment creator on what recovery left, as a shard does.
+    async fn start(disk: SimDisk, segment_bytes: u64, flush_bytes: usize) -> Rig {
+        let paths = ShardPaths::new(Path::new("/flusher"), SHARD as usize);
+        for dir in [&paths.wal_dir, &paths.snapshot_dir] {
+            disk.create_dir_all(dir).expect("dir");
+        }
+        let r = recovered(&disk, &paths, segment_bytes).await;
+        let files = SegmentFiles::open(
+            disk.clone(),
+            paths.clone(),
+            segment_bytes,
+            r.live_segments,
+            (r.next_segment_seq, r.next_segment_ready),
+            r.next_segment_recycled,
+            r.spares,
+            (r.head, r.head_found),
+        )
+        .await
+        .expect("segment files");
+        let files = Rc::new(files);
+        let appender = WalAppender::new(
+            SHARD,
+            segment_bytes,
+            flush_bytes,
+            RECORD_MAX,
+            r.next_segment_seq,
+        );
+        let stats = Arc::new(ShardStats::new());
+        let wal = Rc::new(Wal::new(
+            SHARD as usize,
+            r.last_lsn,
+            Some(appender),
+            stats.clone(),
+            u64::MAX,
+        ));
+        let settings = FlusherSettings {
+            durability: Durability::Sync,
+            group_commit_max_delay: Duration::ZERO,
+            flush_interval: Duration::from_millis(10),
+        };
+        compio::runtime::spawn(run_flusher(wal.clone(), files.clone(), settings)).detach();
+        compio::runtime::spawn(run_segment_creator(wal.clone(), files)).detach();
+        Rig {
+            disk,
+            paths,
+            wal,
+            stats,
+        }
+    }
+
+    /// Logs one put and queues its answer for when it is durable.
+    fn put(wal: &Wal, key: &[u8], value_len: usize) -> oneshot::Receiver<Vec<OpResult>> {
+        let logged = wal.append(RecordKind::Put, key, &vec![9; value_len], None, || 1);
+        let Append::Logged { lsn, rolled } = logged else {
+            panic!("not logged: {logged:?}");
+        };
+        wal.appended(1, true, rolled);
+        let (tx, rx) = oneshot::channel();
+        let applied = Applied {
+            results: vec![OpResult::Ok],
+            wait_lsn: Some(lsn),
+            writes: WriteSet::All,
+        };
+        wal.complete(applied, tx);
+        rx
+    }
+
+    async fn answer(rx: oneshot::Receiver<Vec<OpResult>>) -> OpResult {
+        let mut results = rx.await.expect("answered");
+        assert_eq!(results.len(), 1);
+        results.remove(0)
+    }
+
+    fn run<F: std::future::Future>(f: F) -> F::Output {
+        compio::runtime::Runtime::new()
+            .expect("runtime")
+            .block_on(f)
+    }
+
+    #[test]
+    fn records_logged_together_are_one_flush_and_answered_once_durable() {
+        run(async {
+            let rig = start(SimDisk::new(11), 1 << 20, 64 << 10).await;
+            // Ten batches logged before the flusher runs: one group commit.
+            let waiting: Vec<_> = (0..10u8).map(|i| put(&rig.wal, &[i], 100)).collect();
+            assert_eq!(
+                rig.wal.durable_lsn(),
+                0,
+                "nothing is durable before the flush"
+            );
+            for rx in waiting {
+                assert_eq!(answer(rx).await, OpResult::Ok);
+            }
+            assert_eq!(rig.wal.durable_lsn(), 10);
+            assert_eq!(
+                rig.stats.wal_flushes.load(Relaxed),
+                1,
+                "one flush for all ten"
+            );
+            // What was answered is on the durable image: a power loss
+            // keeps all ten records.
+            rig.disk.crash();
+            let r = recovered(&rig.disk, &rig.paths, 1 << 20).await;
+            assert_eq!(r.last_lsn, 10);
+            assert_eq!(r.records_replayed, 10);
+        });
+    }
+
+    #[test]
+    fn records_logged_during_a_flush_go_in_the_next_one() {
+        run(async {
+            let disk = SimDisk::new(12);
+            let rig = start(disk.clone(), 1 << 20, 64 << 10).await;
+            // Slow syncs: the second batch is logged while the first
+            // flush is on the device.
+            disk.set_faults(SimFaults {
+                latency: Some(Duration::from_millis(20)),
+                ..SimFaults::default()
+            });
+            let first = put(&rig.wal, b"a", 100);
+            compio::time::sleep(Duration::from_millis(5)).await;
+            let second = put(&rig.wal, b"b", 100);
+            assert_eq!(answer(first).await, OpResult::Ok);
+            assert!(rig.wal.durable_lsn() >= 1);
+            assert_eq!(answer(second).await, OpResult::Ok);
+            assert_eq!(rig.wal.durable_lsn(), 2);
+            assert_eq!(rig.stats.wal_flushes.load(Relaxed), 2);
+        });
+    }
+
+    #[test]
+    fn a_failed_fdatasync_poisons_the_wal_and_is_never_retried() {
+        run(async {
+            let disk = SimDisk::new(13);
+            let rig = start(disk.clone(), 1 << 20, 64 << 10).await;
+            assert_eq!(answer(put(&rig.wal, b"kept", 100)).await, OpResult::Ok);
+            let syncs_before = disk.stats().syncs;
+            disk.set_faults(SimFaults {
+                fail_sync_after: Some(0),
+                ..SimFaults::default()
+            });
+            let lost = put(&rig.wal, b"lost", 100);
+            assert_eq!(
+                answer(lost).await,
+                OpResult::Err(OpError::Poisoned {
+                    shard: SHARD as usize
+                })
+            );
+            assert!(rig.wal.is_poisoned());
+            assert!(rig.stats.poisoned.load(Relaxed));
+            // Nothing more is logged, and asking for a flush makes no
+            // second attempt at the sync.
+            let refused = rig.wal.append(RecordKind::Put, b"after", b"v", None, || 1);
+            assert_eq!(refused, Append::Poisoned);
+            rig.wal.request_flush();
+            compio::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(disk.stats().syncs, syncs_before, "the sync was retried");
+            assert_eq!(disk.stats().injected_sync_errors, 1);
+            assert_eq!(rig.wal.durable_lsn(), 1);
+            // The acknowledged record survives a power loss; the one whose
+            // sync failed was never acknowledged.
+            disk.crash();
+            let r = recovered(&disk, &rig.paths, 1 << 20).await;
+            assert!(r.last_lsn >= 1);
+        });
+    }
+
+    #[test]
+    fn the_log_rolls_over_segments_and_every_answered_record_recovers() {
+        run(async {
+            let segment_bytes = 64 << 10;
+            let rig = start(SimDisk::new(14), segment_bytes, 16 << 10).await;
+            let mut logged = 0u64;
+            for round in 0..40u32 {
+                let mut waiting = Vec::new();
+                for i in 0..4u32 {
+                    let key = (round * 4 + i).to_le_bytes();
+                    waiting.push(put(&rig.wal, &key, 1000));
+                    logged += 1;
+                }
+                for rx in waiting {
+                    assert_eq!(answer(rx).await, OpResult::Ok);
+                }
+            }
+            assert_eq!(rig.wal.durable_lsn(), logged);
+            let made = rig.stats.segments_created.load(Relaxed)
+                + rig.stats.segments_recycled.load(Relaxed);
+            assert!(made >= 2, "160 KB of records made {made} segments ahead");
+            assert!(rig.wal.open_segment_seq() >= 3, "the appender moved on");
+            rig.disk.crash();
+            let r = recovered(&rig.disk, &rig.paths, segment_bytes).await;
+            assert_eq!(r.last_lsn, logged);
+            assert_eq!(r.records_replayed, logged);
+            assert!(r.live_segments.len() >= 3, "{:?}", r.live_segments);
+        });
+    }
+}
