@@ -31,7 +31,15 @@ fn server_binary() -> PathBuf {
 
 /// Settings and plan from a loadgen command line, as the binary makes them.
 fn plan_of(args: &[&str]) -> (Settings, CrashPlan) {
-    let mut full = vec!["loadgen", "--threads", "4", "--batch", "50", "--timeout", "30"];
+    let mut full = vec![
+        "loadgen",
+        "--threads",
+        "4",
+        "--batch",
+        "50",
+        "--timeout",
+        "30",
+    ];
     full.extend_from_slice(args);
     let cli = <Cli as clap::Parser>::try_parse_from(full).expect("flags parse");
     let s = cli.run.settings(false).expect("settings");
@@ -40,7 +48,13 @@ fn plan_of(args: &[&str]) -> (Settings, CrashPlan) {
     (s, plan)
 }
 
-fn run(plan: &CrashPlan, s: &Settings, mix: Mix, durability: &'static str, tier: &'static str) -> CrashSummary {
+fn run(
+    plan: &CrashPlan,
+    s: &Settings,
+    mix: Mix,
+    durability: &'static str,
+    tier: &'static str,
+) -> CrashSummary {
     let on = RunOn {
         profile: "unthrottled",
         durability,
@@ -76,17 +90,34 @@ fn sync_loses_nothing_on_either_tier() {
         let summary = run(&plan, &s, Mix::PutGet, "sync", tier);
         assert_nothing_lost(&summary, 3);
         assert_eq!(summary.final_audit.keys_checked, 2000);
-        assert!(summary.crashes.iter().all(|c| c.recovery.is_some()), "{tier}: /metrics read");
+        assert!(
+            summary.crashes.iter().all(|c| c.recovery.is_some()),
+            "{tier}: /metrics read"
+        );
     }
 }
 
 #[test]
 fn sync_ycsb_a_and_bank_transfers_lose_nothing() {
-    let (s, plan) = plan_of(&["--records", "2K", "--range", "200", "--duration", "2", "--crashes", "2"]);
+    let (s, plan) = plan_of(&[
+        "--records",
+        "2K",
+        "--range",
+        "200",
+        "--duration",
+        "2",
+        "--crashes",
+        "2",
+    ]);
     assert_nothing_lost(&run(&plan, &s, Mix::YcsbA, "sync", "memory"), 2);
     let bank = run(&plan, &s, Mix::Bank, "sync", "hybrid");
     assert_nothing_lost(&bank, 2);
-    for audit in bank.crashes.iter().map(|c| &c.audit).chain([&bank.final_audit]) {
+    for audit in bank
+        .crashes
+        .iter()
+        .map(|c| &c.audit)
+        .chain([&bank.final_audit])
+    {
         assert_eq!(audit.bank_total, Some(200 * 1000));
         assert_eq!(audit.bank_expected, Some(200 * 1000));
     }
@@ -117,12 +148,18 @@ fn newest_used_segment(wal: &Path) -> Option<PathBuf> {
 /// the audit can see the acknowledged writes it held.
 fn zero_the_newest_flushes(data: &Path) {
     let shards = std::fs::read_dir(data).expect("data dir");
-    for shard in shards.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("shard-")) {
+    for shard in shards
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("shard-"))
+    {
         let Some(segment) = newest_used_segment(&shard.path().join("wal")) else {
             continue;
         };
         let mut bytes = std::fs::read(&segment).expect("read segment");
-        let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| (i / BLOCK_BYTES + 1) * BLOCK_BYTES);
+        let end = bytes
+            .iter()
+            .rposition(|&b| b != 0)
+            .map_or(0, |i| (i / BLOCK_BYTES + 1) * BLOCK_BYTES);
         let start = end.saturating_sub(ZEROED_TAIL_BYTES).max(BLOCK_BYTES);
         if start < end {
             bytes[start..end].fill(0);
@@ -151,7 +188,9 @@ fn async_loses_only_writes_inside_the_flush_window() {
     for c in &summary.crashes {
         assert_eq!(c.audit.outside_window, 0, "{c:#?}");
         for k in &c.audit.lost_keys {
-            let before = k.acked_before_kill_ms.expect("a lost write's ack is remembered");
+            let before = k
+                .acked_before_kill_ms
+                .expect("a lost write's ack is remembered");
             assert!(before <= window, "{k:?} lost outside {window} ms");
         }
     }
@@ -169,7 +208,16 @@ fn ctrl_c_stops_the_run_and_leaves_no_server() {
     use std::io::{BufRead, BufReader};
     server_binary();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
-        .args(["--records", "1K", "--threads", "2", "--batch", "20", "--duration", "60"])
+        .args([
+            "--records",
+            "1K",
+            "--threads",
+            "2",
+            "--batch",
+            "20",
+            "--duration",
+            "60",
+        ])
         .args(["--crash-every", "20s", "--device", "unthrottled"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -182,7 +230,11 @@ fn ctrl_c_stops_the_run_and_leaves_no_server() {
     std::thread::spawn(move || {
         for line in stderr.lines().map_while(Result::ok) {
             if let Some(rest) = line.split("server pid ").nth(1) {
-                let _ = tx.send(rest.split_whitespace().next().and_then(|p| p.parse::<u32>().ok()));
+                let _ = tx.send(
+                    rest.split_whitespace()
+                        .next()
+                        .and_then(|p| p.parse::<u32>().ok()),
+                );
             }
         }
     });
