@@ -117,14 +117,121 @@ fn decide(requested: Backend, uring: &Result<(), String>) -> Result<BackendKind,
 /// `queue_depth` submission entries (io_uring) or events (polling); the
 /// fallback's blocking thread pool is limited to `queue_depth` threads.
 /// Fails rather than running on another driver than the one asked for.
+///
+/// On io_uring the ring is set up for a single-threaded owner (see
+/// [`RingSetup`]): build the runtime on the thread that will run it.
 pub fn build_runtime(kind: BackendKind, queue_depth: u32) -> io::Result<Runtime> {
     assert!(queue_depth > 0, "queue_depth must be positive");
+    if kind == BackendKind::Uring {
+        let wanted = RingSetup::from_env();
+        let mut last_err = None;
+        for &setup in wanted.fallbacks() {
+            match build_runtime_with(kind, queue_depth, setup) {
+                Ok(rt) => {
+                    if setup != wanted {
+                        note_weaker_setup(wanted, setup, last_err.as_ref());
+                    }
+                    return Ok(rt);
+                }
+                // Older kernels refuse the newer flags with EINVAL: try the
+                // next, weaker setup.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last_err = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        return Err(last_err.unwrap_or_else(|| io::Error::other("no io_uring setup to try")));
+    }
+    build_runtime_with(kind, queue_depth, RingSetup::Plain)
+}
+
+/// How a shard's io_uring is set up: who runs completion work and when.
+///
+/// - `Deferred` (`IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN`,
+///   Linux 6.1+): completion work (a socket receive that became ready, a
+///   finished write) waits until the owning thread asks for completions,
+///   then runs in one batch. The thread is never interrupted for it, and
+///   only the thread that built the ring may submit to it.
+/// - `Cooperative` (`IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG`,
+///   Linux 5.19+): the kernel does not interrupt the thread to run
+///   completion work either, but runs it at the next system call.
+/// - `Plain`: the kernel's default, where every ready completion signals
+///   the thread (an inter-processor interrupt when it runs elsewhere) to
+///   run its work at once.
+///
+/// The default is `Deferred`, falling back to the next setup where the
+/// kernel refuses a flag; `RINGKV_URING_SETUP=plain|cooperative|deferred`
+/// picks one (to compare them in a benchmark).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingSetup {
+    Deferred,
+    Cooperative,
+    Plain,
+}
+
+impl RingSetup {
+    fn from_env() -> RingSetup {
+        match std::env::var("RINGKV_URING_SETUP").as_deref() {
+            Ok("plain") => RingSetup::Plain,
+            Ok("cooperative") => RingSetup::Cooperative,
+            _ => RingSetup::Deferred,
+        }
+    }
+
+    /// This setup, then each weaker one.
+    fn fallbacks(self) -> &'static [RingSetup] {
+        match self {
+            RingSetup::Deferred => &[
+                RingSetup::Deferred,
+                RingSetup::Cooperative,
+                RingSetup::Plain,
+            ],
+            RingSetup::Cooperative => &[RingSetup::Cooperative, RingSetup::Plain],
+            RingSetup::Plain => &[RingSetup::Plain],
+        }
+    }
+
+    fn apply(self, proactor: &mut ProactorBuilder) {
+        match self {
+            RingSetup::Deferred => {
+                proactor
+                    .single_issuer(true)
+                    .defer_taskrun(true)
+                    .coop_taskrun(true)
+                    .taskrun_flag(true);
+            }
+            RingSetup::Cooperative => {
+                proactor.coop_taskrun(true).taskrun_flag(true);
+            }
+            RingSetup::Plain => {}
+        }
+    }
+}
+
+static WEAKER_SETUP_NOTED: AtomicBool = AtomicBool::new(false);
+
+fn note_weaker_setup(wanted: RingSetup, got: RingSetup, why: Option<&io::Error>) {
+    if !WEAKER_SETUP_NOTED.swap(true, Ordering::Relaxed) {
+        let why = why.map(|e| e.to_string()).unwrap_or_default();
+        tracing::info!(
+            "this kernel refused the {wanted:?} io_uring setup ({why}); shards run with the \
+             {got:?} setup"
+        );
+    }
+}
+
+fn build_runtime_with(
+    kind: BackendKind,
+    queue_depth: u32,
+    setup: RingSetup,
+) -> io::Result<Runtime> {
     let mut proactor = ProactorBuilder::new();
     proactor
         .capacity(queue_depth)
         .driver_type(kind.driver_type());
     if kind == BackendKind::Fallback {
         proactor.thread_pool_limit(queue_depth as usize);
+    } else {
+        setup.apply(&mut proactor);
     }
     let runtime = RuntimeBuilder::new()
         .with_proactor(proactor)
@@ -245,6 +352,77 @@ mod tests {
         assert!(text.contains("io.backend = \"uring\""), "{text}");
         assert!(text.contains("Operation not permitted"), "{text}");
         assert!(text.contains("\"auto\""), "{text}");
+    }
+
+    #[test]
+    fn each_ring_setup_falls_back_to_weaker_ones_only() {
+        assert_eq!(
+            RingSetup::Deferred.fallbacks(),
+            &[
+                RingSetup::Deferred,
+                RingSetup::Cooperative,
+                RingSetup::Plain
+            ]
+        );
+        assert_eq!(
+            RingSetup::Cooperative.fallbacks(),
+            &[RingSetup::Cooperative, RingSetup::Plain]
+        );
+        assert_eq!(RingSetup::Plain.fallbacks(), &[RingSetup::Plain]);
+    }
+
+    /// Under every ring setup the kernel accepts, a shard-style runtime
+    /// sees socket completions and wake-ups from other threads: with
+    /// deferred task work nothing completes unless the runtime asks, so a
+    /// runtime that never asked would hang here rather than pass.
+    #[test]
+    fn every_ring_setup_delivers_socket_completions_and_foreign_wakeups() {
+        if uring_status().is_err() {
+            eprintln!("io_uring unavailable: nothing to check");
+            return;
+        }
+        for setup in [
+            RingSetup::Deferred,
+            RingSetup::Cooperative,
+            RingSetup::Plain,
+        ] {
+            let rt = match build_runtime_with(BackendKind::Uring, 16, setup) {
+                Ok(rt) => rt,
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    eprintln!("{setup:?} refused by this kernel: {e}");
+                    continue;
+                }
+                Err(e) => panic!("{setup:?}: {e}"),
+            };
+            let got = rt.block_on(async {
+                use compio::io::{AsyncReadExt, AsyncWriteExt};
+                let listener = compio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let addr = listener.local_addr().unwrap();
+                let (tx, rx) = futures::channel::oneshot::channel::<u32>();
+                // A wake-up from another thread while the runtime is parked.
+                let other = std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(20));
+                    tx.send(7).unwrap();
+                });
+                let woken = rx.await.unwrap();
+                other.join().unwrap();
+                let client = compio::runtime::spawn(async move {
+                    let mut s = compio::net::TcpStream::connect(addr).await.unwrap();
+                    let compio::buf::BufResult(r, _) = s.write_all(b"ping").await;
+                    r.unwrap();
+                    let compio::buf::BufResult(r, buf) = s.read_exact(vec![0u8; 4]).await;
+                    r.unwrap();
+                    buf
+                });
+                let (mut server, _) = listener.accept().await.unwrap();
+                let compio::buf::BufResult(r, buf) = server.read_exact(vec![0u8; 4]).await;
+                r.unwrap();
+                let compio::buf::BufResult(r, _) = server.write_all(buf).await;
+                r.unwrap();
+                (woken, client.await.unwrap())
+            });
+            assert_eq!(got, (7, b"ping".to_vec()), "{setup:?}");
+        }
     }
 
     #[test]

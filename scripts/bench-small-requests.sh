@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Small requests, one client, two servers: redis-benchmark at its defaults
+# (50 connections, here with -d 1000 and a key space of 100,000) against
+# Redis 7 (`--appendonly yes --appendfsync always`) and against ringkv's
+# RESP listener (`--durability sync`), SET and GET at pipeline depth 1 and
+# 16, ROUNDS interleaved rounds (each round: Redis, then ringkv, row by
+# row). Beside throughput it prints what the server spent per request:
+#
+#   cpu/op  the server process's utime+stime (/proc/PID/stat, all threads)
+#           over the run, divided by the requests of the run, in µs;
+#   cs/op   voluntary + involuntary context switches of all the server's
+#           threads (/proc/PID/task/*/status) over the run, per request.
+#
+# On a 2-core machine shared by client and server, throughput at depth 1
+# mostly measures the client; CPU and context switches per request are
+# what the server itself costs. The last table gives medians and the
+# ringkv/Redis ratio of each (cpu ratio < 1: ringkv spends less).
+#
+# Usage: scripts/bench-small-requests.sh [ROUNDS=3]
+# Env:   N_P1 (200000), N_P16 (1000000), CLIENTS (50), RINGKV_SHARDS (0 =
+#        one per core), BIN_DIR (ringkv-server from there instead of a
+#        fresh release build), RINGKV_ARGS (more server flags),
+#        ROWS ("1:set 1:get 16:set 16:get")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/bench-common.sh
+
+ROUNDS="${1:-3}"
+N_P1="${N_P1:-200000}"
+N_P16="${N_P16:-1000000}"
+CLIENTS="${CLIENTS:-50}"
+RINGKV_SHARDS="${RINGKV_SHARDS:-0}"
+ROWS="${ROWS:-1:set 1:get 16:set 16:get}"
+TCK=$(getconf CLK_TCK)
+
+ensure_redis
+ringkv_binaries
+say "machine"
+machine_line
+echo "redis: $(redis-server --version)"
+echo "ringkv: $("$SERVER" --version)"
+start_redis
+# shellcheck disable=SC2086
+start_ringkv --shards "$RINGKV_SHARDS" ${RINGKV_ARGS:-}
+
+# cpu_ticks PID: utime+stime of the whole process, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# ctx_switches PID: voluntary + involuntary switches of every thread.
+ctx_switches() {
+  cat /proc/"$1"/task/*/status 2>/dev/null |
+    awk '/^(voluntary|nonvoluntary)_ctxt_switches/ {s += $2} END {print s + 0}'
+}
+
+# run_row NAME PORT PID P OP N -> one line: name P op rps cpu_us_per_op cs_per_op
+run_row() {
+  local name="$1" port="$2" pid="$3" p="$4" op="$5" n="$6" c0 c1 s0 s1 out rps
+  c0=$(cpu_ticks "$pid"); s0=$(ctx_switches "$pid")
+  out=$(redis-benchmark -h 127.0.0.1 -p "$port" -t "$op" -d 1000 -c "$CLIENTS" -r 100000 \
+    -P "$p" -n "$n" -q 2>&1 | tr '\r' '\n')
+  c1=$(cpu_ticks "$pid"); s1=$(ctx_switches "$pid")
+  rps=$(printf '%s\n' "$out" | sed -n 's/^[A-Z]*: \([0-9.]*\) requests per second.*/\1/p' | tail -n 1)
+  awk -v name="$name" -v p="$p" -v op="$op" -v rps="${rps:-0}" -v n="$n" -v tck="$TCK" \
+    -v dc=$((c1 - c0)) -v ds=$((s1 - s0)) \
+    'BEGIN {printf "%-7s P=%-3s %-4s %10.0f %9.2f %7.3f\n", name, p, op, rps, dc * 1e6 / tck / n, ds / n}'
+}
+
+say "redis-benchmark -c $CLIENTS -d 1000 -r 100000, N = $N_P1 (P=1) / $N_P16 (P=16); each row: ops/s, server cpu µs/op, server context switches/op"
+# Fill the key space first so GETs find values on both servers.
+redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t set -d 1000 -c "$CLIENTS" -r 100000 -P 16 -n 400000 -q >/dev/null 2>&1
+redis-benchmark -h 127.0.0.1 -p "$RINGKV_RESP_PORT" -t set -d 1000 -c "$CLIENTS" -r 100000 -P 16 -n 400000 -q >/dev/null 2>&1
+printf '%-7s %-5s %-4s %10s %9s %7s\n' server P op ops/s cpu_us cs/op
+for round in $(seq "$ROUNDS"); do
+  echo "-- round $round"
+  for row in $ROWS; do
+    p=${row%%:*}; op=${row##*:}
+    if [ "$p" = 1 ]; then n=$N_P1; else n=$N_P16; fi
+    run_row redis "$REDIS_PORT" "$REDIS_PID" "$p" "$op" "$n" | tee -a "$WORK/rows"
+    run_row ringkv "$RINGKV_RESP_PORT" "$RINGKV_PID" "$p" "$op" "$n" | tee -a "$WORK/rows"
+  done
+done
+
+say "medians of $ROUNDS rounds (ratio = ringkv / redis)"
+printf '%-5s %-4s %10s %10s %7s %9s %9s %7s %8s %8s %7s\n' P op redis_ops ringkv_ops ratio \
+  redis_cpu ringkv_cpu ratio redis_cs ringkv_cs ratio
+for row in $ROWS; do
+  p=${row%%:*}; op=${row##*:}
+  med() { awk -v s="$1" -v p="P=$p" -v op="$op" -v col="$2" '$1 == s && $2 == p && $3 == op {print $col}' "$WORK/rows" | median; }
+  rr=$(med redis 4); kr=$(med ringkv 4); rc=$(med redis 5); kc=$(med ringkv 5); rs=$(med redis 6); ks=$(med ringkv 6)
+  awk -v p="$p" -v op="$op" -v rr="$rr" -v kr="$kr" -v rc="$rc" -v kc="$kc" -v rs="$rs" -v ks="$ks" \
+    'function r(a, b) {return b > 0 ? a / b : 0}
+     BEGIN {printf "%-5s %-4s %10.0f %10.0f %7.2f %9.2f %9.2f %7.2f %8.3f %8.3f %7.2f\n", "P=" p, op, rr, kr, r(kr, rr), rc, kc, r(kc, rc), rs, ks, r(ks, rs)}'
+done
