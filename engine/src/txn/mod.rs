@@ -4,7 +4,7 @@
 //!
 //! This folder sits below the WAL and the shards and imports neither:
 //! - `record`: the `TxnPart` WAL record a participant logs at commit, and
-//!   the applied multi-shard parts a shard must keep ([`record::HeldPart`]);
+//!   the applied multi-shard parts a shard must keep (`record::HeldPart`);
 //! - `locks`: one shard's lock table (wait-die);
 //! - `watch`: the write marks WATCH compares;
 //! - `recovery`: replaying parts found in the WAL, and the exchange that

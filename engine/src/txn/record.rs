@@ -12,7 +12,7 @@
 //! What must hold: `check_part` accepts exactly what `encode_*` produce;
 //! a decoder never reads past a length it has not checked.
 //!
-//! Also here: [`HeldPart`], an applied part a shard must keep in its log
+//! Also here: `HeldPart`, an applied part a shard must keep in its log
 //! (recovery rebuilds the list; the shard's transaction side extends it).
 
 use bytes::Bytes;
