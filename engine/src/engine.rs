@@ -249,7 +249,7 @@ impl Engine {
         let core_ids = core_affinity::get_core_ids().unwrap_or_default();
         let queue_depth = l.shard_queue_depth as usize;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let txn_stats = Arc::new(crate::txn::TxnStats::default());
+        let txn_stats = Arc::new(crate::metrics::TxnStats::default());
         let txn_floors: Arc<[AtomicU64]> = (0..shard_count).map(|_| AtomicU64::new(0)).collect();
         let exchange = Arc::new(crate::txn::recovery::Exchange::new(shard_count));
         let mut inboxes = Vec::new();

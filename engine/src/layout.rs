@@ -5,8 +5,20 @@
 //! device root (the `value_device`'s path, or `DATA` when empty):
 //! `VROOT/shard-NNN/values/` holds the hybrid tier's value segments; when
 //! both devices are one, that folder sits beside `wal/` and `snapshots/`.
+//!
+//! Also here, because WAL segments and snapshot files share it: the
+//! on-disk format version.
 
 use std::path::{Path, PathBuf};
+
+/// Version of the WAL and snapshot formats written by this build. Version 2
+/// added expiry times (the `FLAG_EXPIRES` record flag and the snapshot
+/// entry flag); files of version 1 hold neither and are still read. A
+/// build that knows only version 1 refuses a version 2 header instead of
+/// misreading the records or entries behind it.
+pub const FORMAT_VERSION: u32 = 2;
+/// Oldest format version this build reads.
+pub const FORMAT_VERSION_MIN: u32 = 1;
 
 pub const WAL_SUFFIX: &str = ".wal";
 pub const SNAPSHOT_SUFFIX: &str = ".snap";

@@ -6,6 +6,12 @@
 //!
 //! Start with [`Engine::open`] and [`Handle::batch`]. The on-disk formats
 //! and the durability rules are described in `docs/wal.md`.
+//!
+//! Layers, bottom up (`docs/architecture.md`, "Layers"): `io` and the
+//! small helpers; `tier`, `metrics`, `notify`; `txn` (record format, locks,
+//! marks, recovery replay); `snapshot`; `wal`; `shard`; then `engine`
+//! (`Engine`, `Handle`) and `coordinator` (`Txn`). No module imports one
+//! above it; `scripts/check-engine-layers.sh` fails on any import circle.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
@@ -14,6 +20,7 @@ pub mod clock;
 pub mod io;
 mod keyspace;
 
+mod coordinator;
 mod engine;
 pub mod error;
 pub mod hash;
@@ -33,12 +40,13 @@ pub use api::{
     Current, Op, OpError, OpResult, TtlUpdate, TtlUpdateFn, Update, UpdateAnswer, UpdateFn,
     UpdateOutcome, UpdateWrite,
 };
+pub use coordinator::Txn;
 pub use engine::{Engine, Handle};
 pub use error::{Damage, EngineError, ManifestError, SnapshotError, WalError};
 pub use histogram::{AtomicHistogram, HistogramSnapshot};
 pub use io::runtime::BackendKind;
 pub use keyspace::{PartitionKeys, PARTITIONS_PER_SHARD};
-pub use metrics::{DeviceMetrics, EngineMetrics, ShardMetrics};
+pub use metrics::{DeviceMetrics, EngineMetrics, ShardMetrics, TxnStats};
 pub use tunables::Durability;
 pub use txn::watch::KeyMark;
-pub use txn::{AbortReason, Txn, TxnError, TxnSettings, TxnStats};
+pub use txn::{AbortReason, TxnError, TxnSettings};

@@ -7,6 +7,25 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use crate::histogram::{AtomicHistogram, HistogramSnapshot};
 
+/// Engine-wide transaction counters (read by the server's STATS).
+#[derive(Debug, Default)]
+pub struct TxnStats {
+    pub open: AtomicU64,
+    pub commits: AtomicU64,
+    pub rollbacks: AtomicU64,
+    pub aborts_die: AtomicU64,
+    pub aborts_lock_timeout: AtomicU64,
+    pub aborts_idle: AtomicU64,
+    pub aborts_dropped: AtomicU64,
+    pub commit_failures: AtomicU64,
+    pub lock_waits: AtomicU64,
+    pub lock_wait_us: AtomicU64,
+    /// Recovery at this open: multi-shard parts applied / dropped (their
+    /// transaction had a part missing).
+    pub recovered_parts_applied: AtomicU64,
+    pub recovered_parts_dropped: AtomicU64,
+}
+
 /// One shard's counters, as plain data.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ShardMetrics {

@@ -13,10 +13,10 @@
 //! `docs/wal.md`.
 
 use crate::error::SnapshotError;
+use crate::io::window::FileWindow;
 use crate::io::{AlignedBuf, DiskFile, ALIGN};
+use crate::layout::{FORMAT_VERSION, FORMAT_VERSION_MIN};
 use crate::tier::Tier;
-use crate::wal::format::{FORMAT_VERSION, FORMAT_VERSION_MIN};
-use crate::wal::reader::FileWindow;
 use std::path::{Path, PathBuf};
 
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RINGKVSN";

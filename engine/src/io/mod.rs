@@ -30,6 +30,7 @@ pub mod real;
 pub mod runtime;
 pub mod sim;
 pub mod throttle;
+pub mod window;
 
 pub use buf::{AlignedBuf, ALIGN};
 

@@ -80,7 +80,7 @@ pub(crate) struct CoreSettings {
 pub(crate) struct ShardCore {
     pub(crate) settings: CoreSettings,
     /// Locks and transaction parts of this shard.
-    pub(crate) txn: crate::txn::shard::TxnShard,
+    pub(crate) txn: crate::shard::txn::TxnShard,
     pub(crate) stats: Arc<ShardStats>,
     pub(crate) clock: Arc<CommitClock>,
     state: RefCell<CoreState>,
@@ -125,7 +125,7 @@ impl ShardCore {
         wal: Option<WalAppender>,
         stats: Arc<ShardStats>,
         clock: Arc<CommitClock>,
-        txn: crate::txn::shard::TxnShard,
+        txn: crate::shard::txn::TxnShard,
     ) -> ShardCore {
         assert_eq!(wal.is_some(), settings.durability != Durability::None);
         let wal = Rc::new(Wal::new(

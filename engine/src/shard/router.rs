@@ -34,7 +34,7 @@ pub(crate) enum ShardMsg {
         reply: oneshot::Sender<Vec<OpResult>>,
     },
     /// Work for the shard's transaction side (locks, parts).
-    Txn(crate::txn::shard::TxnMsg),
+    Txn(crate::shard::txn::TxnMsg),
     /// Stop after everything queued before this message: flush, fdatasync,
     /// report, end the thread.
     Shutdown {
@@ -112,7 +112,7 @@ pub(crate) struct EngineShared {
     pub(crate) limits: Limits,
     /// Commit versions and transaction ids (one monotonic clock).
     pub(crate) clock: Arc<crate::shard::core::CommitClock>,
-    pub(crate) txn_stats: Arc<crate::txn::TxnStats>,
+    pub(crate) txn_stats: Arc<crate::metrics::TxnStats>,
 }
 
 struct LocalShard {

@@ -77,7 +77,7 @@ pub(crate) struct ShardStart<D: Disk> {
     pub(crate) settings: ShardSettings,
     pub(crate) stats: Arc<ShardStats>,
     pub(crate) clock: Arc<CommitClock>,
-    pub(crate) txn_stats: Arc<crate::txn::TxnStats>,
+    pub(crate) txn_stats: Arc<crate::metrics::TxnStats>,
     pub(crate) txn_floors: Arc<[std::sync::atomic::AtomicU64]>,
     pub(crate) exchange: Arc<crate::txn::recovery::Exchange>,
     pub(crate) inbox: flume::Receiver<ShardMsg>,
@@ -357,7 +357,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         appender,
         stats.clone(),
         clock,
-        crate::txn::shard::TxnShard::new(shard, txn_floors, txn_stats, held),
+        crate::shard::txn::TxnShard::new(shard, txn_floors, txn_stats, held),
     ));
     core.txn.publish_floor(floor);
     exchange_guard.0 = None;
@@ -524,7 +524,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                     .detach();
                 }
             }
-            ShardMsg::Txn(msg) => crate::txn::shard::handle(&core, msg),
+            ShardMsg::Txn(msg) => crate::shard::txn::handle(&core, msg),
             ShardMsg::Shutdown { done } => {
                 let result = match settings.durability {
                     Durability::None => Ok(()),

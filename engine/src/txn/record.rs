@@ -11,8 +11,12 @@
 //!
 //! What must hold: `check_part` accepts exactly what `encode_*` produce;
 //! a decoder never reads past a length it has not checked.
+//!
+//! Also here: `HeldPart`, an applied part a shard must keep in its log
+//! (recovery rebuilds the list; the shard's transaction side extends it).
 
 use bytes::Bytes;
+use std::sync::Arc;
 
 /// Write opcode of a put inside a part.
 const OP_PUT: u8 = 1;
@@ -24,6 +28,14 @@ pub const PART_HEADER_FIXED_BYTES: usize = 8 + 2;
 pub const WRITE_FIXED_BYTES: usize = 1 + 4 + 4;
 /// Bytes of the write count that starts the value field.
 pub const WRITES_FIXED_BYTES: usize = 4;
+
+/// A part of a multi-shard transaction, applied, whose segment must stay
+/// until every participant's snapshots cover its own part.
+#[derive(Debug, Clone)]
+pub(crate) struct HeldPart {
+    pub(crate) lsn: u64,
+    pub(crate) parts: Arc<[(u16, u64)]>,
+}
 
 /// One buffered write of a transaction: `None` deletes the key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,8 +11,7 @@
 //! decision is the same on every shard (one exchange).
 
 use crate::tier::Tier;
-use crate::txn::record::{decode_header, visit_writes};
-use crate::txn::shard::HeldPart;
+use crate::txn::record::{decode_header, visit_writes, HeldPart};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex};

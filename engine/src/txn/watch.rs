@@ -13,12 +13,11 @@
 //! change, including a write of the same value (no value is compared);
 //! keys sharing a slot make a change of one look like a change of the
 //! other (a spurious difference, never a missed one).
+//!
+//! Taking marks ([`Handle::key_marks`](crate::Handle::key_marks)) goes
+//! through the shards, so it is in `crate::coordinator`.
 
 use crate::hash::mix;
-use crate::shard::router::EngineShared;
-use crate::txn::shard::TxnMsg;
-use bytes::Bytes;
-use std::collections::BTreeMap;
 
 /// Counter slots per shard (8 bytes each: 512 KiB per shard).
 pub const WRITE_MARK_SLOTS: usize = 1 << 16;
@@ -69,56 +68,6 @@ impl KeyMark {
     /// counter moved), or the key held an expiry time that has passed.
     pub fn changed_by(&self, later: &KeyMark, now_ms: u64) -> bool {
         self.writes != later.writes || self.expires_at_ms.is_some_and(|at| at <= now_ms)
-    }
-}
-
-impl crate::Handle {
-    /// The current marks of `keys`, in order (one message per shard; each
-    /// shard answers for its keys in one step). Taking the marks of keys a
-    /// transaction holds gives marks no plain write can change until it
-    /// ends (plain writes on them are refused).
-    pub async fn key_marks(&self, keys: &[Bytes]) -> Result<Vec<KeyMark>, crate::OpError> {
-        let shared: &EngineShared = &self.shared;
-        let mut by_shard: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for (index, key) in keys.iter().enumerate() {
-            by_shard
-                .entry(shared.shard_of(key))
-                .or_default()
-                .push(index);
-        }
-        let asks = by_shard.into_iter().map(|(shard, indexes)| {
-            let shard_keys: Vec<Bytes> = indexes.iter().map(|&i| keys[i].clone()).collect();
-            async move {
-                let marks = shared
-                    .txn_ask(shard, |reply| TxnMsg::Marks {
-                        keys: shard_keys,
-                        reply,
-                    })
-                    .await;
-                (indexes, marks)
-            }
-        });
-        let mut out = vec![
-            KeyMark {
-                writes: 0,
-                expires_at_ms: None
-            };
-            keys.len()
-        ];
-        for (indexes, marks) in futures::future::join_all(asks).await {
-            let marks = marks?;
-            assert_eq!(marks.len(), indexes.len(), "one mark per key asked");
-            for (i, mark) in indexes.into_iter().zip(marks) {
-                out[i] = mark;
-            }
-        }
-        Ok(out)
-    }
-
-    /// Checks `op` against the engine's limits (empty key, key or value
-    /// too large) without running it.
-    pub fn check_limits(&self, op: &crate::Op) -> Result<(), crate::OpError> {
-        self.shared.limits.check(op)
     }
 }
 

@@ -13,14 +13,9 @@ pub const BLOCK_BYTES: usize = ALIGN;
 pub const SECTOR_BYTES: usize = 4096;
 const _: () = assert!(BLOCK_BYTES % SECTOR_BYTES == 0);
 
-/// Version of the WAL and snapshot formats written by this build. Version 2
-/// added expiry times (the `FLAG_EXPIRES` record flag and the snapshot
-/// entry flag); files of version 1 hold neither and are still read. A
-/// build that knows only version 1 refuses a version 2 header instead of
-/// misreading the records or entries behind it.
-pub const FORMAT_VERSION: u32 = 2;
-/// Oldest format version this build reads.
-pub const FORMAT_VERSION_MIN: u32 = 1;
+/// The format version is shared with snapshot files, so it is defined in
+/// `crate::layout`, below both.
+pub use crate::layout::{FORMAT_VERSION, FORMAT_VERSION_MIN};
 
 /// First bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"RINGKVWL";

@@ -9,6 +9,10 @@
 //! - `reader`: validating and replaying flushes; `recovery`: the decision
 //!   table that turns what is on disk into a state and a clean log end.
 //!
+//! The WAL knows no shard: it imports `snapshot` (recovery picks one) and
+//! `txn` (the part record and the replay of parts), both below it, and
+//! nothing in `shard/` or above.
+//!
 //! The byte diagrams and the rules are in `docs/wal.md`.
 
 pub(crate) mod durable;

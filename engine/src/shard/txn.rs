@@ -13,10 +13,11 @@
 //!   part, so recovery of any participant that replays its part finds all
 //!   the other parts: see [`TxnShard::retain_from`].
 
+use crate::metrics::TxnStats;
 use crate::shard::core::ShardCore;
 use crate::txn::locks::{Acquire, LockTable};
-use crate::txn::record::{encode_header, encode_writes, TxnWrite};
-use crate::txn::{TxnError, TxnStats};
+use crate::txn::record::{encode_header, encode_writes, HeldPart, TxnWrite};
+use crate::txn::TxnError;
 use bytes::Bytes;
 use futures::channel::oneshot;
 use std::cell::RefCell;
@@ -72,14 +73,6 @@ pub(crate) enum TxnMsg {
         txn: u64,
         reply: Option<oneshot::Sender<()>>,
     },
-}
-
-/// A part of a multi-shard transaction, applied, whose segment must stay
-/// until every participant's snapshots cover its own part.
-#[derive(Debug, Clone)]
-pub(crate) struct HeldPart {
-    pub(crate) lsn: u64,
-    pub(crate) parts: Arc<[(u16, u64)]>,
 }
 
 /// The transaction state of one shard.

@@ -1,0 +1,561 @@
+//! The transaction coordinator: a [`Txn`] lives with its caller (a server
+//! connection) and talks to the shards that own its keys. Its locks live
+//! on those shards (`crate::shard::txn`); its writes stay in the `Txn`
+//! until commit, when each written shard logs one `TxnPart` WAL record
+//! (`crate::txn::record`). Recovery applies a multi-shard transaction only
+//! if every participant's part is in its log (`crate::txn::recovery`).
+//!
+//! It sits above the shards and the engine handle (it sends messages
+//! through the router and adds `begin` and `key_marks` to
+//! [`Handle`](crate::Handle)); nothing below imports it.
+//!
+//! What must hold: every lock a `Txn` takes is released exactly once (on
+//! commit, rollback, abort or drop); nobody sees a transaction's writes
+//! before every part is logged (durable under `sync`); a failed commit is
+//! answered as failed, never as done.
+
+use crate::api::{Op, OpError};
+use crate::metrics::TxnStats;
+use crate::shard::router::{local_shard, EngineShared, ShardMsg};
+use crate::shard::txn::{self as shard, TxnMsg};
+use crate::txn::record::{header_len, TxnWrite, WRITES_FIXED_BYTES};
+use crate::txn::watch::KeyMark;
+use crate::txn::{AbortReason, TxnError, TxnSettings};
+use crate::wal::format::{record_size, RECORD_HEADER_BYTES};
+use bytes::Bytes;
+use futures::channel::oneshot;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Active,
+    Aborted(AbortReason),
+    Finished,
+}
+
+/// One interactive transaction. Dropping it unfinished rolls it back.
+pub struct Txn {
+    shared: Arc<EngineShared>,
+    id: u64,
+    settings: TxnSettings,
+    locked: BTreeSet<Bytes>,
+    /// Shards where this transaction holds locks.
+    shards: BTreeSet<u16>,
+    writes: BTreeMap<Bytes, Option<Bytes>>,
+    state: State,
+}
+
+impl std::fmt::Debug for Txn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Txn")
+            .field("id", &self.id)
+            .field("locks", &self.locked.len())
+            .field("writes", &self.writes.len())
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+impl EngineShared {
+    /// Hands a transaction message to `shard` (inline on its own thread).
+    async fn txn_send(&self, shard: usize, msg: TxnMsg) -> Result<(), OpError> {
+        if let Some((s, core)) = local_shard(self.engine_id) {
+            if s == shard {
+                shard::handle(&core, msg);
+                return Ok(());
+            }
+        }
+        self.inboxes[shard]
+            .send_async(ShardMsg::Txn(msg))
+            .await
+            .map_err(|_| OpError::ShuttingDown)?;
+        if self.closed[shard].load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(OpError::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    /// Sends a message built around a reply channel and waits for it.
+    async fn txn_ask<T>(
+        &self,
+        shard: usize,
+        make: impl FnOnce(oneshot::Sender<T>) -> TxnMsg,
+    ) -> Result<T, OpError> {
+        let (tx, rx) = oneshot::channel();
+        self.txn_send(shard, make(tx)).await?;
+        rx.await.map_err(|_| OpError::ShuttingDown)
+    }
+
+    /// Releases `txn`'s locks on `shards`, waiting for each to answer.
+    async fn txn_release(&self, txn: u64, shards: &BTreeSet<u16>) {
+        for &s in shards {
+            let _ = self
+                .txn_ask(s as usize, |reply| TxnMsg::Release {
+                    txn,
+                    reply: Some(reply),
+                })
+                .await;
+        }
+    }
+}
+
+impl crate::Handle {
+    /// Starts a transaction. Its id orders it for wait-die (smaller is
+    /// older); nothing is sent to any shard until its first operation.
+    pub fn begin(&self, settings: TxnSettings) -> Txn {
+        let shared = self.shared.clone();
+        let id = shared.clock.next();
+        shared.txn_stats.open.fetch_add(1, Relaxed);
+        Txn {
+            shared,
+            id,
+            settings,
+            locked: BTreeSet::new(),
+            shards: BTreeSet::new(),
+            writes: BTreeMap::new(),
+            state: State::Active,
+        }
+    }
+
+    /// The engine-wide transaction counters.
+    pub fn txn_stats(&self) -> &TxnStats {
+        &self.shared.txn_stats
+    }
+}
+
+impl Txn {
+    /// This transaction's id (its wait-die age).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Why it was aborted, if it was.
+    pub fn aborted(&self) -> Option<AbortReason> {
+        match self.state {
+            State::Aborted(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Keys locked so far.
+    pub fn lock_count(&self) -> usize {
+        self.locked.len()
+    }
+
+    fn check_active(&self) -> Result<(), TxnError> {
+        match self.state {
+            State::Active => Ok(()),
+            State::Aborted(reason) => Err(TxnError::Aborted { reason }),
+            State::Finished => panic!("a finished transaction is not used again"),
+        }
+    }
+
+    fn check_key(&self, op: &Op) -> Result<(), TxnError> {
+        self.shared.limits.check(op).map_err(TxnError::Op)
+    }
+
+    /// Aborts now: releases every lock, answers `Aborted` from then on.
+    pub async fn abort(&mut self, reason: AbortReason) {
+        if self.state != State::Active {
+            return;
+        }
+        self.state = State::Aborted(reason);
+        let counter = match reason {
+            AbortReason::Die => &self.shared.txn_stats.aborts_die,
+            AbortReason::LockTimeout => &self.shared.txn_stats.aborts_lock_timeout,
+            AbortReason::Idle => &self.shared.txn_stats.aborts_idle,
+        };
+        counter.fetch_add(1, Relaxed);
+        let shards = std::mem::take(&mut self.shards);
+        self.shared.txn_release(self.id, &shards).await;
+        self.locked.clear();
+        self.writes.clear();
+    }
+
+    /// Takes the lock on `key` if not held yet; with `read`, returns the
+    /// value this transaction sees.
+    async fn lock(&mut self, key: &Bytes, read: bool) -> Result<Option<Bytes>, TxnError> {
+        if self.locked.contains(key) {
+            if !read {
+                return Ok(None);
+            }
+            if let Some(buffered) = self.writes.get(key) {
+                return Ok(buffered.clone());
+            }
+            return self.read_committed(key).await;
+        }
+        if self.locked.len() >= self.settings.locks_max {
+            return Err(TxnError::TooManyLocks {
+                max: self.settings.locks_max,
+            });
+        }
+        let shard = self.shared.shard_of(key);
+        let (txn, wait_max) = (self.id, self.settings.lock_wait_max);
+        let answer = self
+            .shared
+            .txn_ask(shard, |reply| TxnMsg::Lock {
+                txn,
+                key: key.clone(),
+                read,
+                wait_max,
+                reply,
+            })
+            .await?;
+        // The shard may have granted the lock even if the read failed.
+        self.shards.insert(shard as u16);
+        match answer {
+            Ok(value) => {
+                self.locked.insert(key.clone());
+                Ok(value)
+            }
+            Err(TxnError::Die) => {
+                self.abort(AbortReason::Die).await;
+                Err(TxnError::Die)
+            }
+            Err(TxnError::LockTimeout) => {
+                self.abort(AbortReason::LockTimeout).await;
+                Err(TxnError::LockTimeout)
+            }
+            Err(e) => {
+                self.locked.insert(key.clone());
+                Err(e)
+            }
+        }
+    }
+
+    async fn read_committed(&self, key: &Bytes) -> Result<Option<Bytes>, TxnError> {
+        let shard = self.shared.shard_of(key);
+        self.shared
+            .txn_ask(shard, |reply| TxnMsg::Read {
+                key: key.clone(),
+                reply,
+            })
+            .await?
+    }
+
+    /// Read-committed read without a lock: this transaction's own write if
+    /// it has one, else the newest committed, durable value.
+    pub async fn get(&mut self, key: Bytes) -> Result<Option<Bytes>, TxnError> {
+        self.check_active()?;
+        self.check_key(&Op::Get { key: key.clone() })?;
+        if let Some(buffered) = self.writes.get(&key) {
+            return Ok(buffered.clone());
+        }
+        self.read_committed(&key).await
+    }
+
+    /// Locks `key` and reads it (the value stays until commit or rollback
+    /// unless this transaction writes it).
+    pub async fn get_for_update(&mut self, key: Bytes) -> Result<Option<Bytes>, TxnError> {
+        self.check_active()?;
+        self.check_key(&Op::Get { key: key.clone() })?;
+        self.lock(&key, true).await
+    }
+
+    /// Locks `key` and buffers the write until commit.
+    pub async fn put(&mut self, key: Bytes, value: Bytes) -> Result<(), TxnError> {
+        self.check_active()?;
+        self.check_key(&Op::Put {
+            key: key.clone(),
+            value: value.clone(),
+        })?;
+        self.lock(&key, false).await?;
+        self.writes.insert(key, Some(value));
+        Ok(())
+    }
+
+    /// Locks `key` and buffers its removal; `true` if it existed (as this
+    /// transaction sees it).
+    pub async fn delete(&mut self, key: Bytes) -> Result<bool, TxnError> {
+        self.check_active()?;
+        self.check_key(&Op::Delete { key: key.clone() })?;
+        let existed = self.lock(&key, true).await?.is_some();
+        self.writes.insert(key, None);
+        Ok(existed)
+    }
+
+    /// Starts this transaction again after wait-die or a lock-wait timeout
+    /// aborted it: its locks are released, its writes dropped, and the new
+    /// transaction keeps this one's id. Wait-die then still sees the first
+    /// start time, so each restart leaves it older than every newcomer and
+    /// it ends up waiting instead of dying again (no starvation). Nothing
+    /// of an aborted transaction reached the WAL, so reusing its id cannot
+    /// mix its parts with the restarted one's.
+    pub async fn restart(mut self) -> Txn {
+        assert!(
+            matches!(
+                self.state,
+                State::Aborted(AbortReason::Die | AbortReason::LockTimeout)
+            ),
+            "only a transaction aborted by a lock conflict is restarted"
+        );
+        let shards = std::mem::take(&mut self.shards);
+        self.shared.txn_release(self.id, &shards).await;
+        self.finish();
+        self.shared.txn_stats.open.fetch_add(1, Relaxed);
+        Txn {
+            shared: self.shared.clone(),
+            id: self.id,
+            settings: self.settings,
+            locked: BTreeSet::new(),
+            shards: BTreeSet::new(),
+            writes: BTreeMap::new(),
+            state: State::Active,
+        }
+    }
+
+    /// Releases everything; nothing is written.
+    pub async fn rollback(mut self) {
+        if self.state == State::Active {
+            self.shared.txn_stats.rollbacks.fetch_add(1, Relaxed);
+        }
+        let shards = std::mem::take(&mut self.shards);
+        self.shared.txn_release(self.id, &shards).await;
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        if self.state != State::Finished {
+            self.state = State::Finished;
+            self.shared.txn_stats.open.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// Commits: one WAL record per written shard; answered once every part
+    /// is logged (and durable under `sync`) and applied.
+    pub async fn commit(mut self) -> Result<(), TxnError> {
+        if let State::Aborted(reason) = self.state {
+            self.finish();
+            return Err(TxnError::Aborted { reason });
+        }
+        let result = self.commit_parts().await;
+        let stats = &self.shared.txn_stats;
+        match &result {
+            Ok(()) => stats.commits.fetch_add(1, Relaxed),
+            Err(_) => stats.commit_failures.fetch_add(1, Relaxed),
+        };
+        self.finish();
+        result
+    }
+
+    async fn commit_parts(&mut self) -> Result<(), TxnError> {
+        let shared = self.shared.clone();
+        let mut by_shard: BTreeMap<u16, Vec<TxnWrite>> = BTreeMap::new();
+        for (key, value) in std::mem::take(&mut self.writes) {
+            let shard = shared.shard_of(&key) as u16;
+            by_shard
+                .entry(shard)
+                .or_default()
+                .push(TxnWrite { key, value });
+        }
+        let lock_shards = self.shards.clone();
+        let txn = self.id;
+        if by_shard.is_empty() {
+            shared.txn_release(txn, &lock_shards).await;
+            return Ok(());
+        }
+        let participants: Arc<[u16]> = by_shard.keys().copied().collect();
+        let max = record_size(shared.limits.key_bytes_max, shared.limits.value_bytes_max);
+        for (&shard, writes) in &by_shard {
+            let bytes = RECORD_HEADER_BYTES
+                + header_len(participants.len())
+                + WRITES_FIXED_BYTES
+                + writes.iter().map(TxnWrite::encoded_len).sum::<usize>();
+            if bytes > max {
+                shared.txn_release(txn, &lock_shards).await;
+                return Err(TxnError::TooLarge {
+                    shard: shard as usize,
+                    bytes,
+                    max,
+                });
+            }
+        }
+        let others: BTreeSet<u16> = lock_shards
+            .iter()
+            .copied()
+            .filter(|s| !by_shard.contains_key(s))
+            .collect();
+        if by_shard.len() == 1 {
+            let Some((shard, writes)) = by_shard.into_iter().next() else {
+                unreachable!("one shard")
+            };
+            let logged = shared
+                .txn_ask(shard as usize, |reply| TxnMsg::Log {
+                    txn,
+                    participants,
+                    writes,
+                    finish: true,
+                    reply,
+                })
+                .await;
+            let result = match logged {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => {
+                    shared.txn_release(txn, &[shard].into()).await;
+                    Err(e)
+                }
+                Err(e) => Err(TxnError::Op(e)),
+            };
+            shared.txn_release(txn, &others).await;
+            return result;
+        }
+        // Several shards: log every part, then apply every part.
+        let logs = by_shard.iter().map(|(&shard, writes)| {
+            let shared = shared.clone();
+            let participants = participants.clone();
+            let writes = writes.clone();
+            async move {
+                let answer = shared
+                    .txn_ask(shard as usize, |reply| TxnMsg::Log {
+                        txn,
+                        participants,
+                        writes,
+                        finish: false,
+                        reply,
+                    })
+                    .await;
+                (shard, answer)
+            }
+        });
+        let mut parts = Vec::new();
+        let mut failure = None;
+        for (shard, answer) in futures::future::join_all(logs).await {
+            match answer {
+                Ok(Ok(lsn)) => parts.push((shard, lsn)),
+                Ok(Err(e)) => {
+                    failure.get_or_insert(e);
+                }
+                Err(e) => {
+                    failure.get_or_insert(TxnError::Op(e));
+                }
+            }
+        }
+        if let Some(e) = failure {
+            // Parts already logged stay unresolved on their shards (their
+            // checkpoints stop short of them) until a restart decides.
+            shared.txn_release(txn, &lock_shards).await;
+            return Err(e);
+        }
+        let parts: Arc<[(u16, u64)]> = parts.into();
+        let applies = by_shard.into_iter().map(|(shard, writes)| {
+            let shared = shared.clone();
+            let parts = parts.clone();
+            let lsn = parts
+                .iter()
+                .find(|(s, _)| *s == shard)
+                .map_or(0, |(_, l)| *l);
+            async move {
+                shared
+                    .txn_ask(shard as usize, |reply| TxnMsg::Apply {
+                        txn,
+                        lsn,
+                        writes,
+                        parts,
+                        reply,
+                    })
+                    .await
+            }
+        });
+        // Every part is applied where it can be; one that could not be
+        // (its shard is poisoned) makes the commit's outcome the restart's
+        // to decide, and the commit says so.
+        let mut failure = None;
+        for answer in futures::future::join_all(applies).await {
+            match answer {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    failure.get_or_insert(e);
+                }
+                // The shard is going away; every part is logged, so the
+                // restart applies this one (as before this answer).
+                Err(_) => {}
+            }
+        }
+        shared.txn_release(txn, &others).await;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Txn {
+    /// An unfinished transaction (its owner went away) is rolled back: its
+    /// locks are released without waiting.
+    fn drop(&mut self) {
+        if self.state == State::Finished {
+            return;
+        }
+        self.shared.txn_stats.aborts_dropped.fetch_add(1, Relaxed);
+        self.finish();
+        for &shard in &self.shards {
+            let msg = ShardMsg::Txn(TxnMsg::Release {
+                txn: self.id,
+                reply: None,
+            });
+            let inbox = &self.shared.inboxes[shard as usize];
+            if let Err(flume::TrySendError::Full(msg)) = inbox.try_send(msg) {
+                // Rare: the inbox is full. A short-lived thread waits for room
+                // (a lock must never be left behind).
+                let inbox = inbox.clone();
+                let _ = std::thread::Builder::new()
+                    .name("ringkv-txn-release".into())
+                    .spawn(move || {
+                        let _ = inbox.send(msg);
+                    });
+            }
+        }
+    }
+}
+
+impl crate::Handle {
+    /// The current marks of `keys`, in order (one message per shard; each
+    /// shard answers for its keys in one step). Taking the marks of keys a
+    /// transaction holds gives marks no plain write can change until it
+    /// ends (plain writes on them are refused).
+    pub async fn key_marks(&self, keys: &[Bytes]) -> Result<Vec<KeyMark>, crate::OpError> {
+        let shared: &EngineShared = &self.shared;
+        let mut by_shard: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (index, key) in keys.iter().enumerate() {
+            by_shard
+                .entry(shared.shard_of(key))
+                .or_default()
+                .push(index);
+        }
+        let asks = by_shard.into_iter().map(|(shard, indexes)| {
+            let shard_keys: Vec<Bytes> = indexes.iter().map(|&i| keys[i].clone()).collect();
+            async move {
+                let marks = shared
+                    .txn_ask(shard, |reply| TxnMsg::Marks {
+                        keys: shard_keys,
+                        reply,
+                    })
+                    .await;
+                (indexes, marks)
+            }
+        });
+        let mut out = vec![
+            KeyMark {
+                writes: 0,
+                expires_at_ms: None
+            };
+            keys.len()
+        ];
+        for (indexes, marks) in futures::future::join_all(asks).await {
+            let marks = marks?;
+            assert_eq!(marks.len(), indexes.len(), "one mark per key asked");
+            for (i, mark) in indexes.into_iter().zip(marks) {
+                out[i] = mark;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks `op` against the engine's limits (empty key, key or value
+    /// too large) without running it.
+    pub fn check_limits(&self, op: &crate::Op) -> Result<(), crate::OpError> {
+        self.shared.limits.check(op)
+    }
+}
