@@ -173,7 +173,16 @@ impl RingSetup {
         match std::env::var("RINGKV_URING_SETUP").as_deref() {
             Ok("plain") => RingSetup::Plain,
             Ok("cooperative") => RingSetup::Cooperative,
-            _ => RingSetup::Deferred,
+            Ok("deferred") | Err(_) => RingSetup::Deferred,
+            Ok(other) => {
+                if !WEAKER_SETUP_NOTED.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "RINGKV_URING_SETUP={other:?} is not one of deferred, cooperative, \
+                         plain; using deferred"
+                    );
+                }
+                RingSetup::Deferred
+            }
         }
     }
 
