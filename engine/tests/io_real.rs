@@ -407,3 +407,49 @@ fn blocking_errors_match_the_async_ones() {
         assert_eq!(blocking.to_string(), async_err.to_string());
     });
 }
+
+/// A durable write lands where it should through a file renamed after it
+/// was opened (a new WAL segment is created under a temporary name), is
+/// visible through the file's own descriptor, and is on disk once it
+/// returns; an unaligned one is refused like any write.
+#[test]
+fn durable_writes_reach_a_renamed_file() {
+    on_each_backend(|dir| async move {
+        let disk = RealDisk;
+        let tmp = dir.join("seg.tmp");
+        let f = disk.open(&tmp, true).await.unwrap();
+        f.allocate_zeroed(8 * ALIGN as u64).await.unwrap();
+        f.sync_data().await.unwrap();
+        let path = dir.join("seg");
+        disk.rename(&tmp, &path).await.unwrap();
+
+        let (r, _) = f
+            .write_at_durable(pattern(7, 2 * ALIGN), ALIGN as u64)
+            .await;
+        r.unwrap();
+        let (r, _) = f
+            .write_at_durable(pattern(9, ALIGN), 5 * ALIGN as u64)
+            .await;
+        r.unwrap();
+        let (r, buf) = f
+            .read_at(AlignedBuf::with_capacity(2 * ALIGN), ALIGN as u64)
+            .await;
+        assert_eq!(r.unwrap(), 2 * ALIGN);
+        assert_eq!(buf.as_slice(), pattern(7, 2 * ALIGN).as_slice());
+        assert_eq!(
+            f.len().await.unwrap(),
+            8 * ALIGN as u64,
+            "a durable write does not grow the file"
+        );
+
+        let on_disk = std::fs::read(&path).unwrap();
+        assert_eq!(&on_disk[ALIGN..3 * ALIGN], pattern(7, 2 * ALIGN).as_slice());
+        assert_eq!(&on_disk[5 * ALIGN..6 * ALIGN], pattern(9, ALIGN).as_slice());
+        assert!(on_disk[..ALIGN].iter().all(|&b| b == 0));
+
+        let mut odd = AlignedBuf::with_capacity(ALIGN);
+        odd.extend_from_slice(&[1u8; 100]);
+        let (r, _) = f.write_at_durable(odd, 0).await;
+        assert_eq!(r.unwrap_err().kind(), ErrorKind::InvalidInput);
+    });
+}

@@ -109,6 +109,27 @@ pub trait DiskFile: 'static {
         offset: u64,
     ) -> impl Future<Output = (io::Result<usize>, AlignedBuf)>;
 
+    /// Writes all of `buf` at `offset` and returns once it is durable, as
+    /// `write_at` followed by `sync_data` would, and on the same terms: after
+    /// an error nothing is known about data not yet synced, and it must not
+    /// be retried. Only this write is made durable; writes made earlier
+    /// through this file without a `sync_data` may not be. The real disk
+    /// writes through a second descriptor opened `O_DSYNC`: one operation,
+    /// no separate fdatasync and no thread hand-off for it.
+    fn write_at_durable(
+        &self,
+        buf: AlignedBuf,
+        offset: u64,
+    ) -> impl Future<Output = (io::Result<()>, AlignedBuf)> {
+        async move {
+            let (result, buf) = self.write_at(buf, offset).await;
+            if result.is_err() {
+                return (result, buf);
+            }
+            (self.sync_data().await, buf)
+        }
+    }
+
     /// fdatasync: every completed write is durable when this returns Ok.
     /// After an error nothing is known about unsynced data; callers must not
     /// retry (the shard is poisoned instead).

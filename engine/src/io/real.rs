@@ -293,6 +293,9 @@ pub struct RealDisk;
 pub struct RealFile {
     file: compio::fs::File,
     path: PathBuf,
+    /// A second descriptor of the same file opened `O_DSYNC`, for
+    /// `write_at_durable`; opened on first use.
+    dsync: std::cell::OnceCell<compio::fs::File>,
 }
 
 impl RealFile {
@@ -303,10 +306,21 @@ impl RealFile {
 
     /// Writes all of `buf` at `offset`, continuing after short writes.
     async fn write_all_at(&self, buf: AlignedBuf, offset: u64) -> (io::Result<()>, AlignedBuf) {
+        self.write_all_through(&self.file, buf, offset).await
+    }
+
+    /// Writes all of `buf` at `offset` through `file` (this file's own
+    /// descriptor or its `O_DSYNC` twin).
+    async fn write_all_through(
+        &self,
+        file: &compio::fs::File,
+        buf: AlignedBuf,
+        offset: u64,
+    ) -> (io::Result<()>, AlignedBuf) {
         let mut progress = WriteAll::new(&self.path, offset, buf.len());
         let mut buf = buf;
         while let Some((at, from)) = progress.next() {
-            let op = WriteAt::new(self.file.to_shared_fd(), at, buf.slice(from..));
+            let op = WriteAt::new(file.to_shared_fd(), at, buf.slice(from..));
             let BufResult(result, slice) = compio::runtime::submit(op).await.into_inner();
             buf = slice.into_inner();
             if let Err(err) = progress.record(result) {
@@ -364,6 +378,7 @@ impl Disk for RealDisk {
         Ok(RealFile {
             file,
             path: path.to_path_buf(),
+            dsync: std::cell::OnceCell::new(),
         })
     }
 
@@ -385,6 +400,7 @@ impl Disk for RealDisk {
         Ok(RealFile {
             file,
             path: path.to_path_buf(),
+            dsync: std::cell::OnceCell::new(),
         })
     }
 
@@ -488,6 +504,39 @@ impl DiskFile for RealFile {
             return (Err(err), buf);
         }
         self.write_all_at(buf, offset).await
+    }
+
+    async fn write_at_durable(&self, buf: AlignedBuf, offset: u64) -> (io::Result<()>, AlignedBuf) {
+        if let Err(err) = self.check_write(offset, buf.len()) {
+            return (Err(err), buf);
+        }
+        if self.dsync.get().is_none() {
+            // Reopened through the descriptor, not the path: the file may
+            // have been renamed since it was opened (a new WAL segment is
+            // made under a temporary name).
+            let own_fd = PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()));
+            let opened = compio::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(DATA_FILE_FLAGS | libc::O_DSYNC)
+                .open(&own_fd)
+                .await;
+            match opened {
+                Ok(file) => {
+                    let _ = self.dsync.set(file);
+                }
+                Err(e) => {
+                    // No /proc here: the write and an fdatasync do the same.
+                    tracing::debug!(file = %self.path.display(), error = %e, "no O_DSYNC descriptor; writing and then syncing");
+                    let (result, buf) = self.write_all_at(buf, offset).await;
+                    if result.is_err() {
+                        return (result, buf);
+                    }
+                    return (self.sync_data().await, buf);
+                }
+            }
+        }
+        let dsync = self.dsync.get().expect("opened above");
+        self.write_all_through(dsync, buf, offset).await
     }
 
     fn write_at_blocking(&self, buf: &AlignedBuf, offset: u64) -> io::Result<()> {

@@ -480,6 +480,22 @@ impl<F: DiskFile> DiskFile for ThrottledFile<F> {
         (result, buf)
     }
 
+    async fn write_at_durable(&self, buf: AlignedBuf, offset: u64) -> (io::Result<()>, AlignedBuf) {
+        // Paid as the write and the fdatasync it replaces.
+        let started = Instant::now();
+        let len = buf.len() as u64;
+        self.device
+            .acquire(self.write_ios(len) + self.sync_ios(), len)
+            .await;
+        let (result, buf) = self.inner.write_at_durable(buf, offset).await;
+        self.device.record_write(&result, len, started);
+        if result.is_ok() {
+            // (An error is counted once, by the write.)
+            self.device.record_sync(&result, Some(started));
+        }
+        (result, buf)
+    }
+
     fn write_at_blocking(&self, buf: &AlignedBuf, offset: u64) -> io::Result<()> {
         let started = Instant::now();
         let len = buf.len() as u64;
