@@ -54,6 +54,11 @@ pub fn render(report: &Report) -> String {
         .collect();
     if !measured.is_empty() {
         out.push_str("\nDetails (server STATS deltas over each measured window; WAL device):\n\n");
+        if measured.iter().any(|r| r.counters_lower_bound) {
+            out.push_str(
+                "≥: lower bound — the run killed the server; its STATS are summed over the server's lives, and the I/O between the last reading before each kill and the kill is not counted.\n\n",
+            );
+        }
         out.push_str(&detail_table(&measured).render());
         out.push_str(
             "\nProfile accuracy (per device, over each measured window: achieved I/O units/s and MB/s next to the \
@@ -280,6 +285,16 @@ fn flagged(r: &ResultRow, text: &str) -> String {
     }
 }
 
+/// A device or WAL figure: `≥ v` when the row's counters are lower bounds
+/// (a crash run's killed server lives).
+fn at_least(r: &ResultRow, v: String) -> String {
+    if r.counters_lower_bound {
+        format!("≥ {v}")
+    } else {
+        v
+    }
+}
+
 /// The rest of every row's figures.
 pub fn detail_table(rows: &[&ResultRow]) -> Table {
     let mut t = Table::new(&[
@@ -315,11 +330,11 @@ pub fn detail_table(rows: &[&ResultRow]) -> Table {
             fixed0(r.latency_us.p999),
             fixed0(r.latency_us.max),
             thousands(errors),
-            thousands(dev.ios),
-            fixed0(dev.iops),
-            fixed1(dev.bytes_written as f64 / 1e6),
+            at_least(r, thousands(dev.ios)),
+            at_least(r, fixed0(dev.iops)),
+            at_least(r, fixed1(dev.bytes_written as f64 / 1e6)),
             thousands(dev.fsync_p99_us),
-            fixed1(dev.token_wait_us as f64 / 1e3),
+            at_least(r, fixed1(dev.token_wait_us as f64 / 1e3)),
         ]);
     }
     t
@@ -369,7 +384,7 @@ pub fn accuracy_table(rows: &[&ResultRow]) -> Table {
                 r.operation.clone(),
                 r.items.map(format_count).unwrap_or_default(),
                 name.clone(),
-                fixed0(dev.iops),
+                at_least(r, fixed0(dev.iops)),
                 match limits {
                     Some(l) if l.iops > 0 => {
                         format!("{} ({})", thousands(l.iops), thousands(l.burst_iops))
@@ -377,14 +392,17 @@ pub fn accuracy_table(rows: &[&ResultRow]) -> Table {
                     Some(_) => "none".to_string(),
                     None => "?".to_string(),
                 },
-                fixed1(mb_s),
+                at_least(r, fixed1(mb_s)),
                 match limits {
                     Some(l) if l.bytes_per_sec > 0 => fixed1(l.bytes_per_sec as f64 / 1e6),
                     Some(_) => "none".to_string(),
                     None => "?".to_string(),
                 },
-                format!("{:.0}%", 100.0 * wait_share),
-                of_burst,
+                at_least(r, format!("{:.0}%", 100.0 * wait_share)),
+                match of_burst.as_str() {
+                    "-" => of_burst,
+                    _ => at_least(r, of_burst),
+                },
             ]);
         }
     }
@@ -547,13 +565,16 @@ pub fn side_by_side(rows: &[&ResultRow], devices: &[String]) -> Table {
         ("avg latency (µs)", |r| fixed1(r.latency_us.avg)),
         ("p99 latency (µs)", |r| fixed0(r.latency_us.p99)),
         ("device IOPS", |r| {
-            fixed0(r.wal_device().map(|d| d.iops).unwrap_or(0.0))
+            at_least(r, fixed0(r.wal_device().map(|d| d.iops).unwrap_or(0.0)))
         }),
         ("fsync p99 (µs)", |r| {
             thousands(r.wal_device().map(|d| d.fsync_p99_us).unwrap_or(0))
         }),
         ("token wait (ms)", |r| {
-            fixed1(r.wal_device().map(|d| d.token_wait_us).unwrap_or(0) as f64 / 1e3)
+            at_least(
+                r,
+                fixed1(r.wal_device().map(|d| d.token_wait_us).unwrap_or(0) as f64 / 1e3),
+            )
         }),
     ];
     for (workload, durability, op, items) in row_keys(rows) {

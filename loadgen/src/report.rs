@@ -133,6 +133,11 @@ pub struct ResultRow {
     /// Per-device activity during the measured window, by device name.
     pub device_counters: BTreeMap<String, DeviceCounters>,
     pub wal: WalCounters,
+    /// The device and WAL counters are lower bounds (crash runs: I/O
+    /// between the last STATS reading of a killed server and the kill is
+    /// not counted).
+    #[serde(default)]
+    pub counters_lower_bound: bool,
 }
 
 impl ResultRow {
@@ -196,6 +201,7 @@ impl ResultRow {
             server,
             device_counters: BTreeMap::new(),
             wal: WalCounters::default(),
+            counters_lower_bound: false,
         }
     }
 }
@@ -277,6 +283,7 @@ pub fn rows_from_phase(
                 server: server.clone(),
                 device_counters: counters.clone(),
                 wal: wal.clone(),
+                counters_lower_bound: false,
             }
         })
         .collect())
@@ -417,6 +424,7 @@ pub mod tests {
                     },
                     device_counters: counters,
                     wal: WalCounters::default(),
+                    counters_lower_bound: false,
                 });
             }
         }
