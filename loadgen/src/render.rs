@@ -105,16 +105,36 @@ fn putgettx_table(report: &Report) -> String {
         "{:<40} {:>10} {:>12} {:>10} {:>10} {:>10}\n",
         "system", "durability", "tx/s", "avg µs", "p99 µs", "aborts"
     ));
+    let mut under_kills = Vec::new();
     for r in rows.iter().filter(|r| r.operation == "tx") {
         let aborts = rows
             .iter()
             .find(|a| {
-                a.operation == "abort" && a.workload == r.workload && a.durability == r.durability
+                a.operation == "abort"
+                    && a.workload == r.workload
+                    && a.durability == r.durability
+                    && a.device == r.device
             })
             .map_or(0, |a| a.ops);
+        let crash = report.crash.iter().find(|c| {
+            c.workload == r.workload && c.durability == r.durability && c.device == r.device
+        });
+        let system = match crash {
+            Some(c) => {
+                under_kills.push(c);
+                format!(
+                    "ringkv {} ({}, {} kill{}) †",
+                    r.workload,
+                    r.device,
+                    c.crashes.len(),
+                    if c.crashes.len() == 1 { "" } else { "s" }
+                )
+            }
+            None => format!("ringkv {} (this machine)", r.workload),
+        };
         out.push_str(&format!(
             "{:<40} {:>10} {:>12} {:>10.0} {:>10.0} {:>10}\n",
-            format!("ringkv {} (this machine)", r.workload),
+            system,
             r.durability,
             thousands(r.ops_per_sec as u64),
             r.latency_us.avg,
@@ -138,6 +158,13 @@ fn putgettx_table(report: &Report) -> String {
         crate::published::PUTGETTX_LABEL,
         crate::published::PUTGETTX_SOURCE
     ));
+    if !under_kills.is_empty() {
+        out.push_str(
+            "† the run included kills (crash run, this machine): loadgen SIGKILLed and restarted the server; \
+             tx/s is over the clients' active time (restarts and read-backs excluded); each transaction is a \
+             bank transfer: BEGIN + GET_FOR_UPDATE of two accounts, then PUT of both + COMMIT (two frames).\n",
+        );
+    }
     out
 }
 

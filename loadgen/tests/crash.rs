@@ -206,6 +206,17 @@ fn the_report_sums_stats_over_lives_and_has_the_putgettx_row() {
         .unwrap_or_else(|| panic!("no details table:\n{text}"));
     assert!(details.contains("≥: lower bound"), "{text}");
     assert!(details.contains("≥ "), "{text}");
+    let ops: Vec<&str> = outcome.rows.iter().map(|r| r.operation.as_str()).collect();
+    assert!(ops.contains(&"tx"), "a tx row, as without kills: {ops:?}");
+    let table = text
+        .split("PutGetTx: transactions/s")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no PutGetTx table:\n{text}"));
+    assert!(
+        table.lines().any(|l| l.starts_with("ringkv putgettx")),
+        "no ringkv row:\n{text}"
+    );
+    assert!(table.contains("† the run included kills"), "{text}");
 }
 
 /// Bytes zeroed at the end of each shard's log: several flushes' worth.

@@ -342,8 +342,8 @@ async fn transfer<S: Session>(
             shared.table.acknowledge(v.keynum, v.version);
             shared.note_ack(v.keynum, v.version);
         }
-        tallies.entry("txn").or_default().ops += 1;
-        measured(shared, tallies, &["txn"], 1, began);
+        tallies.entry("tx").or_default().ops += 1;
+        measured(shared, tallies, &["tx"], 1, began);
     } else {
         return abort(session, tallies, &done).await;
     }
@@ -354,7 +354,7 @@ async fn transfer<S: Session>(
 async fn abort<S: Session>(session: &mut S, tallies: &mut Tallies, replies: &[Reply]) -> bool {
     let aborted = replies.iter().any(|r| matches!(r, Reply::Aborted(_)));
     let t = tallies
-        .entry(if aborted { "abort" } else { "txn" })
+        .entry(if aborted { "abort" } else { "tx" })
         .or_default();
     if aborted {
         t.ops += 1;

@@ -519,7 +519,7 @@ fn rows_of(
     let mut rows = rows_from_phase(
         workload,
         &outcome,
-        &["put", "get", "txn", "abort"],
+        &["put", "get", "tx", "abort"],
         None,
         s.mode(),
     )?;
