@@ -225,6 +225,8 @@ fn header(report: &Report) -> String {
             run.seed
         ));
         }
+    } else if run.workload.starts_with("putgettx") {
+        s.push_str(&putgettx_run_line(report, &mode, &measure));
     } else {
         s.push_str(&format!(
             "run:      {} client tasks x batches of {}, {} records of {} x {} B, {mode}, warm-up {} s excluded, {measure}, seed {}\n",
@@ -263,6 +265,41 @@ fn header(report: &Report) -> String {
         s.push_str(&format!("note:     {note}\n"));
     }
     s
+}
+
+/// PutGetTx's run line: no batches or records apply, but the key range,
+/// the client tasks (one transaction at a time each) and the durability.
+fn putgettx_run_line(report: &Report, mode: &str, measure: &str) -> String {
+    let run = &report.run;
+    let range = match run.txn_range {
+        Some(n) => format!("keys uniform over [0, {})", format_count(n)),
+        None => "keys over --range".to_string(),
+    };
+    let (what, value) = if run.target == "process" {
+        (
+            "bank transfer between two accounts",
+            format!(", values of {} x {} B", run.field_count, run.field_length),
+        )
+    } else {
+        ("transaction", String::new())
+    };
+    let mut durabilities: Vec<&str> = Vec::new();
+    for r in &report.results {
+        if !durabilities.contains(&r.durability.as_str()) {
+            durabilities.push(&r.durability);
+        }
+    }
+    let durability = if durabilities.is_empty() {
+        String::new()
+    } else {
+        format!(", durability {}", durabilities.join(", "))
+    };
+    format!(
+        "run:      {} client tasks, one {what} at a time each (own connection), {range}{value}{durability}, {mode}, warm-up {} s excluded, {measure}, seed {}\n",
+        run.threads,
+        run.warmup_s,
+        run.seed
+    )
 }
 
 fn profile_limits(iops: u64, burst: u64) -> String {
@@ -730,6 +767,38 @@ fn error_summary(report: &Report) -> String {
 mod tests {
     use super::*;
     use crate::report::tests::sample_report;
+
+    #[test]
+    fn putgettx_header_names_range_tasks_and_durability() {
+        let mut report = sample_report(&["nvme"], &["tx", "abort"], 1.0);
+        report.run.workload = "putgettx".into();
+        report.run.txn_range = Some(100_000);
+        for r in &mut report.results {
+            r.workload = "putgettx".into();
+        }
+        let text = render(&report);
+        let run = text
+            .lines()
+            .find(|l| l.starts_with("run:"))
+            .expect("run line");
+        assert!(!run.contains("batches of"), "{run}");
+        assert!(!run.contains("records"), "{run}");
+        assert!(run.contains("16 client tasks"), "{run}");
+        assert!(run.contains("one transaction at a time"), "{run}");
+        assert!(run.contains("[0, 100K)"), "{run}");
+        assert!(run.contains("durability sync"), "{run}");
+        report.run.target = "process".into();
+        let text = render(&report);
+        let run = text
+            .lines()
+            .find(|l| l.starts_with("run:"))
+            .expect("run line");
+        assert!(
+            run.contains("one bank transfer between two accounts at a time"),
+            "{run}"
+        );
+        assert!(run.contains("values of 10 x 100 B"), "{run}");
+    }
 
     #[test]
     fn report_prints_seed_columns_and_side_by_side() {

@@ -63,6 +63,10 @@ pub struct RunSettings {
     pub shards: u32,
     /// Free-text caveats printed in the header (CPU sharing, deviations).
     pub notes: Vec<String>,
+    /// PutGetTx: the keys (accounts) are `[0, txn_range)`; null for other
+    /// workloads and in files from before it was recorded.
+    #[serde(default)]
+    pub txn_range: Option<u64>,
 }
 
 /// How a result ended.
@@ -454,6 +458,7 @@ pub mod tests {
                 sweep_sizes: vec![],
                 shards: 0,
                 notes: vec![],
+                txn_range: None,
             },
             results,
             crash: Vec::new(),

@@ -162,6 +162,7 @@ fn rendered(outcome: &CrashOutcome, workload: &str) -> String {
             sweep_sizes: Vec::new(),
             shards: 2,
             notes: Vec::new(),
+            txn_range: Some(200),
         },
         results: outcome.rows.clone(),
         crash: vec![outcome.summary.clone()],
