@@ -384,6 +384,11 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
         },
         shards: args.shard_count(),
         notes,
+        txn_range: matches!(
+            args.workload,
+            WorkloadArg::Putgettx | WorkloadArg::PutgettxContended
+        )
+        .then_some(s.txn_range),
     }
 }
 

@@ -54,6 +54,11 @@ pub fn render(report: &Report) -> String {
         .collect();
     if !measured.is_empty() {
         out.push_str("\nDetails (server STATS deltas over each measured window; WAL device):\n\n");
+        if measured.iter().any(|r| r.counters_lower_bound) {
+            out.push_str(
+                "≥: lower bound — the run killed the server; its STATS are summed over the server's lives, and the I/O between the last reading before each kill and the kill is not counted.\n\n",
+            );
+        }
         out.push_str(&detail_table(&measured).render());
         out.push_str(
             "\nProfile accuracy (per device, over each measured window: achieved I/O units/s and MB/s next to the \
@@ -100,16 +105,36 @@ fn putgettx_table(report: &Report) -> String {
         "{:<40} {:>10} {:>12} {:>10} {:>10} {:>10}\n",
         "system", "durability", "tx/s", "avg µs", "p99 µs", "aborts"
     ));
+    let mut under_kills = Vec::new();
     for r in rows.iter().filter(|r| r.operation == "tx") {
         let aborts = rows
             .iter()
             .find(|a| {
-                a.operation == "abort" && a.workload == r.workload && a.durability == r.durability
+                a.operation == "abort"
+                    && a.workload == r.workload
+                    && a.durability == r.durability
+                    && a.device == r.device
             })
             .map_or(0, |a| a.ops);
+        let crash = report.crash.iter().find(|c| {
+            c.workload == r.workload && c.durability == r.durability && c.device == r.device
+        });
+        let system = match crash {
+            Some(c) => {
+                under_kills.push(c);
+                format!(
+                    "ringkv {} ({}, {} kill{}) †",
+                    r.workload,
+                    r.device,
+                    c.crashes.len(),
+                    if c.crashes.len() == 1 { "" } else { "s" }
+                )
+            }
+            None => format!("ringkv {} (this machine)", r.workload),
+        };
         out.push_str(&format!(
             "{:<40} {:>10} {:>12} {:>10.0} {:>10.0} {:>10}\n",
-            format!("ringkv {} (this machine)", r.workload),
+            system,
             r.durability,
             thousands(r.ops_per_sec as u64),
             r.latency_us.avg,
@@ -133,6 +158,13 @@ fn putgettx_table(report: &Report) -> String {
         crate::published::PUTGETTX_LABEL,
         crate::published::PUTGETTX_SOURCE
     ));
+    if !under_kills.is_empty() {
+        out.push_str(
+            "† the run included kills (crash run, this machine): loadgen SIGKILLed and restarted the server; \
+             tx/s is over the clients' active time (restarts and read-backs excluded); each transaction is a \
+             bank transfer: BEGIN + GET_FOR_UPDATE of two accounts, then PUT of both + COMMIT (two frames).\n",
+        );
+    }
     out
 }
 
@@ -193,6 +225,8 @@ fn header(report: &Report) -> String {
             run.seed
         ));
         }
+    } else if run.workload.starts_with("putgettx") {
+        s.push_str(&putgettx_run_line(report, &mode, &measure));
     } else {
         s.push_str(&format!(
             "run:      {} client tasks x batches of {}, {} records of {} x {} B, {mode}, warm-up {} s excluded, {measure}, seed {}\n",
@@ -231,6 +265,41 @@ fn header(report: &Report) -> String {
         s.push_str(&format!("note:     {note}\n"));
     }
     s
+}
+
+/// PutGetTx's run line: no batches or records apply, but the key range,
+/// the client tasks (one transaction at a time each) and the durability.
+fn putgettx_run_line(report: &Report, mode: &str, measure: &str) -> String {
+    let run = &report.run;
+    let range = match run.txn_range {
+        Some(n) => format!("keys uniform over [0, {})", format_count(n)),
+        None => "keys over --range".to_string(),
+    };
+    let (what, value) = if run.target == "process" {
+        (
+            "bank transfer between two accounts",
+            format!(", values of {} x {} B", run.field_count, run.field_length),
+        )
+    } else {
+        ("transaction", String::new())
+    };
+    let mut durabilities: Vec<&str> = Vec::new();
+    for r in &report.results {
+        if !durabilities.contains(&r.durability.as_str()) {
+            durabilities.push(&r.durability);
+        }
+    }
+    let durability = if durabilities.is_empty() {
+        String::new()
+    } else {
+        format!(", durability {}", durabilities.join(", "))
+    };
+    format!(
+        "run:      {} client tasks, one {what} at a time each (own connection), {range}{value}{durability}, {mode}, warm-up {} s excluded, {measure}, seed {}\n",
+        run.threads,
+        run.warmup_s,
+        run.seed
+    )
 }
 
 fn profile_limits(iops: u64, burst: u64) -> String {
@@ -280,6 +349,16 @@ fn flagged(r: &ResultRow, text: &str) -> String {
     }
 }
 
+/// A device or WAL figure: `≥ v` when the row's counters are lower bounds
+/// (a crash run's killed server lives).
+fn at_least(r: &ResultRow, v: String) -> String {
+    if r.counters_lower_bound {
+        format!("≥ {v}")
+    } else {
+        v
+    }
+}
+
 /// The rest of every row's figures.
 pub fn detail_table(rows: &[&ResultRow]) -> Table {
     let mut t = Table::new(&[
@@ -315,11 +394,11 @@ pub fn detail_table(rows: &[&ResultRow]) -> Table {
             fixed0(r.latency_us.p999),
             fixed0(r.latency_us.max),
             thousands(errors),
-            thousands(dev.ios),
-            fixed0(dev.iops),
-            fixed1(dev.bytes_written as f64 / 1e6),
+            at_least(r, thousands(dev.ios)),
+            at_least(r, fixed0(dev.iops)),
+            at_least(r, fixed1(dev.bytes_written as f64 / 1e6)),
             thousands(dev.fsync_p99_us),
-            fixed1(dev.token_wait_us as f64 / 1e3),
+            at_least(r, fixed1(dev.token_wait_us as f64 / 1e3)),
         ]);
     }
     t
@@ -369,7 +448,7 @@ pub fn accuracy_table(rows: &[&ResultRow]) -> Table {
                 r.operation.clone(),
                 r.items.map(format_count).unwrap_or_default(),
                 name.clone(),
-                fixed0(dev.iops),
+                at_least(r, fixed0(dev.iops)),
                 match limits {
                     Some(l) if l.iops > 0 => {
                         format!("{} ({})", thousands(l.iops), thousands(l.burst_iops))
@@ -377,14 +456,17 @@ pub fn accuracy_table(rows: &[&ResultRow]) -> Table {
                     Some(_) => "none".to_string(),
                     None => "?".to_string(),
                 },
-                fixed1(mb_s),
+                at_least(r, fixed1(mb_s)),
                 match limits {
                     Some(l) if l.bytes_per_sec > 0 => fixed1(l.bytes_per_sec as f64 / 1e6),
                     Some(_) => "none".to_string(),
                     None => "?".to_string(),
                 },
-                format!("{:.0}%", 100.0 * wait_share),
-                of_burst,
+                at_least(r, format!("{:.0}%", 100.0 * wait_share)),
+                match of_burst.as_str() {
+                    "-" => of_burst,
+                    _ => at_least(r, of_burst),
+                },
             ]);
         }
     }
@@ -547,13 +629,16 @@ pub fn side_by_side(rows: &[&ResultRow], devices: &[String]) -> Table {
         ("avg latency (µs)", |r| fixed1(r.latency_us.avg)),
         ("p99 latency (µs)", |r| fixed0(r.latency_us.p99)),
         ("device IOPS", |r| {
-            fixed0(r.wal_device().map(|d| d.iops).unwrap_or(0.0))
+            at_least(r, fixed0(r.wal_device().map(|d| d.iops).unwrap_or(0.0)))
         }),
         ("fsync p99 (µs)", |r| {
             thousands(r.wal_device().map(|d| d.fsync_p99_us).unwrap_or(0))
         }),
         ("token wait (ms)", |r| {
-            fixed1(r.wal_device().map(|d| d.token_wait_us).unwrap_or(0) as f64 / 1e3)
+            at_least(
+                r,
+                fixed1(r.wal_device().map(|d| d.token_wait_us).unwrap_or(0) as f64 / 1e3),
+            )
         }),
     ];
     for (workload, durability, op, items) in row_keys(rows) {
@@ -682,6 +767,38 @@ fn error_summary(report: &Report) -> String {
 mod tests {
     use super::*;
     use crate::report::tests::sample_report;
+
+    #[test]
+    fn putgettx_header_names_range_tasks_and_durability() {
+        let mut report = sample_report(&["nvme"], &["tx", "abort"], 1.0);
+        report.run.workload = "putgettx".into();
+        report.run.txn_range = Some(100_000);
+        for r in &mut report.results {
+            r.workload = "putgettx".into();
+        }
+        let text = render(&report);
+        let run = text
+            .lines()
+            .find(|l| l.starts_with("run:"))
+            .expect("run line");
+        assert!(!run.contains("batches of"), "{run}");
+        assert!(!run.contains("records"), "{run}");
+        assert!(run.contains("16 client tasks"), "{run}");
+        assert!(run.contains("one transaction at a time"), "{run}");
+        assert!(run.contains("[0, 100K)"), "{run}");
+        assert!(run.contains("durability sync"), "{run}");
+        report.run.target = "process".into();
+        let text = render(&report);
+        let run = text
+            .lines()
+            .find(|l| l.starts_with("run:"))
+            .expect("run line");
+        assert!(
+            run.contains("one bank transfer between two accounts at a time"),
+            "{run}"
+        );
+        assert!(run.contains("values of 10 x 100 B"), "{run}");
+    }
 
     #[test]
     fn report_prints_seed_columns_and_side_by_side() {

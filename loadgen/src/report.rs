@@ -63,6 +63,10 @@ pub struct RunSettings {
     pub shards: u32,
     /// Free-text caveats printed in the header (CPU sharing, deviations).
     pub notes: Vec<String>,
+    /// PutGetTx: the keys (accounts) are `[0, txn_range)`; null for other
+    /// workloads and in files from before it was recorded.
+    #[serde(default)]
+    pub txn_range: Option<u64>,
 }
 
 /// How a result ended.
@@ -133,6 +137,11 @@ pub struct ResultRow {
     /// Per-device activity during the measured window, by device name.
     pub device_counters: BTreeMap<String, DeviceCounters>,
     pub wal: WalCounters,
+    /// The device and WAL counters are lower bounds (crash runs: I/O
+    /// between the last STATS reading of a killed server and the kill is
+    /// not counted).
+    #[serde(default)]
+    pub counters_lower_bound: bool,
 }
 
 impl ResultRow {
@@ -196,6 +205,7 @@ impl ResultRow {
             server,
             device_counters: BTreeMap::new(),
             wal: WalCounters::default(),
+            counters_lower_bound: false,
         }
     }
 }
@@ -277,6 +287,7 @@ pub fn rows_from_phase(
                 server: server.clone(),
                 device_counters: counters.clone(),
                 wal: wal.clone(),
+                counters_lower_bound: false,
             }
         })
         .collect())
@@ -417,6 +428,7 @@ pub mod tests {
                     },
                     device_counters: counters,
                     wal: WalCounters::default(),
+                    counters_lower_bound: false,
                 });
             }
         }
@@ -446,6 +458,7 @@ pub mod tests {
                 sweep_sizes: vec![],
                 shards: 0,
                 notes: vec![],
+                txn_range: None,
             },
             results,
             crash: Vec::new(),

@@ -205,6 +205,53 @@ pub fn device_counters(
     Ok(out)
 }
 
+/// The counters of several server lives added up: each life is the STATS
+/// read at its start and the last STATS read in it (a restarted server
+/// counts from zero again, so the lives' deltas are summed, never one delta
+/// across a restart). Gauges (profile, limits, fsync p99) come from the
+/// last life, except fsync p99, the highest of the lives'. `before` of the
+/// result is [`ServerSnapshot::default`] (all zero).
+pub fn sum_of_lives(
+    lives: &[(ServerSnapshot, ServerSnapshot)],
+) -> Result<ServerSnapshot, StatsError> {
+    let Some((_, last)) = lives.last() else {
+        return Ok(ServerSnapshot::default());
+    };
+    let mut sum = ServerSnapshot {
+        wal_bytes_written: 0,
+        wal_flushes: 0,
+        wal_fsync_p99_us: 0,
+        devices: BTreeMap::new(),
+        ..last.clone()
+    };
+    for (start, end) in lives {
+        sum.wal_bytes_written += delta(
+            "wal.bytes_written",
+            start.wal_bytes_written,
+            end.wal_bytes_written,
+        )?;
+        sum.wal_flushes += delta("wal.flushes", start.wal_flushes, end.wal_flushes)?;
+        sum.wal_fsync_p99_us = sum.wal_fsync_p99_us.max(end.wal_fsync_p99_us);
+        for (name, d) in device_counters(start, end, 0.0)? {
+            let gauges = &end.devices[&name];
+            let into = sum.devices.entry(name).or_default();
+            into.profile = gauges.profile.clone();
+            into.iops_limit = gauges.iops_limit;
+            into.burst_iops = gauges.burst_iops;
+            into.credit = gauges.credit;
+            into.ios += d.ios;
+            into.reads += d.reads;
+            into.writes += d.writes;
+            into.syncs += d.syncs;
+            into.bytes_read += d.bytes_read;
+            into.bytes_written += d.bytes_written;
+            into.token_wait_us += d.token_wait_us;
+            into.fsync_p99_us = into.fsync_p99_us.max(d.fsync_p99_us);
+        }
+    }
+    Ok(sum)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,5 +343,51 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn lives_are_summed_life_by_life() {
+        let snap = |list: &[(&str, &str)]| ServerSnapshot::parse(&pairs(list)).expect("parse");
+        // Life 1 from 10 to 110 I/Os; the restarted server counts from 0:
+        // life 2 from 5 to 55. One delta across the restart would go
+        // backwards (110 -> 55).
+        let lives = [
+            (
+                snap(&[("device.wal.ios", "10"), ("wal.bytes_written", "1000")]),
+                snap(&[
+                    ("device.wal.profile", "nvme"),
+                    ("device.wal.ios", "110"),
+                    ("device.wal.bytes_written", "8192"),
+                    ("device.wal.fsync_p99_us", "900"),
+                    ("wal.bytes_written", "5000"),
+                    ("wal.flushes", "7"),
+                ]),
+            ),
+            (
+                snap(&[
+                    ("device.wal.ios", "5"),
+                    ("device.wal.bytes_written", "4096"),
+                ]),
+                snap(&[
+                    ("device.wal.profile", "nvme"),
+                    ("device.wal.ios", "55"),
+                    ("device.wal.bytes_written", "12288"),
+                    ("device.wal.fsync_p99_us", "300"),
+                    ("wal.bytes_written", "2000"),
+                    ("wal.flushes", "3"),
+                ]),
+            ),
+        ];
+        let sum = sum_of_lives(&lives).expect("sum");
+        let wal = &sum.devices["wal"];
+        assert_eq!(wal.ios, 150);
+        assert_eq!(wal.bytes_written, 8192 + 8192);
+        assert_eq!(wal.fsync_p99_us, 900);
+        assert_eq!(wal.profile, "nvme");
+        assert_eq!(sum.wal_bytes_written, 4000 + 2000);
+        assert_eq!(sum.wal_flushes, 10);
+        let c = device_counters(&ServerSnapshot::default(), &sum, 3.0).expect("delta");
+        assert!((c["wal"].iops - 50.0).abs() < 1e-9);
+        assert_eq!(sum_of_lives(&[]).expect("none"), ServerSnapshot::default());
     }
 }

@@ -11,7 +11,7 @@
 use loadgen::cli::Cli;
 use loadgen::crash::clients::Mix;
 use loadgen::crash::report::CrashSummary;
-use loadgen::crash::{CrashPlan, RunOn};
+use loadgen::crash::{CrashOutcome, CrashPlan, RunOn};
 use loadgen::settings::Settings;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,6 +55,17 @@ fn run(
     durability: &'static str,
     tier: &'static str,
 ) -> CrashSummary {
+    run_outcome(plan, s, mix, "test", durability, tier).summary
+}
+
+fn run_outcome(
+    plan: &CrashPlan,
+    s: &Settings,
+    mix: Mix,
+    workload: &str,
+    durability: &'static str,
+    tier: &'static str,
+) -> CrashOutcome {
     let on = RunOn {
         profile: "unthrottled",
         durability,
@@ -66,10 +77,10 @@ fn run(
         .build()
         .expect("runtime");
     let outcome = runtime
-        .block_on(loadgen::crash::run(plan, s, mix, "test", on))
+        .block_on(loadgen::crash::run(plan, s, mix, workload, on))
         .expect("the crash run runs");
     assert!(!outcome.rows.is_empty(), "the workload's rows are reported");
-    outcome.summary
+    outcome
 }
 
 fn assert_nothing_lost(summary: &CrashSummary, kills: usize) {
@@ -121,6 +132,92 @@ fn sync_ycsb_a_and_bank_transfers_lose_nothing() {
         assert_eq!(audit.bank_total, Some(200 * 1000));
         assert_eq!(audit.bank_expected, Some(200 * 1000));
     }
+}
+
+/// The human report of one crash run's outcome, as the binary prints it.
+fn rendered(outcome: &CrashOutcome, workload: &str) -> String {
+    let report = loadgen::report::Report {
+        schema: loadgen::report::SCHEMA.to_string(),
+        loadgen_version: "test".to_string(),
+        started_at: String::new(),
+        command_line: String::new(),
+        machine: loadgen::machine::Machine::default(),
+        run: loadgen::report::RunSettings {
+            workload: workload.to_string(),
+            target: "process".to_string(),
+            method: None,
+            server_addr: None,
+            devices: vec!["unthrottled".to_string()],
+            threads: 4,
+            batch: 50,
+            records: 2000,
+            duration_s: Some(2.0),
+            ops: None,
+            warmup_s: 0.0,
+            mode: "closed".to_string(),
+            rate_ops_per_sec: None,
+            seed: 0,
+            field_count: 10,
+            field_length: 100,
+            sweep_sizes: Vec::new(),
+            shards: 2,
+            notes: Vec::new(),
+            txn_range: Some(200),
+        },
+        results: outcome.rows.clone(),
+        crash: vec![outcome.summary.clone()],
+    };
+    loadgen::render::render(&report)
+}
+
+/// Issue 33: the report of a crash run has the server's device counters
+/// (summed over the server's lives, not 0) and, for bank transfers, the
+/// ringkv row of the PutGetTx comparison table.
+#[test]
+fn the_report_sums_stats_over_lives_and_has_the_putgettx_row() {
+    let (s, plan) = plan_of(&[
+        "--records",
+        "2K",
+        "--range",
+        "200",
+        "--duration",
+        "2",
+        "--crashes",
+        "1",
+    ]);
+    let outcome = run_outcome(&plan, &s, Mix::Bank, "putgettx", "sync", "hybrid");
+    assert_nothing_lost(&outcome.summary, 1);
+    for row in &outcome.rows {
+        let wal = row.wal_device().expect("the WAL device's counters");
+        assert!(wal.ios > 0, "device I/Os of a sync run: {wal:?}");
+        assert!(
+            wal.bytes_written > 0,
+            "bytes written by a sync run: {wal:?}"
+        );
+        assert!(row.wal.bytes_written > 0, "{:?}", row.wal);
+        assert!(
+            row.counters_lower_bound,
+            "a killed life's figures are lower bounds"
+        );
+    }
+    let text = rendered(&outcome, "putgettx");
+    let details = text
+        .split("Details (server STATS")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no details table:\n{text}"));
+    assert!(details.contains("≥: lower bound"), "{text}");
+    assert!(details.contains("≥ "), "{text}");
+    let ops: Vec<&str> = outcome.rows.iter().map(|r| r.operation.as_str()).collect();
+    assert!(ops.contains(&"tx"), "a tx row, as without kills: {ops:?}");
+    let table = text
+        .split("PutGetTx: transactions/s")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no PutGetTx table:\n{text}"));
+    assert!(
+        table.lines().any(|l| l.starts_with("ringkv putgettx")),
+        "no ringkv row:\n{text}"
+    );
+    assert!(table.contains("† the run included kills"), "{text}");
 }
 
 /// Bytes zeroed at the end of each shard's log: several flushes' worth.

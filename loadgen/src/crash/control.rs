@@ -92,6 +92,13 @@ pub async fn run(
     if mix == Mix::Bank {
         open_accounts(&shared).await?;
     }
+    // STATS restart from zero with each server life: a life's counters run
+    // from its reading when the clients (re)start to its last reading.
+    let mut lives = Lives {
+        start: snapshot(&shared).await?,
+        ended: Vec::new(),
+        kills: 0,
+    };
     let handles: Vec<_> = (0..s.threads)
         .map(|i| tokio::spawn(clients::client(shared.clone(), i, mix)))
         .collect();
@@ -101,12 +108,15 @@ pub async fn run(
     while let Some(gap) = next_gap(plan, &mut rng, active, crashes.len()) {
         tokio::time::sleep(gap).await;
         active += gap;
-        let (event, restarted) = kill_and_restart(plan, &spec, &shared, server, mix).await?;
+        let (event, restarted) =
+            kill_and_restart(plan, &spec, &shared, server, mix, &mut lives).await?;
         server = restarted;
         crashes.push(event);
     }
     tokio::time::sleep(plan.duration.saturating_sub(active)).await;
     pause(&shared, plan.timeout).await;
+    // The last life ends with the clients: its reading is exact.
+    lives.end(Some(snapshot(&shared).await?));
     let final_audit = read_back(&shared, mix, None).await?;
     let _ = shared.phase.send(Phase::Done);
     let mut tallies = Tallies::new();
@@ -116,13 +126,12 @@ pub async fn run(
             tallies.entry(kind).or_default().merge(&tally);
         }
     }
-    let after = snapshot(&shared).await?;
     let stopped = tokio::task::spawn_blocking(move || server.stop(Duration::from_secs(10)));
     stopped
         .await
         .map_err(|e| CrashError::Join(e.to_string()))??;
     let end_s = shared.timeline.since_start(Instant::now()).as_secs_f64();
-    let rows = rows_of(workload, tallies, plan.duration, after, s)?;
+    let rows = rows_of(workload, tallies, plan.duration, &lives, s)?;
     let summary = summarize(plan, &shared, workload, on, crashes, final_audit, end_s);
     drop(dir);
     Ok(CrashOutcome { rows, summary })
@@ -204,13 +213,53 @@ async fn pause(shared: &Shared, timeout: Duration) {
     }
 }
 
+/// The server's STATS over its lives (each restart counts from zero).
+struct Lives {
+    /// STATS of the current life when the clients (re)started.
+    start: ServerSnapshot,
+    /// Finished lives: (start, last reading).
+    ended: Vec<(ServerSnapshot, ServerSnapshot)>,
+    /// Killed lives: the I/O between the last reading and the SIGKILL is
+    /// not known, so their figures are lower bounds.
+    kills: usize,
+}
+
+impl Lives {
+    /// Ends the current life at `last` (None: no reading, the life adds
+    /// nothing known).
+    fn end(&mut self, last: Option<ServerSnapshot>) {
+        let last = last.unwrap_or_else(|| self.start.clone());
+        self.ended.push((self.start.clone(), last));
+    }
+}
+
+/// STATS read just before a kill, bounded so that a slow answer cannot
+/// hold the kill back long (None: no reading).
+async fn reading_before_kill(shared: &Shared) -> Option<ServerSnapshot> {
+    let within = Duration::from_secs(2).min(shared.timeout);
+    match tokio::time::timeout(within, snapshot(shared)).await {
+        Ok(Ok(snap)) => Some(snap),
+        Ok(Err(e)) => {
+            eprintln!("  STATS before the kill failed ({e}): this life's counters are left out");
+            None
+        }
+        Err(_) => {
+            eprintln!("  STATS before the kill did not answer within {within:?}: this life's counters are left out");
+            None
+        }
+    }
+}
+
 async fn kill_and_restart(
     plan: &CrashPlan,
     spec: &ServerSpec,
     shared: &Shared,
     server: ServerProcess,
     mix: Mix,
+    lives: &mut Lives,
 ) -> Result<(CrashEvent, ServerProcess), CrashError> {
+    lives.end(reading_before_kill(shared).await);
+    lives.kills += 1;
     let killed = Instant::now();
     tokio::task::spawn_blocking(move || server.kill())
         .await
@@ -224,6 +273,9 @@ async fn kill_and_restart(
     let recovery = restarted.recovery();
     shared.set_addr(&restarted.addr);
     let audit = read_back(shared, mix, Some(killed)).await?;
+    // The new life counts from here: recovery and the read-back are not
+    // the workload's.
+    lives.start = snapshot(shared).await?;
     let _ = shared.phase.send(Phase::Running);
     eprintln!(
         "  kill at {:.1} s: ready after {ready_ms:.0} ms, read back {} keys, {} lost",
@@ -452,27 +504,38 @@ fn rows_of(
     workload: &str,
     tallies: Tallies,
     active: Duration,
-    after: ServerSnapshot,
+    lives: &Lives,
     s: &Settings,
 ) -> Result<Vec<ResultRow>, CrashError> {
     let ops: u64 = tallies.values().map(|t| t.ops).sum();
     let outcome = PhaseOutcome {
         tallies,
         elapsed: active,
-        before: after.clone(),
-        after,
+        before: ServerSnapshot::default(),
+        after: crate::stats::sum_of_lives(&lives.ended)?,
         ops_per_sec: ops as f64 / active.as_secs_f64().max(1e-9),
         missed_batches: 0,
     };
     let mut rows = rows_from_phase(
         workload,
         &outcome,
-        &["put", "get", "txn", "abort"],
+        &["put", "get", "tx", "abort"],
         None,
         s.mode(),
     )?;
+    let kills = lives.kills;
     for r in &mut rows {
-        r.note = Some("under kills: time is the clients' active time; device and WAL counters are not summed across restarts".to_string());
+        r.counters_lower_bound = kills > 0;
+        r.note = Some(format!(
+            "under kills ({kills} kill{}): time is the clients' active time; device and WAL counters are summed over the server's {} lives, each from the clients' (re)start to its last STATS reading{}",
+            if kills == 1 { "" } else { "s" },
+            lives.ended.len(),
+            if kills > 0 {
+                ", so they are lower bounds (≥): the I/O between the reading just before each kill and the SIGKILL is not counted"
+            } else {
+                ""
+            }
+        ));
     }
     Ok(rows)
 }
