@@ -235,9 +235,9 @@ stats_group! {
     pub struct WalStats at "wal" {
         /// Bytes written to WAL segments since start (payload, padding and seals).
         bytes_written: u64, "count", "bytes";
-        /// Group-commit flushes (one write + one fdatasync each) since start.
+        /// Group-commit flushes (one durable write each) since start.
         flushes: u64, "count", "flushes";
-        /// 99th percentile fdatasync latency of the WAL since start (upper bucket bound).
+        /// 99th percentile latency of the WAL's durable flush writes since start (the `O_DSYNC` write that replaces write + fdatasync; upper bucket bound).
         fsync_p99_us: u64, "gauge", "microseconds";
     }
 }
