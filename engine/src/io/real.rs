@@ -294,8 +294,9 @@ pub struct RealFile {
     file: compio::fs::File,
     path: PathBuf,
     /// A second descriptor of the same file opened `O_DSYNC`, for
-    /// `write_at_durable`; opened on first use.
-    dsync: std::cell::OnceCell<compio::fs::File>,
+    /// `write_at_durable`; opened on first use (`None`: it could not be
+    /// opened, and durable writes are a write and an fdatasync).
+    dsync: std::cell::OnceCell<Option<compio::fs::File>>,
 }
 
 impl RealFile {
@@ -520,23 +521,21 @@ impl DiskFile for RealFile {
                 .custom_flags(DATA_FILE_FLAGS | libc::O_DSYNC)
                 .open(&own_fd)
                 .await;
-            match opened {
-                Ok(file) => {
-                    let _ = self.dsync.set(file);
+            if let Err(e) = &opened {
+                tracing::debug!(file = %self.path.display(), error = %e, "no O_DSYNC descriptor (no /proc?); durable writes are a write and an fdatasync");
+            }
+            let _ = self.dsync.set(opened.ok());
+        }
+        match self.dsync.get().and_then(Option::as_ref) {
+            Some(dsync) => self.write_all_through(dsync, buf, offset).await,
+            None => {
+                let (result, buf) = self.write_all_at(buf, offset).await;
+                if result.is_err() {
+                    return (result, buf);
                 }
-                Err(e) => {
-                    // No /proc here: the write and an fdatasync do the same.
-                    tracing::debug!(file = %self.path.display(), error = %e, "no O_DSYNC descriptor; writing and then syncing");
-                    let (result, buf) = self.write_all_at(buf, offset).await;
-                    if result.is_err() {
-                        return (result, buf);
-                    }
-                    return (self.sync_data().await, buf);
-                }
+                (self.sync_data().await, buf)
             }
         }
-        let dsync = self.dsync.get().expect("opened above");
-        self.write_all_through(dsync, buf, offset).await
     }
 
     fn write_at_blocking(&self, buf: &AlignedBuf, offset: u64) -> io::Result<()> {
