@@ -23,12 +23,6 @@ cd "$(dirname "$0")/.."
 ROUNDS="${1:-3}"
 RINGKV_SHARDS="${RINGKV_SHARDS:-0}"
 
-ensure_redis
-ringkv_binaries
-say "machine"
-machine_line
-echo "redis: $(redis-server --version)"
-echo "ringkv: $("$SERVER" --version)"
-start_redis
+setup_both
 start_ringkv --shards "$RINGKV_SHARDS"
 resp_rows "$ROUNDS"

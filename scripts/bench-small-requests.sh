@@ -33,13 +33,7 @@ RINGKV_SHARDS="${RINGKV_SHARDS:-0}"
 ROWS="${ROWS:-1:set 1:get 16:set 16:get}"
 TCK=$(getconf CLK_TCK)
 
-ensure_redis
-ringkv_binaries
-say "machine"
-machine_line
-echo "redis: $(redis-server --version)"
-echo "ringkv: $("$SERVER" --version)"
-start_redis
+setup_both
 # shellcheck disable=SC2086
 start_ringkv --shards "$RINGKV_SHARDS" ${RINGKV_ARGS:-}
 

@@ -109,3 +109,16 @@ start_ringkv() {
 machine_line() {
   echo "cores: $(nproc), memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo), kernel: $(uname -r), load: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
+
+# Installs Redis if needed, picks the ringkv binaries, prints the machine
+# and both versions, and starts Redis: the common opening of a script that
+# compares the two servers (start ringkv after it, with its own flags).
+setup_both() {
+  ensure_redis
+  ringkv_binaries
+  say "machine"
+  machine_line
+  echo "redis: $(redis-server --version)"
+  echo "ringkv: $("$SERVER" --version)"
+  start_redis
+}

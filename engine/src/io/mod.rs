@@ -121,13 +121,7 @@ pub trait DiskFile: 'static {
         buf: AlignedBuf,
         offset: u64,
     ) -> impl Future<Output = (io::Result<()>, AlignedBuf)> {
-        async move {
-            let (result, buf) = self.write_at(buf, offset).await;
-            if result.is_err() {
-                return (result, buf);
-            }
-            (self.sync_data().await, buf)
-        }
+        write_then_sync(self, buf, offset)
     }
 
     /// fdatasync: every completed write is durable when this returns Ok.
@@ -154,4 +148,18 @@ pub trait DiskFile: 'static {
 
     /// Blocking `sync_data` (fdatasync).
     fn sync_data_blocking(&self) -> io::Result<()>;
+}
+
+/// `write_at` and then `sync_data`: what [`DiskFile::write_at_durable`]
+/// does where a file has no single durable write.
+pub(crate) async fn write_then_sync<F: DiskFile + ?Sized>(
+    file: &F,
+    buf: AlignedBuf,
+    offset: u64,
+) -> (io::Result<()>, AlignedBuf) {
+    let (result, buf) = file.write_at(buf, offset).await;
+    if result.is_err() {
+        return (result, buf);
+    }
+    (file.sync_data().await, buf)
 }

@@ -528,13 +528,7 @@ impl DiskFile for RealFile {
         }
         match self.dsync.get().and_then(Option::as_ref) {
             Some(dsync) => self.write_all_through(dsync, buf, offset).await,
-            None => {
-                let (result, buf) = self.write_all_at(buf, offset).await;
-                if result.is_err() {
-                    return (result, buf);
-                }
-                (self.sync_data().await, buf)
-            }
+            None => super::write_then_sync(self, buf, offset).await,
         }
     }
 

@@ -169,21 +169,21 @@ pub enum RingSetup {
 }
 
 impl RingSetup {
+    /// The setup `RINGKV_URING_SETUP` asks for (read once per process).
     fn from_env() -> RingSetup {
-        match std::env::var("RINGKV_URING_SETUP").as_deref() {
+        static CHOSEN: OnceLock<RingSetup> = OnceLock::new();
+        *CHOSEN.get_or_init(|| match std::env::var("RINGKV_URING_SETUP").as_deref() {
             Ok("plain") => RingSetup::Plain,
             Ok("cooperative") => RingSetup::Cooperative,
             Ok("deferred") | Err(_) => RingSetup::Deferred,
             Ok(other) => {
-                if !WEAKER_SETUP_NOTED.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        "RINGKV_URING_SETUP={other:?} is not one of deferred, cooperative, \
-                         plain; using deferred"
-                    );
-                }
+                tracing::warn!(
+                    "RINGKV_URING_SETUP={other:?} is not one of deferred, cooperative, plain; \
+                     using deferred"
+                );
                 RingSetup::Deferred
             }
-        }
+        })
     }
 
     /// This setup, then each weaker one.
