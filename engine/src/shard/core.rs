@@ -11,7 +11,7 @@
 
 use crate::api::{Op, OpError, OpResult, UpdateOutcome, UpdateWrite};
 use crate::clock::now_ms;
-use crate::hash::fnv1a64;
+use crate::hash::TableHasher;
 use crate::metrics::ShardStats;
 use crate::notify::Notify;
 use crate::tier::{ColdAnswer, ColdGet, DeleteLookup, Tier};
@@ -54,6 +54,8 @@ impl CommitClock {
 
 struct CoreState {
     tier: Box<dyn Tier>,
+    /// The tier's table hasher: every key's `hash` argument comes from it.
+    table_hasher: TableHasher,
     /// LSN of the newest plain write applied to the tier (transaction parts
     /// reach the tier only once durable, so they never count here).
     plain_write_lsn: u64,
@@ -143,6 +145,7 @@ impl ShardCore {
             stats,
             clock,
             state: RefCell::new(CoreState {
+                table_hasher: tier.table_hasher(),
                 tier,
                 plain_write_lsn: last_lsn,
                 write_marks: WriteMarks::new(),
@@ -281,7 +284,10 @@ impl ShardCore {
                     {
                         keys.push(key);
                     }
-                    let hashes: Vec<u64> = keys.iter().map(|key| fnv1a64(key)).collect();
+                    let hashes: Vec<u64> = keys
+                        .iter()
+                        .map(|key| st.table_hasher.hash_key(key))
+                        .collect();
                     counts.get += keys.len() as u64;
                     // Values are copied only while the batch's read
                     // budget lasts; later GETs are answered
@@ -352,7 +358,7 @@ impl ShardCore {
                     results.push(OpResult::Err(OpError::Locked { shard }));
                 }
                 Op::Put { key, value } => {
-                    let hash = fnv1a64(key);
+                    let hash = st.table_hasher.hash_key(key);
                     assert!(
                         record_size(key.len(), value.len()) <= self.settings.max_record_bytes,
                         "limits are checked before the shard"
@@ -373,7 +379,7 @@ impl ShardCore {
                 }
                 Op::Update { .. } | Op::UpdateTtl { .. } => {
                     let key = op.key();
-                    let hash = fnv1a64(key);
+                    let hash = st.table_hasher.hash_key(key);
                     let current = st.tier.get_expiring(hash, key);
                     let unreadable = st.tier.take_read_errors();
                     if let Some(e) = unreadable_error(&unreadable, key, current.is_none(), shard) {
@@ -472,7 +478,7 @@ impl ShardCore {
                     results.push(OpResult::Updated(outcome.answer));
                 }
                 Op::Delete { key } => {
-                    let hash = fnv1a64(key);
+                    let hash = st.table_hasher.hash_key(key);
                     // An expired entry is deleted (and logged) like a live
                     // one, but answers NotFound, as Redis's DEL does. When
                     // only a device read can tell whether the key is there
@@ -752,7 +758,7 @@ impl ShardCore {
         let mut st = self.state.borrow_mut();
         // A key whose expiry time passed since the last step is absent.
         st.tier.set_now_ms(now_ms());
-        let value = st.tier.get(fnv1a64(key), key);
+        let value = st.tier.get(st.table_hasher.hash_key(key), key);
         let unreadable = st.tier.take_read_errors();
         match unreadable_error(&unreadable, key, value.is_none(), self.settings.shard) {
             Some(e) => Err(e),
@@ -767,7 +773,7 @@ impl ShardCore {
         st.tier.set_now_ms(now_ms());
         keys.iter()
             .map(|key| {
-                let hash = fnv1a64(key);
+                let hash = st.table_hasher.hash_key(key);
                 KeyMark {
                     writes: st.write_marks.get(hash),
                     expires_at_ms: st.tier.get_expiring(hash, key).and_then(|(_, at)| at),
@@ -824,7 +830,7 @@ impl ShardCore {
     ) -> Result<(), ()> {
         let mut st = self.state.borrow_mut();
         for w in writes {
-            let hash = fnv1a64(&w.key);
+            let hash = st.table_hasher.hash_key(&w.key);
             st.write_marks.bump(hash);
             match &w.value {
                 Some(v) => {

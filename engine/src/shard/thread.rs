@@ -50,6 +50,9 @@ pub(crate) struct ShardSettings {
     pub(crate) read_bytes_max: usize,
     /// `storage.tier`: which tier this shard runs.
     pub(crate) tier: Tier,
+    /// How the tier's tables hash keys (the manifest's key, or a fresh
+    /// one for an engine that keeps nothing on disk).
+    pub(crate) table_hasher: crate::hash::TableHasher,
     /// Hybrid tier: this shard's part of `storage.cache_bytes` (the total
     /// divided by the shard count, rounded down).
     pub(crate) cache_bytes: u64,
@@ -229,13 +232,16 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             return;
         }
     }
+    let hasher = settings.table_hasher;
     let make_tier = |hint: Option<u64>| -> Box<dyn TierStore> {
         match &hybrid {
             None => Box::new(match hint {
-                Some(entries) => MemoryTier::with_capacity(entries),
-                None => MemoryTier::new(),
+                Some(entries) => MemoryTier::with_capacity_and_hasher(entries, hasher),
+                None => MemoryTier::with_hasher(hasher),
             }),
-            Some((disk, s)) => Box::new(HybridTier::in_existing_dir(disk.clone(), s.clone())),
+            Some((disk, s)) => Box::new(
+                HybridTier::in_existing_dir(disk.clone(), s.clone()).with_table_hasher(hasher),
+            ),
         }
     };
 

@@ -92,13 +92,17 @@ pub enum DeleteLookup {
 
 /// The interface a shard uses to keep its key-value state.
 ///
-/// `hash` is always the routing hash of `key` ([`crate::hash::fnv1a64`]);
+/// `hash` is always the table hash of `key` under the tier's own hasher
+/// (`self.table_hasher().hash_key(key)`, [`crate::hash::TableHasher`]);
 /// the shard computes it once per operation and passes it down.
 pub trait Tier {
+    /// How this tier hashes keys: what every `hash` argument must be made
+    /// with. Fixed for the life of the tier.
+    fn table_hasher(&self) -> crate::hash::TableHasher;
     /// The value of `key`, copied out.
     fn get(&self, hash: u64, key: &[u8]) -> Option<Bytes>;
     /// The values of many keys at once: appends one answer per key to
-    /// `out`, in the order of `keys`. `hashes[i]` is the routing hash of
+    /// `out`, in the order of `keys`. `hashes[i]` is the table hash of
     /// `keys[i]`. The answers are exactly those of [`Tier::get`] for each
     /// key in turn (a batch has no writes in between). A tier may overlap
     /// the memory accesses of different keys (the memory tier looks every
@@ -323,7 +327,8 @@ pub trait Tier {
         value: &[u8],
         expires_at_ms: Option<u64>,
     ) -> Result<(), String> {
-        self.put_expiring(crate::hash::fnv1a64(key), key, value, expires_at_ms);
+        let hash = self.table_hasher().hash_key(key);
+        self.put_expiring(hash, key, value, expires_at_ms);
         Ok(())
     }
     /// Every file of the checkpoint chain is loaded (recovery; the WAL
@@ -333,7 +338,8 @@ pub trait Tier {
     }
     /// Loads a deleted-key entry of a delta checkpoint (recovery).
     fn load_checkpoint_delete(&mut self, key: &[u8]) -> Result<(), String> {
-        self.delete(crate::hash::fnv1a64(key), key);
+        let hash = self.table_hasher().hash_key(key);
+        self.delete(hash, key);
         Ok(())
     }
     /// The WAL replay of a recovery starts (after the checkpoint loaded).
