@@ -116,7 +116,7 @@ fn get_medians(
 
 /// A memory tier holding `count` colliding keys and as many ordinary ones;
 /// the median GET times of the last colliding key and of an ordinary one.
-fn memory_tier_flood(hasher: TableHasher, count: usize) -> (Duration, Duration) {
+fn memory_tier_flood(hasher: TableHasher, count: usize, rounds: usize) -> (Duration, Duration) {
     let mut t = MemoryTier::with_hasher(hasher);
     let keys = colliding_keys(count);
     for (i, k) in keys.iter().enumerate() {
@@ -129,7 +129,7 @@ fn memory_tier_flood(hasher: TableHasher, count: usize) -> (Duration, Duration) 
     let get = |k: &Bytes| {
         assert!(t.get(hasher.hash_key(k), k).is_some());
     };
-    get_medians(get, flooded, &normal, 31, 50)
+    get_medians(get, flooded, &normal, rounds, 50)
 }
 
 /// The config of the engine tests: one shard, room for the colliding keys.
@@ -230,7 +230,7 @@ fn colliding_keys_share_one_full_fnv1a64() {
 #[test]
 fn keyed_memory_tier_resists_a_flood() {
     let hasher = TableHasher::random().expect("key");
-    let m = memory_tier_flood(hasher, FLOOD_KEYS);
+    let m = memory_tier_flood(hasher, FLOOD_KEYS, 31);
     assert!(
         ratio(m) < SLOWDOWN_MAX,
         "a colliding key's GET took {:?}, an ordinary one's {:?}",
@@ -243,7 +243,7 @@ fn keyed_memory_tier_resists_a_flood() {
 /// few thousand colliding keys, makes their GETs far slower.
 #[test]
 fn unkeyed_memory_tier_is_flooded() {
-    let m = memory_tier_flood(TableHasher::LEGACY, 3_000);
+    let m = memory_tier_flood(TableHasher::LEGACY, 2_000, 11);
     assert!(
         ratio(m) > SLOWDOWN_MAX,
         "the flood went unseen: {:?} against {:?}",
@@ -287,7 +287,7 @@ fn unkeyed_hybrid_directory_is_flooded() {
     let disk = SimDisk::new(33);
     write_v2_hybrid_manifest(&disk, Path::new("/flood"));
     let engine = Engine::open_with_disk(&engine_config(StorageTier::Hybrid), disk).expect("open");
-    let m = engine_flood(&engine, 1_000, 11);
+    let m = engine_flood(&engine, 500, 11);
     engine.shutdown().expect("shutdown");
     assert!(
         ratio(m) > SLOWDOWN_MAX,
@@ -315,10 +315,14 @@ fn flood_benchmark() {
         show(
             "memory tier, unkeyed (legacy)",
             count,
-            memory_tier_flood(TableHasher::LEGACY, count),
+            memory_tier_flood(TableHasher::LEGACY, count, 31),
         );
         let keyed = TableHasher::random().expect("key");
-        show("memory tier, keyed", count, memory_tier_flood(keyed, count));
+        show(
+            "memory tier, keyed",
+            count,
+            memory_tier_flood(keyed, count, 31),
+        );
     }
     for count in [1_000, FLOOD_KEYS] {
         let engine = Engine::open_with_disk(&engine_config(StorageTier::Memory), SimDisk::new(1))
