@@ -28,7 +28,7 @@ use crate::wal::format::{
 };
 use crate::wal::head::{read_head, HeadState};
 use crate::wal::reader::{
-    replay_flush, scan_flush, scan_tail, FileWindow, FlushScan, SegmentIdentity,
+    replay_flush, scan_flush, scan_tail, FileWindow, FlushInfo, FlushScan, SegmentIdentity,
 };
 use crate::wal::segment::{
     create_segment, prepare_segment, recycle_into, wal_io, LiveSegment, SEGMENT_TMP_SUFFIX,
@@ -910,7 +910,6 @@ impl ReplayPhase {
         shard: u32,
         cases: &mut Vec<RecoveryCase>,
     ) -> Result<(u64, Option<(u64, Damage)>), EngineError> {
-        let need = self.snapshot_lsn + 1;
         let identity = SegmentIdentity {
             shard,
             seq: seg.seq,
@@ -922,86 +921,10 @@ impl ReplayPhase {
                 .map_err(wal_io("read", &seg.path, pos))?;
             match scan {
                 FlushScan::Complete(flush) => {
-                    match self.last_lsn {
-                        None if flush.first_lsn > need => {
-                            cases.push(RecoveryCase::MissingHistory);
-                            return Err(corrupt(
-                                &seg.path,
-                                pos,
-                                Damage::MissingHistory {
-                                    needed_lsn: need,
-                                    first_lsn: flush.first_lsn,
-                                },
-                            ));
-                        }
-                        // Older LSNs after the end: stale bytes of a
-                        // recycled segment (never at offset 0: a used header
-                        // names this flush's first LSN).
-                        Some(last) if pos > 0 && flush.first_lsn <= last => return Ok((pos, None)),
-                        Some(last) if flush.first_lsn != last + 1 => {
-                            cases.push(RecoveryCase::LsnGap);
-                            return Err(corrupt(
-                                &seg.path,
-                                pos,
-                                Damage::LsnGap {
-                                    expected: last + 1,
-                                    found: flush.first_lsn,
-                                },
-                            ));
-                        }
-                        _ => {}
+                    if !self.continues_log(&flush, seg, pos, cases)? {
+                        return Ok((pos, None));
                     }
-                    if self.newest_used.is_none_or(|(seq, _)| seq < seg.seq) {
-                        let first = seg.used().map_or(flush.first_lsn, |h| h.first_lsn);
-                        self.newest_used = Some((seg.seq, first));
-                    }
-                    if pos == 0 {
-                        self.live_segments.push(LiveSegment {
-                            seq: seg.seq,
-                            path: seg.path.clone(),
-                            first_lsn: flush.first_lsn,
-                            bytes: seg.len,
-                        });
-                    }
-                    let tier_ref = &mut *tier;
-                    let txn_ref = &mut self.txn;
-                    let mut replayed = 0u64;
-                    let mut version = self.max_commit_version;
-                    let bytes = replay_flush(win, &flush, &mut |r| {
-                        version = version.max(r.commit_version);
-                        if r.kind == RecordKind::TxnPart {
-                            txn_ref.part(r.lsn, r.key, r.value, r.lsn >= need, tier_ref);
-                            if r.lsn >= need {
-                                replayed += 1;
-                            }
-                            return;
-                        }
-                        if r.lsn < need {
-                            return;
-                        }
-                        let h = crate::hash::fnv1a64(r.key);
-                        match r.kind {
-                            RecordKind::Put => {
-                                tier_ref.put_expiring(h, r.key, r.value, r.expires_at_ms);
-                            }
-                            RecordKind::Delete => {
-                                tier_ref.delete_blind(h, r.key);
-                            }
-                            RecordKind::Seal | RecordKind::TxnPart => {
-                                unreachable!("replay_flush skips seals; parts are handled above")
-                            }
-                        }
-                        txn_ref.overwritten(r.key);
-                        replayed += 1;
-                    })
-                    .await
-                    .map_err(wal_io("read", &seg.path, pos))?;
-                    self.max_commit_version = version;
-                    self.records_replayed += replayed;
-                    if flush.last_lsn >= need {
-                        self.bytes_replayed += bytes;
-                        self.wal_bytes_after_snapshot += flush.end - pos;
-                    }
+                    self.replay_one_flush(seg, win, &flush, pos, tier).await?;
                     cases.push(RecoveryCase::FlushReplayed);
                     self.last_lsn = Some(flush.last_lsn);
                     pos = flush.end;
@@ -1014,6 +937,112 @@ impl ReplayPhase {
                 FlushScan::Damaged { offset, reason } => return Ok((pos, Some((offset, reason)))),
             }
         }
+    }
+
+    /// Whether the complete flush at `pos` of `seg` continues the log
+    /// replayed so far. False for stale bytes of a recycled segment (older
+    /// LSNs after the end, never at offset 0: a used header names its
+    /// flush's first LSN); an error for a gap or for history missing
+    /// between the snapshot and the log.
+    fn continues_log<D: Disk>(
+        &self,
+        flush: &FlushInfo,
+        seg: &Segment<D>,
+        pos: u64,
+        cases: &mut Vec<RecoveryCase>,
+    ) -> Result<bool, EngineError> {
+        let need = self.snapshot_lsn + 1;
+        match self.last_lsn {
+            None if flush.first_lsn > need => {
+                cases.push(RecoveryCase::MissingHistory);
+                Err(corrupt(
+                    &seg.path,
+                    pos,
+                    Damage::MissingHistory {
+                        needed_lsn: need,
+                        first_lsn: flush.first_lsn,
+                    },
+                ))
+            }
+            Some(last) if pos > 0 && flush.first_lsn <= last => Ok(false),
+            Some(last) if flush.first_lsn != last + 1 => {
+                cases.push(RecoveryCase::LsnGap);
+                Err(corrupt(
+                    &seg.path,
+                    pos,
+                    Damage::LsnGap {
+                        expected: last + 1,
+                        found: flush.first_lsn,
+                    },
+                ))
+            }
+            _ => Ok(true),
+        }
+    }
+
+    /// Replays one complete flush (at `pos` of `seg`) into the tier: the
+    /// records after the snapshot, and every transaction part (the exchange
+    /// needs those the snapshot covers too).
+    async fn replay_one_flush<D: Disk>(
+        &mut self,
+        seg: &Segment<D>,
+        win: &mut FileWindow<'_, D::File>,
+        flush: &FlushInfo,
+        pos: u64,
+        tier: &mut dyn Tier,
+    ) -> Result<(), EngineError> {
+        let need = self.snapshot_lsn + 1;
+        if self.newest_used.is_none_or(|(seq, _)| seq < seg.seq) {
+            let first = seg.used().map_or(flush.first_lsn, |h| h.first_lsn);
+            self.newest_used = Some((seg.seq, first));
+        }
+        if pos == 0 {
+            self.live_segments.push(LiveSegment {
+                seq: seg.seq,
+                path: seg.path.clone(),
+                first_lsn: flush.first_lsn,
+                bytes: seg.len,
+            });
+        }
+        let txn = &mut self.txn;
+        let mut replayed = 0u64;
+        let mut version = self.max_commit_version;
+        let bytes = replay_flush(win, flush, &mut |r| {
+            version = version.max(r.commit_version);
+            if r.kind == RecordKind::TxnPart {
+                txn.part(r.lsn, r.key, r.value, r.lsn >= need, tier);
+                if r.lsn >= need {
+                    replayed += 1;
+                }
+                return;
+            }
+            if r.lsn < need {
+                return;
+            }
+            let h = crate::hash::fnv1a64(r.key);
+            match r.kind {
+                RecordKind::Put => {
+                    tier.put_expiring(h, r.key, r.value, r.expires_at_ms);
+                }
+                RecordKind::Delete => {
+                    tier.delete_blind(h, r.key);
+                }
+                RecordKind::Seal | RecordKind::TxnPart => {
+                    unreachable!("replay_flush skips seals; parts are handled above")
+                }
+            }
+            txn.overwritten(r.key);
+            replayed += 1;
+        })
+        .await
+        .map_err(wal_io("read", &seg.path, pos))?;
+        self.max_commit_version = version;
+        self.records_replayed += replayed;
+        if flush.last_lsn >= need {
+            self.bytes_replayed += bytes;
+            self.wal_bytes_after_snapshot += flush.end - pos;
+        }
+        Ok(())
     }
 
     /// Decides what follows the log's stop at `seg_end` in segment `i`:
