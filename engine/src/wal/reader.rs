@@ -17,6 +17,7 @@ use crate::wal::format::{
 };
 use std::io;
 
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use crate::io::window::{FileWindow, READ_CHUNK_BYTES};
 
 /// What was found where a flush may start.
