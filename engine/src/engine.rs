@@ -348,12 +348,9 @@ impl RecordSizes {
         })
     }
 
-    /// The hybrid tier: the largest record (with its 16 bytes of header and
-    /// expiry, and a CRC word per block) must fit one value segment after
-    /// its header block.
+    /// The hybrid tier: the largest record must fit one value segment.
     fn check_value_segment(&self, segment_bytes: u64) -> Result<(), EngineError> {
-        let record = (self.key_max + self.value_max + 16) as u64;
-        let needed = 4096 + record.div_ceil(4092) * 4096 + 4096;
+        let needed = crate::tier::hybrid::log::segment_bytes_needed(self.key_max, self.value_max);
         if segment_bytes < needed {
             return Err(config_err(format!(
                 "storage.value_segment_size = {segment_bytes} bytes cannot hold a record of the largest key and value (limits.key_bytes_max + limits.value_bytes_max = {} bytes); it needs at least {needed} bytes",

@@ -17,7 +17,7 @@ use crate::shard::checkpoint::{checkpoint, run_checkpointer, CheckpointSettings}
 use crate::shard::core::{CommitClock, CoreSettings, ShardCore};
 use crate::shard::router::{clear_local, set_local, Control, ShardMsg};
 use crate::snapshot::SnapshotFile;
-use crate::tier::{HybridSettings, HybridTier, MemoryTier, Tier as TierStore};
+use crate::tier::{HybridSettings, Tier as TierStore, TierConfig};
 use crate::txn::record::HeldPart;
 use crate::wal::flusher::{run_flusher, run_segment_creator, FlusherSettings};
 use crate::wal::head::HeadState;
@@ -239,19 +239,11 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
     };
 
     // 0. The tier: recovery loads a checkpoint into tiers made here.
-    let hybrid = match hybrid_settings(shard, &settings, value_disk.as_ref(), &paths, &stats) {
-        Ok(h) => h,
+    let tier_config = match tier_config(shard, &settings, value_disk, &paths, &stats) {
+        Ok(t) => t,
         Err(e) => return fail(e),
     };
-    let make_tier = |hint: Option<u64>| -> Box<dyn TierStore> {
-        match &hybrid {
-            None => Box::new(match hint {
-                Some(entries) => MemoryTier::with_capacity(entries),
-                None => MemoryTier::new(),
-            }),
-            Some((disk, s)) => Box::new(HybridTier::in_existing_dir(disk.clone(), s.clone())),
-        }
-    };
+    let make_tier = |hint: Option<u64>| tier_config.build(hint);
 
     // 1. Recovery.
     let restored = match &disk {
@@ -289,7 +281,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             return fail(e);
         }
     }
-    spawn_background(&core, hybrid.is_some(), &settings);
+    spawn_background(&core, &settings);
     set_local(engine_id, shard, core.clone());
     compio::runtime::spawn(async move {
         while let Ok(Control::Spawn(f)) = control.recv_async().await {
@@ -343,41 +335,41 @@ fn build_core(
     (core, restored.wal)
 }
 
-/// The hybrid tier's settings and value disk (with its segment folder
-/// made), `None` for the memory tier.
-fn hybrid_settings<D: Disk>(
+/// How this shard builds its tier (`storage.tier`), with what the tier
+/// needs on disk made.
+fn tier_config<D: Disk>(
     shard: usize,
     settings: &ShardSettings,
-    value_disk: Option<&D>,
+    value_disk: Option<D>,
     paths: &ShardPaths,
     stats: &ShardStats,
-) -> Result<Option<(D, HybridSettings)>, EngineError> {
-    let value_disk = match (settings.tier, value_disk) {
-        (Tier::Memory, _) => return Ok(None),
-        (Tier::Hybrid, Some(value_disk)) => value_disk,
+) -> Result<TierConfig<D>, EngineError> {
+    let config = match (settings.tier, value_disk) {
+        (Tier::Memory, _) => TierConfig::Memory,
+        (Tier::Hybrid, Some(disk)) => TierConfig::Hybrid {
+            disk,
+            settings: HybridSettings {
+                shard: shard as u32,
+                dir: paths.values_dir.clone(),
+                segment_bytes: settings.value_segment_bytes,
+                index_keys: settings.index_keys,
+                cache_bytes: settings.cache_bytes,
+                gc_garbage_percent: settings.gc_garbage_percent,
+                read_latency_us: stats.cold_read_latency_us.clone(),
+            },
+        },
         (Tier::Hybrid, None) => {
             return Err(EngineError::Config {
                 reason: "storage.tier = \"hybrid\" needs a value device (and a WAL)".into(),
             })
         }
     };
-    let s = HybridSettings {
-        shard: shard as u32,
-        dir: paths.values_dir.clone(),
-        segment_bytes: settings.value_segment_bytes,
-        index_keys: settings.index_keys,
-        cache_bytes: settings.cache_bytes,
-        gc_garbage_percent: settings.gc_garbage_percent,
-        read_latency_us: stats.cold_read_latency_us.clone(),
-    };
-    value_disk
-        .create_dir_all(&s.dir)
-        .map_err(|source| EngineError::Io {
-            op: "create the value segment directory",
-            path: s.dir.clone(),
-            source,
-        })?;
-    Ok(Some((value_disk.clone(), s)))
+    config.prepare().map_err(|source| EngineError::Io {
+        op: "create the value segment directory",
+        path: paths.values_dir.clone(),
+        source,
+    })?;
+    Ok(config)
 }
 
 /// What recovering a shard with a WAL reads and reports to.
@@ -631,16 +623,19 @@ async fn prepare_first_segments<D: Disk>(core: &ShardCore, files: &SegmentFiles<
     }
 }
 
-/// The tier's background tasks (the hybrid tier's GC and settling reads)
-/// and active expiry.
-fn spawn_background(core: &Rc<ShardCore>, hybrid: bool, settings: &ShardSettings) {
+/// The background tasks the tier asks for (the hybrid tier's GC and
+/// settling reads), and active expiry.
+fn spawn_background(core: &Rc<ShardCore>, settings: &ShardSettings) {
     let shard = core.settings.shard;
-    if hybrid {
+    let tasks = core.with_tier(|t| t.background_tasks());
+    if tasks.background {
         spawn_critical(
             "tier-gc",
             shard,
             crate::shard::gc::run_tier_background(core.clone()),
         );
+    }
+    if tasks.settles {
         spawn_critical(
             "tier-settle",
             shard,
