@@ -357,20 +357,9 @@ impl Txn {
             return Ok(());
         }
         let participants: Arc<[u16]> = by_shard.keys().copied().collect();
-        let max = record_size(shared.limits.key_bytes_max, shared.limits.value_bytes_max);
-        for (&shard, writes) in &by_shard {
-            let bytes = RECORD_HEADER_BYTES
-                + header_len(participants.len())
-                + WRITES_FIXED_BYTES
-                + writes.iter().map(TxnWrite::encoded_len).sum::<usize>();
-            if bytes > max {
-                shared.txn_release(txn, &lock_shards).await;
-                return Err(TxnError::TooLarge {
-                    shard: shard as usize,
-                    bytes,
-                    max,
-                });
-            }
+        if let Err(e) = check_part_sizes(&shared, &by_shard, participants.len()) {
+            shared.txn_release(txn, &lock_shards).await;
+            return Err(e);
         }
         let others: BTreeSet<u16> = lock_shards
             .iter()
@@ -381,103 +370,165 @@ impl Txn {
             let Some((shard, writes)) = by_shard.into_iter().next() else {
                 unreachable!("one shard")
             };
-            let logged = shared
-                .txn_ask(shard as usize, |reply| TxnMsg::Log {
-                    txn,
-                    participants,
-                    writes,
-                    finish: true,
-                    reply,
-                })
-                .await;
-            let result = match logged {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => {
-                    shared.txn_release(txn, &[shard].into()).await;
-                    Err(e)
-                }
-                Err(e) => Err(TxnError::Op(e)),
-            };
+            let result = commit_on_one_shard(&shared, txn, shard, participants, writes).await;
             shared.txn_release(txn, &others).await;
             return result;
         }
         // Several shards: log every part, then apply every part.
-        let logs = by_shard.iter().map(|(&shard, writes)| {
-            let shared = shared.clone();
-            let participants = participants.clone();
-            let writes = writes.clone();
-            async move {
-                let answer = shared
-                    .txn_ask(shard as usize, |reply| TxnMsg::Log {
-                        txn,
-                        participants,
-                        writes,
-                        finish: false,
-                        reply,
-                    })
-                    .await;
-                (shard, answer)
+        let parts = match log_parts(&shared, txn, &by_shard, &participants).await {
+            Ok(parts) => parts,
+            Err(e) => {
+                // Parts already logged stay unresolved on their shards
+                // (their checkpoints stop short of them) until a restart
+                // decides.
+                shared.txn_release(txn, &lock_shards).await;
+                return Err(e);
             }
-        });
-        let mut parts = Vec::new();
-        let mut failure = None;
-        for (shard, answer) in futures::future::join_all(logs).await {
-            match answer {
-                Ok(Ok(lsn)) => parts.push((shard, lsn)),
-                Ok(Err(e)) => {
-                    failure.get_or_insert(e);
-                }
-                Err(e) => {
-                    failure.get_or_insert(TxnError::Op(e));
-                }
-            }
-        }
-        if let Some(e) = failure {
-            // Parts already logged stay unresolved on their shards (their
-            // checkpoints stop short of them) until a restart decides.
-            shared.txn_release(txn, &lock_shards).await;
-            return Err(e);
-        }
-        let parts: Arc<[(u16, u64)]> = parts.into();
-        let applies = by_shard.into_iter().map(|(shard, writes)| {
-            let shared = shared.clone();
-            let parts = parts.clone();
-            let lsn = parts
-                .iter()
-                .find(|(s, _)| *s == shard)
-                .map_or(0, |(_, l)| *l);
-            async move {
-                shared
-                    .txn_ask(shard as usize, |reply| TxnMsg::Apply {
-                        txn,
-                        lsn,
-                        writes,
-                        parts,
-                        reply,
-                    })
-                    .await
-            }
-        });
-        // Every part is applied where it can be; one that could not be
-        // (its shard is poisoned) makes the commit's outcome the restart's
-        // to decide, and the commit says so.
-        let mut failure = None;
-        for answer in futures::future::join_all(applies).await {
-            match answer {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    failure.get_or_insert(e);
-                }
-                // The shard is going away; every part is logged, so the
-                // restart applies this one (as before this answer).
-                Err(_) => {}
-            }
-        }
+        };
+        let result = apply_parts(&shared, txn, by_shard, parts).await;
         shared.txn_release(txn, &others).await;
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(()),
+        result
+    }
+}
+
+/// Refuses a commit whose part on some shard would not fit one WAL record.
+fn check_part_sizes(
+    shared: &EngineShared,
+    by_shard: &BTreeMap<u16, Vec<TxnWrite>>,
+    participants: usize,
+) -> Result<(), TxnError> {
+    let max = record_size(shared.limits.key_bytes_max, shared.limits.value_bytes_max);
+    for (&shard, writes) in by_shard {
+        let bytes = RECORD_HEADER_BYTES
+            + header_len(participants)
+            + WRITES_FIXED_BYTES
+            + writes.iter().map(TxnWrite::encoded_len).sum::<usize>();
+        if bytes > max {
+            return Err(TxnError::TooLarge {
+                shard: shard as usize,
+                bytes,
+                max,
+            });
         }
+    }
+    Ok(())
+}
+
+/// A commit whose writes all go to one shard: one record, logged and
+/// applied there in one step (which also releases that shard's locks).
+async fn commit_on_one_shard(
+    shared: &Arc<EngineShared>,
+    txn: u64,
+    shard: u16,
+    participants: Arc<[u16]>,
+    writes: Vec<TxnWrite>,
+) -> Result<(), TxnError> {
+    let logged = shared
+        .txn_ask(shard as usize, |reply| TxnMsg::Log {
+            txn,
+            participants,
+            writes,
+            finish: true,
+            reply,
+        })
+        .await;
+    match logged {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => {
+            shared.txn_release(txn, &[shard].into()).await;
+            Err(e)
+        }
+        Err(e) => Err(TxnError::Op(e)),
+    }
+}
+
+/// Logs every shard's part of a multi-shard commit, all at once. Returns
+/// each part's LSN, or the first failure.
+async fn log_parts(
+    shared: &Arc<EngineShared>,
+    txn: u64,
+    by_shard: &BTreeMap<u16, Vec<TxnWrite>>,
+    participants: &Arc<[u16]>,
+) -> Result<Arc<[(u16, u64)]>, TxnError> {
+    let logs = by_shard.iter().map(|(&shard, writes)| {
+        let shared = shared.clone();
+        let participants = participants.clone();
+        let writes = writes.clone();
+        async move {
+            let answer = shared
+                .txn_ask(shard as usize, |reply| TxnMsg::Log {
+                    txn,
+                    participants,
+                    writes,
+                    finish: false,
+                    reply,
+                })
+                .await;
+            (shard, answer)
+        }
+    });
+    let mut parts = Vec::new();
+    let mut failure = None;
+    for (shard, answer) in futures::future::join_all(logs).await {
+        match answer {
+            Ok(Ok(lsn)) => parts.push((shard, lsn)),
+            Ok(Err(e)) => {
+                failure.get_or_insert(e);
+            }
+            Err(e) => {
+                failure.get_or_insert(TxnError::Op(e));
+            }
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(parts.into()),
+    }
+}
+
+/// Applies every logged part of a multi-shard commit. A part that could
+/// not be applied (its shard is poisoned) makes the commit's outcome the
+/// restart's to decide, and the commit says so.
+async fn apply_parts(
+    shared: &Arc<EngineShared>,
+    txn: u64,
+    by_shard: BTreeMap<u16, Vec<TxnWrite>>,
+    parts: Arc<[(u16, u64)]>,
+) -> Result<(), TxnError> {
+    let applies = by_shard.into_iter().map(|(shard, writes)| {
+        let shared = shared.clone();
+        let parts = parts.clone();
+        let lsn = parts
+            .iter()
+            .find(|(s, _)| *s == shard)
+            .map_or(0, |(_, l)| *l);
+        async move {
+            shared
+                .txn_ask(shard as usize, |reply| TxnMsg::Apply {
+                    txn,
+                    lsn,
+                    writes,
+                    parts,
+                    reply,
+                })
+                .await
+        }
+    });
+    let mut failure = None;
+    for answer in futures::future::join_all(applies).await {
+        match answer {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                failure.get_or_insert(e);
+            }
+            // The shard is going away; every part is logged, so the
+            // restart applies this one (as before this answer).
+            Err(_) => {}
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
 }
 

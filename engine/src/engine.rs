@@ -10,7 +10,7 @@ use crate::api::{Op, OpError, OpResult};
 use crate::error::EngineError;
 use crate::io::real::RealDisk;
 use crate::io::runtime::{build_runtime, choose_backend, BackendKind};
-use crate::io::throttle::{build_devices, Throttled};
+use crate::io::throttle::{build_devices, Device, Throttled};
 use crate::io::Disk;
 use crate::layout::ShardPaths;
 use crate::manifest::{self, Manifest};
@@ -24,6 +24,7 @@ use crate::wal::format::record_size_expiring;
 use crate::wal::writer::buffer_bytes_needed;
 use bytes::Bytes;
 use futures::channel::oneshot;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -111,247 +112,59 @@ impl Engine {
             .map_err(|errors| config_err(errors.to_string()))?;
         let backend = choose_backend(config.io.backend)?;
         let s = &config.storage;
-        let l = &config.limits;
         let durability = s.durability;
-        let key_max = usize::try_from(l.key_bytes_max.as_u64())
-            .map_err(|_| config_err("key_bytes_max too large"))?;
-        let value_max = usize::try_from(l.value_bytes_max.as_u64())
-            .map_err(|_| config_err("value_bytes_max too large"))?;
-        let max_record_bytes = record_size_expiring(key_max, value_max, Some(u64::MAX));
-        let segment_bytes = s.wal_segment_size.as_u64();
-        let needed = buffer_bytes_needed(max_record_bytes) as u64;
-        if durability != Durability::None && segment_bytes < needed {
-            return Err(crate::error::WalError::SegmentTooSmall {
-                segment_bytes,
-                needed,
-            }
-            .into());
-        }
-        let group_commit_max_bytes = usize::try_from(s.group_commit_max_bytes.as_u64())
-            .map_err(|_| config_err("group_commit_max_bytes too large"))?;
+        let tier = s.tier;
+        let sizes = RecordSizes::from_config(config)?;
         let devices = build_devices(config)?;
-        let Some(wal_device) = devices.get(&s.wal_device).cloned() else {
-            return Err(config_err(format!(
-                "storage.wal_device = {:?} names no device in [devices] (known: {})",
-                s.wal_device,
-                devices.keys().cloned().collect::<Vec<_>>().join(", ")
-            )));
-        };
-        let wal_root = wal_device.dir().to_path_buf();
+        let wal_device = device_named(&devices, "storage.wal_device", &s.wal_device)?;
         // The hybrid tier's value segments: on their own device, which may
         // be the WAL's (then the two share its throttle).
-        let tier = s.tier;
-        let Some(value_device) = devices.get(&s.value_device).cloned() else {
-            return Err(config_err(format!(
-                "storage.value_device = {:?} names no device in [devices] (known: {})",
-                s.value_device,
-                devices.keys().cloned().collect::<Vec<_>>().join(", ")
-            )));
-        };
-        let value_root = value_device.dir().to_path_buf();
+        let value_device = device_named(&devices, "storage.value_device", &s.value_device)?;
         if tier == StorageTier::Hybrid {
-            // The largest record (with its 16 bytes of header and expiry,
-            // and a CRC word per block) must fit one value segment after
-            // its header block.
-            let seg = s.value_segment_size.as_u64();
-            let record = (key_max + value_max + 16) as u64;
-            let needed = 4096 + record.div_ceil(4092) * 4096 + 4096;
-            if seg < needed {
-                return Err(config_err(format!(
-                    "storage.value_segment_size = {seg} bytes cannot hold a record of the largest key and value (limits.key_bytes_max + limits.value_bytes_max = {} bytes); it needs at least {needed} bytes",
-                    key_max + value_max
-                )));
-            }
+            sizes.check_value_segment(s.value_segment_size.as_u64())?;
         }
+        let wal_root = wal_device.dir().to_path_buf();
+        let value_root = value_device.dir().to_path_buf();
         let shard_paths =
             |shard: usize| ShardPaths::new(&wal_root, shard).with_value_root(&value_root);
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
 
-        // The manifest decides the shard count (and the table hash key)
-        // before any shard starts.
-        let (shard_count, table_hasher) = if durability == Durability::None {
-            let key = disk
-                .new_table_hash_key()
-                .map_err(|source| EngineError::Io {
-                    op: "draw a table hash key",
-                    path: s.data_dir.clone(),
-                    source,
-                })?;
-            let shards = if config.shards == 0 {
-                cores
-            } else {
-                config.shards as usize
-            };
-            (shards, crate::hash::TableHasher::keyed(key))
-        } else {
-            let data_dir = s.data_dir.clone();
-            let config_shards = config.shards;
-            let disk2 = disk.clone();
-            let root = wal_root.clone();
-            let result = std::thread::scope(|scope| {
-                scope
-                    .spawn(move || {
-                        let rt = build_runtime(backend, 8).map_err(|source| EngineError::Io {
-                            op: "build a runtime for the manifest",
-                            path: data_dir.clone(),
-                            source,
-                        })?;
-                        rt.block_on(settle_manifest(
-                            &disk2,
-                            &data_dir,
-                            &root,
-                            config_shards,
-                            tier,
-                            cores,
-                        ))
-                    })
-                    .join()
-            });
-            match result {
-                Ok(r) => r.map(|(count, hasher)| (count as usize, hasher))?,
-                Err(_) => return Err(EngineError::ShardPanicked { shard: 0 }),
-            }
-        };
+        // The manifest decides the shard count before any shard starts.
+        let (shard_count, table_hasher) = shard_count(config, &disk, backend, &wal_root)?;
         if durability != Durability::None {
             for shard in 0..shard_count {
-                let paths = shard_paths(shard);
-                let values = (tier == StorageTier::Hybrid).then_some(&paths.values_dir);
-                for dir in [&paths.wal_dir, &paths.snapshot_dir]
-                    .into_iter()
-                    .chain(values)
-                {
-                    disk.create_dir_all(dir).map_err(|source| EngineError::Io {
-                        op: "create directory",
-                        path: dir.clone(),
-                        source,
-                    })?;
-                }
+                create_shard_dirs(&disk, &shard_paths(shard), tier)?;
             }
         }
-
-        let (cache_bytes, index_keys) = per_shard_budgets(s, shard_count);
-        let settings = ShardSettings {
-            durability,
-            tier,
-            table_hasher,
-            cache_bytes,
-            value_segment_bytes: s.value_segment_size.as_u64(),
-            index_keys,
-            gc_garbage_percent: s.gc_garbage_percent,
-            segment_bytes,
-            group_commit_max_bytes,
-            group_commit_max_delay: s.group_commit_max_delay.get(),
-            flush_interval: s.flush_interval.get(),
-            checkpoint_wal_bytes: s.checkpoint_wal_bytes.as_u64(),
-            checkpoint_interval: s.checkpoint_interval.get(),
-            checkpoint_deltas_max: s.checkpoint_deltas_max,
-            expiry_tick: s.expiry_tick.get(),
-            expiry_keys_per_tick: s.expiry_keys_per_tick as usize,
-            max_record_bytes,
-            value_bytes_max: value_max,
-            // What one response can carry: reading more for one batch only
-            // makes values the server would drop (FRAME_TOO_LARGE).
-            read_bytes_max: usize::try_from(l.frame_bytes_max.as_u64())
-                .map_err(|_| config_err("frame_bytes_max too large"))?,
-        };
-        let engine_id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
-        let clock = Arc::new(CommitClock::new());
-        let core_ids = core_affinity::get_core_ids().unwrap_or_default();
-        let queue_depth = l.shard_queue_depth as usize;
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let txn_stats = Arc::new(crate::metrics::TxnStats::default());
-        let txn_floors: Arc<[AtomicU64]> = (0..shard_count).map(|_| AtomicU64::new(0)).collect();
-        let exchange = Arc::new(crate::txn::recovery::Exchange::new(shard_count));
-        let mut inboxes = Vec::new();
-        let mut controls = Vec::new();
-        let mut halts = Vec::new();
-        let mut closed = Vec::new();
-        let mut stats = Vec::new();
-        let mut threads = Vec::new();
-        let value_throttled = Throttled::new(disk.clone(), value_device.clone());
-        let throttled = Throttled::new(disk, wal_device.clone());
-        for shard in 0..shard_count {
-            let (inbox_tx, inbox_rx) = flume::bounded(queue_depth);
-            let (control_tx, control_rx) = flume::bounded(CONTROL_QUEUE_DEPTH);
-            let (halt_tx, halt_rx) = flume::bounded(1);
-            let shard_stats = Arc::new(ShardStats::new());
-            let shard_closed = Arc::new(AtomicBool::new(false));
-            let start = ShardStart {
-                engine_id,
-                shard,
-                disk: (durability != Durability::None).then(|| throttled.clone()),
-                value_disk: (tier == StorageTier::Hybrid).then(|| value_throttled.clone()),
-                paths: shard_paths(shard),
-                settings,
-                stats: shard_stats.clone(),
-                clock: clock.clone(),
-                txn_stats: txn_stats.clone(),
-                txn_floors: txn_floors.clone(),
-                exchange: exchange.clone(),
-                inbox: inbox_rx,
-                control: control_rx,
-                halt: halt_rx,
-                closed: shard_closed.clone(),
-                ready: ready_tx.clone(),
-                backend,
-                queue_depth: config.io.queue_depth,
-                core_id: (!core_ids.is_empty()).then(|| core_ids[shard % core_ids.len()]),
-            };
-            let spawned = std::thread::Builder::new()
-                .name(format!("ringkv-shard-{shard:03}"))
-                .spawn(move || run(start));
-            match spawned {
-                Ok(t) => threads.push(t),
-                Err(source) => {
-                    exchange.fail();
-                    stop_threads(&halts, threads);
-                    return Err(EngineError::Io {
-                        op: "spawn shard thread",
-                        path: wal_root,
-                        source,
-                    });
-                }
-            }
-            inboxes.push(inbox_tx);
-            controls.push(control_tx);
-            halts.push(halt_tx);
-            closed.push(shard_closed);
-            stats.push(shard_stats);
-        }
-        drop(ready_tx);
-        let mut first_error = None;
-        for _ in 0..shard_count {
-            match ready_rx.recv() {
-                Ok((_, Ok(()))) => {}
-                Ok((_, Err(e))) => {
-                    first_error.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_error.get_or_insert(EngineError::ShardPanicked { shard: 0 });
-                    break;
-                }
-            }
-        }
-        if let Some(e) = first_error {
-            stop_threads(&halts, threads);
-            return Err(e);
-        }
-        let shared = Arc::new(EngineShared {
-            engine_id,
+        let settings = shard_settings(config, &sizes, shard_count, table_hasher)?;
+        let launch = Launch {
             shard_count,
-            inboxes,
-            closed,
-            controls,
-            stats,
+            settings,
+            wal_disk: (durability != Durability::None)
+                .then(|| Throttled::new(disk.clone(), wal_device.clone())),
+            value_disk: (tier == StorageTier::Hybrid)
+                .then(|| Throttled::new(disk, value_device.clone())),
+            shard_paths: &shard_paths,
+            backend,
+            inbox_depth: config.limits.shard_queue_depth as usize,
+            ring_depth: config.io.queue_depth,
+        };
+        let shards = launch.start()?;
+        let shared = Arc::new(EngineShared {
+            engine_id: shards.engine_id,
+            shard_count,
+            inboxes: shards.inboxes,
+            closed: shards.closed,
+            controls: shards.controls,
+            stats: shards.stats,
             devices: devices.into_values().collect(),
             shutting_down: AtomicBool::new(false),
             limits: Limits {
-                key_bytes_max: key_max,
-                value_bytes_max: value_max,
-                ops_per_batch_max: l.ops_per_frame_max as usize,
+                key_bytes_max: sizes.key_max,
+                value_bytes_max: sizes.value_max,
+                ops_per_batch_max: config.limits.ops_per_frame_max as usize,
             },
-            clock,
-            txn_stats,
+            clock: shards.clock,
+            txn_stats: shards.txn_stats,
         });
         tracing::info!(
             shards = shard_count,
@@ -366,8 +179,8 @@ impl Engine {
         );
         Ok(Engine {
             shared,
-            threads,
-            halts,
+            threads: shards.threads,
+            halts: shards.halts,
             backend,
             durability,
             tier,
@@ -499,6 +312,304 @@ impl Drop for Engine {
 /// (`cache_bytes`, `index_keys`): split evenly, the cache rounded down (the
 /// shards together stay within `storage.cache_bytes`), the index rounded up
 /// (together they are sized for at least `storage.index_keys`).
+/// The size limits of keys, values and records the config sets.
+struct RecordSizes {
+    key_max: usize,
+    value_max: usize,
+    /// The largest WAL record: the largest key and value with an expiry.
+    max_record_bytes: usize,
+}
+
+impl RecordSizes {
+    /// Reads the limits, and checks that the WAL segment and the group
+    /// commit buffer can hold the largest record.
+    fn from_config(config: &Config) -> Result<RecordSizes, EngineError> {
+        let l = &config.limits;
+        let key_max = usize::try_from(l.key_bytes_max.as_u64())
+            .map_err(|_| config_err("key_bytes_max too large"))?;
+        let value_max = usize::try_from(l.value_bytes_max.as_u64())
+            .map_err(|_| config_err("value_bytes_max too large"))?;
+        let max_record_bytes = record_size_expiring(key_max, value_max, Some(u64::MAX));
+        let segment_bytes = config.storage.wal_segment_size.as_u64();
+        let needed = buffer_bytes_needed(max_record_bytes) as u64;
+        if config.storage.durability != Durability::None && segment_bytes < needed {
+            return Err(crate::error::WalError::SegmentTooSmall {
+                segment_bytes,
+                needed,
+            }
+            .into());
+        }
+        usize::try_from(config.storage.group_commit_max_bytes.as_u64())
+            .map_err(|_| config_err("group_commit_max_bytes too large"))?;
+        Ok(RecordSizes {
+            key_max,
+            value_max,
+            max_record_bytes,
+        })
+    }
+
+    /// The hybrid tier: the largest record must fit one value segment.
+    fn check_value_segment(&self, segment_bytes: u64) -> Result<(), EngineError> {
+        let needed = crate::tier::hybrid::log::segment_bytes_needed(self.key_max, self.value_max);
+        if segment_bytes < needed {
+            return Err(config_err(format!(
+                "storage.value_segment_size = {segment_bytes} bytes cannot hold a record of the largest key and value (limits.key_bytes_max + limits.value_bytes_max = {} bytes); it needs at least {needed} bytes",
+                self.key_max + self.value_max
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The device a storage key names (`key` is its name in the config).
+fn device_named(
+    devices: &BTreeMap<String, Arc<Device>>,
+    key: &str,
+    name: &str,
+) -> Result<Arc<Device>, EngineError> {
+    devices.get(name).cloned().ok_or_else(|| {
+        config_err(format!(
+            "{key} = {name:?} names no device in [devices] (known: {})",
+            devices.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+    })
+}
+
+/// The shard count: from the config in `none` durability (0 = one per
+/// core), else what the manifest records (written on first open).
+fn shard_count<D: Disk>(
+    config: &Config,
+    disk: &D,
+    backend: BackendKind,
+    wal_root: &Path,
+) -> Result<(usize, crate::hash::TableHasher), EngineError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let s = &config.storage;
+    if s.durability == Durability::None {
+        // Nothing is kept: a fresh table hash key for this run.
+        let key = disk
+            .new_table_hash_key()
+            .map_err(|source| EngineError::Io {
+                op: "draw a table hash key",
+                path: s.data_dir.clone(),
+                source,
+            })?;
+        let shards = if config.shards == 0 {
+            cores
+        } else {
+            config.shards as usize
+        };
+        return Ok((shards, crate::hash::TableHasher::keyed(key)));
+    }
+    let data_dir = s.data_dir.clone();
+    let config_shards = config.shards;
+    let tier = s.tier;
+    let disk2 = disk.clone();
+    let root = wal_root.to_path_buf();
+    let result = std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                let rt = build_runtime(backend, 8).map_err(|source| EngineError::Io {
+                    op: "build a runtime for the manifest",
+                    path: data_dir.clone(),
+                    source,
+                })?;
+                rt.block_on(settle_manifest(
+                    &disk2,
+                    &data_dir,
+                    &root,
+                    config_shards,
+                    tier,
+                    cores,
+                ))
+            })
+            .join()
+    });
+    match result {
+        Ok(r) => r.map(|(count, hasher)| (count as usize, hasher)),
+        Err(_) => Err(EngineError::ShardPanicked { shard: 0 }),
+    }
+}
+
+/// Makes a shard's WAL and snapshot folders (and its value segment folder
+/// on the hybrid tier).
+fn create_shard_dirs<D: Disk>(
+    disk: &D,
+    paths: &ShardPaths,
+    tier: StorageTier,
+) -> Result<(), EngineError> {
+    let values = (tier == StorageTier::Hybrid).then_some(&paths.values_dir);
+    for dir in [&paths.wal_dir, &paths.snapshot_dir]
+        .into_iter()
+        .chain(values)
+    {
+        disk.create_dir_all(dir).map_err(|source| EngineError::Io {
+            op: "create directory",
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Every shard's settings, from the config.
+fn shard_settings(
+    config: &Config,
+    sizes: &RecordSizes,
+    shard_count: usize,
+    table_hasher: crate::hash::TableHasher,
+) -> Result<ShardSettings, EngineError> {
+    let s = &config.storage;
+    let (cache_bytes, index_keys) = per_shard_budgets(s, shard_count);
+    Ok(ShardSettings {
+        durability: s.durability,
+        tier: s.tier,
+        table_hasher,
+        cache_bytes,
+        value_segment_bytes: s.value_segment_size.as_u64(),
+        index_keys,
+        gc_garbage_percent: s.gc_garbage_percent,
+        segment_bytes: s.wal_segment_size.as_u64(),
+        // Checked to fit by `RecordSizes::from_config`.
+        group_commit_max_bytes: s.group_commit_max_bytes.as_u64() as usize,
+        group_commit_max_delay: s.group_commit_max_delay.get(),
+        flush_interval: s.flush_interval.get(),
+        checkpoint_wal_bytes: s.checkpoint_wal_bytes.as_u64(),
+        checkpoint_interval: s.checkpoint_interval.get(),
+        checkpoint_deltas_max: s.checkpoint_deltas_max,
+        expiry_tick: s.expiry_tick.get(),
+        expiry_keys_per_tick: s.expiry_keys_per_tick as usize,
+        max_record_bytes: sizes.max_record_bytes,
+        value_bytes_max: sizes.value_max,
+        // What one response can carry: reading more for one batch only
+        // makes values the server would drop (FRAME_TOO_LARGE).
+        read_bytes_max: usize::try_from(config.limits.frame_bytes_max.as_u64())
+            .map_err(|_| config_err("frame_bytes_max too large"))?,
+    })
+}
+
+/// What starting the shard threads needs.
+struct Launch<'a, D: Disk> {
+    shard_count: usize,
+    settings: ShardSettings,
+    /// The WAL's disk, throttled by its device (`None` in `none`).
+    wal_disk: Option<Throttled<D>>,
+    /// The value segments' disk (hybrid tier only).
+    value_disk: Option<Throttled<D>>,
+    shard_paths: &'a dyn Fn(usize) -> ShardPaths,
+    backend: BackendKind,
+    /// Messages a shard's inbox holds.
+    inbox_depth: usize,
+    /// Entries of a shard's io_uring.
+    ring_depth: u32,
+}
+
+/// The shard threads, started and recovered, and what the engine keeps of
+/// each.
+struct Shards {
+    engine_id: u64,
+    clock: Arc<CommitClock>,
+    txn_stats: Arc<crate::metrics::TxnStats>,
+    inboxes: Vec<flume::Sender<ShardMsg>>,
+    controls: Vec<flume::Sender<Control>>,
+    halts: Vec<flume::Sender<()>>,
+    closed: Vec<Arc<AtomicBool>>,
+    stats: Vec<Arc<ShardStats>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl<D: Disk> Launch<'_, D> {
+    /// Starts one thread per shard and waits until every shard has
+    /// recovered; on a failure, stops them all and returns the first error.
+    fn start(self) -> Result<Shards, EngineError> {
+        let shard_count = self.shard_count;
+        let core_ids = core_affinity::get_core_ids().unwrap_or_default();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let txn_floors: Arc<[AtomicU64]> = (0..shard_count).map(|_| AtomicU64::new(0)).collect();
+        let exchange = Arc::new(crate::txn::recovery::Exchange::new(shard_count));
+        let mut shards = Shards {
+            engine_id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
+            clock: Arc::new(CommitClock::new()),
+            txn_stats: Arc::new(crate::metrics::TxnStats::default()),
+            inboxes: Vec::new(),
+            controls: Vec::new(),
+            halts: Vec::new(),
+            closed: Vec::new(),
+            stats: Vec::new(),
+            threads: Vec::new(),
+        };
+        for shard in 0..shard_count {
+            let (inbox_tx, inbox_rx) = flume::bounded(self.inbox_depth);
+            let (control_tx, control_rx) = flume::bounded(CONTROL_QUEUE_DEPTH);
+            let (halt_tx, halt_rx) = flume::bounded(1);
+            let shard_stats = Arc::new(ShardStats::new());
+            let shard_closed = Arc::new(AtomicBool::new(false));
+            let paths = (self.shard_paths)(shard);
+            let wal_dir = paths.dir.clone();
+            let start = ShardStart {
+                engine_id: shards.engine_id,
+                shard,
+                disk: self.wal_disk.clone(),
+                value_disk: self.value_disk.clone(),
+                paths,
+                settings: self.settings,
+                stats: shard_stats.clone(),
+                clock: shards.clock.clone(),
+                txn_stats: shards.txn_stats.clone(),
+                txn_floors: txn_floors.clone(),
+                exchange: exchange.clone(),
+                inbox: inbox_rx,
+                control: control_rx,
+                halt: halt_rx,
+                closed: shard_closed.clone(),
+                ready: ready_tx.clone(),
+                backend: self.backend,
+                queue_depth: self.ring_depth,
+                core_id: (!core_ids.is_empty()).then(|| core_ids[shard % core_ids.len()]),
+            };
+            let spawned = std::thread::Builder::new()
+                .name(format!("ringkv-shard-{shard:03}"))
+                .spawn(move || run(start));
+            match spawned {
+                Ok(t) => shards.threads.push(t),
+                Err(source) => {
+                    exchange.fail();
+                    stop_threads(&shards.halts, shards.threads);
+                    return Err(EngineError::Io {
+                        op: "spawn shard thread",
+                        path: wal_dir,
+                        source,
+                    });
+                }
+            }
+            shards.inboxes.push(inbox_tx);
+            shards.controls.push(control_tx);
+            shards.halts.push(halt_tx);
+            shards.closed.push(shard_closed);
+            shards.stats.push(shard_stats);
+        }
+        drop(ready_tx);
+        let mut first_error = None;
+        for _ in 0..shard_count {
+            match ready_rx.recv() {
+                Ok((_, Ok(()))) => {}
+                Ok((_, Err(e))) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_error.get_or_insert(EngineError::ShardPanicked { shard: 0 });
+                    break;
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            stop_threads(&shards.halts, shards.threads);
+            return Err(e);
+        }
+        Ok(shards)
+    }
+}
+
 fn per_shard_budgets(s: &tunables::StorageConfig, shard_count: usize) -> (u64, u64) {
     let shards = (shard_count as u64).max(1);
     (

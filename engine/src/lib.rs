@@ -15,26 +15,42 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+// The public API: the engine and its handle, operations and their
+// answers, transactions, errors, metrics, the disk seam (`io`: a custom or
+// simulated disk for `Engine::open_with_disk`) and the routing hash
+// (`hash`: which shard owns a key is part of the on-disk contract).
 pub mod api;
 pub mod clock;
-pub mod io;
-mod keyspace;
-
-mod coordinator;
-mod engine;
 pub mod error;
 pub mod hash;
 pub mod histogram;
-pub mod layout;
-pub mod manifest;
+pub mod io;
 pub mod metrics;
-mod notify;
 pub mod rng;
+
+mod coordinator;
+mod engine;
+mod keyspace;
+mod notify;
 mod shard;
-pub mod snapshot;
-pub mod tier;
-pub mod txn;
-pub mod wal;
+
+/// The engine's internals: public only with the `internals` feature (the
+/// engine's own tests and benches, which check formats and recovery cases
+/// piece by piece), crate-private otherwise. Nothing outside the engine's
+/// own test code may rely on them.
+macro_rules! internal_modules {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[cfg(feature = "internals")]
+            pub mod $name;
+            #[cfg(not(feature = "internals"))]
+            #[allow(dead_code)]
+            pub(crate) mod $name;
+        )*
+    };
+}
+
+internal_modules!(layout, manifest, snapshot, tier, txn, wal);
 
 pub use api::{
     Current, Op, OpError, OpResult, TtlUpdate, TtlUpdateFn, Update, UpdateAnswer, UpdateFn,
@@ -47,6 +63,7 @@ pub use histogram::{AtomicHistogram, HistogramSnapshot};
 pub use io::runtime::BackendKind;
 pub use keyspace::{PartitionKeys, PARTITIONS_PER_SHARD};
 pub use metrics::{DeviceMetrics, EngineMetrics, ShardMetrics, TxnStats};
+pub use tier::HybridStats;
 pub use tunables::Durability;
 pub use txn::watch::KeyMark;
 pub use txn::{AbortReason, TxnError, TxnSettings};

@@ -425,20 +425,13 @@ pub async fn load<F: DiskFile>(
         .map_err(|e| io_err(0, e))?;
     let header = win.get(0, ALIGN).await.map_err(|e| io_err(0, e))?;
     let file_head = decode_header(header, path, expected_shard)?;
-    let (version, lsn, header_version) = (
-        file_head.version,
-        file_head.lsn,
-        file_head.max_commit_version,
-    );
     if let Some(tier) = tier.as_deref_mut() {
         tier.load_checkpoint_begin(file_head.base_lsn.is_some())
             .map_err(|reason| corrupt(0, reason))?;
     }
 
     let mut pos = ALIGN as u64;
-    let mut blocks = 0u64;
-    let mut entries = 0u64;
-    let mut payload_total = 0u64;
+    let mut read = BlockCounts::default();
     loop {
         let file_len = win.file_len();
         let head = win
@@ -453,42 +446,8 @@ pub async fn load<F: DiskFile>(
                 .get(pos, TRAILER_BYTES)
                 .await
                 .map_err(|e| io_err(pos, e))?;
-            if t.len() < TRAILER_BYTES {
-                return Err(corrupt(pos, "trailer cut short".into()));
-            }
-            let stored = le4(&t[4..8]);
-            let computed = crc32fast::hash(&t[8..TRAILER_BYTES]);
-            if stored != computed {
-                return Err(corrupt(pos, "trailer checksum mismatch".into()));
-            }
-            let (t_blocks, t_entries) = (le8(&t[8..16]), le8(&t[16..24]));
-            let end_lsn = le8(&t[24..32]);
-            let t_payload = le8(&t[32..40]);
-            let max_commit_version = le8(&t[40..48]).max(header_version);
-            if t_blocks != blocks || t_entries != entries || t_payload != payload_total {
-                return Err(corrupt(
-                    pos,
-                    format!(
-                        "trailer counts {t_blocks} blocks / {t_entries} entries / {t_payload} bytes, \
-                         file holds {blocks} / {entries} / {payload_total}"
-                    ),
-                ));
-            }
-            if end_lsn < lsn {
-                return Err(corrupt(
-                    pos,
-                    format!("end LSN {end_lsn} below start LSN {lsn}"),
-                ));
-            }
-            return Ok(SnapshotMeta {
-                shard: expected_shard,
-                lsn,
-                end_lsn,
-                base_lsn: file_head.base_lsn,
-                max_commit_version,
-                entries,
-                blocks,
-            });
+            return check_trailer(t, &file_head, expected_shard, &read)
+                .map_err(|reason| corrupt(pos, reason));
         }
         if head.len() < BLOCK_HEADER_BYTES || head[0..4] != BLOCK_MAGIC {
             return Err(corrupt(pos, "expected a block or the trailer".into()));
@@ -517,76 +476,135 @@ pub async fn load<F: DiskFile>(
                 ),
             ));
         }
-        if seq != blocks {
+        if seq != read.blocks {
             return Err(corrupt(
                 pos,
-                format!("block {seq} where {blocks} was expected"),
+                format!("block {seq} where {} was expected", read.blocks),
             ));
         }
-        let payload = &block[BLOCK_HEADER_BYTES..];
-        let mut at = 0usize;
-        for _ in 0..count {
-            if payload.len() - at < ENTRY_HEADER_BYTES {
-                return Err(corrupt(pos, "entry header past the block end".into()));
-            }
-            let k_field = le4(&payload[at..]);
-            let v = le4(&payload[at + 4..]) as usize;
-            at += ENTRY_HEADER_BYTES;
-            if k_field & ENTRY_KEY_LEN_DELETED != 0 {
-                let k = (k_field & ENTRY_KEY_LEN_MASK) as usize;
-                if file_head.base_lsn.is_none() || k_field & ENTRY_KEY_LEN_EXPIRES != 0 || v != 0 {
-                    return Err(corrupt(
-                        pos,
-                        "a deleted-key entry outside a delta, or with a value".into(),
-                    ));
-                }
-                if payload.len() - at < k {
-                    return Err(corrupt(pos, "entry past the block end".into()));
-                }
-                if let Some(tier) = tier.as_deref_mut() {
-                    tier.load_checkpoint_delete(&payload[at..at + k])
-                        .map_err(|reason| corrupt(pos, reason))?;
-                }
-                at += k;
-                continue;
-            }
-            let mut expires_at_ms = None;
-            if k_field & ENTRY_KEY_LEN_EXPIRES != 0 {
-                if version < 2 {
-                    return Err(corrupt(pos, "expiry flag in a version 1 snapshot".into()));
-                }
-                if payload.len() - at < ENTRY_EXPIRY_BYTES {
-                    return Err(corrupt(pos, "entry expiry past the block end".into()));
-                }
-                let when = le8(&payload[at..]);
-                if when == 0 {
-                    return Err(corrupt(pos, "entry expiry of 0".into()));
-                }
-                expires_at_ms = Some(when);
-                at += ENTRY_EXPIRY_BYTES;
-            }
-            let k = (k_field & !ENTRY_KEY_LEN_EXPIRES) as usize;
-            if payload.len() - at < k + v {
-                return Err(corrupt(pos, "entry past the block end".into()));
-            }
-            if let Some(tier) = tier.as_deref_mut() {
-                let key = &payload[at..at + k];
-                tier.load_checkpoint_entry(key, &payload[at + k..at + k + v], expires_at_ms)
-                    .map_err(|reason| corrupt(pos, reason))?;
-            }
-            at += k + v;
-        }
-        if at != payload.len() {
-            return Err(corrupt(
-                pos,
-                "bytes left over after the block's entries".into(),
-            ));
-        }
-        blocks += 1;
-        entries += u64::from(count);
-        payload_total += payload_len;
+        load_entries(
+            &block[BLOCK_HEADER_BYTES..],
+            count,
+            &file_head,
+            tier.as_deref_mut(),
+        )
+        .map_err(|reason| corrupt(pos, reason))?;
+        read.blocks += 1;
+        read.entries += u64::from(count);
+        read.payload += payload_len;
         pos += block_len;
     }
+}
+
+/// What a snapshot's blocks held, to check against its trailer.
+#[derive(Debug, Default)]
+struct BlockCounts {
+    blocks: u64,
+    entries: u64,
+    payload: u64,
+}
+
+/// Checks a snapshot's trailer (`t`, as read: maybe cut short) against the
+/// header and what the blocks held; its figures make the snapshot's meta.
+fn check_trailer(
+    t: &[u8],
+    head: &SnapshotHeader,
+    shard: u32,
+    read: &BlockCounts,
+) -> Result<SnapshotMeta, String> {
+    if t.len() < TRAILER_BYTES {
+        return Err("trailer cut short".into());
+    }
+    let stored = le4(&t[4..8]);
+    let computed = crc32fast::hash(&t[8..TRAILER_BYTES]);
+    if stored != computed {
+        return Err("trailer checksum mismatch".into());
+    }
+    let (t_blocks, t_entries) = (le8(&t[8..16]), le8(&t[16..24]));
+    let end_lsn = le8(&t[24..32]);
+    let t_payload = le8(&t[32..40]);
+    let max_commit_version = le8(&t[40..48]).max(head.max_commit_version);
+    if t_blocks != read.blocks || t_entries != read.entries || t_payload != read.payload {
+        return Err(format!(
+            "trailer counts {t_blocks} blocks / {t_entries} entries / {t_payload} bytes, \
+             file holds {} / {} / {}",
+            read.blocks, read.entries, read.payload
+        ));
+    }
+    if end_lsn < head.lsn {
+        return Err(format!("end LSN {end_lsn} below start LSN {}", head.lsn));
+    }
+    Ok(SnapshotMeta {
+        shard,
+        lsn: head.lsn,
+        end_lsn,
+        base_lsn: head.base_lsn,
+        max_commit_version,
+        entries: read.entries,
+        blocks: read.blocks,
+    })
+}
+
+/// Decodes the `count` entries of one block's payload, each into `tier`
+/// (checked only, with `None`). Every entry must lie inside the payload,
+/// and the entries must fill it exactly.
+fn load_entries<'t>(
+    payload: &[u8],
+    count: u32,
+    head: &SnapshotHeader,
+    mut tier: Option<&mut (dyn Tier + 't)>,
+) -> Result<(), String> {
+    let mut at = 0usize;
+    for _ in 0..count {
+        if payload.len() - at < ENTRY_HEADER_BYTES {
+            return Err("entry header past the block end".into());
+        }
+        let k_field = le4(&payload[at..]);
+        let v = le4(&payload[at + 4..]) as usize;
+        at += ENTRY_HEADER_BYTES;
+        if k_field & ENTRY_KEY_LEN_DELETED != 0 {
+            let k = (k_field & ENTRY_KEY_LEN_MASK) as usize;
+            if head.base_lsn.is_none() || k_field & ENTRY_KEY_LEN_EXPIRES != 0 || v != 0 {
+                return Err("a deleted-key entry outside a delta, or with a value".into());
+            }
+            if payload.len() - at < k {
+                return Err("entry past the block end".into());
+            }
+            if let Some(tier) = tier.as_deref_mut() {
+                tier.load_checkpoint_delete(&payload[at..at + k])?;
+            }
+            at += k;
+            continue;
+        }
+        let mut expires_at_ms = None;
+        if k_field & ENTRY_KEY_LEN_EXPIRES != 0 {
+            if head.version < 2 {
+                return Err("expiry flag in a version 1 snapshot".into());
+            }
+            if payload.len() - at < ENTRY_EXPIRY_BYTES {
+                return Err("entry expiry past the block end".into());
+            }
+            let when = le8(&payload[at..]);
+            if when == 0 {
+                return Err("entry expiry of 0".into());
+            }
+            expires_at_ms = Some(when);
+            at += ENTRY_EXPIRY_BYTES;
+        }
+        let k = (k_field & !ENTRY_KEY_LEN_EXPIRES) as usize;
+        if payload.len() - at < k + v {
+            return Err("entry past the block end".into());
+        }
+        if let Some(tier) = tier.as_deref_mut() {
+            let key = &payload[at..at + k];
+            tier.load_checkpoint_entry(key, &payload[at + k..at + k + v], expires_at_ms)?;
+        }
+        at += k + v;
+    }
+    if at != payload.len() {
+        return Err("bytes left over after the block's entries".into());
+    }
+    Ok(())
 }
 
 /// A snapshot file found on disk.

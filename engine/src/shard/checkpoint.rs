@@ -144,69 +144,10 @@ pub(crate) async fn checkpoint<D: Disk>(
     }
     core.wal.checkpoint_started();
     core.with_tier_mut(|t| t.checkpoint_begin());
-    let shard = paths.shard as u32;
     let tmp = paths.snapshot_tmp(lsn);
-    let io = |op: &'static str, file: &std::path::Path| {
-        let file = file.to_path_buf();
-        move |source| SnapshotError::Io {
-            op,
-            file,
-            offset: 0,
-            source,
-        }
-    };
     let file = disk.open(&tmp, true).await.map_err(io("create", &tmp))?;
     file.set_len(0).await.map_err(io("truncate", &tmp))?;
-    let result = async {
-        let mut writer = ChunkWriter::new(&file, &tmp);
-        let mut header = vec![0u8; ALIGN];
-        snapshot::encode_header(shard, lsn, core.clock.current(), base, &mut header);
-        writer.write(&header).await?;
-        let mut encoder = BlockEncoder::new();
-        let mut staged = Vec::new();
-        let partitions = core.with_tier(|t| t.partition_count());
-        for p in 0..partitions {
-            // One partition is copied in one synchronous step, then written
-            // while the shard goes on serving.
-            core.with_tier_mut(|t| {
-                t.visit_checkpoint_partition(p, base.is_some(), &mut |k, v, at| match v {
-                    Some(v) => encoder.add(k, v, at, &mut staged),
-                    None => encoder.add_deleted(k, &mut staged),
-                });
-            });
-            encoder.finish_block(&mut staged);
-            if !staged.is_empty() {
-                writer.write(&staged).await?;
-                staged.clear();
-            }
-            yield_now().await;
-        }
-        // A tier with files of its own makes what the copied entries
-        // point at durable, and adds its last entries.
-        core.with_tier_mut(|t| {
-            t.checkpoint_finish(&mut |k, v, at| match v {
-                Some(v) => encoder.add(k, v, at, &mut staged),
-                None => encoder.add_deleted(k, &mut staged),
-            })
-        })
-        .map_err(|reason| SnapshotError::Tier { reason })?;
-        encoder.finish_block(&mut staged);
-        if !staged.is_empty() {
-            writer.write(&staged).await?;
-            staged.clear();
-        }
-        let end_lsn = core.last_lsn();
-        // Every value in the snapshot must come from a durable record.
-        core.wait_durable(end_lsn)
-            .await
-            .map_err(|()| SnapshotError::Aborted)?;
-        staged.extend_from_slice(&encoder.trailer(end_lsn, core.clock.current()));
-        writer.write(&staged).await?;
-        let file_bytes = writer.finish().await?;
-        file.sync_data().await.map_err(io("fdatasync", &tmp))?;
-        Ok::<(u64, u64), SnapshotError>((encoder.entries(), file_bytes))
-    }
-    .await;
+    let result = write_snapshot(core, &file, &tmp, paths.shard as u32, lsn, base).await;
     drop(file);
     let (entries, file_bytes) = match result {
         Ok(n) => n,
@@ -227,9 +168,114 @@ pub(crate) async fn checkpoint<D: Disk>(
         bytes: file_bytes,
     };
     snapshots.push(snap.clone());
+    let segments_removed = retire_covered(core, files, disk, paths, snapshots).await?;
+    core.with_tier_mut(|t| t.checkpoint_published());
+    let elapsed = started.elapsed();
+    let s = &core.stats;
+    s.checkpoints.fetch_add(1, Relaxed);
+    s.checkpoint_deltas
+        .fetch_add(u64::from(base.is_some()), Relaxed);
+    s.checkpoint_bytes.fetch_add(file_bytes, Relaxed);
+    s.checkpoint_last_duration_us
+        .store(elapsed.as_micros() as u64, Relaxed);
+    s.checkpoint_last_lsn.store(lsn, Relaxed);
+    tracing::debug!(
+        shard = paths.shard,
+        lsn,
+        delta_over = base,
+        entries,
+        bytes = file_bytes,
+        segments_removed,
+        duration_ms = elapsed.as_millis() as u64,
+        "checkpoint written"
+    );
+    Ok(Some(snap))
+}
 
-    // Retention: keep the chains of the newest SNAPSHOTS_KEPT; the WAL
-    // reaches back to the older of those two.
+/// A snapshot file's I/O error, for `op` on `file`.
+fn io(op: &'static str, file: &std::path::Path) -> impl FnOnce(std::io::Error) -> SnapshotError {
+    let file = file.to_path_buf();
+    move |source| SnapshotError::Io {
+        op,
+        file,
+        offset: 0,
+        source,
+    }
+}
+
+/// Writes the snapshot of LSN `lsn` into `file` (at `tmp`) and makes it
+/// durable: the header, the tier's entries one partition at a time (the
+/// shard serves between them), the tier's last entries, and the trailer
+/// once the WAL is durable through every value copied. Returns the entries
+/// and the file's size.
+async fn write_snapshot<F: DiskFile>(
+    core: &ShardCore,
+    file: &F,
+    tmp: &std::path::Path,
+    shard: u32,
+    lsn: u64,
+    base: Option<u64>,
+) -> Result<(u64, u64), SnapshotError> {
+    let mut writer = ChunkWriter::new(file, tmp);
+    let mut header = vec![0u8; ALIGN];
+    snapshot::encode_header(shard, lsn, core.clock.current(), base, &mut header);
+    writer.write(&header).await?;
+    let mut encoder = BlockEncoder::new();
+    let mut staged = Vec::new();
+    let partitions = core.with_tier(|t| t.partition_count());
+    for p in 0..partitions {
+        // One partition is copied in one synchronous step, then written
+        // while the shard goes on serving.
+        core.with_tier_mut(|t| {
+            t.visit_checkpoint_partition(p, base.is_some(), &mut |k, v, at| match v {
+                Some(v) => encoder.add(k, v, at, &mut staged),
+                None => encoder.add_deleted(k, &mut staged),
+            });
+        });
+        encoder.finish_block(&mut staged);
+        if !staged.is_empty() {
+            writer.write(&staged).await?;
+            staged.clear();
+        }
+        yield_now().await;
+    }
+    // A tier with files of its own makes what the copied entries point at
+    // durable, and adds its last entries.
+    core.with_tier_mut(|t| {
+        t.checkpoint_finish(&mut |k, v, at| match v {
+            Some(v) => encoder.add(k, v, at, &mut staged),
+            None => encoder.add_deleted(k, &mut staged),
+        })
+    })
+    .map_err(|reason| SnapshotError::Tier { reason })?;
+    encoder.finish_block(&mut staged);
+    if !staged.is_empty() {
+        writer.write(&staged).await?;
+        staged.clear();
+    }
+    let end_lsn = core.last_lsn();
+    // Every value in the snapshot must come from a durable record.
+    core.wait_durable(end_lsn)
+        .await
+        .map_err(|()| SnapshotError::Aborted)?;
+    staged.extend_from_slice(&encoder.trailer(end_lsn, core.clock.current()));
+    writer.write(&staged).await?;
+    let file_bytes = writer.finish().await?;
+    file.sync_data().await.map_err(io("fdatasync", tmp))?;
+    Ok((encoder.entries(), file_bytes))
+}
+
+/// After a new snapshot: removes the snapshots retention no longer keeps
+/// (the chains of the newest SNAPSHOTS_KEPT stay; the WAL reaches back to
+/// the older of those) and the WAL segments every kept snapshot covers.
+/// Returns how many segments went.
+async fn retire_covered<D: Disk>(
+    core: &ShardCore,
+    files: &SegmentFiles<D>,
+    disk: &D,
+    paths: &ShardPaths,
+    snapshots: &mut Vec<SnapshotFile>,
+) -> Result<usize, EngineError> {
     let keep = retained(snapshots);
     let (kept, gone): (Vec<_>, Vec<_>) = std::mem::take(snapshots)
         .into_iter()
@@ -256,26 +302,5 @@ pub(crate) async fn checkpoint<D: Disk>(
     };
     // Keep enough spares for the WAL the next checkpoint interval writes.
     let pool_max = (core.wal.checkpoint_threshold() / files.segment_bytes()) as usize + 1;
-    let segments_removed = files.remove_covered(keep_from, pool_max).await?;
-    core.with_tier_mut(|t| t.checkpoint_published());
-    let elapsed = started.elapsed();
-    let s = &core.stats;
-    s.checkpoints.fetch_add(1, Relaxed);
-    s.checkpoint_deltas
-        .fetch_add(u64::from(base.is_some()), Relaxed);
-    s.checkpoint_bytes.fetch_add(file_bytes, Relaxed);
-    s.checkpoint_last_duration_us
-        .store(elapsed.as_micros() as u64, Relaxed);
-    s.checkpoint_last_lsn.store(lsn, Relaxed);
-    tracing::debug!(
-        shard = paths.shard,
-        lsn,
-        delta_over = base,
-        entries,
-        bytes = file_bytes,
-        segments_removed,
-        duration_ms = elapsed.as_millis() as u64,
-        "checkpoint written"
-    );
-    Ok(Some(snap))
+    Ok(files.remove_covered(keep_from, pool_max).await?)
 }

@@ -119,6 +119,74 @@ struct Counts {
     expired: u64,
 }
 
+/// What one batch's apply collects across its steps.
+struct BatchOut {
+    results: Vec<OpResult>,
+    writes: WriteSet,
+    /// Whether any write is among the results (a `sync` answer waits).
+    had_write: bool,
+    counts: Counts,
+    /// The batch's read budget left for values.
+    read_left: usize,
+    /// GETs and delete answers that need a device read.
+    cold: Vec<ColdGet>,
+}
+
+impl BatchOut {
+    /// The answer of a write (a PUT, an update, or a DELETE when `delete`).
+    fn write(&mut self, index: usize, delete: bool, result: OpResult) {
+        self.writes.mark(index, true);
+        self.had_write = true;
+        if delete {
+            self.counts.delete += 1;
+        } else {
+            self.counts.put += 1;
+        }
+        self.results.push(result);
+    }
+
+    /// A write that failed with `e`.
+    fn failed_write(&mut self, index: usize, delete: bool, e: OpError) {
+        self.counts.failed += 1;
+        self.write(index, delete, OpResult::Err(e));
+    }
+}
+
+/// How one operation of an apply step went.
+enum OpStep {
+    /// Answered; the step goes on with the next operation.
+    Done,
+    /// No room in the WAL buffer or the tier; nothing was applied. The
+    /// step stops and the operation runs again, on the same state, once
+    /// there is room.
+    Wait,
+}
+
+/// What an update's outcome writes: the value and its expiry, or a delete
+/// (also when the expiry has already passed), or nothing.
+fn update_write(
+    write: &UpdateWrite,
+    current_value: Option<bytes::Bytes>,
+    current_expiry: Option<u64>,
+    now: u64,
+) -> (UpdateWrite, Option<u64>) {
+    let (write, expiry) = match write {
+        UpdateWrite::Keep => (UpdateWrite::Keep, None),
+        UpdateWrite::Put(v) => (UpdateWrite::Put(v.clone()), current_expiry),
+        UpdateWrite::PutExpiring(v, at) => (UpdateWrite::Put(v.clone()), *at),
+        UpdateWrite::SetExpiry(at) => match current_value {
+            Some(v) => (UpdateWrite::Put(v), *at),
+            None => (UpdateWrite::Keep, None),
+        },
+        UpdateWrite::Delete => (UpdateWrite::Delete, None),
+    };
+    match write {
+        // An expiry time already passed: the key goes.
+        UpdateWrite::Put(_) if expiry.is_some_and(|at| at <= now) => (UpdateWrite::Delete, expiry),
+        w => (w, expiry),
+    }
+}
+
 impl ShardCore {
     pub(crate) fn new(
         settings: CoreSettings,
@@ -249,16 +317,10 @@ impl ShardCore {
 
     /// Applies as many of `ops` as fit in the WAL buffer now. Returns
     /// whether all were applied (false: wait for buffer space).
-    #[allow(clippy::too_many_arguments)]
     fn apply_some(
         &self,
         ops: &mut std::iter::Peekable<std::vec::IntoIter<Op>>,
-        results: &mut Vec<OpResult>,
-        writes: &mut WriteSet,
-        had_write: &mut bool,
-        counts: &mut Counts,
-        read_left: &mut usize,
-        cold: &mut Vec<ColdGet>,
+        out: &mut BatchOut,
     ) -> bool {
         let shard = self.settings.shard;
         let mut st = self.state.borrow_mut();
@@ -272,267 +334,269 @@ impl ShardCore {
             let Some(op) = ops.peek() else {
                 break true;
             };
-            let index = results.len();
-            match op {
-                Op::Get { .. } => {
-                    // A run of consecutive GETs goes to the tier in one
-                    // call, so it can overlap their memory accesses. No
-                    // write sits inside the run, so each GET still sees
-                    // every write before it in the batch, and none after.
-                    let mut keys = Vec::new();
-                    while let Some(Op::Get { key }) = ops.next_if(|op| matches!(op, Op::Get { .. }))
-                    {
-                        keys.push(key);
-                    }
-                    let hashes: Vec<u64> = keys
-                        .iter()
-                        .map(|key| st.table_hasher.hash_key(key))
-                        .collect();
-                    counts.get += keys.len() as u64;
-                    // Values are copied only while the batch's read
-                    // budget lasts; later GETs are answered
-                    // `ReadLimitReached` without a copy. Keys whose
-                    // records must come from a device are answered once
-                    // `apply` has read them (placeholders until then).
-                    let mut found = Vec::with_capacity(keys.len());
-                    let cold_from = cold.len();
-                    let answered = st
-                        .tier
-                        .get_many_split(&hashes, &keys, &mut found, read_left, cold);
-                    for g in &mut cold[cold_from..] {
-                        g.index += index;
-                    }
-                    assert_eq!(found.len(), answered, "one answer per GET answered");
-                    let unreadable = st.tier.take_read_errors();
-                    let found =
-                        found.into_iter().enumerate().map(|(i, v)| {
-                            match unreadable_error(&unreadable, &keys[i], v.is_none(), shard) {
-                                Some(e) => Some(Err(e)),
-                                None => v.map(Ok),
-                            }
-                        });
-                    let max = self.settings.read_bytes_max;
-                    let values = found.chain(
-                        (answered..keys.len())
-                            .map(|_| Some(Err(OpError::ReadLimitReached { shard, max }))),
-                    );
-                    for (offset, value) in values.into_iter().enumerate() {
-                        writes.mark(index + offset, false);
-                        results.push(match value {
-                            Some(Ok(v)) => OpResult::Value(v),
-                            Some(Err(e)) => {
-                                counts.failed += 1;
-                                OpResult::Err(e)
-                            }
-                            None => OpResult::NotFound,
-                        });
-                    }
-                    // The run is consumed already.
-                    continue;
+            if matches!(op, Op::Get { .. }) {
+                // The run is consumed by the call.
+                self.apply_gets(st, ops, out);
+                continue;
+            }
+            let index = out.results.len();
+            let next = match op {
+                Op::Get { .. } => unreachable!("GET runs are applied above"),
+                _ if self.wal.is_poisoned() => {
+                    let delete = matches!(op, Op::Delete { .. });
+                    out.failed_write(index, delete, OpError::Poisoned { shard });
+                    OpStep::Done
                 }
-                Op::Put { .. } | Op::Delete { .. } | Op::Update { .. } | Op::UpdateTtl { .. }
-                    if self.wal.is_poisoned() =>
-                {
-                    writes.mark(index, true);
-                    *had_write = true;
-                    match op {
-                        Op::Put { .. } | Op::Update { .. } | Op::UpdateTtl { .. } => {
-                            counts.put += 1
-                        }
-                        _ => counts.delete += 1,
-                    }
-                    counts.failed += 1;
-                    results.push(OpResult::Err(OpError::Poisoned { shard }));
-                }
-                Op::Put { key, .. }
-                | Op::Delete { key }
-                | Op::Update { key, .. }
-                | Op::UpdateTtl { key, .. }
-                    if self.txn.is_locked(key) =>
-                {
+                _ if self.txn.is_locked(op.key()) => {
                     // A transaction holds the key: refusing keeps both
                     // updates (the caller retries after the commit). A
                     // read-modify-write is refused too: applied now, it
                     // would be overwritten by the transaction's commit.
-                    counts.failed += 1;
-                    results.push(OpResult::Err(OpError::Locked { shard }));
+                    out.counts.failed += 1;
+                    out.results.push(OpResult::Err(OpError::Locked { shard }));
+                    OpStep::Done
                 }
-                Op::Put { key, value } => {
-                    let hash = st.table_hasher.hash_key(key);
-                    assert!(
-                        record_size(key.len(), value.len()) <= self.settings.max_record_bytes,
-                        "limits are checked before the shard"
-                    );
-                    // Too many settling reads open: the put waits for
-                    // some to finish rather than read on the shard thread.
-                    if !st.tier.write_room()
-                        || !self.log_record(&mut step, RecordKind::Put, key, value, None)
-                    {
-                        break false;
-                    }
-                    st.tier.put(hash, key, value);
-                    st.write_marks.bump(hash);
-                    writes.mark(index, true);
-                    *had_write = true;
-                    counts.put += 1;
-                    results.push(OpResult::Ok);
-                }
+                Op::Put { key, value } => self.apply_put(st, &mut step, index, key, value, out),
                 Op::Update { .. } | Op::UpdateTtl { .. } => {
-                    let key = op.key();
-                    let hash = st.table_hasher.hash_key(key);
-                    let current = st.tier.get_expiring(hash, key);
-                    let unreadable = st.tier.take_read_errors();
-                    if let Some(e) = unreadable_error(&unreadable, key, current.is_none(), shard) {
-                        // The current value is unknown: nothing is written.
-                        writes.mark(index, true);
-                        *had_write = true;
-                        counts.put += 1;
-                        counts.failed += 1;
-                        results.push(OpResult::Err(e));
-                        ops.next();
-                        continue;
-                    }
-                    let current_expiry = current.as_ref().and_then(|c| c.1);
-                    let current_value = current.as_ref().map(|c| c.0.clone());
-                    let outcome: UpdateOutcome = match op {
-                        Op::Update { update, .. } => {
-                            (update.apply)(current_value.clone(), &update.arg, update.number)
-                        }
-                        Op::UpdateTtl { update, .. } => {
-                            (update.apply)(current, now, &update.arg, update.number)
-                        }
-                        _ => unreachable!("matched above"),
-                    };
-                    // What to write: (value, expiry), or delete the key.
-                    let (write, expiry) = match &outcome.write {
-                        UpdateWrite::Keep => (UpdateWrite::Keep, None),
-                        UpdateWrite::Put(v) => (UpdateWrite::Put(v.clone()), current_expiry),
-                        UpdateWrite::PutExpiring(v, at) => (UpdateWrite::Put(v.clone()), *at),
-                        UpdateWrite::SetExpiry(at) => match current_value {
-                            Some(v) => (UpdateWrite::Put(v), *at),
-                            None => (UpdateWrite::Keep, None),
-                        },
-                        UpdateWrite::Delete => (UpdateWrite::Delete, None),
-                    };
-                    let write = match write {
-                        // An expiry time already passed: the key goes.
-                        UpdateWrite::Put(_) if expiry.is_some_and(|at| at <= now) => {
-                            UpdateWrite::Delete
-                        }
-                        w => w,
-                    };
-                    let (kind, value) = match &write {
-                        UpdateWrite::Keep
-                        | UpdateWrite::PutExpiring(..)
-                        | UpdateWrite::SetExpiry(_) => (None, None),
-                        UpdateWrite::Put(v) if v.len() > self.settings.value_bytes_max => {
-                            writes.mark(index, true);
-                            *had_write = true;
-                            counts.put += 1;
-                            counts.failed += 1;
-                            results.push(OpResult::Err(OpError::ValueTooLarge {
-                                len: v.len(),
-                                max: self.settings.value_bytes_max,
-                            }));
-                            ops.next();
-                            continue;
-                        }
-                        UpdateWrite::Put(v) => (Some(RecordKind::Put), Some(v)),
-                        // An expired entry is deleted (and logged) too.
-                        UpdateWrite::Delete if st.tier.contains_any(hash, key) => {
-                            (Some(RecordKind::Delete), None)
-                        }
-                        UpdateWrite::Delete => (None, None),
-                    };
-                    let expiry = if kind == Some(RecordKind::Put) {
-                        expiry
-                    } else {
-                        None
-                    };
-                    if let Some(kind) = kind {
-                        let payload: &[u8] = value.map_or(b"", |v| v);
-                        if !self.log_record(&mut step, kind, key, payload, expiry) {
-                            // Nothing was applied: the update runs again,
-                            // on the same state, once there is room.
-                            break false;
-                        }
-                    }
-                    if kind.is_some() {
-                        st.write_marks.bump(hash);
-                    }
-                    match (kind, value) {
-                        (Some(RecordKind::Put), Some(v)) => {
-                            st.tier.put_expiring(hash, key, v, expiry);
-                        }
-                        (Some(_), _) => {
-                            if !st.tier.contains(hash, key) {
-                                counts.expired += 1;
-                            }
-                            st.tier.delete_blind(hash, key);
-                        }
-                        (None, _) => {}
-                    }
-                    writes.mark(index, true);
-                    *had_write = true;
-                    counts.put += 1;
-                    results.push(OpResult::Updated(outcome.answer));
+                    self.apply_update(st, &mut step, now, index, op, out)
                 }
-                Op::Delete { key } => {
-                    let hash = st.table_hasher.hash_key(key);
-                    // An expired entry is deleted (and logged) like a live
-                    // one, but answers NotFound, as Redis's DEL does. When
-                    // only a device read can tell whether the key is there
-                    // (hybrid tier), the delete is logged and applied now
-                    // without it, and the answer waits for the read, like a
-                    // cold GET's.
-                    // Past the tier's bounds with its settling reads all
-                    // open, the delete would read on the shard thread:
-                    // it waits for room instead.
-                    if !st.tier.write_room() {
-                        break false;
-                    }
-                    let lookup = st.tier.delete_lookup(hash, key);
-                    let live = matches!(lookup, DeleteLookup::Live);
-                    let any = !matches!(lookup, DeleteLookup::Absent);
-                    let unreadable = st.tier.take_read_errors();
-                    if let Some(e) = unreadable_error(&unreadable, key, !any, shard) {
-                        writes.mark(index, true);
-                        *had_write = true;
-                        counts.delete += 1;
-                        counts.failed += 1;
-                        results.push(OpResult::Err(e));
-                        ops.next();
-                        continue;
-                    }
-                    if any {
-                        if !self.log_record(&mut step, RecordKind::Delete, key, b"", None) {
-                            break false;
-                        }
-                        st.tier.delete_blind(hash, key);
-                        st.write_marks.bump(hash);
-                        if let DeleteLookup::Cold(mut g) = lookup {
-                            g.index = index;
-                            cold.push(g);
-                            // A placeholder until the read answers.
-                            results.push(OpResult::NotFound);
-                        } else if live {
-                            results.push(OpResult::Ok);
-                        } else {
-                            counts.expired += 1;
-                            results.push(OpResult::NotFound);
-                        }
-                    } else {
-                        // Nothing to log, but in sync mode the answer still
-                        // waits for everything logged before it.
-                        results.push(OpResult::NotFound);
-                    }
-                    writes.mark(index, true);
-                    *had_write = true;
-                    counts.delete += 1;
+                Op::Delete { key } => self.apply_delete(st, &mut step, index, key, out),
+            };
+            match next {
+                OpStep::Done => {
+                    ops.next();
                 }
+                OpStep::Wait => break false,
             }
-            ops.next();
         };
+        self.finish_step(st, &step, done, &mut out.counts);
+        done
+    }
+
+    /// A run of consecutive GETs, in one call to the tier so it can overlap
+    /// their memory accesses. No write sits inside the run, so each GET
+    /// still sees every write before it in the batch, and none after.
+    fn apply_gets(
+        &self,
+        st: &mut CoreState,
+        ops: &mut std::iter::Peekable<std::vec::IntoIter<Op>>,
+        out: &mut BatchOut,
+    ) {
+        let shard = self.settings.shard;
+        let index = out.results.len();
+        let mut keys = Vec::new();
+        while let Some(Op::Get { key }) = ops.next_if(|op| matches!(op, Op::Get { .. })) {
+            keys.push(key);
+        }
+        let hashes: Vec<u64> = keys
+            .iter()
+            .map(|key| st.table_hasher.hash_key(key))
+            .collect();
+        out.counts.get += keys.len() as u64;
+        // Values are copied only while the batch's read budget lasts; later
+        // GETs are answered `ReadLimitReached` without a copy. Keys whose
+        // records must come from a device are answered once `apply` has
+        // read them (placeholders until then).
+        let mut found = Vec::with_capacity(keys.len());
+        let cold_from = out.cold.len();
+        let answered = st.tier.get_many_split(
+            &hashes,
+            &keys,
+            &mut found,
+            &mut out.read_left,
+            &mut out.cold,
+        );
+        for g in &mut out.cold[cold_from..] {
+            g.index += index;
+        }
+        assert_eq!(found.len(), answered, "one answer per GET answered");
+        let unreadable = st.tier.take_read_errors();
+        let found = found.into_iter().enumerate().map(|(i, v)| {
+            match unreadable_error(&unreadable, &keys[i], v.is_none(), shard) {
+                Some(e) => Some(Err(e)),
+                None => v.map(Ok),
+            }
+        });
+        let max = self.settings.read_bytes_max;
+        let values = found.chain(
+            (answered..keys.len()).map(|_| Some(Err(OpError::ReadLimitReached { shard, max }))),
+        );
+        for (offset, value) in values.into_iter().enumerate() {
+            out.writes.mark(index + offset, false);
+            out.results.push(match value {
+                Some(Ok(v)) => OpResult::Value(v),
+                Some(Err(e)) => {
+                    out.counts.failed += 1;
+                    OpResult::Err(e)
+                }
+                None => OpResult::NotFound,
+            });
+        }
+    }
+
+    fn apply_put(
+        &self,
+        st: &mut CoreState,
+        step: &mut StepLog,
+        index: usize,
+        key: &[u8],
+        value: &[u8],
+        out: &mut BatchOut,
+    ) -> OpStep {
+        let hash = st.table_hasher.hash_key(key);
+        assert!(
+            record_size(key.len(), value.len()) <= self.settings.max_record_bytes,
+            "limits are checked before the shard"
+        );
+        // Too many settling reads open: the put waits for some to finish
+        // rather than read on the shard thread.
+        if !st.tier.write_room() || !self.log_record(step, RecordKind::Put, key, value, None) {
+            return OpStep::Wait;
+        }
+        st.tier.put(hash, key, value);
+        st.write_marks.bump(hash);
+        out.write(index, false, OpResult::Ok);
+        OpStep::Done
+    }
+
+    /// A read-modify-write (`Update`, `UpdateTtl`): reads the key's value
+    /// and expiry, runs the update on them and logs and applies what it
+    /// decided.
+    fn apply_update(
+        &self,
+        st: &mut CoreState,
+        step: &mut StepLog,
+        now: u64,
+        index: usize,
+        op: &Op,
+        out: &mut BatchOut,
+    ) -> OpStep {
+        let shard = self.settings.shard;
+        let key = op.key();
+        let hash = st.table_hasher.hash_key(key);
+        let current = st.tier.get_expiring(hash, key);
+        let unreadable = st.tier.take_read_errors();
+        if let Some(e) = unreadable_error(&unreadable, key, current.is_none(), shard) {
+            // The current value is unknown: nothing is written.
+            out.failed_write(index, false, e);
+            return OpStep::Done;
+        }
+        let current_expiry = current.as_ref().and_then(|c| c.1);
+        let current_value = current.as_ref().map(|c| c.0.clone());
+        let outcome: UpdateOutcome = match op {
+            Op::Update { update, .. } => {
+                (update.apply)(current_value.clone(), &update.arg, update.number)
+            }
+            Op::UpdateTtl { update, .. } => {
+                (update.apply)(current, now, &update.arg, update.number)
+            }
+            _ => unreachable!("only updates come here"),
+        };
+        let (write, expiry) = update_write(&outcome.write, current_value, current_expiry, now);
+        let (kind, value) = match &write {
+            UpdateWrite::Keep | UpdateWrite::PutExpiring(..) | UpdateWrite::SetExpiry(_) => {
+                (None, None)
+            }
+            UpdateWrite::Put(v) if v.len() > self.settings.value_bytes_max => {
+                let max = self.settings.value_bytes_max;
+                let e = OpError::ValueTooLarge { len: v.len(), max };
+                out.failed_write(index, false, e);
+                return OpStep::Done;
+            }
+            UpdateWrite::Put(v) => (Some(RecordKind::Put), Some(v)),
+            // An expired entry is deleted (and logged) too.
+            UpdateWrite::Delete if st.tier.contains_any(hash, key) => {
+                (Some(RecordKind::Delete), None)
+            }
+            UpdateWrite::Delete => (None, None),
+        };
+        let expiry = if kind == Some(RecordKind::Put) {
+            expiry
+        } else {
+            None
+        };
+        if let Some(kind) = kind {
+            let payload: &[u8] = value.map_or(b"", |v| v);
+            if !self.log_record(step, kind, key, payload, expiry) {
+                // Nothing was applied: the update runs again, on the same
+                // state, once there is room.
+                return OpStep::Wait;
+            }
+            st.write_marks.bump(hash);
+        }
+        match (kind, value) {
+            (Some(RecordKind::Put), Some(v)) => {
+                st.tier.put_expiring(hash, key, v, expiry);
+            }
+            (Some(_), _) => {
+                if !st.tier.contains(hash, key) {
+                    out.counts.expired += 1;
+                }
+                st.tier.delete_blind(hash, key);
+            }
+            (None, _) => {}
+        }
+        out.write(index, false, OpResult::Updated(outcome.answer));
+        OpStep::Done
+    }
+
+    /// A DELETE. An expired entry is deleted (and logged) like a live one,
+    /// but answers NotFound, as Redis's DEL does. When only a device read
+    /// can tell whether the key is there (hybrid tier), the delete is
+    /// logged and applied now without it, and the answer waits for the
+    /// read, like a cold GET's.
+    fn apply_delete(
+        &self,
+        st: &mut CoreState,
+        step: &mut StepLog,
+        index: usize,
+        key: &[u8],
+        out: &mut BatchOut,
+    ) -> OpStep {
+        let shard = self.settings.shard;
+        let hash = st.table_hasher.hash_key(key);
+        // Past the tier's bounds with its settling reads all open, the
+        // delete would read on the shard thread: it waits for room instead.
+        if !st.tier.write_room() {
+            return OpStep::Wait;
+        }
+        let lookup = st.tier.delete_lookup(hash, key);
+        let live = matches!(lookup, DeleteLookup::Live);
+        let any = !matches!(lookup, DeleteLookup::Absent);
+        let unreadable = st.tier.take_read_errors();
+        if let Some(e) = unreadable_error(&unreadable, key, !any, shard) {
+            out.failed_write(index, true, e);
+            return OpStep::Done;
+        }
+        if !any {
+            // Nothing to log, but in sync mode the answer still waits for
+            // everything logged before it.
+            out.write(index, true, OpResult::NotFound);
+            return OpStep::Done;
+        }
+        if !self.log_record(step, RecordKind::Delete, key, b"", None) {
+            return OpStep::Wait;
+        }
+        st.tier.delete_blind(hash, key);
+        st.write_marks.bump(hash);
+        let answer = if let DeleteLookup::Cold(mut g) = lookup {
+            g.index = index;
+            out.cold.push(g);
+            // A placeholder until the read answers.
+            OpResult::NotFound
+        } else if live {
+            OpResult::Ok
+        } else {
+            out.counts.expired += 1;
+            OpResult::NotFound
+        };
+        out.write(index, true, answer);
+        OpStep::Done
+    }
+
+    /// The end of an apply step: the LSN and the gauges the step moved,
+    /// and the flusher and the settling task woken.
+    fn finish_step(&self, st: &mut CoreState, step: &StepLog, done: bool, counts: &mut Counts) {
         counts.records += step.records;
         if step.records > 0 {
             st.plain_write_lsn = self.wal.last_lsn();
@@ -551,7 +615,6 @@ impl ShardCore {
         if st.tier.settles_waiting() {
             self.settle_wanted.notify();
         }
-        done
     }
 
     /// Logs one record of an apply step through the WAL state, counting it
@@ -608,30 +671,32 @@ impl ShardCore {
     /// the reads to a task of their own, so a batch that waits for the
     /// device does not hold up the batches behind it.
     pub(crate) async fn apply_in_order(&self, ops: Vec<Op>) -> (Applied, Vec<ColdGet>) {
-        let mut results = Vec::with_capacity(ops.len());
-        let mut writes = WriteSet::None;
-        let mut had_write = false;
-        let mut counts = Counts::default();
-        let mut read_left = self.settings.read_bytes_max;
-        let mut cold = Vec::new();
+        let mut out = BatchOut {
+            results: Vec::with_capacity(ops.len()),
+            writes: WriteSet::None,
+            had_write: false,
+            counts: Counts::default(),
+            read_left: self.settings.read_bytes_max,
+            cold: Vec::new(),
+        };
         let mut ops = ops.into_iter().peekable();
         loop {
             let space = self.wal.space_freed.notified();
-            let all = self.apply_some(
-                &mut ops,
-                &mut results,
-                &mut writes,
-                &mut had_write,
-                &mut counts,
-                &mut read_left,
-                &mut cold,
-            );
+            let all = self.apply_some(&mut ops, &mut out);
             self.check_tier_fault();
             if all {
                 break;
             }
             space.await;
         }
+        let BatchOut {
+            results,
+            writes,
+            had_write,
+            counts,
+            cold,
+            ..
+        } = out;
         let s = &self.stats;
         s.ops_get.fetch_add(counts.get, Relaxed);
         s.ops_put.fetch_add(counts.put, Relaxed);

@@ -16,13 +16,18 @@ use crate::metrics::ShardStats;
 use crate::shard::checkpoint::{checkpoint, run_checkpointer, CheckpointSettings};
 use crate::shard::core::{CommitClock, CoreSettings, ShardCore};
 use crate::shard::router::{clear_local, set_local, Control, ShardMsg};
-use crate::tier::{HybridSettings, HybridTier, MemoryTier, Tier as TierStore};
+use crate::snapshot::SnapshotFile;
+use crate::tier::{HybridSettings, Tier as TierStore, TierConfig};
+use crate::txn::record::HeldPart;
 use crate::wal::flusher::{run_flusher, run_segment_creator, FlusherSettings};
-use crate::wal::recovery::{recover_into, RecoveryConfig};
+use crate::wal::head::HeadState;
+use crate::wal::recovery::{recover_into, Recovered, RecoveryConfig, TierFactory};
+use crate::wal::segment::LiveSegment;
 use crate::wal::writer::{SegmentFiles, WalAppender};
 use futures::FutureExt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -161,6 +166,52 @@ pub(crate) fn run<D: Disk>(start: ShardStart<D>) {
     while inbox.try_recv().is_ok() {}
 }
 
+/// Until a shard has reported its transaction parts to the recovery
+/// exchange, its failure (an error or a panic) must release the other
+/// shards waiting there.
+struct ExchangeGuard(Option<Arc<crate::txn::recovery::Exchange>>);
+
+impl Drop for ExchangeGuard {
+    fn drop(&mut self) {
+        if let Some(x) = self.0.take() {
+            x.fail();
+        }
+    }
+}
+
+/// What recovery leaves for the WAL tasks (absent in `none` durability).
+struct WalStart {
+    /// Segments with records, oldest first.
+    live: Vec<LiveSegment>,
+    /// The segment new writes go to, and whether it exists.
+    next_segment: (u64, bool),
+    /// Whether that segment was recycled.
+    next_recycled: bool,
+    /// Unused segments kept for recycling.
+    spares: Vec<PathBuf>,
+    /// Valid snapshots kept, oldest first.
+    snapshots: Vec<SnapshotFile>,
+    /// The head as read, and the head recovery found true.
+    head: (Option<HeadState>, HeadState),
+    /// WAL bytes written for the records replayed after the snapshot.
+    replayed_bytes: u64,
+    /// Records replayed after the snapshot.
+    replayed_records: u64,
+}
+
+/// A shard's state after recovery, before its core is built.
+struct Restored {
+    tier: Box<dyn TierStore>,
+    last_lsn: u64,
+    wal: Option<WalStart>,
+    /// Multi-shard transaction parts recovery found complete and applied;
+    /// their keys stay locked until every shard has them.
+    held: Vec<HeldPart>,
+    /// The oldest snapshot a recovery may load (not the full snapshot a
+    /// kept chain starts from); 0 with no snapshot.
+    floor: u64,
+}
+
 async fn shard_main<D: Disk>(start: ShardStart<D>) {
     let ShardStart {
         engine_id,
@@ -179,17 +230,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         ready,
         ..
     } = start;
-    // Until this shard has reported its transaction parts, its failure
-    // (error or panic) must release the other shards from the exchange.
-    struct ExchangeGuard(Option<Arc<crate::txn::recovery::Exchange>>);
-    impl Drop for ExchangeGuard {
-        fn drop(&mut self) {
-            if let Some(x) = self.0.take() {
-                x.fail();
-            }
-        }
-    }
-    let mut exchange_guard = ExchangeGuard(Some(exchange.clone()));
+    let mut exchange_guard = ExchangeGuard(Some(exchange));
     let fail = |e: EngineError| {
         let _ = ready.send((
             shard,
@@ -201,152 +242,80 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
     };
 
     // 0. The tier: recovery loads a checkpoint into tiers made here.
-    let hybrid = match (settings.tier, &value_disk) {
-        (Tier::Memory, _) => None,
-        (Tier::Hybrid, Some(value_disk)) => Some((
-            value_disk.clone(),
-            HybridSettings {
-                shard: shard as u32,
-                dir: paths.values_dir.clone(),
-                segment_bytes: settings.value_segment_bytes,
-                index_keys: settings.index_keys,
-                cache_bytes: settings.cache_bytes,
-                gc_garbage_percent: settings.gc_garbage_percent,
-                read_latency_us: stats.cold_read_latency_us.clone(),
-            },
-        )),
-        (Tier::Hybrid, None) => {
-            fail(EngineError::Config {
-                reason: "storage.tier = \"hybrid\" needs a value device (and a WAL)".into(),
-            });
-            return;
-        }
+    let tier_config = match tier_config(shard, &settings, value_disk, &paths, &stats) {
+        Ok(t) => t,
+        Err(e) => return fail(e),
     };
-    if let Some((disk, s)) = &hybrid {
-        if let Err(source) = disk.create_dir_all(&s.dir) {
-            fail(EngineError::Io {
-                op: "create the value segment directory",
-                path: s.dir.clone(),
-                source,
-            });
-            return;
-        }
-    }
-    let hasher = settings.table_hasher;
-    let make_tier = |hint: Option<u64>| -> Box<dyn TierStore> {
-        match &hybrid {
-            None => Box::new(match hint {
-                Some(entries) => MemoryTier::with_capacity_and_hasher(entries, hasher),
-                None => MemoryTier::with_hasher(hasher),
-            }),
-            Some((disk, s)) => Box::new(
-                HybridTier::in_existing_dir(disk.clone(), s.clone()).with_table_hasher(hasher),
-            ),
-        }
-    };
+    let make_tier = |hint: Option<u64>| tier_config.build(hint, settings.table_hasher);
 
     // 1. Recovery.
-    let (tier, last_lsn, wal_start, replayed, held, floor) = match &disk {
-        None => (make_tier(None), 0, None, (0, 0), Vec::new(), 0),
+    let restored = match &disk {
+        None => Restored {
+            tier: make_tier(None),
+            last_lsn: 0,
+            wal: None,
+            held: Vec::new(),
+            floor: 0,
+        },
         Some(disk) => {
-            let cfg = RecoveryConfig {
-                shard: shard as u32,
-                segment_bytes: settings.segment_bytes,
+            let recovered = RecoveryParts {
+                shard,
+                settings: &settings,
+                stats: &stats,
+                clock: &clock,
+                txn_stats: &txn_stats,
             };
-            match recover_into(disk, &paths, cfg, &make_tier).await {
-                Ok(r) => {
-                    clock.observe(r.max_commit_version);
-                    stats
-                        .recovery_duration_us
-                        .store(r.duration.as_micros() as u64, Relaxed);
-                    stats
-                        .recovery_bytes_replayed
-                        .store(r.bytes_replayed, Relaxed);
-                    stats
-                        .recovery_records_replayed
-                        .store(r.records_replayed, Relaxed);
-                    stats
-                        .recovery_snapshot_entries
-                        .store(r.snapshot_entries, Relaxed);
-                    stats
-                        .checkpoint_last_lsn
-                        .store(r.snapshots.last().map_or(0, |s| s.lsn), Relaxed);
-                    tracing::info!(
-                        shard,
-                        duration_ms = r.duration.as_millis() as u64,
-                        snapshot_entries = r.snapshot_entries,
-                        records_replayed = r.records_replayed,
-                        bytes_replayed = r.bytes_replayed,
-                        bytes_read = r.bytes_read,
-                        last_lsn = r.last_lsn,
-                        cases = ?r.cases,
-                        "shard recovered"
-                    );
-                    let wal_start = (
-                        r.live_segments,
-                        (
-                            (r.next_segment_seq, r.next_segment_ready),
-                            r.next_segment_recycled,
-                            r.spares,
-                        ),
-                        r.snapshots,
-                        (r.head, r.head_found),
-                    );
-                    let replayed = (r.wal_bytes_after_snapshot, r.records_replayed);
-                    // The oldest snapshot a recovery may load (not the
-                    // full snapshot a kept chain starts from).
-                    let floor = if wal_start.2.is_empty() {
-                        0
-                    } else {
-                        crate::snapshot::fallback_lsn(&wal_start.2)
-                    };
-                    // The exchange: every shard reports the multi-shard parts
-                    // in its log; a part applies only if all of its
-                    // transaction's parts are somewhere.
-                    let Some(decision) = exchange.report(shard as u16, &r.txn.seen) else {
-                        exchange_guard.0 = None;
-                        fail(EngineError::Config {
-                            reason: "another shard failed to recover".into(),
-                        });
-                        return;
-                    };
-                    exchange_guard.0 = None;
-                    let mut tier = r.tier;
-                    let (applied, dropped) = r.txn.finish(&decision.complete, &mut *tier);
-                    tier.recovery_done();
-                    txn_stats
-                        .recovered_parts_applied
-                        .fetch_add(applied, Relaxed);
-                    txn_stats
-                        .recovered_parts_dropped
-                        .fetch_add(dropped, Relaxed);
-                    if applied + dropped > 0 {
-                        tracing::info!(
-                            shard,
-                            applied,
-                            dropped,
-                            "multi-shard transaction parts recovered"
-                        );
-                    }
-                    let held = decision.held_on(shard as u16);
-                    (tier, r.last_lsn, Some(wal_start), replayed, held, floor)
-                }
-                Err(e) => {
-                    fail(e);
-                    return;
-                }
+            match recovered
+                .restore(disk, &paths, &make_tier, &mut exchange_guard)
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => return fail(e),
             }
         }
     };
 
     // 2. The core, and the WAL tasks.
-    let appender = wal_start.as_ref().map(|(_, ((next_seq, _), _, _), _, _)| {
+    let txn = |held| crate::shard::txn::TxnShard::new(shard, txn_floors, txn_stats, held);
+    let (core, wal) = build_core(shard, &settings, stats, clock, restored, txn);
+    exchange_guard.0 = None;
+    if let (Some(disk), Some(wal)) = (disk, wal) {
+        if let Err(e) = start_wal(&core, disk, &paths, &settings, wal).await {
+            return fail(e);
+        }
+    }
+    spawn_background(&core, &settings);
+    set_local(engine_id, shard, core.clone());
+    compio::runtime::spawn(async move {
+        while let Ok(Control::Spawn(f)) = control.recv_async().await {
+            compio::runtime::spawn(f()).detach();
+        }
+    })
+    .detach();
+    let _ = ready.send((shard, Ok(())));
+
+    // 3. Serve the inbox.
+    serve(&core, &inbox, settings.durability, shard).await;
+}
+
+/// The shard's core over its recovered state (a WAL appender when the
+/// shard has a WAL; `txn` makes the transaction side from the parts
+/// recovery holds), and what the WAL tasks start from.
+fn build_core(
+    shard: usize,
+    settings: &ShardSettings,
+    stats: Arc<ShardStats>,
+    clock: Arc<CommitClock>,
+    restored: Restored,
+    txn: impl FnOnce(Vec<HeldPart>) -> crate::shard::txn::TxnShard,
+) -> (Rc<ShardCore>, Option<WalStart>) {
+    let appender = restored.wal.as_ref().map(|w| {
         WalAppender::new(
             shard as u32,
             settings.segment_bytes,
             settings.group_commit_max_bytes,
             settings.max_record_bytes,
-            *next_seq,
+            w.next_segment.0,
         )
     });
     let core = Rc::new(ShardCore::new(
@@ -358,137 +327,318 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             value_bytes_max: settings.value_bytes_max,
             read_bytes_max: settings.read_bytes_max,
         },
-        tier,
-        last_lsn,
+        restored.tier,
+        restored.last_lsn,
         appender,
-        stats.clone(),
+        stats,
         clock,
-        crate::shard::txn::TxnShard::new(shard, txn_floors, txn_stats, held),
+        txn(restored.held),
     ));
-    core.txn.publish_floor(floor);
-    exchange_guard.0 = None;
-    if let (Some(disk), Some((live, (next_seq, next_recycled, spares), mut snapshots, head))) =
-        (disk, wal_start)
-    {
-        let files = match SegmentFiles::open(
-            disk.clone(),
-            paths.clone(),
-            settings.segment_bytes,
-            live,
-            next_seq,
-            next_recycled,
-            spares,
-            head,
-        )
-        .await
-        {
-            Ok(f) => Rc::new(f),
-            Err(e) => {
-                fail(e.into());
-                return;
-            }
+    core.txn.publish_floor(restored.floor);
+    (core, restored.wal)
+}
+
+/// How this shard builds its tier (`storage.tier`), with what the tier
+/// needs on disk made.
+fn tier_config<D: Disk>(
+    shard: usize,
+    settings: &ShardSettings,
+    value_disk: Option<D>,
+    paths: &ShardPaths,
+    stats: &ShardStats,
+) -> Result<TierConfig<D>, EngineError> {
+    let config = match (settings.tier, value_disk) {
+        (Tier::Memory, _) => TierConfig::Memory,
+        (Tier::Hybrid, Some(disk)) => TierConfig::Hybrid {
+            disk,
+            settings: HybridSettings {
+                shard: shard as u32,
+                dir: paths.values_dir.clone(),
+                segment_bytes: settings.value_segment_bytes,
+                index_keys: settings.index_keys,
+                cache_bytes: settings.cache_bytes,
+                gc_garbage_percent: settings.gc_garbage_percent,
+                read_latency_us: stats.cold_read_latency_us.clone(),
+            },
+        },
+        (Tier::Hybrid, None) => {
+            return Err(EngineError::Config {
+                reason: "storage.tier = \"hybrid\" needs a value device (and a WAL)".into(),
+            })
+        }
+    };
+    config.prepare().map_err(|source| EngineError::Io {
+        op: "create the value segment directory",
+        path: paths.values_dir.clone(),
+        source,
+    })?;
+    Ok(config)
+}
+
+/// What recovering a shard with a WAL reads and reports to.
+struct RecoveryParts<'a> {
+    shard: usize,
+    settings: &'a ShardSettings,
+    stats: &'a ShardStats,
+    clock: &'a CommitClock,
+    txn_stats: &'a crate::metrics::TxnStats,
+}
+
+impl RecoveryParts<'_> {
+    /// Recovers the shard's tier and WAL state, then settles its
+    /// multi-shard transaction parts with the other shards.
+    async fn restore<D: Disk>(
+        &self,
+        disk: &D,
+        paths: &ShardPaths,
+        make_tier: &TierFactory<'_>,
+        exchange_guard: &mut ExchangeGuard,
+    ) -> Result<Restored, EngineError> {
+        let shard = self.shard;
+        let cfg = RecoveryConfig {
+            shard: shard as u32,
+            segment_bytes: self.settings.segment_bytes,
         };
-        spawn_critical(
-            "wal-flusher",
-            shard,
-            run_flusher(
-                core.wal.clone(),
-                files.clone(),
-                FlusherSettings {
-                    durability: settings.durability,
-                    group_commit_max_delay: settings.group_commit_max_delay,
-                    flush_interval: settings.flush_interval,
-                },
-            ),
-        );
-        // The WAL replayed counts toward the next checkpoint, whatever the
-        // restart pattern; after a replay of a whole threshold or more, the
-        // checkpoint runs now, before the shard reports ready.
-        // The first checkpoint is a full one: due once the WAL has grown by
-        // the size of the full snapshot recovery loaded.
-        core.wal
-            .set_checkpoint_threshold(crate::snapshot::full_bytes(&snapshots));
-        core.wal.carry_over(replayed.0, replayed.1);
-        // The first checkpoint of a process is a full one (the tier's
-        // change marks are not relative to any snapshot yet).
-        let mut marks_valid = false;
-        if replayed.0 > 0 && replayed.0 >= core.wal.checkpoint_threshold() {
-            let started = std::time::Instant::now();
-            match checkpoint(&core, &files, &disk, &paths, &mut snapshots, None).await {
-                Ok(written) => {
-                    marks_valid = written.is_some();
-                    tracing::info!(
-                        shard,
-                        bytes_replayed = replayed.0,
-                        duration_ms = started.elapsed().as_millis() as u64,
-                        "checkpoint after a long replay written before serving"
-                    );
-                }
-                Err(e) => {
-                    // Not fatal (e.g. a full disk): serve, and let the
-                    // checkpointer retry.
-                    core.wal.carry_over(replayed.0, replayed.1);
-                    stats.checkpoint_failures.fetch_add(1, Relaxed);
-                    tracing::warn!(shard, error = %e,
-                        "checkpoint after recovery failed; serving anyway, the checkpointer retries");
-                }
-            }
+        let r = recover_into(disk, paths, cfg, make_tier).await?;
+        self.clock.observe(r.max_commit_version);
+        self.report(&r);
+        let floor = if r.snapshots.is_empty() {
+            0
+        } else {
+            crate::snapshot::fallback_lsn(&r.snapshots)
+        };
+        // The exchange: every shard reports the multi-shard parts in its
+        // log; a part applies only if all of its transaction's parts are
+        // somewhere.
+        let exchange = exchange_guard
+            .0
+            .take()
+            .expect("the exchange is reported once");
+        let Some(decision) = exchange.report(shard as u16, &r.txn.seen) else {
+            return Err(EngineError::Config {
+                reason: "another shard failed to recover".into(),
+            });
+        };
+        let mut tier = r.tier;
+        let (applied, dropped) = r.txn.finish(&decision.complete, &mut *tier);
+        tier.recovery_done();
+        self.txn_stats
+            .recovered_parts_applied
+            .fetch_add(applied, Relaxed);
+        self.txn_stats
+            .recovered_parts_dropped
+            .fetch_add(dropped, Relaxed);
+        if applied + dropped > 0 {
+            tracing::info!(
+                shard,
+                applied,
+                dropped,
+                "multi-shard transaction parts recovered"
+            );
         }
-        // Prepare, before reporting ready, the segment new writes go to and
-        // one spare after it (recycled from the pool when possible, else
-        // zero-filled), so the first writes neither wait for a zero-fill
-        // nor share the device with one. Then wait until the device has
-        // paid for that I/O (a throttled profile admits the read only
-        // then). Failures are not fatal: a nearly full disk still starts.
-        let open_seq = core.wal.open_segment_seq();
-        let mut made_any = false;
-        for seq in [open_seq, open_seq + 1] {
-            if seq > open_seq && !files.has_segment(open_seq) {
-                break;
-            }
-            if let Some(recycled) = files.make(seq).await {
-                made_any = true;
-                let counter = if recycled {
-                    &stats.segments_recycled
-                } else {
-                    &stats.segments_created
-                };
-                counter.fetch_add(1, Relaxed);
-            }
-        }
-        if made_any {
-            files.settle(open_seq + 1).await;
-            files.settle(open_seq).await;
-        }
-        spawn_critical(
-            "segment-creator",
-            shard,
-            run_segment_creator(core.wal.clone(), files.clone()),
-        );
-        spawn_critical(
-            "checkpointer",
-            shard,
-            run_checkpointer(
-                core.clone(),
-                files,
-                disk,
-                paths.clone(),
-                CheckpointSettings {
-                    wal_bytes: settings.checkpoint_wal_bytes,
-                    interval: settings.checkpoint_interval,
-                    deltas_max: settings.checkpoint_deltas_max,
-                },
-                snapshots,
-                marks_valid,
-            ),
+        Ok(Restored {
+            tier,
+            last_lsn: r.last_lsn,
+            wal: Some(WalStart {
+                live: r.live_segments,
+                next_segment: (r.next_segment_seq, r.next_segment_ready),
+                next_recycled: r.next_segment_recycled,
+                spares: r.spares,
+                snapshots: r.snapshots,
+                head: (r.head, r.head_found),
+                replayed_bytes: r.wal_bytes_after_snapshot,
+                replayed_records: r.records_replayed,
+            }),
+            held: decision.held_on(shard as u16),
+            floor,
+        })
+    }
+
+    /// Recovery's figures into the shard's stats and the log.
+    fn report(&self, r: &Recovered) {
+        let stats = self.stats;
+        stats
+            .recovery_duration_us
+            .store(r.duration.as_micros() as u64, Relaxed);
+        stats
+            .recovery_bytes_replayed
+            .store(r.bytes_replayed, Relaxed);
+        stats
+            .recovery_records_replayed
+            .store(r.records_replayed, Relaxed);
+        stats
+            .recovery_snapshot_entries
+            .store(r.snapshot_entries, Relaxed);
+        stats
+            .checkpoint_last_lsn
+            .store(r.snapshots.last().map_or(0, |s| s.lsn), Relaxed);
+        tracing::info!(
+            shard = self.shard,
+            duration_ms = r.duration.as_millis() as u64,
+            snapshot_entries = r.snapshot_entries,
+            records_replayed = r.records_replayed,
+            bytes_replayed = r.bytes_replayed,
+            bytes_read = r.bytes_read,
+            last_lsn = r.last_lsn,
+            cases = ?r.cases,
+            "shard recovered"
         );
     }
-    if hybrid.is_some() {
+}
+
+/// Opens the segment files and starts the WAL's tasks: the flusher, a
+/// checkpoint after a long replay, the first segments made ready, the
+/// segment creator and the checkpointer.
+async fn start_wal<D: Disk>(
+    core: &Rc<ShardCore>,
+    disk: D,
+    paths: &ShardPaths,
+    settings: &ShardSettings,
+    wal: WalStart,
+) -> Result<(), EngineError> {
+    let shard = core.settings.shard;
+    let files = SegmentFiles::open(
+        disk.clone(),
+        paths.clone(),
+        settings.segment_bytes,
+        wal.live,
+        wal.next_segment,
+        wal.next_recycled,
+        wal.spares,
+        wal.head,
+    )
+    .await?;
+    let files = Rc::new(files);
+    spawn_critical(
+        "wal-flusher",
+        shard,
+        run_flusher(
+            core.wal.clone(),
+            files.clone(),
+            FlusherSettings {
+                durability: settings.durability,
+                group_commit_max_delay: settings.group_commit_max_delay,
+                flush_interval: settings.flush_interval,
+            },
+        ),
+    );
+    let replayed = (wal.replayed_bytes, wal.replayed_records);
+    let mut snapshots = wal.snapshots;
+    // The WAL replayed counts toward the next checkpoint, whatever the
+    // restart pattern. The first checkpoint is a full one: due once the WAL
+    // has grown by the size of the full snapshot recovery loaded.
+    core.wal
+        .set_checkpoint_threshold(crate::snapshot::full_bytes(&snapshots));
+    core.wal.carry_over(replayed.0, replayed.1);
+    // The first checkpoint of a process is a full one (the tier's change
+    // marks are not relative to any snapshot yet).
+    let marks_valid = if replayed.0 > 0 && replayed.0 >= core.wal.checkpoint_threshold() {
+        checkpoint_before_serving(core, &files, &disk, paths, &mut snapshots, replayed).await
+    } else {
+        false
+    };
+    prepare_first_segments(core, &files).await;
+    spawn_critical(
+        "segment-creator",
+        shard,
+        run_segment_creator(core.wal.clone(), files.clone()),
+    );
+    spawn_critical(
+        "checkpointer",
+        shard,
+        run_checkpointer(
+            core.clone(),
+            files,
+            disk,
+            paths.clone(),
+            CheckpointSettings {
+                wal_bytes: settings.checkpoint_wal_bytes,
+                interval: settings.checkpoint_interval,
+                deltas_max: settings.checkpoint_deltas_max,
+            },
+            snapshots,
+            marks_valid,
+        ),
+    );
+    Ok(())
+}
+
+/// After a replay of a whole checkpoint threshold or more, a checkpoint
+/// before the shard reports ready. Not fatal when it fails (e.g. a full
+/// disk): the shard serves and the checkpointer retries. Returns whether
+/// the tier's change marks are now relative to the snapshot written.
+async fn checkpoint_before_serving<D: Disk>(
+    core: &ShardCore,
+    files: &SegmentFiles<D>,
+    disk: &D,
+    paths: &ShardPaths,
+    snapshots: &mut Vec<SnapshotFile>,
+    (replayed_bytes, replayed_records): (u64, u64),
+) -> bool {
+    let shard = core.settings.shard;
+    let started = std::time::Instant::now();
+    match checkpoint(core, files, disk, paths, snapshots, None).await {
+        Ok(written) => {
+            tracing::info!(
+                shard,
+                bytes_replayed = replayed_bytes,
+                duration_ms = started.elapsed().as_millis() as u64,
+                "checkpoint after a long replay written before serving"
+            );
+            written.is_some()
+        }
+        Err(e) => {
+            core.wal.carry_over(replayed_bytes, replayed_records);
+            core.stats.checkpoint_failures.fetch_add(1, Relaxed);
+            tracing::warn!(shard, error = %e,
+                "checkpoint after recovery failed; serving anyway, the checkpointer retries");
+            false
+        }
+    }
+}
+
+/// Prepares, before the shard reports ready, the segment new writes go to
+/// and one spare after it (recycled from the pool when possible, else
+/// zero-filled), so the first writes neither wait for a zero-fill nor share
+/// the device with one; then waits until the device has paid for that I/O
+/// (a throttled profile admits the read only then). Failures are not fatal:
+/// a nearly full disk still starts.
+async fn prepare_first_segments<D: Disk>(core: &ShardCore, files: &SegmentFiles<D>) {
+    let open_seq = core.wal.open_segment_seq();
+    let mut made_any = false;
+    for seq in [open_seq, open_seq + 1] {
+        if seq > open_seq && !files.has_segment(open_seq) {
+            break;
+        }
+        if let Some(recycled) = files.make(seq).await {
+            made_any = true;
+            let counter = if recycled {
+                &core.stats.segments_recycled
+            } else {
+                &core.stats.segments_created
+            };
+            counter.fetch_add(1, Relaxed);
+        }
+    }
+    if made_any {
+        files.settle(open_seq + 1).await;
+        files.settle(open_seq).await;
+    }
+}
+
+/// The background tasks the tier asks for (the hybrid tier's GC and
+/// settling reads), and active expiry.
+fn spawn_background(core: &Rc<ShardCore>, settings: &ShardSettings) {
+    let shard = core.settings.shard;
+    let tasks = core.with_tier(|t| t.background_tasks());
+    if tasks.background {
         spawn_critical(
             "tier-gc",
             shard,
             crate::shard::gc::run_tier_background(core.clone()),
         );
+    }
+    if tasks.settles {
         spawn_critical(
             "tier-settle",
             shard,
@@ -504,16 +654,16 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
             settings.expiry_keys_per_tick,
         ),
     );
-    set_local(engine_id, shard, core.clone());
-    compio::runtime::spawn(async move {
-        while let Ok(Control::Spawn(f)) = control.recv_async().await {
-            compio::runtime::spawn(f()).detach();
-        }
-    })
-    .detach();
-    let _ = ready.send((shard, Ok(())));
+}
 
-    // 3. Serve the inbox.
+/// Serves the inbox until a shutdown message (answered once the WAL is
+/// durable through the last LSN) or until every sender is gone.
+async fn serve(
+    core: &Rc<ShardCore>,
+    inbox: &flume::Receiver<ShardMsg>,
+    durability: Durability,
+    shard: usize,
+) {
     while let Ok(msg) = inbox.recv_async().await {
         match msg {
             ShardMsg::Batch { ops, reply } => {
@@ -530,9 +680,9 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
                     .detach();
                 }
             }
-            ShardMsg::Txn(msg) => crate::shard::txn::handle(&core, msg),
+            ShardMsg::Txn(msg) => crate::shard::txn::handle(core, msg),
             ShardMsg::Shutdown { done } => {
-                let result = match settings.durability {
+                let result = match durability {
                     Durability::None => Ok(()),
                     _ => core
                         .wait_durable(core.last_lsn())

@@ -153,60 +153,7 @@ pub(crate) fn handle(core: &Rc<ShardCore>, msg: TxnMsg) {
             read,
             wait_max,
             reply,
-        } => {
-            let acquired = core.txn.locks.borrow_mut().acquire(&key, txn);
-            match acquired {
-                Acquire::Granted => {
-                    if read {
-                        read_and_reply(core, key, reply);
-                    } else {
-                        let _ = reply.send(Ok(None));
-                    }
-                }
-                Acquire::Die => {
-                    let _ = reply.send(Err(TxnError::Die));
-                }
-                Acquire::Wait(rx) => {
-                    let core = core.clone();
-                    compio::runtime::spawn(async move {
-                        let stats = &core.txn.stats;
-                        stats.lock_waits.fetch_add(1, Relaxed);
-                        let started = Instant::now();
-                        let outcome = compio::time::timeout(wait_max, rx).await;
-                        stats
-                            .lock_wait_us
-                            .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
-                        let granted = match outcome {
-                            Ok(Ok(granted)) => granted,
-                            Ok(Err(_)) => false,
-                            Err(_) => {
-                                if !core.txn.locks.borrow_mut().give_up(&key, txn) {
-                                    let _ = reply.send(Err(TxnError::LockTimeout));
-                                    return;
-                                }
-                                true
-                            }
-                        };
-                        if !granted {
-                            let _ = reply.send(Err(TxnError::Die));
-                            return;
-                        }
-                        if reply.is_canceled() {
-                            // The transaction's owner is gone: nothing will
-                            // ever release this lock but us.
-                            core.txn.locks.borrow_mut().release_all(txn);
-                            return;
-                        }
-                        if read {
-                            read_and_reply(&core, key, reply);
-                        } else {
-                            let _ = reply.send(Ok(None));
-                        }
-                    })
-                    .detach();
-                }
-            }
-        }
+        } => lock(core, txn, key, read, wait_max, reply),
         TxnMsg::Read { key, reply } => read_and_reply(core, key, reply),
         TxnMsg::Log {
             txn,
@@ -247,6 +194,69 @@ pub(crate) fn handle(core: &Rc<ShardCore>, msg: TxnMsg) {
             }
         }
     }
+}
+
+/// Takes `key`'s lock for `txn` (reading its value too when `read`): at
+/// once, or in a task of its own that waits up to `wait_max` for the
+/// holder; a younger transaction that would wait dies instead.
+fn lock(
+    core: &Rc<ShardCore>,
+    txn: u64,
+    key: Bytes,
+    read: bool,
+    wait_max: Duration,
+    reply: oneshot::Sender<Result<Option<Bytes>, TxnError>>,
+) {
+    let acquired = core.txn.locks.borrow_mut().acquire(&key, txn);
+    let rx = match acquired {
+        Acquire::Granted if read => return read_and_reply(core, key, reply),
+        Acquire::Granted => {
+            let _ = reply.send(Ok(None));
+            return;
+        }
+        Acquire::Die => {
+            let _ = reply.send(Err(TxnError::Die));
+            return;
+        }
+        Acquire::Wait(rx) => rx,
+    };
+    let core = core.clone();
+    compio::runtime::spawn(async move {
+        let stats = &core.txn.stats;
+        stats.lock_waits.fetch_add(1, Relaxed);
+        let started = Instant::now();
+        let outcome = compio::time::timeout(wait_max, rx).await;
+        stats
+            .lock_wait_us
+            .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+        let granted = match outcome {
+            Ok(Ok(granted)) => granted,
+            Ok(Err(_)) => false,
+            Err(_) => {
+                if !core.txn.locks.borrow_mut().give_up(&key, txn) {
+                    let _ = reply.send(Err(TxnError::LockTimeout));
+                    return;
+                }
+                true
+            }
+        };
+        if !granted {
+            let _ = reply.send(Err(TxnError::Die));
+            return;
+        }
+        if reply.is_canceled() {
+            // The transaction's owner is gone: nothing will ever release
+            // this lock but us.
+            core.txn.locks.borrow_mut().release_all(txn);
+            return;
+        }
+        if read {
+            read_and_reply(&core, key, reply);
+        } else {
+            let _ = reply.send(Ok(None));
+        }
+    })
+    .detach();
 }
 
 /// Answers `key`'s value once every record logged before the read is

@@ -37,6 +37,7 @@ pub mod memory;
 pub use hybrid::{HybridSettings, HybridStats, HybridTier};
 pub use memory::MemoryTier;
 
+use crate::io::Disk;
 use bytes::Bytes;
 use std::any::Any;
 use std::future::Future;
@@ -88,6 +89,53 @@ pub enum DeleteLookup {
     Expired,
     /// Only a device read can tell; the answer comes from the read.
     Cold(ColdGet),
+}
+
+/// The background tasks a tier needs its shard to run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TierTasks {
+    /// Steps of [`Tier::background_step`] (GC) whenever the tier has work.
+    pub background: bool,
+    /// Settling reads ([`Tier::take_settles`]) whenever the tier queues them.
+    pub settles: bool,
+}
+
+/// How a shard builds its tier: recovery makes one from this for every
+/// snapshot it tries, and a fresh shard makes one. Adding a tier adds a
+/// variant here and its folder beside `memory.rs` and `hybrid/`.
+pub enum TierConfig<D: Disk> {
+    /// Keys and values in RAM.
+    Memory,
+    /// An index in RAM, values in segments on `disk`.
+    Hybrid {
+        disk: D,
+        settings: HybridSettings,
+    },
+}
+
+impl<D: Disk> TierConfig<D> {
+    /// Makes what the tier needs on disk before any is built (the hybrid
+    /// tier's segment folder).
+    pub fn prepare(&self) -> std::io::Result<()> {
+        match self {
+            TierConfig::Memory => Ok(()),
+            TierConfig::Hybrid { disk, settings } => disk.create_dir_all(&settings.dir),
+        }
+    }
+
+    /// A new, empty tier hashing keys with `hasher` (the data directory's
+    /// table hasher); `entries` sizes its tables up front when known.
+    pub fn build(&self, entries: Option<u64>, hasher: crate::hash::TableHasher) -> Box<dyn Tier> {
+        match self {
+            TierConfig::Memory => Box::new(match entries {
+                Some(n) => MemoryTier::with_capacity_and_hasher(n, hasher),
+                None => MemoryTier::with_hasher(hasher),
+            }),
+            TierConfig::Hybrid { disk, settings } => Box::new(
+                HybridTier::in_existing_dir(disk.clone(), settings.clone()).with_table_hasher(hasher),
+            ),
+        }
+    }
 }
 
 /// The interface a shard uses to keep its key-value state.
@@ -287,6 +335,10 @@ pub trait Tier {
     /// WAL still holds what was acknowledged).
     fn take_fault(&mut self) -> Option<String> {
         None
+    }
+    /// The background tasks the shard runs for this tier.
+    fn background_tasks(&self) -> TierTasks {
+        TierTasks::default()
     }
     /// Background work (GC) in one bounded step; returns whether there was
     /// any (the caller yields and calls again).

@@ -14,6 +14,7 @@ use crate::error::WalError;
 use crate::io::{Disk, DiskFile};
 use crate::wal::durable::{FlushDone, Wal};
 use crate::wal::format::{set_segment_header_flags, BLOCK_BYTES, SEGMENT_FLAG_RECYCLED};
+use crate::wal::writer::SealedFlush;
 use crate::wal::writer::SegmentFiles;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -88,118 +89,148 @@ pub(crate) async fn run_flusher<D: Disk>(
 ) {
     let mut last_flush = Instant::now();
     loop {
-        // 1. Wait until there is something to flush (and, in async mode,
-        //    until the interval passed or someone asked for a flush).
-        loop {
-            if wal.is_poisoned() {
-                return;
-            }
-            let (has_records, requested, full) = wal.flush_state();
-            let due = match settings.durability {
-                Durability::Sync => has_records,
-                _ => {
-                    has_records
-                        && (requested || full || last_flush.elapsed() >= settings.flush_interval)
-                }
-            };
-            if due {
-                break;
-            }
-            let wanted = wal.flush_wanted.notified();
-            if has_records && settings.durability != Durability::Sync {
-                let left = settings.flush_interval.saturating_sub(last_flush.elapsed());
-                let _ = compio::time::timeout(left, wanted).await;
-            } else {
-                wanted.await;
-            }
+        if !wait_until_due(&wal, &settings, last_flush).await {
+            return;
         }
-        // 2. Optionally let more records join this group commit.
-        let delay = settings.group_commit_max_delay;
-        if settings.durability == Durability::Sync && !delay.is_zero() {
-            let (_, requested, full) = wal.flush_state();
-            if !requested && !full {
-                let deadline = Instant::now() + delay;
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
-                    let wanted = wal.flush_wanted.notified();
-                    let _ = compio::time::timeout(left, wanted).await;
-                    let (_, requested, full) = wal.flush_state();
-                    if requested || full {
-                        break;
-                    }
-                }
-            }
-        }
-        // 3. Seal and write.
+        gather_more(&wal, &settings).await;
+        // Seal and write.
         let Some(flush) = wal.take_flush() else {
             continue;
         };
         last_flush = Instant::now();
-        let path = files.paths.segment(flush.seq);
-        let file = match files.file(flush.seq).await {
-            Ok(f) => f,
-            Err(reason) => {
-                wal.poison(
-                    "segment creation",
-                    &path,
-                    flush.offset,
-                    &std::io::Error::other(reason),
-                );
-                return;
-            }
-        };
-        if flush.starts_segment && flush.seq > 0 {
-            files.close_before(flush.seq);
-        }
-        let mut buf = flush.buf;
-        if flush.starts_segment && files.is_recycled(flush.seq) {
-            set_segment_header_flags(
-                &mut buf.as_mut_slice()[..BLOCK_BYTES],
-                SEGMENT_FLAG_RECYCLED,
-            );
-        }
-        let bytes = buf.len() as u64;
-        // One durable write (O_DSYNC on the real disk) in place of a write
-        // and an fdatasync: every other write to a segment (creation,
-        // a recycled segment's prepared header) was synced on its own, so
-        // this flush's bytes are all that is not yet durable.
-        let sync_started = Instant::now();
-        let (res, buf) = file.write_at_durable(buf, flush.offset).await;
-        if let Err(e) = res {
-            wal.poison("durable write", &path, flush.offset, &e);
+        if !write_flush(&wal, &files, flush).await {
             return;
         }
-        let sync_us = sync_started.elapsed().as_micros() as u64;
-        if flush.starts_segment {
-            files.mark_live(flush.seq, flush.first_lsn);
-            // The head names this segment before its first records are
-            // acknowledged, so losing the segment is detected at recovery.
-            let head = files.head.borrow_mut().take();
-            if let Some(mut head) = head {
-                let advanced = head.advance(flush.seq, flush.first_lsn).await;
-                *files.head.borrow_mut() = Some(head);
-                if let Err(e) = advanced {
-                    let (path, source) = match e {
-                        WalError::Io { file, source, .. } => (file, source),
-                        other => (path.clone(), std::io::Error::other(other.to_string())),
-                    };
-                    wal.poison("head update", &path, 0, &source);
-                    return;
-                }
-            }
-        }
-        wal.flush_complete(FlushDone {
-            last_lsn: flush.last_lsn,
-            buf,
-            bytes,
-            records: u64::from(flush.records),
-            sync_us,
-            live_wal_bytes: files.file_count() as u64 * files.segment_bytes,
-        });
     }
+}
+
+/// Waits until there is something to flush (and, in async mode, until the
+/// interval passed or someone asked for a flush). Returns false once the
+/// WAL is poisoned.
+async fn wait_until_due(wal: &Wal, settings: &FlusherSettings, last_flush: Instant) -> bool {
+    loop {
+        if wal.is_poisoned() {
+            return false;
+        }
+        let (has_records, requested, full) = wal.flush_state();
+        let due = match settings.durability {
+            Durability::Sync => has_records,
+            _ => {
+                has_records
+                    && (requested || full || last_flush.elapsed() >= settings.flush_interval)
+            }
+        };
+        if due {
+            return true;
+        }
+        let wanted = wal.flush_wanted.notified();
+        if has_records && settings.durability != Durability::Sync {
+            let left = settings.flush_interval.saturating_sub(last_flush.elapsed());
+            let _ = compio::time::timeout(left, wanted).await;
+        } else {
+            wanted.await;
+        }
+    }
+}
+
+/// In `sync`, with a group-commit delay set, lets more records join this
+/// flush: until the delay passes, the buffer fills or a flush is asked for.
+async fn gather_more(wal: &Wal, settings: &FlusherSettings) {
+    let delay = settings.group_commit_max_delay;
+    if settings.durability != Durability::Sync || delay.is_zero() {
+        return;
+    }
+    let (_, requested, full) = wal.flush_state();
+    if requested || full {
+        return;
+    }
+    let deadline = Instant::now() + delay;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let wanted = wal.flush_wanted.notified();
+        let _ = compio::time::timeout(left, wanted).await;
+        let (_, requested, full) = wal.flush_state();
+        if requested || full {
+            return;
+        }
+    }
+}
+
+/// Writes one sealed flush durably, moves the head when the flush starts a
+/// segment, and acknowledges it. Returns false when a failure poisoned the
+/// WAL.
+async fn write_flush<D: Disk>(wal: &Wal, files: &SegmentFiles<D>, flush: SealedFlush) -> bool {
+    let path = files.paths.segment(flush.seq);
+    let file = match files.file(flush.seq).await {
+        Ok(f) => f,
+        Err(reason) => {
+            let e = std::io::Error::other(reason);
+            wal.poison("segment creation", &path, flush.offset, &e);
+            return false;
+        }
+    };
+    if flush.starts_segment && flush.seq > 0 {
+        files.close_before(flush.seq);
+    }
+    let mut buf = flush.buf;
+    if flush.starts_segment && files.is_recycled(flush.seq) {
+        set_segment_header_flags(
+            &mut buf.as_mut_slice()[..BLOCK_BYTES],
+            SEGMENT_FLAG_RECYCLED,
+        );
+    }
+    let bytes = buf.len() as u64;
+    // One durable write (O_DSYNC on the real disk) in place of a write and
+    // an fdatasync: every other write to a segment (creation, a recycled
+    // segment's prepared header) was synced on its own, so this flush's
+    // bytes are all that is not yet durable.
+    let sync_started = Instant::now();
+    let (res, buf) = file.write_at_durable(buf, flush.offset).await;
+    if let Err(e) = res {
+        wal.poison("durable write", &path, flush.offset, &e);
+        return false;
+    }
+    let sync_us = sync_started.elapsed().as_micros() as u64;
+    if flush.starts_segment {
+        files.mark_live(flush.seq, flush.first_lsn);
+        // The head names this segment before its first records are
+        // acknowledged, so losing the segment is detected at recovery.
+        if let Err((path, source)) = advance_head(files, flush.seq, flush.first_lsn, &path).await {
+            wal.poison("head update", &path, 0, &source);
+            return false;
+        }
+    }
+    wal.flush_complete(FlushDone {
+        last_lsn: flush.last_lsn,
+        buf,
+        bytes,
+        records: u64::from(flush.records),
+        sync_us,
+        live_wal_bytes: files.file_count() as u64 * files.segment_bytes,
+    });
+    true
+}
+
+/// Points the WAL head at segment `seq`, whose first LSN is `first_lsn`.
+async fn advance_head<D: Disk>(
+    files: &SegmentFiles<D>,
+    seq: u64,
+    first_lsn: u64,
+    path: &std::path::Path,
+) -> Result<(), (std::path::PathBuf, std::io::Error)> {
+    let head = files.head.borrow_mut().take();
+    let Some(mut head) = head else {
+        return Ok(());
+    };
+    let advanced = head.advance(seq, first_lsn).await;
+    *files.head.borrow_mut() = Some(head);
+    advanced.map_err(|e| match e {
+        WalError::Io { file, source, .. } => (file, source),
+        other => (path.to_path_buf(), std::io::Error::other(other.to_string())),
+    })
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use crate::wal::format::{
 };
 use std::io;
 
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use crate::io::window::{FileWindow, READ_CHUNK_BYTES};
 
 /// What was found where a flush may start.
@@ -71,156 +72,178 @@ pub async fn scan_flush<F: DiskFile>(
     let mut header = None;
     let mut pos = start;
     if start == 0 {
-        let block = win.get(0, BLOCK_BYTES).await?;
-        match decode_segment_header(block) {
-            // Never written (zero) or recycled and waiting (prepared): the
-            // segment holds nothing of the current log. Its first flush
-            // writes the header, so bytes after an unused header belong to
-            // no complete flush.
-            Ok(None) => return Ok(FlushScan::Zero),
-            Ok(Some(h)) if h.is_prepared() => return Ok(FlushScan::Zero),
-            Ok(Some(h)) => {
-                if h.shard != identity.shard || h.seq != identity.seq {
-                    return Ok(FlushScan::Damaged {
-                        offset: 0,
-                        reason: Damage::ForeignSegment {
-                            expected_shard: identity.shard,
-                            found_shard: h.shard,
-                            expected_seq: identity.seq,
-                            found_seq: h.seq,
-                        },
-                    });
-                }
-                header = Some(h);
-            }
-            Err(reason) => return Ok(FlushScan::Damaged { offset: 0, reason }),
+        match read_segment_header(win, identity).await? {
+            Ok(h) => header = Some(h),
+            Err(scan) => return Ok(scan),
         }
         pos = SEGMENT_DATA_OFFSET;
     }
-    let mut first_lsn = 0u64;
-    let mut last_lsn = 0u64;
-    let mut records = 0u32;
+    let mut seen = FlushSoFar::default();
     loop {
-        let max_size = file_len.saturating_sub(pos).min(u64::from(u32::MAX)) as usize;
-        let mut want = RECORD_HEADER_BYTES;
-        let decoded = loop {
-            let bytes = win.get(pos, want).await?;
-            match decode_record(bytes, max_size) {
-                Ok(Decoded::NeedMore { size })
-                    if size > want && (size as u64) <= max_size as u64 =>
-                {
-                    want = size;
-                }
-                Ok(Decoded::NeedMore { size }) => {
-                    break Err(Damage::BadRecordSize { size: size as u64 });
-                }
-                Ok(Decoded::Zero) => break Ok(None),
-                Ok(Decoded::Record(r)) => break Ok(Some(summary(&r))),
-                Err(d) => break Err(d),
-            }
+        let damaged = |reason| {
+            Ok(FlushScan::Damaged {
+                offset: pos,
+                reason,
+            })
         };
-        let rec = match decoded {
-            Err(reason) => {
-                return Ok(FlushScan::Damaged {
-                    offset: pos,
-                    reason,
-                })
-            }
-            Ok(None) if records == 0 && header.is_none() => return Ok(FlushScan::Zero),
-            Ok(None) => {
-                return Ok(FlushScan::Damaged {
-                    offset: pos,
-                    reason: Damage::MissingSeal,
-                })
-            }
+        let rec = match read_record(win, pos, file_len).await? {
+            Err(reason) => return damaged(reason),
+            Ok(None) if seen.records == 0 && header.is_none() => return Ok(FlushScan::Zero),
+            Ok(None) => return damaged(Damage::MissingSeal),
             Ok(Some(rec)) => rec,
         };
         if rec.kind == RecordKind::Seal {
-            let damaged = |reason| {
-                Ok(FlushScan::Damaged {
-                    offset: pos,
-                    reason,
-                })
+            return match check_seal(&rec, pos, start, &seen) {
+                Ok(end) => Ok(FlushScan::Complete(FlushInfo {
+                    start,
+                    end,
+                    first_lsn: seen.first_lsn,
+                    last_lsn: seen.last_lsn,
+                    records: seen.records,
+                    header,
+                })),
+                Err(reason) => damaged(reason),
             };
-            if records == 0 {
-                return damaged(Damage::FlushBoundary);
-            }
-            let end = pos + rec.size as u64;
-            if end % BLOCK_BYTES as u64 != 0 {
-                return damaged(Damage::SealMismatch {
-                    field: "end offset alignment",
-                    expected: 0,
-                    found: end % BLOCK_BYTES as u64,
-                });
-            }
-            let seal = rec.seal.expect("seal info for seals");
-            for (field, expected, found) in [
-                ("flush_offset", start, seal.flush_offset),
-                ("first_lsn", first_lsn, seal.first_lsn),
-                ("last_lsn", last_lsn, seal.last_lsn),
-                (
-                    "record_count",
-                    u64::from(records),
-                    u64::from(seal.record_count),
-                ),
-            ] {
-                if expected != found {
-                    return damaged(Damage::SealMismatch {
-                        field,
-                        expected,
-                        found,
-                    });
-                }
-            }
-            return Ok(FlushScan::Complete(FlushInfo {
-                start,
-                end,
-                first_lsn,
-                last_lsn,
-                records,
-                header,
-            }));
         }
-        if records == 0 {
+        if let Err(reason) = seen.add(&rec, header.as_ref()) {
+            return damaged(reason);
+        }
+        pos += rec.size as u64;
+    }
+}
+
+/// The records of a flush read so far.
+#[derive(Debug, Default)]
+struct FlushSoFar {
+    first_lsn: u64,
+    last_lsn: u64,
+    records: u32,
+}
+
+impl FlushSoFar {
+    /// Takes the next record (not a seal): the first one starts the flush
+    /// (and, in a segment's first flush, has the header's first LSN); each
+    /// later one continues it with the next LSN.
+    fn add(&mut self, rec: &RecordSummary, header: Option<&SegmentHeader>) -> Result<(), Damage> {
+        if self.records == 0 {
             if !rec.first {
-                return Ok(FlushScan::Damaged {
-                    offset: pos,
-                    reason: Damage::FlushBoundary,
-                });
+                return Err(Damage::FlushBoundary);
             }
             if let Some(h) = header {
                 if h.first_lsn != rec.lsn {
-                    return Ok(FlushScan::Damaged {
-                        offset: pos,
-                        reason: Damage::SegmentLsnMismatch {
-                            expected: h.first_lsn,
-                            found: rec.lsn,
-                        },
+                    return Err(Damage::SegmentLsnMismatch {
+                        expected: h.first_lsn,
+                        found: rec.lsn,
                     });
                 }
             }
-            first_lsn = rec.lsn;
+            self.first_lsn = rec.lsn;
         } else {
             if rec.first {
-                return Ok(FlushScan::Damaged {
-                    offset: pos,
-                    reason: Damage::FlushBoundary,
-                });
+                return Err(Damage::FlushBoundary);
             }
-            if rec.lsn != last_lsn.wrapping_add(1) {
-                return Ok(FlushScan::Damaged {
-                    offset: pos,
-                    reason: Damage::LsnGap {
-                        expected: last_lsn.wrapping_add(1),
-                        found: rec.lsn,
-                    },
+            if rec.lsn != self.last_lsn.wrapping_add(1) {
+                return Err(Damage::LsnGap {
+                    expected: self.last_lsn.wrapping_add(1),
+                    found: rec.lsn,
                 });
             }
         }
-        last_lsn = rec.lsn;
-        records += 1;
-        pos += rec.size as u64;
+        self.last_lsn = rec.lsn;
+        self.records += 1;
+        Ok(())
     }
+}
+
+/// Block 0 of a segment, for a flush at offset 0: its header, or what to
+/// report instead (`Zero` for a segment never written or recycled and
+/// waiting; `Damaged` for a bad or foreign header).
+async fn read_segment_header<F: DiskFile>(
+    win: &mut FileWindow<'_, F>,
+    identity: SegmentIdentity,
+) -> io::Result<Result<SegmentHeader, FlushScan>> {
+    let block = win.get(0, BLOCK_BYTES).await?;
+    Ok(match decode_segment_header(block) {
+        // Never written (zero) or recycled and waiting (prepared): the
+        // segment holds nothing of the current log. Its first flush writes
+        // the header, so bytes after an unused header belong to no complete
+        // flush.
+        Ok(None) => Err(FlushScan::Zero),
+        Ok(Some(h)) if h.is_prepared() => Err(FlushScan::Zero),
+        Ok(Some(h)) if h.shard != identity.shard || h.seq != identity.seq => {
+            Err(FlushScan::Damaged {
+                offset: 0,
+                reason: Damage::ForeignSegment {
+                    expected_shard: identity.shard,
+                    found_shard: h.shard,
+                    expected_seq: identity.seq,
+                    found_seq: h.seq,
+                },
+            })
+        }
+        Ok(Some(h)) => Ok(h),
+        Err(reason) => Err(FlushScan::Damaged { offset: 0, reason }),
+    })
+}
+
+/// The record at `pos`: `None` where the bytes are zero, or the damage
+/// that stops it from decoding.
+async fn read_record<F: DiskFile>(
+    win: &mut FileWindow<'_, F>,
+    pos: u64,
+    file_len: u64,
+) -> io::Result<Result<Option<RecordSummary>, Damage>> {
+    let max_size = file_len.saturating_sub(pos).min(u64::from(u32::MAX)) as usize;
+    let mut want = RECORD_HEADER_BYTES;
+    loop {
+        let bytes = win.get(pos, want).await?;
+        return Ok(match decode_record(bytes, max_size) {
+            Ok(Decoded::NeedMore { size }) if size > want && (size as u64) <= max_size as u64 => {
+                want = size;
+                continue;
+            }
+            Ok(Decoded::NeedMore { size }) => Err(Damage::BadRecordSize { size: size as u64 }),
+            Ok(Decoded::Zero) => Ok(None),
+            Ok(Decoded::Record(r)) => Ok(Some(summary(&r))),
+            Err(d) => Err(d),
+        });
+    }
+}
+
+/// Checks a seal at `pos` against the flush it closes (which started at
+/// `start`). Returns the offset just past it.
+fn check_seal(rec: &RecordSummary, pos: u64, start: u64, seen: &FlushSoFar) -> Result<u64, Damage> {
+    if seen.records == 0 {
+        return Err(Damage::FlushBoundary);
+    }
+    let end = pos + rec.size as u64;
+    if end % BLOCK_BYTES as u64 != 0 {
+        return Err(Damage::SealMismatch {
+            field: "end offset alignment",
+            expected: 0,
+            found: end % BLOCK_BYTES as u64,
+        });
+    }
+    let seal = rec.seal.expect("seal info for seals");
+    for (field, expected, found) in [
+        ("flush_offset", start, seal.flush_offset),
+        ("first_lsn", seen.first_lsn, seal.first_lsn),
+        ("last_lsn", seen.last_lsn, seal.last_lsn),
+        (
+            "record_count",
+            u64::from(seen.records),
+            u64::from(seal.record_count),
+        ),
+    ] {
+        if expected != found {
+            return Err(Damage::SealMismatch {
+                field,
+                expected,
+                found,
+            });
+        }
+    }
+    Ok(end)
 }
 
 /// The parts of a record `scan_flush` needs after the borrow of the window ends.

@@ -28,7 +28,7 @@ use crate::wal::format::{
 };
 use crate::wal::head::{read_head, HeadState};
 use crate::wal::reader::{
-    replay_flush, scan_flush, scan_tail, FileWindow, FlushScan, SegmentIdentity,
+    replay_flush, scan_flush, scan_tail, FileWindow, FlushInfo, FlushScan, SegmentIdentity,
 };
 use crate::wal::segment::{
     create_segment, prepare_segment, recycle_into, wal_io, LiveSegment, SEGMENT_TMP_SUFFIX,
@@ -423,179 +423,23 @@ async fn choose_snapshot<D: Disk>(
     cases: &mut Vec<RecoveryCase>,
 ) -> Result<SnapshotPhase, EngineError> {
     let (listed, leftovers) = list_snapshots(disk, paths)?;
-    let mut dir_changed_snap = false;
-    for tmp in leftovers {
-        tracing::info!(file = %tmp.display(), "removing an unfinished snapshot");
-        disk.remove_file(&tmp)
-            .await
-            .map_err(|source| EngineError::Io {
-                op: "remove unfinished snapshot",
-                path: tmp.clone(),
-                source,
-            })?;
-        dir_changed_snap = true;
-    }
-    let open = |snap: &SnapshotFile| {
-        let path = snap.path.clone();
-        async move {
-            disk.open(&path, false)
-                .await
-                .map_err(|source| SnapshotError::Io {
-                    op: "open",
-                    file: path.clone(),
-                    offset: 0,
-                    source,
-                })
-        }
-    };
-
-    // Every header first: which snapshot each delta builds on, and sizes.
-    let mut snapshots = Vec::new();
-    let mut damaged: Vec<(SnapshotFile, SnapshotError)> = Vec::new();
-    for mut snap in listed {
-        let file = open(&snap).await?;
-        snap.bytes = file.len().await.unwrap_or(0);
-        match snapshot::read_header(&file, &snap.path, shard).await {
-            Ok(h) if h.lsn == snap.lsn => {
-                snap.base_lsn = h.base_lsn;
-                snapshots.push(snap);
-            }
-            Ok(h) => {
-                let reason = format!("header covers LSN {} but the name says {}", h.lsn, snap.lsn);
-                damaged.push(unusable(&snap, reason));
-            }
-            Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
-            Err(e) => damaged.push((snap, e)),
-        }
-    }
-
-    // The newest snapshot whose whole chain loads. An older one only helps
-    // if the WAL reaches back to it.
+    let mut dir_changed = remove_unfinished_snapshots(disk, leftovers).await?;
+    let (snapshots, mut damaged) = read_snapshot_headers(disk, listed, shard).await?;
     let first_header_lsn = segments.iter().find_map(|s| s.used().map(|h| h.first_lsn));
-    let is_damaged = |damaged: &[(SnapshotFile, SnapshotError)], lsn: u64| {
-        damaged.iter().any(|(d, _)| d.lsn == lsn)
-    };
-    let mut chosen: Option<Chosen> = None;
-    for at in (0..snapshots.len()).rev() {
-        let snap = &snapshots[at];
-        let newer_exist = damaged.iter().any(|(d, _)| d.lsn > snap.lsn) || at + 1 < snapshots.len();
-        if newer_exist && first_header_lsn.is_none_or(|first| first > snap.lsn + 1) {
-            break;
-        }
-        let Some(chain) = crate::snapshot::chain_of(&snapshots, at) else {
-            let reason = format!(
-                "it is a delta, and a snapshot it builds on (over LSN {}) is missing",
-                snap.base_lsn.unwrap_or(0)
-            );
-            damaged.push(unusable(snap, reason));
-            continue;
-        };
-        if let Some(&bad) = chain
-            .iter()
-            .find(|&&i| is_damaged(&damaged, snapshots[i].lsn))
-        {
-            if bad != at {
-                let reason = format!(
-                    "it builds on the damaged snapshot {}",
-                    snapshots[bad].path.display()
-                );
-                damaged.push(unusable(snap, reason));
-            }
-            continue;
-        }
-        // The tier is sized from the full snapshot's entry count up front,
-        // so the load does not grow and rehash its tables.
-        let root = open(&snapshots[chain[0]]).await?;
-        let mut tier = new_tier(snapshot::entry_count_hint(&root).await);
-        drop(root);
-        let mut entries = 0;
-        let mut last = None;
-        for &i in &chain {
-            let file = open(&snapshots[i]).await?;
-            match snapshot::load(&file, &snapshots[i].path, shard, Some(&mut *tier)).await {
-                Ok(meta) => {
-                    entries += meta.entries;
-                    last = Some(meta);
-                }
-                Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
-                Err(e) => {
-                    tracing::warn!(file = %snapshots[i].path.display(), error = %e, "snapshot is damaged");
-                    damaged.push((snapshots[i].clone(), e));
-                    last = None;
-                    break;
-                }
-            }
-        }
-        // The tier's last step: what only the whole chain says (the
-        // hybrid tier opens the value segments its newest table lists).
-        if last.is_some() {
-            if let Err(reason) = tier.load_checkpoint_done() {
-                let (snap, e) = unusable(snap, reason);
-                tracing::warn!(file = %snap.path.display(), error = %e, "snapshot is damaged");
-                damaged.push((snap, e));
-                continue;
-            }
-        }
-        match last {
-            Some(meta) => {
-                chosen = Some(Chosen {
-                    at,
-                    chain,
-                    tier,
-                    meta,
-                    entries,
-                });
-                break;
-            }
-            None if !is_damaged(&damaged, snap.lsn) => {
-                damaged.push(unusable(snap, "a snapshot it builds on is damaged".into()));
-            }
-            None => {}
-        }
-    }
-
-    // What is kept for the checkpointer's retention: the chosen chain, and
-    // the chain of the snapshot before it if that one checks out (the
-    // fallback until the next checkpoint), each file read once.
-    let chosen_at = chosen.as_ref().map(|c| c.at);
-    let mut kept: Vec<usize> = chosen.as_ref().map(|c| c.chain.clone()).unwrap_or_default();
-    if let Some(at) = chosen_at.filter(|&at| at > 0) {
-        let prev = at - 1;
-        if let Some(chain) = crate::snapshot::chain_of(&snapshots, prev) {
-            let mut all_valid = true;
-            for &i in chain.iter().filter(|i| !kept.contains(i)) {
-                let file = open(&snapshots[i]).await?;
-                match snapshot::load(&file, &snapshots[i].path, shard, None).await {
-                    Ok(_) => {}
-                    Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
-                    Err(e) => {
-                        tracing::warn!(file = %snapshots[i].path.display(), error = %e, "snapshot is damaged");
-                        all_valid = false;
-                    }
-                }
-            }
-            if all_valid {
-                kept.extend(chain);
-            }
-        }
-    }
-    kept.sort_unstable();
-    kept.dedup();
-    let kept_snapshots: Vec<SnapshotFile> = kept.iter().map(|&i| snapshots[i].clone()).collect();
+    let chosen = load_newest_chain(
+        disk,
+        &snapshots,
+        &mut damaged,
+        first_header_lsn,
+        shard,
+        new_tier,
+    )
+    .await?;
+    let kept = kept_snapshots(disk, &snapshots, chosen.as_ref(), shard).await?;
 
     // Snapshots newer than the one chosen cannot be used: rename them.
-    let chosen_lsn = chosen_at.map_or(0, |at| snapshots[at].lsn);
-    let mut unusable: Vec<(SnapshotFile, String)> = damaged
-        .iter()
-        .filter(|(d, _)| d.lsn > chosen_lsn)
-        .map(|(d, e)| (d.clone(), e.to_string()))
-        .collect();
-    for snap in snapshots.iter().filter(|s| s.lsn > chosen_lsn) {
-        if !unusable.iter().any(|(d, _)| d.lsn == snap.lsn) {
-            unusable.push((snap.clone(), "a snapshot it builds on is damaged".into()));
-        }
-    }
-    unusable.sort_by_key(|(d, _)| std::cmp::Reverse(d.lsn));
+    let chosen_lsn = chosen.as_ref().map_or(0, |c| snapshots[c.at].lsn);
+    let unusable = unusable_after(&snapshots, &damaged, chosen_lsn);
     if let Some((newest, reason)) = unusable.first() {
         if chosen.is_none() && first_header_lsn != Some(1) {
             cases.push(RecoveryCase::NoUsableSnapshot);
@@ -605,22 +449,11 @@ async fn choose_snapshot<D: Disk>(
             }
             .into());
         }
-        for (snap, reason) in &unusable {
-            let to = PathBuf::from(format!("{}{DAMAGED_SUFFIX}", snap.path.display()));
-            tracing::warn!(file = %snap.path.display(), error = %reason, renamed_to = %to.display(),
-                "skipping a damaged snapshot: an older snapshot plus the WAL cover it");
-            disk.rename(&snap.path, &to)
-                .await
-                .map_err(|source| EngineError::Io {
-                    op: "rename damaged snapshot",
-                    path: snap.path.clone(),
-                    source,
-                })?;
-        }
-        dir_changed_snap = true;
+        set_aside_damaged(disk, &unusable).await?;
+        dir_changed = true;
         cases.push(RecoveryCase::DamagedSnapshotSkipped);
     }
-    if dir_changed_snap {
+    if dir_changed {
         disk.sync_dir(&paths.snapshot_dir)
             .await
             .map_err(|source| EngineError::Io {
@@ -637,7 +470,7 @@ async fn choose_snapshot<D: Disk>(
                 lsn: c.meta.lsn,
                 max_commit_version: c.meta.max_commit_version,
                 entries: c.entries,
-                kept: kept_snapshots,
+                kept,
             })
         }
         None => Ok(SnapshotPhase {
@@ -645,9 +478,255 @@ async fn choose_snapshot<D: Disk>(
             lsn: 0,
             max_commit_version: 0,
             entries: 0,
-            kept: kept_snapshots,
+            kept,
         }),
     }
+}
+
+/// A damaged snapshot and what is wrong with it.
+type Damaged = (SnapshotFile, SnapshotError);
+
+async fn open_snapshot<D: Disk>(disk: &D, snap: &SnapshotFile) -> Result<D::File, SnapshotError> {
+    disk.open(&snap.path, false)
+        .await
+        .map_err(|source| SnapshotError::Io {
+            op: "open",
+            file: snap.path.clone(),
+            offset: 0,
+            source,
+        })
+}
+
+/// Removes snapshots a checkpoint did not finish. Returns whether any was
+/// removed (the folder then needs an fsync).
+async fn remove_unfinished_snapshots<D: Disk>(
+    disk: &D,
+    leftovers: Vec<PathBuf>,
+) -> Result<bool, EngineError> {
+    let removed = !leftovers.is_empty();
+    for tmp in leftovers {
+        tracing::info!(file = %tmp.display(), "removing an unfinished snapshot");
+        disk.remove_file(&tmp)
+            .await
+            .map_err(|source| EngineError::Io {
+                op: "remove unfinished snapshot",
+                path: tmp.clone(),
+                source,
+            })?;
+    }
+    Ok(removed)
+}
+
+/// Reads every snapshot's header: which snapshot each delta builds on, and
+/// its size. Returns the readable ones and the damaged ones.
+async fn read_snapshot_headers<D: Disk>(
+    disk: &D,
+    listed: Vec<SnapshotFile>,
+    shard: u32,
+) -> Result<(Vec<SnapshotFile>, Vec<Damaged>), EngineError> {
+    let mut snapshots = Vec::new();
+    let mut damaged = Vec::new();
+    for mut snap in listed {
+        let file = open_snapshot(disk, &snap).await?;
+        snap.bytes = file.len().await.unwrap_or(0);
+        match snapshot::read_header(&file, &snap.path, shard).await {
+            Ok(h) if h.lsn == snap.lsn => {
+                snap.base_lsn = h.base_lsn;
+                snapshots.push(snap);
+            }
+            Ok(h) => {
+                let reason = format!("header covers LSN {} but the name says {}", h.lsn, snap.lsn);
+                damaged.push(unusable(&snap, reason));
+            }
+            Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
+            Err(e) => damaged.push((snap, e)),
+        }
+    }
+    Ok((snapshots, damaged))
+}
+
+fn is_damaged(damaged: &[Damaged], lsn: u64) -> bool {
+    damaged.iter().any(|(d, _)| d.lsn == lsn)
+}
+
+/// Loads the newest snapshot whose whole chain loads, adding to `damaged`
+/// every snapshot found unusable on the way. An older snapshot only helps
+/// if the WAL reaches back to it (`first_header_lsn`: the first LSN of the
+/// oldest used segment).
+async fn load_newest_chain<D: Disk>(
+    disk: &D,
+    snapshots: &[SnapshotFile],
+    damaged: &mut Vec<Damaged>,
+    first_header_lsn: Option<u64>,
+    shard: u32,
+    new_tier: &TierFactory<'_>,
+) -> Result<Option<Chosen>, EngineError> {
+    for at in (0..snapshots.len()).rev() {
+        let snap = &snapshots[at];
+        let newer_exist = damaged.iter().any(|(d, _)| d.lsn > snap.lsn) || at + 1 < snapshots.len();
+        if newer_exist && first_header_lsn.is_none_or(|first| first > snap.lsn + 1) {
+            return Ok(None);
+        }
+        let Some(chain) = crate::snapshot::chain_of(snapshots, at) else {
+            let reason = format!(
+                "it is a delta, and a snapshot it builds on (over LSN {}) is missing",
+                snap.base_lsn.unwrap_or(0)
+            );
+            damaged.push(unusable(snap, reason));
+            continue;
+        };
+        if let Some(&bad) = chain
+            .iter()
+            .find(|&&i| is_damaged(damaged, snapshots[i].lsn))
+        {
+            if bad != at {
+                let reason = format!(
+                    "it builds on the damaged snapshot {}",
+                    snapshots[bad].path.display()
+                );
+                damaged.push(unusable(snap, reason));
+            }
+            continue;
+        }
+        match load_chain(disk, snapshots, &chain, shard, new_tier).await? {
+            Ok((tier, meta, entries)) => {
+                return Ok(Some(Chosen {
+                    at,
+                    chain,
+                    tier,
+                    meta,
+                    entries,
+                }))
+            }
+            Err(found) => {
+                damaged.push(found);
+                if !is_damaged(damaged, snap.lsn) {
+                    damaged.push(unusable(snap, "a snapshot it builds on is damaged".into()));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Loads one chain (indexes into `snapshots`, the full snapshot first)
+/// into a new tier: the tier, the newest file's trailer and the entries of
+/// the whole chain, or the damaged file (the newest one when the tier
+/// refused the chain as a whole).
+async fn load_chain<D: Disk>(
+    disk: &D,
+    snapshots: &[SnapshotFile],
+    chain: &[usize],
+    shard: u32,
+    new_tier: &TierFactory<'_>,
+) -> Result<Result<(Box<dyn Tier>, SnapshotMeta, u64), Damaged>, EngineError> {
+    // The tier is sized from the full snapshot's entry count up front, so
+    // the load does not grow and rehash its tables.
+    let root = open_snapshot(disk, &snapshots[chain[0]]).await?;
+    let mut tier = new_tier(snapshot::entry_count_hint(&root).await);
+    drop(root);
+    let mut entries = 0;
+    let mut last = None;
+    for &i in chain {
+        let file = open_snapshot(disk, &snapshots[i]).await?;
+        match snapshot::load(&file, &snapshots[i].path, shard, Some(&mut *tier)).await {
+            Ok(meta) => {
+                entries += meta.entries;
+                last = Some(meta);
+            }
+            Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(file = %snapshots[i].path.display(), error = %e, "snapshot is damaged");
+                return Ok(Err((snapshots[i].clone(), e)));
+            }
+        }
+    }
+    let meta = last.expect("a chain holds at least its full snapshot");
+    // The tier's last step: what only the whole chain says (the hybrid
+    // tier opens the value segments its newest table lists).
+    if let Err(reason) = tier.load_checkpoint_done() {
+        let newest = &snapshots[*chain.last().expect("a chain is not empty")];
+        let (snap, e) = unusable(newest, reason);
+        tracing::warn!(file = %snap.path.display(), error = %e, "snapshot is damaged");
+        return Ok(Err((snap, e)));
+    }
+    Ok(Ok((tier, meta, entries)))
+}
+
+/// What is kept for the checkpointer's retention: the chosen chain, and
+/// the chain of the snapshot before it if that one checks out (the
+/// fallback until the next checkpoint), each file read once.
+async fn kept_snapshots<D: Disk>(
+    disk: &D,
+    snapshots: &[SnapshotFile],
+    chosen: Option<&Chosen>,
+    shard: u32,
+) -> Result<Vec<SnapshotFile>, EngineError> {
+    let mut kept: Vec<usize> = chosen.map(|c| c.chain.clone()).unwrap_or_default();
+    if let Some(at) = chosen.map(|c| c.at).filter(|&at| at > 0) {
+        if let Some(chain) = crate::snapshot::chain_of(snapshots, at - 1) {
+            let mut all_valid = true;
+            for &i in chain.iter().filter(|i| !kept.contains(i)) {
+                let file = open_snapshot(disk, &snapshots[i]).await?;
+                match snapshot::load(&file, &snapshots[i].path, shard, None).await {
+                    Ok(_) => {}
+                    Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
+                    Err(e) => {
+                        tracing::warn!(file = %snapshots[i].path.display(), error = %e, "snapshot is damaged");
+                        all_valid = false;
+                    }
+                }
+            }
+            if all_valid {
+                kept.extend(chain);
+            }
+        }
+    }
+    kept.sort_unstable();
+    kept.dedup();
+    Ok(kept.iter().map(|&i| snapshots[i].clone()).collect())
+}
+
+/// The snapshots newer than the one chosen (at `chosen_lsn`), each with
+/// why it cannot be used, newest first.
+fn unusable_after(
+    snapshots: &[SnapshotFile],
+    damaged: &[Damaged],
+    chosen_lsn: u64,
+) -> Vec<(SnapshotFile, String)> {
+    let mut unusable: Vec<(SnapshotFile, String)> = damaged
+        .iter()
+        .filter(|(d, _)| d.lsn > chosen_lsn)
+        .map(|(d, e)| (d.clone(), e.to_string()))
+        .collect();
+    for snap in snapshots.iter().filter(|s| s.lsn > chosen_lsn) {
+        if !unusable.iter().any(|(d, _)| d.lsn == snap.lsn) {
+            unusable.push((snap.clone(), "a snapshot it builds on is damaged".into()));
+        }
+    }
+    unusable.sort_by_key(|(d, _)| std::cmp::Reverse(d.lsn));
+    unusable
+}
+
+/// Renames each unusable snapshot `*.damaged`: an older snapshot plus the
+/// WAL cover it.
+async fn set_aside_damaged<D: Disk>(
+    disk: &D,
+    unusable: &[(SnapshotFile, String)],
+) -> Result<(), EngineError> {
+    for (snap, reason) in unusable {
+        let to = PathBuf::from(format!("{}{DAMAGED_SUFFIX}", snap.path.display()));
+        tracing::warn!(file = %snap.path.display(), error = %reason, renamed_to = %to.display(),
+            "skipping a damaged snapshot: an older snapshot plus the WAL cover it");
+        disk.rename(&snap.path, &to)
+            .await
+            .map_err(|source| EngineError::Io {
+                op: "rename damaged snapshot",
+                path: snap.path.clone(),
+                source,
+            })?;
+    }
+    Ok(())
 }
 
 /// What replaying the log left: where it ends and what was read on the way.
@@ -831,7 +910,6 @@ impl ReplayPhase {
         shard: u32,
         cases: &mut Vec<RecoveryCase>,
     ) -> Result<(u64, Option<(u64, Damage)>), EngineError> {
-        let need = self.snapshot_lsn + 1;
         let identity = SegmentIdentity {
             shard,
             seq: seg.seq,
@@ -843,86 +921,10 @@ impl ReplayPhase {
                 .map_err(wal_io("read", &seg.path, pos))?;
             match scan {
                 FlushScan::Complete(flush) => {
-                    match self.last_lsn {
-                        None if flush.first_lsn > need => {
-                            cases.push(RecoveryCase::MissingHistory);
-                            return Err(corrupt(
-                                &seg.path,
-                                pos,
-                                Damage::MissingHistory {
-                                    needed_lsn: need,
-                                    first_lsn: flush.first_lsn,
-                                },
-                            ));
-                        }
-                        // Older LSNs after the end: stale bytes of a
-                        // recycled segment (never at offset 0: a used header
-                        // names this flush's first LSN).
-                        Some(last) if pos > 0 && flush.first_lsn <= last => return Ok((pos, None)),
-                        Some(last) if flush.first_lsn != last + 1 => {
-                            cases.push(RecoveryCase::LsnGap);
-                            return Err(corrupt(
-                                &seg.path,
-                                pos,
-                                Damage::LsnGap {
-                                    expected: last + 1,
-                                    found: flush.first_lsn,
-                                },
-                            ));
-                        }
-                        _ => {}
+                    if !self.continues_log(&flush, seg, pos, cases)? {
+                        return Ok((pos, None));
                     }
-                    if self.newest_used.is_none_or(|(seq, _)| seq < seg.seq) {
-                        let first = seg.used().map_or(flush.first_lsn, |h| h.first_lsn);
-                        self.newest_used = Some((seg.seq, first));
-                    }
-                    if pos == 0 {
-                        self.live_segments.push(LiveSegment {
-                            seq: seg.seq,
-                            path: seg.path.clone(),
-                            first_lsn: flush.first_lsn,
-                            bytes: seg.len,
-                        });
-                    }
-                    let tier_ref = &mut *tier;
-                    let txn_ref = &mut self.txn;
-                    let mut replayed = 0u64;
-                    let mut version = self.max_commit_version;
-                    let bytes = replay_flush(win, &flush, &mut |r| {
-                        version = version.max(r.commit_version);
-                        if r.kind == RecordKind::TxnPart {
-                            txn_ref.part(r.lsn, r.key, r.value, r.lsn >= need, tier_ref);
-                            if r.lsn >= need {
-                                replayed += 1;
-                            }
-                            return;
-                        }
-                        if r.lsn < need {
-                            return;
-                        }
-                        let h = tier_ref.table_hasher().hash_key(r.key);
-                        match r.kind {
-                            RecordKind::Put => {
-                                tier_ref.put_expiring(h, r.key, r.value, r.expires_at_ms);
-                            }
-                            RecordKind::Delete => {
-                                tier_ref.delete_blind(h, r.key);
-                            }
-                            RecordKind::Seal | RecordKind::TxnPart => {
-                                unreachable!("replay_flush skips seals; parts are handled above")
-                            }
-                        }
-                        txn_ref.overwritten(r.key);
-                        replayed += 1;
-                    })
-                    .await
-                    .map_err(wal_io("read", &seg.path, pos))?;
-                    self.max_commit_version = version;
-                    self.records_replayed += replayed;
-                    if flush.last_lsn >= need {
-                        self.bytes_replayed += bytes;
-                        self.wal_bytes_after_snapshot += flush.end - pos;
-                    }
+                    self.replay_one_flush(seg, win, &flush, pos, tier).await?;
                     cases.push(RecoveryCase::FlushReplayed);
                     self.last_lsn = Some(flush.last_lsn);
                     pos = flush.end;
@@ -935,6 +937,112 @@ impl ReplayPhase {
                 FlushScan::Damaged { offset, reason } => return Ok((pos, Some((offset, reason)))),
             }
         }
+    }
+
+    /// Whether the complete flush at `pos` of `seg` continues the log
+    /// replayed so far. False for stale bytes of a recycled segment (older
+    /// LSNs after the end, never at offset 0: a used header names its
+    /// flush's first LSN); an error for a gap or for history missing
+    /// between the snapshot and the log.
+    fn continues_log<D: Disk>(
+        &self,
+        flush: &FlushInfo,
+        seg: &Segment<D>,
+        pos: u64,
+        cases: &mut Vec<RecoveryCase>,
+    ) -> Result<bool, EngineError> {
+        let need = self.snapshot_lsn + 1;
+        match self.last_lsn {
+            None if flush.first_lsn > need => {
+                cases.push(RecoveryCase::MissingHistory);
+                Err(corrupt(
+                    &seg.path,
+                    pos,
+                    Damage::MissingHistory {
+                        needed_lsn: need,
+                        first_lsn: flush.first_lsn,
+                    },
+                ))
+            }
+            Some(last) if pos > 0 && flush.first_lsn <= last => Ok(false),
+            Some(last) if flush.first_lsn != last + 1 => {
+                cases.push(RecoveryCase::LsnGap);
+                Err(corrupt(
+                    &seg.path,
+                    pos,
+                    Damage::LsnGap {
+                        expected: last + 1,
+                        found: flush.first_lsn,
+                    },
+                ))
+            }
+            _ => Ok(true),
+        }
+    }
+
+    /// Replays one complete flush (at `pos` of `seg`) into the tier: the
+    /// records after the snapshot, and every transaction part (the exchange
+    /// needs those the snapshot covers too).
+    async fn replay_one_flush<D: Disk>(
+        &mut self,
+        seg: &Segment<D>,
+        win: &mut FileWindow<'_, D::File>,
+        flush: &FlushInfo,
+        pos: u64,
+        tier: &mut dyn Tier,
+    ) -> Result<(), EngineError> {
+        let need = self.snapshot_lsn + 1;
+        if self.newest_used.is_none_or(|(seq, _)| seq < seg.seq) {
+            let first = seg.used().map_or(flush.first_lsn, |h| h.first_lsn);
+            self.newest_used = Some((seg.seq, first));
+        }
+        if pos == 0 {
+            self.live_segments.push(LiveSegment {
+                seq: seg.seq,
+                path: seg.path.clone(),
+                first_lsn: flush.first_lsn,
+                bytes: seg.len,
+            });
+        }
+        let txn = &mut self.txn;
+        let mut replayed = 0u64;
+        let mut version = self.max_commit_version;
+        let bytes = replay_flush(win, flush, &mut |r| {
+            version = version.max(r.commit_version);
+            if r.kind == RecordKind::TxnPart {
+                txn.part(r.lsn, r.key, r.value, r.lsn >= need, tier);
+                if r.lsn >= need {
+                    replayed += 1;
+                }
+                return;
+            }
+            if r.lsn < need {
+                return;
+            }
+            let h = tier.table_hasher().hash_key(r.key);
+            match r.kind {
+                RecordKind::Put => {
+                    tier.put_expiring(h, r.key, r.value, r.expires_at_ms);
+                }
+                RecordKind::Delete => {
+                    tier.delete_blind(h, r.key);
+                }
+                RecordKind::Seal | RecordKind::TxnPart => {
+                    unreachable!("replay_flush skips seals; parts are handled above")
+                }
+            }
+            txn.overwritten(r.key);
+            replayed += 1;
+        })
+        .await
+        .map_err(wal_io("read", &seg.path, pos))?;
+        self.max_commit_version = version;
+        self.records_replayed += replayed;
+        if flush.last_lsn >= need {
+            self.bytes_replayed += bytes;
+            self.wal_bytes_after_snapshot += flush.end - pos;
+        }
+        Ok(())
     }
 
     /// Decides what follows the log's stop at `seg_end` in segment `i`:

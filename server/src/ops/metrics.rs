@@ -12,7 +12,7 @@ use ringkv_protocol::stats::DeviceStats;
 use ringkv_protocol::Status;
 
 use crate::native::session::CloseReason;
-use crate::ops::counters::OpKind;
+use crate::ops::counters::{CountersSnapshot, OpKind};
 use crate::ops::prom::{latency_sample, size_sample, PromText};
 use crate::shard::{DeviceFacts, Shared};
 
@@ -132,6 +132,12 @@ fn render_server(p: &mut PromText, shared: &Shared) {
         &[],
         &latency_sample(&c.batch_latency, 1e6),
     );
+    render_connections(p, shared, &c);
+    render_resp(p, shared, &c);
+}
+
+/// Connections and authentication.
+fn render_connections(p: &mut PromText, shared: &Shared, c: &CountersSnapshot) {
     p.gauge(
         "ringkv_connections_open",
         "Client connections open now.",
@@ -177,6 +183,10 @@ fn render_server(p: &mut PromText, shared: &Shared) {
         &[],
         auth.successes(),
     );
+}
+
+/// The RESP port's commands, and the bytes of every client connection.
+fn render_resp(p: &mut PromText, shared: &Shared, c: &CountersSnapshot) {
     let resp = crate::resp::RespTotals::of(shared);
     p.gauge(
         "ringkv_resp_connections",
@@ -242,7 +252,7 @@ fn render_server(p: &mut PromText, shared: &Shared) {
 fn render_hybrid(
     p: &mut PromText,
     l: &[(&str, &str)],
-    h: &engine::tier::HybridStats,
+    h: &engine::HybridStats,
     latency: &engine::histogram::HistogramSnapshot,
 ) {
     for (name, help, v) in [
@@ -290,6 +300,17 @@ fn render_hybrid(
     ] {
         p.gauge(name, help, l, v as f64);
     }
+    render_hybrid_counters(p, l, h);
+    p.gauge(
+        "ringkv_tier_cold_read_p99_seconds",
+        "99th percentile latency of a cold read since start (upper bucket bound).",
+        l,
+        latency.quantile(0.99) as f64 / 1e6,
+    );
+}
+
+/// The hybrid tier's counters of one shard.
+fn render_hybrid_counters(p: &mut PromText, l: &[(&str, &str)], h: &engine::HybridStats) {
     for (name, help, v) in [
         (
             "ringkv_tier_gc_runs_total",
@@ -334,12 +355,6 @@ fn render_hybrid(
     ] {
         p.counter(name, help, l, v);
     }
-    p.gauge(
-        "ringkv_tier_cold_read_p99_seconds",
-        "99th percentile latency of a cold read since start (upper bucket bound).",
-        l,
-        latency.quantile(0.99) as f64 / 1e6,
-    );
 }
 
 fn render_shard(p: &mut PromText, s: &ShardMetrics) {
@@ -390,130 +405,140 @@ fn render_shard(p: &mut PromText, s: &ShardMetrics) {
         &l,
         f64::from(u8::from(s.poisoned)),
     );
+    render_wal(p, &l, s);
+    render_checkpoints(p, &l, s);
+}
+
+/// One shard's WAL.
+fn render_wal(p: &mut PromText, l: &[(&str, &str)], s: &ShardMetrics) {
     p.counter(
         "ringkv_wal_written_bytes_total",
         "Bytes written to WAL segments.",
-        &l,
+        l,
         s.wal_bytes_written,
     );
     p.counter(
         "ringkv_wal_flushes_total",
         "WAL group commits (one write and one fdatasync each).",
-        &l,
+        l,
         s.wal_flushes,
     );
     p.counter(
         "ringkv_wal_records_total",
         "Data records logged.",
-        &l,
+        l,
         s.wal_records,
     );
     p.histogram(
         "ringkv_wal_group_commit_records",
         "Records per WAL group commit.",
-        &l,
+        l,
         &size_sample(&s.group_commit_records),
     );
     p.histogram(
         "ringkv_wal_flush_bytes",
         "Bytes per WAL group commit.",
-        &l,
+        l,
         &size_sample(&s.group_commit_bytes),
     );
     p.histogram(
         "ringkv_wal_fdatasync_seconds",
         "fdatasync latency of WAL flushes.",
-        &l,
+        l,
         &latency_sample(&s.fdatasync_latency_us, 1e6),
     );
     p.gauge(
         "ringkv_wal_current_lsn",
         "Last LSN assigned.",
-        &l,
+        l,
         s.current_lsn as f64,
     );
     p.gauge(
         "ringkv_wal_durable_lsn",
         "Last LSN known durable on disk.",
-        &l,
+        l,
         s.durable_lsn as f64,
     );
     p.gauge(
         "ringkv_wal_live_bytes",
         "Bytes in live WAL segment files.",
-        &l,
+        l,
         s.wal_live_bytes as f64,
     );
+}
+
+/// One shard's checkpoints, recovery and expiry.
+fn render_checkpoints(p: &mut PromText, l: &[(&str, &str)], s: &ShardMetrics) {
     p.counter(
         "ringkv_checkpoints_total",
         "Checkpoints (snapshots) written.",
-        &l,
+        l,
         s.checkpoints,
     );
     p.counter(
         "ringkv_checkpoint_failures_total",
         "Checkpoints that failed.",
-        &l,
+        l,
         s.checkpoint_failures,
     );
     p.counter(
         "ringkv_checkpoint_deltas_total",
         "Checkpoints written as deltas over the one before.",
-        &l,
+        l,
         s.checkpoint_deltas,
     );
     p.counter(
         "ringkv_checkpoint_bytes_total",
         "Bytes of checkpoint files written.",
-        &l,
+        l,
         s.checkpoint_bytes,
     );
     p.gauge(
         "ringkv_checkpoint_last_duration_seconds",
         "Duration of the newest checkpoint.",
-        &l,
+        l,
         s.checkpoint_last_duration_us as f64 / 1e6,
     );
     p.gauge(
         "ringkv_checkpoint_last_lsn",
         "LSN covered by the newest checkpoint.",
-        &l,
+        l,
         s.checkpoint_last_lsn as f64,
     );
     p.gauge(
         "ringkv_recovery_duration_seconds",
         "Time the shard's recovery took at start.",
-        &l,
+        l,
         s.recovery_duration_us as f64 / 1e6,
     );
     p.gauge(
         "ringkv_recovery_replayed_bytes",
         "WAL bytes replayed at start.",
-        &l,
+        l,
         s.recovery_bytes_replayed as f64,
     );
     p.gauge(
         "ringkv_recovery_replayed_records",
         "WAL records replayed at start.",
-        &l,
+        l,
         s.recovery_records_replayed as f64,
     );
     p.gauge(
         "ringkv_recovery_snapshot_entries",
         "Entries loaded from the snapshot at start.",
-        &l,
+        l,
         s.recovery_snapshot_entries as f64,
     );
     p.gauge(
         "ringkv_expiring_keys",
         "Keys that carry an expiry time (expired ones included until deleted).",
-        &l,
+        l,
         s.expiring_keys as f64,
     );
     p.counter(
         "ringkv_expired_keys_total",
         "Expired keys deleted (active expiry, or a write that found its key expired).",
-        &l,
+        l,
         s.expired_keys,
     );
 }

@@ -400,23 +400,49 @@ fn wanted_sections(asked: &[String]) -> Vec<&'static str> {
 }
 
 fn info_text(ctx: &ShardContext, asked: &[String]) -> String {
-    let shared = &ctx.shared;
-    let facts = &shared.facts;
     let metrics = ctx.handle.metrics();
-    let resp = RespTotals::of(shared);
-    let keys: u64 = metrics.shards.iter().map(|s| s.keys).sum();
-    let expires: u64 = metrics.shards.iter().map(|s| s.expiring_keys).sum();
-    let memory: u64 = metrics.shards.iter().map(|s| s.memory_bytes).sum();
-    let uptime = shared.started.elapsed().as_secs();
+    let sums = InfoSums {
+        resp: RespTotals::of(&ctx.shared),
+        keys: metrics.shards.iter().map(|s| s.keys).sum(),
+        expires: metrics.shards.iter().map(|s| s.expiring_keys).sum(),
+        memory: metrics.shards.iter().map(|s| s.memory_bytes).sum(),
+        uptime: ctx.shared.started.elapsed().as_secs(),
+    };
     let mut t = String::new();
     for section in wanted_sections(asked) {
         if !t.is_empty() {
             t.push_str("\r\n");
         }
-        match section {
-            "server" => {
-                let port = facts.resp_listen.map_or(0, |a| a.port());
-                let _ = write!(
+        write_section(&mut t, section, ctx, &sums);
+    }
+    t
+}
+
+/// What several INFO sections show, read once per INFO.
+struct InfoSums {
+    resp: RespTotals,
+    keys: u64,
+    expires: u64,
+    memory: u64,
+    uptime: u64,
+}
+
+/// Appends one INFO section (`section`: its lowercase name) to `t`.
+fn write_section(t: &mut String, section: &str, ctx: &ShardContext, sums: &InfoSums) {
+    let shared = &ctx.shared;
+    let facts = &shared.facts;
+    let InfoSums {
+        resp,
+        keys,
+        expires,
+        memory,
+        uptime,
+    } = sums;
+    let (keys, expires, memory, uptime) = (*keys, *expires, *memory, *uptime);
+    match section {
+        "server" => {
+            let port = facts.resp_listen.map_or(0, |a| a.port());
+            let _ = write!(
                     t,
                     "# Server\r\nredis_version:{REDIS_VERSION}\r\nringkv_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:{}\r\nprocess_id:{}\r\ntcp_port:{port}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\n",
                     facts.version,
@@ -426,82 +452,80 @@ fn info_text(ctx: &ShardContext, asked: &[String]) -> String {
                     std::process::id(),
                     uptime / 86_400,
                 );
-            }
-            "clients" => {
-                let _ = write!(
-                    t,
-                    "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n",
-                    shared.connections_open(),
-                    shared.max_connections
-                );
-            }
-            "memory" => {
-                let _ = write!(
+        }
+        "clients" => {
+            let _ = write!(
+                t,
+                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n",
+                shared.connections_open(),
+                shared.max_connections
+            );
+        }
+        "memory" => {
+            let _ = write!(
                     t,
                     "# Memory\r\nused_memory:{memory}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n"
                 );
-            }
-            "persistence" => {
-                let aof = u8::from(facts.durability != "none");
-                let _ = write!(
+        }
+        "persistence" => {
+            let aof = u8::from(facts.durability != "none");
+            let _ = write!(
                     t,
                     "# Persistence\r\nloading:0\r\naof_enabled:{aof}\r\nrdb_changes_since_last_save:0\r\nringkv_durability:{}\r\nringkv_tier:{}\r\n",
                     facts.durability,
                     facts.tier
                 );
-            }
-            "stats" => {
-                let _ = write!(
+        }
+        "stats" => {
+            let _ = write!(
                     t,
                     "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_error_replies:{}\r\n",
                     resp.connections_accepted, resp.commands, resp.errors
                 );
-            }
-            "replication" => t.push_str(
-                "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n",
-            ),
-            "cpu" => {
-                let (user, sys) = cpu_seconds(libc::RUSAGE_SELF);
-                let (user_children, sys_children) = cpu_seconds(libc::RUSAGE_CHILDREN);
-                let _ = write!(
+        }
+        "replication" => t.push_str(
+            "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n",
+        ),
+        "cpu" => {
+            let (user, sys) = cpu_seconds(libc::RUSAGE_SELF);
+            let (user_children, sys_children) = cpu_seconds(libc::RUSAGE_CHILDREN);
+            let _ = write!(
                     t,
                     "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\nused_cpu_sys_children:{sys_children:.6}\r\nused_cpu_user_children:{user_children:.6}\r\n"
                 );
-            }
-            "commandstats" => {
-                t.push_str("# Commandstats\r\n");
-                for (name, (calls, rejected, failed)) in COMMANDS.iter().zip(&resp.per_command) {
-                    if *calls > 0 {
-                        let _ = write!(
+        }
+        "commandstats" => {
+            t.push_str("# Commandstats\r\n");
+            for (name, (calls, rejected, failed)) in COMMANDS.iter().zip(&resp.per_command) {
+                if *calls > 0 {
+                    let _ = write!(
                             t,
                             "cmdstat_{name}:calls={calls},rejected_calls={rejected},failed_calls={failed}\r\n"
                         );
-                    }
                 }
             }
-            "cluster" => t.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
-            "keyspace" => {
-                t.push_str("# Keyspace\r\n");
-                if keys > 0 {
-                    let _ = write!(t, "db0:keys={keys},expires={expires},avg_ttl=0\r\n");
-                }
-            }
-            "ringkv" => {
-                t.push_str("# Ringkv\r\n");
-                for (name, value) in ctx.stats_pairs() {
-                    let _ = write!(t, "{}:{}\r\n", name.replace('.', "_"), value);
-                }
-                let _ = write!(
-                    t,
-                    "resp_connections_open:{}\r\nresp_commands_unknown:{}\r\n",
-                    resp.connections_open(),
-                    resp.unknown
-                );
-            }
-            _ => {}
         }
+        "cluster" => t.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
+        "keyspace" => {
+            t.push_str("# Keyspace\r\n");
+            if keys > 0 {
+                let _ = write!(t, "db0:keys={keys},expires={expires},avg_ttl=0\r\n");
+            }
+        }
+        "ringkv" => {
+            t.push_str("# Ringkv\r\n");
+            for (name, value) in ctx.stats_pairs() {
+                let _ = write!(t, "{}:{}\r\n", name.replace('.', "_"), value);
+            }
+            let _ = write!(
+                t,
+                "resp_connections_open:{}\r\nresp_commands_unknown:{}\r\n",
+                resp.connections_open(),
+                resp.unknown
+            );
+        }
+        _ => {}
     }
-    t
 }
 
 #[cfg(test)]

@@ -46,6 +46,14 @@ pub const FLAG_VALUE: u8 = 1;
 pub const FLAG_EXPIRES: u8 = 0x80;
 pub const RECORD_HEADER: usize = 8;
 
+/// The smallest value segment that holds a record of the largest key and
+/// value (with its header and expiry, and a CRC word per block) after the
+/// segment's header block, with a block to spare for alignment.
+pub fn segment_bytes_needed(key_max: usize, value_max: usize) -> u64 {
+    let record = (key_max + value_max + 16) as u64;
+    BLOCK as u64 + record.div_ceil(PAYLOAD as u64) * BLOCK as u64 + BLOCK as u64
+}
+
 /// What is wrong with a record or block read back.
 #[derive(Debug)]
 pub enum ReadError {

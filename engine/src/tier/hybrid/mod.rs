@@ -1928,6 +1928,13 @@ impl<D: Disk> Tier for HybridTier<D> {
         self.inner.get_mut().fault.take()
     }
 
+    fn background_tasks(&self) -> super::TierTasks {
+        super::TierTasks {
+            background: true,
+            settles: true,
+        }
+    }
+
     fn background_step(&mut self) -> bool {
         self.inner.get_mut().gc_step()
     }
