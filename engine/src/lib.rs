@@ -25,6 +25,7 @@ mod engine;
 pub mod error;
 pub mod hash;
 pub mod histogram;
+pub mod inspect;
 pub mod layout;
 pub mod manifest;
 pub mod metrics;
