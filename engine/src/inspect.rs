@@ -101,6 +101,8 @@ pub struct SegmentReport {
     pub state: SegmentState,
     /// Full reads: the complete flushes read from the segment's start.
     pub flushes: u64,
+    /// Full reads: where each of those flushes starts.
+    pub flush_offsets: Vec<u64>,
     pub records: u64,
     /// Full reads: the last LSN of the complete flushes (None: none).
     pub last_lsn: Option<u64>,
@@ -392,6 +394,7 @@ async fn examine_segment(
         bytes,
         state,
         flushes: 0,
+        flush_offsets: Vec::new(),
         records: 0,
         last_lsn: None,
         end: None,
@@ -415,6 +418,7 @@ async fn walk_flushes<F: DiskFile>(
         match scan_flush(win, pos, identity).await? {
             FlushScan::Complete(info) if last.is_none_or(|l| info.first_lsn == l + 1) => {
                 report.flushes += 1;
+                report.flush_offsets.push(info.start);
                 report.records += u64::from(info.records);
                 last = Some(info.last_lsn);
                 pos = info.end;
