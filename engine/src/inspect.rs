@@ -892,7 +892,11 @@ pub fn plan_wal_tail_repair(report: &Report) -> (Vec<TailRepair>, Vec<Problem>) 
                     *nonzero_end,
                     s.last_lsn.unwrap_or(0),
                 ) {
-                    Ok((flushes, records, lsns)) => repairs.push(TailRepair {
+                    Ok(Dropped {
+                        flushes,
+                        records,
+                        lsns,
+                    }) => repairs.push(TailRepair {
                         shard: shard.shard,
                         segment: s.path.clone(),
                         offset: *flush_start,
@@ -914,6 +918,14 @@ pub fn plan_wal_tail_repair(report: &Report) -> (Vec<TailRepair>, Vec<Problem>) 
     (repairs, refused)
 }
 
+/// What lies in a range a repair drops.
+#[derive(Debug, Default)]
+struct Dropped {
+    flushes: u64,
+    records: u64,
+    lsns: Option<(u64, u64)>,
+}
+
 /// Complete flushes with LSNs after `after_lsn` at the block boundaries of
 /// `[from, to)`.
 fn count_dropped(
@@ -923,7 +935,7 @@ fn count_dropped(
     from: u64,
     to: u64,
     after_lsn: u64,
-) -> std::io::Result<(u64, u64, Option<(u64, u64)>)> {
+) -> std::io::Result<Dropped> {
     let disk = OverlayDisk::new();
     pollster::block_on(async {
         let file = disk.open(path, false).await?;
@@ -945,7 +957,11 @@ fn count_dropped(
                 _ => at += BLOCK_BYTES as u64,
             }
         }
-        Ok((flushes, records, lsns))
+        Ok(Dropped {
+            flushes,
+            records,
+            lsns,
+        })
     })
 }
 

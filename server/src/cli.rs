@@ -298,6 +298,7 @@ impl Cli {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn parse(args: &[&str]) -> Cli {
         let mut all = vec!["ringkv-server"];
@@ -390,9 +391,7 @@ mod tests {
     #[test]
     fn tools_parse_and_do_not_mix_with_server_flags() {
         let cli = parse(&["verify", "--data-dir", "/d"]);
-        assert!(
-            matches!(cli.command, Some(Tool::Verify(ref a)) if a.data_dir == PathBuf::from("/d"))
-        );
+        assert!(matches!(cli.command, Some(Tool::Verify(ref a)) if a.data_dir == Path::new("/d")));
         let cli = parse(&[
             "repair",
             "--data-dir",
