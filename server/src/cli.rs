@@ -124,7 +124,7 @@ pub enum Tool {
     /// 3: usage error, or the directory is in use.
     Verify(ToolArgs),
     /// List shards, WAL segments, snapshots and value segments from their
-    /// headers, names and sizes (fast; checks only headers). Exit 0, or 2
+    /// headers, names and sizes (fast; checks only headers). Exit 0, or 1
     /// when a header is damaged, 3 on a usage error.
     Inspect(ToolArgs),
     /// Find WAL damage that recovery refuses but dropping the damaged tail
