@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ringkv_server::cli::Cli;
+use ringkv_server::ops::sd_notify::notify_logged;
 use ringkv_server::signals::{block_termination_signals, spawn_signal_thread, Signal};
 use ringkv_server::sockets::raise_open_files_limit;
 
@@ -24,6 +25,13 @@ const FD_HEADROOM: u64 = 256;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+
+    if let Some(tool) = &cli.command {
+        // The offline tools print their report on stdout; the engine's
+        // own log lines (recovery's) stay at warnings unless RUST_LOG says.
+        init_logging(tunables::LogFormat::Text, "warn");
+        return ringkv_server::ops::verify::run(tool);
+    }
 
     if let Some(path) = &cli.check_config {
         return check_config(path);
@@ -45,7 +53,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
 
-    init_logging();
+    init_logging(config.log.format, "info");
     // Before any thread exists, so every thread inherits the mask and only
     // the signal thread ever sees SIGTERM/SIGINT.
     if let Err(e) = block_termination_signals() {
@@ -74,6 +82,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+
+    // Recovery is done and every listener accepts connections: tell
+    // systemd (Type=notify), if it started us.
+    notify_logged("READY=1");
 
     let stop = server.stop_handle();
     let tls = server.tls_reloader();
@@ -105,6 +117,7 @@ fn main() -> ExitCode {
             signal = signal.name(),
             "termination signal received; stopping gracefully"
         );
+        notify_logged("STOPPING=1");
         stop.request_stop();
     });
     if let Err(e) = signals {
@@ -113,6 +126,8 @@ fn main() -> ExitCode {
     }
 
     server.wait();
+    // A stop that did not come from a signal (every shard ended) is a stop too.
+    notify_logged("STOPPING=1");
     exit_after(server.shutdown())
 }
 
@@ -152,13 +167,21 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     }
 }
 
-fn init_logging() {
+/// Log lines go to stderr (the journal under systemd), as text or one JSON
+/// object per line (`log.format`); `RUST_LOG` picks the levels, else
+/// `default_level`.
+fn init_logging(format: tunables::LogFormat, default_level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        tunables::LogFormat::Json => builder.json().with_current_span(false).init(),
+        tunables::LogFormat::Text => {
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            builder.with_ansi(ansi).init()
+        }
+    }
 }

@@ -15,7 +15,7 @@ use crate::suggest::nearest;
 use crate::validate::Checker;
 use crate::{
     Backend, ByteSize, Config, DeviceConfig, Durability, Duration, IoConfig, LimitsConfig,
-    ProfileConfig, ServerConfig, StorageConfig, Tier,
+    LogConfig, ProfileConfig, ServerConfig, StorageConfig, Tier,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -24,7 +24,7 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 pub(crate) const TOP_KEYS: &[&str] = &[
-    "shards", "server", "storage", "limits", "io", "devices", "profiles",
+    "shards", "server", "storage", "limits", "io", "log", "devices", "profiles",
 ];
 
 /// The fixed sections and their keys, for "did you mean 'storage.x'?" when a
@@ -35,6 +35,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
     (StorageConfig::PATH, StorageConfig::KEYS),
     (LimitsConfig::PATH, LimitsConfig::KEYS),
     (IoConfig::PATH, IoConfig::KEYS),
+    (LogConfig::PATH, LogConfig::KEYS),
 ];
 
 /// Why one TOML value could not become a field.
@@ -177,6 +178,13 @@ impl FromToml for Durability {
 
 impl FromToml for Backend {
     const EXPECTED: &'static str = "a backend name string";
+    fn from_toml(v: &DeValue<'_>) -> Result<Self, Problem> {
+        enum_from_toml(v)
+    }
+}
+
+impl FromToml for crate::LogFormat {
+    const EXPECTED: &'static str = "a log format name string";
     fn from_toml(v: &DeValue<'_>) -> Result<Self, Problem> {
         enum_from_toml(v)
     }
@@ -368,6 +376,11 @@ impl<'t> Loader<'t> {
                 "io" => {
                     if let Some(t) = self.table(key, v) {
                         self.section(key, t, &mut c.io);
+                    }
+                }
+                "log" => {
+                    if let Some(t) = self.table(key, v) {
+                        self.section(key, t, &mut c.log);
                     }
                 }
                 "devices" => {
@@ -904,6 +917,7 @@ count_fsync = false
         assert_eq!(keys(&section("storage")), list(StorageConfig::KEYS));
         assert_eq!(keys(&section("limits")), list(LimitsConfig::KEYS));
         assert_eq!(keys(&section("io")), list(IoConfig::KEYS));
+        assert_eq!(keys(&section("log")), list(LogConfig::KEYS));
         let device = match &section("devices")["wal"] {
             toml::Value::Table(t) => t.clone(),
             other => panic!("{other:?}"),

@@ -15,7 +15,7 @@
 
 use crate::load::{FromToml, Loader};
 use crate::validate::Checker;
-use crate::{Backend, ByteSize, Config, Durability, Duration, NamedVariants, Tier};
+use crate::{Backend, ByteSize, Config, Durability, Duration, LogFormat, NamedVariants, Tier};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use toml::de::DeValue;
@@ -188,7 +188,7 @@ macro_rules! named_field_value {
         }
     )*};
 }
-named_field_value!(Tier, Durability, Backend);
+named_field_value!(Tier, Durability, Backend, LogFormat);
 
 /// A table of the config file whose fields are declared with [`section!`].
 pub trait Section: Default {
@@ -531,6 +531,17 @@ section! {
 }
 
 section! {
+    /// `[log]`: the server's log lines (written to stderr).
+    pub struct LogConfig at "log" {
+        /// `"text"`: one human-readable line per event. `"json"`: one JSON object
+        /// per line (`timestamp`, `level`, `fields`, `target`), for journald or a
+        /// log collector. `RUST_LOG` still chooses the levels.
+        format: LogFormat = LogFormat::Text,
+            kind None, check Check::Any;
+    }
+}
+
+section! {
     /// `[devices.NAME]`: a directory on a disk, with the disk profile that I/O
     /// to it obeys.
     pub struct DeviceConfig at "devices.NAME" {
@@ -603,6 +614,7 @@ pub fn docs_sections() -> Vec<(&'static str, Vec<FieldInfo>)> {
         (StorageConfig::PATH, StorageConfig::fields()),
         (LimitsConfig::PATH, LimitsConfig::fields()),
         (IoConfig::PATH, IoConfig::fields()),
+        (LogConfig::PATH, LogConfig::fields()),
         (DeviceConfig::PATH, DeviceConfig::fields()),
         (ProfileConfig::PATH, ProfileConfig::fields()),
     ]
@@ -660,6 +672,7 @@ impl Config {
         table(out, StorageConfig::PATH, &self.storage, commented);
         table(out, LimitsConfig::PATH, &self.limits, commented);
         table(out, IoConfig::PATH, &self.io, commented);
+        table(out, LogConfig::PATH, &self.log, commented);
         let named = |kind: &str, name: &str| format!("{kind}.{}", table_key(name));
         for (name, device) in &self.devices {
             table(out, &named("devices", name), device, commented);

@@ -12,7 +12,7 @@ use crate::schema::Section;
 use crate::suggest::nearest;
 use crate::{
     builtin_profile_names, ByteSize, Config, Durability, Duration, IoConfig, LimitsConfig,
-    ProfileConfig, ServerConfig, StorageConfig, Tier, SHARDS_MAX,
+    LogConfig, ProfileConfig, ServerConfig, StorageConfig, Tier, SHARDS_MAX,
 };
 use std::collections::BTreeSet;
 use std::fmt::Display;
@@ -258,6 +258,7 @@ impl Checker {
         c.storage.check_fields(self, StorageConfig::PATH);
         c.limits.check_fields(self, LimitsConfig::PATH);
         c.io.check_fields(self, IoConfig::PATH);
+        c.log.check_fields(self, LogConfig::PATH);
         for (name, device) in &c.devices {
             let prefix = format!("devices.{name}");
             self.name(&prefix, name);
