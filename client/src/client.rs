@@ -19,10 +19,10 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::protocol::{
-    check_frame, decode_hello_ack, decode_response, encode_auth, encode_hello, encode_request, encode_user,
-    hello_flags, DecodeError, ErrorFrame, Expiry, Hello, HelloAck, LimitError, Limits, OpReply,
-    Request, RequestOp, ServerFrame, ServerInfo, Status, PASSWORD_BYTES_MAX, PROTOCOL_VERSION, USER_NAME_BYTES_MAX,
-    PROTOCOL_VERSION_MIN,
+    check_frame, decode_hello_ack, decode_response, encode_auth, encode_hello, encode_request,
+    encode_user, hello_flags, DecodeError, ErrorFrame, Expiry, Hello, HelloAck, LimitError, Limits,
+    OpReply, Request, RequestOp, ServerFrame, ServerInfo, Status, PASSWORD_BYTES_MAX,
+    PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, USER_NAME_BYTES_MAX,
 };
 use crate::tls::{TlsOptions, TlsSetupError};
 
@@ -59,7 +59,10 @@ impl Default for ConnectOptions {
 impl std::fmt::Debug for ConnectOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConnectOptions")
-            .field("user", &self.user.as_ref().map(|u| String::from_utf8_lossy(u)))
+            .field(
+                "user",
+                &self.user.as_ref().map(|u| String::from_utf8_lossy(u)),
+            )
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("tls", &self.tls)
             .field("timeout", &self.timeout)
