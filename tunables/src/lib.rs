@@ -24,7 +24,7 @@ pub use error::{ConfigError, ConfigErrors};
 pub use profiles::{builtin_profile, builtin_profile_names, BURST_WINDOW_SECS};
 pub use schema::{
     docs_sections, docs_table, example_toml, DeviceConfig, FieldInfo, IoConfig, LimitsConfig,
-    LogConfig, ProfileConfig, ServerConfig, StorageConfig, SHARDS_MAX,
+    LogConfig, ProfileConfig, ServerConfig, StorageConfig, UserConfig, SHARDS_MAX,
 };
 pub use units::{ByteSize, Duration, UnitError, DURATION_UNITS, SIZE_UNITS};
 pub use validate::{
@@ -58,6 +58,10 @@ pub struct Config {
     /// User-defined disk profiles, in addition to the built-in ones. A user
     /// profile named like a built-in one replaces it. Default: none.
     pub profiles: BTreeMap<String, ProfileConfig>,
+    /// Named users (`[users.NAME]`), each with a password file and a role,
+    /// besides the `default` user. Names follow the device name rules and
+    /// are not `default`. Default: none.
+    pub users: BTreeMap<String, UserConfig>,
 }
 
 /// How the server writes its log lines (`log.format`).
@@ -69,6 +73,13 @@ pub enum LogFormat {
     /// One JSON object per line (for journald, Loki, jq).
     Json,
 }
+
+/// The roles a user can have, least to most able (`docs/security.md`).
+pub const ROLE_NAMES: [&str; 3] = ["read-only", "read-write", "admin"];
+
+/// The name of the user that `server.requirepass` / `server.password_file`
+/// authenticate (and that a client without a user name is).
+pub const DEFAULT_USER: &str = "default";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -206,6 +217,7 @@ impl Default for Config {
             log: LogConfig::default(),
             devices,
             profiles: BTreeMap::new(),
+            users: BTreeMap::new(),
         }
     }
 }

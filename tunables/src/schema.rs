@@ -366,6 +366,11 @@ section! {
         /// keeps the secret out of this file; read at start. `""` means none.
         password_file: PathBuf = PathBuf::new(),
             kind None, check Check::Any, note "not together with `requirepass`";
+        /// Role of the `default` user, the one `requirepass` / `password_file` (or no
+        /// password at all) authenticates: `read-only`, `read-write` or `admin`. See
+        /// `docs/security.md`, "Users and roles".
+        default_role: String = "admin".to_string(),
+            kind Some("role"), check Check::Any, note "`read-only`, `read-write` or `admin`";
         /// Protected mode's opt-out: allow listening on a non-loopback address with
         /// no password.
         dangerously_listen_without_password: bool = false,
@@ -555,6 +560,21 @@ section! {
 }
 
 section! {
+    /// `[users.NAME]`: a named user with its own password and role, next to the
+    /// `default` user of `server.requirepass` / `server.password_file`.
+    pub struct UserConfig at "users.NAME" {
+        /// File whose content (one trailing newline removed) is this user's password;
+        /// read at start, like `server.password_file`.
+        password_file: PathBuf = PathBuf::new(),
+            kind None, check Check::NotEmpty("every user needs a password file"),
+            note "a readable file holding 1 to 512 bytes";
+        /// What the user may do: `read-only`, `read-write` or `admin`.
+        role: String = "read-only".to_string(),
+            kind Some("role"), check Check::Any, note "`read-only`, `read-write` or `admin`";
+    }
+}
+
+section! {
     /// `[profiles.NAME]`: a disk class, an IOPS rate with a burst credit and
     /// optionally a bandwidth cap. The default is the `unthrottled` profile.
     /// See the module docs of `profiles` and `docs/config.md` for the burst
@@ -617,6 +637,7 @@ pub fn docs_sections() -> Vec<(&'static str, Vec<FieldInfo>)> {
         (LogConfig::PATH, LogConfig::fields()),
         (DeviceConfig::PATH, DeviceConfig::fields()),
         (ProfileConfig::PATH, ProfileConfig::fields()),
+        (UserConfig::PATH, UserConfig::fields()),
     ]
 }
 
@@ -679,6 +700,9 @@ impl Config {
         }
         for (name, profile) in &self.profiles {
             table(out, &named("profiles", name), profile, commented);
+        }
+        for (name, user) in &self.users {
+            table(out, &named("users", name), user, commented);
         }
     }
 

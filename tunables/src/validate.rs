@@ -264,6 +264,30 @@ impl Checker {
             self.name(&prefix, name);
             device.check_fields(self, &prefix);
         }
+        self.role("server.default_role", &c.server.default_role);
+        for (name, user) in &c.users {
+            let prefix = format!("users.{name}");
+            self.name(&prefix, name);
+            if name == crate::DEFAULT_USER {
+                self.bad_value(
+                    &prefix,
+                    quoted(name),
+                    "duplicate user: `default` is the user of server.requirepass / \
+                     server.password_file; set its role with server.default_role"
+                        .to_string(),
+                );
+            }
+            user.check_fields(self, &prefix);
+            self.role(&format!("{prefix}.role"), &user.role);
+        }
+    }
+
+    /// A role name: one of [`crate::ROLE_NAMES`].
+    fn role(&mut self, field: &str, role: &str) {
+        if !crate::ROLE_NAMES.contains(&role) {
+            let known = crate::ROLE_NAMES.iter().map(|r| r.to_string()).collect();
+            self.unknown_name(field, role, "role", known);
+        }
     }
 
     /// Access control: password sources, TLS files, protected mode.

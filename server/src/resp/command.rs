@@ -15,6 +15,7 @@ use engine::{Op, OpError, OpResult, TtlUpdate, TtlUpdateFn, Update, UpdateAnswer
 use ringkv_protocol::resp::{parse_i64, ReplyWriter, Version};
 
 use super::update;
+use crate::acl::{self, Identity, Role};
 
 /// The facts planning needs (from the configuration).
 #[derive(Debug, Clone, Copy)]
@@ -38,10 +39,18 @@ pub struct Client {
     /// Whether the client may run commands: true from the start when no
     /// password is configured, else after a successful AUTH (or HELLO AUTH).
     pub authenticated: bool,
+    /// The user the client is (`default` until an AUTH names another) and
+    /// its role, which [`check`] holds every command to.
+    pub identity: Identity,
 }
 
 impl Client {
+    /// A client of the `default` user as an admin (a server without users).
     pub fn new(id: i64) -> Client {
+        Client::with_identity(id, Identity::new(tunables::DEFAULT_USER, Role::Admin))
+    }
+
+    pub fn with_identity(id: i64, identity: Identity) -> Client {
         Client {
             id,
             version: Version::Resp2,
@@ -49,6 +58,7 @@ impl Client {
             lib_name: None,
             lib_ver: None,
             authenticated: true,
+            identity,
         }
     }
 }
@@ -159,6 +169,7 @@ pub enum MultiCommand {
 
 /// The commands ringkv answers (COMMAND COUNT counts them).
 pub const COMMANDS: &[&str] = &[
+    "acl",
     "append",
     "auth",
     "bitcount",
@@ -283,8 +294,9 @@ fn update_op(key: &Bytes, apply: UpdateFn, arg: Bytes, number: i64) -> Vec<Op> {
 }
 
 /// The checks Redis makes before it runs or queues a command: a known
-/// name, the arity, authentication. `Ok`: the command's name in lower
-/// case; `Err`: the error reply.
+/// name, the arity, authentication, the user's permission (`acl`). `Ok`:
+/// the command's name in lower case; `Err`: the error reply. Every command
+/// passes here, plain or queued after MULTI (and again at EXEC).
 pub fn check(args: &[Bytes], client: &Client, env: &Env) -> Result<String, Planned> {
     let v = client.version;
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
@@ -296,7 +308,7 @@ pub fn check(args: &[Bytes], client: &Client, env: &Env) -> Result<String, Plann
     let arity: i32 = match name.as_str() {
         "ping" | "quit" | "hello" | "info" | "command" => -1,
         "echo" | "select" | "get" | "getdel" | "incr" | "decr" | "strlen" | "type" => 2,
-        "auth" | "client" | "config" | "mget" | "del" | "unlink" | "exists" => -2,
+        "auth" | "client" | "config" | "acl" | "mget" | "del" | "unlink" | "exists" => -2,
         "set" | "mset" => -3,
         "setnx" | "getset" | "incrby" | "decrby" | "incrbyfloat" | "append" => 3,
         "getrange" | "substr" | "setrange" => 4,
@@ -331,6 +343,10 @@ pub fn check(args: &[Bytes], client: &Client, env: &Env) -> Result<String, Plann
     if !client.authenticated && !matches!(name.as_str(), "auth" | "hello" | "quit") {
         return Err(error(v, NOAUTH));
     }
+    if !client.identity.role.allows(acl::resp_category(&name, args)) {
+        let label = acl::resp_command_label(&name, args);
+        return Err(error(v, &acl::noperm_text(&label)));
+    }
     Ok(name)
 }
 
@@ -358,6 +374,17 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             Some(_) => error(v, "ERR DB index is out of range"),
         },
         "auth" => plan_auth(args, v),
+        "acl" => {
+            let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+            match (sub.as_str(), n) {
+                ("whoami", 2) => {
+                    let user = client.identity.user.clone();
+                    ready(v, |w| w.bulk(user.as_bytes()))
+                }
+                ("whoami", _) => error(v, &wrong_arity("acl|whoami")),
+                _ => error(v, &unknown_subcommand(&args[1], "acl")),
+            }
+        }
         "hello" => plan_hello(args, client),
         "client" => plan_client(args, client),
         "command" => {
@@ -887,9 +914,9 @@ const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already 
 pub const AUTH_NO_PASSWORD: &str = NO_PASSWORD;
 pub const AUTH_WRONG_PASS: &str = WRONG_PASS;
 
-/// AUTH [user] password: checked by the executor against the server's
-/// password (`server.requirepass` / `server.password_file`). Only the
-/// `default` user exists.
+/// AUTH [user] password: checked by the executor against the `default`
+/// user's password (`server.requirepass` / `server.password_file`) or the
+/// named user's (`[users.NAME]`).
 fn plan_auth(args: &[Bytes], v: Version) -> Planned {
     match args.len() {
         2 => Planned::Auth {
@@ -904,11 +931,6 @@ fn plan_auth(args: &[Bytes], v: Version) -> Planned {
         },
         _ => error(v, SYNTAX),
     }
-}
-
-/// Whether `user` names the only user ringkv has.
-pub fn is_default_user(user: &[u8]) -> bool {
-    user.eq_ignore_ascii_case(b"default")
 }
 
 pub fn plan_hello(args: &[Bytes], client: &mut Client) -> Planned {

@@ -33,8 +33,8 @@ use engine::{Op, OpResult};
 use ringkv_protocol::resp::{Command, ReplyWriter, RespDecoder, RespLimits, Version};
 
 use super::command::{
-    finish, is_default_user, plan, plan_hello, Client, Env, Finish, MultiCommand, Planned,
-    AUTH_NO_PASSWORD, AUTH_WRONG_PASS,
+    finish, plan, plan_hello, Client, Env, Finish, MultiCommand, Planned, AUTH_NO_PASSWORD,
+    AUTH_WRONG_PASS,
 };
 use super::counters::RespCounters;
 use super::info::answer_server_command;
@@ -338,7 +338,10 @@ async fn execute_loop(
     };
     // Redis's client ids start at 1 (clients check `CLIENT ID > 0`); the
     // connection ids start at 0.
-    let mut client = Client::new(((conn.id & (i64::MAX as u64)) as i64).saturating_add(1));
+    let mut client = Client::with_identity(
+        ((conn.id & (i64::MAX as u64)) as i64).saturating_add(1),
+        ctx.shared.access.auth.default_identity().clone(),
+    );
     client.authenticated = authenticated.get();
     let multi_limits = MultiLimits {
         commands_max: ctx.shared.txn.settings.locks_max,
@@ -581,12 +584,7 @@ async fn authenticate(
 ) -> Bytes {
     use crate::auth::Verdict;
     let auth = &ctx.shared.access.auth;
-    let known_user = user.as_deref().is_none_or(is_default_user);
-    let verdict = if known_user {
-        auth.check(Some(password))
-    } else {
-        Verdict::WrongPassword
-    };
+    let (verdict, identity) = auth.check_user(user.as_deref(), Some(password));
     let mut out = BytesMut::new();
     let accepted = match verdict {
         Verdict::Accepted => true,
@@ -603,10 +601,11 @@ async fn authenticate(
             false
         }
     };
-    if !accepted {
+    let Some(identity) = identity.filter(|_| accepted) else {
         return out.freeze();
-    }
+    };
     client.authenticated = true;
+    client.identity = identity;
     match hello {
         None => {
             ReplyWriter::new(&mut out, client.version).ok();
