@@ -61,18 +61,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
 
-    // Every connection is a descriptor: lift the soft limit to the hard one.
-    let wanted = u64::from(config.server.max_connections) + FD_HEADROOM;
-    match raise_open_files_limit(wanted) {
-        Ok(limit) if limit < wanted => tracing::warn!(
-            limit,
-            max_connections = config.server.max_connections,
-            "the open-files limit is below server.max_connections plus headroom; \
-             connections beyond it will fail to be accepted"
-        ),
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
-    }
+    raise_fd_limit(config.server.max_connections);
 
     let server = match ringkv_server::start(config) {
         Ok(s) => s,
@@ -89,37 +78,7 @@ fn main() -> ExitCode {
 
     let stop = server.stop_handle();
     let tls = server.tls_reloader();
-    let signals = spawn_signal_thread(move |signal: Signal| {
-        if signal == Signal::Hup {
-            match &tls {
-                None => tracing::info!("SIGHUP: TLS is off; nothing to reload"),
-                Some(tls) => match tls.reload() {
-                    Ok(()) => tracing::info!(
-                        reloads = tls.reloads(),
-                        "SIGHUP: TLS certificate files reloaded; new connections use them"
-                    ),
-                    Err(e) => tracing::error!(
-                        error = %e,
-                        "SIGHUP: TLS reload failed; the previous certificates stay in use"
-                    ),
-                },
-            }
-            return;
-        }
-        if stop.is_stop_requested() {
-            tracing::warn!(
-                signal = signal.name(),
-                "second termination signal: exiting now without finishing the graceful stop"
-            );
-            std::process::exit(1);
-        }
-        tracing::info!(
-            signal = signal.name(),
-            "termination signal received; stopping gracefully"
-        );
-        notify_logged("STOPPING=1");
-        stop.request_stop();
-    });
+    let signals = spawn_signal_thread(move |signal: Signal| on_signal(signal, &stop, tls.as_ref()));
     if let Err(e) = signals {
         tracing::error!(error = %e, "cannot start the signal thread; stopping");
         return exit_after(server.shutdown());
@@ -129,6 +88,60 @@ fn main() -> ExitCode {
     // A stop that did not come from a signal (every shard ended) is a stop too.
     notify_logged("STOPPING=1");
     exit_after(server.shutdown())
+}
+
+/// Every connection is a descriptor: lifts the soft open-files limit to
+/// the hard one, and warns when that is below what the connections need.
+fn raise_fd_limit(max_connections: u32) {
+    let wanted = u64::from(max_connections) + FD_HEADROOM;
+    match raise_open_files_limit(wanted) {
+        Ok(limit) if limit < wanted => tracing::warn!(
+            limit,
+            max_connections,
+            "the open-files limit is below server.max_connections plus headroom; \
+             connections beyond it will fail to be accepted"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
+    }
+}
+
+/// What a signal does: SIGHUP reloads the TLS files; the first SIGTERM or
+/// SIGINT starts a graceful stop, a second one exits at once.
+fn on_signal(
+    signal: Signal,
+    stop: &ringkv_server::StopHandle,
+    tls: Option<&std::sync::Arc<ringkv_server::tls::TlsConfig>>,
+) {
+    if signal == Signal::Hup {
+        match tls {
+            None => tracing::info!("SIGHUP: TLS is off; nothing to reload"),
+            Some(tls) => match tls.reload() {
+                Ok(()) => tracing::info!(
+                    reloads = tls.reloads(),
+                    "SIGHUP: TLS certificate files reloaded; new connections use them"
+                ),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "SIGHUP: TLS reload failed; the previous certificates stay in use"
+                ),
+            },
+        }
+        return;
+    }
+    if stop.is_stop_requested() {
+        tracing::warn!(
+            signal = signal.name(),
+            "second termination signal: exiting now without finishing the graceful stop"
+        );
+        std::process::exit(1);
+    }
+    tracing::info!(
+        signal = signal.name(),
+        "termination signal received; stopping gracefully"
+    );
+    notify_logged("STOPPING=1");
+    stop.request_stop();
 }
 
 fn exit_after(result: Result<(), ringkv_server::ServerError>) -> ExitCode {
