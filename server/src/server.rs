@@ -167,6 +167,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         auth: Arc::clone(&auth),
         handshake_timeout: config.server.handshake_timeout.get(),
         tls: tls.clone().filter(|_| config.server.tls_native),
+        resp_tls: tls.clone().filter(|_| config.server.tls_resp),
     };
     let metrics_access = crate::ops::http::MetricsAccess {
         auth: Arc::clone(&auth),
@@ -328,6 +329,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         auth = if shared.access.auth.is_required() { "password" } else { "none" },
         tls_native = config.server.tls_native,
         tls_metrics = config.server.tls_metrics,
+        tls_resp = config.server.tls_resp,
         data_dir = %config.storage.data_dir.display(),
         pid = std::process::id(),
         "ringkv-server ready"

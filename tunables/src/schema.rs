@@ -382,6 +382,10 @@ section! {
         /// TLS (HTTPS) on the `/metrics` listener; needs `tls_cert_file` and `tls_key_file`.
         tls_metrics: bool = false,
             kind None, check Check::Any;
+        /// TLS on the Redis-protocol (`resp_listen`) listener; needs `tls_cert_file` and
+        /// `tls_key_file`.
+        tls_resp: bool = false,
+            kind None, check Check::Any;
         /// Certificate chain, PEM, leaf first.
         tls_cert_file: PathBuf = PathBuf::new(),
             kind None, check Check::Any, note "a PEM file when TLS is on";
