@@ -194,6 +194,18 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
             Some(responder)
         }
     };
+    // The metrics endpoint starts before recovery: /healthz answers at
+    // once, /readyz and /metrics answer 503 until the pages are served
+    // below (dropped, and so stopped, if the start fails).
+    let metrics = match metrics_listen {
+        None => None,
+        Some(addr) => {
+            let m = MetricsServer::start(addr, metrics_access)
+                .map_err(|source| ServerError::Metrics { addr, source })?;
+            tracing::info!(metrics = %m.local_addr(), "metrics endpoint answers /readyz 503 until recovery ends");
+            Some(m)
+        }
+    };
     let engine = engine::Engine::open(&config).map_err(ServerError::Engine)?;
     let shard_count = engine.shard_count();
     let listeners = match bind_reuseport_group(listen, shard_count) {
@@ -280,21 +292,9 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         crate::native::txn::TxnConfig::from_config(&config.server),
     ));
 
-    let metrics = match metrics_listen {
-        None => None,
-        Some(addr) => {
-            let render_shared = Arc::clone(&shared);
-            match MetricsServer::start(addr, metrics_access, move || {
-                crate::ops::metrics::render(&render_shared, &render_shared.handle.metrics())
-            }) {
-                Ok(m) => Some(m),
-                Err(source) => {
-                    shutdown_engine_after_failed_start(engine);
-                    return Err(ServerError::Metrics { addr, source });
-                }
-            }
-        }
-    };
+    if let Some(m) = &metrics {
+        m.serve_pages(Box::new(ServerPages(Arc::clone(&shared))));
+    }
 
     let (stopped_tx, stopped_shards) = mpsc::channel();
     let mut stops = Vec::with_capacity(shard_count);
@@ -369,6 +369,39 @@ fn lock_directories(config: &Config) -> Result<Vec<DirLock>, ServerError> {
         locked.push(canonical);
     }
     Ok(locks)
+}
+
+/// What the metrics endpoint serves for a running server.
+struct ServerPages(Arc<Shared>);
+
+impl crate::ops::http::Pages for ServerPages {
+    fn metrics(&self) -> String {
+        crate::ops::metrics::render(&self.0, &self.0.handle.metrics())
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        if self.0.is_shutting_down() {
+            return Err("shutting down".to_string());
+        }
+        let poisoned: Vec<String> = self
+            .0
+            .handle
+            .metrics()
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.poisoned)
+            .map(|(i, _)| i.to_string())
+            .collect();
+        if poisoned.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "shard {} poisoned (a failed write or fdatasync); restart the server",
+                poisoned.join(", ")
+            ))
+        }
+    }
 }
 
 fn shutdown_engine_after_failed_start(engine: engine::Engine) {
