@@ -180,7 +180,11 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
     let loading = match resp_listen {
         None => None,
         Some(addr) => {
-            let responder = crate::resp::loading::LoadingResponder::start(addr).map_err(
+            let responder = crate::resp::loading::LoadingResponder::start(
+                addr,
+                tls.clone().filter(|_| config.server.tls_resp),
+            )
+            .map_err(
                 |source| match source.kind() {
                     std::io::ErrorKind::AddrInUse => BindError::AddrInUse { addr },
                     _ => BindError::Socket {

@@ -579,7 +579,8 @@ fn wrong_passwords_do_not_delay_a_right_scrape() {
 
 /// `/healthz` and `/readyz` need no password and answer 200 on a serving
 /// server; `/readyz` answers 503 while recovery runs (made slow with a
-/// throttled WAL device, as in the RESP loading test), then 200.
+/// throttled WAL device, as in the RESP loading test), then 200. Meanwhile
+/// the RESP port with TLS answers `-LOADING` inside TLS.
 #[test]
 fn healthz_and_readyz() {
     use std::io::BufRead;
@@ -629,14 +630,20 @@ fn healthz_and_readyz() {
         // No checkpoint at a clean stop: recovery replays the WAL.
         server.kill9();
     }
+    let ca = new_ca(dir, "one");
+    let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));
+    issue(&ca, &["127.0.0.1"], &cert, &key);
     let slow = dir.join("slow.toml");
     std::fs::write(
         &slow,
         format!(
             "[storage]\nwal_segment_size = \"8MiB\"\ncheckpoint_wal_bytes = \"1GiB\"\n\
-             [server]\nrequirepass = \"{PASSWORD}\"\n\
+             [server]\nrequirepass = \"{PASSWORD}\"\ntls_resp = true\n\
+             tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n\
              [profiles.slow]\niops = 400\nburst_iops = 400\nio_unit = \"4KiB\"\n\
-             [devices.wal]\nprofile = \"slow\"\n"
+             [devices.wal]\nprofile = \"slow\"\n",
+            cert.display(),
+            key.display()
         ),
     )
     .unwrap();
@@ -645,7 +652,7 @@ fn healthz_and_readyz() {
         .arg(&data)
         .args(["--config", slow.to_str().unwrap()])
         .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
-        .args(["--shards", "1"])
+        .args(["--resp-listen", "127.0.0.1:0", "--shards", "1"])
         .env("RUST_LOG", "info")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -674,18 +681,27 @@ fn healthz_and_readyz() {
             );
         }
     };
+    let line = next_line_with("answers -LOADING");
+    let resp: SocketAddr = field(&line, "resp").parse().unwrap();
     let line = next_line_with("answers /readyz 503");
     let metrics: SocketAddr = field(&line, "metrics").parse().unwrap();
     assert!(http_get(metrics, "/healthz", None).0.starts_with("HTTP/1.1 200 "));
     let (status, body) = http_get(metrics, "/readyz", None);
     assert!(status.starts_with("HTTP/1.1 503 "), "{body}");
     assert!(body.contains("loading"), "{body}");
+    let mut c = tls(resp, &ca.pem, None);
+    assert_eq!(
+        c.call(&[b"PING"]).expect("a TLS answer while loading"),
+        "-LOADING ringkv is loading the dataset in memory"
+    );
     let ready = next_line_with("ringkv-server ready");
     assert_eq!(field(&ready, "metrics").parse::<SocketAddr>().unwrap(), metrics);
     let (status, body) = http_get(metrics, "/readyz", None);
     assert!(status.starts_with("HTTP/1.1 200 "), "{body}");
     let (status, page) = scrape(metrics, Some(PASSWORD));
     assert!(status.starts_with("HTTP/1.1 200 "), "{page}");
+    let mut c = tls(resp, &ca.pem, None);
+    resp_round_trip(&mut c).expect("RESP over TLS after recovery");
     let _ = child.kill();
     let _ = child.wait();
 }
