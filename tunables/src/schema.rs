@@ -336,7 +336,7 @@ section! {
         /// Binary-protocol listener (one SO_REUSEPORT socket per shard); no host names.
         listen: String = "127.0.0.1:7379".to_string(),
             kind Some("address"), check Check::Addr;
-        /// Prometheus `/metrics` listener; `""` disables it.
+        /// Prometheus `/metrics` (and `/healthz`, `/readyz`) listener; `""` disables it.
         metrics_listen: String = String::new(),
             kind Some("address or `\"\"`"), check Check::AddrOrEmpty,
             note "not the same as `listen` (unless both use port 0)";
