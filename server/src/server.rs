@@ -184,16 +184,14 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
                 addr,
                 tls.clone().filter(|_| config.server.tls_resp),
             )
-            .map_err(
-                |source| match source.kind() {
-                    std::io::ErrorKind::AddrInUse => BindError::AddrInUse { addr },
-                    _ => BindError::Socket {
-                        addr,
-                        step: "bind",
-                        source,
-                    },
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::AddrInUse => BindError::AddrInUse { addr },
+                _ => BindError::Socket {
+                    addr,
+                    step: "bind",
+                    source,
                 },
-            )?;
+            })?;
             tracing::info!(resp = %responder.addr(), "RESP port answers -LOADING until recovery ends");
             Some(responder)
         }

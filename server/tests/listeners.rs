@@ -259,7 +259,10 @@ fn resp_requires_client_certificates_when_a_client_ca_is_set() {
     // TLS 1.3 reports a refused client certificate after the client's side
     // of the handshake: the first exchange fails either way.
     let mut none = tls(resp, &ca.pem, None);
-    assert!(none.call(&[b"PING"]).is_err(), "served without a certificate");
+    assert!(
+        none.call(&[b"PING"]).is_err(),
+        "served without a certificate"
+    );
     let mut wrong = tls(resp, &ca.pem, Some(bad));
     assert!(
         wrong.call(&[b"PING"]).is_err(),
@@ -268,7 +271,10 @@ fn resp_requires_client_certificates_when_a_client_ca_is_set() {
     let mut right = tls(resp, &ca.pem, Some(good));
     resp_round_trip(&mut right).expect("served with a good certificate");
     let page = scrape(server.metrics_addr.unwrap(), Some(PASSWORD)).1;
-    let tls_errors = metric(&page, "ringkv_connections_closed_total{reason=\"tls_error\"}");
+    let tls_errors = metric(
+        &page,
+        "ringkv_connections_closed_total{reason=\"tls_error\"}",
+    );
     assert!(tls_errors >= 2, "{tls_errors} TLS errors counted");
 }
 
@@ -300,7 +306,10 @@ fn resp_closes_connections_that_do_not_authenticate_in_time() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let chatty_closed = chatty_closed.expect("an unauthenticated client was not closed");
-    assert!(chatty_closed >= Duration::from_millis(400), "{chatty_closed:?}");
+    assert!(
+        chatty_closed >= Duration::from_millis(400),
+        "{chatty_closed:?}"
+    );
     // The silent one is gone too: its read ends without waiting 30 s.
     let mut byte = [0u8; 1];
     let read = silent.stream.read(&mut byte);
@@ -310,7 +319,10 @@ fn resp_closes_connections_that_do_not_authenticate_in_time() {
     assert_eq!(authed.call(&[b"SET", b"a", b"1"]).unwrap(), "+OK");
     let page = scrape(server.metrics_addr.unwrap(), Some(PASSWORD)).1;
     assert!(
-        metric(&page, "ringkv_connections_closed_total{reason=\"handshake_timeout\"}") >= 2,
+        metric(
+            &page,
+            "ringkv_connections_closed_total{reason=\"handshake_timeout\"}"
+        ) >= 2,
         "{page}"
     );
 }
@@ -328,7 +340,10 @@ fn resp_refuses_oversized_commands_before_auth() {
         c.stream.write_all(input).unwrap();
         let started = Instant::now();
         let line = c.line().expect("an error reply before the body was sent");
-        assert!(line.starts_with("-ERR Protocol error: unauthenticated"), "{line}");
+        assert!(
+            line.starts_with("-ERR Protocol error: unauthenticated"),
+            "{line}"
+        );
         assert!(c.line().is_err(), "the connection stays open after {line}");
         assert!(started.elapsed() < Duration::from_secs(5));
     };
@@ -425,7 +440,12 @@ fn a_stalled_tls_handshake_costs_little_memory() {
         bytes
     };
     let metrics = server.metrics_addr.unwrap();
-    let open = || metric(&scrape(metrics, Some(PASSWORD)).1, "ringkv_connections_open");
+    let open = || {
+        metric(
+            &scrape(metrics, Some(PASSWORD)).1,
+            "ringkv_connections_open",
+        )
+    };
     // Warm up: the first connections grow the server's allocator arenas.
     let mut held = Vec::with_capacity(STALLED + 50);
     for _ in 0..50 {
@@ -609,7 +629,9 @@ fn healthz_and_readyz() {
             ],
         );
         let metrics = server.metrics_addr.unwrap();
-        assert!(http_get(metrics, "/healthz", None).0.starts_with("HTTP/1.1 200 "));
+        assert!(http_get(metrics, "/healthz", None)
+            .0
+            .starts_with("HTTP/1.1 200 "));
         let (status, body) = http_get(metrics, "/readyz", None);
         assert!(status.starts_with("HTTP/1.1 200 "), "{body}");
         assert!(scrape(metrics, None).0.starts_with("HTTP/1.1 401 "));
@@ -685,7 +707,9 @@ fn healthz_and_readyz() {
     let resp: SocketAddr = field(&line, "resp").parse().unwrap();
     let line = next_line_with("answers /readyz 503");
     let metrics: SocketAddr = field(&line, "metrics").parse().unwrap();
-    assert!(http_get(metrics, "/healthz", None).0.starts_with("HTTP/1.1 200 "));
+    assert!(http_get(metrics, "/healthz", None)
+        .0
+        .starts_with("HTTP/1.1 200 "));
     let (status, body) = http_get(metrics, "/readyz", None);
     assert!(status.starts_with("HTTP/1.1 503 "), "{body}");
     assert!(body.contains("loading"), "{body}");
@@ -695,7 +719,10 @@ fn healthz_and_readyz() {
         "-LOADING ringkv is loading the dataset in memory"
     );
     let ready = next_line_with("ringkv-server ready");
-    assert_eq!(field(&ready, "metrics").parse::<SocketAddr>().unwrap(), metrics);
+    assert_eq!(
+        field(&ready, "metrics").parse::<SocketAddr>().unwrap(),
+        metrics
+    );
     let (status, body) = http_get(metrics, "/readyz", None);
     assert!(status.starts_with("HTTP/1.1 200 "), "{body}");
     let (status, page) = scrape(metrics, Some(PASSWORD));

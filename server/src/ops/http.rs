@@ -327,7 +327,11 @@ fn answer(stream: TcpStream, access: &MetricsAccess, pages: &PagesSlot) -> io::R
         Parsed::Healthz => ("200 OK", "text/plain", "up\n".into()),
         Parsed::Readyz => match pages.get().map(|p| p.readiness()) {
             Some(Ok(())) => ("200 OK", "text/plain", "ready\n".into()),
-            Some(Err(why)) => ("503 Service Unavailable", "text/plain", format!("not ready: {why}\n")),
+            Some(Err(why)) => (
+                "503 Service Unavailable",
+                "text/plain",
+                format!("not ready: {why}\n"),
+            ),
             None => ("503 Service Unavailable", "text/plain", LOADING.into()),
         },
         Parsed::NotFound => (
