@@ -310,10 +310,18 @@ fn resp_closes_connections_that_do_not_authenticate_in_time() {
         chatty_closed >= Duration::from_millis(400),
         "{chatty_closed:?}"
     );
-    // The silent one is gone too: its read ends without waiting 30 s.
+    // The silent one is gone too: its read sees the close.
+    silent
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let mut byte = [0u8; 1];
     let read = silent.stream.read(&mut byte);
-    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert!(
+        matches!(&read, Ok(0))
+            || matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{read:?}"
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
     // The authenticated one is served past the deadline.
     assert_eq!(authed.call(&[b"SET", b"a", b"1"]).unwrap(), "+OK");
@@ -549,8 +557,10 @@ fn slow_clients_do_not_stop_a_scrape() {
     let took = started.elapsed();
     assert!(status.starts_with("HTTP/1.1 200 "), "{status}");
     assert!(page.contains("ringkv_connections_open"));
+    // Served one at a time, it would wait 2 s (the head deadline) per
+    // slow client: over two minutes.
     assert!(
-        took < Duration::from_secs(1),
+        took < Duration::from_secs(10),
         "a scrape took {took:?} behind 64 slow clients"
     );
     // The slow clients are closed by the read deadline, not kept forever.
@@ -570,7 +580,7 @@ fn wrong_passwords_do_not_delay_a_right_scrape() {
     let tmp = tempfile::tempdir().unwrap();
     let (server, _) = start(
         tmp.path(),
-        &format!("requirepass = \"{PASSWORD}\"\nauth_failure_delay = \"2s\"\n"),
+        &format!("requirepass = \"{PASSWORD}\"\nauth_failure_delay = \"5s\"\n"),
     );
     let metrics = server.metrics_addr.unwrap();
     let started = Instant::now();
@@ -586,10 +596,11 @@ fn wrong_passwords_do_not_delay_a_right_scrape() {
     let (status, _) = scrape(metrics, Some(PASSWORD));
     let beside_guessers = started.elapsed();
     assert!(status.starts_with("HTTP/1.1 200 "), "{status}");
+    // Behind even one guesser it would take 5 s more.
     assert!(
-        beside_guessers < alone + Duration::from_secs(1),
+        beside_guessers < alone + Duration::from_secs(3),
         "a scrape took {beside_guessers:?} beside wrong passwords (alone: {alone:?}); \
-         the failure delay is 2 s"
+         the failure delay is 5 s"
     );
     for g in guessers {
         let (status, _) = g.join().unwrap();
