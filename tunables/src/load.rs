@@ -814,6 +814,7 @@ handshake_timeout = \"2s\"
 auth_failure_delay = \"50ms\"
 tls_native = true
 tls_metrics = true
+tls_resp = true
 tls_cert_file = \"/etc/ringkv/cert.pem\"
 tls_key_file = \"/etc/ringkv/key.pem\"
 tls_client_ca_file = \"/etc/ringkv/ca.pem\"
@@ -876,6 +877,7 @@ count_fsync = false
             auth_failure_delay: Duration::from_millis(50),
             tls_native: true,
             tls_metrics: true,
+            tls_resp: true,
             tls_cert_file: PathBuf::from("/etc/ringkv/cert.pem"),
             tls_key_file: PathBuf::from("/etc/ringkv/key.pem"),
             tls_client_ca_file: PathBuf::from("/etc/ringkv/ca.pem"),

@@ -336,7 +336,7 @@ section! {
         /// Binary-protocol listener (one SO_REUSEPORT socket per shard); no host names.
         listen: String = "127.0.0.1:7379".to_string(),
             kind Some("address"), check Check::Addr;
-        /// Prometheus `/metrics` listener; `""` disables it.
+        /// Prometheus `/metrics` (and `/healthz`, `/readyz`) listener; `""` disables it.
         metrics_listen: String = String::new(),
             kind Some("address or `\"\"`"), check Check::AddrOrEmpty,
             note "not the same as `listen` (unless both use port 0)";
@@ -386,6 +386,10 @@ section! {
             kind None, check Check::Any;
         /// TLS (HTTPS) on the `/metrics` listener; needs `tls_cert_file` and `tls_key_file`.
         tls_metrics: bool = false,
+            kind None, check Check::Any;
+        /// TLS on the Redis-protocol (`resp_listen`) listener; needs `tls_cert_file` and
+        /// `tls_key_file`.
+        tls_resp: bool = false,
             kind None, check Check::Any;
         /// Certificate chain, PEM, leaf first.
         tls_cert_file: PathBuf = PathBuf::new(),

@@ -301,7 +301,7 @@ impl Checker {
             &["server.requirepass"],
             "cannot be set together with server.requirepass; keep one of them".to_string(),
         );
-        let tls = s.tls_native || s.tls_metrics;
+        let tls = s.tls_native || s.tls_metrics || s.tls_resp;
         for (field, path) in [
             ("server.tls_cert_file", &s.tls_cert_file),
             ("server.tls_key_file", &s.tls_key_file),
@@ -310,8 +310,8 @@ impl Checker {
                 !tls || path_set(path),
                 field,
                 "\"\"".to_string(),
-                &["server.tls_native", "server.tls_metrics"],
-                "must name a PEM file when server.tls_native or server.tls_metrics is on"
+                &["server.tls_native", "server.tls_metrics", "server.tls_resp"],
+                "must name a PEM file when server.tls_native, tls_metrics or tls_resp is on"
                     .to_string(),
             );
         }
@@ -319,8 +319,8 @@ impl Checker {
             tls || !path_set(&s.tls_client_ca_file),
             "server.tls_client_ca_file",
             quoted(s.tls_client_ca_file.display()),
-            &["server.tls_native", "server.tls_metrics"],
-            "has no effect while TLS is off; set server.tls_native (or tls_metrics) = true, or remove it".to_string(),
+            &["server.tls_native", "server.tls_metrics", "server.tls_resp"],
+            "has no effect while TLS is off; set server.tls_native (or tls_metrics, tls_resp) = true, or remove it".to_string(),
         );
         for (field, addr) in unprotected_listeners(c) {
             let value = match field {
@@ -765,6 +765,11 @@ mod tests {
         );
         c.server.tls_metrics = true;
         assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.server.tls_metrics = false;
+        c.server.tls_resp = true;
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.server.tls_cert_file = "".into();
+        assert_one(&c, "server.tls_cert_file", "tls_resp");
 
         let mut c = Config::default();
         c.server.handshake_timeout = Duration::ZERO;
