@@ -10,6 +10,12 @@
 #    without the password and without TLS; `openssl s_client` verifies the
 #    chain; loadgen --server runs briefly over TLS with the password; a new
 #    certificate is picked up on SIGHUP.
+# 3. The RESP port over TLS (server.tls_resp) with Redis's own clients:
+#    `redis-cli --tls --cacert` (Debian's redis-tools) and redis-py with
+#    ssl=True (a venv, redis-py 8.1.0 from PyPI, as scripts/ci-resp.sh);
+#    plaintext is refused on that port; with server.tls_client_ca_file a
+#    client without a certificate, or with one the CA did not sign, is
+#    refused and one with a good certificate is served.
 # Any failure exits non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,18 +23,27 @@ cd "$(dirname "$0")/.."
 log() { printf '[ci-security] %s\n' "$*" >&2; }
 fail() { log "FAIL: $*"; exit 1; }
 
-if ! command -v openssl >/dev/null 2>&1; then
-  log "installing openssl"
+REDIS_PY_VERSION=8.1.0
+
+need_tools=()
+command -v openssl >/dev/null 2>&1 || need_tools+=(openssl)
+command -v redis-cli >/dev/null 2>&1 || need_tools+=(redis-tools)
+# Debian's python3 has no ensurepip (so no venv) without python3-venv.
+python3 -c 'import ensurepip' 2>/dev/null || need_tools+=(python3-venv)
+if [ ${#need_tools[@]} -gt 0 ]; then
+  log "installing ${need_tools[*]}"
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq openssl >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_tools[@]}" >/dev/null
 fi
 command -v openssl >/dev/null 2>&1 || fail "openssl is not available"
+command -v redis-cli >/dev/null 2>&1 || fail "redis-cli is not available"
 openssl version
 
-log "password and TLS test suites (openssl required)"
-RINGKV_REQUIRE_OPENSSL=1 cargo nextest run --profile ci -p ringkv-server --test auth --test tls
+log "password, TLS and listener test suites (openssl required)"
+RINGKV_REQUIRE_OPENSSL=1 cargo nextest run --profile ci -p ringkv-server --test auth --test tls \
+  --test listeners
 
 cargo build --quiet -p ringkv-server -p ringkv-client -p loadgen
 target_dir=$(cargo metadata --format-version 1 --no-deps 2>/dev/null |
@@ -123,4 +138,109 @@ fi
 kill -TERM "$server_pid"
 wait "$server_pid" || fail "server did not exit cleanly"
 server_pid=""
+
+# Starts a server with the config file $1 and a RESP listener; sets $rport.
+start_resp_tls() {
+  local name=$1
+  : >"$work/$name.log"
+  "$bin/ringkv-server" --config "$work/$name.toml" --data-dir "$work/$name-data" \
+    --listen 127.0.0.1:0 --resp-listen 127.0.0.1:0 --shards 2 >"$work/$name.log" 2>&1 &
+  server_pid=$!
+  rport=""
+  for _ in $(seq 1 300); do
+    kill -0 "$server_pid" 2>/dev/null || { cat "$work/$name.log" >&2; fail "server exited"; }
+    rport=$(sed -n 's/.*ringkv-server ready.* resp=127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/$name.log" | head -1)
+    [ -n "$rport" ] && break
+    sleep 0.1
+  done
+  [ -n "$rport" ] || fail "server not ready within 30 s"
+  log "RESP over TLS on 127.0.0.1:$rport ($name)"
+}
+stop_server() {
+  kill -TERM "$server_pid"
+  wait "$server_pid" || fail "server did not exit cleanly"
+  server_pid=""
+}
+
+log "RESP over TLS: redis-cli --tls and redis-py ssl=True"
+venv="$work/venv"
+python3 -m venv "$venv"
+"$venv/bin/pip" install -q "redis==$REDIS_PY_VERSION"
+cat >"$work/resp-tls.toml" <<EOF
+[server]
+password_file = "$work/password"
+tls_resp = true
+tls_cert_file = "$work/server.pem"
+tls_key_file = "$work/server.key"
+EOF
+start_resp_tls resp-tls
+rcli=(redis-cli -h 127.0.0.1 -p "$rport" --no-auth-warning -a "$RINGKV_PASSWORD")
+[ "$("${rcli[@]}" --tls --cacert "$work/server.pem" SET resp-key resp-value)" = "OK" ] ||
+  fail "redis-cli --tls SET"
+[ "$("${rcli[@]}" --tls --cacert "$work/server.pem" GET resp-key)" = "resp-value" ] ||
+  fail "redis-cli --tls GET"
+if [ "$("${rcli[@]}" PING 2>/dev/null)" = "PONG" ]; then
+  fail "plaintext redis-cli was served on the TLS RESP port"
+fi
+if [ "$("${rcli[@]}" --tls --cacert "$work/ca-one.pem" PING 2>/dev/null)" = "PONG" ]; then
+  fail "redis-cli accepted a certificate its CA file does not hold"
+fi
+"$venv/bin/python" - "$rport" "$work/server.pem" <<'PY' || fail "redis-py ssl=True"
+import os, sys
+import redis
+port, ca = int(sys.argv[1]), sys.argv[2]
+r = redis.Redis(host="127.0.0.1", port=port, password=os.environ["RINGKV_PASSWORD"],
+                ssl=True, ssl_ca_certs=ca, socket_timeout=30)
+assert r.get("resp-key") == b"resp-value"
+value = os.urandom(300_000)
+assert r.set("py-key", value)
+assert r.get("py-key") == value
+with r.pipeline(transaction=True) as p:
+    p.incr("py-counter").incr("py-counter")
+    assert p.execute() == [1, 2]
+print("redis-py over TLS: ok")
+PY
+stop_server
+
+log "RESP over TLS with client certificates"
+make_cert "$work/client"
+mv "$work/client.key.tmp" "$work/client.key"
+mv "$work/client.pem.tmp" "$work/client.pem"
+make_cert "$work/stranger"
+mv "$work/stranger.key.tmp" "$work/stranger.key"
+mv "$work/stranger.pem.tmp" "$work/stranger.pem"
+cp "$work/resp-tls.toml" "$work/resp-mtls.toml"
+printf 'tls_client_ca_file = "%s"\n' "$work/client.pem" >>"$work/resp-mtls.toml"
+start_resp_tls resp-mtls
+rcli=(redis-cli -h 127.0.0.1 -p "$rport" --no-auth-warning -a "$RINGKV_PASSWORD" --tls
+  --cacert "$work/server.pem")
+if [ "$("${rcli[@]}" PING 2>/dev/null)" = "PONG" ]; then
+  fail "a RESP client without a certificate was served"
+fi
+if [ "$("${rcli[@]}" --cert "$work/stranger.pem" --key "$work/stranger.key" PING 2>/dev/null)" = "PONG" ]; then
+  fail "a RESP client with a certificate of another CA was served"
+fi
+[ "$("${rcli[@]}" --cert "$work/client.pem" --key "$work/client.key" PING)" = "PONG" ] ||
+  fail "a RESP client with a good certificate was refused"
+"$venv/bin/python" - "$rport" "$work" <<'PY' || fail "redis-py with a client certificate"
+import os, sys
+import redis
+port, work = int(sys.argv[1]), sys.argv[2]
+r = redis.Redis(host="127.0.0.1", port=port, password=os.environ["RINGKV_PASSWORD"],
+                ssl=True, ssl_ca_certs=f"{work}/server.pem", ssl_certfile=f"{work}/client.pem",
+                ssl_keyfile=f"{work}/client.key", socket_timeout=30)
+assert r.ping()
+bare = redis.Redis(host="127.0.0.1", port=port, password=os.environ["RINGKV_PASSWORD"],
+                   ssl=True, ssl_ca_certs=f"{work}/server.pem", socket_timeout=30)
+try:
+    bare.ping()
+except redis.exceptions.ConnectionError:
+    pass
+else:
+    raise SystemExit("served without a client certificate")
+print("redis-py with client certificates: ok")
+PY
+grep -q 'closed a RESP connection: TLS handshake failed' "$work/resp-mtls.log" ||
+  fail "no log line for the refused client certificate"
+stop_server
 log "OK"

@@ -1,7 +1,7 @@
 //! The connection flags shared by the `ringkv` CLI and loadgen's `--server`
 //! mode: TLS (`--tls`, `--ca`, `--insecure`, `--tls-server-name`, `--cert`,
-//! `--key`) and the password (`--password-file`, or the `RINGKV_PASSWORD`
-//! environment variable, so it never shows in `ps`).
+//! `--key`), the user (`--user`) and the password (`--password-file`, or the
+//! `RINGKV_PASSWORD` environment variable, so it never shows in `ps`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,6 +39,11 @@ pub struct ConnectArgs {
     /// Without it, the RINGKV_PASSWORD environment variable is used if set.
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
+    /// User to authenticate as (the server's `[users.NAME]`), with the
+    /// password of --password-file or RINGKV_PASSWORD. Default: the
+    /// server's `default` user.
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
 }
 
 impl ConnectArgs {
@@ -73,8 +78,15 @@ impl ConnectArgs {
             server_name: self.tls_server_name.clone(),
             client_cert: self.cert.clone().zip(self.key.clone()),
         });
+        let password = self.password()?;
+        if self.user.is_some() && password.is_none() {
+            return Err(format!(
+                "--user needs a password: --password-file or {PASSWORD_ENV}"
+            ));
+        }
         Ok(ConnectOptions {
-            password: self.password()?,
+            user: self.user.clone().map(String::into_bytes),
+            password,
             tls,
             timeout,
         })

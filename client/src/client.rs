@@ -20,9 +20,9 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::protocol::{
     check_frame, decode_hello_ack, decode_response, encode_auth, encode_hello, encode_request,
-    hello_flags, DecodeError, ErrorFrame, Expiry, Hello, HelloAck, LimitError, Limits, OpReply,
-    Request, RequestOp, ServerFrame, ServerInfo, Status, PASSWORD_BYTES_MAX, PROTOCOL_VERSION,
-    PROTOCOL_VERSION_MIN,
+    encode_user, hello_flags, DecodeError, ErrorFrame, Expiry, Hello, HelloAck, LimitError, Limits,
+    OpReply, Request, RequestOp, ServerFrame, ServerInfo, Status, PASSWORD_BYTES_MAX,
+    PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, USER_NAME_BYTES_MAX,
 };
 use crate::tls::{TlsOptions, TlsSetupError};
 
@@ -31,9 +31,12 @@ type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
 /// The writing side of the connection (TCP or TLS).
 type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 
-/// How to connect: a password for the handshake, TLS, a time bound.
+/// How to connect: a user and password for the handshake, TLS, a time bound.
 #[derive(Clone)]
 pub struct ConnectOptions {
+    /// The user to authenticate as (protocol version 4); 1..=64 bytes, and
+    /// only with a password. `None`: the server's `default` user.
+    pub user: Option<Vec<u8>>,
     /// Sent in the handshake (protocol version 2); 1..=512 bytes.
     pub password: Option<Vec<u8>>,
     /// Connect with TLS.
@@ -45,6 +48,7 @@ pub struct ConnectOptions {
 impl Default for ConnectOptions {
     fn default() -> Self {
         ConnectOptions {
+            user: None,
             password: None,
             tls: None,
             timeout: CONNECT_TIMEOUT_DEFAULT,
@@ -55,6 +59,10 @@ impl Default for ConnectOptions {
 impl std::fmt::Debug for ConnectOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConnectOptions")
+            .field(
+                "user",
+                &self.user.as_ref().map(|u| String::from_utf8_lossy(u)),
+            )
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("tls", &self.tls)
             .field("timeout", &self.timeout)
@@ -99,6 +107,9 @@ pub enum ClientError {
     /// The password cannot be sent (the protocol carries 1..=512 bytes).
     #[error("a password is 1..={max} bytes, this one is {len}", max = PASSWORD_BYTES_MAX)]
     BadPassword { len: usize },
+    /// The user name cannot be sent: it is 1..=64 bytes and needs a password.
+    #[error("a user name is 1..={max} bytes and needs a password; this one is {len} bytes{}", if *.with_password { "" } else { ", without a password" }, max = USER_NAME_BYTES_MAX)]
+    BadUser { len: usize, with_password: bool },
     /// The server refused the handshake (its hello-ack carried an error).
     #[error("server refused the connection ({status}): {message} (server speaks protocol version {server_version})")]
     Refused {
@@ -299,8 +310,10 @@ impl Client {
                 server_version,
                 ..
             }) if (PROTOCOL_VERSION_MIN..PROTOCOL_VERSION).contains(&server_version)
-                // Version 1 cannot carry a password.
-                && (options.password.is_none() || server_version >= 2) =>
+                // Version 1 cannot carry a password, nor versions
+                // before 4 a user name.
+                && (options.password.is_none() || server_version >= 2)
+                && (options.user.is_none() || server_version >= 4) =>
             {
                 Client::connect_version(&addrs, host, options, server_version).await
             }
@@ -318,6 +331,14 @@ impl Client {
             if !(1..=PASSWORD_BYTES_MAX).contains(&password.len()) {
                 return Err(ClientError::BadPassword {
                     len: password.len(),
+                });
+            }
+        }
+        if let Some(user) = &options.user {
+            if !(1..=USER_NAME_BYTES_MAX).contains(&user.len()) || options.password.is_none() {
+                return Err(ClientError::BadUser {
+                    len: user.len(),
+                    with_password: options.password.is_some(),
                 });
             }
         }
@@ -371,11 +392,17 @@ impl Client {
         };
 
         let mut out = BytesMut::new();
-        match &options.password {
-            None => encode_hello(&Hello { version, flags: 0 }, &mut out),
-            Some(password) => {
+        match (&options.user, &options.password) {
+            (_, None) => encode_hello(&Hello { version, flags: 0 }, &mut out),
+            (None, Some(password)) => {
                 let flags = hello_flags::AUTH;
                 encode_hello(&Hello { version, flags }, &mut out);
+                encode_auth(password, &mut out);
+            }
+            (Some(user), Some(password)) => {
+                let flags = hello_flags::AUTH | hello_flags::USER;
+                encode_hello(&Hello { version, flags }, &mut out);
+                encode_user(user, &mut out);
                 encode_auth(password, &mut out);
             }
         }

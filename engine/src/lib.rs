@@ -24,6 +24,7 @@ pub mod clock;
 pub mod error;
 pub mod hash;
 pub mod histogram;
+pub mod inspect;
 pub mod io;
 pub mod metrics;
 pub mod rng;

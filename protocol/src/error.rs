@@ -36,6 +36,10 @@ pub enum DecodeError {
     /// [`PASSWORD_BYTES_MAX`](super::PASSWORD_BYTES_MAX) bytes.
     #[error("hello password of {len} bytes: a password is 1..={max} bytes")]
     BadPasswordLength { len: usize, max: usize },
+    /// The hello's user block announces an empty user name or one over
+    /// [`USER_NAME_BYTES_MAX`](super::USER_NAME_BYTES_MAX) bytes.
+    #[error("hello user name of {len} bytes: a user name is 1..={max} bytes")]
+    BadUserLength { len: usize, max: usize },
     /// A hello-ack announces a body longer than any valid one.
     #[error("hello-ack body of {len} bytes is over the limit of {max}")]
     AckTooLarge { len: usize, max: usize },
@@ -79,9 +83,9 @@ impl DecodeError {
     pub fn status(&self) -> Status {
         match self {
             DecodeError::NeedMore { .. } => Status::BadRequest,
-            DecodeError::BadMagic { .. } | DecodeError::BadPasswordLength { .. } => {
-                Status::BadRequest
-            }
+            DecodeError::BadMagic { .. }
+            | DecodeError::BadPasswordLength { .. }
+            | DecodeError::BadUserLength { .. } => Status::BadRequest,
             DecodeError::UnsupportedVersion { .. } | DecodeError::UnsupportedFlags { .. } => {
                 Status::Unsupported
             }

@@ -1,5 +1,6 @@
 //! The handshake: the client's 8-byte hello (from version 2 on optionally
-//! followed by an auth block carrying a password) and the server's hello-ack
+//! followed by an auth block carrying a password, from version 4 on by a
+//! user block naming the user before it) and the server's hello-ack
 //! with its limits and identity (or a refusal with a status and message).
 //! Both start with the magic `RKV1` and the version, which every protocol
 //! version keeps at the same place, so any two versions can tell each other
@@ -13,7 +14,7 @@ use super::limits::Limits;
 use super::wire::{
     hello_flags, Status, AUTH_LEN_BYTES, HELLO_ACK_BODY_BYTES_MAX, HELLO_ACK_PREFIX_BYTES,
     HELLO_BYTES, MAGIC, MESSAGE_BYTES_MAX, PASSWORD_BYTES_MAX, PROTOCOL_VERSION,
-    PROTOCOL_VERSION_MIN, SERVER_NAME_BYTES_MAX,
+    PROTOCOL_VERSION_MIN, SERVER_NAME_BYTES_MAX, USER_LEN_BYTES, USER_NAME_BYTES_MAX,
 };
 
 /// The first message on a connection, client to server.
@@ -45,15 +46,32 @@ impl Hello {
         }
     }
 
+    /// The hello of this crate announcing a user name and a password:
+    /// version [`PROTOCOL_VERSION`] with [`hello_flags::AUTH`] and
+    /// [`hello_flags::USER`]; send [`encode_user`] then [`encode_auth`].
+    pub const fn with_user() -> Hello {
+        Hello {
+            version: PROTOCOL_VERSION,
+            flags: hello_flags::AUTH | hello_flags::USER,
+        }
+    }
+
     /// Whether an auth block follows this hello.
     pub const fn has_auth(&self) -> bool {
         self.flags & hello_flags::AUTH != 0
+    }
+
+    /// Whether a user block follows this hello (before its auth block).
+    pub const fn has_user(&self) -> bool {
+        self.flags & hello_flags::USER != 0
     }
 }
 
 /// The flag bits protocol `version` defines for a hello.
 const fn known_hello_flags(version: u16) -> u16 {
-    if version >= 2 {
+    if version >= 4 {
+        hello_flags::KNOWN_V4
+    } else if version >= 2 {
         hello_flags::KNOWN_V2
     } else {
         0
@@ -125,6 +143,41 @@ pub fn encode_auth(password: &[u8], buf: &mut BytesMut) {
     buf.put_slice(password);
 }
 
+/// Appends the user block that follows a hello with [`hello_flags::USER`]
+/// (before its auth block): the name's length as a `u16`, then its bytes.
+/// Panics unless the name is 1..=[`USER_NAME_BYTES_MAX`] bytes.
+pub fn encode_user(user: &[u8], buf: &mut BytesMut) {
+    assert!(
+        (1..=USER_NAME_BYTES_MAX).contains(&user.len()),
+        "a user name is 1..={USER_NAME_BYTES_MAX} bytes, got {}",
+        user.len()
+    );
+    buf.put_u16_le(user.len() as u16); // <= USER_NAME_BYTES_MAX < u16::MAX
+    buf.put_slice(user);
+}
+
+/// Removes a user block from the front of `buf` and returns the name.
+/// `Ok(None)`: incomplete. Like [`decode_auth`], the length is checked
+/// before its bytes are waited for; every `Err` means: send
+/// [`HelloAck::refusal_for`] and close.
+pub fn decode_user(buf: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
+    let Some(prefix) = buf.first_chunk::<USER_LEN_BYTES>() else {
+        return Ok(None);
+    };
+    let len = u16::from_le_bytes(*prefix) as usize;
+    if !(1..=USER_NAME_BYTES_MAX).contains(&len) {
+        return Err(DecodeError::BadUserLength {
+            len,
+            max: USER_NAME_BYTES_MAX,
+        });
+    }
+    if buf.len() < USER_LEN_BYTES + len {
+        return Ok(None);
+    }
+    let _ = buf.split_to(USER_LEN_BYTES);
+    Ok(Some(buf.split_to(len).freeze()))
+}
+
 /// Removes an auth block from the front of `buf` and returns the password.
 /// `Ok(None)`: incomplete. The length is checked before its bytes are waited
 /// for, so a peer can make the receiver buffer at most
@@ -170,7 +223,9 @@ pub fn decode_hello(buf: &mut BytesMut) -> Result<Option<Hello>, DecodeError> {
         });
     }
     let known = known_hello_flags(version);
-    if flags & !known != 0 {
+    // A user name without a password is not a way to log in.
+    let user_alone = flags & hello_flags::USER != 0 && flags & hello_flags::AUTH == 0;
+    if flags & !known != 0 || user_alone {
         return Err(DecodeError::UnsupportedFlags {
             flags,
             version,
@@ -352,7 +407,7 @@ mod tests {
     fn hello_round_trips() {
         let mut buf = BytesMut::new();
         encode_hello(&Hello::current(), &mut buf);
-        assert_eq!(&buf[..], b"RKV1\x03\x00\x00\x00");
+        assert_eq!(&buf[..], b"RKV1\x04\x00\x00\x00");
         assert_eq!(decode_hello(&mut buf), Ok(Some(Hello::current())));
         assert!(buf.is_empty());
     }
@@ -385,12 +440,12 @@ mod tests {
     fn other_versions_and_flags_are_unsupported() {
         for (version, flags, expected) in [
             (
-                4u16,
+                5u16,
                 0u16,
                 DecodeError::UnsupportedVersion {
-                    got: 4,
+                    got: 5,
                     min: 1,
-                    max: 3,
+                    max: 4,
                 },
             ),
             (
@@ -399,7 +454,7 @@ mod tests {
                 DecodeError::UnsupportedVersion {
                     got: 0,
                     min: 1,
-                    max: 3,
+                    max: 4,
                 },
             ),
             (
@@ -429,6 +484,25 @@ mod tests {
                     known: 1,
                 },
             ),
+            (
+                4,
+                4,
+                DecodeError::UnsupportedFlags {
+                    flags: 4,
+                    version: 4,
+                    known: 3,
+                },
+            ),
+            // USER without AUTH.
+            (
+                4,
+                2,
+                DecodeError::UnsupportedFlags {
+                    flags: 2,
+                    version: 4,
+                    known: 3,
+                },
+            ),
         ] {
             let mut buf = BytesMut::new();
             encode_hello(&Hello { version, flags }, &mut buf);
@@ -436,6 +510,40 @@ mod tests {
             assert_eq!(error, expected);
             assert_eq!(error.status(), Status::Unsupported);
             assert!(error.closes_connection());
+        }
+    }
+
+    #[test]
+    fn hello_with_user_round_trips_and_is_bounded() {
+        let mut buf = BytesMut::new();
+        encode_hello(&Hello::with_user(), &mut buf);
+        encode_user(b"reader", &mut buf);
+        encode_auth(b"pw", &mut buf);
+        let full = buf.clone();
+        for cut in HELLO_BYTES..HELLO_BYTES + USER_LEN_BYTES + 6 {
+            let mut part = BytesMut::from(&full[..cut]);
+            let hello = decode_hello(&mut part).unwrap().unwrap();
+            assert!(hello.has_user() && hello.has_auth());
+            assert_eq!(decode_user(&mut part), Ok(None), "prefix of {cut} bytes");
+        }
+        assert_eq!(decode_hello(&mut buf), Ok(Some(Hello::with_user())));
+        assert_eq!(
+            decode_user(&mut buf),
+            Ok(Some(Bytes::from_static(b"reader")))
+        );
+        assert_eq!(decode_auth(&mut buf), Ok(Some(Bytes::from_static(b"pw"))));
+        assert!(buf.is_empty());
+        for len in [0u16, USER_NAME_BYTES_MAX as u16 + 1, u16::MAX] {
+            let mut buf = BytesMut::from(&len.to_le_bytes()[..]);
+            let error = decode_user(&mut buf).unwrap_err();
+            assert_eq!(
+                error,
+                DecodeError::BadUserLength {
+                    len: len as usize,
+                    max: USER_NAME_BYTES_MAX
+                }
+            );
+            assert_eq!(error.status(), Status::BadRequest);
         }
     }
 

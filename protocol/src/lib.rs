@@ -1,4 +1,4 @@
-//! The ringkv wire protocol, versions 1 to 3, as a sans-IO codec: pure functions
+//! The ringkv wire protocol, versions 1 to 4, as a sans-IO codec: pure functions
 //! from values to bytes and back, with no runtime attached, so the tokio
 //! client and the compio server share one implementation. The format is
 //! specified in `docs/protocol.md`; the test vectors there are checked
@@ -24,8 +24,8 @@ pub mod stats;
 pub use error::{DecodeError, FrameFault, LimitError, LimitsError};
 pub use frame::check_frame;
 pub use handshake::{
-    decode_auth, decode_hello, decode_hello_ack, encode_auth, encode_hello, encode_hello_ack,
-    Hello, HelloAck, ServerInfo,
+    decode_auth, decode_hello, decode_hello_ack, decode_user, encode_auth, encode_hello,
+    encode_hello_ack, encode_user, Hello, HelloAck, ServerInfo,
 };
 pub use limits::Limits;
 pub use request::{decode_request, decode_request_version, encode_request, Request, RequestOp};
@@ -40,4 +40,5 @@ pub use wire::{
     KEYS_ENTRY_HEADER_BYTES, KEYS_PAYLOAD_HEADER_BYTES, LEN_PREFIX_BYTES, MAGIC, MESSAGE_BYTES_MAX,
     OP_BYTES_MIN, PASSWORD_BYTES_MAX, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, RESULT_HEADER_BYTES,
     SCAN_OP_FIXED_BYTES, SCAN_PATTERN_BYTES_MAX, SERVER_NAME_BYTES_MAX, STAT_TEXT_BYTES_MAX,
+    USER_LEN_BYTES, USER_NAME_BYTES_MAX,
 };

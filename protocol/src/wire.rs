@@ -1,4 +1,4 @@
-//! Numbers of the wire format (versions 1 to 3): magic, versions, sizes,
+//! Numbers of the wire format (versions 1 to 4): magic, versions, sizes,
 //! hello flags, frame kinds, opcodes, payload kinds and status codes. Every value here is part of the protocol
 //! and is documented in `docs/protocol.md`; changing one breaks every client.
 
@@ -10,7 +10,9 @@ pub const MAGIC: [u8; 4] = *b"RKV1";
 /// statuses AUTH_REQUIRED and AUTH_FAILED; frames are the same as in 1.
 /// Version 3 adds the expiry operations (PUT_EXPIRING, EXPIRE, TTL), SCAN,
 /// and their payload kinds EXPIRY and KEYS; its handshake is version 2's.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// Version 4 adds users: the hello's [`hello_flags::USER`] (a user name
+/// before the password) and the status NO_PERMISSION.
+pub const PROTOCOL_VERSION: u16 = 4;
 /// The oldest protocol version this crate speaks.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
 
@@ -20,6 +22,10 @@ pub const HELLO_BYTES: usize = 8;
 pub const PASSWORD_BYTES_MAX: usize = 512;
 /// Size of the auth block's length field.
 pub const AUTH_LEN_BYTES: usize = 2;
+/// Longest user name a hello may carry (version 4, [`hello_flags::USER`]).
+pub const USER_NAME_BYTES_MAX: usize = 64;
+/// Size of the user block's length field.
+pub const USER_LEN_BYTES: usize = 2;
 
 /// Flag bits of a hello (offset 6). Version 1 defines none.
 pub mod hello_flags {
@@ -28,6 +34,11 @@ pub mod hello_flags {
     pub const AUTH: u16 = 0x0001;
     /// Every bit version 2 defines.
     pub const KNOWN_V2: u16 = AUTH;
+    /// Version 4: a user block (`u16` length, then the user name) follows
+    /// the hello, before the auth block; only together with [`AUTH`].
+    pub const USER: u16 = 0x0002;
+    /// Every bit version 4 defines.
+    pub const KNOWN_V4: u16 = AUTH | USER;
 }
 
 /// Size of the fixed part of a hello-ack: magic, version, status, reserved,
@@ -240,6 +251,9 @@ statuses! {
     AuthRequired = 0x17, "AUTH_REQUIRED";
     /// Version 2 hello-ack: the password is wrong (or the server has none).
     AuthFailed = 0x18, "AUTH_FAILED";
+    /// Version 4: the connection's user may not run this operation (its role,
+    /// `docs/security.md`); nothing of the request was applied.
+    NoPermission = 0x19, "NO_PERMISSION";
     /// The shard hit an I/O error earlier and accepts no writes until restart.
     Poisoned = 0x20, "POISONED";
     /// The server is out of capacity (queue full, too many connections); retry later.

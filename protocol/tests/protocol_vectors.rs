@@ -6,9 +6,10 @@
 use bytes::{Bytes, BytesMut};
 use ringkv_protocol::{
     decode_auth, decode_hello, decode_hello_ack, decode_request, decode_request_version,
-    decode_response, encode_auth, encode_error, encode_hello, encode_hello_ack, encode_request,
-    encode_response, DecodeError, ErrorFrame, Expiry, Hello, HelloAck, Limits, OpReply, Request,
-    RequestOp, Response, ServerFrame, ServerInfo, Status, PROTOCOL_VERSION,
+    decode_response, decode_user, encode_auth, encode_error, encode_hello, encode_hello_ack,
+    encode_request, encode_response, encode_user, DecodeError, ErrorFrame, Expiry, Hello, HelloAck,
+    Limits, OpReply, Request, RequestOp, Response, ServerFrame, ServerInfo, Status,
+    PROTOCOL_VERSION,
 };
 
 const PROTOCOL_MD: &str = include_str!("../../docs/protocol.md");
@@ -271,6 +272,10 @@ fn check(vector: &Vector) {
                 flags: vector.number("flags"),
             };
             encode_hello(&hello, &mut encoded);
+            let user = vector.has("user").then(|| vector.text("user"));
+            if let Some(user) = &user {
+                encode_user(user.as_bytes(), &mut encoded);
+            }
             let password = vector.has("password").then(|| vector.text("password"));
             if let Some(password) = &password {
                 encode_auth(password.as_bytes(), &mut encoded);
@@ -288,6 +293,15 @@ fn check(vector: &Vector) {
                 "vector {}",
                 vector.name
             );
+            assert_eq!(hello.has_user(), user.is_some(), "vector {}", vector.name);
+            if let Some(user) = user {
+                assert_eq!(
+                    decode_user(&mut buf),
+                    Ok(Some(Bytes::from(user))),
+                    "vector {}",
+                    vector.name
+                );
+            }
             if let Some(password) = password {
                 assert_eq!(
                     decode_auth(&mut buf),
@@ -404,6 +418,9 @@ fn check(vector: &Vector) {
             ),
         },
         "hello-rejected" => match decode_hello(&mut buf).and_then(|hello| match hello {
+            Some(hello) if hello.has_user() => decode_user(&mut buf)
+                .and_then(|_| decode_auth(&mut buf))
+                .map(|_| Some(hello)),
             Some(hello) if hello.has_auth() => decode_auth(&mut buf).map(|_| Some(hello)),
             other => Ok(other),
         }) {

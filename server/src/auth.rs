@@ -1,14 +1,18 @@
 //! Password authentication, shared by every listener: the native handshake
-//! (`session`), `/metrics` (`http`, HTTP Basic) and, once it exists, the
-//! RESP listener's `AUTH` / `HELLO ... AUTH`. A listener hands what the client
-//! offered to [`Authenticator::check`] and acts on the [`Verdict`]; the
+//! (`session`), `/metrics` (`http`, HTTP Basic) and the RESP listener's
+//! `AUTH` / `HELLO ... AUTH`. A listener hands what the client offered to
+//! [`Authenticator::check_user`] (or [`Authenticator::check`] for the
+//! `default` user) and acts on the [`Verdict`]; an accepted client gets the
+//! [`Identity`] (user and role) that `acl` checks its commands against. The
 //! delay before refusing a wrong password is the listener's to apply
 //! ([`Authenticator::failure_delay`]), since only it knows its runtime.
 //!
 //! What must hold:
 //! - the comparison takes the same time whatever the offered bytes are: it
 //!   always walks [`PASSWORD_BYTES_MAX`] bytes of both sides and folds the
-//!   lengths in, so neither a matching prefix nor a length leaks;
+//!   lengths in, so neither a matching prefix nor a length leaks; an unknown
+//!   user name is compared against a placeholder the same way, and refused
+//!   like a wrong password;
 //! - the password never appears in `Debug` output, logs or errors;
 //! - every refusal is counted (`ringkv_auth_failures_total`).
 
@@ -16,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tunables::{Config, PASSWORD_BYTES_MAX};
+use tunables::{Config, DEFAULT_USER, PASSWORD_BYTES_MAX};
+
+use crate::acl::{Identity, Role};
 
 // The config's bound and the wire's bound are one number.
 const _: () = assert!(PASSWORD_BYTES_MAX == ringkv_protocol::PASSWORD_BYTES_MAX);
@@ -25,17 +31,20 @@ const _: () = assert!(PASSWORD_BYTES_MAX == ringkv_protocol::PASSWORD_BYTES_MAX)
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuthError {
-    #[error("cannot read server.password_file {path}: {source}")]
+    #[error("cannot read {field} {path}: {source}")]
     ReadFile {
+        field: String,
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("server.password_file {path} holds no password (it is empty)")]
-    EmptyFile { path: PathBuf },
+    #[error("{field} {path} holds no password (it is empty)")]
+    EmptyFile { field: String, path: PathBuf },
     #[error(
         "the password in {origin} is {len} bytes; a password is 1..={PASSWORD_BYTES_MAX} bytes"
     )]
     Length { origin: String, len: usize },
+    #[error("{field} = {role:?}: unknown role; a role is read-only, read-write or admin")]
+    UnknownRole { field: String, role: String },
 }
 
 /// A configured password. Its bytes are padded to [`PASSWORD_BYTES_MAX`] so
@@ -72,7 +81,13 @@ impl Password {
     /// Reads a password file: its content, with one trailing `\n` (or
     /// `\r\n`) removed, as `echo secret > file` writes it.
     pub fn from_file(path: &Path) -> Result<Password, AuthError> {
+        Password::from_file_of(path, "server.password_file")
+    }
+
+    /// [`Password::from_file`] for the config key `field` (named in errors).
+    pub fn from_file_of(path: &Path, field: &str) -> Result<Password, AuthError> {
         let content = std::fs::read(path).map_err(|source| AuthError::ReadFile {
+            field: field.to_string(),
             path: path.to_path_buf(),
             source,
         })?;
@@ -82,10 +97,11 @@ impl Password {
         }
         if bytes.is_empty() {
             return Err(AuthError::EmptyFile {
+                field: field.to_string(),
                 path: path.to_path_buf(),
             });
         }
-        Password::new(bytes, &format!("server.password_file {}", path.display()))
+        Password::new(bytes, &format!("{field} {}", path.display()))
     }
 
     /// Whether `offered` is this password, in time independent of its bytes
@@ -128,10 +144,24 @@ impl Verdict {
     }
 }
 
+/// A named user of `[users.NAME]`.
+#[derive(Debug)]
+struct User {
+    identity: Identity,
+    password: Password,
+}
+
 /// The password check of one server, shared by all its listeners and threads.
 #[derive(Debug)]
 pub struct Authenticator {
+    /// The `default` user's password (`None`: it needs none).
     password: Option<Password>,
+    /// Who a client is before it names a user: `default` with its role.
+    default_identity: Identity,
+    users: Vec<User>,
+    /// Compared against when a client names an unknown user, so that the
+    /// answer takes as long as for a known one.
+    placeholder: Password,
     failure_delay: Duration,
     failures: AtomicU64,
     successes: AtomicU64,
@@ -139,9 +169,37 @@ pub struct Authenticator {
 
 impl Authenticator {
     /// An authenticator that requires `password` (or nothing, for `None`).
+    /// The `default` user is an admin and there are no other users.
     pub fn new(password: Option<Password>, failure_delay: Duration) -> Authenticator {
+        Authenticator::with_users(password, Role::Admin, Vec::new(), failure_delay)
+    }
+
+    /// An authenticator with the `default` user (`password`, `default_role`)
+    /// and the named `users` (name, password, role; names not `default`).
+    pub fn with_users(
+        password: Option<Password>,
+        default_role: Role,
+        users: Vec<(String, Password, Role)>,
+        failure_delay: Duration,
+    ) -> Authenticator {
+        let users = users
+            .into_iter()
+            .map(|(name, password, role)| {
+                assert!(name != DEFAULT_USER, "the default user is not a named user");
+                User {
+                    identity: Identity::new(&name, role),
+                    password,
+                }
+            })
+            .collect();
         Authenticator {
             password,
+            default_identity: Identity::new(DEFAULT_USER, default_role),
+            users,
+            placeholder: Password {
+                padded: Box::new([0u8; PASSWORD_BYTES_MAX]),
+                len: PASSWORD_BYTES_MAX,
+            },
             failure_delay,
             failures: AtomicU64::new(0),
             successes: AtomicU64::new(0),
@@ -153,7 +211,8 @@ impl Authenticator {
         Authenticator::new(None, Duration::ZERO)
     }
 
-    /// From `server.requirepass` or `server.password_file` (read now).
+    /// From `server.requirepass` or `server.password_file`, and the
+    /// `[users.NAME]` password files (all read now), with their roles.
     pub fn from_config(config: &Config) -> Result<Authenticator, AuthError> {
         let s = &config.server;
         let password = if !s.requirepass.is_empty() {
@@ -166,12 +225,91 @@ impl Authenticator {
         } else {
             None
         };
-        Ok(Authenticator::new(password, s.auth_failure_delay.get()))
+        let role = |field: String, name: &str| {
+            Role::from_name(name).ok_or_else(|| AuthError::UnknownRole {
+                field,
+                role: name.to_string(),
+            })
+        };
+        let default_role = role("server.default_role".to_string(), &s.default_role)?;
+        let mut users = Vec::with_capacity(config.users.len());
+        for (name, user) in &config.users {
+            let field = format!("users.{name}.password_file");
+            let password = Password::from_file_of(&user.password_file, &field)?;
+            let role = role(format!("users.{name}.role"), &user.role)?;
+            users.push((name.clone(), password, role));
+        }
+        Ok(Authenticator::with_users(
+            password,
+            default_role,
+            users,
+            s.auth_failure_delay.get(),
+        ))
     }
 
-    /// Whether clients must present a password.
+    /// Who a client is until it authenticates as someone: the `default`
+    /// user with its role (on a server without a password, for good).
+    pub fn default_identity(&self) -> &Identity {
+        &self.default_identity
+    }
+
+    /// Judges an offer of `user` (`None`: the client named none, so the
+    /// `default` user) with `offered` (`None`: no password), counts it, and
+    /// names who the client is when it is accepted. An unknown user is a
+    /// [`Verdict::WrongPassword`]. For the `default` user the verdicts are
+    /// those of [`Authenticator::check`]; on [`Verdict::NoPasswordConfigured`]
+    /// the identity is `default`'s too (RESP's `AUTH default anything` is
+    /// accepted there, as in Redis).
+    pub fn check_user(
+        &self,
+        user: Option<&[u8]>,
+        offered: Option<&[u8]>,
+    ) -> (Verdict, Option<Identity>) {
+        let named = user.filter(|u| !u.eq_ignore_ascii_case(DEFAULT_USER.as_bytes()));
+        let Some(name) = named else {
+            let verdict = self.check(offered);
+            let identity = matches!(verdict, Verdict::Accepted | Verdict::NoPasswordConfigured)
+                .then(|| self.default_identity.clone());
+            return (verdict, identity);
+        };
+        let found = self
+            .users
+            .iter()
+            .find(|u| u.identity.user.as_bytes() == name);
+        let verdict = match (found, offered) {
+            (_, None) => Verdict::Required,
+            (Some(user), Some(offered)) if user.password.matches(offered) => Verdict::Accepted,
+            (Some(_), Some(_)) => Verdict::WrongPassword,
+            (None, Some(offered)) => {
+                // The same work as for a known user; never a match.
+                let _ = self.placeholder.matches(offered);
+                Verdict::WrongPassword
+            }
+        };
+        self.count(verdict);
+        let identity = (verdict == Verdict::Accepted)
+            .then(|| found.map(|u| u.identity.clone()))
+            .flatten();
+        (verdict, identity)
+    }
+
+    fn count(&self, verdict: Verdict) {
+        let counter = if verdict.is_accepted() {
+            &self.successes
+        } else {
+            &self.failures
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether clients must present a password (the `default` user has one).
     pub fn is_required(&self) -> bool {
         self.password.is_some()
+    }
+
+    /// Whether there are users besides `default`.
+    pub fn has_users(&self) -> bool {
+        !self.users.is_empty()
     }
 
     /// How long a listener waits before refusing a wrong password.
@@ -193,12 +331,7 @@ impl Authenticator {
                 }
             }
         };
-        let counter = if verdict.is_accepted() {
-            &self.successes
-        } else {
-            &self.failures
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.count(verdict);
         verdict
     }
 
@@ -271,6 +404,95 @@ mod tests {
         assert_eq!(open.check(None), Verdict::Accepted);
         assert_eq!(open.check(Some(b"pw")), Verdict::NoPasswordConfigured);
         assert_eq!((open.successes(), open.failures()), (0, 1));
+    }
+
+    fn users() -> Authenticator {
+        let pw = |p: &str| Password::new(p.as_bytes(), "test").unwrap();
+        Authenticator::with_users(
+            Some(pw("root")),
+            Role::Admin,
+            vec![
+                ("reader".to_string(), pw("r-pw"), Role::ReadOnly),
+                ("app".to_string(), pw("a-pw"), Role::ReadWrite),
+            ],
+            Duration::ZERO,
+        )
+    }
+
+    #[test]
+    fn named_users_get_their_role_and_only_with_their_password() {
+        let a = users();
+        let (v, who) = a.check_user(Some(b"reader"), Some(b"r-pw"));
+        assert_eq!(
+            (v, who),
+            (
+                Verdict::Accepted,
+                Some(Identity::new("reader", Role::ReadOnly))
+            )
+        );
+        let (v, who) = a.check_user(Some(b"app"), Some(b"a-pw"));
+        assert_eq!(
+            (v, who.map(|i| i.role)),
+            (Verdict::Accepted, Some(Role::ReadWrite))
+        );
+        for (user, pw) in [
+            (&b"reader"[..], &b"a-pw"[..]),
+            (b"reader", b"root"),
+            (b"Reader", b"r-pw"),
+            (b"nobody", b"r-pw"),
+            (b"app", b""),
+        ] {
+            assert_eq!(
+                a.check_user(Some(user), Some(pw)),
+                (Verdict::WrongPassword, None)
+            );
+        }
+        assert_eq!(a.check_user(Some(b"app"), None), (Verdict::Required, None));
+        // No name, or `default`: the single password, as before.
+        for user in [None, Some(&b"default"[..]), Some(b"DEFAULT")] {
+            let (v, who) = a.check_user(user, Some(b"root"));
+            assert_eq!(
+                (v, who),
+                (
+                    Verdict::Accepted,
+                    Some(Identity::new("default", Role::Admin))
+                )
+            );
+        }
+        assert_eq!(a.check_user(None, Some(b"r-pw")).0, Verdict::WrongPassword);
+        assert_eq!((a.successes(), a.failures()), (5, 7));
+    }
+
+    #[test]
+    fn from_config_reads_users_and_names_the_broken_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("reader.pw");
+        std::fs::write(&path, "r-pw\n").unwrap();
+        let mut config = Config::default();
+        config.server.requirepass = "root".to_string();
+        config.server.default_role = "read-write".to_string();
+        config.users.insert(
+            "reader".to_string(),
+            tunables::UserConfig {
+                password_file: path.clone(),
+                role: "read-only".to_string(),
+            },
+        );
+        let a = Authenticator::from_config(&config).unwrap();
+        assert!(a.has_users());
+        assert_eq!(a.default_identity().role, Role::ReadWrite);
+        assert_eq!(
+            a.check_user(Some(b"reader"), Some(b"r-pw"))
+                .1
+                .map(|i| i.role),
+            Some(Role::ReadOnly)
+        );
+        config.users.get_mut("reader").unwrap().password_file = dir.path().join("missing");
+        let error = Authenticator::from_config(&config).unwrap_err().to_string();
+        assert!(
+            error.starts_with("cannot read users.reader.password_file"),
+            "{error}"
+        );
     }
 
     #[test]

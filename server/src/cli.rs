@@ -8,13 +8,28 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tunables::{Backend, Config, ConfigErrors, Durability, Tier};
+
+/// The version `--version` prints: the package version and the git commit
+/// the binary was built from (`unknown` outside a git checkout; see
+/// `server/build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("RINGKV_GIT_COMMIT"),
+    ")"
+);
 
 /// ringkv-server: a persistent, thread-per-core key-value server.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "ringkv-server", version, about, long_about = None)]
+#[command(name = "ringkv-server", version = VERSION, about, long_about = None)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
+    /// Offline tools on a data directory (the server is not started).
+    #[command(subcommand)]
+    pub command: Option<Tool>,
+
     /// Configuration file (TOML). Without it the defaults apply; flags below
     /// override values from the file.
     #[arg(long, value_name = "FILE")]
@@ -97,6 +112,61 @@ pub struct Cli {
     /// file is valid, 1 when it is not.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["config", "print_config"])]
     pub check_config: Option<PathBuf>,
+}
+
+/// The offline tools (`docs/operations.md`). Each takes the data
+/// directory's lock, so none runs beside a live server.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Tool {
+    /// Read every byte of the data directory, check every checksum and
+    /// run recovery without writing anything. Exit 0: clean; 1: damaged
+    /// but the server would start; 2: the server would refuse to start;
+    /// 3: usage error, or the directory is in use.
+    Verify(ToolArgs),
+    /// List shards, WAL segments, snapshots and value segments from their
+    /// headers, names and sizes (fast; checks only headers). Exit 0, or 1
+    /// when a header is damaged, 3 on a usage error.
+    Inspect(ToolArgs),
+    /// Find WAL damage that recovery refuses but dropping the damaged tail
+    /// of a shard's newest segment fixes; print what would be dropped, and
+    /// drop it only with --truncate-wal-tail.
+    Repair(RepairArgs),
+}
+
+/// Where the data directory is.
+#[derive(Debug, Clone, Args)]
+pub struct ToolArgs {
+    /// Data directory to examine.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: PathBuf,
+
+    /// The server's configuration file, for `[devices]` (a WAL or value
+    /// device outside the data directory) and segment sizes; the data
+    /// directory and the manifest's shard count and tier win over it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// `repair`'s flags.
+#[derive(Debug, Clone, Args)]
+pub struct RepairArgs {
+    #[command(flatten)]
+    pub target: ToolArgs,
+
+    /// Make the repair: zero the damaged flush and everything after it in
+    /// the newest segment of each damaged shard. Without it nothing is
+    /// written.
+    #[arg(long)]
+    pub truncate_wal_tail: bool,
+
+    /// Directory for copies of the segments before they are changed
+    /// (default: `DATA/repair-backup-UNIXSECONDS`).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_backup")]
+    pub backup_dir: Option<PathBuf>,
+
+    /// Change the segments without keeping a copy.
+    #[arg(long)]
+    pub no_backup: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -228,6 +298,7 @@ impl Cli {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn parse(args: &[&str]) -> Cli {
         let mut all = vec!["ringkv-server"];
@@ -315,6 +386,32 @@ mod tests {
         assert_eq!(config.server.listen, "127.0.0.1:4321");
         assert_eq!(config.shards, 2);
         assert_eq!(config.storage.durability, Durability::None);
+    }
+
+    #[test]
+    fn tools_parse_and_do_not_mix_with_server_flags() {
+        let cli = parse(&["verify", "--data-dir", "/d"]);
+        assert!(matches!(cli.command, Some(Tool::Verify(ref a)) if a.data_dir == Path::new("/d")));
+        let cli = parse(&[
+            "repair",
+            "--data-dir",
+            "/d",
+            "--truncate-wal-tail",
+            "--no-backup",
+        ]);
+        assert!(
+            matches!(cli.command, Some(Tool::Repair(ref r)) if r.truncate_wal_tail && r.no_backup)
+        );
+        assert!(Cli::try_parse_from([
+            "ringkv-server",
+            "--shards",
+            "2",
+            "verify",
+            "--data-dir",
+            "/d"
+        ])
+        .is_err());
+        assert!(Cli::try_parse_from(["ringkv-server", "inspect"]).is_err());
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod acl;
 pub mod auth;
 pub mod cli;
 pub mod glob;

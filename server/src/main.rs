@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ringkv_server::cli::Cli;
+use ringkv_server::ops::sd_notify::notify_logged;
 use ringkv_server::signals::{block_termination_signals, spawn_signal_thread, Signal};
 use ringkv_server::sockets::raise_open_files_limit;
 
@@ -24,6 +25,13 @@ const FD_HEADROOM: u64 = 256;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+
+    if let Some(tool) = &cli.command {
+        // The offline tools print their report on stdout; the engine's
+        // own log lines (recovery's) stay at warnings unless RUST_LOG says.
+        init_logging(tunables::LogFormat::Text, "warn");
+        return ringkv_server::ops::verify::run(tool);
+    }
 
     if let Some(path) = &cli.check_config {
         return check_config(path);
@@ -45,7 +53,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
 
-    init_logging();
+    init_logging(config.log.format, "info");
     // Before any thread exists, so every thread inherits the mask and only
     // the signal thread ever sees SIGTERM/SIGINT.
     if let Err(e) = block_termination_signals() {
@@ -53,18 +61,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
 
-    // Every connection is a descriptor: lift the soft limit to the hard one.
-    let wanted = u64::from(config.server.max_connections) + FD_HEADROOM;
-    match raise_open_files_limit(wanted) {
-        Ok(limit) if limit < wanted => tracing::warn!(
-            limit,
-            max_connections = config.server.max_connections,
-            "the open-files limit is below server.max_connections plus headroom; \
-             connections beyond it will fail to be accepted"
-        ),
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
-    }
+    raise_fd_limit(config.server.max_connections);
 
     let server = match ringkv_server::start(config) {
         Ok(s) => s,
@@ -75,45 +72,76 @@ fn main() -> ExitCode {
         }
     };
 
+    // Recovery is done and every listener accepts connections: tell
+    // systemd (Type=notify), if it started us.
+    notify_logged("READY=1");
+
     let stop = server.stop_handle();
     let tls = server.tls_reloader();
-    let signals = spawn_signal_thread(move |signal: Signal| {
-        if signal == Signal::Hup {
-            match &tls {
-                None => tracing::info!("SIGHUP: TLS is off; nothing to reload"),
-                Some(tls) => match tls.reload() {
-                    Ok(()) => tracing::info!(
-                        reloads = tls.reloads(),
-                        "SIGHUP: TLS certificate files reloaded; new connections use them"
-                    ),
-                    Err(e) => tracing::error!(
-                        error = %e,
-                        "SIGHUP: TLS reload failed; the previous certificates stay in use"
-                    ),
-                },
-            }
-            return;
-        }
-        if stop.is_stop_requested() {
-            tracing::warn!(
-                signal = signal.name(),
-                "second termination signal: exiting now without finishing the graceful stop"
-            );
-            std::process::exit(1);
-        }
-        tracing::info!(
-            signal = signal.name(),
-            "termination signal received; stopping gracefully"
-        );
-        stop.request_stop();
-    });
+    let signals = spawn_signal_thread(move |signal: Signal| on_signal(signal, &stop, tls.as_ref()));
     if let Err(e) = signals {
         tracing::error!(error = %e, "cannot start the signal thread; stopping");
         return exit_after(server.shutdown());
     }
 
     server.wait();
+    // A stop that did not come from a signal (every shard ended) is a stop too.
+    notify_logged("STOPPING=1");
     exit_after(server.shutdown())
+}
+
+/// Every connection is a descriptor: lifts the soft open-files limit to
+/// the hard one, and warns when that is below what the connections need.
+fn raise_fd_limit(max_connections: u32) {
+    let wanted = u64::from(max_connections) + FD_HEADROOM;
+    match raise_open_files_limit(wanted) {
+        Ok(limit) if limit < wanted => tracing::warn!(
+            limit,
+            max_connections,
+            "the open-files limit is below server.max_connections plus headroom; \
+             connections beyond it will fail to be accepted"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
+    }
+}
+
+/// What a signal does: SIGHUP reloads the TLS files; the first SIGTERM or
+/// SIGINT starts a graceful stop, a second one exits at once.
+fn on_signal(
+    signal: Signal,
+    stop: &ringkv_server::StopHandle,
+    tls: Option<&std::sync::Arc<ringkv_server::tls::TlsConfig>>,
+) {
+    if signal == Signal::Hup {
+        match tls {
+            None => tracing::info!("SIGHUP: TLS is off; nothing to reload"),
+            Some(tls) => match tls.reload() {
+                Ok(()) => tracing::info!(
+                    reloads = tls.reloads(),
+                    "SIGHUP: TLS certificate files reloaded; new connections use them"
+                ),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "SIGHUP: TLS reload failed; the previous certificates stay in use"
+                ),
+            },
+        }
+        return;
+    }
+    if stop.is_stop_requested() {
+        tracing::warn!(
+            signal = signal.name(),
+            "second termination signal: exiting now without finishing the graceful stop"
+        );
+        std::process::exit(1);
+    }
+    tracing::info!(
+        signal = signal.name(),
+        "termination signal received; stopping gracefully"
+    );
+    notify_logged("STOPPING=1");
+    stop.request_stop();
 }
 
 fn exit_after(result: Result<(), ringkv_server::ServerError>) -> ExitCode {
@@ -152,13 +180,21 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     }
 }
 
-fn init_logging() {
+/// Log lines go to stderr (the journal under systemd), as text or one JSON
+/// object per line (`log.format`); `RUST_LOG` picks the levels, else
+/// `default_level`.
+fn init_logging(format: tunables::LogFormat, default_level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        tunables::LogFormat::Json => builder.json().with_current_span(false).init(),
+        tunables::LogFormat::Text => {
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            builder.with_ansi(ansi).init()
+        }
+    }
 }

@@ -167,6 +167,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         auth: Arc::clone(&auth),
         handshake_timeout: config.server.handshake_timeout.get(),
         tls: tls.clone().filter(|_| config.server.tls_native),
+        resp_tls: tls.clone().filter(|_| config.server.tls_resp),
     };
     let metrics_access = crate::ops::http::MetricsAccess {
         auth: Arc::clone(&auth),
@@ -179,18 +180,32 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
     let loading = match resp_listen {
         None => None,
         Some(addr) => {
-            let responder = crate::resp::loading::LoadingResponder::start(addr).map_err(
-                |source| match source.kind() {
-                    std::io::ErrorKind::AddrInUse => BindError::AddrInUse { addr },
-                    _ => BindError::Socket {
-                        addr,
-                        step: "bind",
-                        source,
-                    },
+            let responder = crate::resp::loading::LoadingResponder::start(
+                addr,
+                tls.clone().filter(|_| config.server.tls_resp),
+            )
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::AddrInUse => BindError::AddrInUse { addr },
+                _ => BindError::Socket {
+                    addr,
+                    step: "bind",
+                    source,
                 },
-            )?;
+            })?;
             tracing::info!(resp = %responder.addr(), "RESP port answers -LOADING until recovery ends");
             Some(responder)
+        }
+    };
+    // The metrics endpoint starts before recovery: /healthz answers at
+    // once, /readyz and /metrics answer 503 until the pages are served
+    // below (dropped, and so stopped, if the start fails).
+    let metrics = match metrics_listen {
+        None => None,
+        Some(addr) => {
+            let m = MetricsServer::start(addr, metrics_access)
+                .map_err(|source| ServerError::Metrics { addr, source })?;
+            tracing::info!(metrics = %m.local_addr(), "metrics endpoint answers /readyz 503 until recovery ends");
+            Some(m)
         }
     };
     let engine = engine::Engine::open(&config).map_err(ServerError::Engine)?;
@@ -279,21 +294,9 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         crate::native::txn::TxnConfig::from_config(&config.server),
     ));
 
-    let metrics = match metrics_listen {
-        None => None,
-        Some(addr) => {
-            let render_shared = Arc::clone(&shared);
-            match MetricsServer::start(addr, metrics_access, move || {
-                crate::ops::metrics::render(&render_shared, &render_shared.handle.metrics())
-            }) {
-                Ok(m) => Some(m),
-                Err(source) => {
-                    shutdown_engine_after_failed_start(engine);
-                    return Err(ServerError::Metrics { addr, source });
-                }
-            }
-        }
-    };
+    if let Some(m) = &metrics {
+        m.serve_pages(Box::new(ServerPages(Arc::clone(&shared))));
+    }
 
     let (stopped_tx, stopped_shards) = mpsc::channel();
     let mut stops = Vec::with_capacity(shard_count);
@@ -328,6 +331,7 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         auth = if shared.access.auth.is_required() { "password" } else { "none" },
         tls_native = config.server.tls_native,
         tls_metrics = config.server.tls_metrics,
+        tls_resp = config.server.tls_resp,
         data_dir = %config.storage.data_dir.display(),
         pid = std::process::id(),
         "ringkv-server ready"
@@ -367,6 +371,39 @@ fn lock_directories(config: &Config) -> Result<Vec<DirLock>, ServerError> {
         locked.push(canonical);
     }
     Ok(locks)
+}
+
+/// What the metrics endpoint serves for a running server.
+struct ServerPages(Arc<Shared>);
+
+impl crate::ops::http::Pages for ServerPages {
+    fn metrics(&self) -> String {
+        crate::ops::metrics::render(&self.0, &self.0.handle.metrics())
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        if self.0.is_shutting_down() {
+            return Err("shutting down".to_string());
+        }
+        let poisoned: Vec<String> = self
+            .0
+            .handle
+            .metrics()
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.poisoned)
+            .map(|(i, _)| i.to_string())
+            .collect();
+        if poisoned.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "shard {} poisoned (a failed write or fdatasync); restart the server",
+                poisoned.join(", ")
+            ))
+        }
+    }
 }
 
 fn shutdown_engine_after_failed_start(engine: engine::Engine) {

@@ -60,6 +60,8 @@ pub struct Access {
     pub handshake_timeout: Duration,
     /// TLS on the native listener; `None`: plaintext.
     pub tls: Option<Arc<crate::tls::TlsConfig>>,
+    /// TLS on the RESP listener; `None`: plaintext.
+    pub resp_tls: Option<Arc<crate::tls::TlsConfig>>,
 }
 
 impl Access {
@@ -69,6 +71,7 @@ impl Access {
             auth: Arc::new(Authenticator::open()),
             handshake_timeout: Duration::from_secs(10),
             tls: None,
+            resp_tls: None,
         }
     }
 }

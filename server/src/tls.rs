@@ -16,6 +16,9 @@
 //!   why); connections already open keep the configuration they started with;
 //! - memory per connection is bounded by rustls's own limits (one TLS
 //!   record of ciphertext, its received-plaintext limit) plus one read chunk;
+//!   the read chunk is [`HANDSHAKE_CIPHERTEXT_READ_BYTES`] until the caller
+//!   asks for more room (after the client authenticated), so a handshake
+//!   costs rustls's state and no large buffer of ours;
 //! - every byte the writer sends goes through the one writer task, so TLS
 //!   records never interleave on the socket.
 
@@ -36,6 +39,10 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Ciphertext read from the socket at once (a TLS record is at most ~16 KiB).
 const CIPHERTEXT_READ_BYTES: usize = 32 * 1024;
+/// Ciphertext read at once during the handshake and while the caller asks
+/// for little plaintext (before the client authenticated). A ClientHello
+/// larger than this takes more than one read.
+pub const HANDSHAKE_CIPHERTEXT_READ_BYTES: usize = 1024;
 /// Plaintext handed to rustls per encryption step.
 const PLAINTEXT_WRITE_CHUNK_BYTES: usize = 64 * 1024;
 
@@ -69,7 +76,7 @@ impl TlsFiles {
     /// The files of `config`, when any listener uses TLS.
     pub fn from_config(config: &tunables::Config) -> Option<TlsFiles> {
         let s = &config.server;
-        (s.tls_native || s.tls_metrics).then(|| TlsFiles {
+        (s.tls_native || s.tls_metrics || s.tls_resp).then(|| TlsFiles {
             cert: s.tls_cert_file.clone(),
             key: s.tls_key_file.clone(),
             client_ca: (!s.tls_client_ca_file.as_os_str().is_empty())
@@ -229,7 +236,7 @@ impl TlsConn {
         let conn = ServerConnection::new(config).map_err(TlsFailure::Tls)?;
         let tls = TlsConn {
             conn: RefCell::new(conn),
-            pending: Cell::new(Vec::with_capacity(CIPHERTEXT_READ_BYTES)),
+            pending: Cell::new(Vec::with_capacity(HANDSHAKE_CIPHERTEXT_READ_BYTES)),
             consumed: Cell::new(0),
             available: Cell::new(0),
             peer_closed: Cell::new(false),
@@ -238,9 +245,12 @@ impl TlsConn {
         loop {
             tls.flush(stream).await.map_err(TlsFailure::Io)?;
             if !tls.conn.borrow().is_handshaking() {
+                // The server's handshake flight (its certificate chain)
+                // is not kept for the connection's lifetime.
+                tls.outgoing.set(Vec::new());
                 return Ok(tls);
             }
-            match tls.feed(stream).await {
+            match tls.feed(stream, HANDSHAKE_CIPHERTEXT_READ_BYTES).await {
                 Ok(true) => {}
                 Ok(false) => {
                     return Err(TlsFailure::Io(io::Error::new(
@@ -258,13 +268,20 @@ impl TlsConn {
     }
 
     /// Reads ciphertext from the socket (unless some is pending) and gives
-    /// it to rustls. `Ok(false)`: the peer closed the socket.
-    async fn feed(&self, stream: &TcpStream) -> Result<bool, TlsFailure> {
+    /// it to rustls; a read takes up to `want` bytes (clamped to
+    /// [`HANDSHAKE_CIPHERTEXT_READ_BYTES`]..=[`CIPHERTEXT_READ_BYTES`]); the
+    /// buffer only grows when a larger read is wanted. `Ok(false)`: the
+    /// peer closed the socket.
+    async fn feed(&self, stream: &TcpStream, want: usize) -> Result<bool, TlsFailure> {
         let mut pending = self.pending.take();
         let mut consumed = self.consumed.get();
         if consumed >= pending.len() {
             pending.clear();
             consumed = 0;
+            let want = want.clamp(HANDSHAKE_CIPHERTEXT_READ_BYTES, CIPHERTEXT_READ_BYTES);
+            if pending.capacity() < want {
+                pending.reserve_exact(want);
+            }
             let mut s = stream;
             let BufResult(result, back) = s.read(pending).await;
             pending = back;
@@ -366,7 +383,7 @@ impl TlsConn {
             if self.peer_closed.get() {
                 return Ok(0);
             }
-            match self.feed(stream).await {
+            match self.feed(stream, room).await {
                 Ok(true) => {}
                 Ok(false) => return Ok(0),
                 Err(TlsFailure::Io(e)) => return Err(e),

@@ -108,6 +108,7 @@ fn start_tls(extra: &str) -> Setup {
 
 fn tls_options(ca: Option<&Path>, insecure: bool) -> ConnectOptions {
     ConnectOptions {
+        user: None,
         password: Some(PASSWORD.as_bytes().to_vec()),
         tls: Some(TlsOptions {
             ca_file: ca.map(Path::to_path_buf),
@@ -268,6 +269,7 @@ fn a_tls_client_on_a_plaintext_port_gets_a_clear_error() {
     let server = start_server(&dir.path().join("d"), &["--shards", "1"]);
     with_runtime(async {
         let options = ConnectOptions {
+            user: None,
             password: None,
             tls: Some(TlsOptions {
                 ca_file: Some(ca.pem.clone()),
@@ -353,6 +355,7 @@ fn client_certificates_are_required_when_a_client_ca_is_set() {
     let addr = server.addr.to_string();
     with_runtime(async {
         let mut options = ConnectOptions {
+            user: None,
             password: None,
             tls: Some(TlsOptions {
                 ca_file: Some(ca.pem.clone()),

@@ -24,7 +24,7 @@ pub use error::{ConfigError, ConfigErrors};
 pub use profiles::{builtin_profile, builtin_profile_names, BURST_WINDOW_SECS};
 pub use schema::{
     docs_sections, docs_table, example_toml, DeviceConfig, FieldInfo, IoConfig, LimitsConfig,
-    ProfileConfig, ServerConfig, StorageConfig, SHARDS_MAX,
+    LogConfig, ProfileConfig, ServerConfig, StorageConfig, UserConfig, SHARDS_MAX,
 };
 pub use units::{ByteSize, Duration, UnitError, DURATION_UNITS, SIZE_UNITS};
 pub use validate::{
@@ -50,6 +50,7 @@ pub struct Config {
     pub storage: StorageConfig,
     pub limits: LimitsConfig,
     pub io: IoConfig,
+    pub log: LogConfig,
     /// Named devices that storage parts are placed on (`wal`, ...). Names are
     /// 1..=64 characters of `A-Za-z0-9_-`. Default: one device `wal` on the
     /// `unthrottled` profile in the data directory.
@@ -57,7 +58,28 @@ pub struct Config {
     /// User-defined disk profiles, in addition to the built-in ones. A user
     /// profile named like a built-in one replaces it. Default: none.
     pub profiles: BTreeMap<String, ProfileConfig>,
+    /// Named users (`[users.NAME]`), each with a password file and a role,
+    /// besides the `default` user. Names follow the device name rules and
+    /// are not `default`. Default: none.
+    pub users: BTreeMap<String, UserConfig>,
 }
+
+/// How the server writes its log lines (`log.format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line (for journald, Loki, jq).
+    Json,
+}
+
+/// The roles a user can have, least to most able (`docs/security.md`).
+pub const ROLE_NAMES: [&str; 3] = ["read-only", "read-write", "admin"];
+
+/// The name of the user that `server.requirepass` / `server.password_file`
+/// authenticate (and that a client without a user name is).
+pub const DEFAULT_USER: &str = "default";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -146,6 +168,7 @@ macro_rules! named_enum {
 named_enum!(Tier, "tier", Memory => "memory", Hybrid => "hybrid");
 named_enum!(Durability, "durability mode", Sync => "sync", Async => "async", None => "none");
 named_enum!(Backend, "I/O backend", Auto => "auto", Uring => "uring", Fallback => "fallback");
+named_enum!(LogFormat, "log format", Text => "text", Json => "json");
 
 impl Config {
     /// The profile of this name: a user `[profiles]` entry first (it overrides
@@ -191,8 +214,10 @@ impl Default for Config {
             storage: StorageConfig::default(),
             limits: LimitsConfig::default(),
             io: IoConfig::default(),
+            log: LogConfig::default(),
             devices,
             profiles: BTreeMap::new(),
+            users: BTreeMap::new(),
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::suggest::nearest;
 use crate::validate::Checker;
 use crate::{
     Backend, ByteSize, Config, DeviceConfig, Durability, Duration, IoConfig, LimitsConfig,
-    ProfileConfig, ServerConfig, StorageConfig, Tier,
+    LogConfig, ProfileConfig, ServerConfig, StorageConfig, Tier, UserConfig,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -24,7 +24,7 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 pub(crate) const TOP_KEYS: &[&str] = &[
-    "shards", "server", "storage", "limits", "io", "devices", "profiles",
+    "shards", "server", "storage", "limits", "io", "log", "devices", "profiles", "users",
 ];
 
 /// The fixed sections and their keys, for "did you mean 'storage.x'?" when a
@@ -35,6 +35,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
     (StorageConfig::PATH, StorageConfig::KEYS),
     (LimitsConfig::PATH, LimitsConfig::KEYS),
     (IoConfig::PATH, IoConfig::KEYS),
+    (LogConfig::PATH, LogConfig::KEYS),
 ];
 
 /// Why one TOML value could not become a field.
@@ -177,6 +178,13 @@ impl FromToml for Durability {
 
 impl FromToml for Backend {
     const EXPECTED: &'static str = "a backend name string";
+    fn from_toml(v: &DeValue<'_>) -> Result<Self, Problem> {
+        enum_from_toml(v)
+    }
+}
+
+impl FromToml for crate::LogFormat {
+    const EXPECTED: &'static str = "a log format name string";
     fn from_toml(v: &DeValue<'_>) -> Result<Self, Problem> {
         enum_from_toml(v)
     }
@@ -370,6 +378,11 @@ impl<'t> Loader<'t> {
                         self.section(key, t, &mut c.io);
                     }
                 }
+                "log" => {
+                    if let Some(t) = self.table(key, v) {
+                        self.section(key, t, &mut c.log);
+                    }
+                }
                 "devices" => {
                     let Some(t) = self.table(key, v) else {
                         continue;
@@ -399,6 +412,20 @@ impl<'t> Loader<'t> {
                             let mut p = ProfileConfig::default();
                             self.section(&prefix, pt, &mut p);
                             c.profiles.insert(name.to_string(), p);
+                        }
+                    }
+                }
+                "users" => {
+                    let Some(t) = self.table(key, v) else {
+                        continue;
+                    };
+                    // TOML itself refuses a user defined twice (a duplicate key).
+                    for (name, (_, uv)) in Self::entries(t) {
+                        let prefix = join("users", name);
+                        if let Some(ut) = self.table(&prefix, uv) {
+                            let mut u = UserConfig::default();
+                            self.section(&prefix, ut, &mut u);
+                            c.users.insert(name.to_string(), u);
                         }
                     }
                 }
@@ -485,6 +512,41 @@ mod tests {
 
     fn lines(text: &str) -> Vec<String> {
         errors(text).iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn users_are_read_and_checked() {
+        let c = Config::from_toml_str(
+            "[users.reader]\npassword_file = \"/run/r\"\nrole = \"read-only\"\n\
+             [users.ops]\npassword_file = \"/run/o\"\nrole = \"admin\"\n",
+        )
+        .expect("valid");
+        assert_eq!(c.users.len(), 2);
+        assert_eq!(c.users["ops"].role, "admin");
+        assert_eq!(c.users["reader"].password_file, PathBuf::from("/run/r"));
+        assert_eq!(Config::from_toml_str(&c.to_toml_string()), Ok(c));
+
+        let l = lines("[users.a]\npassword_file = \"/run/a\"\nrole = \"reader\"\n");
+        assert_eq!(l.len(), 1, "{l:?}");
+        assert!(
+            l[0].contains("users.a.role") && l[0].contains("read-only"),
+            "{l:?}"
+        );
+        let l = lines("[users.a]\nrole = \"admin\"\n");
+        assert_eq!(l.len(), 1, "{l:?}");
+        assert!(
+            l[0].contains("users.a.password_file") && l[0].contains("needs a password file"),
+            "{l:?}"
+        );
+        let l = lines("[users.a]\npassword_file = \"/a\"\n[users.a]\npassword_file = \"/b\"\n");
+        assert!(!l.is_empty() && l[0].contains("line 3"), "{l:?}");
+        let l = lines("[users.default]\npassword_file = \"/a\"\n");
+        assert!(l.len() == 1 && l[0].contains("duplicate user"), "{l:?}");
+        let l = lines("[server]\ndefault_role = \"root\"\n");
+        assert!(
+            l.len() == 1 && l[0].contains("server.default_role"),
+            "{l:?}"
+        );
     }
 
     #[test]
@@ -752,6 +814,7 @@ handshake_timeout = \"2s\"
 auth_failure_delay = \"50ms\"
 tls_native = true
 tls_metrics = true
+tls_resp = true
 tls_cert_file = \"/etc/ringkv/cert.pem\"
 tls_key_file = \"/etc/ringkv/key.pem\"
 tls_client_ca_file = \"/etc/ringkv/ca.pem\"
@@ -814,6 +877,7 @@ count_fsync = false
             auth_failure_delay: Duration::from_millis(50),
             tls_native: true,
             tls_metrics: true,
+            tls_resp: true,
             tls_cert_file: PathBuf::from("/etc/ringkv/cert.pem"),
             tls_key_file: PathBuf::from("/etc/ringkv/key.pem"),
             tls_client_ca_file: PathBuf::from("/etc/ringkv/ca.pem"),
@@ -887,6 +951,7 @@ count_fsync = false
     fn key_lists_match_the_schema() {
         let mut c = Config::default();
         c.profiles.insert("p".to_string(), ProfileConfig::default());
+        c.users.insert("u".to_string(), UserConfig::default());
         let table: toml::Table =
             toml::from_str(&c.to_toml_string()).expect("printed config is TOML");
         let keys = |t: &toml::Table| t.keys().cloned().collect::<BTreeSet<String>>();
@@ -904,6 +969,7 @@ count_fsync = false
         assert_eq!(keys(&section("storage")), list(StorageConfig::KEYS));
         assert_eq!(keys(&section("limits")), list(LimitsConfig::KEYS));
         assert_eq!(keys(&section("io")), list(IoConfig::KEYS));
+        assert_eq!(keys(&section("log")), list(LogConfig::KEYS));
         let device = match &section("devices")["wal"] {
             toml::Value::Table(t) => t.clone(),
             other => panic!("{other:?}"),
@@ -914,6 +980,11 @@ count_fsync = false
             other => panic!("{other:?}"),
         };
         assert_eq!(keys(&profile), list(ProfileConfig::KEYS));
+        let user = match &section("users")["u"] {
+            toml::Value::Table(t) => t.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(keys(&user), list(UserConfig::KEYS));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 
 use crate::load::{FromToml, Loader};
 use crate::validate::Checker;
-use crate::{Backend, ByteSize, Config, Durability, Duration, NamedVariants, Tier};
+use crate::{Backend, ByteSize, Config, Durability, Duration, LogFormat, NamedVariants, Tier};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use toml::de::DeValue;
@@ -188,7 +188,7 @@ macro_rules! named_field_value {
         }
     )*};
 }
-named_field_value!(Tier, Durability, Backend);
+named_field_value!(Tier, Durability, Backend, LogFormat);
 
 /// A table of the config file whose fields are declared with [`section!`].
 pub trait Section: Default {
@@ -336,7 +336,7 @@ section! {
         /// Binary-protocol listener (one SO_REUSEPORT socket per shard); no host names.
         listen: String = "127.0.0.1:7379".to_string(),
             kind Some("address"), check Check::Addr;
-        /// Prometheus `/metrics` listener; `""` disables it.
+        /// Prometheus `/metrics` (and `/healthz`, `/readyz`) listener; `""` disables it.
         metrics_listen: String = String::new(),
             kind Some("address or `\"\"`"), check Check::AddrOrEmpty,
             note "not the same as `listen` (unless both use port 0)";
@@ -366,6 +366,11 @@ section! {
         /// keeps the secret out of this file; read at start. `""` means none.
         password_file: PathBuf = PathBuf::new(),
             kind None, check Check::Any, note "not together with `requirepass`";
+        /// Role of the `default` user, the one `requirepass` / `password_file` (or no
+        /// password at all) authenticates: `read-only`, `read-write` or `admin`. See
+        /// `docs/security.md`, "Users and roles".
+        default_role: String = "admin".to_string(),
+            kind Some("role"), check Check::Any, note "`read-only`, `read-write` or `admin`";
         /// Protected mode's opt-out: allow listening on a non-loopback address with
         /// no password.
         dangerously_listen_without_password: bool = false,
@@ -381,6 +386,10 @@ section! {
             kind None, check Check::Any;
         /// TLS (HTTPS) on the `/metrics` listener; needs `tls_cert_file` and `tls_key_file`.
         tls_metrics: bool = false,
+            kind None, check Check::Any;
+        /// TLS on the Redis-protocol (`resp_listen`) listener; needs `tls_cert_file` and
+        /// `tls_key_file`.
+        tls_resp: bool = false,
             kind None, check Check::Any;
         /// Certificate chain, PEM, leaf first.
         tls_cert_file: PathBuf = PathBuf::new(),
@@ -531,6 +540,17 @@ section! {
 }
 
 section! {
+    /// `[log]`: the server's log lines (written to stderr).
+    pub struct LogConfig at "log" {
+        /// `"text"`: one human-readable line per event. `"json"`: one JSON object
+        /// per line (`timestamp`, `level`, `fields`, `target`), for journald or a
+        /// log collector. `RUST_LOG` still chooses the levels.
+        format: LogFormat = LogFormat::Text,
+            kind None, check Check::Any;
+    }
+}
+
+section! {
     /// `[devices.NAME]`: a directory on a disk, with the disk profile that I/O
     /// to it obeys.
     pub struct DeviceConfig at "devices.NAME" {
@@ -540,6 +560,21 @@ section! {
         /// Disk profile: a built-in (`sas`, `gpssd`, `nvme`, `unthrottled`) or a `[profiles]` entry.
         profile: String = "unthrottled".to_string(),
             kind Some("name"), check Check::Any, note "a known profile";
+    }
+}
+
+section! {
+    /// `[users.NAME]`: a named user with its own password and role, next to the
+    /// `default` user of `server.requirepass` / `server.password_file`.
+    pub struct UserConfig at "users.NAME" {
+        /// File whose content (one trailing newline removed) is this user's password;
+        /// read at start, like `server.password_file`.
+        password_file: PathBuf = PathBuf::new(),
+            kind None, check Check::NotEmpty("every user needs a password file"),
+            note "a readable file holding 1 to 512 bytes";
+        /// What the user may do: `read-only`, `read-write` or `admin`.
+        role: String = "read-only".to_string(),
+            kind Some("role"), check Check::Any, note "`read-only`, `read-write` or `admin`";
     }
 }
 
@@ -603,8 +638,10 @@ pub fn docs_sections() -> Vec<(&'static str, Vec<FieldInfo>)> {
         (StorageConfig::PATH, StorageConfig::fields()),
         (LimitsConfig::PATH, LimitsConfig::fields()),
         (IoConfig::PATH, IoConfig::fields()),
+        (LogConfig::PATH, LogConfig::fields()),
         (DeviceConfig::PATH, DeviceConfig::fields()),
         (ProfileConfig::PATH, ProfileConfig::fields()),
+        (UserConfig::PATH, UserConfig::fields()),
     ]
 }
 
@@ -660,12 +697,16 @@ impl Config {
         table(out, StorageConfig::PATH, &self.storage, commented);
         table(out, LimitsConfig::PATH, &self.limits, commented);
         table(out, IoConfig::PATH, &self.io, commented);
+        table(out, LogConfig::PATH, &self.log, commented);
         let named = |kind: &str, name: &str| format!("{kind}.{}", table_key(name));
         for (name, device) in &self.devices {
             table(out, &named("devices", name), device, commented);
         }
         for (name, profile) in &self.profiles {
             table(out, &named("profiles", name), profile, commented);
+        }
+        for (name, user) in &self.users {
+            table(out, &named("users", name), user, commented);
         }
     }
 

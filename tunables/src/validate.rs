@@ -12,7 +12,7 @@ use crate::schema::Section;
 use crate::suggest::nearest;
 use crate::{
     builtin_profile_names, ByteSize, Config, Durability, Duration, IoConfig, LimitsConfig,
-    ProfileConfig, ServerConfig, StorageConfig, Tier, SHARDS_MAX,
+    LogConfig, ProfileConfig, ServerConfig, StorageConfig, Tier, SHARDS_MAX,
 };
 use std::collections::BTreeSet;
 use std::fmt::Display;
@@ -258,10 +258,35 @@ impl Checker {
         c.storage.check_fields(self, StorageConfig::PATH);
         c.limits.check_fields(self, LimitsConfig::PATH);
         c.io.check_fields(self, IoConfig::PATH);
+        c.log.check_fields(self, LogConfig::PATH);
         for (name, device) in &c.devices {
             let prefix = format!("devices.{name}");
             self.name(&prefix, name);
             device.check_fields(self, &prefix);
+        }
+        self.role("server.default_role", &c.server.default_role);
+        for (name, user) in &c.users {
+            let prefix = format!("users.{name}");
+            self.name(&prefix, name);
+            if name == crate::DEFAULT_USER {
+                self.bad_value(
+                    &prefix,
+                    quoted(name),
+                    "duplicate user: `default` is the user of server.requirepass / \
+                     server.password_file; set its role with server.default_role"
+                        .to_string(),
+                );
+            }
+            user.check_fields(self, &prefix);
+            self.role(&format!("{prefix}.role"), &user.role);
+        }
+    }
+
+    /// A role name: one of [`crate::ROLE_NAMES`].
+    fn role(&mut self, field: &str, role: &str) {
+        if !crate::ROLE_NAMES.contains(&role) {
+            let known = crate::ROLE_NAMES.iter().map(|r| r.to_string()).collect();
+            self.unknown_name(field, role, "role", known);
         }
     }
 
@@ -276,7 +301,7 @@ impl Checker {
             &["server.requirepass"],
             "cannot be set together with server.requirepass; keep one of them".to_string(),
         );
-        let tls = s.tls_native || s.tls_metrics;
+        let tls = s.tls_native || s.tls_metrics || s.tls_resp;
         for (field, path) in [
             ("server.tls_cert_file", &s.tls_cert_file),
             ("server.tls_key_file", &s.tls_key_file),
@@ -285,8 +310,8 @@ impl Checker {
                 !tls || path_set(path),
                 field,
                 "\"\"".to_string(),
-                &["server.tls_native", "server.tls_metrics"],
-                "must name a PEM file when server.tls_native or server.tls_metrics is on"
+                &["server.tls_native", "server.tls_metrics", "server.tls_resp"],
+                "must name a PEM file when server.tls_native, tls_metrics or tls_resp is on"
                     .to_string(),
             );
         }
@@ -294,8 +319,8 @@ impl Checker {
             tls || !path_set(&s.tls_client_ca_file),
             "server.tls_client_ca_file",
             quoted(s.tls_client_ca_file.display()),
-            &["server.tls_native", "server.tls_metrics"],
-            "has no effect while TLS is off; set server.tls_native (or tls_metrics) = true, or remove it".to_string(),
+            &["server.tls_native", "server.tls_metrics", "server.tls_resp"],
+            "has no effect while TLS is off; set server.tls_native (or tls_metrics, tls_resp) = true, or remove it".to_string(),
         );
         for (field, addr) in unprotected_listeners(c) {
             let value = match field {
@@ -740,6 +765,11 @@ mod tests {
         );
         c.server.tls_metrics = true;
         assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.server.tls_metrics = false;
+        c.server.tls_resp = true;
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.server.tls_cert_file = "".into();
+        assert_one(&c, "server.tls_cert_file", "tls_resp");
 
         let mut c = Config::default();
         c.server.handshake_timeout = Duration::ZERO;

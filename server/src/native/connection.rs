@@ -39,7 +39,7 @@ use crate::tls::{TlsConn, TlsFailure};
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Read buffer before the handshake is accepted: the whole pre-auth budget
 /// of an unauthenticated client (it never gets more buffer than this).
-const HANDSHAKE_READ_BYTES: usize = 1024;
+pub(crate) const HANDSHAKE_READ_BYTES: usize = 1024;
 const _: () = assert!(HANDSHAKE_READ_BYTES >= HANDSHAKE_BYTES_MAX);
 /// After a fatal protocol error, how long and how much the reader keeps
 /// draining input so the final ERROR frame is not lost to a TCP reset.
@@ -204,13 +204,26 @@ pub(crate) struct Wire {
 }
 
 impl Wire {
-    /// Reads into `buf` after its first `start` bytes, offering at least
-    /// `room` bytes; `Ok(0)` is end of stream.
-    async fn read(&self, buf: BytesMut, room: usize) -> (std::io::Result<usize>, BytesMut) {
+    pub(crate) fn new(stream: TcpStream, tls: Option<TlsConn>) -> Wire {
+        Wire { stream, tls }
+    }
+
+    pub(crate) fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// Reads into `buf` after its first `start` bytes, at most `room` bytes
+    /// (the caller has reserved them); `Ok(0)` is end of stream.
+    pub(crate) async fn read(
+        &self,
+        buf: BytesMut,
+        room: usize,
+    ) -> (std::io::Result<usize>, BytesMut) {
         match &self.tls {
             None => {
                 let start = buf.len();
-                let BufResult(result, slice) = (&self.stream).read(buf.slice(start..)).await;
+                let end = start + room.min(buf.capacity() - start);
+                let BufResult(result, slice) = (&self.stream).read(buf.slice(start..end)).await;
                 (result, slice.into_inner())
             }
             Some(tls) => {
@@ -222,7 +235,7 @@ impl Wire {
     }
 
     /// Writes all of `out` (encrypted when TLS is on).
-    async fn write_all(&self, out: BytesMut) -> (std::io::Result<()>, BytesMut) {
+    pub(crate) async fn write_all(&self, out: BytesMut) -> (std::io::Result<()>, BytesMut) {
         match &self.tls {
             None => {
                 let BufResult(result, out) = (&self.stream).write_all(out).await;
@@ -236,7 +249,7 @@ impl Wire {
     }
 
     /// Ends the sending side (a TLS close_notify first).
-    async fn shutdown_write(&self) {
+    pub(crate) async fn shutdown_write(&self) {
         use compio::io::AsyncWrite;
         if let Some(tls) = &self.tls {
             tls.close(&self.stream).await;

@@ -10,6 +10,10 @@
 //!   refused password is answered by a refusal and a close;
 //! - before the handshake is accepted it never asks for more than
 //!   [`HANDSHAKE_BYTES_MAX`] bytes, and no request is decoded or run;
+//! - a request with an operation the connection's user may not run
+//!   (`acl::native_category`) is refused as a whole with an ERROR frame
+//!   (NO_PERMISSION; BAD_REQUEST on connections older than version 4) and
+//!   never reaches [`Step::Run`], so no write path can skip the check;
 //! - after the handshake, each complete frame yields exactly one step in
 //!   stream order: a request to run, or an ERROR frame for a rejected one;
 //! - an error the stream cannot recover from (bad length, checksum) yields
@@ -19,17 +23,24 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use ringkv_protocol::{
-    check_frame, decode_auth, decode_hello, decode_request_version, encode_error, encode_hello_ack,
-    DecodeError, ErrorFrame, Hello, HelloAck, Limits, Request, ServerInfo, Status, AUTH_LEN_BYTES,
-    HELLO_BYTES, LEN_PREFIX_BYTES, PASSWORD_BYTES_MAX, PROTOCOL_VERSION,
+    check_frame, decode_auth, decode_hello, decode_request_version, decode_user, encode_error,
+    encode_hello_ack, DecodeError, ErrorFrame, Hello, HelloAck, Limits, Request, ServerInfo,
+    Status, AUTH_LEN_BYTES, HELLO_BYTES, LEN_PREFIX_BYTES, PASSWORD_BYTES_MAX, PROTOCOL_VERSION,
+    USER_LEN_BYTES, USER_NAME_BYTES_MAX,
 };
 
+use crate::acl::{self, Identity};
 use crate::auth::{Authenticator, Verdict};
 
-/// Most bytes a connection's handshake may occupy: the hello and the
-/// longest auth block. Before the handshake is accepted the server reads no
-/// more than this (plus one small read) from the client.
-pub const HANDSHAKE_BYTES_MAX: usize = HELLO_BYTES + AUTH_LEN_BYTES + PASSWORD_BYTES_MAX;
+/// Most bytes a connection's handshake may occupy: the hello, the longest
+/// user block and the longest auth block. Before the handshake is accepted
+/// the server reads no more than this (plus one small read) from the client.
+pub const HANDSHAKE_BYTES_MAX: usize =
+    HELLO_BYTES + USER_LEN_BYTES + USER_NAME_BYTES_MAX + AUTH_LEN_BYTES + PASSWORD_BYTES_MAX;
+
+/// The first protocol version that has the status NO_PERMISSION; older
+/// connections are refused with BAD_REQUEST (a status they know).
+const NO_PERMISSION_SINCE: u16 = 4;
 
 /// The encoded hello-ack accepting a client: this protocol version, the
 /// limits the server enforces, and who the server is. A server encodes it
@@ -132,6 +143,10 @@ impl CloseReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     AwaitHello,
+    /// The hello (of this version) announced a user block, then an auth block.
+    AwaitUser {
+        version: u16,
+    },
     /// The hello (of this version) announced an auth block.
     AwaitAuth {
         version: u16,
@@ -157,6 +172,10 @@ pub struct Session {
     /// The protocol version the handshake settled on: requests are decoded
     /// as that version defines them (a later version's opcode is refused).
     version: u16,
+    /// The user name of the hello's user block, until the password is in.
+    pending_user: Option<Bytes>,
+    /// Who the client is once the handshake is accepted.
+    identity: Identity,
 }
 
 impl Session {
@@ -168,6 +187,7 @@ impl Session {
 
     /// Like [`Session::new`], with the handshake judged by `auth`.
     pub fn with_auth(limits: Limits, hello_ack: Bytes, auth: Arc<Authenticator>) -> Session {
+        let identity = auth.default_identity().clone();
         Session {
             phase: Phase::AwaitHello,
             limits,
@@ -176,7 +196,15 @@ impl Session {
             last_error: None,
             auth_refusal: None,
             version: PROTOCOL_VERSION,
+            pending_user: None,
+            identity,
         }
+    }
+
+    /// Who the client is (the `default` user until a handshake naming
+    /// another is accepted).
+    pub fn identity(&self) -> &Identity {
+        &self.identity
     }
 
     /// Why the handshake was refused for its password, if it was.
@@ -223,6 +251,12 @@ impl Session {
             Phase::Closed => None,
             Phase::AwaitHello => match decode_hello(buf) {
                 Ok(None) => None,
+                Ok(Some(hello)) if hello.has_user() => {
+                    self.phase = Phase::AwaitUser {
+                        version: hello.version,
+                    };
+                    self.next_step(buf, refuse)
+                }
                 Ok(Some(hello)) if hello.has_auth() => {
                     self.phase = Phase::AwaitAuth {
                         version: hello.version,
@@ -230,6 +264,15 @@ impl Session {
                     self.next_step(buf, refuse)
                 }
                 Ok(Some(hello)) => Some(self.authenticate(buf, hello, None)),
+                Err(error) => Some(self.refuse_hello(buf, error)),
+            },
+            Phase::AwaitUser { version } => match decode_user(buf) {
+                Ok(None) => None,
+                Ok(Some(user)) => {
+                    self.pending_user = Some(user);
+                    self.phase = Phase::AwaitAuth { version };
+                    self.next_step(buf, refuse)
+                }
                 Err(error) => Some(self.refuse_hello(buf, error)),
             },
             Phase::AwaitAuth { version } => match decode_auth(buf) {
@@ -253,6 +296,9 @@ impl Session {
                     Ok(None) => None,
                     Ok(Some(request)) => {
                         let frame_bytes = frame_bytes.unwrap_or(0);
+                        if let Some(refusal) = self.refuse_by_role(&request) {
+                            return Some(Step::Send(refusal));
+                        }
                         match refuse {
                             None => Some(Step::Run {
                                 request,
@@ -292,6 +338,25 @@ impl Session {
         }
     }
 
+    /// The ERROR frame refusing `request` when an operation of it is not
+    /// for this connection's role; `None` when every one is.
+    fn refuse_by_role(&self, request: &Request) -> Option<Bytes> {
+        let (index, op) = acl::first_refused(self.identity.role, &request.ops)?;
+        let status = if self.version >= NO_PERMISSION_SINCE {
+            Status::NoPermission
+        } else {
+            Status::BadRequest
+        };
+        let message = format!(
+            "NOPERM user '{}' ({}) has no permission to run {} (operation {index}); \
+             nothing of this request was applied",
+            self.identity.user,
+            self.identity.role.name(),
+            ringkv_protocol::opcode::name(op.opcode()).unwrap_or("this operation"),
+        );
+        Some(error_frame(Some(request.id), status, message, false))
+    }
+
     fn refuse_hello(&mut self, buf: &mut BytesMut, error: DecodeError) -> Step {
         let reply = HelloAck::refusal_for(&error).map(|ack| encode_ack(&ack));
         self.close(buf, error, reply, CloseReason::BadHandshake)
@@ -300,12 +365,17 @@ impl Session {
     /// Ends the handshake of `hello` (which carried `password`, if any):
     /// the accepting ack, or a refusal and a close.
     fn authenticate(&mut self, buf: &mut BytesMut, hello: Hello, password: Option<&[u8]>) -> Step {
+        let user = self.pending_user.take();
         let verdict = if hello.version < 2 && self.auth.is_required() {
             // Version 1 cannot carry a password nor name AUTH_REQUIRED.
             self.auth.check(None);
             None
         } else {
-            Some(self.auth.check(password))
+            let (verdict, identity) = self.auth.check_user(user.as_deref(), password);
+            if let Some(identity) = identity {
+                self.identity = identity;
+            }
+            Some(verdict)
         };
         let (status, message) = match verdict {
             Some(Verdict::Accepted) => {
@@ -336,7 +406,7 @@ impl Session {
             ),
             Some(Verdict::WrongPassword) => (
                 Status::AuthFailed,
-                "authentication failed: wrong password".to_string(),
+                "authentication failed: wrong password (or unknown user)".to_string(),
             ),
             Some(Verdict::NoPasswordConfigured) => (
                 Status::AuthFailed,
@@ -380,6 +450,12 @@ impl Session {
         let need = match self.phase {
             Phase::Closed => 0,
             Phase::AwaitHello => HELLO_BYTES,
+            Phase::AwaitUser { .. } => match buf.first_chunk::<USER_LEN_BYTES>() {
+                Some(prefix) => {
+                    USER_LEN_BYTES + (u16::from_le_bytes(*prefix) as usize).min(USER_NAME_BYTES_MAX)
+                }
+                None => USER_LEN_BYTES,
+            },
             Phase::AwaitAuth { .. } => match buf.first_chunk::<AUTH_LEN_BYTES>() {
                 Some(prefix) => {
                     AUTH_LEN_BYTES + (u16::from_le_bytes(*prefix) as usize).min(PASSWORD_BYTES_MAX)
@@ -706,8 +782,15 @@ mod tests {
     }
 
     fn password_session() -> Session {
-        let auth = Authenticator::new(
-            Some(crate::auth::Password::new(b"pw", "test").unwrap()),
+        let pw = |p: &[u8]| crate::auth::Password::new(p, "test").unwrap();
+        let auth = Authenticator::with_users(
+            Some(pw(b"pw")),
+            crate::acl::Role::Admin,
+            vec![(
+                "reader".to_string(),
+                pw(b"r-pw"),
+                crate::acl::Role::ReadOnly,
+            )],
             std::time::Duration::ZERO,
         );
         Session::with_auth(
@@ -729,6 +812,136 @@ mod tests {
         encode_hello(&Hello::with_password(), &mut b);
         ringkv_protocol::encode_auth(password, &mut b);
         b
+    }
+
+    fn hello_as(user: &[u8], password: &[u8], version: u16) -> BytesMut {
+        let mut b = BytesMut::new();
+        let flags = ringkv_protocol::hello_flags::AUTH | ringkv_protocol::hello_flags::USER;
+        encode_hello(&Hello { version, flags }, &mut b);
+        ringkv_protocol::encode_user(user, &mut b);
+        ringkv_protocol::encode_auth(password, &mut b);
+        b
+    }
+
+    fn sent_error(step: Option<Step>) -> ErrorFrame {
+        let Some(Step::Send(bytes)) = step else {
+            panic!("expected an ERROR frame, got {step:?}")
+        };
+        match server_frame(&bytes) {
+            ServerFrame::Error(e) => e,
+            other => panic!("expected an ERROR frame, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_read_only_user_is_refused_every_write_before_it_runs() {
+        let mut s = password_session();
+        let mut buf = hello_as(b"reader", b"r-pw", PROTOCOL_VERSION);
+        assert!(matches!(s.next_step(&mut buf, None), Some(Step::Send(_))));
+        assert!(s.is_ready());
+        assert_eq!(&*s.identity().user, "reader");
+        let k = || Bytes::from_static(b"k");
+        let reads = vec![
+            RequestOp::Get { key: k() },
+            RequestOp::Ping,
+            RequestOp::Stats,
+        ];
+        buf.extend_from_slice(&request(1, reads));
+        assert!(matches!(
+            s.next_step(&mut buf, None),
+            Some(Step::Run { .. })
+        ));
+        for (id, op) in [
+            RequestOp::Put {
+                key: k(),
+                value: k(),
+            },
+            RequestOp::Delete { key: k() },
+            RequestOp::Expire {
+                key: k(),
+                expires_at_ms: 0,
+            },
+            RequestOp::Begin,
+            RequestOp::Commit,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let id = id as u64 + 2;
+            buf.extend_from_slice(&request(id, vec![RequestOp::Get { key: k() }, op]));
+            let e = sent_error(s.next_step(&mut buf, None));
+            assert_eq!(
+                (e.id, e.status, e.close),
+                (Some(id), Status::NoPermission, false)
+            );
+            assert!(
+                e.message.contains("NOPERM user 'reader' (read-only)"),
+                "{}",
+                e.message
+            );
+        }
+        // The connection goes on.
+        buf.extend_from_slice(&request(9, vec![RequestOp::Ping]));
+        assert!(matches!(
+            s.next_step(&mut buf, None),
+            Some(Step::Run { .. })
+        ));
+
+        // The default user (admin) runs writes.
+        let mut s = password_session();
+        let mut buf = hello_with(b"pw");
+        buf.extend_from_slice(&request(
+            1,
+            vec![RequestOp::Put {
+                key: k(),
+                value: k(),
+            }],
+        ));
+        assert!(matches!(s.next_step(&mut buf, None), Some(Step::Send(_))));
+        assert_eq!(&*s.identity().user, "default");
+        assert!(matches!(
+            s.next_step(&mut buf, None),
+            Some(Step::Run { .. })
+        ));
+
+        // A wrong password or an unknown user is refused in the handshake.
+        for (user, pw) in [(&b"reader"[..], &b"pw"[..]), (b"nobody", b"r-pw")] {
+            let mut s = password_session();
+            let mut buf = hello_as(user, pw, PROTOCOL_VERSION);
+            assert_eq!(
+                refusal(s.next_step(&mut buf, None)),
+                (Status::AuthFailed, CloseReason::AuthFailed)
+            );
+        }
+    }
+
+    #[test]
+    fn an_old_connection_of_a_limited_default_user_gets_bad_request() {
+        let auth = Authenticator::with_users(
+            None,
+            crate::acl::Role::ReadOnly,
+            Vec::new(),
+            std::time::Duration::ZERO,
+        );
+        let mut s = Session::with_auth(
+            limits(),
+            password_session().hello_ack.clone(),
+            Arc::new(auth),
+        );
+        let mut buf = BytesMut::new();
+        encode_hello(
+            &Hello {
+                version: 3,
+                flags: 0,
+            },
+            &mut buf,
+        );
+        assert!(matches!(s.next_step(&mut buf, None), Some(Step::Send(_))));
+        let k = Bytes::from_static(b"k");
+        buf.extend_from_slice(&request(4, vec![RequestOp::Delete { key: k }]));
+        let e = sent_error(s.next_step(&mut buf, None));
+        assert_eq!((e.id, e.status), (Some(4), Status::BadRequest));
+        assert!(e.message.starts_with("NOPERM"), "{}", e.message);
     }
 
     fn refusal(step: Option<Step>) -> (Status, CloseReason) {
@@ -796,7 +1009,11 @@ mod tests {
     #[test]
     fn the_handshake_never_asks_for_more_than_its_budget() {
         let mut s = password_session();
-        let full = hello_with(&[b'x'; PASSWORD_BYTES_MAX]);
+        let full = hello_as(
+            &[b'u'; USER_NAME_BYTES_MAX],
+            &[b'x'; PASSWORD_BYTES_MAX],
+            PROTOCOL_VERSION,
+        );
         assert_eq!(full.len(), HANDSHAKE_BYTES_MAX);
         for cut in 0..full.len() {
             let mut buf = BytesMut::from(&full[..cut]);

@@ -155,79 +155,7 @@ pub async fn run_request(
             ),
             RequestOp::Ping => (OpKind::Ping, OpReply::Ok),
             RequestOp::Stats => (OpKind::Stats, OpReply::Stats(stats())),
-            RequestOp::Begin => (
-                OpKind::Txn,
-                if txn.is_some() {
-                    OpReply::Error {
-                        status: Status::NoTransaction,
-                        message: "a transaction is already open on this connection (one at a time; COMMIT or ROLLBACK it first)".to_string(),
-                    }
-                } else {
-                    *txn = Some(handle.begin(config.settings));
-                    OpReply::Ok
-                },
-            ),
-            RequestOp::GetForUpdate { key } => (
-                OpKind::Txn,
-                match txn.as_mut() {
-                    None => no_txn("GET_FOR_UPDATE"),
-                    Some(t) => match t.get_for_update(key).await {
-                        Ok(v) => read_reply(v),
-                        Err(e) => txn_error_reply(&e),
-                    },
-                },
-            ),
-            RequestOp::Get { key } => (
-                OpKind::Get,
-                match txn.as_mut() {
-                    None => plain(handle, OpKind::Get, Op::Get { key }).await,
-                    Some(t) => match t.get(key).await {
-                        Ok(v) => read_reply(v),
-                        Err(e) => txn_error_reply(&e),
-                    },
-                },
-            ),
-            RequestOp::Put { key, value } => (
-                OpKind::Put,
-                match txn.as_mut() {
-                    None => plain(handle, OpKind::Put, Op::Put { key, value }).await,
-                    Some(t) => match t.put(key, value).await {
-                        Ok(()) => OpReply::Ok,
-                        Err(e) => txn_error_reply(&e),
-                    },
-                },
-            ),
-            RequestOp::Delete { key } => (
-                OpKind::Delete,
-                match txn.as_mut() {
-                    None => plain(handle, OpKind::Delete, Op::Delete { key }).await,
-                    Some(t) => match t.delete(key).await {
-                        Ok(true) => OpReply::Ok,
-                        Ok(false) => OpReply::NotFound,
-                        Err(e) => txn_error_reply(&e),
-                    },
-                },
-            ),
-            RequestOp::Commit => (
-                OpKind::Txn,
-                match txn.take() {
-                    None => no_txn("COMMIT"),
-                    Some(t) => match t.commit().await {
-                        Ok(()) => OpReply::Ok,
-                        Err(e) => txn_error_reply(&e),
-                    },
-                },
-            ),
-            RequestOp::Rollback => (
-                OpKind::Txn,
-                match txn.take() {
-                    None => no_txn("ROLLBACK"),
-                    Some(t) => {
-                        t.rollback().await;
-                        OpReply::Ok
-                    }
-                },
-            ),
+            op => txn_or_key_op(handle, config, txn, op).await,
         };
         kinds.push(kind);
         results.push(reply);
@@ -241,6 +169,98 @@ pub async fn run_request(
         tally.add(*kind, reply.status());
     }
     response
+}
+
+/// The operations a transaction changes: BEGIN, COMMIT, ROLLBACK and
+/// GET_FOR_UPDATE, and GET, PUT and DELETE (inside a transaction when one
+/// is open, plain otherwise).
+async fn txn_or_key_op(
+    handle: &engine::Handle,
+    config: &TxnConfig,
+    txn: &mut Option<Txn>,
+    op: RequestOp,
+) -> (OpKind, OpReply) {
+    match op {
+        RequestOp::Begin => (
+            OpKind::Txn,
+            if txn.is_some() {
+                OpReply::Error {
+                    status: Status::NoTransaction,
+                    message: "a transaction is already open on this connection (one at a time; COMMIT or ROLLBACK it first)".to_string(),
+                }
+            } else {
+                *txn = Some(handle.begin(config.settings));
+                OpReply::Ok
+            },
+        ),
+        RequestOp::GetForUpdate { key } => (
+            OpKind::Txn,
+            match txn.as_mut() {
+                None => no_txn("GET_FOR_UPDATE"),
+                Some(t) => match t.get_for_update(key).await {
+                    Ok(v) => read_reply(v),
+                    Err(e) => txn_error_reply(&e),
+                },
+            },
+        ),
+        RequestOp::Get { key } => (
+            OpKind::Get,
+            match txn.as_mut() {
+                None => plain(handle, OpKind::Get, Op::Get { key }).await,
+                Some(t) => match t.get(key).await {
+                    Ok(v) => read_reply(v),
+                    Err(e) => txn_error_reply(&e),
+                },
+            },
+        ),
+        RequestOp::Put { key, value } => (
+            OpKind::Put,
+            match txn.as_mut() {
+                None => plain(handle, OpKind::Put, Op::Put { key, value }).await,
+                Some(t) => match t.put(key, value).await {
+                    Ok(()) => OpReply::Ok,
+                    Err(e) => txn_error_reply(&e),
+                },
+            },
+        ),
+        RequestOp::Delete { key } => (
+            OpKind::Delete,
+            match txn.as_mut() {
+                None => plain(handle, OpKind::Delete, Op::Delete { key }).await,
+                Some(t) => match t.delete(key).await {
+                    Ok(true) => OpReply::Ok,
+                    Ok(false) => OpReply::NotFound,
+                    Err(e) => txn_error_reply(&e),
+                },
+            },
+        ),
+        RequestOp::Commit => (
+            OpKind::Txn,
+            match txn.take() {
+                None => no_txn("COMMIT"),
+                Some(t) => match t.commit().await {
+                    Ok(()) => OpReply::Ok,
+                    Err(e) => txn_error_reply(&e),
+                },
+            },
+        ),
+        RequestOp::Rollback => (
+            OpKind::Txn,
+            match txn.take() {
+                None => no_txn("ROLLBACK"),
+                Some(t) => {
+                    t.rollback().await;
+                    OpReply::Ok
+                }
+            },
+        ),
+        RequestOp::PutExpiring { .. }
+        | RequestOp::Expire { .. }
+        | RequestOp::Ttl { .. }
+        | RequestOp::Scan { .. }
+        | RequestOp::Ping
+        | RequestOp::Stats => unreachable!("run_request answers these itself"),
+    }
 }
 
 /// The connection sent nothing for the idle timeout with a transaction

@@ -7,5 +7,7 @@ pub mod counters;
 pub mod http;
 pub mod metrics;
 pub mod prom;
+pub mod sd_notify;
 pub mod stats;
 pub mod status;
+pub mod verify;

@@ -15,6 +15,7 @@ use engine::{Op, OpError, OpResult, TtlUpdate, TtlUpdateFn, Update, UpdateAnswer
 use ringkv_protocol::resp::{parse_i64, ReplyWriter, Version};
 
 use super::update;
+use crate::acl::{self, Identity, Role};
 
 /// The facts planning needs (from the configuration).
 #[derive(Debug, Clone, Copy)]
@@ -38,10 +39,18 @@ pub struct Client {
     /// Whether the client may run commands: true from the start when no
     /// password is configured, else after a successful AUTH (or HELLO AUTH).
     pub authenticated: bool,
+    /// The user the client is (`default` until an AUTH names another) and
+    /// its role, which [`check`] holds every command to.
+    pub identity: Identity,
 }
 
 impl Client {
+    /// A client of the `default` user as an admin (a server without users).
     pub fn new(id: i64) -> Client {
+        Client::with_identity(id, Identity::new(tunables::DEFAULT_USER, Role::Admin))
+    }
+
+    pub fn with_identity(id: i64, identity: Identity) -> Client {
         Client {
             id,
             version: Version::Resp2,
@@ -49,6 +58,7 @@ impl Client {
             lib_name: None,
             lib_ver: None,
             authenticated: true,
+            identity,
         }
     }
 }
@@ -159,6 +169,7 @@ pub enum MultiCommand {
 
 /// The commands ringkv answers (COMMAND COUNT counts them).
 pub const COMMANDS: &[&str] = &[
+    "acl",
     "append",
     "auth",
     "bitcount",
@@ -283,8 +294,9 @@ fn update_op(key: &Bytes, apply: UpdateFn, arg: Bytes, number: i64) -> Vec<Op> {
 }
 
 /// The checks Redis makes before it runs or queues a command: a known
-/// name, the arity, authentication. `Ok`: the command's name in lower
-/// case; `Err`: the error reply.
+/// name, the arity, authentication, the user's permission (`acl`). `Ok`:
+/// the command's name in lower case; `Err`: the error reply. Every command
+/// passes here, plain or queued after MULTI (and again at EXEC).
 pub fn check(args: &[Bytes], client: &Client, env: &Env) -> Result<String, Planned> {
     let v = client.version;
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
@@ -296,7 +308,7 @@ pub fn check(args: &[Bytes], client: &Client, env: &Env) -> Result<String, Plann
     let arity: i32 = match name.as_str() {
         "ping" | "quit" | "hello" | "info" | "command" => -1,
         "echo" | "select" | "get" | "getdel" | "incr" | "decr" | "strlen" | "type" => 2,
-        "auth" | "client" | "config" | "mget" | "del" | "unlink" | "exists" => -2,
+        "auth" | "client" | "config" | "acl" | "mget" | "del" | "unlink" | "exists" => -2,
         "set" | "mset" => -3,
         "setnx" | "getset" | "incrby" | "decrby" | "incrbyfloat" | "append" => 3,
         "getrange" | "substr" | "setrange" => 4,
@@ -331,6 +343,10 @@ pub fn check(args: &[Bytes], client: &Client, env: &Env) -> Result<String, Plann
     if !client.authenticated && !matches!(name.as_str(), "auth" | "hello" | "quit") {
         return Err(error(v, NOAUTH));
     }
+    if !client.identity.role.allows(acl::resp_category(&name, args)) {
+        let label = acl::resp_command_label(&name, args);
+        return Err(error(v, &acl::noperm_text(&label)));
+    }
     Ok(name)
 }
 
@@ -342,9 +358,19 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         Err(reply) => return reply,
     };
     let v = client.version;
+    plan_server(args, &name, client)
+        .or_else(|| plan_read(args, &name, v, env))
+        .or_else(|| plan_write(args, &name, v))
+        .or_else(|| plan_update(args, &name, v, env))
+        .unwrap_or_else(|| error(v, &unknown_command(args)))
+}
+
+/// Connection, server and keyspace-wide commands.
+fn plan_server(args: &[Bytes], name: &str, client: &mut Client) -> Option<Planned> {
+    let v = client.version;
     let n = args.len();
     let key = args.get(1).cloned().unwrap_or_default();
-    match name.as_str() {
+    Some(match name {
         "ping" => match n {
             1 => ready(v, |w| w.simple("PONG")),
             2 => ready(v, |w| w.bulk(&args[1])),
@@ -358,11 +384,22 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             Some(_) => error(v, "ERR DB index is out of range"),
         },
         "auth" => plan_auth(args, v),
+        "acl" => {
+            let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+            match (sub.as_str(), n) {
+                ("whoami", 2) => {
+                    let user = client.identity.user.clone();
+                    ready(v, |w| w.bulk(user.as_bytes()))
+                }
+                ("whoami", _) => error(v, &wrong_arity("acl|whoami")),
+                _ => error(v, &unknown_subcommand(&args[1], "acl")),
+            }
+        }
         "hello" => plan_hello(args, client),
         "client" => plan_client(args, client),
         "command" => {
             if n == 1 {
-                return error(v, &unknown_subcommand(b"", "command"));
+                return Some(error(v, &unknown_subcommand(b"", "command")));
             }
             let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
             match (sub.as_str(), n) {
@@ -416,6 +453,15 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
                 w.bulk(now.subsec_micros().to_string().as_bytes());
             })
         }
+        _ => return None,
+    })
+}
+
+/// Commands that read keys (and SETBIT, checked against the same value limit).
+fn plan_read(args: &[Bytes], name: &str, v: Version, env: &Env) -> Option<Planned> {
+    let n = args.len();
+    let key = args.get(1).cloned().unwrap_or_default();
+    Some(match name {
         "get" => engine(vec![Op::Get { key }], Finish::Get),
         "lcs" => match plan_lcs(args) {
             Ok(options) => engine(
@@ -435,14 +481,14 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         },
         "setbit" => {
             let Some(offset) = bit_offset(&args[2]) else {
-                return error(v, BIT_OFFSET);
+                return Some(error(v, BIT_OFFSET));
             };
             let bit = match integer(&args[3]) {
                 Some(b @ (0 | 1)) => b as u64,
-                _ => return error(v, "ERR bit is not an integer or out of range"),
+                _ => return Some(error(v, "ERR bit is not an integer or out of range")),
             };
             if offset / 8 >= env.value_bytes_max as u64 {
-                return error(v, &too_long(env.value_bytes_max));
+                return Some(error(v, &too_long(env.value_bytes_max)));
             }
             engine(
                 update_op(
@@ -462,14 +508,14 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
                         None => false,
                         Some(unit) if unit.eq_ignore_ascii_case(b"bit") => true,
                         Some(unit) if unit.eq_ignore_ascii_case(b"byte") => false,
-                        Some(_) => return error(v, SYNTAX),
+                        Some(_) => return Some(error(v, SYNTAX)),
                     };
                     match (integer(&args[2]), integer(&args[3])) {
                         (Some(start), Some(end)) => Some((start, end, bits)),
-                        _ => return error(v, update::NOT_INTEGER),
+                        _ => return Some(error(v, update::NOT_INTEGER)),
                     }
                 }
-                _ => return error(v, SYNTAX),
+                _ => return Some(error(v, SYNTAX)),
             };
             engine(vec![Op::Get { key }], Finish::BitCount(range))
         }
@@ -491,6 +537,15 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             };
             engine(ops, finish)
         }
+        _ => return None,
+    })
+}
+
+/// Deletes, writes, transactions (MULTI and WATCH) and expiry commands.
+fn plan_write(args: &[Bytes], name: &str, v: Version) -> Option<Planned> {
+    let n = args.len();
+    let key = args.get(1).cloned().unwrap_or_default();
+    Some(match name {
         "del" | "unlink" => {
             let ops = args[1..]
                 .iter()
@@ -500,7 +555,7 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         }
         "mset" => {
             if n % 2 != 1 {
-                return error(v, &wrong_arity("mset"));
+                return Some(error(v, &wrong_arity("mset")));
             }
             let ops = args[1..]
                 .chunks(2)
@@ -513,7 +568,7 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         }
         "msetnx" => {
             if n % 2 != 1 {
-                return error(v, &wrong_arity("msetnx"));
+                return Some(error(v, &wrong_arity("msetnx")));
             }
             Planned::MsetNx(
                 args[1..]
@@ -530,15 +585,15 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         "set" => plan_set(args, v),
         "setex" | "psetex" => {
             let unit = if name == "setex" { 1000 } else { 1 };
-            match expiry_from_now(&args[2], unit, &name, true) {
+            match expiry_from_now(&args[2], unit, name, true) {
                 Ok(at) => ttl_set(&key, 0, &args[3], at),
                 Err(e) => error(v, &e),
             }
         }
         "getex" => plan_getex(args, v),
-        "expire" | "pexpire" | "expireat" | "pexpireat" => plan_expire(args, &name, v),
+        "expire" | "pexpire" | "expireat" | "pexpireat" => plan_expire(args, name, v),
         "ttl" | "pttl" | "expiretime" | "pexpiretime" => {
-            let what = match name.as_str() {
+            let what = match name {
                 "ttl" => update::TTL_SECONDS,
                 "pttl" => update::TTL_MILLIS,
                 "expiretime" => update::EXPIRETIME_SECONDS,
@@ -553,6 +608,14 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
             ttl_op(&key, update::persist, Bytes::new(), 0),
             Finish::Update,
         ),
+        _ => return None,
+    })
+}
+
+/// Read-modify-writes: SETNX, GETSET, GETDEL, INCR and its kin, APPEND, SETRANGE.
+fn plan_update(args: &[Bytes], name: &str, v: Version, env: &Env) -> Option<Planned> {
+    let key = args.get(1).cloned().unwrap_or_default();
+    Some(match name {
         "setnx" => engine(
             update_op(&key, update::set_nx, args[2].clone(), 0),
             Finish::Update,
@@ -574,14 +637,14 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         }
         "incrby" | "decrby" => {
             let Some(delta) = integer(&args[2]) else {
-                return error(v, update::NOT_INTEGER);
+                return Some(error(v, update::NOT_INTEGER));
             };
             let delta = if name == "incrby" {
                 delta
             } else {
                 match delta.checked_neg() {
                     Some(d) => d,
-                    None => return error(v, "ERR decrement would overflow"),
+                    None => return Some(error(v, "ERR decrement would overflow")),
                 }
             };
             engine(
@@ -591,7 +654,7 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         }
         "incrbyfloat" => {
             if update::parse_float(&args[2]).is_none() {
-                return error(v, update::NOT_FLOAT);
+                return Some(error(v, update::NOT_FLOAT));
             }
             engine(
                 update_op(&key, update::incr_by_float, args[2].clone(), 0),
@@ -604,24 +667,24 @@ pub fn plan(args: &[Bytes], client: &mut Client, env: &Env) -> Planned {
         ),
         "setrange" => {
             let Some(offset) = integer(&args[2]) else {
-                return error(v, update::NOT_INTEGER);
+                return Some(error(v, update::NOT_INTEGER));
             };
             if offset < 0 {
-                return error(v, "ERR offset is out of range");
+                return Some(error(v, "ERR offset is out of range"));
             }
             let value = &args[3];
             if !value.is_empty()
                 && (offset as u64).saturating_add(value.len() as u64) > env.value_bytes_max as u64
             {
-                return error(v, &too_long(env.value_bytes_max));
+                return Some(error(v, &too_long(env.value_bytes_max)));
             }
             engine(
                 update_op(&key, update::set_range, value.clone(), offset),
                 Finish::Update,
             )
         }
-        _ => error(v, &unknown_command(args)),
-    }
+        _ => return None,
+    })
 }
 
 fn engine(ops: Vec<Op>, finish: Finish) -> Planned {
@@ -887,9 +950,9 @@ const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already 
 pub const AUTH_NO_PASSWORD: &str = NO_PASSWORD;
 pub const AUTH_WRONG_PASS: &str = WRONG_PASS;
 
-/// AUTH [user] password: checked by the executor against the server's
-/// password (`server.requirepass` / `server.password_file`). Only the
-/// `default` user exists.
+/// AUTH [user] password: checked by the executor against the `default`
+/// user's password (`server.requirepass` / `server.password_file`) or the
+/// named user's (`[users.NAME]`).
 fn plan_auth(args: &[Bytes], v: Version) -> Planned {
     match args.len() {
         2 => Planned::Auth {
@@ -904,11 +967,6 @@ fn plan_auth(args: &[Bytes], v: Version) -> Planned {
         },
         _ => error(v, SYNTAX),
     }
-}
-
-/// Whether `user` names the only user ringkv has.
-pub fn is_default_user(user: &[u8]) -> bool {
-    user.eq_ignore_ascii_case(b"default")
 }
 
 pub fn plan_hello(args: &[Bytes], client: &mut Client) -> Planned {

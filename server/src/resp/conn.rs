@@ -11,13 +11,17 @@
 //!   pipeline costs one round of group commit, and a write's reply waits
 //!   for the configured durability exactly as a native PUT's does;
 //! - a connection holds at most one partial command in its read buffer
-//!   (bounded by `limits.frame_bytes_max`), and at most
+//!   (bounded by `limits.frame_bytes_max`; before it authenticates, by
+//!   [`PREAUTH_COMMAND_BYTES_MAX`], the native port's pre-auth buffer), and at most
 //!   `server.pipeline_depth_max` reads' worth of decoded commands (at most
 //!   `limits.frame_bytes_max` bytes) wait for the executor: a client that
 //!   does not read its replies stops being read (TCP back-pressure);
 //! - a protocol error is answered with Redis's text and the connection is
 //!   closed; nothing a client sends reaches another connection or stops
-//!   the shard.
+//!   the shard;
+//! - when a password is set, a connection that has not authenticated
+//!   within `server.handshake_timeout` (its TLS handshake included) is
+//!   closed, as on the native port.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -26,23 +30,24 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use compio::buf::{BufResult, IntoInner, IoBuf};
-use compio::io::{AsyncRead, AsyncWriteExt};
+use compio::buf::BufResult;
+use compio::io::AsyncWriteExt;
 use compio::net::{TcpListener, TcpStream};
 use engine::{Op, OpResult};
 use ringkv_protocol::resp::{Command, ReplyWriter, RespDecoder, RespLimits, Version};
 
 use super::command::{
-    finish, is_default_user, plan, plan_hello, Client, Env, Finish, MultiCommand, Planned,
-    AUTH_NO_PASSWORD, AUTH_WRONG_PASS,
+    finish, plan, plan_hello, Client, Env, Finish, MultiCommand, Planned, AUTH_NO_PASSWORD,
+    AUTH_WRONG_PASS,
 };
 use super::counters::RespCounters;
 use super::info::answer_server_command;
 use super::multi::{self, error_reply, MultiLimits, MultiState, Queued, WATCH_INSIDE_MULTI};
-use crate::native::connection::{linger, ConnState};
+use crate::native::connection::{linger, ConnState, Wire, HANDSHAKE_READ_BYTES};
 use crate::native::pipe::Pipe;
 use crate::native::session::CloseReason;
 use crate::shard::ShardContext;
+use crate::tls::{TlsConn, TlsFailure};
 
 /// Smallest free space offered to one read.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -57,6 +62,13 @@ const LINGER_TIME: Duration = Duration::from_secs(2);
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// The reply to a connection over `server.max_connections` (Redis's text).
 const TOO_MANY_CLIENTS: &[u8] = b"-ERR max number of clients reached\r\n";
+/// Largest partial command buffered before the client authenticated (when
+/// a password is set): the native port's pre-auth read buffer. AUTH with a
+/// 512-byte password, or HELLO 3 AUTH with it and a short user and client
+/// name, fits; a longer command is refused as soon as its length is known.
+pub const PREAUTH_COMMAND_BYTES_MAX: usize = HANDSHAKE_READ_BYTES;
+/// After a failed TLS handshake, how long the alert gets to reach the peer.
+const TLS_REFUSAL_LINGER: Duration = Duration::from_millis(200);
 
 /// The RESP limits for a server's configuration.
 pub fn resp_limits(limits: &ringkv_protocol::Limits) -> RespLimits {
@@ -117,6 +129,10 @@ fn admit(ctx: &Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
             if ctx.allow_warning() {
                 tracing::warn!(%peer, max_connections = ctx.shared.max_connections, "refused a RESP connection: too many connections");
             }
+            if ctx.shared.access.resp_tls.is_some() {
+                // A TLS client cannot read a plaintext refusal: just close.
+                return;
+            }
             compio::runtime::spawn(async move {
                 let mut s = &stream;
                 let BufResult(result, _) = s.write_all(TOO_MANY_CLIENTS).await;
@@ -142,14 +158,37 @@ async fn serve(ctx: &Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(%peer, error = %e, "could not set TCP_NODELAY");
     }
-    let stream = Rc::new(stream);
     // Declared after `stream`: dropped (unregistered) before the socket.
     let registration = ctx.register(peer, stream.as_raw_fd());
     let conn = Rc::clone(registration.conn());
-    // RESP has no opening handshake: a client may wait as long as it likes
-    // before its first command (AUTH included), as with Redis; the idle
-    // timeout still applies.
-    conn.handshake_done();
+    // The handshake deadline covers the TLS handshake and, when a password
+    // is set, the AUTH that must follow (RESP has no opening handshake of
+    // its own; without a password only the idle timeout applies).
+    let tls = match &ctx.shared.access.resp_tls {
+        None => None,
+        Some(config) => match TlsConn::accept(&stream, config.current()).await {
+            Ok(tls) => Some(tls),
+            Err(e) => {
+                let reason = conn.forced().unwrap_or(match e {
+                    TlsFailure::Io(_) => CloseReason::PeerClosed,
+                    TlsFailure::Tls(_) => CloseReason::TlsError,
+                });
+                ctx.counters().add_closed(reason);
+                if reason == CloseReason::TlsError && ctx.allow_warning() {
+                    tracing::warn!(%peer, conn = conn.id, error = %e, "closed a RESP connection: TLS handshake failed");
+                } else {
+                    tracing::debug!(%peer, conn = conn.id, reason = reason.name(), error = %e, "RESP connection closed during the TLS handshake");
+                }
+                linger(&stream, TLS_REFUSAL_LINGER).await;
+                drop(registration);
+                return;
+            }
+        },
+    };
+    if !ctx.shared.access.auth.is_required() {
+        conn.handshake_done();
+    }
+    let stream = Rc::new(Wire::new(stream, tls));
     let limits = ctx.shared.limits;
     let pipe: Pipe<Work> = Pipe::new(
         limits.pipeline_depth_max as usize,
@@ -200,16 +239,22 @@ async fn serve(ctx: &Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
 async fn read_loop(
     ctx: Rc<ShardContext>,
     conn: Rc<ConnState>,
-    stream: Rc<TcpStream>,
+    stream: Rc<Wire>,
     pipe: Pipe<Work>,
     authenticated: Rc<Cell<bool>>,
 ) -> (CloseReason, String) {
     let mut decoder = RespDecoder::new(resp_limits(&ctx.shared.limits));
-    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    // Small until the client authenticates: it never gets more than this
+    // buffer before it has proven anything.
+    let mut buf = BytesMut::with_capacity(if authenticated.get() {
+        READ_CHUNK_BYTES
+    } else {
+        PREAUTH_COMMAND_BYTES_MAX
+    });
     let outcome = loop {
         conn.not_reading();
         let mut progressed = false;
-        let mut fatal = None;
+        let mut fatal: Option<String> = None;
         loop {
             // Until the client authenticates, Redis's limits apply and
             // commands are handed over one at a time, each run before the
@@ -232,7 +277,7 @@ async fn read_loop(
                     }
                     Ok(None) => break,
                     Err(e) => {
-                        fatal = Some(e);
+                        fatal = Some(e.to_string());
                         break;
                     }
                 }
@@ -251,22 +296,33 @@ async fn read_loop(
                 break;
             }
         }
+        let wanted = decoder.bytes_wanted();
+        let room = if authenticated.get() {
+            wanted.saturating_sub(buf.len()).max(READ_CHUNK_BYTES)
+        } else {
+            // Only one partial command is buffered here (every complete
+            // one was handed over): refuse it once it cannot fit.
+            let room = PREAUTH_COMMAND_BYTES_MAX.saturating_sub(buf.len());
+            if fatal.is_none() && (wanted > PREAUTH_COMMAND_BYTES_MAX || room == 0) {
+                fatal = Some(format!(
+                    "Protocol error: unauthenticated command longer than {PREAUTH_COMMAND_BYTES_MAX} bytes"
+                ));
+            }
+            room
+        };
         if let Some(e) = fatal {
             ctx.resp_counters().add_error();
             let mut reply = BytesMut::new();
             ReplyWriter::new(&mut reply, Version::Resp2).error(&format!("ERR {e}"));
             let _ = pipe.push(Work::Close(reply.freeze()), 0).await;
             pipe.close_sender();
-            linger(&stream, LINGER_TIME).await;
-            return (CloseReason::ProtocolError, e.to_string());
+            linger(stream.stream(), LINGER_TIME).await;
+            return (CloseReason::ProtocolError, e);
         }
-        let wanted = decoder.bytes_wanted();
-        let spare = wanted.saturating_sub(buf.len()).max(READ_CHUNK_BYTES);
-        buf.reserve(spare);
-        let start = buf.len();
+        buf.reserve(room);
         conn.reading(decoder.has_partial(&buf), progressed);
-        let BufResult(result, slice) = (&*stream).read(buf.slice(start..)).await;
-        buf = slice.into_inner();
+        let (result, back) = stream.read(buf, room).await;
+        buf = back;
         match result {
             Ok(0) => break (CloseReason::PeerClosed, String::new()),
             Ok(n) => {
@@ -274,7 +330,17 @@ async fn read_loop(
                 ctx.counters().add_received(n);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => break (CloseReason::IoError, format!("read failed: {e}")),
+            Err(e) => {
+                let tls = e
+                    .get_ref()
+                    .is_some_and(|inner| inner.is::<crate::tls::TlsReadError>());
+                let reason = if tls {
+                    CloseReason::TlsError
+                } else {
+                    CloseReason::IoError
+                };
+                break (reason, format!("read failed: {e}"));
+            }
         }
     };
     pipe.close_sender();
@@ -326,7 +392,7 @@ impl Batch {
 async fn execute_loop(
     ctx: &Rc<ShardContext>,
     conn: &ConnState,
-    stream: &TcpStream,
+    stream: &Wire,
     pipe: &Pipe<Work>,
     authenticated: &Cell<bool>,
 ) -> std::io::Result<Ended> {
@@ -338,7 +404,10 @@ async fn execute_loop(
     };
     // Redis's client ids start at 1 (clients check `CLIENT ID > 0`); the
     // connection ids start at 0.
-    let mut client = Client::new(((conn.id & (i64::MAX as u64)) as i64).saturating_add(1));
+    let mut client = Client::with_identity(
+        ((conn.id & (i64::MAX as u64)) as i64).saturating_add(1),
+        ctx.shared.access.auth.default_identity().clone(),
+    );
     client.authenticated = authenticated.get();
     let multi_limits = MultiLimits {
         commands_max: ctx.shared.txn.settings.locks_max,
@@ -464,6 +533,9 @@ async fn execute_loop(
                         out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
                         let reply = authenticate(ctx, &mut client, user, &password, hello).await;
                         authenticated.set(client.authenticated);
+                        if client.authenticated {
+                            conn.handshake_done();
+                        }
                         if reply.first() == Some(&b'-') {
                             ctx.resp_counters().add_failed(slot);
                         }
@@ -581,12 +653,7 @@ async fn authenticate(
 ) -> Bytes {
     use crate::auth::Verdict;
     let auth = &ctx.shared.access.auth;
-    let known_user = user.as_deref().is_none_or(is_default_user);
-    let verdict = if known_user {
-        auth.check(Some(password))
-    } else {
-        Verdict::WrongPassword
-    };
+    let (verdict, identity) = auth.check_user(user.as_deref(), Some(password));
     let mut out = BytesMut::new();
     let accepted = match verdict {
         Verdict::Accepted => true,
@@ -603,10 +670,11 @@ async fn authenticate(
             false
         }
     };
-    if !accepted {
+    let Some(identity) = identity.filter(|_| accepted) else {
         return out.freeze();
-    }
+    };
     client.authenticated = true;
+    client.identity = identity;
     match hello {
         None => {
             ReplyWriter::new(&mut out, client.version).ok();
@@ -630,7 +698,7 @@ async fn authenticate(
 async fn run_and_write(
     ctx: &ShardContext,
     conn: &ConnState,
-    stream: &TcpStream,
+    stream: &Wire,
     batch: &mut Batch,
     mut out: BytesMut,
 ) -> std::io::Result<BytesMut> {
@@ -692,14 +760,14 @@ async fn run_batch(ctx: &ShardContext, conn: &ConnState, batch: &mut Batch, out:
 async fn write_out(
     ctx: &ShardContext,
     conn: &ConnState,
-    mut stream: &TcpStream,
+    stream: &Wire,
     out: BytesMut,
 ) -> std::io::Result<BytesMut> {
     if out.is_empty() {
         return Ok(out);
     }
     let len = out.len();
-    let BufResult(result, mut out) = stream.write_all(out).await;
+    let (result, mut out) = stream.write_all(out).await;
     result?;
     conn.touch();
     ctx.counters().add_sent(len);
@@ -710,9 +778,6 @@ async fn write_out(
     Ok(out)
 }
 
-async fn shutdown_write(mut stream: &TcpStream) {
-    use compio::io::AsyncWrite;
-    if let Err(e) = stream.shutdown().await {
-        tracing::trace!(error = %e, "shutdown(SHUT_WR) failed");
-    }
+async fn shutdown_write(stream: &Wire) {
+    stream.shutdown_write().await;
 }

@@ -4,6 +4,9 @@
 //! clients and proxies can tell "recovering" from "down" (redis-py raises
 //! `BusyLoadingError`, and retries when told to).
 //!
+//! With `server.tls_resp` the reply goes inside TLS (the same certificate
+//! as the shards will use), so a TLS client reads it too.
+//!
 //! What must hold: the responder owns its socket alone and never reads
 //! more than a bounded amount from a client or waits on one for long (one
 //! plain thread serves every connection in turn); it stops, and its socket
@@ -15,6 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use crate::tls::TlsConfig;
 
 /// The reply (Redis's error code, ringkv's words).
 pub const LOADING_REPLY: &[u8] = b"-LOADING ringkv is loading the dataset in memory\r\n";
@@ -36,7 +41,10 @@ pub struct LoadingResponder {
 impl LoadingResponder {
     /// Binds `addr` (port 0: the kernel picks one; [`Self::addr`] tells
     /// which) and starts answering.
-    pub fn start(addr: SocketAddr) -> std::io::Result<LoadingResponder> {
+    pub fn start(
+        addr: SocketAddr,
+        tls: Option<Arc<TlsConfig>>,
+    ) -> std::io::Result<LoadingResponder> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
@@ -44,7 +52,7 @@ impl LoadingResponder {
         let thread_stop = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("resp-loading".to_string())
-            .spawn(move || serve(listener, &thread_stop))?;
+            .spawn(move || serve(listener, &thread_stop, tls.as_deref()))?;
         Ok(LoadingResponder {
             addr,
             stop,
@@ -80,10 +88,13 @@ impl Drop for LoadingResponder {
     }
 }
 
-fn serve(listener: TcpListener, stop: &AtomicBool) {
+fn serve(listener: TcpListener, stop: &AtomicBool, tls: Option<&TlsConfig>) {
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
-            Ok((stream, _)) => answer(stream),
+            Ok((stream, _)) => match tls {
+                None => answer(stream),
+                Some(tls) => answer_tls(stream, tls),
+            },
             Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(POLL_INTERVAL),
             Err(e) => {
                 tracing::debug!(error = %e, "accept on the RESP port while loading failed");
@@ -117,6 +128,38 @@ fn answer(mut stream: TcpStream) {
     // Drain (bounded) until the client closes, so the close is clean.
     while read < CLIENT_READ_BYTES_MAX {
         match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => read += n,
+        }
+    }
+}
+
+/// [`answer`] inside TLS: the handshake, the reply, close_notify; every
+/// step bounded by [`CLIENT_WAIT`] per read or write.
+fn answer_tls(stream: TcpStream, tls: &TlsConfig) {
+    let prepared = stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_read_timeout(Some(CLIENT_WAIT)))
+        .and_then(|()| stream.set_write_timeout(Some(CLIENT_WAIT)));
+    if prepared.is_err() {
+        return;
+    }
+    let Ok(conn) = rustls::ServerConnection::new(tls.current()) else {
+        return;
+    };
+    let mut tls = rustls::StreamOwned::new(conn, stream);
+    // One read drives the handshake and takes the command, if it came.
+    let mut buf = [0u8; 4096];
+    let _ = tls.read(&mut buf);
+    if tls.conn.is_handshaking() || tls.write_all(LOADING_REPLY).is_err() {
+        return;
+    }
+    tls.conn.send_close_notify();
+    let _ = tls.flush();
+    let _ = tls.sock.shutdown(Shutdown::Write);
+    let mut read = 0;
+    while read < CLIENT_READ_BYTES_MAX {
+        match tls.sock.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => read += n,
         }

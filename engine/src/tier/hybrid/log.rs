@@ -1008,7 +1008,7 @@ fn encode_header(block: &mut [u8], shard: u32, seq: u64, segment_bytes: u64) {
     block[PAYLOAD..].copy_from_slice(&crc.to_le_bytes());
 }
 
-fn check_header(block: &[u8], shard: u32, seq: u64) -> Result<(), String> {
+pub(crate) fn check_header(block: &[u8], shard: u32, seq: u64) -> Result<(), String> {
     if block.len() < BLOCK {
         return Err("shorter than its header block".into());
     }

@@ -1,0 +1,436 @@
+//! The offline tools `ringkv-server verify`, `inspect` and `repair`
+//! (`docs/operations.md`): they take the data directory's lock, read it
+//! through `engine::inspect` and print what they found.
+//!
+//! What must hold: `verify` and `inspect` change nothing in the directory
+//! (the lock file aside); `repair` writes only with `--truncate-wal-tail`,
+//! prints exactly what it drops, and keeps a copy of every segment it
+//! changes unless told not to. The exit codes are the contract below.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use engine::inspect::{
+    self, Depth, OpenSummary, OverlayDisk, Report, SegmentEnd, SegmentState, TailRepair,
+};
+use tunables::Config;
+
+use crate::cli::{RepairArgs, Tool, ToolArgs};
+use crate::lockfile::{DirLock, LockError};
+
+/// No problem found; the server would start.
+pub const EXIT_CLEAN: u8 = 0;
+/// Problems found (a torn tail, a damaged value block, a damaged older
+/// snapshot, ...) but recovery accepts the directory: the server would start.
+pub const EXIT_DAMAGED: u8 = 1;
+/// The server would refuse to start on the directory as it is.
+pub const EXIT_UNUSABLE: u8 = 2;
+/// A usage error: no such directory, a bad config file, or the directory
+/// is locked by a running server.
+pub const EXIT_USAGE: u8 = 3;
+
+/// Runs one tool; returns the process exit code.
+pub fn run(tool: &Tool) -> ExitCode {
+    let code = match tool {
+        Tool::Verify(args) => verify(args, &mut std::io::stdout()),
+        Tool::Inspect(args) => inspect_dir(args, &mut std::io::stdout()),
+        Tool::Repair(args) => repair(args, &mut std::io::stdout()),
+    };
+    ExitCode::from(code)
+}
+
+/// What every tool needs first: the config, and the lock held.
+struct Opened {
+    config: Config,
+    _locks: Vec<DirLock>,
+}
+
+fn open_target(args: &ToolArgs) -> Result<Opened, String> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        None => Config::default(),
+    };
+    if !args.data_dir.is_dir() {
+        return Err(format!("{} is not a directory", args.data_dir.display()));
+    }
+    let data_dir = std::fs::canonicalize(&args.data_dir)
+        .map_err(|e| format!("{}: {e}", args.data_dir.display()))?;
+    if !engine::inspect::manifest_path(&data_dir).exists() && !data_dir.join("shard-000").exists() {
+        return Err(format!(
+            "{} holds no MANIFEST and no shard folder: not a ringkv data directory",
+            data_dir.display()
+        ));
+    }
+    config.storage.data_dir = data_dir.clone();
+    let mut locks = vec![lock(&data_dir)?];
+    for device in config.devices.values() {
+        if !device.path.as_os_str().is_empty() && device.path.is_dir() {
+            locks.push(lock(&device.path)?);
+        }
+    }
+    Ok(Opened {
+        config,
+        _locks: locks,
+    })
+}
+
+fn lock(dir: &Path) -> Result<DirLock, String> {
+    DirLock::acquire(dir).map_err(|e| match e {
+        LockError::Held { .. } => {
+            format!(
+                "{e}; stop the server first (these tools run only on a directory no server holds)"
+            )
+        }
+        other => other.to_string(),
+    })
+}
+
+fn usage_error(out: &mut dyn std::io::Write, message: &str) -> u8 {
+    let _ = out.flush();
+    eprintln!("ringkv-server: {message}");
+    EXIT_USAGE
+}
+
+/// `verify`: full read, then the trial open.
+pub fn verify(args: &ToolArgs, out: &mut dyn std::io::Write) -> u8 {
+    let opened = match open_target(args) {
+        Ok(o) => o,
+        Err(e) => return usage_error(out, &e),
+    };
+    let report = inspect::examine(&opened.config, Depth::Full);
+    let config = inspect::config_for(&opened.config, report.manifest.as_ref().ok());
+    let trial = inspect::trial_open(&config, OverlayDisk::new());
+    let mut text = render(&report);
+    let code = verdict(&report, &trial, &mut text);
+    let _ = out.write_all(text.as_bytes());
+    code
+}
+
+/// The exit code of a verify, with the lines that explain it.
+fn verdict(
+    report: &Report,
+    trial: &Result<OpenSummary, engine::EngineError>,
+    text: &mut String,
+) -> u8 {
+    match trial {
+        Ok(summary) => render_open(summary, text),
+        Err(e) => {
+            let _ = writeln!(text, "recovery (trial run, nothing written): REFUSES: {e}");
+        }
+    }
+    render_problems(report, text);
+    let code = match (trial, report.problems.is_empty()) {
+        (Err(_), _) => EXIT_UNUSABLE,
+        (Ok(_), true) => EXIT_CLEAN,
+        (Ok(_), false) => EXIT_DAMAGED,
+    };
+    let words = match code {
+        EXIT_CLEAN => "clean",
+        EXIT_DAMAGED => "damaged, but the server would start",
+        _ => "unusable: the server would refuse to start",
+    };
+    let _ = writeln!(text, "result: {words} (exit {code})");
+    code
+}
+
+/// `inspect`: headers only.
+pub fn inspect_dir(args: &ToolArgs, out: &mut dyn std::io::Write) -> u8 {
+    let opened = match open_target(args) {
+        Ok(o) => o,
+        Err(e) => return usage_error(out, &e),
+    };
+    let report = inspect::examine(&opened.config, Depth::Headers);
+    let mut text = render(&report);
+    render_problems(&report, &mut text);
+    let _ = out.write_all(text.as_bytes());
+    // Headers alone cannot tell whether recovery accepts a problem: that
+    // is verify's verdict.
+    if report.problems.is_empty() {
+        EXIT_CLEAN
+    } else {
+        eprintln!(
+            "ringkv-server: problems in the headers; `ringkv-server verify` says whether the server would start"
+        );
+        EXIT_DAMAGED
+    }
+}
+
+/// `repair`: plan, then (with the flag) back up, try on the overlay, write.
+pub fn repair(args: &RepairArgs, out: &mut dyn std::io::Write) -> u8 {
+    let opened = match open_target(&args.target) {
+        Ok(o) => o,
+        Err(e) => return usage_error(out, &e),
+    };
+    let report = inspect::examine(&opened.config, Depth::Full);
+    let config = inspect::config_for(&opened.config, report.manifest.as_ref().ok());
+    let (repairs, refused) = inspect::plan_wal_tail_repair(&report);
+    let mut text = String::new();
+    for p in &refused {
+        let _ = writeln!(text, "cannot repair: {p}");
+    }
+    if repairs.is_empty() {
+        let trial = inspect::trial_open(&config, OverlayDisk::new());
+        let _ = writeln!(
+            text,
+            "nothing a WAL tail truncation can repair; run `ringkv-server verify` for the full report"
+        );
+        let code = match trial {
+            Ok(_) if report.problems.is_empty() => EXIT_CLEAN,
+            Ok(_) => EXIT_DAMAGED,
+            Err(e) => {
+                let _ = writeln!(text, "recovery refuses: {e}");
+                EXIT_UNUSABLE
+            }
+        };
+        let _ = out.write_all(text.as_bytes());
+        return code;
+    }
+    for r in &repairs {
+        let _ = writeln!(text, "{}", describe_drop(r));
+    }
+    if !args.truncate_wal_tail {
+        let _ = writeln!(
+            text,
+            "nothing was written: pass --truncate-wal-tail to drop the above (the records in it are lost for good)"
+        );
+        let _ = out.write_all(text.as_bytes());
+        return EXIT_UNUSABLE;
+    }
+    if !args.no_backup {
+        let dir = args.backup_dir.clone().unwrap_or_else(|| {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            config
+                .storage
+                .data_dir
+                .join(format!("repair-backup-{secs}"))
+        });
+        match back_up(&repairs, &dir) {
+            Ok(copies) => {
+                for c in copies {
+                    let _ = writeln!(text, "copy kept: {}", c.display());
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(text, "nothing was written: the copy failed: {e}");
+                let _ = out.write_all(text.as_bytes());
+                return EXIT_UNUSABLE;
+            }
+        }
+    } else {
+        let _ = writeln!(text, "no copy kept (--no-backup)");
+    }
+    let code = match inspect::repair_wal_tail(&config, &repairs) {
+        Ok(summary) => {
+            let _ = writeln!(text, "repaired: {} segment(s) changed", repairs.len());
+            render_open(&summary, &mut text);
+            EXIT_CLEAN
+        }
+        Err(e) => {
+            let _ = writeln!(text, "repair failed: {e}");
+            EXIT_UNUSABLE
+        }
+    };
+    let _ = out.write_all(text.as_bytes());
+    code
+}
+
+/// One line naming everything a repair drops.
+pub fn describe_drop(r: &TailRepair) -> String {
+    let lsns = match r.lsns {
+        Some((a, b)) => format!("LSNs {a}..={b}"),
+        None => "no complete record".to_string(),
+    };
+    format!(
+        "drop: shard {} segment {} from offset {} ({} bytes): {} complete flush(es), {} record(s), {lsns}; damage there: {}",
+        r.shard,
+        r.segment.display(),
+        r.offset,
+        r.bytes,
+        r.flushes,
+        r.records,
+        r.reason
+    )
+}
+
+fn back_up(repairs: &[TailRepair], dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut copies = Vec::new();
+    for r in repairs {
+        let shard_dir = dir.join(format!("shard-{:03}", r.shard));
+        std::fs::create_dir_all(&shard_dir)?;
+        let name = r.segment.file_name().unwrap_or_default();
+        let copy = shard_dir.join(name);
+        std::fs::copy(&r.segment, &copy)?;
+        std::fs::File::open(&copy)?.sync_all()?;
+        copies.push(copy);
+    }
+    Ok(copies)
+}
+
+/// The listing both `inspect` and `verify` print.
+pub fn render(report: &Report) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "data directory: {}", report.data_dir.display());
+    match &report.manifest {
+        Ok(m) => {
+            let _ = writeln!(
+                t,
+                "manifest: version {}, {} shard(s), hash {}, tier {}",
+                m.version,
+                m.shard_count,
+                m.hash,
+                tier_name(m.tier)
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(t, "manifest: unreadable ({e})");
+        }
+    }
+    let full = report.depth == Depth::Full;
+    for s in &report.shards {
+        let _ = writeln!(t, "shard {} ({})", s.shard, s.dir.display());
+        match s.head {
+            Some(h) => {
+                let _ = writeln!(
+                    t,
+                    "  wal.head: segment {} (first LSN {}), generation {}",
+                    h.seq, h.first_lsn, h.generation
+                );
+            }
+            None => {
+                let _ = writeln!(t, "  wal.head: none");
+            }
+        }
+        let bytes: u64 = s.segments.iter().map(|g| g.bytes).sum();
+        let range = match s.lsn_range() {
+            Some((a, b)) if full => format!("LSNs {a}..={b}"),
+            Some((a, b)) => format!("LSNs from {a} (newest segment from {b})"),
+            None => "no records".to_string(),
+        };
+        let _ = writeln!(
+            t,
+            "  WAL: {} segment(s), {bytes} bytes, {range}",
+            s.segments.len()
+        );
+        for g in &s.segments {
+            let _ = writeln!(t, "    {}", segment_line(g, full));
+        }
+        let _ = writeln!(t, "  snapshots: {}", s.snapshots.len());
+        for p in &s.snapshots {
+            let kind = match p.base_lsn {
+                Some(b) => format!("delta on {b}"),
+                None => "full".to_string(),
+            };
+            let entries = p
+                .entries
+                .map_or(String::new(), |e| format!(", {e} entries"));
+            let status = p
+                .error
+                .as_ref()
+                .map_or(String::new(), |e| format!(", DAMAGED: {e}"));
+            let _ = writeln!(
+                t,
+                "    {} LSN {} ({kind}, {} bytes{entries}){status}",
+                file_name(&p.path),
+                p.lsn,
+                p.bytes
+            );
+        }
+        if !s.chain.is_empty() {
+            let chain: Vec<String> = s.chain.iter().map(u64::to_string).collect();
+            let _ = writeln!(
+                t,
+                "  newest snapshot's chain (full first): {}",
+                chain.join(" <- ")
+            );
+        }
+        if !s.values.is_empty() {
+            let vbytes: u64 = s.values.iter().map(|v| v.bytes).sum();
+            let blocks: u64 = s.values.iter().map(|v| v.blocks_checked).sum();
+            let _ = writeln!(
+                t,
+                "  value segments: {}, {vbytes} bytes{}",
+                s.values.len(),
+                if full {
+                    format!(", {blocks} blocks checked")
+                } else {
+                    String::new()
+                }
+            );
+        }
+        for l in &s.leftovers {
+            let _ = writeln!(
+                t,
+                "  leftover (recovery removes or ignores it): {}",
+                l.display()
+            );
+        }
+    }
+    t
+}
+
+fn segment_line(g: &inspect::SegmentReport, full: bool) -> String {
+    let state = match &g.state {
+        SegmentState::Used { first_lsn } => match g.last_lsn {
+            Some(last) if full => format!(
+                "used, LSNs {first_lsn}..={last} ({} flushes, {} records)",
+                g.flushes, g.records
+            ),
+            _ if full => format!("used from LSN {first_lsn}, no complete flush"),
+            _ => format!("used from LSN {first_lsn}"),
+        },
+        SegmentState::Unused { recycled: true } => "unused (recycled, waiting)".to_string(),
+        SegmentState::Unused { recycled: false } => "unused (zero)".to_string(),
+        SegmentState::Damaged(why) => format!("DAMAGED header: {why}"),
+    };
+    let end = match &g.end {
+        Some(SegmentEnd::Clean { offset }) => format!("; ends cleanly at offset {offset}"),
+        Some(SegmentEnd::Torn { offset, .. }) => format!("; torn flush at offset {offset}"),
+        Some(SegmentEnd::DamageBeforeData { offset, .. }) => {
+            format!("; DAMAGE at offset {offset} before newer data")
+        }
+        None => String::new(),
+    };
+    format!("{} {} bytes, {state}{end}", file_name(&g.path), g.bytes)
+}
+
+fn render_open(summary: &OpenSummary, t: &mut String) {
+    let _ = writeln!(t, "recovery (trial run, nothing written): opens");
+    for s in &summary.shards {
+        let ratio = s.live_ratio.map_or(String::new(), |r| {
+            format!(", value segments {:.0}% live", r * 100.0)
+        });
+        let _ = writeln!(
+            t,
+            "  shard {}: {} keys, last LSN {}, {} snapshot entries loaded, {} records replayed{ratio}",
+            s.shard, s.keys, s.last_lsn, s.snapshot_entries, s.records_replayed
+        );
+    }
+}
+
+fn render_problems(report: &Report, t: &mut String) {
+    if report.problems.is_empty() {
+        let _ = writeln!(t, "problems: none");
+        return;
+    }
+    let _ = writeln!(t, "problems: {}", report.problems.len());
+    for p in &report.problems {
+        let _ = writeln!(t, "  {p}");
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+fn tier_name(tier: tunables::Tier) -> &'static str {
+    match tier {
+        tunables::Tier::Memory => "memory",
+        tunables::Tier::Hybrid => "hybrid",
+    }
+}

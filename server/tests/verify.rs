@@ -1,0 +1,436 @@
+//! `ringkv-server verify`, `inspect` and `repair` on real data directories:
+//! an engine (memory and hybrid tier) writes, checkpoints and stops; copies
+//! of its directory are then damaged one way each, and the tools must name
+//! the file and offset, give the exit code of `docs/operations.md`, agree
+//! with the engine's own open, and (`repair`) make a refused directory
+//! open again, saying what was dropped.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use engine::inspect::{self, Depth, SegmentState};
+use engine::{Engine, Op};
+use ringkv_server::cli::{RepairArgs, ToolArgs};
+use ringkv_server::ops::verify::{
+    inspect_dir, repair, verify, EXIT_CLEAN, EXIT_DAMAGED, EXIT_UNUSABLE, EXIT_USAGE,
+};
+use tunables::{ByteSize, Config, Durability, Tier};
+
+/// Small segments, frequent checkpoints: several WAL segments, snapshots
+/// and (hybrid) value segments after a few hundred KiB of writes.
+fn config(dir: &Path, tier: Tier) -> Config {
+    let mut c = Config {
+        shards: 2,
+        ..Default::default()
+    };
+    c.storage.data_dir = dir.to_path_buf();
+    c.storage.durability = Durability::Sync;
+    c.storage.tier = tier;
+    c.storage.wal_segment_size = ByteSize::kib(64);
+    c.storage.group_commit_max_bytes = ByteSize::kib(16);
+    c.storage.checkpoint_wal_bytes = ByteSize::kib(96);
+    c.storage.checkpoint_interval = tunables::Duration::from_secs(0);
+    c.limits.key_bytes_max = ByteSize(64);
+    c.limits.value_bytes_max = ByteSize(2048);
+    if tier == Tier::Hybrid {
+        c.storage.value_segment_size = ByteSize::kib(128);
+        c.storage.cache_bytes = ByteSize::kib(64);
+        c.storage.index_keys = 4096;
+    }
+    c
+}
+
+/// A data directory written by a real engine: at least one checkpoint per
+/// shard, then more writes after it, then a clean stop. Returns the
+/// directory and the config file the tools are given.
+fn build(tier: Tier) -> (tempfile::TempDir, PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let config = config(&data, tier);
+    let engine = Engine::open(&config).unwrap();
+    let handle = engine.handle();
+    let mut version = 0u64;
+    let write_round = |version: u64| {
+        let ops = (0..40u64)
+            .map(|i| Op::Put {
+                key: Bytes::from(format!("key-{i:04}")),
+                value: Bytes::from(vec![
+                    b'a' + (version % 26) as u8;
+                    300 + (i as usize * 7) % 200
+                ]),
+            })
+            .collect();
+        handle.batch_blocking(ops).unwrap();
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        write_round(version);
+        version += 1;
+        let m = engine.metrics();
+        if m.shards.iter().all(|s| s.checkpoints >= 1) && version > 20 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint on every shard");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Wait for the checkpoints to finish, then write a few flushes after them.
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..6 {
+        write_round(version);
+        version += 1;
+    }
+    engine.shutdown().unwrap();
+    let file = root.path().join("ringkv.toml");
+    std::fs::write(&file, config.to_toml_string()).unwrap();
+    (root, file)
+}
+
+/// A copy of the built directory, to damage.
+fn copy(from: &Path) -> tempfile::TempDir {
+    let to = tempfile::tempdir().unwrap();
+    copy_tree(from, to.path());
+    to
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else if entry.file_name() != "LOCK" {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Every file under `dir` but the lock, with its contents.
+fn tree(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(entry.path());
+            } else if entry.file_name() != "LOCK" {
+                out.insert(entry.path(), std::fs::read(entry.path()).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn args(dir: &Path, config: &Path) -> ToolArgs {
+    ToolArgs {
+        data_dir: dir.to_path_buf(),
+        config: Some(config.to_path_buf()),
+    }
+}
+
+fn run_verify(dir: &Path, config: &Path) -> (u8, String) {
+    let mut out = Vec::new();
+    let code = verify(&args(dir, config), &mut out);
+    let out = String::from_utf8(out).unwrap();
+    if std::env::var_os("RINGKV_TEST_SHOW").is_some() {
+        eprintln!("verify exit {code}:\n{out}");
+    }
+    (code, out)
+}
+
+/// What the engine itself says: does it open this directory?
+fn engine_opens(dir: &Path, config_file: &Path, tier: Tier) -> bool {
+    let scratch = copy(dir);
+    let mut c = Config::load(config_file).unwrap();
+    c.storage.data_dir = scratch.path().to_path_buf();
+    c.storage.tier = tier;
+    match Engine::open(&c) {
+        Ok(e) => {
+            e.halt();
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+fn flip(path: &Path, offset: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[offset as usize] ^= 0x10;
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn report(dir: &Path, config_file: &Path) -> inspect::Report {
+    let mut c = Config::load(config_file).unwrap();
+    c.storage.data_dir = dir.to_path_buf();
+    inspect::examine(&c, Depth::Full)
+}
+
+/// Shard 0's newest used WAL segment and the flushes in it.
+fn newest_segment(dir: &Path, config_file: &Path) -> (PathBuf, Vec<u64>) {
+    let r = report(dir, config_file);
+    let s = r.shards[0]
+        .segments
+        .iter()
+        .rev()
+        .find(|s| matches!(s.state, SegmentState::Used { .. }))
+        .expect("a used segment");
+    (s.path.clone(), s.flush_offsets.clone())
+}
+
+fn newest_snapshot(dir: &Path) -> PathBuf {
+    let mut snaps: Vec<PathBuf> = std::fs::read_dir(dir.join("shard-000/snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "snap"))
+        .collect();
+    snaps.sort();
+    snaps.pop().expect("a snapshot")
+}
+
+#[test]
+fn a_clean_directory_verifies_and_inspect_lists_its_shards() {
+    for tier in [Tier::Memory, Tier::Hybrid] {
+        let (root, cfg) = build(tier);
+        let data = root.path().join("data");
+        let (code, out) = run_verify(&data, &cfg);
+        assert_eq!(code, EXIT_CLEAN, "{tier:?}:\n{out}");
+        assert!(
+            out.contains("problems: none") && out.contains("opens"),
+            "{out}"
+        );
+        assert!(out.contains("newest snapshot's chain"), "{out}");
+        let mut listing = Vec::new();
+        assert_eq!(inspect_dir(&args(&data, &cfg), &mut listing), EXIT_CLEAN);
+        let listing = String::from_utf8(listing).unwrap();
+        assert!(
+            listing.contains("shard 0 (") && listing.contains("shard 1 ("),
+            "{listing}"
+        );
+        assert!(
+            listing.contains(&format!("tier {}", tier.as_str())),
+            "{listing}"
+        );
+        if tier == Tier::Hybrid {
+            assert!(listing.contains("value segments:"), "{listing}");
+            assert!(out.contains("% live"), "{out}");
+        }
+        // Verify and inspect write nothing but the lock file, even though
+        // the trial recovery recycles segments and rewrites the WAL head.
+        let before = tree(&data);
+        assert_eq!(run_verify(&data, &cfg).0, EXIT_CLEAN);
+        assert_eq!(
+            tree(&data),
+            before,
+            "{tier:?}: verify changed the directory"
+        );
+    }
+}
+
+#[test]
+fn damage_mid_log_refuses_and_repair_drops_exactly_the_tail() {
+    let (root, cfg) = build(Tier::Memory);
+    let dir = copy(&root.path().join("data"));
+    let (segment, flushes) = newest_segment(dir.path(), &cfg);
+    assert!(
+        flushes.len() >= 3,
+        "need 3 flushes in {}: {flushes:?}",
+        segment.display()
+    );
+    // A bit in the second flush's first record: newer complete flushes follow.
+    let at = flushes[1];
+    flip(&segment, at + 20);
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert_eq!(code, EXIT_UNUSABLE, "{out}");
+    assert!(!engine_opens(dir.path(), &cfg, Tier::Memory));
+    let line = format!("{} at offset {at}:", segment.display());
+    assert!(
+        out.contains(&line) && out.contains("DamageBeforeData"),
+        "{line}\n{out}"
+    );
+
+    // Without the flag nothing is written.
+    let before = std::fs::read(&segment).unwrap();
+    let mut plan = Vec::new();
+    let repair_args = |truncate: bool| RepairArgs {
+        target: args(dir.path(), &cfg),
+        truncate_wal_tail: truncate,
+        backup_dir: None,
+        no_backup: false,
+    };
+    assert_eq!(repair(&repair_args(false), &mut plan), EXIT_UNUSABLE);
+    let plan = String::from_utf8(plan).unwrap();
+    assert!(
+        plan.contains(&format!("segment {} from offset {at}", segment.display())),
+        "{plan}"
+    );
+    assert!(plan.contains("nothing was written"), "{plan}");
+    assert_eq!(std::fs::read(&segment).unwrap(), before);
+
+    let mut done = Vec::new();
+    assert_eq!(repair(&repair_args(true), &mut done), EXIT_CLEAN);
+    let done = String::from_utf8(done).unwrap();
+    let dropped = flushes.len() - 2;
+    assert!(
+        done.contains(&format!("{dropped} complete flush(es)")),
+        "{done}"
+    );
+    assert!(
+        done.contains("LSNs ") && done.contains("copy kept: "),
+        "{done}"
+    );
+    assert!(done.contains("repaired: 1 segment(s) changed"), "{done}");
+    // The copy is the segment as it was.
+    let copy_path = done
+        .lines()
+        .find_map(|l| l.strip_prefix("copy kept: "))
+        .unwrap();
+    assert_eq!(std::fs::read(copy_path).unwrap(), before);
+    // The engine opens; verify is clean.
+    assert!(engine_opens(dir.path(), &cfg, Tier::Memory));
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert_eq!(code, EXIT_CLEAN, "{out}");
+}
+
+#[test]
+fn a_torn_tail_is_damage_the_server_accepts() {
+    let (root, cfg) = build(Tier::Memory);
+    let dir = copy(&root.path().join("data"));
+    let (segment, flushes) = newest_segment(dir.path(), &cfg);
+    let last = *flushes.last().unwrap();
+    flip(&segment, last + 20);
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert_eq!(code, EXIT_DAMAGED, "{out}");
+    assert!(engine_opens(dir.path(), &cfg, Tier::Memory));
+    assert!(
+        out.contains(&format!("{} at offset {last}:", segment.display())),
+        "{out}"
+    );
+    assert!(out.contains("TornTail"), "{out}");
+    // Nothing for repair to do.
+    let mut o = Vec::new();
+    let code = repair(
+        &RepairArgs {
+            target: args(dir.path(), &cfg),
+            truncate_wal_tail: true,
+            backup_dir: None,
+            no_backup: true,
+        },
+        &mut o,
+    );
+    assert_eq!(code, EXIT_DAMAGED, "{}", String::from_utf8_lossy(&o));
+}
+
+#[test]
+fn a_missing_segment_refuses_naming_it() {
+    let (root, cfg) = build(Tier::Memory);
+    let dir = copy(&root.path().join("data"));
+    let (segment, _) = newest_segment(dir.path(), &cfg);
+    std::fs::remove_file(&segment).unwrap();
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert_eq!(code, EXIT_UNUSABLE, "{out}");
+    assert!(!engine_opens(dir.path(), &cfg, Tier::Memory));
+    assert!(out.contains(&segment.display().to_string()), "{out}");
+    assert!(out.contains("NewestSegmentMissing"), "{out}");
+}
+
+#[test]
+fn damaged_and_truncated_snapshots_are_named_and_judged_as_recovery_does() {
+    let (root, cfg) = build(Tier::Memory);
+    for truncate in [false, true] {
+        let dir = copy(&root.path().join("data"));
+        let snap = newest_snapshot(dir.path());
+        let len = std::fs::metadata(&snap).unwrap().len();
+        if truncate {
+            let f = std::fs::OpenOptions::new().write(true).open(&snap).unwrap();
+            f.set_len(len / 2).unwrap();
+        } else {
+            flip(&snap, 4096 + 40);
+        }
+        let (code, out) = run_verify(dir.path(), &cfg);
+        let expected = if engine_opens(dir.path(), &cfg, Tier::Memory) {
+            EXIT_DAMAGED
+        } else {
+            EXIT_UNUSABLE
+        };
+        assert_eq!(code, expected, "truncate={truncate}:\n{out}");
+        let named = out
+            .lines()
+            .any(|l| l.contains(&format!("{} at offset ", snap.display())));
+        assert!(named, "truncate={truncate}:\n{out}");
+    }
+}
+
+#[test]
+fn a_damaged_value_segment_block_is_named_with_its_offset() {
+    let (root, cfg) = build(Tier::Hybrid);
+    let dir = copy(&root.path().join("data"));
+    let values = dir.path().join("shard-000/values");
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(&values)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    segs.sort();
+    let seg = segs.first().expect("a value segment").clone();
+    assert!(std::fs::metadata(&seg).unwrap().len() >= 2 * 4096);
+    flip(&seg, 4096 + 100);
+    let (code, out) = run_verify(dir.path(), &cfg);
+    let expected = if engine_opens(dir.path(), &cfg, Tier::Hybrid) {
+        EXIT_DAMAGED
+    } else {
+        EXIT_UNUSABLE
+    };
+    assert_eq!(code, expected, "{out}");
+    assert!(
+        out.contains(&format!(
+            "{} at offset 4096: block checksum mismatch",
+            seg.display()
+        )),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_damaged_manifest_is_unusable() {
+    let (root, cfg) = build(Tier::Memory);
+    let dir = copy(&root.path().join("data"));
+    let manifest = dir.path().join("MANIFEST");
+    flip(&manifest, 13);
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert_eq!(code, EXIT_UNUSABLE, "{out}");
+    assert!(
+        out.contains(&format!("{} at offset 0:", manifest.display())),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_tools_refuse_a_directory_a_server_holds_and_exit_codes_reach_the_shell() {
+    let (root, cfg) = build(Tier::Memory);
+    let data = root.path().join("data");
+    let held = ringkv_server::lockfile::DirLock::acquire(&data).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(verify(&args(&data, &cfg), &mut out), EXIT_USAGE);
+    drop(held);
+    // The binary: exit codes 0 and 3, and 2 on a damaged manifest.
+    let bin = env!("CARGO_BIN_EXE_ringkv-server");
+    let status = |dir: &Path| {
+        std::process::Command::new(bin)
+            .args(["verify", "--config"])
+            .arg(&cfg)
+            .arg("--data-dir")
+            .arg(dir)
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(status(&data), Some(i32::from(EXIT_CLEAN)));
+    assert_eq!(
+        status(&root.path().join("nope")),
+        Some(i32::from(EXIT_USAGE))
+    );
+    flip(&data.join("MANIFEST"), 13);
+    assert_eq!(status(&data), Some(i32::from(EXIT_UNUSABLE)));
+}
