@@ -129,13 +129,13 @@ impl Engine {
             |shard: usize| ShardPaths::new(&wal_root, shard).with_value_root(&value_root);
 
         // The manifest decides the shard count before any shard starts.
-        let shard_count = shard_count(config, &disk, backend, &wal_root)?;
+        let (shard_count, table_hasher) = shard_count(config, &disk, backend, &wal_root)?;
         if durability != Durability::None {
             for shard in 0..shard_count {
                 create_shard_dirs(&disk, &shard_paths(shard), tier)?;
             }
         }
-        let settings = shard_settings(config, &sizes, shard_count)?;
+        let settings = shard_settings(config, &sizes, shard_count, table_hasher)?;
         let launch = Launch {
             shard_count,
             settings,
@@ -382,15 +382,24 @@ fn shard_count<D: Disk>(
     disk: &D,
     backend: BackendKind,
     wal_root: &Path,
-) -> Result<usize, EngineError> {
+) -> Result<(usize, crate::hash::TableHasher), EngineError> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let s = &config.storage;
     if s.durability == Durability::None {
-        return Ok(if config.shards == 0 {
+        // Nothing is kept: a fresh table hash key for this run.
+        let key = disk
+            .new_table_hash_key()
+            .map_err(|source| EngineError::Io {
+                op: "draw a table hash key",
+                path: s.data_dir.clone(),
+                source,
+            })?;
+        let shards = if config.shards == 0 {
             cores
         } else {
             config.shards as usize
-        });
+        };
+        return Ok((shards, crate::hash::TableHasher::keyed(key)));
     }
     let data_dir = s.data_dir.clone();
     let config_shards = config.shards;
@@ -417,7 +426,7 @@ fn shard_count<D: Disk>(
             .join()
     });
     match result {
-        Ok(r) => Ok(r? as usize),
+        Ok(r) => r.map(|(count, hasher)| (count as usize, hasher)),
         Err(_) => Err(EngineError::ShardPanicked { shard: 0 }),
     }
 }
@@ -448,12 +457,14 @@ fn shard_settings(
     config: &Config,
     sizes: &RecordSizes,
     shard_count: usize,
+    table_hasher: crate::hash::TableHasher,
 ) -> Result<ShardSettings, EngineError> {
     let s = &config.storage;
     let (cache_bytes, index_keys) = per_shard_budgets(s, shard_count);
     Ok(ShardSettings {
         durability: s.durability,
         tier: s.tier,
+        table_hasher,
         cache_bytes,
         value_segment_bytes: s.value_segment_size.as_u64(),
         index_keys,
@@ -617,7 +628,7 @@ fn stop_threads(halts: &[flume::Sender<()>], threads: Vec<JoinHandle<()>>) {
 }
 
 /// Reads (or writes, on first open) the manifest and returns the shard
-/// count to run with.
+/// count and table hasher to run with.
 async fn settle_manifest<D: Disk>(
     disk: &D,
     data_dir: &Path,
@@ -625,7 +636,7 @@ async fn settle_manifest<D: Disk>(
     config_shards: u32,
     tier: StorageTier,
     cores: usize,
-) -> Result<u32, EngineError> {
+) -> Result<(u32, crate::hash::TableHasher), EngineError> {
     disk.create_dir_all(data_dir)
         .map_err(|source| EngineError::Io {
             op: "create data directory",
@@ -648,22 +659,33 @@ async fn settle_manifest<D: Disk>(
     }
     let count = manifest::resolve_shard_count(config_shards, existing.as_ref(), cores, data_dir)?;
     manifest::check_tier(tier, existing.as_ref(), data_dir)?;
+    let (hasher, new_hasher) =
+        manifest::settle_table_hasher(existing.as_ref(), || disk.new_table_hash_key()).map_err(
+            |source| EngineError::Io {
+                op: "draw a table hash key",
+                path: data_dir.to_path_buf(),
+                source,
+            },
+        )?;
+    let current = Manifest::current(count, tier, hasher);
     match &existing {
-        None => manifest::store(disk, data_dir, &Manifest::current(count, tier)).await?,
-        Some(m) if m.is_outdated() => {
+        None => manifest::store(disk, data_dir, &current).await?,
+        Some(m) if m.is_outdated() || new_hasher => {
             // Same shard count and tier, in the layout this build writes
-            // (a version 1 manifest gains its tier field).
-            manifest::store(disk, data_dir, &Manifest::current(count, tier)).await?;
+            // (a version 1 manifest gains its tier field, an old memory
+            // directory a table hash key).
+            manifest::store(disk, data_dir, &current).await?;
             tracing::info!(
                 dir = %data_dir.display(),
                 from = m.version,
                 to = manifest::MANIFEST_VERSION,
+                table_hash = hasher.name(),
                 "manifest upgraded to the current format"
             );
         }
         Some(_) => {}
     }
-    Ok(count)
+    Ok((count, hasher))
 }
 
 impl EngineShared {

@@ -5,10 +5,13 @@
 //! `MANIFEST`, fsync the directory).
 //!
 //! Version 1 had no tier field; it is read as the memory tier (the only
-//! tier that build had) and rewritten as version 2 by the engine on open.
+//! tier that build had). Versions 1 and 2 had no table hash key: they read
+//! as the unkeyed [`TableHasher::LEGACY`] table hash. The engine rewrites
+//! an older manifest in the current layout (version 3) on open; see
+//! [`settle_table_hasher`] for which table hash it then records.
 
 use crate::error::ManifestError;
-use crate::hash::ROUTING_HASH_NAME;
+use crate::hash::{TableHasher, ROUTING_HASH_NAME, TABLE_HASH_KEY_BYTES};
 use crate::io::{AlignedBuf, Disk, DiskFile, ALIGN};
 use std::path::{Path, PathBuf};
 use tunables::Tier as StorageTier;
@@ -17,7 +20,7 @@ pub const MANIFEST_FILE: &str = "MANIFEST";
 const MANIFEST_TMP_FILE: &str = "MANIFEST.tmp";
 const MAGIC: [u8; 8] = *b"RINGKVMF";
 /// Manifest layout version written by this build.
-pub const MANIFEST_VERSION: u32 = 2;
+pub const MANIFEST_VERSION: u32 = 3;
 /// The oldest manifest version this build still reads.
 pub const MANIFEST_VERSION_MIN: u32 = 1;
 const HASH_NAME_BYTES: usize = 16;
@@ -28,8 +31,27 @@ const HASH_END: usize = 16 + HASH_NAME_BYTES;
 const BODY_BYTES_V1: usize = HASH_END;
 /// Bytes covered by the checksum in version 2: version 1's, then the tier code.
 const BODY_BYTES_V2: usize = HASH_END + 4;
-const MANIFEST_BYTES: usize = BODY_BYTES_V2 + 4;
+/// Where the table hash code (u32) starts, from version 3 on; the 16 bytes
+/// of its key follow it.
+const TABLE_HASH_AT: usize = BODY_BYTES_V2;
+const TABLE_KEY_AT: usize = TABLE_HASH_AT + 4;
+/// Bytes covered by the checksum in version 3: version 2's, then the table
+/// hash code and key.
+const BODY_BYTES_V3: usize = TABLE_KEY_AT + TABLE_HASH_KEY_BYTES;
+const MANIFEST_BYTES: usize = BODY_BYTES_V3 + 4;
 const _: () = assert!(MANIFEST_BYTES <= ALIGN);
+/// Table hash code of the unkeyed FNV-1a table hash (its key bytes are zero).
+pub const TABLE_HASH_CODE_LEGACY: u32 = 0;
+/// Table hash code of SipHash-1-3 under the 16 key bytes that follow.
+pub const TABLE_HASH_CODE_SIPHASH13: u32 = 1;
+
+/// The manifest's table hash code and key bytes of `hasher`.
+fn table_hash_fields(hasher: &TableHasher) -> (u32, [u8; TABLE_HASH_KEY_BYTES]) {
+    match hasher.key() {
+        None => (TABLE_HASH_CODE_LEGACY, [0; TABLE_HASH_KEY_BYTES]),
+        Some(key) => (TABLE_HASH_CODE_SIPHASH13, key),
+    }
+}
 
 /// The tier code of the manifest: 0 = memory, 1 = hybrid.
 pub fn tier_code(tier: StorageTier) -> u32 {
@@ -58,6 +80,10 @@ pub struct Manifest {
     /// The storage tier the data directory was created with. A version 1
     /// manifest reads as [`StorageTier::Memory`].
     pub tier: StorageTier,
+    /// How the shards' in-RAM tables hash keys (its key is a secret: the
+    /// `Debug` form prints only the hash's name). Versions 1 and 2 read as
+    /// [`TableHasher::LEGACY`].
+    pub table_hasher: TableHasher,
 }
 
 fn le_u32(bytes: &[u8], at: usize) -> u32 {
@@ -78,13 +104,15 @@ fn checksum_holds(bytes: &[u8], body: usize) -> Result<(), (u32, u32)> {
 }
 
 impl Manifest {
-    /// The manifest this build writes for `shard_count` shards of `tier`.
-    pub fn current(shard_count: u32, tier: StorageTier) -> Manifest {
+    /// The manifest this build writes for `shard_count` shards of `tier`
+    /// whose tables hash keys with `table_hasher`.
+    pub fn current(shard_count: u32, tier: StorageTier, table_hasher: TableHasher) -> Manifest {
         Manifest {
             version: MANIFEST_VERSION,
             shard_count,
             hash: ROUTING_HASH_NAME.to_string(),
             tier,
+            table_hasher,
         }
     }
 
@@ -94,9 +122,10 @@ impl Manifest {
         self.version < MANIFEST_VERSION
     }
 
-    /// The manifest's bytes in the current layout (version 2): magic,
+    /// The manifest's bytes in the current layout (version 3): magic,
     /// version u32, shard count u32, hash name (16 bytes, zero padded), tier
-    /// code u32, CRC32 of all of those; zero to 4 KiB. The `version` field
+    /// code u32, table hash code u32, table hash key (16 bytes, zero when
+    /// unkeyed), CRC32 of all of those; zero to 4 KiB. The `version` field
     /// is written as [`MANIFEST_VERSION`] whatever it holds.
     pub fn encode(&self) -> AlignedBuf {
         assert!(self.hash.len() <= HASH_NAME_BYTES);
@@ -108,12 +137,15 @@ impl Manifest {
         b[12..16].copy_from_slice(&self.shard_count.to_le_bytes());
         b[16..16 + self.hash.len()].copy_from_slice(self.hash.as_bytes());
         b[HASH_END..BODY_BYTES_V2].copy_from_slice(&tier_code(self.tier).to_le_bytes());
-        let crc = crc32fast::hash(&b[..BODY_BYTES_V2]);
-        b[BODY_BYTES_V2..MANIFEST_BYTES].copy_from_slice(&crc.to_le_bytes());
+        let (code, key) = table_hash_fields(&self.table_hasher);
+        b[TABLE_HASH_AT..TABLE_KEY_AT].copy_from_slice(&code.to_le_bytes());
+        b[TABLE_KEY_AT..BODY_BYTES_V3].copy_from_slice(&key);
+        let crc = crc32fast::hash(&b[..BODY_BYTES_V3]);
+        b[BODY_BYTES_V3..MANIFEST_BYTES].copy_from_slice(&crc.to_le_bytes());
         buf
     }
 
-    /// Parses and checks a manifest block read from `file` (version 1 or 2).
+    /// Parses and checks a manifest block read from `file` (version 1 to 3).
     pub fn decode(bytes: &[u8], file: &Path) -> Result<Manifest, ManifestError> {
         let corrupt = |reason: &str| ManifestError::Corrupt {
             file: file.to_path_buf(),
@@ -123,15 +155,17 @@ impl Manifest {
             return Err(corrupt("shorter than a manifest"));
         }
         // The version says where the checksum is; a damaged version field
-        // shows up as a checksum that holds in neither layout.
+        // shows up as a checksum that holds in no layout.
         let version = le_u32(bytes, 8);
         let body = match version {
             1 => BODY_BYTES_V1,
             2 => BODY_BYTES_V2,
+            3 => BODY_BYTES_V3,
             _ => {
-                let v1 = checksum_holds(bytes, BODY_BYTES_V1);
-                let v2 = checksum_holds(bytes, BODY_BYTES_V2);
-                if bytes[0..8] == MAGIC && (v1.is_ok() || v2.is_ok()) {
+                let holds = [BODY_BYTES_V1, BODY_BYTES_V2, BODY_BYTES_V3]
+                    .into_iter()
+                    .any(|body| checksum_holds(bytes, body).is_ok());
+                if bytes[0..8] == MAGIC && holds {
                     return Err(ManifestError::UnsupportedVersion {
                         file: file.to_path_buf(),
                         found: version,
@@ -139,7 +173,7 @@ impl Manifest {
                         newest: MANIFEST_VERSION,
                     });
                 }
-                BODY_BYTES_V2
+                BODY_BYTES_V3
             }
         };
         if let Err((stored, computed)) = checksum_holds(bytes, body) {
@@ -175,11 +209,26 @@ impl Manifest {
                 found: code,
             })?
         };
+        let table_hasher = if version < 3 {
+            TableHasher::LEGACY
+        } else {
+            let mut key = [0u8; TABLE_HASH_KEY_BYTES];
+            key.copy_from_slice(&bytes[TABLE_KEY_AT..BODY_BYTES_V3]);
+            match le_u32(bytes, TABLE_HASH_AT) {
+                TABLE_HASH_CODE_LEGACY if key == [0; TABLE_HASH_KEY_BYTES] => TableHasher::LEGACY,
+                TABLE_HASH_CODE_LEGACY => {
+                    return Err(corrupt("the unkeyed table hash has key bytes"));
+                }
+                TABLE_HASH_CODE_SIPHASH13 => TableHasher::keyed(key),
+                code => return Err(corrupt(&format!("unknown table hash code {code}"))),
+            }
+        };
         Ok(Manifest {
             version,
             shard_count,
             hash,
             tier,
+            table_hasher,
         })
     }
 }
@@ -233,6 +282,30 @@ pub async fn store<D: Disk>(
         .await
         .map_err(io_err("fsync directory", data_dir))?;
     Ok(())
+}
+
+/// The table hasher a data directory runs with, and whether the manifest
+/// must record it (a new directory, or an upgrade). `fresh_key` draws a new
+/// random key; it is called only when one is needed.
+///
+/// - A new directory gets a keyed hasher under a fresh key.
+/// - A directory whose manifest has a key keeps it.
+/// - A memory-tier directory without one (made before keys existed) is
+///   given a fresh key: nothing it keeps on disk depends on the table hash
+///   (its snapshots and WAL hold keys, placed again by hash on load).
+/// - A hybrid-tier directory without one keeps the unkeyed
+///   [`TableHasher::LEGACY`]: its index checkpoints store tags of that hash.
+///   To key it, copy its data into a new data directory.
+pub fn settle_table_hasher(
+    existing: Option<&Manifest>,
+    fresh_key: impl FnOnce() -> std::io::Result<[u8; TABLE_HASH_KEY_BYTES]>,
+) -> std::io::Result<(TableHasher, bool)> {
+    match existing {
+        Some(m) if m.table_hasher.is_keyed() || m.tier == StorageTier::Hybrid => {
+            Ok((m.table_hasher, false))
+        }
+        _ => Ok((TableHasher::keyed(fresh_key()?), true)),
+    }
 }
 
 /// Refuses to open a data directory whose manifest records another tier
@@ -297,23 +370,118 @@ mod tests {
         b
     }
 
-    /// Sets the u32 at `at` and recomputes the version 2 checksum.
-    fn patch_v2(bytes: &mut [u8], at: usize, value: u32) {
+    /// A version 2 manifest block (no table hash fields).
+    fn encode_v2(shard_count: u32, tier: StorageTier) -> Vec<u8> {
+        let mut b = encode_v1(shard_count);
+        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        b[HASH_END..BODY_BYTES_V2].copy_from_slice(&tier_code(tier).to_le_bytes());
+        let crc = crc32fast::hash(&b[..BODY_BYTES_V2]);
+        b[BODY_BYTES_V2..BODY_BYTES_V2 + 4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Sets the u32 at `at` and recomputes the version 3 checksum.
+    fn patch_v3(bytes: &mut [u8], at: usize, value: u32) {
         bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
-        let crc = crc32fast::hash(&bytes[..BODY_BYTES_V2]);
-        bytes[BODY_BYTES_V2..MANIFEST_BYTES].copy_from_slice(&crc.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[..BODY_BYTES_V3]);
+        bytes[BODY_BYTES_V3..MANIFEST_BYTES].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    fn keyed() -> TableHasher {
+        TableHasher::keyed(*b"0123456789abcdef")
     }
 
     #[test]
     fn round_trip() {
         for tier in [StorageTier::Memory, StorageTier::Hybrid] {
-            let m = Manifest::current(7, tier);
-            let buf = m.encode();
-            let back = Manifest::decode(buf.as_slice(), Path::new("M")).expect("decode");
-            assert_eq!(back, m);
-            assert_eq!(back.version, 2);
-            assert!(!back.is_outdated());
+            for hasher in [TableHasher::LEGACY, keyed()] {
+                let m = Manifest::current(7, tier, hasher);
+                let buf = m.encode();
+                let back = Manifest::decode(buf.as_slice(), Path::new("M")).expect("decode");
+                assert_eq!(back, m);
+                assert_eq!(back.table_hasher.key(), hasher.key());
+                assert_eq!(back.version, 3);
+                assert!(!back.is_outdated());
+            }
         }
+        // The layout: code 1, then the key's bytes as given.
+        let b = Manifest::current(1, StorageTier::Memory, keyed()).encode();
+        assert_eq!(
+            le_u32(b.as_slice(), TABLE_HASH_AT),
+            TABLE_HASH_CODE_SIPHASH13
+        );
+        assert_eq!(
+            &b.as_slice()[TABLE_KEY_AT..BODY_BYTES_V3],
+            b"0123456789abcdef"
+        );
+        assert!(
+            !format!("{:?}", Manifest::current(1, StorageTier::Memory, keyed())).contains("0123")
+        );
+    }
+
+    #[test]
+    fn version_2_reads_with_the_unkeyed_table_hash() {
+        for tier in [StorageTier::Memory, StorageTier::Hybrid] {
+            let m = Manifest::decode(&encode_v2(3, tier), Path::new("M")).expect("v2 decodes");
+            assert_eq!((m.version, m.shard_count, m.tier), (2, 3, tier));
+            assert_eq!(m.table_hasher, TableHasher::LEGACY);
+            assert!(m.is_outdated());
+        }
+    }
+
+    #[test]
+    fn bad_table_hash_fields_are_refused() {
+        let mut b = Manifest::current(2, StorageTier::Memory, keyed())
+            .encode()
+            .as_slice()
+            .to_vec();
+        patch_v3(&mut b, TABLE_HASH_AT, 7);
+        let err = Manifest::decode(&b, Path::new("M")).expect_err("unknown code");
+        assert!(
+            err.to_string().contains("unknown table hash code 7"),
+            "{err}"
+        );
+        // The unkeyed code with key bytes left is damage, not a hash to run.
+        patch_v3(&mut b, TABLE_HASH_AT, TABLE_HASH_CODE_LEGACY);
+        let err = Manifest::decode(&b, Path::new("M")).expect_err("legacy with a key");
+        assert!(err.to_string().contains("key bytes"), "{err}");
+    }
+
+    #[test]
+    fn table_hasher_rules() {
+        let fresh = || Ok(*b"fresh-key-16-byt");
+        let fresh_hasher = TableHasher::keyed(*b"fresh-key-16-byt");
+        let never = || -> std::io::Result<[u8; 16]> { panic!("no key needed") };
+        // A new directory: a fresh key, recorded.
+        assert_eq!(
+            settle_table_hasher(None, fresh).ok(),
+            Some((fresh_hasher, true))
+        );
+        // A keyed directory keeps its key.
+        for tier in [StorageTier::Memory, StorageTier::Hybrid] {
+            let m = Manifest::current(1, tier, keyed());
+            assert_eq!(
+                settle_table_hasher(Some(&m), never).ok(),
+                Some((keyed(), false))
+            );
+        }
+        // An old memory directory is given a key; an old hybrid one is not
+        // (its checkpoints hold tags of the unkeyed hash).
+        let old_memory =
+            Manifest::decode(&encode_v2(1, StorageTier::Memory), Path::new("M")).expect("v2");
+        assert_eq!(
+            settle_table_hasher(Some(&old_memory), fresh).ok(),
+            Some((fresh_hasher, true))
+        );
+        let old_hybrid =
+            Manifest::decode(&encode_v2(1, StorageTier::Hybrid), Path::new("M")).expect("v2");
+        assert_eq!(
+            settle_table_hasher(Some(&old_hybrid), never).ok(),
+            Some((TableHasher::LEGACY, false))
+        );
+        // A failed draw is an error, not an unkeyed table.
+        let failed = || Err(std::io::Error::other("no entropy"));
+        assert!(settle_table_hasher(None, failed).is_err());
     }
 
     #[test]
@@ -333,18 +501,22 @@ mod tests {
         assert_eq!(m.shard_count, 5);
         assert_eq!(m.tier, StorageTier::Memory);
         assert!(m.is_outdated());
+        assert_eq!(m.table_hasher, TableHasher::LEGACY);
         // Re-encoding writes the current layout.
-        let again = Manifest::decode(m.encode().as_slice(), Path::new("M")).expect("v2");
-        assert_eq!(again, Manifest::current(5, StorageTier::Memory));
+        let again = Manifest::decode(m.encode().as_slice(), Path::new("M")).expect("v3");
+        assert_eq!(
+            again,
+            Manifest::current(5, StorageTier::Memory, TableHasher::LEGACY)
+        );
     }
 
     #[test]
     fn unknown_tier_code_is_refused_by_name() {
-        let mut b = Manifest::current(2, StorageTier::Memory)
+        let mut b = Manifest::current(2, StorageTier::Memory, keyed())
             .encode()
             .as_slice()
             .to_vec();
-        patch_v2(&mut b, HASH_END, 9);
+        patch_v3(&mut b, HASH_END, 9);
         let err = Manifest::decode(&b, Path::new("/d/MANIFEST")).expect_err("unknown tier");
         assert!(
             matches!(err, ManifestError::UnknownTier { found: 9, .. }),
@@ -359,19 +531,19 @@ mod tests {
 
     #[test]
     fn newer_versions_are_refused_as_such() {
-        let mut b = Manifest::current(2, StorageTier::Memory)
+        let mut b = Manifest::current(2, StorageTier::Memory, keyed())
             .encode()
             .as_slice()
             .to_vec();
-        patch_v2(&mut b, 8, 3);
-        let err = Manifest::decode(&b, Path::new("M")).expect_err("v3");
+        patch_v3(&mut b, 8, 4);
+        let err = Manifest::decode(&b, Path::new("M")).expect_err("v4");
         assert!(
             matches!(
                 err,
                 ManifestError::UnsupportedVersion {
-                    found: 3,
+                    found: 4,
                     oldest: 1,
-                    newest: 2,
+                    newest: 3,
                     ..
                 }
             ),
@@ -381,10 +553,12 @@ mod tests {
 
     #[test]
     fn every_flipped_bit_is_refused() {
-        let v2 = Manifest::current(3, StorageTier::Hybrid).encode();
+        let v3 = Manifest::current(3, StorageTier::Hybrid, keyed()).encode();
+        let v2 = encode_v2(3, StorageTier::Hybrid);
         let v1 = encode_v1(3);
         for (name, buf, len) in [
-            ("v2", v2.as_slice(), MANIFEST_BYTES),
+            ("v3", v3.as_slice(), MANIFEST_BYTES),
+            ("v2", &v2[..], BODY_BYTES_V2 + 4),
             ("v1", &v1[..], BODY_BYTES_V1 + 4),
         ] {
             for bit in 0..len * 8 {
@@ -401,8 +575,8 @@ mod tests {
     #[test]
     fn tier_rule() {
         let dir = Path::new("/d");
-        let memory = Manifest::current(1, StorageTier::Memory);
-        let hybrid = Manifest::current(1, StorageTier::Hybrid);
+        let memory = Manifest::current(1, StorageTier::Memory, keyed());
+        let hybrid = Manifest::current(1, StorageTier::Hybrid, keyed());
         assert!(check_tier(StorageTier::Hybrid, None, dir).is_ok());
         assert!(check_tier(StorageTier::Memory, Some(&memory), dir).is_ok());
         assert!(check_tier(StorageTier::Hybrid, Some(&hybrid), dir).is_ok());
@@ -419,7 +593,7 @@ mod tests {
     #[test]
     fn shard_count_rules() {
         let dir = Path::new("/d");
-        let m = Manifest::current(4, StorageTier::Memory);
+        let m = Manifest::current(4, StorageTier::Memory, keyed());
         assert_eq!(resolve_shard_count(0, None, 2, dir).ok(), Some(2));
         assert_eq!(resolve_shard_count(0, Some(&m), 2, dir).ok(), Some(4));
         assert_eq!(resolve_shard_count(4, Some(&m), 2, dir).ok(), Some(4));

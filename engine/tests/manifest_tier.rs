@@ -1,14 +1,15 @@
-//! The storage tier in the manifest (format version 2): a fresh data
-//! directory records the configured tier, a version 1 manifest reads as the
-//! memory tier and is rewritten as version 2, a directory is never opened
-//! with another tier than it holds, and a tier code this build does not
-//! know is refused by name. Manifests of version 1 and odd tier codes are
+//! The storage tier and table hash in the manifest (format version 3): a
+//! fresh data directory records the configured tier and a keyed table
+//! hash, a version 1 manifest reads as the memory tier and is rewritten as
+//! version 3, a directory is never opened with another tier than it holds,
+//! and a tier code this build does not know is refused by name. Manifests of version 1 and odd tier codes are
 //! written byte by byte here from the layout in `docs/wal.md`, not with the
 //! engine's encoder, so the tests also pin the format.
 
 mod common;
 
 use common::*;
+use engine::hash::TableHasher;
 use engine::io::sim::SimDisk;
 use engine::io::{AlignedBuf, Disk, DiskFile};
 use engine::manifest::{self, Manifest, MANIFEST_VERSION};
@@ -38,6 +39,21 @@ fn manifest_path() -> std::path::PathBuf {
 /// bytes, then (when `tier_code` is given) the tier code, then the CRC-32
 /// of everything before it.
 fn manifest_bytes(version: u32, shards: u32, tier_code: Option<u32>) -> Vec<u8> {
+    manifest_bytes_with(version, shards, tier_code, None)
+}
+
+/// A version 3 manifest block: version 2's fields, then the table hash
+/// code (1: SipHash-1-3) and its 16 key bytes, then the CRC-32.
+fn manifest_bytes_v3(shards: u32, tier_code: u32, key: [u8; 16]) -> Vec<u8> {
+    manifest_bytes_with(3, shards, Some(tier_code), Some((1, key)))
+}
+
+fn manifest_bytes_with(
+    version: u32,
+    shards: u32,
+    tier_code: Option<u32>,
+    table_hash: Option<(u32, [u8; 16])>,
+) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend_from_slice(b"RINGKVMF");
     b.extend_from_slice(&version.to_le_bytes());
@@ -47,6 +63,10 @@ fn manifest_bytes(version: u32, shards: u32, tier_code: Option<u32>) -> Vec<u8> 
     b.extend_from_slice(&name);
     if let Some(code) = tier_code {
         b.extend_from_slice(&code.to_le_bytes());
+    }
+    if let Some((code, key)) = table_hash {
+        b.extend_from_slice(&code.to_le_bytes());
+        b.extend_from_slice(&key);
     }
     let crc = crc32fast::hash(&b);
     b.extend_from_slice(&crc.to_le_bytes());
@@ -87,7 +107,7 @@ fn tier_mismatch_text(dir_tier: &str, config_tier: &str) -> String {
 }
 
 #[test]
-fn version_1_manifest_opens_as_memory_and_is_rewritten_as_version_2() {
+fn version_1_manifest_opens_as_memory_and_is_rewritten_as_version_3() {
     let disk = SimDisk::new(1);
     write_file(&disk, &manifest_path(), &manifest_bytes(1, 2, None));
     assert_eq!(load(&disk).version, 1);
@@ -109,14 +129,18 @@ fn version_1_manifest_opens_as_memory_and_is_rewritten_as_version_2() {
             shard_count: 2,
             hash: "fnv1a64".to_string(),
             tier: Tier::Memory,
+            // A memory directory has nothing on disk placed by the table
+            // hash: it is given a key with the rewrite.
+            table_hasher: TableHasher::keyed(disk.new_table_hash_key().expect("key")),
         }
     );
     let raw = disk
         .read_durable(&manifest_path())
         .expect("durable manifest");
-    assert_eq!(u32_at(&raw, 8), 2, "version field");
+    assert_eq!(u32_at(&raw, 8), 3, "version field");
     assert_eq!(u32_at(&raw, 32), 0, "tier code of memory");
-    assert_eq!(u32_at(&raw, 36), crc32fast::hash(&raw[..36]), "checksum");
+    assert_eq!(u32_at(&raw, 36), 1, "table hash code of SipHash-1-3");
+    assert_eq!(u32_at(&raw, 56), crc32fast::hash(&raw[..56]), "checksum");
     assert!(
         !disk.files().iter().any(|p| p.ends_with("MANIFEST.tmp")),
         "the rewrite left its temporary file: {:?}",
@@ -188,22 +212,31 @@ fn fresh_directory_records_the_configured_tier() {
     let disk = SimDisk::new(4);
     let engine = Engine::open_with_disk(&config(1, Tier::Memory), disk.clone()).expect("open");
     engine.shutdown().expect("shutdown");
-    assert_eq!(load(&disk), Manifest::current(1, Tier::Memory));
+    // The sim disk draws the key from its seed; a real disk from getrandom.
+    let key = disk.new_table_hash_key().expect("key");
+    assert_eq!(
+        load(&disk),
+        Manifest::current(1, Tier::Memory, TableHasher::keyed(key))
+    );
     let raw = disk.read_durable(&manifest_path()).expect("manifest");
-    assert_eq!(raw, manifest_bytes(2, 1, Some(0)));
+    assert_eq!(raw, manifest_bytes_v3(1, 0, key));
 
     // The hybrid tier.
     let disk = SimDisk::new(5);
     let engine = Engine::open_with_disk(&config(1, Tier::Hybrid), disk.clone()).expect("open");
     assert_eq!(engine.tier(), Tier::Hybrid);
     engine.shutdown().expect("shutdown");
-    assert_eq!(load(&disk), Manifest::current(1, Tier::Hybrid));
+    let key = disk.new_table_hash_key().expect("key");
+    assert_eq!(
+        load(&disk),
+        Manifest::current(1, Tier::Hybrid, TableHasher::keyed(key))
+    );
     let raw = disk.read_durable(&manifest_path()).expect("manifest");
-    assert_eq!(raw, manifest_bytes(2, 1, Some(1)));
+    assert_eq!(raw, manifest_bytes_v3(1, 1, key));
 }
 
 #[test]
-fn version_2_manifest_round_trips_through_a_reopen() {
+fn version_3_manifest_round_trips_through_a_reopen() {
     let disk = SimDisk::new(6);
     let engine = Engine::open_with_disk(&config(2, Tier::Memory), disk.clone()).expect("open");
     engine
@@ -212,7 +245,8 @@ fn version_2_manifest_round_trips_through_a_reopen() {
         .expect("batch");
     engine.shutdown().expect("shutdown");
     let before = disk.read_durable(&manifest_path()).expect("manifest");
-    assert_eq!(before, manifest_bytes(2, 2, Some(0)));
+    let key = disk.new_table_hash_key().expect("key");
+    assert_eq!(before, manifest_bytes_v3(2, 0, key));
 
     let engine = Engine::open_with_disk(&config(0, Tier::Memory), disk.clone()).expect("reopen");
     assert_eq!(engine.shard_count(), 2);
@@ -278,4 +312,47 @@ fn hybrid_tier_without_a_wal_is_refused_at_open() {
         "{text}"
     );
     assert!(disk.files().is_empty(), "{:?}", disk.files());
+}
+
+/// A version 2 hybrid directory keeps the unkeyed table hash its index
+/// checkpoints were built with (rewritten as version 3, table hash code 0);
+/// a version 2 memory directory is given a key.
+#[test]
+fn version_2_directories_keep_or_gain_their_table_hash_by_tier() {
+    for (seed, tier, code) in [(9, Tier::Hybrid, 1), (10, Tier::Memory, 0)] {
+        let disk = SimDisk::new(seed);
+        write_file(&disk, &manifest_path(), &manifest_bytes(2, 1, Some(code)));
+        assert_eq!(load(&disk).table_hasher, TableHasher::LEGACY);
+        let engine = Engine::open_with_disk(&config(1, tier), disk.clone()).expect("open");
+        engine
+            .handle()
+            .batch_blocking((0..20).map(|i| put(i, 4)).collect())
+            .expect("batch");
+        engine.shutdown().expect("shutdown");
+        let m = load(&disk);
+        assert_eq!((m.version, m.tier), (3, tier));
+        let raw = disk.read_durable(&manifest_path()).expect("manifest");
+        match tier {
+            Tier::Hybrid => {
+                assert_eq!(m.table_hasher, TableHasher::LEGACY);
+                assert_eq!(raw, manifest_bytes_with(3, 1, Some(1), Some((0, [0; 16]))));
+            }
+            Tier::Memory => {
+                let key = disk.new_table_hash_key().expect("key");
+                assert_eq!(m.table_hasher, TableHasher::keyed(key));
+                assert_eq!(raw, manifest_bytes_v3(1, 0, key));
+            }
+        }
+        // The data is there on the next open, with the same table hash.
+        let engine = Engine::open_with_disk(&config(1, tier), disk.clone()).expect("reopen");
+        let a = engine
+            .handle()
+            .batch_blocking((0..20).map(get).collect())
+            .expect("batch");
+        for (i, a) in a.iter().enumerate() {
+            assert_eq!(value_of(a), Some(value(i as u64, 4)), "{tier:?} key {i}");
+        }
+        engine.shutdown().expect("shutdown");
+        assert_eq!(disk.read_durable(&manifest_path()), Some(raw));
+    }
 }

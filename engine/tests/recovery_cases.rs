@@ -421,7 +421,11 @@ fn damage_followed_by_a_complete_flush_refuses_naming_file_and_offset() {
         engine::manifest::store(
             &disk,
             Path::new(ROOT),
-            &engine::manifest::Manifest::current(1, tunables::Tier::Memory),
+            &engine::manifest::Manifest::current(
+                1,
+                tunables::Tier::Memory,
+                engine::hash::TableHasher::LEGACY,
+            ),
         )
         .await
         .expect("manifest");

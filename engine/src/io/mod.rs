@@ -88,6 +88,13 @@ pub trait Disk: Clone + Send + Sync + 'static {
 
     /// Whether a file or directory exists at `path`.
     fn exists(&self, path: &Path) -> bool;
+
+    /// The table hash key of a data directory created on this disk:
+    /// random ([`crate::hash::random_key`]); the sim disk derives it from
+    /// its seed, so that a seed replays the same run.
+    fn new_table_hash_key(&self) -> io::Result<[u8; crate::hash::TABLE_HASH_KEY_BYTES]> {
+        crate::hash::random_key()
+    }
 }
 
 /// One open file. Offsets and lengths of `write_at` and `read_at` must be

@@ -736,6 +736,15 @@ impl Drop for SimFile {
 impl Disk for SimDisk {
     type File = SimFile;
 
+    fn new_table_hash_key(&self) -> io::Result<[u8; crate::hash::TABLE_HASH_KEY_BYTES]> {
+        // A stream of its own, so the fault RNG's draws keep their meaning.
+        let mut rng = SplitMix64::new(self.seed() ^ 0x7461_626c_6568_6173);
+        let mut key = [0u8; crate::hash::TABLE_HASH_KEY_BYTES];
+        key[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
+        key[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
+        Ok(key)
+    }
+
     async fn open(&self, path: &Path, create: bool) -> io::Result<SimFile> {
         self.open_now(path, create)
     }

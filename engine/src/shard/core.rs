@@ -11,7 +11,7 @@
 
 use crate::api::{Op, OpError, OpResult, UpdateOutcome, UpdateWrite};
 use crate::clock::now_ms;
-use crate::hash::fnv1a64;
+use crate::hash::TableHasher;
 use crate::metrics::ShardStats;
 use crate::notify::Notify;
 use crate::tier::{ColdAnswer, ColdGet, DeleteLookup, Tier};
@@ -54,6 +54,8 @@ impl CommitClock {
 
 struct CoreState {
     tier: Box<dyn Tier>,
+    /// The tier's table hasher: every key's `hash` argument comes from it.
+    table_hasher: TableHasher,
     /// LSN of the newest plain write applied to the tier (transaction parts
     /// reach the tier only once durable, so they never count here).
     plain_write_lsn: u64,
@@ -211,6 +213,7 @@ impl ShardCore {
             stats,
             clock,
             state: RefCell::new(CoreState {
+                table_hasher: tier.table_hasher(),
                 tier,
                 plain_write_lsn: last_lsn,
                 write_marks: WriteMarks::new(),
@@ -385,7 +388,10 @@ impl ShardCore {
         while let Some(Op::Get { key }) = ops.next_if(|op| matches!(op, Op::Get { .. })) {
             keys.push(key);
         }
-        let hashes: Vec<u64> = keys.iter().map(|key| fnv1a64(key)).collect();
+        let hashes: Vec<u64> = keys
+            .iter()
+            .map(|key| st.table_hasher.hash_key(key))
+            .collect();
         out.counts.get += keys.len() as u64;
         // Values are copied only while the batch's read budget lasts; later
         // GETs are answered `ReadLimitReached` without a copy. Keys whose
@@ -437,7 +443,7 @@ impl ShardCore {
         value: &[u8],
         out: &mut BatchOut,
     ) -> OpStep {
-        let hash = fnv1a64(key);
+        let hash = st.table_hasher.hash_key(key);
         assert!(
             record_size(key.len(), value.len()) <= self.settings.max_record_bytes,
             "limits are checked before the shard"
@@ -467,7 +473,7 @@ impl ShardCore {
     ) -> OpStep {
         let shard = self.settings.shard;
         let key = op.key();
-        let hash = fnv1a64(key);
+        let hash = st.table_hasher.hash_key(key);
         let current = st.tier.get_expiring(hash, key);
         let unreadable = st.tier.take_read_errors();
         if let Some(e) = unreadable_error(&unreadable, key, current.is_none(), shard) {
@@ -548,7 +554,7 @@ impl ShardCore {
         out: &mut BatchOut,
     ) -> OpStep {
         let shard = self.settings.shard;
-        let hash = fnv1a64(key);
+        let hash = st.table_hasher.hash_key(key);
         // Past the tier's bounds with its settling reads all open, the
         // delete would read on the shard thread: it waits for room instead.
         if !st.tier.write_room() {
@@ -817,7 +823,7 @@ impl ShardCore {
         let mut st = self.state.borrow_mut();
         // A key whose expiry time passed since the last step is absent.
         st.tier.set_now_ms(now_ms());
-        let value = st.tier.get(fnv1a64(key), key);
+        let value = st.tier.get(st.table_hasher.hash_key(key), key);
         let unreadable = st.tier.take_read_errors();
         match unreadable_error(&unreadable, key, value.is_none(), self.settings.shard) {
             Some(e) => Err(e),
@@ -832,7 +838,7 @@ impl ShardCore {
         st.tier.set_now_ms(now_ms());
         keys.iter()
             .map(|key| {
-                let hash = fnv1a64(key);
+                let hash = st.table_hasher.hash_key(key);
                 KeyMark {
                     writes: st.write_marks.get(hash),
                     expires_at_ms: st.tier.get_expiring(hash, key).and_then(|(_, at)| at),
@@ -889,7 +895,7 @@ impl ShardCore {
     ) -> Result<(), ()> {
         let mut st = self.state.borrow_mut();
         for w in writes {
-            let hash = fnv1a64(&w.key);
+            let hash = st.table_hasher.hash_key(&w.key);
             st.write_marks.bump(hash);
             match &w.value {
                 Some(v) => {

@@ -55,6 +55,9 @@ pub(crate) struct ShardSettings {
     pub(crate) read_bytes_max: usize,
     /// `storage.tier`: which tier this shard runs.
     pub(crate) tier: Tier,
+    /// How the tier's tables hash keys (the manifest's key, or a fresh
+    /// one for an engine that keeps nothing on disk).
+    pub(crate) table_hasher: crate::hash::TableHasher,
     /// Hybrid tier: this shard's part of `storage.cache_bytes` (the total
     /// divided by the shard count, rounded down).
     pub(crate) cache_bytes: u64,
@@ -243,7 +246,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         Ok(t) => t,
         Err(e) => return fail(e),
     };
-    let make_tier = |hint: Option<u64>| tier_config.build(hint);
+    let make_tier = |hint: Option<u64>| tier_config.build(hint, settings.table_hasher);
 
     // 1. Recovery.
     let restored = match &disk {

@@ -8,7 +8,9 @@
 //! hash it again: a third of the CPU of a fill), and a lookup compares the
 //! stored hash before it follows the pointer, so a slot whose 7-bit tag
 //! matches by chance costs no cache miss. Entries are split into
-//! [`PARTITION_COUNT`] partitions by the top bits of the mixed key hash, so
+//! [`PARTITION_COUNT`] partitions by the top bits of the mixed table hash
+//! (the tier's [`TableHasher`], keyed in a data directory made by this
+//! build, so a client cannot choose keys that share a probe chain), so
 //! a checkpoint can copy one partition at a time and a table resize only
 //! ever moves one partition's slots.
 //! What must hold: `len` and `memory_bytes` always match the tables.
@@ -17,7 +19,7 @@
 //! set and 8 more bytes (the expiry, absolute Unix ms, LE) between the
 //! header and the key; a key without one costs nothing extra. Keys with an
 //! expiry are also indexed in `expiring`, an ordered map from (expiry,
-//! routing hash) to a count (16 bytes of key plus the B-tree's overhead per
+//! table hash) to a count (16 bytes of key plus the B-tree's overhead per
 //! such key, none for the others), so active expiry finds the due keys in
 //! order without scanning the table. Reads (`get`, `get_many*`,
 //! `contains`, `visit_partition`) treat an entry whose expiry is at or
@@ -31,7 +33,7 @@
 //! per buffer, not per value).
 
 use super::Tier;
-use crate::hash::mix;
+use crate::hash::{mix, TableHasher};
 use bytes::{Bytes, BytesMut};
 use hashbrown::HashTable;
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
@@ -241,13 +243,16 @@ struct Partition {
     table: HashTable<Slot>,
     /// Keys deleted since a checkpoint last copied this partition (what a
     /// delta checkpoint lists as deleted). Kept only once checkpoints run.
-    deleted: hashbrown::HashSet<Box<[u8]>>,
+    /// Hashed with the standard library's randomly keyed SipHash-1-3.
+    deleted: hashbrown::HashSet<Box<[u8]>, std::hash::RandomState>,
 }
 
 /// All entries of one shard, in RAM.
 pub struct MemoryTier {
+    /// Makes every `hash` this tier is given (see [`Tier::table_hasher`]).
+    hasher: TableHasher,
     partitions: Box<[Partition]>,
-    /// (expiry, routing hash) of every entry with an expiry time, with the
+    /// (expiry, table hash) of every entry with an expiry time, with the
     /// number of such entries (two keys may share both).
     expiring: std::collections::BTreeMap<(u64, u64), u32>,
     /// Sum of the counts in `expiring`.
@@ -287,15 +292,24 @@ fn table_hash(slot: &Slot) -> u64 {
 }
 
 impl MemoryTier {
+    /// An empty tier with the unkeyed [`TableHasher::LEGACY`] hash (tests
+    /// of the tier alone; a shard passes its own with
+    /// [`MemoryTier::with_hasher`]).
     pub fn new() -> Self {
+        Self::with_hasher(TableHasher::LEGACY)
+    }
+
+    /// An empty tier whose tables hash keys with `hasher`.
+    pub fn with_hasher(hasher: TableHasher) -> Self {
         let partitions = (0..PARTITION_COUNT)
             .map(|_| Partition {
                 table: HashTable::new(),
-                deleted: hashbrown::HashSet::new(),
+                deleted: hashbrown::HashSet::default(),
             })
             .collect::<Vec<_>>()
             .into_boxed_slice();
         MemoryTier {
+            hasher,
             partitions,
             expiring: std::collections::BTreeMap::new(),
             expiring_entries: 0,
@@ -312,7 +326,12 @@ impl MemoryTier {
     /// (spread over the partitions, with room for the uneven spread of a
     /// hash), so that filling it does not grow and rehash them.
     pub fn with_capacity(entries: u64) -> Self {
-        let mut tier = Self::new();
+        Self::with_capacity_and_hasher(entries, TableHasher::LEGACY)
+    }
+
+    /// [`MemoryTier::with_capacity`] hashing keys with `hasher`.
+    pub fn with_capacity_and_hasher(entries: u64, hasher: TableHasher) -> Self {
+        let mut tier = Self::with_hasher(hasher);
         let per_partition = entries / PARTITION_COUNT as u64;
         let room = per_partition + per_partition / 8 + 16;
         let room = usize::try_from(room).unwrap_or(usize::MAX);
@@ -356,6 +375,10 @@ impl MemoryTier {
 }
 
 impl Tier for MemoryTier {
+    fn table_hasher(&self) -> TableHasher {
+        self.hasher
+    }
+
     fn get(&self, hash: u64, key: &[u8]) -> Option<Bytes> {
         let (p, h) = split(hash);
         self.partitions[p]
@@ -439,7 +462,7 @@ impl Tier for MemoryTier {
             let found = self.partitions[p].table.find(h, |s| {
                 s.hash == h
                     && s.entry.expires_at_ms() == at
-                    && crate::hash::fnv1a64(s.entry.key()) == hash
+                    && self.hasher.hash_key(s.entry.key()) == hash
             });
             let entry = &found.expect("every indexed expiry has its entry").entry;
             keys.push(Bytes::copy_from_slice(entry.key()));
@@ -458,6 +481,7 @@ impl Tier for MemoryTier {
         value: &[u8],
         expires_at_ms: Option<u64>,
     ) -> bool {
+        debug_assert_eq!(hash, self.hasher.hash_key(key), "hash from another hasher");
         let at = expires_at_ms.unwrap_or(0);
         assert!(expires_at_ms != Some(0), "an expiry time is after 1970");
         let (p, h) = split(hash);

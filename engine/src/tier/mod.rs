@@ -123,29 +123,34 @@ impl<D: Disk> TierConfig<D> {
         }
     }
 
-    /// A new, empty tier; `entries` sizes its tables up front when known.
-    pub fn build(&self, entries: Option<u64>) -> Box<dyn Tier> {
+    /// A new, empty tier hashing keys with `hasher` (the data directory's
+    /// table hasher); `entries` sizes its tables up front when known.
+    pub fn build(&self, entries: Option<u64>, hasher: crate::hash::TableHasher) -> Box<dyn Tier> {
         match self {
             TierConfig::Memory => Box::new(match entries {
-                Some(n) => MemoryTier::with_capacity(n),
-                None => MemoryTier::new(),
+                Some(n) => MemoryTier::with_capacity_and_hasher(n, hasher),
+                None => MemoryTier::with_hasher(hasher),
             }),
-            TierConfig::Hybrid { disk, settings } => {
-                Box::new(HybridTier::in_existing_dir(disk.clone(), settings.clone()))
-            }
+            TierConfig::Hybrid { disk, settings } => Box::new(
+                HybridTier::in_existing_dir(disk.clone(), settings.clone()).with_table_hasher(hasher),
+            ),
         }
     }
 }
 
 /// The interface a shard uses to keep its key-value state.
 ///
-/// `hash` is always the routing hash of `key` ([`crate::hash::fnv1a64`]);
+/// `hash` is always the table hash of `key` under the tier's own hasher
+/// (`self.table_hasher().hash_key(key)`, [`crate::hash::TableHasher`]);
 /// the shard computes it once per operation and passes it down.
 pub trait Tier {
+    /// How this tier hashes keys: what every `hash` argument must be made
+    /// with. Fixed for the life of the tier.
+    fn table_hasher(&self) -> crate::hash::TableHasher;
     /// The value of `key`, copied out.
     fn get(&self, hash: u64, key: &[u8]) -> Option<Bytes>;
     /// The values of many keys at once: appends one answer per key to
-    /// `out`, in the order of `keys`. `hashes[i]` is the routing hash of
+    /// `out`, in the order of `keys`. `hashes[i]` is the table hash of
     /// `keys[i]`. The answers are exactly those of [`Tier::get`] for each
     /// key in turn (a batch has no writes in between). A tier may overlap
     /// the memory accesses of different keys (the memory tier looks every
@@ -374,7 +379,8 @@ pub trait Tier {
         value: &[u8],
         expires_at_ms: Option<u64>,
     ) -> Result<(), String> {
-        self.put_expiring(crate::hash::fnv1a64(key), key, value, expires_at_ms);
+        let hash = self.table_hasher().hash_key(key);
+        self.put_expiring(hash, key, value, expires_at_ms);
         Ok(())
     }
     /// Every file of the checkpoint chain is loaded (recovery; the WAL
@@ -384,7 +390,8 @@ pub trait Tier {
     }
     /// Loads a deleted-key entry of a delta checkpoint (recovery).
     fn load_checkpoint_delete(&mut self, key: &[u8]) -> Result<(), String> {
-        self.delete(crate::hash::fnv1a64(key), key);
+        let hash = self.table_hasher().hash_key(key);
+        self.delete(hash, key);
         Ok(())
     }
     /// The WAL replay of a recovery starts (after the checkpoint loaded).

@@ -116,7 +116,7 @@ impl TxnReplay {
 }
 
 fn apply(tier: &mut dyn Tier, key: &[u8], value: Option<&[u8]>) {
-    let hash = crate::hash::fnv1a64(key);
+    let hash = tier.table_hasher().hash_key(key);
     match value {
         Some(v) => {
             tier.put(hash, key, v);

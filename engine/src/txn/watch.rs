@@ -35,13 +35,14 @@ impl WriteMarks {
         }
     }
 
-    /// The slot of a routing hash: the finalised hash's top bits, so the
-    /// slot is independent of the `% shard_count` that chose the shard.
+    /// The slot of a key's table hash ([`crate::hash::TableHasher`], keyed
+    /// in a data directory made by this build, so a client cannot choose
+    /// keys that share a slot): the finalised hash's top bits.
     fn slot(hash: u64) -> usize {
         (mix(hash) >> (64 - WRITE_MARK_SLOTS.trailing_zeros())) as usize
     }
 
-    /// A key with routing hash `hash` changed.
+    /// A key with table hash `hash` changed.
     pub(crate) fn bump(&mut self, hash: u64) {
         let c = &mut self.counters[Self::slot(hash)];
         *c = c.wrapping_add(1);

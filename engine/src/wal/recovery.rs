@@ -1019,7 +1019,7 @@ impl ReplayPhase {
             if r.lsn < need {
                 return;
             }
-            let h = crate::hash::fnv1a64(r.key);
+            let h = tier.table_hasher().hash_key(r.key);
             match r.kind {
                 RecordKind::Put => {
                     tier.put_expiring(h, r.key, r.value, r.expires_at_ms);

@@ -51,9 +51,10 @@ pub struct KeyHash {
 }
 
 impl KeyHash {
-    pub fn new(routing_hash: u64) -> KeyHash {
+    /// From a key's table hash ([`crate::hash::TableHasher::hash_key`]).
+    pub fn new(table_hash: u64) -> KeyHash {
         KeyHash {
-            mixed: crate::hash::mix(routing_hash),
+            mixed: crate::hash::mix(table_hash),
         }
     }
 

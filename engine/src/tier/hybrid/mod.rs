@@ -63,6 +63,7 @@ use self::log::{
     ValueLog, BLOCK,
 };
 use super::{CheckpointVisitor, ColdAnswer, ColdFetch, ColdGet, EntryVisitor, Tier};
+use crate::hash::TableHasher;
 use crate::io::{AlignedBuf, Disk, DiskFile};
 use bytes::Bytes;
 use std::cell::RefCell;
@@ -136,6 +137,10 @@ pub struct HybridStats {
 }
 
 struct Inner<D: Disk> {
+    /// Makes the table hash of every key (see [`Tier::table_hasher`]): the
+    /// index's partitions, buckets and tags, which checkpoints store, come
+    /// from it.
+    hasher: TableHasher,
     settings: HybridSettings,
     index: Index,
     log: ValueLog<D>,
@@ -351,6 +356,7 @@ impl<D: Disk> HybridTier<D> {
         );
         HybridTier {
             inner: RefCell::new(Inner {
+                hasher: TableHasher::LEGACY,
                 index: Index::new(settings.index_keys),
                 cache: Cache::new(settings.cache_bytes),
                 settings,
@@ -386,6 +392,20 @@ impl<D: Disk> HybridTier<D> {
         }
     }
 
+    /// The tier hashing keys with `hasher` instead of the unkeyed
+    /// [`TableHasher::LEGACY`] the constructors start with. Only for a
+    /// fresh tier (before any entry or checkpoint is loaded); a checkpoint
+    /// must be loaded with the hasher it was written with.
+    pub fn with_table_hasher(mut self, hasher: TableHasher) -> HybridTier<D> {
+        let st = self.inner.get_mut();
+        assert!(
+            st.index.is_empty() && !st.layout_loaded,
+            "the table hasher is chosen before the tier holds anything"
+        );
+        st.hasher = hasher;
+        self
+    }
+
     pub fn stats(&self) -> HybridStats {
         self.inner.borrow().stats()
     }
@@ -416,6 +436,11 @@ impl<D: Disk> HybridTier<D> {
 }
 
 impl<D: Disk> Inner<D> {
+    /// The index hash of `key` (recomputed from a record's key).
+    fn key_hash(&self, key: &[u8]) -> KeyHash {
+        KeyHash::new(self.hasher.hash_key(key))
+    }
+
     fn stats(&self) -> HybridStats {
         let segs = self.log.segs.iter().flatten();
         let (mut segments, mut bytes, mut records, mut live) = (0, 0, 0, 0);
@@ -558,7 +583,7 @@ impl<D: Disk> Inner<D> {
     /// Such an entry dangles; it may have been the key's newest, so what
     /// comes after it must not be taken for the key's current record.
     fn check_dangling(&self, h: KeyHash, addr: u32, r: &Record) -> Result<(), ReadError> {
-        if KeyHash::new(crate::hash::fnv1a64(&r.key)).could_share_entry(h) {
+        if self.key_hash(&r.key).could_share_entry(h) {
             return Ok(());
         }
         let a = self.log.decode_addr(addr);
@@ -639,7 +664,7 @@ impl<D: Disk> Inner<D> {
         if self.is_deleted(key) {
             return Ok(true);
         }
-        let h = KeyHash::new(crate::hash::fnv1a64(key));
+        let h = self.key_hash(key);
         let age = self.age(addr);
         for c in self.ordered_candidates(h) {
             if c.addr == addr || self.age(c.addr) <= age {
@@ -1224,7 +1249,8 @@ impl<D: Disk> Inner<D> {
         }
         let keys: Vec<Box<[u8]>> = self.deleted.iter().cloned().collect();
         for k in keys {
-            self.undelete_if_settled(KeyHash::new(crate::hash::fnv1a64(&k)), &k);
+            let h = self.key_hash(&k);
+            self.undelete_if_settled(h, &k);
         }
     }
 
@@ -1271,7 +1297,7 @@ impl<D: Disk> Inner<D> {
             }
         };
         for (addr, r) in records {
-            let h = KeyHash::new(crate::hash::fnv1a64(&r.key));
+            let h = self.key_hash(&r.key);
             if self.index.find_addr(h, addr).is_none() {
                 continue;
             }
@@ -1503,6 +1529,10 @@ impl<D: Disk> Inner<D> {
 }
 
 impl<D: Disk> Tier for HybridTier<D> {
+    fn table_hasher(&self) -> TableHasher {
+        self.inner.borrow().hasher
+    }
+
     fn get(&self, hash: u64, key: &[u8]) -> Option<Bytes> {
         let mut st = self.inner.borrow_mut();
         let r = st.find_for_read(hash, key)?;
@@ -1810,7 +1840,7 @@ impl<D: Disk> Tier for HybridTier<D> {
             }
             match st.record_for_walk(addr, 1) {
                 Ok(r) => {
-                    let h = KeyHash::new(crate::hash::fnv1a64(&r.key));
+                    let h = st.key_hash(&r.key);
                     // An unresolved older version must not delete the key
                     // its newer record holds.
                     let current = st.index.find_addr(h, addr).is_some()

@@ -18,7 +18,7 @@
 //! record keep answering errors) and an error is logged; the resize is
 //! tried again at the next restart.
 
-use super::index::{buckets_for, Entry, Index, KeyHash};
+use super::index::{buckets_for, Entry, Index};
 use super::log::{parse_record, Parsed, ReadError, RecordSpot, PAYLOAD};
 use super::Inner;
 use crate::io::Disk;
@@ -93,7 +93,7 @@ impl<D: Disk> Inner<D> {
                 let key = self
                     .key_at(spot, &payloads[lo..], &path)
                     .map_err(|e| e.to_string())?;
-                let h = KeyHash::new(crate::hash::fnv1a64(&key));
+                let h = self.key_hash(&key);
                 if !e.matches(h) {
                     return Err(format!(
                         "the record at offset {} of {} holds a key whose hash does not match its index entry",
