@@ -513,6 +513,13 @@ fn check_log(
             }
         }
     }
+    check_segment_ends(&used, problems);
+    check_head(paths, &used, head, problems);
+}
+
+/// The damage rows of the used segments' ends: damage before newer data
+/// (recovery refuses), and torn flushes (recovery drops them).
+fn check_segment_ends(used: &[&SegmentReport], problems: &mut Vec<Problem>) {
     for (i, s) in used.iter().enumerate() {
         let is_last = i + 1 == used.len();
         match &s.end {
@@ -537,6 +544,15 @@ fn check_log(
             _ => {}
         }
     }
+}
+
+/// Whether the WAL head names a segment the log holds.
+fn check_head(
+    paths: &ShardPaths,
+    used: &[&SegmentReport],
+    head: Option<HeadState>,
+    problems: &mut Vec<Problem>,
+) {
     if let (Some(h), Some(newest)) = (head, used.last()) {
         if h.seq > newest.seq {
             problems.push(problem(

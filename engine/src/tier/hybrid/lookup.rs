@@ -1,0 +1,459 @@
+//! The hybrid tier's lookups: the candidates of a key in the index, in
+//! order, the records they point at (cache, unwritten tail or device), and
+//! the cold GETs that finish once their reads are back.
+
+use super::*;
+
+impl<D: Disk> Inner<D> {
+    /// The record at a candidate: cache first, then the log (RAM tail or
+    /// device), which fills the cache.
+    pub(super) fn record(&mut self, c: &Candidate) -> Result<Record, ReadError> {
+        if let Some(r) = self.cache.get(c.addr) {
+            return Ok(r);
+        }
+        self.read_into_cache(c)
+    }
+
+    /// Reads the record at a candidate (RAM tail, recent blocks or a
+    /// blocking device read) and caches it.
+    pub(super) fn read_into_cache(&mut self, c: &Candidate) -> Result<Record, ReadError> {
+        let started = std::time::Instant::now();
+        let reads = self.log.reads;
+        let r = self.log.read(c.addr, c.span)?;
+        if self.log.reads > reads {
+            self.settings
+                .read_latency_us
+                .record(started.elapsed().as_micros() as u64);
+        }
+        self.cache.insert(c.addr, r.clone());
+        Ok(r)
+    }
+
+    /// Where a candidate's record is: in RAM (the cache, the recent
+    /// blocks, the unwritten tail: read now) or on the device (not read).
+    pub(super) fn where_is(&mut self, c: &Candidate) -> Where<D::File> {
+        if let Some(r) = self.cache.get(c.addr) {
+            return Where::Ram(Ok(r));
+        }
+        let spot = match self.log.locate(c.addr, c.span) {
+            Ok(spot) => spot,
+            Err(e) => return Where::Ram(Err(e)),
+        };
+        if !self.log.in_ram(spot.slot, spot.first, spot.count) {
+            if let Some(src) = self.log.device_source(spot.slot, spot.first, spot.count) {
+                return Where::Device(spot, src);
+            }
+        }
+        // In RAM, or partly in the unwritten tail (a record written just
+        // now that crosses the end of what is on the device): read it here.
+        Where::Ram(self.read_into_cache(c))
+    }
+
+    /// The record at `addr` for a walk (key scan, expiry): from the cache
+    /// if there, else read, without filling the cache or counting a miss.
+    pub(super) fn record_for_walk(&mut self, addr: u32, span: u8) -> Result<Record, ReadError> {
+        match self.cache.peek(addr) {
+            Some(r) => Ok(r.clone()),
+            None => self.log.read(addr, span),
+        }
+    }
+
+    /// How recent the record at `addr` is: (segment sequence, offset).
+    /// Appends (writes and GC's copies) always go to the newest place.
+    pub(super) fn age(&self, addr: u32) -> (u64, u64) {
+        let a = self.log.decode_addr(addr);
+        (self.log.seq_of_slot(a.slot).unwrap_or(0), a.offset)
+    }
+
+    /// The entries whose tag matches `h`, in the order reads try them: the
+    /// settled ones first (a key has at most one settled entry, so any
+    /// order will do), then the unresolved ones, newest first (a key's
+    /// newest record is the one that counts).
+    pub(super) fn ordered_candidates(&self, h: KeyHash) -> Vec<Candidate> {
+        let mut cands = Vec::new();
+        self.index.candidates(h, &mut cands);
+        if !self.unresolved.is_empty() && cands.len() > 1 {
+            cands.sort_by_key(|c| {
+                if self.unresolved.contains(&c.addr) {
+                    (1, std::cmp::Reverse(self.age(c.addr)))
+                } else {
+                    (0, std::cmp::Reverse((0, 0)))
+                }
+            });
+        }
+        cands
+    }
+
+    /// The entry and record of `key`. `Err` when no candidate matched and
+    /// at least one could not be read (the key may be in it).
+    pub(super) fn find(&mut self, h: KeyHash, key: &[u8]) -> Result<Option<(Candidate, Record)>, ReadError> {
+        self.check_written(key)?;
+        if self.is_deleted(key) {
+            return Ok(None);
+        }
+        self.find_entry(h, key)
+    }
+
+    /// `Err` if `key`'s newest put never reached the segments (its entries
+    /// are older than what was acknowledged or logged).
+    pub(super) fn check_written(&self, key: &[u8]) -> Result<(), ReadError> {
+        if !self.unwritten.is_empty() && self.unwritten.contains(key) {
+            return Err(ReadError::Unwritten {
+                dir: self.log.dir().to_path_buf(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `Err` if the record `r` read at entry `addr`, a candidate for `h`,
+    /// cannot be that entry's record: its key's partition or tag differs.
+    /// Such an entry dangles; it may have been the key's newest, so what
+    /// comes after it must not be taken for the key's current record.
+    pub(super) fn check_dangling(&self, h: KeyHash, addr: u32, r: &Record) -> Result<(), ReadError> {
+        if self.key_hash(&r.key).could_share_entry(h) {
+            return Ok(());
+        }
+        let a = self.log.decode_addr(addr);
+        Err(ReadError::Dangling {
+            file: self.log.path_of_slot(a.slot),
+            offset: a.offset,
+        })
+    }
+
+    /// `find` without the shortcut for a key deleted blind: its newest
+    /// entry (dead), for a put to replace. During a replay, a settled
+    /// entry of such a key may also be there (an index partition copied
+    /// after a put the replay has not reached yet); this finds it first.
+    pub(super) fn find_entry(
+        &mut self,
+        h: KeyHash,
+        key: &[u8],
+    ) -> Result<Option<(Candidate, Record)>, ReadError> {
+        let mut failed = None;
+        for c in self.ordered_candidates(h) {
+            match self.record(&c) {
+                Ok(r) if r.key == key => {
+                    // An unresolved entry is the key's current record only
+                    // if no entry tried before it is: one that could not
+                    // be read may be.
+                    return match failed {
+                        Some(e) if self.unresolved.contains(&c.addr) => Err(e),
+                        _ => Ok(Some((c, r))),
+                    };
+                }
+                Ok(r) => {
+                    if let Err(e) = self.check_dangling(h, c.addr, &r) {
+                        failed = failed.or(Some(e));
+                    }
+                }
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
+
+    /// Every entry of `key` (its newest first: the one that counts), for a
+    /// delete, which must leave none behind. `Err` if a candidate that may
+    /// hold the key could not be read.
+    pub(super) fn find_all(&mut self, h: KeyHash, key: &[u8]) -> Result<Vec<(Candidate, Record)>, ReadError> {
+        let mut found = Vec::new();
+        if self.is_deleted(key) {
+            // Every entry of it is dead already.
+            return Ok(found);
+        }
+        let mut failed = None;
+        for c in self.ordered_candidates(h) {
+            match self.record(&c) {
+                Ok(r) if r.key == key => found.push((c, r)),
+                Ok(_) => {}
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(found),
+        }
+    }
+
+    /// Whether `key` was deleted blind since its last put: then it has no
+    /// settled entry, and every unresolved one is dead.
+    pub(super) fn is_deleted(&self, key: &[u8]) -> bool {
+        !self.deleted.is_empty() && self.deleted.contains(key)
+    }
+
+    /// Whether the record at `addr` (of `key`, an unresolved entry) is an
+    /// older version of its key: another entry of the key is newer, or the
+    /// key was deleted since.
+    pub(super) fn superseded(&mut self, addr: u32, key: &[u8]) -> Result<bool, ReadError> {
+        if self.is_deleted(key) {
+            return Ok(true);
+        }
+        let h = self.key_hash(key);
+        let age = self.age(addr);
+        for c in self.ordered_candidates(h) {
+            if c.addr == addr || self.age(c.addr) <= age {
+                continue;
+            }
+            if self.record(&c)?.key == key {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// For a walk: whether a record the index points at is its key's
+    /// current one (not an unresolved older version).
+    pub(super) fn current(&mut self, addr: u32, r: &Record) -> Result<bool, ReadError> {
+        if !self.unresolved.contains(&addr) {
+            return Ok(true);
+        }
+        Ok(!self.superseded(addr, &r.key)?)
+    }
+
+    /// `find` for a read: a failure is kept for `take_read_errors` and
+    /// answers as absent.
+    pub(super) fn find_for_read(&mut self, hash: u64, key: &[u8]) -> Option<Record> {
+        match self.find(KeyHash::new(hash), key) {
+            Ok(found) => found.map(|(_, r)| r),
+            Err(e) => {
+                self.note_read_error(key, &e.to_string());
+                None
+            }
+        }
+    }
+
+    /// A read of `key` failed: kept for `take_read_errors`.
+    pub(super) fn note_read_error(&mut self, key: &[u8], reason: &str) {
+        self.read_error_count += 1;
+        tracing::warn!(error = %reason, "hybrid tier: a key's record could not be read");
+        self.read_errors
+            .push((Bytes::copy_from_slice(key), reason.to_string()));
+    }
+
+    /// Looks `key` up for a GET without waiting for the device: candidates
+    /// whose records are in RAM are compared now when their turn allows;
+    /// the rest are left to read, in the order reads try them.
+    pub(super) fn lookup(&mut self, hash: u64, key: &[u8]) -> Lookup<D::File> {
+        if let Err(e) = self.check_written(key) {
+            return Lookup::Failed(e);
+        }
+        if self.is_deleted(key) {
+            return Lookup::Found(None);
+        }
+        let mut queue = VecDeque::new();
+        let mut failed: Option<ReadError> = None;
+        for c in self.ordered_candidates(KeyHash::new(hash)) {
+            // A settled entry that matches is the key's, whatever is still
+            // to read; an unresolved one only if nothing before it is.
+            let settled = !self.unresolved.contains(&c.addr);
+            match self.where_is(&c) {
+                Where::Ram(res) if settled || queue.is_empty() => match res {
+                    Ok(r) if r.key == key => {
+                        return match failed {
+                            // An earlier candidate could not be read and
+                            // may be the key's newer record.
+                            Some(e) if !settled => Lookup::Failed(e),
+                            _ => Lookup::Found(Some(r)),
+                        };
+                    }
+                    Ok(r) => {
+                        if let Err(e) = self.check_dangling(KeyHash::new(hash), c.addr, &r) {
+                            failed.get_or_insert(e);
+                        }
+                    }
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                    }
+                },
+                Where::Ram(res) => queue.push_back(ColdCand {
+                    addr: c.addr,
+                    span: c.span,
+                    unresolved: !settled,
+                    state: CandState::Known(res),
+                }),
+                Where::Device(spot, src) => queue.push_back(ColdCand {
+                    addr: c.addr,
+                    span: c.span,
+                    unresolved: !settled,
+                    state: CandState::Read {
+                        spot,
+                        src,
+                        blocks: None,
+                    },
+                }),
+            }
+        }
+        if !queue.is_empty() {
+            return Lookup::Cold(ColdKey {
+                key: Bytes::copy_from_slice(key),
+                hash,
+                now_ms: self.now_ms,
+                cands: queue,
+                failed: failed.map(|e| e.to_string()),
+                reads: 0,
+                bytes: 0,
+                settle: false,
+                background: false,
+                answer: None,
+                counted: None,
+            });
+        }
+        match failed {
+            Some(e) => Lookup::Failed(e),
+            None => Lookup::Found(None),
+        }
+    }
+
+    /// Answers a cold GET whose next candidate was read, or hands it back
+    /// for another read.
+    pub(super) fn finish_one(
+        &mut self,
+        mut ck: Box<ColdKey<D::File>>,
+    ) -> Result<ColdAnswer, Box<ColdKey<D::File>>> {
+        self.log.reads += std::mem::take(&mut ck.reads);
+        self.log.bytes_read += std::mem::take(&mut ck.bytes);
+        loop {
+            match ck.cands.front() {
+                None => break,
+                // Its turn, and not read yet.
+                Some(ColdCand {
+                    state: CandState::Read { blocks: None, .. },
+                    ..
+                }) => return Err(ck),
+                Some(_) => {}
+            }
+            let cand = ck.cands.pop_front().expect("looked at");
+            let (addr, unresolved) = (cand.addr, cand.unresolved);
+            let Some((record, cacheable)) = self.candidate_record(&mut ck, cand) else {
+                continue;
+            };
+            match record {
+                Ok(r) if r.key == ck.key && ck.settle && ck.answer.is_some() => {
+                    // An older record of the key: as dead as the first.
+                    if cacheable {
+                        self.settle_deleted(ck.hash, addr, !unresolved, &r);
+                    }
+                }
+                Ok(r) if r.key == ck.key && unresolved && ck.failed.is_some() => {
+                    // An earlier candidate could not be read and may be
+                    // the key's newer record.
+                    break;
+                }
+                Ok(r) if r.key == ck.key => {
+                    if ck.settle {
+                        // A blind delete's answer, or a put's settling
+                        // read: the record is dead now, and so is every
+                        // older one of the key among the candidates left
+                        // (reading them all leaves the key no unresolved
+                        // entry, so it leaves the deleted-key set).
+                        if cacheable {
+                            self.settle_deleted(ck.hash, addr, !unresolved, &r);
+                        }
+                        let live = r.expires_at_ms.is_none_or(|at| at > ck.now_ms);
+                        ck.answer = Some(live.then_some(r.value));
+                        continue;
+                    } else if cacheable
+                        && self.index.find_addr(KeyHash::new(ck.hash), addr).is_some()
+                    {
+                        // Cached only if the index still points at this
+                        // record (a write since the lookup moved the key
+                        // on, or GC removed the segment and its slot was
+                        // reused).
+                        self.cache.insert(addr, r.clone());
+                    }
+                    let live = r.expires_at_ms.is_none_or(|at| at > ck.now_ms);
+                    return Ok(Ok(live.then_some(r.value)));
+                }
+                Ok(r) => {
+                    if let Err(e) = self.check_dangling(KeyHash::new(ck.hash), addr, &r) {
+                        tracing::warn!(error = %e, "hybrid tier: a candidate entry dangles");
+                        ck.failed.get_or_insert(e.to_string());
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "hybrid tier: a candidate record could not be read");
+                    ck.failed.get_or_insert(e.to_string());
+                }
+            }
+        }
+        if let Some(answer) = ck.answer.take() {
+            return Ok(Ok(answer));
+        }
+        Ok(match ck.failed {
+            Some(reason) => {
+                self.read_error_count += 1;
+                Err(reason)
+            }
+            None => Ok(None),
+        })
+    }
+
+    /// The record of a candidate taken from the front of `ck`: known
+    /// already, or parsed from the blocks read for it, and whether it may be
+    /// cached (its segment is still the one read). `None` when the read was
+    /// short: the candidate went back to the front, to be read whole.
+    fn candidate_record(
+        &mut self,
+        ck: &mut ColdKey<D::File>,
+        cand: ColdCand<D::File>,
+    ) -> Option<(Result<Record, ReadError>, bool)> {
+        let ColdCand {
+            addr,
+            span,
+            unresolved,
+            state,
+        } = cand;
+        Some(match state {
+            CandState::Known(r) => (r, false),
+            CandState::Read {
+                mut spot,
+                src,
+                blocks,
+            } => {
+                let parsed = blocks.expect("read").and_then(|payloads| {
+                    self.log
+                        .remember_read(spot.slot, src.seq, spot.first, &payloads);
+                    parse_record(&payloads, &spot, self.log.segment_bytes(), &src.path)
+                });
+                let same_segment = self.log.seq_of_slot(spot.slot) == Some(src.seq);
+                let record = match parsed {
+                    Ok(Parsed::Record(r)) => Ok(r),
+                    Ok(Parsed::NeedBlocks(count)) => {
+                        if same_segment
+                            && self
+                                .log
+                                .device_source(spot.slot, spot.first, count)
+                                .is_none()
+                        {
+                            // The rest is still in the unwritten tail.
+                            self.log.read(addr, span)
+                        } else {
+                            // Read again, whole this time.
+                            spot.count = count;
+                            ck.cands.push_front(ColdCand {
+                                addr,
+                                span,
+                                unresolved,
+                                state: CandState::Read {
+                                    spot,
+                                    src,
+                                    blocks: None,
+                                },
+                            });
+                            return None;
+                        }
+                    }
+                    Err(e) => Err(e),
+                };
+                (record, same_segment)
+            }
+        })
+    }
+
+    pub(super) fn live(&self, r: &Record) -> bool {
+        r.expires_at_ms.is_none_or(|at| at > self.now_ms)
+    }
+}
