@@ -734,7 +734,7 @@ flush_interval = \"10 msec\"
         let l = lines(text);
         assert_eq!(
             l,
-            ["line 4: storage.group_commit_max_bytes = \"1MiB\": must be >= limits.key_bytes_max + 16384 (1064960 bytes) so the record of the largest key always fits a flush"]
+            ["line 4: storage.group_commit_max_bytes = \"1MiB\": must be >= limits.key_bytes_max + 12288 (1060864 bytes) so the record of the largest key always fits a flush"]
         );
     }
 

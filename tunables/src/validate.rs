@@ -26,7 +26,7 @@ pub const PAGE_SIZE_BYTES: u64 = 4096;
 /// the segment header block, the largest seal, the record header and the
 /// expiry and chain-start fields. Values have no such rule: a value larger
 /// than a flush is logged as a chunk chain.
-pub const WAL_FLUSH_OVERHEAD_BYTES_MAX: u64 = 16 * 1024;
+pub const WAL_FLUSH_OVERHEAD_BYTES_MAX: u64 = 12 * 1024;
 /// Room reserved for a frame header plus one operation header in the rule
 /// `frame_bytes_max >= key_bytes_max + value_bytes_max + FRAME_OVERHEAD_BYTES_MAX`
 /// (one max-size PUT always fits a frame).

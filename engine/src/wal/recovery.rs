@@ -1023,6 +1023,12 @@ impl ReplayPhase {
         let mut version = self.max_commit_version;
         let bytes = replay_flush(win, flush, &mut |r| {
             version = version.max(r.commit_version);
+            if r.lsn < need && r.kind != RecordKind::TxnPart {
+                // In the snapshot. No chain crosses its LSN (a checkpoint
+                // never claims part of one), so chunks below it belong to
+                // chains it holds whole.
+                return;
+            }
             let whole = match chain.record(r) {
                 Ok(whole) => whole,
                 Err(d) => {

@@ -35,9 +35,10 @@ pub fn buffer_bytes_needed(max_record_bytes: usize) -> usize {
     BLOCK_BYTES + max_record_bytes + SEAL_RESERVE_BYTES
 }
 
-/// Smallest piece of value a chunk carries when the open buffer already
-/// holds records: below it the buffer is flushed first, so chains are not
-/// cut into slivers.
+/// Smallest piece of value a chunk carries (or a quarter of the flush
+/// threshold, if smaller) unless it is the value's last: with less room
+/// the buffer is flushed first (or, empty, moves to the next segment), so
+/// chains are not cut into slivers.
 pub const CHUNK_PIECE_MIN: usize = 64 * 1024;
 
 /// A flush ready to go to disk.
@@ -219,7 +220,8 @@ impl WalAppender {
         loop {
             let room = self.piece_room();
             let fresh = self.open_records == 0 && self.open_offset == 0;
-            if room > 0 && (fresh || room >= want.min(CHUNK_PIECE_MIN)) {
+            let piece_min = want.min(CHUNK_PIECE_MIN).min(self.flush_threshold / 4);
+            if room > 0 && (fresh || room >= piece_min) {
                 return (Some(room.min(want)), rolled);
             }
             if self.open_records > 0 {

@@ -298,7 +298,11 @@ async fn read_loop(
         }
         let wanted = decoder.bytes_wanted();
         let room = if authenticated.get() {
-            wanted.saturating_sub(buf.len()).max(READ_CHUNK_BYTES)
+            crate::sockets::read_room(
+                wanted.saturating_sub(buf.len()),
+                buf.len(),
+                READ_CHUNK_BYTES,
+            )
         } else {
             // Only one partial command is buffered here (every complete
             // one was handed over): refuse it once it cannot fit.
