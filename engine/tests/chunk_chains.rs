@@ -272,6 +272,11 @@ fn chains_across_checkpoints(hybrid: bool) {
         let answers = h.batch_blocking(ops).expect("writes");
         assert!(answers.iter().all(|a| *a == OpResult::Ok), "{answers:?}");
     }
+    // The checkpointer runs beside the writes: give it a moment to finish.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while engine.metrics().shards[0].checkpoints == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let m = &engine.metrics().shards[0];
     assert!(
         m.checkpoints >= 1,
