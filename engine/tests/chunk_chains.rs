@@ -306,3 +306,99 @@ fn memory_tier_chains_survive_checkpoints_and_crashes() {
 fn hybrid_tier_chains_survive_checkpoints_and_crashes() {
     chains_across_checkpoints(true);
 }
+
+/// The offline verify on a real directory: it follows a chain across
+/// segments and counts it whole; with the flush holding the chain's end
+/// torn off, it reports the torn flush and the unfinished chain (which the
+/// trial open drops); with the end record naming other chunks (checksum
+/// recomputed, so only the chain rule can see it), it reports a broken
+/// chain at that flush, and recovery refuses.
+#[test]
+fn verify_follows_chains_and_reports_broken_ones() {
+    use engine::inspect::{examine, trial_open, Depth, OverlayDisk};
+    use engine::wal::format::{chain_end_size, encode_chain_end};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = chain_config(false);
+    config.storage.data_dir = dir.path().to_path_buf();
+    config.storage.checkpoint_wal_bytes = ByteSize::mib(64);
+    let engine = Engine::open(&config).expect("open");
+    let h = engine.handle();
+    let ops = vec![
+        put(1, 1),
+        Op::Put {
+            key: big_key(),
+            value: big_value(),
+        },
+    ];
+    assert!(h.batch_blocking(ops).unwrap().iter().all(|a| *a == OpResult::Ok));
+    engine.shutdown().expect("shutdown");
+
+    let report = examine(&config, Depth::Full);
+    assert!(report.problems.is_empty(), "{:#?}", report.problems);
+    let chains = &report.shards[0].chunk_chains;
+    assert_eq!((chains.whole, chains.unfinished), (1, None));
+
+    // Find the chain's end record and the flush it starts in.
+    let wal_dir = dir.path().join("shard-000").join("wal");
+    let mut end_at = None;
+    let mut segs: Vec<_> = std::fs::read_dir(&wal_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wal"))
+        .collect();
+    segs.sort();
+    for path in &segs {
+        let bytes = std::fs::read(path).unwrap();
+        let mut pos = SEGMENT_DATA_OFFSET as usize;
+        let mut flush_start = pos;
+        while pos < bytes.len() {
+            let Ok(Decoded::Record(r)) = decode_record(&bytes[pos..], bytes.len() - pos) else {
+                break;
+            };
+            if r.is_first() {
+                flush_start = pos;
+            }
+            if let Some(first) = r.chain_first_lsn {
+                end_at = Some((path.clone(), flush_start, pos, r.lsn, first, r.key.to_vec()));
+            }
+            pos += r.size;
+        }
+    }
+    let (path, flush_start, pos, lsn, first, key_bytes) = end_at.expect("a chain end on disk");
+    let original = std::fs::read(&path).unwrap();
+
+    // The end's flush torn off (zeroes from its start).
+    let mut torn = original.clone();
+    for b in &mut torn[flush_start..] {
+        *b = 0;
+    }
+    torn[flush_start] = 0xAB; // not zero: a torn write, not a clean end
+    std::fs::write(&path, &torn).unwrap();
+    let report = examine(&config, Depth::Full);
+    let chains = &report.shards[0].chunk_chains;
+    let unfinished = chains.unfinished.expect("an unfinished chain is reported");
+    assert_eq!(unfinished.first_lsn, first);
+    assert!(
+        report.problems.iter().any(|p| p.to_string().contains("torn flush")),
+        "{:#?}",
+        report.problems
+    );
+    trial_open(&config, OverlayDisk::new()).expect("recovery drops the unfinished chain");
+
+    // The end record names chunks that are not right before it.
+    let mut broken = original.clone();
+    let size = chain_end_size(key_bytes.len(), 0, None);
+    encode_chain_end(&mut broken[pos..pos + size], lsn, 1, 0, &key_bytes, b"", None, first + 1);
+    std::fs::write(&path, &broken).unwrap();
+    let report = examine(&config, Depth::Full);
+    let found = report
+        .problems
+        .iter()
+        .find(|p| p.to_string().contains("chunk chain ending at LSN"))
+        .unwrap_or_else(|| panic!("no broken-chain problem: {:#?}", report.problems));
+    assert_eq!(found.offset, Some(flush_start as u64), "{found}");
+    let refused = trial_open(&config, OverlayDisk::new()).expect_err("recovery refuses");
+    assert!(refused.to_string().contains("chunk chain"), "{refused}");
+}
