@@ -795,9 +795,17 @@ mod tests {
         let put = encode(1, 1, RecordKind::Put, b"k", &[7u8; 20]);
         // A flag this build does not know: refused, never read as data.
         assert_eq!(
-            decode_record(&with_flags(&put, FLAG_FIRST | 0x04), put.len()),
+            decode_record(&with_flags(&put, FLAG_FIRST | 0x08), put.len()),
             Err(Damage::ReservedNotZero)
         );
+        // FLAG_CHAIN_END naming a chain start at or after the record, or on
+        // a delete.
+        assert!(matches!(
+            decode_record(&with_flags(&put, FLAG_CHAIN_END), put.len()),
+            Err(Damage::BadChain { .. })
+        ));
+        let del = encode(1, 1, RecordKind::Delete, b"k", b"");
+        assert!(decode_record(&with_flags(&del, FLAG_CHAIN_END), del.len()).is_err());
         // FLAG_EXPIRES on a delete, or on a put too short for the expiry.
         let del = encode(1, 1, RecordKind::Delete, b"k", b"");
         assert!(decode_record(&with_flags(&del, FLAG_EXPIRES), del.len()).is_err());
@@ -809,7 +817,7 @@ mod tests {
     }
 
     #[test]
-    fn segment_headers_of_versions_1_and_2_are_read_and_others_refused() {
+    fn segment_headers_of_versions_1_to_3_are_read_and_others_refused() {
         let h = SegmentHeader {
             shard: 1,
             seq: 2,
@@ -820,7 +828,7 @@ mod tests {
         let mut block = vec![0u8; BLOCK_BYTES];
         encode_segment_header(&h, &mut block);
         assert_eq!(u32::from_le_bytes(le4(&block[8..12])), FORMAT_VERSION);
-        for (version, ok) in [(1u32, true), (2, true), (3, false), (0, false)] {
+        for (version, ok) in [(1u32, true), (2, true), (3, true), (4, false), (0, false)] {
             block[8..12].copy_from_slice(&version.to_le_bytes());
             let crc = crc32fast::hash(&block[0..44]);
             block[44..48].copy_from_slice(&crc.to_le_bytes());
