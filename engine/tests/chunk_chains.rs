@@ -152,7 +152,10 @@ fn cut_at(hybrid: bool, cut: Cut) -> (bool, u64, bool, BTreeSet<u64>) {
         key: big_key(),
         value: big_value(),
     };
-    let acked = matches!(h.batch_blocking(vec![put_big]).as_deref(), Ok([OpResult::Ok]));
+    let acked = matches!(
+        h.batch_blocking(vec![put_big]).as_deref(),
+        Ok([OpResult::Ok])
+    );
     if matches!(cut, Cut::None) {
         assert!(acked, "the write without a fault is acknowledged");
         assert_eq!(read(&h, big_key()), Some(big_value()));
@@ -184,7 +187,10 @@ fn cut_at(hybrid: bool, cut: Cut) -> (bool, u64, bool, BTreeSet<u64>) {
     let answers = h
         .batch_blocking((0..8).map(|i| put(i, 2)).collect())
         .expect("writes after recovery");
-    assert!(answers.iter().all(|a| *a == OpResult::Ok), "{what}: {answers:?}");
+    assert!(
+        answers.iter().all(|a| *a == OpResult::Ok),
+        "{what}: {answers:?}"
+    );
     engine.shutdown().expect("shutdown");
     let engine = Engine::open_with_disk(&config, disk.clone())
         .unwrap_or_else(|e| panic!("{what}: second recovery refused: {e}"));
@@ -331,7 +337,11 @@ fn verify_follows_chains_and_reports_broken_ones() {
             value: big_value(),
         },
     ];
-    assert!(h.batch_blocking(ops).unwrap().iter().all(|a| *a == OpResult::Ok));
+    assert!(h
+        .batch_blocking(ops)
+        .unwrap()
+        .iter()
+        .all(|a| *a == OpResult::Ok));
     engine.shutdown().expect("shutdown");
 
     let report = examine(&config, Depth::Full);
@@ -381,7 +391,10 @@ fn verify_follows_chains_and_reports_broken_ones() {
     let unfinished = chains.unfinished.expect("an unfinished chain is reported");
     assert_eq!(unfinished.first_lsn, first);
     assert!(
-        report.problems.iter().any(|p| p.to_string().contains("torn flush")),
+        report
+            .problems
+            .iter()
+            .any(|p| p.to_string().contains("torn flush")),
         "{:#?}",
         report.problems
     );
@@ -390,7 +403,16 @@ fn verify_follows_chains_and_reports_broken_ones() {
     // The end record names chunks that are not right before it.
     let mut broken = original.clone();
     let size = chain_end_size(key_bytes.len(), 0, None);
-    encode_chain_end(&mut broken[pos..pos + size], lsn, 1, 0, &key_bytes, b"", None, first + 1);
+    encode_chain_end(
+        &mut broken[pos..pos + size],
+        lsn,
+        1,
+        0,
+        &key_bytes,
+        b"",
+        None,
+        first + 1,
+    );
     std::fs::write(&path, &broken).unwrap();
     let report = examine(&config, Depth::Full);
     let found = report

@@ -48,7 +48,9 @@ fn start(dir: &Path, config: &Path) -> (ServerProcess, SocketAddr) {
     ];
     let server = start_server(&dir.join("data"), &args);
     let line = server.wait_for_log("ringkv-server ready");
-    let resp = field(&line, "resp").parse().expect("resp= in the ready line");
+    let resp = field(&line, "resp")
+        .parse()
+        .expect("resp= in the ready line");
     (server, resp)
 }
 
@@ -109,14 +111,16 @@ fn read_line(s: &mut TcpStream) -> Vec<u8> {
 
 fn resp_set(addr: SocketAddr, key: &[u8], value: &[u8]) {
     let mut s = resp_conn(addr);
-    s.write_all(&resp_command(&[b"SET", key, value])).expect("send SET");
+    s.write_all(&resp_command(&[b"SET", key, value]))
+        .expect("send SET");
     let line = read_line(&mut s);
     assert_eq!(line, b"+OK", "{}", String::from_utf8_lossy(&line));
 }
 
 fn resp_get(addr: SocketAddr, key: &[u8]) -> Option<Vec<u8>> {
     let mut s = resp_conn(addr);
-    s.write_all(&resp_command(&[b"GET", key])).expect("send GET");
+    s.write_all(&resp_command(&[b"GET", key]))
+        .expect("send GET");
     let line = read_line(&mut s);
     if line == b"$-1" {
         return None;

@@ -397,7 +397,10 @@ impl Checker {
             &["storage.wal_segment_size"],
             format!("must be <= storage.wal_segment_size / 2 ({half}) so a flush never straddles most of a segment"),
         );
-        let record = l.key_bytes_max.0.saturating_add(WAL_FLUSH_OVERHEAD_BYTES_MAX);
+        let record = l
+            .key_bytes_max
+            .0
+            .saturating_add(WAL_FLUSH_OVERHEAD_BYTES_MAX);
         self.rule(
             record <= gc.0,
             "storage.group_commit_max_bytes",
