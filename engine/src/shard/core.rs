@@ -443,7 +443,7 @@ impl ShardCore {
     ) -> OpStep {
         let hash = st.table_hasher.hash_key(key);
         assert!(
-            record_size(key.len(), value.len()) <= self.settings.max_record_bytes,
+            value.len() <= self.settings.value_bytes_max,
             "limits are checked before the shard"
         );
         // Too many settling reads open: the put waits for some to finish
@@ -632,10 +632,21 @@ impl ShardCore {
         let clock = &self.clock;
         let version = &mut step.version;
         let next_version = || *version.get_or_insert_with(|| clock.next());
-        match self
-            .wal
-            .append(kind, key, value, expires_at_ms, next_version)
+        let logged = if kind == RecordKind::Put
+            && self.wal.needs_chain(key.len(), value.len(), expires_at_ms)
         {
+            // Too large for one flush: a chunk chain, possibly over several
+            // steps (the same write is retried until its end is logged).
+            let (logged, rolled) = self
+                .wal
+                .append_chained(key, value, expires_at_ms, next_version);
+            step.rolled |= rolled;
+            logged
+        } else {
+            self.wal
+                .append(kind, key, value, expires_at_ms, next_version)
+        };
+        match logged {
             Append::Logged { rolled, .. } => {
                 step.rolled |= rolled;
                 step.records += 1;

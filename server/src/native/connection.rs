@@ -408,7 +408,7 @@ async fn read_loop(
         } else {
             HANDSHAKE_READ_BYTES
         };
-        let spare = want.saturating_sub(buf.len()).max(chunk);
+        let spare = crate::sockets::read_room(want.saturating_sub(buf.len()), buf.len(), chunk);
         buf.reserve(spare);
         let start = buf.len();
         conn.reading(start > 0, progressed);

@@ -356,7 +356,11 @@ fn read_room(
 ) -> usize {
     let wanted = decoder.bytes_wanted();
     if authenticated {
-        return wanted.saturating_sub(buf.len()).max(READ_CHUNK_BYTES);
+        return crate::sockets::read_room(
+            wanted.saturating_sub(buf.len()),
+            buf.len(),
+            READ_CHUNK_BYTES,
+        );
     }
     let room = PREAUTH_COMMAND_BYTES_MAX.saturating_sub(buf.len());
     if fatal.is_none() && (wanted > PREAUTH_COMMAND_BYTES_MAX || room == 0) {
