@@ -79,7 +79,11 @@ fn fill(
 /// NotFound.
 fn check(engine: &Engine, model: &BTreeMap<u64, Bytes>, absent: &[u64]) {
     let h = engine.handle();
-    let ids: Vec<u64> = model.keys().copied().chain(absent.iter().copied()).collect();
+    let ids: Vec<u64> = model
+        .keys()
+        .copied()
+        .chain(absent.iter().copied())
+        .collect();
     for chunk in ids.chunks(200) {
         let ops = chunk.iter().map(|&k| Op::Get { key: key(k) }).collect();
         for (&k, answer) in chunk.iter().zip(h.batch_blocking(ops).expect("batch")) {
@@ -95,7 +99,10 @@ fn check(engine: &Engine, model: &BTreeMap<u64, Bytes>, absent: &[u64]) {
 fn put_one(engine: &Engine, k: u64, v: Bytes) -> OpResult {
     let answers = engine
         .handle()
-        .batch_blocking(vec![Op::Put { key: key(k), value: v }])
+        .batch_blocking(vec![Op::Put {
+            key: key(k),
+            value: v,
+        }])
         .expect("batch");
     answers.into_iter().next().expect("one answer")
 }
@@ -190,7 +197,11 @@ fn memory_tier_refuses_growth_at_the_limit_and_keeps_the_rest() {
         model.remove(&k);
     }
     let (room, _) = fill(&engine, 3_000_000, 1000, 1, 40);
-    assert!(room.len() >= 20, "only {} writes after 100 deletes", room.len());
+    assert!(
+        room.len() >= 20,
+        "only {} writes after 100 deletes",
+        room.len()
+    );
     model.extend(room);
     check(&engine, &model, &refused);
     check(&engine, &BTreeMap::new(), &txn_keys);
@@ -247,7 +258,11 @@ fn hybrid_tier_refuses_index_growth_at_the_limit() {
         model.remove(&k);
     }
     let (room, _) = fill(&engine, 1_000_000, 300, 1, 40);
-    assert!(room.len() >= 20, "only {} writes after 400 deletes", room.len());
+    assert!(
+        room.len() >= 20,
+        "only {} writes after 400 deletes",
+        room.len()
+    );
     model.extend(room);
     check(&engine, &model, &refused);
     drop(engine);

@@ -44,7 +44,9 @@ fn start(dir: &Path, config: &Path) -> (ServerProcess, SocketAddr) {
     ];
     let server = start_server(&dir.join("data"), &args);
     let line = server.wait_for_log("ringkv-server ready");
-    let resp = field(&line, "resp").parse().expect("resp= in the ready line");
+    let resp = field(&line, "resp")
+        .parse()
+        .expect("resp= in the ready line");
     (server, resp)
 }
 
@@ -157,7 +159,11 @@ fn check(addr: SocketAddr, model: &BTreeMap<u64, Bytes>, absent: &[u64]) {
     with_runtime(async {
         let c = connect(addr).await;
         for (k, v) in model {
-            assert_eq!(c.get(key(*k)).await.expect("get").as_ref(), Some(v), "key {k}");
+            assert_eq!(
+                c.get(key(*k)).await.expect("get").as_ref(),
+                Some(v),
+                "key {k}"
+            );
         }
         for k in absent {
             assert_eq!(c.get(key(*k)).await.expect("get"), None, "key {k}");
@@ -193,7 +199,7 @@ fn writes_past_the_limit_answer_oom_on_both_ports_and_the_rest_works() {
         model.len()
     );
     let mut c = Resp::connect(resp);
-    let big = vec![b'z'; 8000];
+    let big = vec![b'z'; 20_000];
     assert_eq!(
         c.call_args(&[b"SET", b"resp-new", &big]),
         Reply::Error(OOM.to_string())
@@ -203,12 +209,23 @@ fn writes_past_the_limit_answer_oom_on_both_ports_and_the_rest_works() {
     let (&k0, v0) = model.iter().next().unwrap();
     let k0s = String::from_utf8(key(k0).to_vec()).unwrap();
     assert_eq!(c.call(&format!("GET {k0s}")), Reply::Bulk(v0.clone()));
-    assert_eq!(c.call(&format!("SET {k0s} short")), Reply::Simple("OK".into()));
+    assert_eq!(
+        c.call(&format!("SET {k0s} short")),
+        Reply::Simple("OK".into())
+    );
     model.insert(k0, Bytes::from_static(b"short"));
     let (&k1, _) = model.iter().nth(1).unwrap();
     let k1s = String::from_utf8(key(k1).to_vec()).unwrap();
     assert_eq!(c.call(&format!("DEL {k1s}")), Reply::Int(1));
     model.remove(&k1);
+    // A read-modify-write that grows its value is refused too.
+    let (&k2, v2) = model.iter().nth(2).unwrap();
+    let k2s = String::from_utf8(key(k2).to_vec()).unwrap();
+    assert_eq!(
+        c.call_args(&[b"APPEND", k2s.as_bytes(), &big]),
+        Reply::Error(OOM.to_string())
+    );
+    assert_eq!(c.call(&format!("GET {k2s}")), Reply::Bulk(v2.clone()));
     // A MULTI/EXEC whose write does not fit: -OOM, nothing applied.
     assert_eq!(c.call("MULTI"), Reply::Simple("OK".into()));
     assert_eq!(
@@ -222,7 +239,10 @@ fn writes_past_the_limit_answer_oom_on_both_ports_and_the_rest_works() {
     let limit = 4u64 << 20;
     assert_eq!(c.info_field("memory", "maxmemory"), limit);
     let used = c.info_field("memory", "used_memory");
-    assert!(used <= limit && used > limit - 2 * 8200, "used_memory {used}");
+    assert!(
+        used <= limit && used > limit - 2 * 8200,
+        "used_memory {used}"
+    );
     assert!(c.info_field("persistence", "rdb_changes_since_last_save") > 0);
     assert_eq!(
         c.call("CONFIG GET maxmemory"),
@@ -232,7 +252,8 @@ fn writes_past_the_limit_answer_oom_on_both_ports_and_the_rest_works() {
         ])
     );
     assert_eq!(stat(addr, "engine.memory_bytes_max"), limit);
-    assert!(stat(addr, "engine.oom_refusals") >= refused.len() as u64 + 1);
+    // The fill's refusals, SET, APPEND and EXEC.
+    assert_eq!(stat(addr, "engine.oom_refusals"), refused.len() as u64 + 3);
     check(addr, &model, &refused);
 
     // A restart keeps everything acknowledged, nothing refused.

@@ -339,7 +339,11 @@ fn config_params(ctx: &ShardContext) -> Vec<(&'static str, String)> {
         // The limit as enforced: each shard's share, summed (0: none).
         ("maxmemory", {
             let m = ctx.handle.metrics();
-            m.shards.iter().map(|s| s.memory_bytes_max).sum::<u64>().to_string()
+            m.shards
+                .iter()
+                .map(|s| s.memory_bytes_max)
+                .sum::<u64>()
+                .to_string()
         }),
         ("maxmemory-policy", "noeviction".to_string()),
         (
