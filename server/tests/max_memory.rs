@@ -265,6 +265,92 @@ fn writes_past_the_limit_answer_oom_on_both_ports_and_the_rest_works() {
     assert_eq!(c.call("GET exec-new"), Reply::Null);
 }
 
+#[test]
+fn hybrid_tier_refuses_index_growth_at_the_limit_on_both_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    let hybrid = |name: &str, max: u64| {
+        let sub = dir.path().join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        let path = sub.join("ringkv.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[storage]\ntier = \"hybrid\"\ncache_bytes = \"64KiB\"\nindex_keys = 1024\nvalue_segment_size = \"1MiB\"\nwal_segment_size = \"8MiB\"\nmax_memory = \"{max}B\"\n[limits]\nvalue_bytes_max = \"64KiB\"\nframe_bytes_max = \"1MiB\"\nops_per_frame_max = 200\n"
+            ),
+        )
+        .unwrap();
+        (sub, path)
+    };
+    // What the empty tier holds (its fixed index and buffers), from a
+    // server without a limit; then a limit 100 spilled keys per shard
+    // above that with full caches.
+    let empty = {
+        let (sub, config) = hybrid("probe", 0);
+        let (mut server, _) = start(&sub, &config);
+        let empty = stat(server.addr, "engine.memory_bytes");
+        server.terminate();
+        empty
+    };
+    let limit = empty + 64 * 1024 + 2 * 100 * 40;
+    let (sub, config) = hybrid("data", limit);
+    let (mut server, resp) = start(&sub, &config);
+    let addr = server.addr;
+    assert_eq!(stat(addr, "engine.memory_bytes_max"), limit / 2 * 2);
+
+    let (mut model, refused) = fill(addr, 0, 300, 32, 64 << 20);
+    assert!(
+        refused.len() >= 32,
+        "no write was refused after {} acknowledged ones",
+        model.len()
+    );
+    assert!(stat(addr, "tier.spilled_keys") > 0);
+    assert!(stat(addr, "engine.memory_bytes") <= limit);
+    let mut c = Resp::connect(resp);
+    // Every put into a full index partition counts as growth; find a key
+    // whose partition is full (the refused ones are).
+    let r0 = String::from_utf8(key(refused[0]).to_vec()).unwrap();
+    assert_eq!(
+        c.call(&format!("SET {r0} v")),
+        Reply::Error(OOM.to_string())
+    );
+    let (&k0, v0) = model.iter().next().unwrap();
+    let k0s = String::from_utf8(key(k0).to_vec()).unwrap();
+    assert_eq!(c.call(&format!("GET {k0s}")), Reply::Bulk(v0.clone()));
+    // Deletes work (one over RESP, half the keys over the native port)
+    // and empty the full partitions: writes go in again.
+    assert_eq!(c.call(&format!("DEL {k0s}")), Reply::Int(1));
+    model.remove(&k0);
+    let gone: Vec<u64> = model.keys().copied().step_by(2).collect();
+    with_runtime(async {
+        let n = connect(addr).await;
+        for chunk in gone.chunks(100) {
+            let ops = chunk
+                .iter()
+                .map(|&k| RequestOp::Delete { key: key(k) })
+                .collect();
+            for reply in n.batch(ops).await.expect("batch") {
+                assert_eq!(reply, OpReply::Ok);
+            }
+        }
+    });
+    for k in &gone {
+        model.remove(k);
+    }
+    let (room, _) = fill(addr, 1_000_000, 300, usize::MAX, 64 * 300);
+    assert!(
+        room.len() >= 32,
+        "{} of 64 writes after the deletes",
+        room.len()
+    );
+    model.extend(room);
+    check(addr, &model, &refused);
+
+    server.terminate();
+    let (server, _) = start(&sub, &config);
+    check(server.addr, &model, &refused);
+    check(server.addr, &BTreeMap::new(), &gone);
+}
+
 /// VmRSS of process `pid`, in bytes.
 fn rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
