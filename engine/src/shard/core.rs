@@ -223,7 +223,7 @@ impl ShardCore {
                 shard = settings.shard,
                 used_bytes,
                 max_bytes = settings.memory_bytes_max,
-                "the recovered data is over this shard's share of storage.max_memory: writes that grow memory answer OUT_OF_MEMORY until deletes bring it under"
+                "this shard's tier already holds more than its share of storage.max_memory (its fixed tables and buffers plus the recovered data): writes that grow memory answer OUT_OF_MEMORY until deletes bring it under; raise storage.max_memory if it is the fixed part"
             );
         }
         ShardCore {
