@@ -156,6 +156,13 @@ pub(crate) async fn checkpoint<D: Disk>(
             return Err(e.into());
         }
     };
+    // The module's rule: renamed into place only once the WAL is durable
+    // through the snapshot's LSN, and never claiming an unapplied part.
+    debug_assert!(core.wal.durable_lsn() >= lsn, "snapshot {lsn} ahead of the durable WAL");
+    debug_assert!(
+        core.txn.checkpoint_lsn_max().is_none_or(|max| lsn <= max),
+        "snapshot {lsn} claims an unapplied transaction part"
+    );
     let path = paths.snapshot(lsn);
     disk.rename(&tmp, &path).await.map_err(io("rename", &tmp))?;
     disk.sync_dir(&paths.snapshot_dir)

@@ -316,10 +316,8 @@ impl ShardCore {
 
     /// Copies the tier's own counters into the shard's metrics.
     pub(crate) fn publish_tier_stats(&self) {
-        let stats = self.state.borrow().tier.hybrid_stats();
-        if stats.is_some() {
-            *self.stats.hybrid.lock().unwrap_or_else(|p| p.into_inner()) = stats;
-        }
+        let stats = self.state.borrow().tier.stats();
+        *self.stats.tier.lock().unwrap_or_else(|p| p.into_inner()) = stats;
     }
 
     /// Runs `f` on the tier with the tier's clock set to now, for steps

@@ -259,6 +259,10 @@ impl WalState {
     /// returns the answers it releases, oldest first.
     pub(crate) fn flush_done(&mut self, last_lsn: u64, buf: AlignedBuf) -> Vec<Answer> {
         assert!(last_lsn > self.durable_lsn, "durable LSN only grows");
+        debug_assert!(
+            last_lsn <= self.last_lsn,
+            "a flush makes durable only records that were logged"
+        );
         self.durable_lsn = last_lsn;
         if let Some(w) = &mut self.appender {
             w.give_back(buf);
