@@ -188,4 +188,10 @@ pub enum OpError {
     /// was changed; `reason` names the file and offset.
     #[error("shard {shard}: {reason}")]
     ValueUnreadable { shard: usize, reason: String },
+    /// The write would grow the shard's tier past its share of
+    /// `storage.max_memory` (`max`, in bytes; `used` is what it holds).
+    /// Nothing was logged or applied; reads, deletes and writes that do
+    /// not grow memory still work.
+    #[error("command not allowed when used memory > 'maxmemory': shard {shard} holds {used} bytes of its {max}-byte share of storage.max_memory and this write would grow it; nothing was written (reads, deletes and shrinking writes still work)")]
+    OutOfMemory { shard: usize, used: u64, max: u64 },
 }

@@ -357,7 +357,9 @@ impl Txn {
             return Ok(());
         }
         let participants: Arc<[u16]> = by_shard.keys().copied().collect();
-        if let Err(e) = check_part_sizes(&shared, &by_shard, participants.len()) {
+        if let Err(e) = check_part_sizes(&shared, &by_shard, participants.len())
+            .and_then(|()| check_memory(&shared, &by_shard))
+        {
             shared.txn_release(txn, &lock_shards).await;
             return Err(e);
         }
@@ -409,6 +411,52 @@ fn check_part_sizes(
                 bytes,
                 max,
             });
+        }
+    }
+    Ok(())
+}
+
+/// Most bytes one put of a transaction adds to a tier beyond its key and
+/// value (memory tier: the entry header, expiry, table slot and growth
+/// share) or in all (hybrid tier: a spilled index entry and an expiry
+/// entry); what [`check_memory`] counts.
+const TXN_PUT_OVERHEAD_BYTES: u64 = 96;
+
+/// Refuses a commit whose puts would take some shard past its share of
+/// `storage.max_memory`, before any part is logged, so the commit aborts
+/// whole and the WAL never holds it. Reads each shard's usage as last
+/// published (at the end of its latest apply step) and counts every put
+/// as new (an upper bound); a commit of deletes only always passes.
+fn check_memory(
+    shared: &EngineShared,
+    by_shard: &BTreeMap<u16, Vec<TxnWrite>>,
+) -> Result<(), TxnError> {
+    for (&shard, writes) in by_shard {
+        let stats = &shared.stats[shard as usize];
+        let max = stats.memory_bytes_max.load(Relaxed);
+        if max == 0 {
+            continue;
+        }
+        let growth: u64 = writes
+            .iter()
+            .filter_map(|w| w.value.as_ref().map(|v| (w.key.len(), v.len())))
+            .map(|(key_len, value_len)| {
+                let data = if shared.values_in_ram {
+                    (key_len + value_len) as u64
+                } else {
+                    0
+                };
+                data + TXN_PUT_OVERHEAD_BYTES
+            })
+            .sum();
+        let used = stats.memory_bytes.load(Relaxed);
+        if growth > 0 && used.saturating_add(growth) > max {
+            stats.oom_refusals.fetch_add(1, Relaxed);
+            return Err(TxnError::Op(OpError::OutOfMemory {
+                shard: shard as usize,
+                used,
+                max,
+            }));
         }
     }
     Ok(())

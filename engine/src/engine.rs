@@ -166,6 +166,7 @@ impl Engine {
             },
             clock: shards.clock,
             txn_stats: shards.txn_stats,
+            values_in_ram: tier == StorageTier::Memory,
         });
         tracing::info!(
             shards = shard_count,
@@ -505,6 +506,9 @@ fn shard_settings(
         // makes values the server would drop (FRAME_TOO_LARGE).
         read_bytes_max: usize::try_from(config.limits.frame_bytes_max.as_u64())
             .map_err(|_| config_err("frame_bytes_max too large"))?,
+        // Each shard its equal share: a shard checks its own writes
+        // against it without asking the others (keys spread evenly).
+        memory_bytes_max: s.max_memory.as_u64() / (shard_count as u64).max(1),
     })
 }
 

@@ -34,6 +34,11 @@ pub struct ShardMetrics {
     pub keys: u64,
     /// Bytes the tier holds (entries + index), see [`crate::tier::Tier::memory_bytes`].
     pub memory_bytes: u64,
+    /// This shard's share of `storage.max_memory` (0: no limit).
+    pub memory_bytes_max: u64,
+    /// Writes refused because they would grow the tier past
+    /// `memory_bytes_max` (plain writes and transaction commits), this run.
+    pub oom_refusals: u64,
     pub ops_get: u64,
     pub ops_put: u64,
     pub ops_delete: u64,
@@ -114,6 +119,8 @@ pub struct EngineMetrics {
 pub(crate) struct ShardStats {
     pub(crate) keys: AtomicU64,
     pub(crate) memory_bytes: AtomicU64,
+    pub(crate) memory_bytes_max: AtomicU64,
+    pub(crate) oom_refusals: AtomicU64,
     pub(crate) ops_get: AtomicU64,
     pub(crate) ops_put: AtomicU64,
     pub(crate) ops_delete: AtomicU64,
@@ -153,6 +160,8 @@ impl ShardStats {
         ShardStats {
             keys: AtomicU64::new(0),
             memory_bytes: AtomicU64::new(0),
+            memory_bytes_max: AtomicU64::new(0),
+            oom_refusals: AtomicU64::new(0),
             ops_get: AtomicU64::new(0),
             ops_put: AtomicU64::new(0),
             ops_delete: AtomicU64::new(0),
@@ -191,6 +200,8 @@ impl ShardStats {
             shard,
             keys: self.keys.load(Relaxed),
             memory_bytes: self.memory_bytes.load(Relaxed),
+            memory_bytes_max: self.memory_bytes_max.load(Relaxed),
+            oom_refusals: self.oom_refusals.load(Relaxed),
             ops_get: self.ops_get.load(Relaxed),
             ops_put: self.ops_put.load(Relaxed),
             ops_delete: self.ops_delete.load(Relaxed),

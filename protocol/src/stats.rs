@@ -173,6 +173,10 @@ stats_group! {
         keys: u64, "gauge", "keys";
         /// Bytes of RAM the storage tier holds for keys and values, all shards.
         memory_bytes: u64, "gauge", "bytes";
+        /// storage.max_memory: the most memory_bytes may reach, each shard held to its equal share (0 = no limit).
+        memory_bytes_max: u64, "gauge", "bytes";
+        /// Writes answered OUT_OF_MEMORY (plain writes and transaction commits) since start, all shards.
+        oom_refusals: u64, "count", "writes";
         /// Keys that carry an expiry time (expired ones included until deleted), all shards.
         expiring_keys: u64, "gauge", "keys";
         /// Expired keys deleted since start (by active expiry, or by a write that found its key expired), all shards.

@@ -266,6 +266,10 @@ statuses! {
     /// block whose checksum does not match); the message names the file
     /// and offset. Other keys are still served.
     ValueUnreadable = 0x24, "VALUE_UNREADABLE";
+    /// The write would grow the key's shard past its share of
+    /// `storage.max_memory`; nothing was written. Reads, deletes and
+    /// writes that do not grow memory still work.
+    OutOfMemory = 0x25, "OUT_OF_MEMORY";
     /// Wait-die: an older transaction holds a key this transaction asked
     /// for; the transaction was aborted and its locks released. Retry it.
     Die = 0x30, "DIE";

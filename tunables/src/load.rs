@@ -902,6 +902,7 @@ count_fsync = false
             gc_garbage_percent: 30,
             expiry_tick: Duration::from_millis(250),
             expiry_keys_per_tick: 1000,
+            max_memory: ByteSize(0),
         };
         want.limits = LimitsConfig {
             key_bytes_max: ByteSize(512),

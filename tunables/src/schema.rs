@@ -498,6 +498,15 @@ section! {
         /// rest wait for later ticks).
         expiry_keys_per_tick: u32 = 256,
             kind None, check Check::Range(1, 1_000_000);
+        /// Most bytes of RAM the storage tier may hold, whole server (split evenly across the
+        /// shards): entries, tables and expiry index on the memory tier; index, read cache and
+        /// their bookkeeping on the hybrid tier. A write that would grow a shard past its share
+        /// answers OUT_OF_MEMORY (`-OOM` on RESP); reads, deletes and writes that do not grow
+        /// memory still work (Redis's `noeviction`). What is not counted, and its bound:
+        /// `docs/operations.md`, "Memory limit". `"0B"`: no limit.
+        max_memory: ByteSize = ByteSize(0),
+            kind None, check Check::Range(ByteSize(0), ByteSize::gib(1024 * 1024)),
+            note "\"0B\" or at least 1MiB; see the rules below";
     }
 }
 

@@ -32,6 +32,9 @@ pub const WAL_FLUSH_OVERHEAD_BYTES_MAX: u64 = 12 * 1024;
 /// (one max-size PUT always fits a frame).
 pub const FRAME_OVERHEAD_BYTES_MAX: u64 = 256;
 const QUEUE_DEPTH: (u32, u32) = (8, 4096);
+/// What `storage.max_memory`'s rule counts per key of `storage.index_keys`
+/// for the hybrid tier's fixed index (its slots, sized above the key count).
+pub const HYBRID_INDEX_BYTES_PER_KEY: u64 = 8;
 const NAME_LEN_MAX: usize = 64;
 /// Longest password; the wire protocol's auth block carries at most this many
 /// bytes (`ringkv_protocol::PASSWORD_BYTES_MAX`, kept equal by a server test).
@@ -426,6 +429,8 @@ impl Checker {
             "cannot be \"none\" with storage.tier = \"hybrid\": the hybrid tier rebuilds its index from the WAL and checkpoints; use \"sync\" or \"async\", or storage.tier = \"memory\"".to_string(),
         );
 
+        self.max_memory(s);
+
         let put = l
             .key_bytes_max
             .0
@@ -525,6 +530,39 @@ impl Checker {
             format!(
                 "must be \"0B\" (no cap) or at least io_unit ({}) so one full-size I/O fits a second's budget",
                 p.io_unit
+            ),
+        );
+    }
+}
+
+impl Checker {
+    /// `storage.max_memory`: off, or room for the tier's fixed costs.
+    fn max_memory(&mut self, s: &crate::StorageConfig) {
+        let max = s.max_memory;
+        if max.0 == 0 {
+            return;
+        }
+        self.rule(
+            max >= ByteSize::mib(1),
+            "storage.max_memory",
+            quoted(max),
+            &[],
+            "must be \"0B\" (no limit) or at least 1MiB (an empty shard's tables take some)"
+                .to_string(),
+        );
+        // The hybrid tier's index is a fixed table and its read cache may
+        // fill: both are held whatever is written.
+        let fixed = s
+            .cache_bytes
+            .0
+            .saturating_add(s.index_keys.saturating_mul(HYBRID_INDEX_BYTES_PER_KEY));
+        self.rule(
+            s.tier != Tier::Hybrid || max.0 > fixed,
+            "storage.max_memory",
+            quoted(max),
+            &["storage.tier", "storage.cache_bytes", "storage.index_keys"],
+            format!(
+                "must be more than storage.cache_bytes + {HYBRID_INDEX_BYTES_PER_KEY} B x storage.index_keys ({fixed} bytes) with storage.tier = \"hybrid\": the index and a full read cache are held whatever is written"
             ),
         );
     }
@@ -643,6 +681,24 @@ mod tests {
             "storage.group_commit_max_bytes",
             "the record of the largest key always fits a flush",
         );
+    }
+
+    #[test]
+    fn max_memory_is_off_or_room_for_the_tiers_fixed_costs() {
+        let mut c = Config::default();
+        c.storage.max_memory = ByteSize::kib(512);
+        assert_one(&c, "storage.max_memory", "at least 1MiB");
+        c.storage.max_memory = ByteSize::mib(1);
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        // Hybrid: 256 MiB of cache + 8 B x 16M keys of index are fixed.
+        c.storage.tier = Tier::Hybrid;
+        let fixed = ByteSize::mib(256).0 + 16_000_000 * 8;
+        c.storage.max_memory = ByteSize(fixed);
+        assert_one(&c, "storage.max_memory", "a full read cache");
+        c.storage.max_memory = ByteSize(fixed + 1);
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.storage.max_memory = ByteSize(0);
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
     }
 
     #[test]

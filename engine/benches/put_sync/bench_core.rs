@@ -45,6 +45,9 @@ pub struct Options {
     /// Overrides of the engine config (group commit, checkpoints).
     pub group_commit_max_bytes: ByteSize,
     pub checkpoint_wal_bytes: ByteSize,
+    /// `storage.max_memory` of the memory phase (0: no limit; a limit
+    /// above what it inserts measures the cost of the check alone).
+    pub max_memory: ByteSize,
 }
 
 impl Default for Options {
@@ -65,6 +68,7 @@ impl Default for Options {
             backend: Backend::Auto,
             group_commit_max_bytes: storage.group_commit_max_bytes,
             checkpoint_wal_bytes: storage.checkpoint_wal_bytes,
+            max_memory: ByteSize(0),
         }
     }
 }
@@ -121,6 +125,10 @@ pub struct MemoryResult {
     pub value_size: usize,
     pub rss_delta_bytes: u64,
     pub tier_bytes: u64,
+    /// `storage.max_memory` of the run (0: none).
+    pub max_memory: u64,
+    /// Time the inserts took (batches of 10,000 puts, one submitter).
+    pub insert_seconds: f64,
 }
 
 /// Everything one run measured.
@@ -256,18 +264,26 @@ fn key_of(i: u64) -> Bytes {
 }
 
 /// Inserts `keys` keys into a `none`-durability engine and reports memory.
-pub fn memory_per_key(dir: &Path, keys: u64, value_size: usize, backend: Backend) -> MemoryResult {
+pub fn memory_per_key(
+    dir: &Path,
+    keys: u64,
+    value_size: usize,
+    backend: Backend,
+    max_memory: ByteSize,
+) -> MemoryResult {
     let mut config = Config {
         shards: 1,
         ..Default::default()
     };
     config.storage.data_dir = dir.join("memory-unused");
     config.storage.durability = Durability::None;
+    config.storage.max_memory = max_memory;
     config.io.backend = backend;
     let value = Bytes::from(vec![0x5Au8; value_size]);
     let before = rss_bytes();
     let engine = Engine::open(&config).expect("open none-mode engine");
     let h = engine.handle();
+    let started = Instant::now();
     let chunk = 10_000u64;
     let mut i = 0;
     while i < keys {
@@ -281,6 +297,7 @@ pub fn memory_per_key(dir: &Path, keys: u64, value_size: usize, backend: Backend
         h.batch_blocking(ops).expect("insert");
         i += n;
     }
+    let insert_seconds = started.elapsed().as_secs_f64();
     let after = rss_bytes();
     let tier_bytes = engine.metrics().shards.iter().map(|s| s.memory_bytes).sum();
     engine.shutdown().expect("shutdown");
@@ -289,6 +306,8 @@ pub fn memory_per_key(dir: &Path, keys: u64, value_size: usize, backend: Backend
         value_size,
         rss_delta_bytes: after.saturating_sub(before),
         tier_bytes,
+        max_memory: max_memory.as_u64(),
+        insert_seconds,
     }
 }
 
@@ -420,8 +439,15 @@ pub fn durable_puts(opts: &Options) -> PutResult {
 pub fn run(opts: &Options) -> Report {
     std::fs::create_dir_all(&opts.dir).expect("bench dir");
     let backend = choose_backend(opts.backend).expect("backend");
-    let memory = (opts.memory_keys > 0)
-        .then(|| memory_per_key(&opts.dir, opts.memory_keys, opts.value_size, opts.backend));
+    let memory = (opts.memory_keys > 0).then(|| {
+        memory_per_key(
+            &opts.dir,
+            opts.memory_keys,
+            opts.value_size,
+            opts.backend,
+            opts.max_memory,
+        )
+    });
     let shards = if opts.shards == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -537,6 +563,12 @@ impl fmt::Display for Report {
                 m.tier_bytes as f64 / m.keys.max(1) as f64,
                 m.keys,
                 m.value_size
+            )?;
+            writeln!(
+                f,
+                "memory tier inserts (durability none, 1 shard, batches of 10000): {:.0} puts/s, storage.max_memory = {} bytes",
+                m.keys as f64 / m.insert_seconds.max(1e-9),
+                m.max_memory
             )?;
         }
         Ok(())

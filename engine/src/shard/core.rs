@@ -61,6 +61,10 @@ struct CoreState {
     plain_write_lsn: u64,
     /// Bumped with every change of a key in the tier (WATCH).
     write_marks: WriteMarks,
+    /// The tier's memory as the limit sees it: [`Tier::memory_bytes`] at
+    /// the end of the last step, plus the growth bound of every write
+    /// applied since (so the check needs no full count per write).
+    used_bytes: u64,
 }
 
 /// Settings of the apply path.
@@ -76,6 +80,9 @@ pub(crate) struct CoreSettings {
     /// (they answer [`OpError::ReadLimitReached`]). Bounds the memory one
     /// request takes to about this plus one value per shard.
     pub(crate) read_bytes_max: usize,
+    /// This shard's share of `storage.max_memory`: a write that would grow
+    /// the tier past it is refused before it is logged (0: no limit).
+    pub(crate) memory_bytes_max: u64,
 }
 
 /// One shard's state and the notifications between its tasks.
@@ -206,7 +213,19 @@ impl ShardCore {
             settings.checkpoint_wal_bytes,
         ));
         stats.keys.store(tier.len(), Relaxed);
-        stats.memory_bytes.store(tier.memory_bytes(), Relaxed);
+        let used_bytes = tier.memory_bytes();
+        stats.memory_bytes.store(used_bytes, Relaxed);
+        stats
+            .memory_bytes_max
+            .store(settings.memory_bytes_max, Relaxed);
+        if settings.memory_bytes_max != 0 && used_bytes > settings.memory_bytes_max {
+            tracing::warn!(
+                shard = settings.shard,
+                used_bytes,
+                max_bytes = settings.memory_bytes_max,
+                "this shard's tier already holds more than its share of storage.max_memory (its fixed tables and buffers plus the recovered data): writes that grow memory answer OUT_OF_MEMORY until deletes bring it under; raise storage.max_memory if it is the fixed part"
+            );
+        }
         ShardCore {
             settings,
             txn,
@@ -217,6 +236,7 @@ impl ShardCore {
                 tier,
                 plain_write_lsn: last_lsn,
                 write_marks: WriteMarks::new(),
+                used_bytes,
             }),
             wal,
             settle_wanted: Notify::new(),
@@ -448,10 +468,21 @@ impl ShardCore {
         );
         // Too many settling reads open: the put waits for some to finish
         // rather than read on the shard thread.
-        if !st.tier.write_room() || !self.log_record(step, RecordKind::Put, key, value, None) {
+        if !st.tier.write_room() {
+            return OpStep::Wait;
+        }
+        let growth = match self.memory_room(st, hash, key, value.len(), false) {
+            Ok(growth) => growth,
+            Err(e) => {
+                out.failed_write(index, false, e);
+                return OpStep::Done;
+            }
+        };
+        if !self.log_record(step, RecordKind::Put, key, value, None) {
             return OpStep::Wait;
         }
         st.tier.put(hash, key, value);
+        st.used_bytes = st.used_bytes.saturating_add_signed(growth);
         st.write_marks.bump(hash);
         out.write(index, false, OpResult::Ok);
         OpStep::Done
@@ -513,6 +544,16 @@ impl ShardCore {
         } else {
             None
         };
+        let mut growth = 0;
+        if let (Some(RecordKind::Put), Some(v)) = (kind, value) {
+            match self.memory_room(st, hash, key, v.len(), expiry.is_some()) {
+                Ok(g) => growth = g,
+                Err(e) => {
+                    out.failed_write(index, false, e);
+                    return OpStep::Done;
+                }
+            }
+        }
         if let Some(kind) = kind {
             let payload: &[u8] = value.map_or(b"", |v| v);
             if !self.log_record(step, kind, key, payload, expiry) {
@@ -525,6 +566,7 @@ impl ShardCore {
         match (kind, value) {
             (Some(RecordKind::Put), Some(v)) => {
                 st.tier.put_expiring(hash, key, v, expiry);
+                st.used_bytes = st.used_bytes.saturating_add_signed(growth);
             }
             (Some(_), _) => {
                 if !st.tier.contains(hash, key) {
@@ -603,6 +645,7 @@ impl ShardCore {
         let wake_flusher = step.records > 0 || !done;
         let keys = st.tier.len();
         let memory = st.tier.memory_bytes();
+        st.used_bytes = memory;
         self.stats
             .expiring_keys
             .store(st.tier.expiring_count(), Relaxed);
@@ -613,6 +656,35 @@ impl ShardCore {
         if st.tier.settles_waiting() {
             self.settle_wanted.notify();
         }
+    }
+
+    /// Whether a put of `key` (a `value_len`-byte value) fits the shard's
+    /// share of `storage.max_memory`: `Ok(growth)`, the bytes it adds (an
+    /// upper bound, negative when it frees), or the OUT_OF_MEMORY error.
+    /// A write that does not grow memory always fits. Checked before the
+    /// write is logged, so a refused write leaves no trace in the WAL.
+    fn memory_room(
+        &self,
+        st: &CoreState,
+        hash: u64,
+        key: &[u8],
+        value_len: usize,
+        expiring: bool,
+    ) -> Result<i64, OpError> {
+        let max = self.settings.memory_bytes_max;
+        if max == 0 {
+            return Ok(0);
+        }
+        let growth = st.tier.put_growth_bytes(hash, key, value_len, expiring);
+        if growth <= 0 || st.used_bytes.saturating_add(growth.unsigned_abs()) <= max {
+            return Ok(growth);
+        }
+        self.stats.oom_refusals.fetch_add(1, Relaxed);
+        Err(OpError::OutOfMemory {
+            shard: self.settings.shard,
+            used: st.used_bytes,
+            max,
+        })
     }
 
     /// Logs one record of an apply step through the WAL state, counting it
@@ -916,9 +988,8 @@ impl ShardCore {
             }
         }
         self.stats.keys.store(st.tier.len(), Relaxed);
-        self.stats
-            .memory_bytes
-            .store(st.tier.memory_bytes(), Relaxed);
+        st.used_bytes = st.tier.memory_bytes();
+        self.stats.memory_bytes.store(st.used_bytes, Relaxed);
         drop(st);
         if self.check_tier_fault() {
             return Err(());

@@ -116,6 +116,9 @@ pub(crate) struct EngineShared {
     /// Commit versions and transaction ids (one monotonic clock).
     pub(crate) clock: Arc<crate::shard::core::CommitClock>,
     pub(crate) txn_stats: Arc<crate::metrics::TxnStats>,
+    /// The tier keeps values in RAM (the memory tier): what a
+    /// transaction's put adds to memory, for `storage.max_memory`.
+    pub(crate) values_in_ram: bool,
 }
 
 struct LocalShard {

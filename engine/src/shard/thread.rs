@@ -53,6 +53,8 @@ pub(crate) struct ShardSettings {
     /// Largest value an [`crate::Op::Update`] may write.
     pub(crate) value_bytes_max: usize,
     pub(crate) read_bytes_max: usize,
+    /// This shard's share of `storage.max_memory` (0: no limit).
+    pub(crate) memory_bytes_max: u64,
     /// `storage.tier`: which tier this shard runs.
     pub(crate) tier: Tier,
     /// How the tier's tables hash keys (the manifest's key, or a fresh
@@ -326,6 +328,7 @@ fn build_core(
             max_record_bytes: settings.max_record_bytes,
             value_bytes_max: settings.value_bytes_max,
             read_bytes_max: settings.read_bytes_max,
+            memory_bytes_max: settings.memory_bytes_max,
         },
         restored.tier,
         restored.last_lsn,

@@ -61,6 +61,10 @@ const EXPIRING_INDEX_BYTES: u64 = 48;
 /// What one remembered deleted key costs beyond its bytes (the set's slot
 /// and the allocation's header), counted in `memory_bytes`.
 const DELETED_KEY_BYTES: usize = 32;
+/// At least what a partition table's first allocation takes (hashbrown:
+/// 4 buckets of 16-byte slots plus control bytes), counted as the growth of
+/// a put into an empty table.
+const TABLE_FIRST_ALLOCATION_BYTES: i64 = 128;
 
 /// Values read by one [`Tier::get_many`] are packed into shared buffers of
 /// at most this many bytes (a larger value gets a buffer of its own). A
@@ -547,6 +551,38 @@ impl Tier for MemoryTier {
             + (self.partitions.len() * std::mem::size_of::<Partition>()) as u64
     }
 
+    /// A new key: its block, its expiry index entry, and a table that is
+    /// full grows (hashbrown doubles it: the growth is about the old
+    /// allocation). An existing key: the difference of the blocks and of
+    /// the expiry index entries.
+    fn put_growth_bytes(&self, hash: u64, key: &[u8], value_len: usize, expiring: bool) -> i64 {
+        let extra = if expiring { ENTRY_EXPIRY_BYTES } else { 0 };
+        let block = (ENTRY_HEADER_BYTES + extra + key.len() + value_len) as i64;
+        let index_bytes = |has_expiry: bool| {
+            if has_expiry {
+                EXPIRING_INDEX_BYTES as i64
+            } else {
+                0
+            }
+        };
+        let (p, h) = split(hash);
+        let table = &self.partitions[p].table;
+        match table.find(h, |s| s.hash == h && s.entry.key() == key) {
+            Some(Slot { entry, .. }) => {
+                block - entry.alloc_bytes() as i64 + index_bytes(expiring)
+                    - index_bytes(entry.expires_at_ms() != 0)
+            }
+            None => {
+                let table_growth = if table.len() == table.capacity() {
+                    (table.allocation_size() as i64).max(TABLE_FIRST_ALLOCATION_BYTES)
+                } else {
+                    0
+                };
+                block + index_bytes(expiring) + table_growth
+            }
+        }
+    }
+
     fn partition_count(&self) -> usize {
         self.partitions.len()
     }
@@ -895,6 +931,31 @@ mod tests {
             let (n, bytes) = recount(&t);
             prop_assert_eq!(n, model.len() as u64);
             prop_assert_eq!(t.entry_bytes, bytes);
+        }
+    }
+
+    proptest! {
+        /// `put_growth_bytes` bounds what a put really adds to
+        /// `memory_bytes` (exactly, when no table grows), and says when it
+        /// frees: what `storage.max_memory` relies on.
+        #[test]
+        fn put_growth_bounds_the_change_of_memory_bytes(ops in proptest::collection::vec((0u8..64, 0usize..300, any::<bool>()), 1..600)) {
+            let mut t = MemoryTier::new();
+            for (k, len, expiring) in ops {
+                let key = vec![b'k', k];
+                let h = fnv1a64(&key);
+                let value = vec![7u8; len];
+                let at = expiring.then_some(1_000 + u64::from(k));
+                let growth = t.put_growth_bytes(h, &key, len, expiring);
+                let tables_before = t.table_bytes;
+                let before = t.memory_bytes() as i64;
+                t.put_expiring(h, &key, &value, at);
+                let change = t.memory_bytes() as i64 - before;
+                prop_assert!(change <= growth, "put of {len} bytes grew {change}, bound {growth}");
+                if t.table_bytes == tables_before {
+                    prop_assert_eq!(change, growth);
+                }
+            }
         }
     }
 }

@@ -372,6 +372,18 @@ fn render_shard(p: &mut PromText, s: &ShardMetrics) {
         &l,
         s.memory_bytes as f64,
     );
+    p.gauge(
+        "ringkv_shard_memory_max_bytes",
+        "The shard's share of storage.max_memory (0: no limit).",
+        &l,
+        s.memory_bytes_max as f64,
+    );
+    p.counter(
+        "ringkv_shard_oom_refusals_total",
+        "Writes the shard refused with OUT_OF_MEMORY.",
+        &l,
+        s.oom_refusals,
+    );
     for (op, n) in [
         ("get", s.ops_get),
         ("put", s.ops_put),

@@ -55,6 +55,8 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
         engine: EngineStats {
             keys: engine.shards.iter().map(|s| s.keys).sum(),
             memory_bytes: engine.shards.iter().map(|s| s.memory_bytes).sum(),
+            memory_bytes_max: engine.shards.iter().map(|s| s.memory_bytes_max).sum(),
+            oom_refusals: engine.shards.iter().map(|s| s.oom_refusals).sum(),
             expiring_keys: engine.shards.iter().map(|s| s.expiring_keys).sum(),
             expired_keys: engine.shards.iter().map(|s| s.expired_keys).sum(),
         },

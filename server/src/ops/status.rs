@@ -18,6 +18,7 @@ pub fn op_error_status(error: &OpError) -> Status {
         OpError::ReadLimitReached { .. } => Status::FrameTooLarge,
         OpError::Locked { .. } => Status::Locked,
         OpError::ValueUnreadable { .. } => Status::ValueUnreadable,
+        OpError::OutOfMemory { .. } => Status::OutOfMemory,
         // A variant added to the engine after this server was written: the
         // client still gets a failure, and the message says what it was.
         _ => Status::Internal,
@@ -95,6 +96,14 @@ mod tests {
                     reason: "damaged".into(),
                 },
                 Status::ValueUnreadable,
+            ),
+            (
+                OpError::OutOfMemory {
+                    shard: 1,
+                    used: 10,
+                    max: 9,
+                },
+                Status::OutOfMemory,
             ),
         ];
         for (error, status) in errors {

@@ -1124,6 +1124,10 @@ pub fn op_error_text(e: &OpError) -> String {
         ),
         OpError::Poisoned { .. } => format!("MISCONF {e}"),
         OpError::Locked { .. } => format!("LOCKED {e}"),
+        // Redis's own words: clients and scripts match them.
+        OpError::OutOfMemory { .. } => {
+            "OOM command not allowed when used memory > 'maxmemory'.".to_string()
+        }
         other => format!("ERR {other}"),
     }
 }

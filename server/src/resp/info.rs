@@ -336,7 +336,15 @@ fn config_params(ctx: &ShardContext) -> Vec<(&'static str, String)> {
         ("timeout", shared.idle_timeout.as_secs().to_string()),
         ("bind", bind),
         ("port", port),
-        ("maxmemory", "0".to_string()),
+        // The limit as enforced: each shard's share, summed (0: none).
+        ("maxmemory", {
+            let m = ctx.handle.metrics();
+            m.shards
+                .iter()
+                .map(|s| s.memory_bytes_max)
+                .sum::<u64>()
+                .to_string()
+        }),
         ("maxmemory-policy", "noeviction".to_string()),
         (
             "proto-max-bulk-len",
@@ -406,6 +414,8 @@ fn info_text(ctx: &ShardContext, asked: &[String]) -> String {
         keys: metrics.shards.iter().map(|s| s.keys).sum(),
         expires: metrics.shards.iter().map(|s| s.expiring_keys).sum(),
         memory: metrics.shards.iter().map(|s| s.memory_bytes).sum(),
+        memory_max: metrics.shards.iter().map(|s| s.memory_bytes_max).sum(),
+        changes: changes_since_checkpoint(&metrics),
         uptime: ctx.shared.started.elapsed().as_secs(),
     };
     let mut t = String::new();
@@ -424,7 +434,22 @@ struct InfoSums {
     keys: u64,
     expires: u64,
     memory: u64,
+    /// `storage.max_memory` as enforced: the sum of the shards' shares.
+    memory_max: u64,
+    /// Records logged since each shard's newest checkpoint, summed.
+    changes: u64,
     uptime: u64,
+}
+
+/// What Redis calls changes since the last save: the records each shard
+/// logged after the LSN its newest checkpoint covers, summed (a
+/// transaction's part counts once; 0 without a WAL).
+fn changes_since_checkpoint(metrics: &engine::EngineMetrics) -> u64 {
+    metrics
+        .shards
+        .iter()
+        .map(|s| s.current_lsn.saturating_sub(s.checkpoint_last_lsn))
+        .sum()
 }
 
 /// Appends one INFO section (`section`: its lowercase name) to `t`.
@@ -436,6 +461,8 @@ fn write_section(t: &mut String, section: &str, ctx: &ShardContext, sums: &InfoS
         keys,
         expires,
         memory,
+        memory_max,
+        changes,
         uptime,
     } = sums;
     let (keys, expires, memory, uptime) = (*keys, *expires, *memory, *uptime);
@@ -464,14 +491,14 @@ fn write_section(t: &mut String, section: &str, ctx: &ShardContext, sums: &InfoS
         "memory" => {
             let _ = write!(
                     t,
-                    "# Memory\r\nused_memory:{memory}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n"
+                    "# Memory\r\nused_memory:{memory}\r\nmaxmemory:{memory_max}\r\nmaxmemory_policy:noeviction\r\n"
                 );
         }
         "persistence" => {
             let aof = u8::from(facts.durability != "none");
             let _ = write!(
                     t,
-                    "# Persistence\r\nloading:0\r\naof_enabled:{aof}\r\nrdb_changes_since_last_save:0\r\nringkv_durability:{}\r\nringkv_tier:{}\r\n",
+                    "# Persistence\r\nloading:0\r\naof_enabled:{aof}\r\nrdb_changes_since_last_save:{changes}\r\nringkv_durability:{}\r\nringkv_tier:{}\r\n",
                     facts.durability,
                     facts.tier
                 );

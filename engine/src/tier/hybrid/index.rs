@@ -42,7 +42,7 @@ pub const TARGET_LOAD: f64 = 0.85;
 /// Bytes of RAM one slot costs.
 pub const SLOT_BYTES: u64 = 6;
 /// What one spilled key costs (hash, address, the map's own share).
-const SPILL_KEY_BYTES: u64 = 40;
+pub(super) const SPILL_KEY_BYTES: u64 = 40;
 
 /// The hash bits the index uses, computed once per operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,6 +305,13 @@ impl Index {
         let mut found = Vec::new();
         self.candidates(h, &mut found);
         found.into_iter().find(|c| c.addr == addr).map(|c| c.loc)
+    }
+
+    /// Whether an entry added for `h` now would spill (its partition's
+    /// slots are all taken) and cost [`SPILL_KEY_BYTES`] more.
+    pub fn insert_would_spill(&self, h: KeyHash) -> bool {
+        let p = &self.parts[h.partition()];
+        p.len as usize >= p.addrs.len()
     }
 
     /// Adds an entry for a key not in the index.

@@ -898,6 +898,23 @@ impl<D: Disk> Tier for HybridTier<D> {
             + (log::RECENT_BLOCKS * log::BLOCK) as u64
     }
 
+    /// The value goes to a segment on the device, not to RAM. A put may add
+    /// an index entry (a blind write keeps the older ones unresolved until
+    /// GC settles them), which costs RAM only once its partition's fixed
+    /// slots are all taken (a spilled entry); an expiry time adds its
+    /// index entry. Overwrites count the same (whether the key is there
+    /// may need a device read).
+    fn put_growth_bytes(&self, hash: u64, _key: &[u8], _value_len: usize, expiring: bool) -> i64 {
+        let st = self.inner.borrow();
+        let spill = if st.index.insert_would_spill(KeyHash::new(hash)) {
+            index::SPILL_KEY_BYTES
+        } else {
+            0
+        };
+        let expiry = if expiring { EXPIRING_KEY_BYTES } else { 0 };
+        (spill + expiry) as i64
+    }
+
     fn partition_count(&self) -> usize {
         PARTITIONS
     }
