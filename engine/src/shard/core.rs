@@ -662,7 +662,11 @@ impl ShardCore {
     /// share of `storage.max_memory`: `Ok(growth)`, the bytes it adds (an
     /// upper bound, negative when it frees), or the OUT_OF_MEMORY error.
     /// A write that does not grow memory always fits. Checked before the
-    /// write is logged, so a refused write leaves no trace in the WAL.
+    /// write is logged, so a refused write leaves no trace in the WAL. A
+    /// write whose chunk chain is being logged was admitted when the chain
+    /// opened and is never refused half way (nothing else can be logged
+    /// until its chain ends, and the tier's memory may have moved since,
+    /// e.g. the hybrid tier's cache filling from reads).
     fn memory_room(
         &self,
         st: &CoreState,
@@ -676,7 +680,10 @@ impl ShardCore {
             return Ok(0);
         }
         let growth = st.tier.put_growth_bytes(hash, key, value_len, expiring);
-        if growth <= 0 || st.used_bytes.saturating_add(growth.unsigned_abs()) <= max {
+        if growth <= 0
+            || st.used_bytes.saturating_add(growth.unsigned_abs()) <= max
+            || self.wal.open_chain_first_lsn().is_some()
+        {
             return Ok(growth);
         }
         self.stats.oom_refusals.fetch_add(1, Relaxed);
