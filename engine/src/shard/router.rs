@@ -35,6 +35,8 @@ pub(crate) enum ShardMsg {
     },
     /// Work for the shard's transaction side (locks, parts).
     Txn(crate::shard::txn::TxnMsg),
+    /// An online backup's request for the checkpointer.
+    Backup(crate::shard::backup::BackupRequest),
     /// Stop after everything queued before this message: flush, fdatasync,
     /// report, end the thread.
     Shutdown {
@@ -113,6 +115,8 @@ pub(crate) struct EngineShared {
     /// Commit versions and transaction ids (one monotonic clock).
     pub(crate) clock: Arc<crate::shard::core::CommitClock>,
     pub(crate) txn_stats: Arc<crate::metrics::TxnStats>,
+    /// Online backups and checkpoints of every shard (`crate::backup`).
+    pub(crate) backup: crate::backup::BackupShared,
 }
 
 struct LocalShard {
