@@ -236,12 +236,18 @@ fn backup_under_load(tier: Tier) {
         .backup(
             &BackupOptions {
                 dest: dest.clone(),
-                rate_bytes_per_sec: 0,
+                // Slow enough that the writers fill WAL segments and want
+                // checkpoints while the files are copied.
+                rate_bytes_per_sec: 4 << 20,
             },
             &mut |_| {},
         )
         .unwrap();
     let end = Instant::now();
+    eprintln!(
+        "backup: {} files, {} bytes in {:?}",
+        report.progress.files, report.progress.bytes, report.duration
+    );
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     for t in threads {
