@@ -120,7 +120,7 @@ pub struct BackupReport {
 #[derive(Debug, Default)]
 pub struct SaveStatus {
     pub in_progress: bool,
-    /// Unix seconds of the last finished one (0: none yet in this process).
+    /// Unix seconds of the last finished one (the engine's open before any).
     pub last_save_unix: u64,
     /// Whether the last one finished without error.
     pub last_ok: bool,
@@ -146,7 +146,9 @@ impl BackupShared {
             data_dir,
             hybrid,
             running: AtomicBool::new(false),
-            last_save_unix: AtomicU64::new(0),
+            // What recovery loaded is on disk: the start counts as a save
+            // (as Redis's load of its dump does).
+            last_save_unix: AtomicU64::new(unix_now()),
             last_failed: AtomicBool::new(false),
         }
     }
@@ -189,6 +191,12 @@ impl Handle {
             last_save_unix: b.last_save_unix.load(Ordering::Relaxed),
             last_ok: !b.last_failed.load(Ordering::Relaxed),
         }
+    }
+
+    /// Whether the engine keeps files to back up (`durability` is not
+    /// `none`).
+    pub fn keeps_files(&self) -> bool {
+        !self.shared.backup.paths.is_empty()
     }
 
     fn start_running(&self) -> Result<Running<'_>, BackupError> {

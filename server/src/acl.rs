@@ -107,7 +107,7 @@ pub fn resp_category(name: &str, args: &[Bytes]) -> Category {
         "acl" => Category::Admin,
         "get" | "mget" | "exists" | "strlen" | "getrange" | "substr" | "getbit" | "bitcount"
         | "lcs" | "type" | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "keys" | "scan"
-        | "randomkey" | "dbsize" | "info" => Category::Read,
+        | "randomkey" | "dbsize" | "info" | "lastsave" => Category::Read,
         "set" | "setnx" | "setex" | "psetex" | "mset" | "msetnx" | "getset" | "getdel"
         | "getex" | "del" | "unlink" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat"
         | "append" | "setrange" | "setbit" | "expire" | "pexpire" | "expireat" | "pexpireat"

@@ -113,6 +113,9 @@ pub fn run_logged(
 /// RESP's `BGSAVE`: a checkpoint of every shard, in the background. Returns
 /// the refusal if one is already running.
 pub fn start_bgsave(handle: &engine::Handle) -> Result<(), String> {
+    if !handle.keeps_files() {
+        return Err("ringkv keeps no files (storage.durability = \"none\"): nothing to save".into());
+    }
     if handle.save_status().in_progress {
         return Err("Background save already in progress".into());
     }
