@@ -381,7 +381,9 @@ mod tests {
     #[test]
     fn reserved_opcodes_cover_their_ranges_and_nothing_else() {
         for code in 0..=u8::MAX {
-            let reserved = (0x14..=0x1F).contains(&code) || (0x21..=0x2F).contains(&code);
+            let reserved = (0x14..=0x1F).contains(&code)
+                || (0x21..=0x2F).contains(&code)
+                || (0x31..=0x3F).contains(&code);
             assert_eq!(
                 opcode::reserved_name(code).is_some(),
                 reserved,
