@@ -55,7 +55,9 @@ const COPY_CHUNK: usize = 1 << 20;
 pub enum BackupError {
     #[error("a backup is already running")]
     Busy,
-    #[error("the server keeps no files (storage.durability = \"none\"): there is nothing to back up")]
+    #[error(
+        "the server keeps no files (storage.durability = \"none\"): there is nothing to back up"
+    )]
     NoFiles,
     #[error("{path}: {reason}")]
     Target { path: PathBuf, reason: String },
@@ -170,8 +172,7 @@ struct Running<'a> {
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         for &shard in &self.pinned {
-            let _ = self.handle.shared.inboxes[shard]
-                .send(ShardMsg::Backup(BackupRequest::Unpin));
+            let _ = self.handle.shared.inboxes[shard].send(ShardMsg::Backup(BackupRequest::Unpin));
         }
         let b = &self.handle.shared.backup;
         b.last_failed.store(!self.ok, Ordering::Relaxed);
@@ -221,7 +222,11 @@ impl Handle {
 
     /// Asks every shard for a checkpoint (with `pin`, held until the
     /// backup ends); returns what each one keeps.
-    fn checkpoint_shards(&self, run: &mut Running<'_>, pin: bool) -> Result<Vec<Pinned>, BackupError> {
+    fn checkpoint_shards(
+        &self,
+        run: &mut Running<'_>,
+        pin: bool,
+    ) -> Result<Vec<Pinned>, BackupError> {
         let mut waits = Vec::new();
         for (shard, inbox) in self.shared.inboxes.iter().enumerate() {
             let (reply, rx) = flume::bounded(1);
@@ -289,7 +294,15 @@ impl Handle {
         for (shard, (pin, cut)) in pinned.iter().zip(&cuts).enumerate() {
             let src = &self.shared.backup.paths[shard];
             let to = ShardPaths::new(dest, shard);
-            let last_lsn = copy_shard(&mut copier, src, &to, pin, cut, self.shared.backup.hybrid, progress)?;
+            let last_lsn = copy_shard(
+                &mut copier,
+                src,
+                &to,
+                pin,
+                cut,
+                self.shared.backup.hybrid,
+                progress,
+            )?;
             shards.push(ShardCutReport {
                 shard,
                 snapshot_lsn: pin.snapshots.last().map(|s| s.lsn),
@@ -481,7 +494,8 @@ fn copy_shard(
         std::fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
     }
     if hybrid {
-        std::fs::create_dir_all(&to.values_dir).map_err(io_err("create directory", &to.values_dir))?;
+        std::fs::create_dir_all(&to.values_dir)
+            .map_err(io_err("create directory", &to.values_dir))?;
     }
     for snap in &pin.snapshots {
         copier.link_or_copy(&snap.path, &to.snapshot(snap.lsn))?;
@@ -559,7 +573,7 @@ fn trim_segment(
         let mut pos = 0u64;
         let mut last: Option<u64> = None;
         while let FlushScan::Complete(info) = scan_flush(&mut win, pos, identity).await? {
-            if !last.or(prev_lsn).is_none_or(|l| info.first_lsn == l + 1) {
+            if last.or(prev_lsn).is_some_and(|l| info.first_lsn != l + 1) {
                 break;
             }
             last = Some(info.last_lsn);

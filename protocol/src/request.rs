@@ -64,7 +64,10 @@ pub enum RequestOp {
     /// `dest` on the server's machine (new or empty), copying at most
     /// `rate_bytes_per_sec` (0: no limit). Answered once it is finished,
     /// with STATS entries describing it.
-    Backup { dest: Bytes, rate_bytes_per_sec: u64 },
+    Backup {
+        dest: Bytes,
+        rate_bytes_per_sec: u64,
+    },
 }
 
 impl RequestOp {

@@ -112,7 +112,10 @@ fn keys_on_shards(handle: &Handle, prefix: &str, shards: &[usize]) -> Vec<Bytes>
 
 /// Writers on every shard (one key per write) and a stream of transactions
 /// over two shards each, until `stop`; every write's times are logged.
-fn start_load(handle: &Handle, stop: &Arc<AtomicBool>) -> (Vec<std::thread::JoinHandle<()>>, Arc<Mutex<Vec<Write>>>) {
+fn start_load(
+    handle: &Handle,
+    stop: &Arc<AtomicBool>,
+) -> (Vec<std::thread::JoinHandle<()>>, Arc<Mutex<Vec<Write>>>) {
     let log = Arc::new(Mutex::new(Vec::new()));
     let mut threads = Vec::new();
     for w in 0..4u64 {
@@ -150,7 +153,10 @@ fn start_load(handle: &Handle, stop: &Arc<AtomicBool>) -> (Vec<std::thread::Join
     for t in 0..2u64 {
         let (handle, stop, log) = (handle.clone(), stop.clone(), log.clone());
         threads.push(std::thread::spawn(move || {
-            let shards = [t as usize % SHARDS as usize, (t as usize + 1) % SHARDS as usize];
+            let shards = [
+                t as usize % SHARDS as usize,
+                (t as usize + 1) % SHARDS as usize,
+            ];
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let keys = keys_on_shards(&handle, &format!("tx{t}-{n}"), &shards);
@@ -190,13 +196,19 @@ fn check_restored(handle: &Handle, log: &[Write], start: Instant, end: Instant) 
         let found: Vec<bool> = w
             .keys
             .iter()
-            .map(|k| match handle.batch_blocking(vec![Op::Get { key: k.clone() }]).unwrap().pop() {
-                Some(OpResult::Value(v)) => {
-                    assert_eq!(v, w.value, "key {k:?} has another value");
-                    true
+            .map(|k| {
+                match handle
+                    .batch_blocking(vec![Op::Get { key: k.clone() }])
+                    .unwrap()
+                    .pop()
+                {
+                    Some(OpResult::Value(v)) => {
+                        assert_eq!(v, w.value, "key {k:?} has another value");
+                        true
+                    }
+                    Some(OpResult::NotFound) => false,
+                    other => panic!("GET {k:?}: {other:?}"),
                 }
-                Some(OpResult::NotFound) => false,
-                other => panic!("GET {k:?}: {other:?}"),
             })
             .collect();
         assert!(
@@ -205,10 +217,18 @@ fn check_restored(handle: &Handle, log: &[Write], start: Instant, end: Instant) 
             w.keys
         );
         if w.acked.is_some_and(|a| a < start) {
-            assert!(found[0], "{:?} was acknowledged before the backup began but is missing", w.keys);
+            assert!(
+                found[0],
+                "{:?} was acknowledged before the backup began but is missing",
+                w.keys
+            );
         }
         if w.sent > end {
-            assert!(!found[0], "{:?} was sent after the backup ended but is in it", w.keys);
+            assert!(
+                !found[0],
+                "{:?} was sent after the backup ended but is in it",
+                w.keys
+            );
         }
         if w.acked.is_none() {
             // A failed commit may be in or out, but whole (checked above).
@@ -263,7 +283,10 @@ fn backup_under_load(tier: Tier) {
     assert_eq!(report.shards.len(), SHARDS as usize);
     assert!(!dest.join(BACKUP_MARKER).exists());
     if tier == Tier::Hybrid {
-        assert!(report.progress.linked > 0, "sealed value segments and snapshots are hard-linked");
+        assert!(
+            report.progress.linked > 0,
+            "sealed value segments and snapshots are hard-linked"
+        );
     }
 
     let config_path = config_file(root.path(), tier);
@@ -274,13 +297,21 @@ fn backup_under_load(tier: Tier) {
     let log = log.lock().unwrap().clone();
     let (present, absent) = check_restored(&restored.handle(), &log, start, end);
     restored.shutdown().unwrap();
-    assert!(present > 1000 && absent > 0, "present {present}, absent {absent}");
+    assert!(
+        present > 1000 && absent > 0,
+        "present {present}, absent {absent}"
+    );
     // The live directory still opens with everything.
     let live = Engine::open(&engine_config(&data, tier)).unwrap();
     for w in log.iter().filter(|w| w.acked.is_some()) {
         for k in &w.keys {
             assert!(
-                matches!(live.handle().batch_blocking(vec![Op::Get { key: k.clone() }]).unwrap()[0], OpResult::Value(_)),
+                matches!(
+                    live.handle()
+                        .batch_blocking(vec![Op::Get { key: k.clone() }])
+                        .unwrap()[0],
+                    OpResult::Value(_)
+                ),
                 "{k:?} lost from the live directory"
             );
         }
@@ -322,7 +353,10 @@ fn backup_refuses_a_used_directory_and_a_second_backup_at_once() {
             &mut |_| {},
         )
         .unwrap_err();
-    assert!(err.to_string().contains("must not exist or be empty"), "{err}");
+    assert!(
+        err.to_string().contains("must not exist or be empty"),
+        "{err}"
+    );
     let err = handle
         .backup(
             &BackupOptions {
@@ -332,7 +366,10 @@ fn backup_refuses_a_used_directory_and_a_second_backup_at_once() {
             &mut |_| {},
         )
         .unwrap_err();
-    assert!(err.to_string().contains("must not exist or be empty"), "{err}");
+    assert!(
+        err.to_string().contains("must not exist or be empty"),
+        "{err}"
+    );
     engine.shutdown().unwrap();
 }
 
@@ -362,9 +399,16 @@ fn cli_backup_of_a_running_server_restores() {
             .arg(&dest)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(text.starts_with("backup ") && text.contains("files"), "{text}");
+        assert!(
+            text.starts_with("backup ") && text.contains("files"),
+            "{text}"
+        );
         // Written after the backup: not in it.
         with_runtime(async {
             let c = connect(addr).await;
@@ -409,7 +453,14 @@ fn kill_mid_backup_leaves_live_data_and_a_refused_copy() {
     });
     // 1 MiB/s over several MiB: the copy takes seconds.
     let mut cli = std::process::Command::new(cli_binary())
-        .args(["--server", &addr.to_string(), "backup", "--rate-mib", "1", "--to"])
+        .args([
+            "--server",
+            &addr.to_string(),
+            "backup",
+            "--rate-mib",
+            "1",
+            "--to",
+        ])
         .arg(&dest)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -423,9 +474,15 @@ fn kill_mid_backup_leaves_live_data_and_a_refused_copy() {
     std::thread::sleep(Duration::from_millis(500));
     server.kill9();
     let _ = cli.wait();
-    assert!(dest.join(BACKUP_MARKER).exists(), "the backup finished before the kill");
+    assert!(
+        dest.join(BACKUP_MARKER).exists(),
+        "the backup finished before the kill"
+    );
     let (code, out) = run_verify(&dest, &config_path);
-    assert_eq!(code, EXIT_UNUSABLE, "verify must refuse a partial backup:\n{out}");
+    assert_eq!(
+        code, EXIT_UNUSABLE,
+        "verify must refuse a partial backup:\n{out}"
+    );
     assert!(out.contains(BACKUP_MARKER), "{out}");
     assert!(common::try_start_server(&dest, &["--config", &cfg]).is_err());
     let mut live = start_server(&data, &["--config", &cfg]);
@@ -433,7 +490,11 @@ fn kill_mid_backup_leaves_live_data_and_a_refused_copy() {
     with_runtime(async {
         let c = connect(laddr).await;
         for i in 0..n {
-            let v = c.get(format!("k{i}")).await.unwrap().expect("acknowledged key lost");
+            let v = c
+                .get(format!("k{i}"))
+                .await
+                .unwrap()
+                .expect("acknowledged key lost");
             assert!(v.starts_with(format!("{i}x").as_bytes()));
         }
     });

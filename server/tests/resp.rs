@@ -1199,11 +1199,18 @@ fn bgsave_checkpoints_and_lastsave_follows() {
         panic!("INFO answers text")
     };
     let info = String::from_utf8_lossy(&info).to_string();
-    for field in ["rdb_bgsave_in_progress:0", "rdb_last_bgsave_status:ok", &format!("rdb_last_save_time:{first}")] {
+    for field in [
+        "rdb_bgsave_in_progress:0",
+        "rdb_last_bgsave_status:ok",
+        &format!("rdb_last_save_time:{first}"),
+    ] {
         assert!(info.contains(field), "{field} missing from:\n{info}");
     }
     std::thread::sleep(Duration::from_millis(1100));
-    assert_eq!(c.call("BGSAVE"), Reply::Simple("Background saving started".into()));
+    assert_eq!(
+        c.call("BGSAVE"),
+        Reply::Simple("Background saving started".into())
+    );
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let Reply::Int(t) = c.call("LASTSAVE") else {

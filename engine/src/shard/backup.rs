@@ -30,7 +30,9 @@ pub(crate) enum BackupRequest {
         reply: flume::Sender<Result<Pinned, String>>,
     },
     /// The WAL position to copy up to (pinned shards only).
-    Cut { reply: flume::Sender<Result<Cut, String>> },
+    Cut {
+        reply: flume::Sender<Result<Cut, String>>,
+    },
     /// Checkpoints may go on.
     Unpin,
 }

@@ -166,9 +166,13 @@ pub async fn run_request(
                 match txn {
                     Some(_) => OpReply::Error {
                         status: Status::Unsupported,
-                        message: "BACKUP does not run inside a transaction (COMMIT or ROLLBACK first)".into(),
+                        message:
+                            "BACKUP does not run inside a transaction (COMMIT or ROLLBACK first)"
+                                .into(),
                     },
-                    None => crate::ops::backup::native_backup(handle, &dest, rate_bytes_per_sec).await,
+                    None => {
+                        crate::ops::backup::native_backup(handle, &dest, rate_bytes_per_sec).await
+                    }
                 },
             ),
             op => txn_or_key_op(handle, config, txn, op).await,

@@ -42,9 +42,15 @@ pub fn report_pairs(r: &BackupReport) -> Vec<(String, String)> {
         ("backup.dest".to_string(), r.dest.display().to_string()),
         ("backup.files".to_string(), r.progress.files.to_string()),
         ("backup.bytes".to_string(), r.progress.bytes.to_string()),
-        ("backup.linked_files".to_string(), r.progress.linked.to_string()),
+        (
+            "backup.linked_files".to_string(),
+            r.progress.linked.to_string(),
+        ),
         ("backup.seconds".to_string(), format!("{secs:.3}")),
-        ("backup.finished_unix".to_string(), r.finished_unix.to_string()),
+        (
+            "backup.finished_unix".to_string(),
+            r.finished_unix.to_string(),
+        ),
     ];
     for s in &r.shards {
         out.push((
@@ -93,7 +99,12 @@ pub fn run_logged(
     let result = handle.backup(opts, &mut |p| {
         if last.elapsed() >= Duration::from_secs(5) {
             last = Instant::now();
-            tracing::info!(files = p.files, files_total = p.files_total, bytes = p.bytes, "backup in progress");
+            tracing::info!(
+                files = p.files,
+                files_total = p.files_total,
+                bytes = p.bytes,
+                "backup in progress"
+            );
         }
     });
     match &result {
@@ -114,7 +125,9 @@ pub fn run_logged(
 /// the refusal if one is already running.
 pub fn start_bgsave(handle: &engine::Handle) -> Result<(), String> {
     if !handle.keeps_files() {
-        return Err("ringkv keeps no files (storage.durability = \"none\"): nothing to save".into());
+        return Err(
+            "ringkv keeps no files (storage.durability = \"none\"): nothing to save".into(),
+        );
     }
     if handle.save_status().in_progress {
         return Err("Background save already in progress".into());
