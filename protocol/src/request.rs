@@ -691,6 +691,45 @@ mod tests {
     }
 
     #[test]
+    fn backup_round_trips_needs_version_5_and_a_bounded_path() {
+        let request = Request {
+            id: 21,
+            ops: vec![RequestOp::Backup {
+                dest: b("/var/backups/ringkv"),
+                rate_bytes_per_sec: 100 << 20,
+            }],
+        };
+        let mut buf = encoded(&request);
+        assert_eq!(buf.len(), request.encoded_len());
+        assert_eq!(
+            decode_request(&mut buf, &Limits::default()),
+            Ok(Some(request.clone()))
+        );
+        let mut buf = encoded(&request);
+        let error = decode_request_version(&mut buf, &Limits::default(), 4).unwrap_err();
+        assert_eq!(error.status(), Status::Unsupported);
+        assert!(
+            error.to_string().contains("needs protocol version 5"),
+            "{error}"
+        );
+        // An empty path, and one over the limit (edited after encoding).
+        for len in [0u16, BACKUP_PATH_BYTES_MAX as u16 + 1] {
+            let mut frame = encoded(&Request {
+                id: 22,
+                ops: vec![RequestOp::Backup {
+                    dest: b("x"),
+                    rate_bytes_per_sec: 0,
+                }],
+            });
+            frame[FRAME_HEADER_BYTES + 1..FRAME_HEADER_BYTES + 3]
+                .copy_from_slice(&len.to_le_bytes());
+            let error = decode_request(&mut reseal(frame), &Limits::default()).unwrap_err();
+            assert_eq!(error.status(), Status::BadRequest, "{error}");
+            assert!(!error.closes_connection());
+        }
+    }
+
+    #[test]
     fn version_3_ops_round_trip() {
         let request = Request {
             id: 11,
