@@ -21,7 +21,7 @@ use crate::shard::txn::{self as shard, TxnMsg};
 use crate::txn::record::{header_len, TxnWrite, WRITES_FIXED_BYTES};
 use crate::txn::watch::KeyMark;
 use crate::txn::{AbortReason, TxnError, TxnSettings};
-use crate::wal::format::{record_size, RECORD_HEADER_BYTES};
+use crate::wal::format::RECORD_HEADER_BYTES;
 use bytes::Bytes;
 use futures::channel::oneshot;
 use std::collections::{BTreeMap, BTreeSet};
@@ -397,7 +397,7 @@ fn check_part_sizes(
     by_shard: &BTreeMap<u16, Vec<TxnWrite>>,
     participants: usize,
 ) -> Result<(), TxnError> {
-    let max = record_size(shared.limits.key_bytes_max, shared.limits.value_bytes_max);
+    let max = shared.limits.record_bytes_max;
     for (&shard, writes) in by_shard {
         let bytes = RECORD_HEADER_BYTES
             + header_len(participants)

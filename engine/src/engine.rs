@@ -20,7 +20,7 @@ use crate::shard::router::{
     local_shard, Control, EngineShared, Limits, ShardMsg, CONTROL_QUEUE_DEPTH,
 };
 use crate::shard::thread::{run, ShardSettings, ShardStart};
-use crate::wal::format::record_size_expiring;
+use crate::wal::format::{chain_end_size, record_size_expiring, CHAIN_BYTES_MAX};
 use crate::wal::writer::buffer_bytes_needed;
 use bytes::Bytes;
 use futures::channel::oneshot;
@@ -162,6 +162,7 @@ impl Engine {
                 key_bytes_max: sizes.key_max,
                 value_bytes_max: sizes.value_max,
                 ops_per_batch_max: config.limits.ops_per_frame_max as usize,
+                record_bytes_max: sizes.max_record_bytes,
             },
             clock: shards.clock,
             txn_stats: shards.txn_stats,
@@ -325,20 +326,41 @@ impl Drop for Engine {
 struct RecordSizes {
     key_max: usize,
     value_max: usize,
-    /// The largest WAL record: the largest key and value with an expiry.
+    /// The largest single WAL record: what one flush buffer
+    /// (`storage.group_commit_max_bytes`) holds besides the segment header
+    /// and the seal. Larger Puts are logged as chunk chains.
     max_record_bytes: usize,
 }
 
 impl RecordSizes {
-    /// Reads the limits, and checks that the WAL segment and the group
-    /// commit buffer can hold the largest record.
+    /// Reads the limits, and checks that the group commit buffer holds the
+    /// end record of a chain with the largest key and that the WAL segment
+    /// holds one buffer.
     fn from_config(config: &Config) -> Result<RecordSizes, EngineError> {
         let l = &config.limits;
         let key_max = usize::try_from(l.key_bytes_max.as_u64())
             .map_err(|_| config_err("key_bytes_max too large"))?;
         let value_max = usize::try_from(l.value_bytes_max.as_u64())
             .map_err(|_| config_err("value_bytes_max too large"))?;
-        let max_record_bytes = record_size_expiring(key_max, value_max, Some(u64::MAX));
+        if value_max > CHAIN_BYTES_MAX {
+            return Err(config_err(format!(
+                "limits.value_bytes_max = {value_max} bytes is over the largest value the WAL takes ({CHAIN_BYTES_MAX} bytes)"
+            )));
+        }
+        let buffer = usize::try_from(config.storage.group_commit_max_bytes.as_u64())
+            .map_err(|_| config_err("group_commit_max_bytes too large"))?;
+        let mut max_record_bytes = buffer.saturating_sub(buffer_bytes_needed(0));
+        if config.storage.durability == Durability::None {
+            // No WAL: nothing is chained, a transaction part is never logged.
+            max_record_bytes = record_size_expiring(key_max, value_max, Some(u64::MAX));
+        }
+        let chain_end = chain_end_size(key_max, 0, Some(u64::MAX));
+        if config.storage.durability != Durability::None && max_record_bytes < chain_end {
+            return Err(config_err(format!(
+                "storage.group_commit_max_bytes = {buffer} bytes cannot hold a record of the largest key (limits.key_bytes_max = {key_max} bytes); it needs at least {} bytes",
+                buffer_bytes_needed(chain_end)
+            )));
+        }
         let segment_bytes = config.storage.wal_segment_size.as_u64();
         let needed = buffer_bytes_needed(max_record_bytes) as u64;
         if config.storage.durability != Durability::None && segment_bytes < needed {
@@ -348,8 +370,6 @@ impl RecordSizes {
             }
             .into());
         }
-        usize::try_from(config.storage.group_commit_max_bytes.as_u64())
-            .map_err(|_| config_err("group_commit_max_bytes too large"))?;
         Ok(RecordSizes {
             key_max,
             value_max,

@@ -59,6 +59,9 @@ pub enum Damage {
     NewestSegmentMissing { head_seq: u64, found_seq: u64 },
     /// Neither slot of the WAL head file is valid.
     BadHead,
+    /// A chunk chain that cannot be whole: its end names chunks that are
+    /// not right before it, or it grows past `CHAIN_BYTES_MAX`.
+    BadChain { lsn: u64, reason: &'static str },
 }
 
 impl fmt::Display for Damage {
@@ -121,6 +124,9 @@ impl fmt::Display for Damage {
                 "the WAL head says segment {head_seq} holds acknowledged records, but the log ends in segment {found_seq} (the newest segment was deleted or damaged)"
             ),
             Damage::BadHead => write!(f, "neither slot of the WAL head file is valid"),
+            Damage::BadChain { lsn, reason } => {
+                write!(f, "chunk chain ending at LSN {lsn} is broken: {reason}")
+            }
         }
     }
 }

@@ -27,9 +27,12 @@ use crate::layout::{
 use crate::manifest::{self, Manifest};
 use crate::snapshot;
 use crate::tier::hybrid::log as value_log;
+use crate::wal::chain::{ChainReplay, UnfinishedChain};
 use crate::wal::format::{decode_segment_header, BLOCK_BYTES};
 use crate::wal::head::{read_head, HeadState};
-use crate::wal::reader::{scan_flush, scan_tail, FileWindow, FlushScan, SegmentIdentity};
+use crate::wal::reader::{
+    replay_flush, scan_flush, scan_tail, FileWindow, FlushScan, SegmentIdentity,
+};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use tunables::{Config, Durability};
@@ -110,6 +113,22 @@ pub struct SegmentReport {
     /// Full reads: the last LSN of the complete flushes (None: none).
     pub last_lsn: Option<u64>,
     pub end: Option<SegmentEnd>,
+    /// Full reads: a broken chunk chain in the segment (the offset of the
+    /// flush holding its end record, and what is wrong).
+    pub chain_damage: Option<(u64, String)>,
+}
+
+/// Full reads: the chunk chains of one shard's log (values larger than a
+/// flush, `docs/wal.md`).
+#[derive(Debug, Clone, Default)]
+pub struct ChunkChains {
+    /// Chains read whole (their value is in the log).
+    pub whole: u64,
+    /// Chains left unfinished and followed by other records (dropped).
+    pub abandoned: u64,
+    /// The chain the log ends in, unfinished (dropped at recovery: never
+    /// acknowledged).
+    pub unfinished: Option<UnfinishedChain>,
 }
 
 /// One snapshot file.
@@ -152,6 +171,8 @@ pub struct ShardReport {
     pub values: Vec<ValueSegmentReport>,
     /// Leftovers recovery removes or ignores (`*.tmp`, `*.damaged`).
     pub leftovers: Vec<PathBuf>,
+    /// Full reads: the chunk chains of the log.
+    pub chunk_chains: ChunkChains,
 }
 
 impl ShardReport {
@@ -309,7 +330,8 @@ async fn examine_shard(
         }
     };
     let mut leftovers = Vec::new();
-    let segments = examine_segments(disk, paths, depth, problems, &mut leftovers).await;
+    let (segments, chunk_chains) =
+        examine_segments(disk, paths, depth, problems, &mut leftovers).await;
     check_log(paths, &segments, head, depth, problems);
     let snapshots = examine_snapshots(disk, paths, depth, problems, &mut leftovers).await;
     let chain = newest_chain(&snapshots);
@@ -333,6 +355,7 @@ async fn examine_shard(
         chain,
         values,
         leftovers,
+        chunk_chains,
     }
 }
 
@@ -342,27 +365,43 @@ async fn examine_segments(
     depth: Depth,
     problems: &mut Vec<Problem>,
     leftovers: &mut Vec<PathBuf>,
-) -> Vec<SegmentReport> {
+) -> (Vec<SegmentReport>, ChunkChains) {
     let files = match disk.list_dir(&paths.wal_dir) {
         Ok(f) => f,
         Err(e) => {
             problems.push(problem(&paths.wal_dir, None, format!("cannot list: {e}")));
-            return Vec::new();
+            return (Vec::new(), ChunkChains::default());
         }
     };
-    let mut out = Vec::new();
+    let mut numbered = Vec::new();
     for path in files {
-        let Some(seq) = parse_numbered(&path, WAL_SUFFIX) else {
-            leftovers.push(path);
-            continue;
-        };
-        match examine_segment(disk, &path, paths.shard as u32, seq, depth).await {
-            Ok(r) => out.push(r),
+        match parse_numbered(&path, WAL_SUFFIX) {
+            Some(seq) => numbered.push((seq, path)),
+            None => leftovers.push(path),
+        }
+    }
+    // In log order, so chunk chains are followed across segments.
+    numbered.sort();
+    let mut chains = ChainReplay::counting();
+    let mut out = Vec::new();
+    for (seq, path) in numbered {
+        let shard = paths.shard as u32;
+        match examine_segment(disk, &path, shard, seq, depth, &mut chains).await {
+            Ok(r) => {
+                if let Some((offset, why)) = &r.chain_damage {
+                    problems.push(problem(&path, Some(*offset), why.clone()));
+                }
+                out.push(r);
+            }
             Err(e) => problems.push(problem(&path, None, format!("cannot read: {e}"))),
         }
     }
-    out.sort_by_key(|s| s.seq);
-    out
+    let summary = ChunkChains {
+        whole: chains.whole,
+        abandoned: chains.abandoned,
+        unfinished: chains.unfinished(),
+    };
+    (out, summary)
 }
 
 async fn examine_segment(
@@ -371,6 +410,7 @@ async fn examine_segment(
     shard: u32,
     seq: u64,
     depth: Depth,
+    chains: &mut ChainReplay,
 ) -> std::io::Result<SegmentReport> {
     let file = disk.open(path, false).await?;
     let mut win = FileWindow::new(&file, path).await?;
@@ -398,9 +438,11 @@ async fn examine_segment(
         records: 0,
         last_lsn: None,
         end: None,
+        chain_damage: None,
     };
     if depth == Depth::Full && matches!(report.state, SegmentState::Used { .. }) {
-        walk_flushes(&mut win, SegmentIdentity { shard, seq }, &mut report).await?;
+        let identity = SegmentIdentity { shard, seq };
+        walk_flushes(&mut win, identity, &mut report, chains).await?;
     }
     Ok(report)
 }
@@ -411,12 +453,25 @@ async fn walk_flushes<F: DiskFile>(
     win: &mut FileWindow<'_, F>,
     identity: SegmentIdentity,
     report: &mut SegmentReport,
+    chains: &mut ChainReplay,
 ) -> std::io::Result<()> {
     let mut pos = 0u64;
     let mut last: Option<u64> = None;
     loop {
         match scan_flush(win, pos, identity).await? {
             FlushScan::Complete(info) if last.is_none_or(|l| info.first_lsn == l + 1) => {
+                let mut broken = None;
+                replay_flush(win, &info, &mut |r| {
+                    if let Err(d) = chains.record(r) {
+                        broken.get_or_insert(d);
+                    }
+                })
+                .await?;
+                if let Some(d) = broken {
+                    report
+                        .chain_damage
+                        .get_or_insert((info.start, format!("{d} (recovery refuses the log)")));
+                }
                 report.flushes += 1;
                 report.flush_offsets.push(info.start);
                 report.records += u64::from(info.records);

@@ -15,8 +15,11 @@ use std::path::{Path, PathBuf};
 /// added expiry times (the `FLAG_EXPIRES` record flag and the snapshot
 /// entry flag); files of version 1 hold neither and are still read. A
 /// build that knows only version 1 refuses a version 2 header instead of
-/// misreading the records or entries behind it.
-pub const FORMAT_VERSION: u32 = 2;
+/// misreading the records or entries behind it. Version 3 added chunk
+/// chains to the WAL (the `Chunk` record kind and the `FLAG_CHAIN_END` Put
+/// flag) so a value may be larger than one flush buffer; snapshot files did
+/// not change. Files of versions 1 and 2 are still read.
+pub const FORMAT_VERSION: u32 = 3;
 /// Oldest format version this build reads.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 

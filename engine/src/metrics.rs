@@ -144,7 +144,7 @@ pub(crate) struct ShardStats {
     pub(crate) expiring_keys: AtomicU64,
     /// Published by the shard thread a few times a second (never on the
     /// request path).
-    pub(crate) hybrid: std::sync::Mutex<Option<crate::tier::HybridStats>>,
+    pub(crate) tier: std::sync::Mutex<crate::tier::TierStats>,
     pub(crate) cold_read_latency_us: std::sync::Arc<AtomicHistogram>,
 }
 
@@ -181,7 +181,7 @@ impl ShardStats {
             segments_recycled: AtomicU64::new(0),
             expired_keys: AtomicU64::new(0),
             expiring_keys: AtomicU64::new(0),
-            hybrid: std::sync::Mutex::new(None),
+            tier: std::sync::Mutex::new(crate::tier::TierStats::default()),
             cold_read_latency_us: std::sync::Arc::new(AtomicHistogram::new()),
         }
     }
@@ -220,7 +220,7 @@ impl ShardStats {
             segments_recycled: self.segments_recycled.load(Relaxed),
             expired_keys: self.expired_keys.load(Relaxed),
             expiring_keys: self.expiring_keys.load(Relaxed),
-            hybrid: *self.hybrid.lock().unwrap_or_else(|p| p.into_inner()),
+            hybrid: self.tier.lock().unwrap_or_else(|p| p.into_inner()).hybrid(),
             cold_read_latency_us: self.cold_read_latency_us.snapshot(),
         }
     }

@@ -25,14 +25,14 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// The server's default configuration: 16 MiB frames, 10,000 ops, 1 KiB
-    /// keys, 1 MiB values, 128 frames in flight.
+    /// The server's default configuration: 16 MiB frames, 10,000 ops, 64 KiB
+    /// keys, 8 MiB values, 128 frames in flight.
     fn default() -> Self {
         Limits {
             frame_bytes_max: 16 << 20,
             ops_per_frame_max: 10_000,
-            key_bytes_max: 1 << 10,
-            value_bytes_max: 1 << 20,
+            key_bytes_max: 64 << 10,
+            value_bytes_max: 8 << 20,
             pipeline_depth_max: 128,
         }
     }

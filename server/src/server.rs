@@ -140,23 +140,240 @@ pub fn limits_from_config(config: &Config) -> Result<Limits, ServerError> {
     Ok(limits)
 }
 
+/// The addresses the configuration names, resolved before anything binds.
+struct Addresses {
+    listen: SocketAddr,
+    metrics: Option<SocketAddr>,
+    resp: Option<SocketAddr>,
+}
+
+impl Addresses {
+    fn resolve(config: &Config) -> Result<Addresses, ServerError> {
+        let optional = |field: &'static str, value: &str| {
+            if value.trim().is_empty() {
+                Ok(None)
+            } else {
+                resolve(field, value).map(Some)
+            }
+        };
+        Ok(Addresses {
+            listen: resolve("server.listen", &config.server.listen)?,
+            metrics: optional("server.metrics_listen", &config.server.metrics_listen)?,
+            resp: optional("server.resp_listen", &config.server.resp_listen)?,
+        })
+    }
+}
+
+/// What answers while the engine recovers: the RESP port with -LOADING,
+/// and the metrics endpoint (/healthz at once, /readyz and /metrics 503).
+/// Dropping either stops it, so a failed start leaves neither behind.
+struct EarlyPorts {
+    loading: Option<crate::resp::loading::LoadingResponder>,
+    metrics: Option<MetricsServer>,
+}
+
+impl EarlyPorts {
+    fn start(
+        addresses: &Addresses,
+        resp_tls: Option<Arc<TlsConfig>>,
+        metrics_access: crate::ops::http::MetricsAccess,
+    ) -> Result<EarlyPorts, ServerError> {
+        let loading = match addresses.resp {
+            None => None,
+            Some(addr) => {
+                let responder = crate::resp::loading::LoadingResponder::start(addr, resp_tls)
+                    .map_err(|source| match source.kind() {
+                        std::io::ErrorKind::AddrInUse => BindError::AddrInUse { addr },
+                        _ => BindError::Socket {
+                            addr,
+                            step: "bind",
+                            source,
+                        },
+                    })?;
+                tracing::info!(resp = %responder.addr(), "RESP port answers -LOADING until recovery ends");
+                Some(responder)
+            }
+        };
+        let metrics = match addresses.metrics {
+            None => None,
+            Some(addr) => {
+                let m = MetricsServer::start(addr, metrics_access)
+                    .map_err(|source| ServerError::Metrics { addr, source })?;
+                tracing::info!(metrics = %m.local_addr(), "metrics endpoint answers /readyz 503 until recovery ends");
+                Some(m)
+            }
+        };
+        Ok(EarlyPorts { loading, metrics })
+    }
+}
+
+/// The per-shard listeners of both ports, bound once the engine is open.
+struct ShardListeners {
+    native: Vec<std::net::TcpListener>,
+    local_addr: SocketAddr,
+    resp: Vec<std::net::TcpListener>,
+    resp_addr: Option<SocketAddr>,
+}
+
+impl ShardListeners {
+    /// Binds one native listener per shard, and takes the RESP port over
+    /// from the loading responder (the port it was given, when the
+    /// configuration said port 0).
+    fn bind(
+        config: &Config,
+        listen: SocketAddr,
+        loading: Option<crate::resp::loading::LoadingResponder>,
+        shard_count: usize,
+    ) -> Result<ShardListeners, ServerError> {
+        let native = bind_reuseport_group(listen, shard_count)?;
+        let local_addr = native[0].local_addr().map_err(|e| ServerError::Address {
+            field: "server.listen",
+            value: config.server.listen.clone(),
+            reason: e.to_string(),
+        })?;
+        let (resp, resp_addr) = match loading.map(|l| l.stop()) {
+            None => (Vec::new(), None),
+            Some(addr) => {
+                let l = bind_reuseport_group(addr, shard_count)?;
+                let local = l[0].local_addr().map_err(|source| BindError::Socket {
+                    addr,
+                    step: "read the local address of",
+                    source,
+                })?;
+                (l, Some(local))
+            }
+        };
+        Ok(ShardListeners {
+            native,
+            local_addr,
+            resp,
+            resp_addr,
+        })
+    }
+}
+
+/// What INFO, STATS and the logs say about this server.
+fn server_facts(
+    config: &Config,
+    engine: &engine::Engine,
+    resp_listen: Option<SocketAddr>,
+) -> ServerFacts {
+    ServerFacts {
+        version: env!("CARGO_PKG_VERSION"),
+        backend: engine.backend().to_string(),
+        durability: durability_name(config.storage.durability).to_string(),
+        tier: engine.tier().as_str().to_string(),
+        shard_count: engine.shard_count(),
+        resp_listen,
+        resp_flush_enabled: config.server.resp_flush_enabled,
+        devices: config
+            .devices
+            .iter()
+            .map(|(name, d)| DeviceFacts {
+                name: name.clone(),
+                profile_name: d.profile.clone(),
+                // Validation guarantees the profile exists.
+                profile: config
+                    .device_profile(name)
+                    .unwrap_or_else(tunables::ProfileConfig::unthrottled),
+            })
+            .collect(),
+    }
+}
+
+/// The state every shard's connections share.
+fn shared_state(
+    config: &Config,
+    access: Access,
+    limits: Limits,
+    engine: &engine::Engine,
+    facts: ServerFacts,
+) -> Arc<Shared> {
+    let shard_count = engine.shard_count();
+    let hello_ack = accepted_hello_ack(
+        limits,
+        ServerInfo {
+            server_id: server_id(),
+            shard_count: u32::try_from(shard_count).unwrap_or(u32::MAX),
+            server_name: format!("ringkv-server {}", env!("CARGO_PKG_VERSION")),
+        },
+    );
+    Arc::new(Shared::new(
+        access,
+        limits,
+        hello_ack,
+        shard_count,
+        config.server.idle_timeout.get(),
+        config.server.max_connections as usize,
+        facts,
+        engine.handle(),
+        crate::native::txn::TxnConfig::from_config(&config.server),
+    ))
+}
+
+/// Starts each shard's accept loop on its runtime thread; each reports its
+/// index on the returned channel once it has drained.
+fn spawn_accept_loops(
+    engine: &engine::Engine,
+    shared: &Arc<Shared>,
+    listeners: ShardListeners,
+) -> (
+    Vec<futures::channel::oneshot::Sender<()>>,
+    mpsc::Receiver<usize>,
+) {
+    let (stopped_tx, stopped_shards) = mpsc::channel();
+    let mut stops = Vec::with_capacity(listeners.native.len());
+    let mut resp_listeners = listeners.resp.into_iter();
+    for (shard, listener) in listeners.native.into_iter().enumerate() {
+        let (stop_tx, stop_rx) = futures::channel::oneshot::channel();
+        stops.push(stop_tx);
+        let shared = Arc::clone(shared);
+        let stopped_tx = stopped_tx.clone();
+        let resp_listener = resp_listeners.next();
+        engine.spawn_on(shard, move || async move {
+            let ctx = std::rc::Rc::new(ShardContext::new(shard, shared));
+            run_shard(ctx, listener, resp_listener, stop_rx).await;
+            let _ = stopped_tx.send(shard);
+        });
+    }
+    (stops, stopped_shards)
+}
+
+fn log_ready(
+    config: &Config,
+    shared: &Shared,
+    local_addr: SocketAddr,
+    metrics: Option<&MetricsServer>,
+) {
+    let devices: Vec<String> = shared
+        .facts
+        .devices
+        .iter()
+        .map(|d| format!("{}={}", d.name, d.profile_name))
+        .collect();
+    tracing::info!(
+        addr = %local_addr,
+        metrics = %metrics.map(|m| m.local_addr().to_string()).unwrap_or_else(|| "off".into()),
+        resp = %shared.facts.resp_listen.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
+        shards = shared.facts.shard_count,
+        durability = %shared.facts.durability,
+        tier = %shared.facts.tier,
+        backend = %shared.facts.backend,
+        devices = %devices.join(","),
+        auth = if shared.access.auth.is_required() { "password" } else { "none" },
+        tls_native = config.server.tls_native,
+        tls_metrics = config.server.tls_metrics,
+        tls_resp = config.server.tls_resp,
+        data_dir = %config.storage.data_dir.display(),
+        pid = std::process::id(),
+        "ringkv-server ready"
+    );
+}
+
 /// Starts a server for `config` and returns once it is serving.
 pub fn start(config: Config) -> Result<RunningServer, ServerError> {
     config.validate()?;
-    let listen = resolve("server.listen", &config.server.listen)?;
-    let metrics_listen = if config.server.metrics_listen.trim().is_empty() {
-        None
-    } else {
-        Some(resolve(
-            "server.metrics_listen",
-            &config.server.metrics_listen,
-        )?)
-    };
-    let resp_listen = if config.server.resp_listen.trim().is_empty() {
-        None
-    } else {
-        Some(resolve("server.resp_listen", &config.server.resp_listen)?)
-    };
+    let addresses = Addresses::resolve(&config)?;
     let limits = limits_from_config(&config)?;
     let auth = Arc::new(Authenticator::from_config(&config)?);
     let tls = match TlsFiles::from_config(&config) {
@@ -174,168 +391,30 @@ pub fn start(config: Config) -> Result<RunningServer, ServerError> {
         tls: tls.clone().filter(|_| config.server.tls_metrics),
     };
     let locks = lock_directories(&config)?;
+    let early = EarlyPorts::start(&addresses, access.resp_tls.clone(), metrics_access)?;
 
-    // The RESP port answers -LOADING while the engine recovers (dropped,
-    // and so stopped, if the start fails).
-    let loading = match resp_listen {
-        None => None,
-        Some(addr) => {
-            let responder = crate::resp::loading::LoadingResponder::start(
-                addr,
-                tls.clone().filter(|_| config.server.tls_resp),
-            )
-            .map_err(|source| match source.kind() {
-                std::io::ErrorKind::AddrInUse => BindError::AddrInUse { addr },
-                _ => BindError::Socket {
-                    addr,
-                    step: "bind",
-                    source,
-                },
-            })?;
-            tracing::info!(resp = %responder.addr(), "RESP port answers -LOADING until recovery ends");
-            Some(responder)
-        }
-    };
-    // The metrics endpoint starts before recovery: /healthz answers at
-    // once, /readyz and /metrics answer 503 until the pages are served
-    // below (dropped, and so stopped, if the start fails).
-    let metrics = match metrics_listen {
-        None => None,
-        Some(addr) => {
-            let m = MetricsServer::start(addr, metrics_access)
-                .map_err(|source| ServerError::Metrics { addr, source })?;
-            tracing::info!(metrics = %m.local_addr(), "metrics endpoint answers /readyz 503 until recovery ends");
-            Some(m)
-        }
-    };
     let engine = engine::Engine::open(&config).map_err(ServerError::Engine)?;
-    let shard_count = engine.shard_count();
-    let listeners = match bind_reuseport_group(listen, shard_count) {
+    let listeners = match ShardListeners::bind(
+        &config,
+        addresses.listen,
+        early.loading,
+        engine.shard_count(),
+    ) {
         Ok(l) => l,
         Err(e) => {
             shutdown_engine_after_failed_start(engine);
-            return Err(e.into());
+            return Err(e);
         }
     };
-    let local_addr = match listeners[0].local_addr() {
-        Ok(a) => a,
-        Err(e) => {
-            shutdown_engine_after_failed_start(engine);
-            return Err(ServerError::Address {
-                field: "server.listen",
-                value: config.server.listen.clone(),
-                reason: e.to_string(),
-            });
-        }
-    };
-
-    // The shards take the port over (the one the responder was given, when
-    // the configuration said port 0).
-    let (resp_listeners, resp_addr) = match loading.map(|l| l.stop()) {
-        None => (Vec::new(), None),
-        Some(addr) => {
-            let bound = bind_reuseport_group(addr, shard_count).and_then(|l| {
-                let local = l[0].local_addr().map_err(|source| BindError::Socket {
-                    addr,
-                    step: "read the local address of",
-                    source,
-                })?;
-                Ok((l, local))
-            });
-            match bound {
-                Ok((l, local)) => (l, Some(local)),
-                Err(e) => {
-                    shutdown_engine_after_failed_start(engine);
-                    return Err(e.into());
-                }
-            }
-        }
-    };
-    let mut resp_listeners = resp_listeners.into_iter();
-
-    let facts = ServerFacts {
-        version: env!("CARGO_PKG_VERSION"),
-        backend: engine.backend().to_string(),
-        durability: durability_name(config.storage.durability).to_string(),
-        tier: engine.tier().as_str().to_string(),
-        shard_count,
-        resp_listen: resp_addr,
-        resp_flush_enabled: config.server.resp_flush_enabled,
-        devices: config
-            .devices
-            .iter()
-            .map(|(name, d)| DeviceFacts {
-                name: name.clone(),
-                profile_name: d.profile.clone(),
-                // Validation guarantees the profile exists.
-                profile: config
-                    .device_profile(name)
-                    .unwrap_or_else(tunables::ProfileConfig::unthrottled),
-            })
-            .collect(),
-    };
-    let hello_ack = accepted_hello_ack(
-        limits,
-        ServerInfo {
-            server_id: server_id(),
-            shard_count: u32::try_from(shard_count).unwrap_or(u32::MAX),
-            server_name: format!("ringkv-server {}", env!("CARGO_PKG_VERSION")),
-        },
-    );
-    let shared = Arc::new(Shared::new(
-        access,
-        limits,
-        hello_ack,
-        shard_count,
-        config.server.idle_timeout.get(),
-        config.server.max_connections as usize,
-        facts,
-        engine.handle(),
-        crate::native::txn::TxnConfig::from_config(&config.server),
-    ));
-
+    let local_addr = listeners.local_addr;
+    let facts = server_facts(&config, &engine, listeners.resp_addr);
+    let shared = shared_state(&config, access, limits, &engine, facts);
+    let metrics = early.metrics;
     if let Some(m) = &metrics {
         m.serve_pages(Box::new(ServerPages(Arc::clone(&shared))));
     }
-
-    let (stopped_tx, stopped_shards) = mpsc::channel();
-    let mut stops = Vec::with_capacity(shard_count);
-    for (shard, listener) in listeners.into_iter().enumerate() {
-        let (stop_tx, stop_rx) = futures::channel::oneshot::channel();
-        stops.push(stop_tx);
-        let shared = Arc::clone(&shared);
-        let stopped_tx = stopped_tx.clone();
-        let resp_listener = resp_listeners.next();
-        engine.spawn_on(shard, move || async move {
-            let ctx = std::rc::Rc::new(ShardContext::new(shard, shared));
-            run_shard(ctx, listener, resp_listener, stop_rx).await;
-            let _ = stopped_tx.send(shard);
-        });
-    }
-
-    let devices: Vec<String> = shared
-        .facts
-        .devices
-        .iter()
-        .map(|d| format!("{}={}", d.name, d.profile_name))
-        .collect();
-    tracing::info!(
-        addr = %local_addr,
-        metrics = %metrics.as_ref().map(|m| m.local_addr().to_string()).unwrap_or_else(|| "off".into()),
-        resp = %resp_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
-        shards = shard_count,
-        durability = %shared.facts.durability,
-        tier = %shared.facts.tier,
-        backend = %shared.facts.backend,
-        devices = %devices.join(","),
-        auth = if shared.access.auth.is_required() { "password" } else { "none" },
-        tls_native = config.server.tls_native,
-        tls_metrics = config.server.tls_metrics,
-        tls_resp = config.server.tls_resp,
-        data_dir = %config.storage.data_dir.display(),
-        pid = std::process::id(),
-        "ringkv-server ready"
-    );
+    let (stops, stopped_shards) = spawn_accept_loops(&engine, &shared, listeners);
+    log_ready(&config, &shared, local_addr, metrics.as_ref());
     Ok(RunningServer {
         local_addr,
         metrics,

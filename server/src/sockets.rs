@@ -15,6 +15,18 @@ use std::net::{SocketAddr, TcpListener};
 /// Listen backlog per socket (the kernel caps it at `net.core.somaxconn`).
 pub const LISTEN_BACKLOG: i32 = 1024;
 
+/// Bytes a connection makes room for before its next read, when the message
+/// it is reading still wants `wanted_more` bytes and `buffered` are held:
+/// at least one `chunk`, and never more than it already holds (or one
+/// chunk). A declared length alone never reserves memory: a buffer grows by
+/// at most doubling what actually arrived, so a client that announces a
+/// 512 MiB value and sends nothing costs one chunk, and a value of V bytes
+/// costs at most 2 V of buffer capacity while it arrives (docs/config.md,
+/// "Memory per connection").
+pub fn read_room(wanted_more: usize, buffered: usize, chunk: usize) -> usize {
+    wanted_more.min(buffered.max(chunk)).max(chunk)
+}
+
 /// Why the listening sockets could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -216,5 +228,22 @@ mod tests {
             assert!(a.is_ipv6());
             assert_eq!(listeners[1].local_addr().unwrap(), a);
         }
+    }
+}
+
+#[cfg(test)]
+mod read_room_tests {
+    use super::read_room;
+
+    #[test]
+    fn a_declared_size_reserves_at_most_what_arrived() {
+        let chunk = 64 * 1024;
+        // A 512 MiB bulk announced, nothing of it received yet: one chunk.
+        assert_eq!(read_room(512 << 20, 20, chunk), chunk);
+        // Growing with what arrived: at most doubling.
+        assert_eq!(read_room(512 << 20, 1 << 20, chunk), 1 << 20);
+        // The last bytes: only what is still wanted (at least a chunk).
+        assert_eq!(read_room(100, 1 << 20, chunk), chunk);
+        assert_eq!(read_room(300 << 10, 1 << 20, chunk), 300 << 10);
     }
 }

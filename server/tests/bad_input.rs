@@ -90,7 +90,7 @@ fn frame_over_the_configured_limit_is_refused_before_it_is_buffered() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(
         dir.path(),
-        "[limits]\nframe_bytes_max = \"64KiB\"\nvalue_bytes_max = \"16KiB\"\nops_per_frame_max = 100\n",
+        "[limits]\nframe_bytes_max = \"64KiB\"\nkey_bytes_max = \"1KiB\"\nvalue_bytes_max = \"16KiB\"\nops_per_frame_max = 100\n",
     );
     let mut conn = RawConn::open(server.addr);
     assert_eq!(conn.limits.frame_bytes_max, 64 * 1024);

@@ -293,7 +293,7 @@ fn scan_answers_fit_a_small_frame_limit() {
     let config = dir.path().join("small.toml");
     std::fs::write(
         &config,
-        "[limits]\nframe_bytes_max = \"8KiB\"\nops_per_frame_max = 100\nvalue_bytes_max = \"1KiB\"\n",
+        "[limits]\nframe_bytes_max = \"8KiB\"\nops_per_frame_max = 100\nkey_bytes_max = \"1KiB\"\nvalue_bytes_max = \"1KiB\"\n",
     )
     .unwrap();
     let data = dir.path().join("data");

@@ -29,7 +29,7 @@ pub use schema::{
 pub use units::{ByteSize, Duration, UnitError, DURATION_UNITS, SIZE_UNITS};
 pub use validate::{
     is_loopback, unprotected_listeners, FRAME_OVERHEAD_BYTES_MAX, PAGE_SIZE_BYTES,
-    PASSWORD_BYTES_MAX, WAL_RECORD_HEADER_BYTES_MAX,
+    PASSWORD_BYTES_MAX, WAL_FLUSH_OVERHEAD_BYTES_MAX,
 };
 
 use serde::{Deserialize, Serialize};

@@ -722,19 +722,19 @@ flush_interval = \"10 msec\"
     #[test]
     fn a_field_that_failed_to_parse_does_not_trigger_rules_on_its_default() {
         // group_commit_max_bytes keeps its 2 MiB default after the bad unit;
-        // with 8 MiB values the record-fits rule would fail on that default,
-        // but the user never chose it: only the unit error is reported.
-        let text = "[limits]\nvalue_bytes_max = \"8MiB\"\n[storage]\ngroup_commit_max_bytes = \"16 Mibs\"\n";
+        // with 2 MiB segments the half-a-segment rule would fail on that
+        // default, but the user never chose it: only the unit error is reported.
+        let text = "[storage]\nwal_segment_size = \"2MiB\"\ngroup_commit_max_bytes = \"16 Mibs\"\n";
         let e = errors(text);
         assert_eq!(e.len(), 1, "{e:#?}");
         assert_eq!(e[0].field(), Some("storage.group_commit_max_bytes"));
         // With a readable but too-small value the rule does fire, on its line.
         let text =
-            "[limits]\nvalue_bytes_max = \"8MiB\"\n[storage]\ngroup_commit_max_bytes = \"4MiB\"\n";
+            "[limits]\nkey_bytes_max = \"1MiB\"\n[storage]\ngroup_commit_max_bytes = \"1MiB\"\n";
         let l = lines(text);
         assert_eq!(
             l,
-            ["line 4: storage.group_commit_max_bytes = \"4MiB\": must be >= limits.value_bytes_max + limits.key_bytes_max + 64 (8389696 bytes) so one record always fits a flush"]
+            ["line 4: storage.group_commit_max_bytes = \"1MiB\": must be >= limits.key_bytes_max + 12288 (1060864 bytes) so the record of the largest key always fits a flush"]
         );
     }
 

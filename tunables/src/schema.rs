@@ -437,8 +437,9 @@ section! {
         wal_segment_size: ByteSize = ByteSize::mib(64),
             kind None, check Check::Range(ByteSize::kib(64), ByteSize::gib(64)),
             note "multiple of 4096";
-        /// Most bytes one group commit (one write + one fdatasync) carries. 2 MiB
-        /// rather than 1 MiB by default so a 1 MiB value, its key and header fit one flush.
+        /// Most bytes one group commit (one write + one fdatasync) carries; each shard
+        /// holds two buffers of this size. A value whose record is larger is logged as a
+        /// chain of chunks over several flushes (`docs/wal.md`, "Chunk chains").
         group_commit_max_bytes: ByteSize = ByteSize::mib(2),
             kind None, check Check::Range(ByteSize::kib(4), ByteSize::gib(1)),
             note "multiple of 4096, see the rules below";
@@ -503,12 +504,16 @@ section! {
 section! {
     /// `[limits]`: sizes and counts the server enforces on every request.
     pub struct LimitsConfig at "limits" {
-        /// Largest key.
-        key_bytes_max: ByteSize = ByteSize::kib(1),
-            kind None, check Check::Range(ByteSize(1), ByteSize::kib(64));
-        /// Largest value.
-        value_bytes_max: ByteSize = ByteSize::mib(1),
-            kind None, check Check::Range(ByteSize(0), ByteSize::mib(64));
+        /// Largest key. 64 KiB by default, above the 50,000-byte keys of Redis's own tests.
+        key_bytes_max: ByteSize = ByteSize::kib(64),
+            kind None, check Check::Range(ByteSize(1), ByteSize::mib(1)),
+            note "see the rules below";
+        /// Largest value. 8 MiB by default: twice the largest value of Redis's string
+        /// tests, and it fits the default frame with the largest key. Values larger than
+        /// a group commit are logged as chunk chains; up to 512 MiB (Redis's limit).
+        value_bytes_max: ByteSize = ByteSize::mib(8),
+            kind None, check Check::Range(ByteSize(0), ByteSize::mib(512)),
+            note "see the rules below";
         /// Largest wire frame, in either direction. Also the most bytes of values one
         /// request's GETs read per shard (later GETs answer FRAME_TOO_LARGE without a
         /// lookup), which bounds a request's memory.

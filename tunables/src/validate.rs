@@ -21,10 +21,12 @@ use std::net::SocketAddr;
 /// O_DIRECT alignment: WAL segments, group-commit buffers and profile I/O
 /// units are multiples of this.
 pub const PAGE_SIZE_BYTES: u64 = 4096;
-/// Room reserved for one WAL record's header in the "one record always fits a
-/// flush" rule: `value_bytes_max + key_bytes_max + WAL_RECORD_HEADER_BYTES_MAX
-/// <= group_commit_max_bytes`. The WAL record header must not exceed it.
-pub const WAL_RECORD_HEADER_BYTES_MAX: u64 = 64;
+/// Room a flush buffer keeps besides the key of a chain's end record, in the
+/// rule `key_bytes_max + WAL_FLUSH_OVERHEAD_BYTES_MAX <= group_commit_max_bytes`:
+/// the segment header block, the largest seal, the record header and the
+/// expiry and chain-start fields. Values have no such rule: a value larger
+/// than a flush is logged as a chunk chain.
+pub const WAL_FLUSH_OVERHEAD_BYTES_MAX: u64 = 12 * 1024;
 /// Room reserved for a frame header plus one operation header in the rule
 /// `frame_bytes_max >= key_bytes_max + value_bytes_max + FRAME_OVERHEAD_BYTES_MAX`
 /// (one max-size PUT always fits a frame).
@@ -396,17 +398,16 @@ impl Checker {
             format!("must be <= storage.wal_segment_size / 2 ({half}) so a flush never straddles most of a segment"),
         );
         let record = l
-            .value_bytes_max
+            .key_bytes_max
             .0
-            .saturating_add(l.key_bytes_max.0)
-            .saturating_add(WAL_RECORD_HEADER_BYTES_MAX);
+            .saturating_add(WAL_FLUSH_OVERHEAD_BYTES_MAX);
         self.rule(
             record <= gc.0,
             "storage.group_commit_max_bytes",
             quoted(gc),
-            &["limits.value_bytes_max", "limits.key_bytes_max"],
+            &["limits.key_bytes_max"],
             format!(
-                "must be >= limits.value_bytes_max + limits.key_bytes_max + {WAL_RECORD_HEADER_BYTES_MAX} ({record} bytes) so one record always fits a flush"
+                "must be >= limits.key_bytes_max + {WAL_FLUSH_OVERHEAD_BYTES_MAX} ({record} bytes) so the record of the largest key always fits a flush"
             ),
         );
         for (field, device) in [
@@ -624,26 +625,23 @@ mod tests {
     }
 
     #[test]
-    fn one_max_size_record_fits_a_flush() {
+    fn the_largest_key_fits_a_flush_and_values_do_not_need_to() {
         let mut c = Config::default();
-        // 1 MiB value + 1 KiB key + 64 B header does not fit 1 MiB.
-        c.storage.group_commit_max_bytes = ByteSize::mib(1);
-        assert_one(
-            &c,
-            "storage.group_commit_max_bytes",
-            "one record always fits a flush",
-        );
-        // Exactly fitting is allowed: 2 MiB - 64 - 4096 value with a 4 KiB key.
-        c.storage.group_commit_max_bytes = ByteSize::mib(2);
-        c.limits.key_bytes_max = ByteSize::kib(4);
-        c.limits.value_bytes_max =
-            ByteSize(ByteSize::mib(2).0 - 4096 - WAL_RECORD_HEADER_BYTES_MAX);
+        // A 512 MiB value is allowed with the default 2 MiB flush: it is
+        // logged as a chunk chain (with a frame large enough to carry it).
+        c.limits.value_bytes_max = ByteSize::mib(512);
+        c.limits.frame_bytes_max = ByteSize::mib(513);
         assert_eq!(problems(&c), Vec::<(String, String)>::new());
-        c.limits.value_bytes_max = ByteSize(c.limits.value_bytes_max.0 + 1);
+        // The largest key must fit one flush: exactly fitting is allowed.
+        let mut c = Config::default();
+        c.storage.group_commit_max_bytes = ByteSize::mib(1);
+        c.limits.key_bytes_max = ByteSize(ByteSize::mib(1).0 - WAL_FLUSH_OVERHEAD_BYTES_MAX);
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.limits.key_bytes_max = ByteSize(c.limits.key_bytes_max.0 + 1);
         assert_one(
             &c,
             "storage.group_commit_max_bytes",
-            "one record always fits a flush",
+            "the record of the largest key always fits a flush",
         );
     }
 
@@ -656,8 +654,9 @@ mod tests {
             "limits.frame_bytes_max",
             "one max-size PUT fits a frame",
         );
+        c.limits.value_bytes_max = ByteSize::kib(512);
         c.limits.frame_bytes_max =
-            ByteSize(ByteSize::mib(1).0 + ByteSize::kib(1).0 + FRAME_OVERHEAD_BYTES_MAX);
+            ByteSize(ByteSize::kib(512).0 + ByteSize::kib(64).0 + FRAME_OVERHEAD_BYTES_MAX);
         assert_eq!(problems(&c), Vec::<(String, String)>::new());
     }
 
@@ -1058,10 +1057,10 @@ mod tests {
                 c.limits.key_bytes_max = ByteSize(0)
             }),
             ("limits.key_bytes_max", |c| {
-                c.limits.key_bytes_max = ByteSize(ByteSize::kib(64).0 + 1)
+                c.limits.key_bytes_max = ByteSize(ByteSize::mib(1).0 + 1)
             }),
             ("limits.value_bytes_max", |c| {
-                c.limits.value_bytes_max = ByteSize(ByteSize::mib(64).0 + 1)
+                c.limits.value_bytes_max = ByteSize(ByteSize::mib(512).0 + 1)
             }),
             ("limits.value_bytes_max", |c| {
                 c.limits.value_bytes_max = ByteSize(u64::MAX)

@@ -186,10 +186,15 @@ pub(crate) async fn checkpoint<D: Disk>(
     let started = Instant::now();
     // A transaction part logged but not applied yet is not in the tier: the
     // snapshot must not claim its LSN (replay from below it is idempotent).
-    let lsn = match core.txn.checkpoint_lsn_max() {
+    let mut lsn = match core.txn.checkpoint_lsn_max() {
         Some(max) => core.last_lsn().min(max),
         None => core.last_lsn(),
     };
+    // Nor may it claim part of a chunk chain: replay starts after the
+    // snapshot's LSN and must meet every chain whole.
+    if let Some(first) = core.wal.open_chain_first_lsn() {
+        lsn = lsn.min(first - 1);
+    }
     if lsn == 0 || snapshots.last().is_some_and(|s| s.lsn >= lsn) {
         core.wal.checkpoint_started();
         return Ok(None);
@@ -208,6 +213,16 @@ pub(crate) async fn checkpoint<D: Disk>(
             return Err(e.into());
         }
     };
+    // The module's rule: renamed into place only once the WAL is durable
+    // through the snapshot's LSN, and never claiming an unapplied part.
+    debug_assert!(
+        core.wal.durable_lsn() >= lsn,
+        "snapshot {lsn} ahead of the durable WAL"
+    );
+    debug_assert!(
+        core.txn.checkpoint_lsn_max().is_none_or(|max| lsn <= max),
+        "snapshot {lsn} claims an unapplied transaction part"
+    );
     let path = paths.snapshot(lsn);
     disk.rename(&tmp, &path).await.map_err(io("rename", &tmp))?;
     disk.sync_dir(&paths.snapshot_dir)

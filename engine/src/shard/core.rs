@@ -299,10 +299,8 @@ impl ShardCore {
 
     /// Copies the tier's own counters into the shard's metrics.
     pub(crate) fn publish_tier_stats(&self) {
-        let stats = self.state.borrow().tier.hybrid_stats();
-        if stats.is_some() {
-            *self.stats.hybrid.lock().unwrap_or_else(|p| p.into_inner()) = stats;
-        }
+        let stats = self.state.borrow().tier.stats();
+        *self.stats.tier.lock().unwrap_or_else(|p| p.into_inner()) = stats;
     }
 
     /// Runs `f` on the tier with the tier's clock set to now, for steps
@@ -448,7 +446,7 @@ impl ShardCore {
     ) -> OpStep {
         let hash = st.table_hasher.hash_key(key);
         assert!(
-            record_size(key.len(), value.len()) <= self.settings.max_record_bytes,
+            value.len() <= self.settings.value_bytes_max,
             "limits are checked before the shard"
         );
         // Too many settling reads open: the put waits for some to finish
@@ -637,10 +635,21 @@ impl ShardCore {
         let clock = &self.clock;
         let version = &mut step.version;
         let next_version = || *version.get_or_insert_with(|| clock.next());
-        match self
-            .wal
-            .append(kind, key, value, expires_at_ms, next_version)
+        let logged = if kind == RecordKind::Put
+            && self.wal.needs_chain(key.len(), value.len(), expires_at_ms)
         {
+            // Too large for one flush: a chunk chain, possibly over several
+            // steps (the same write is retried until its end is logged).
+            let (logged, rolled) = self
+                .wal
+                .append_chained(key, value, expires_at_ms, next_version);
+            step.rolled |= rolled;
+            logged
+        } else {
+            self.wal
+                .append(kind, key, value, expires_at_ms, next_version)
+        };
+        match logged {
             Append::Logged { rolled, .. } => {
                 step.rolled |= rolled;
                 step.records += 1;

@@ -58,6 +58,9 @@ pub(crate) struct Limits {
     pub(crate) key_bytes_max: usize,
     pub(crate) value_bytes_max: usize,
     pub(crate) ops_per_batch_max: usize,
+    /// The largest single WAL record (one flush buffer): a transaction's
+    /// part on one shard must fit it; larger plain Puts go as chunk chains.
+    pub(crate) record_bytes_max: usize,
 }
 
 impl Limits {

@@ -535,6 +535,10 @@ impl Tier for MemoryTier {
         self.len
     }
 
+    fn stats(&self) -> super::TierStats {
+        super::TierStats::Memory
+    }
+
     fn memory_bytes(&self) -> u64 {
         self.entry_bytes
             + self.expiring.len() as u64 * EXPIRING_INDEX_BYTES

@@ -91,6 +91,27 @@ pub enum DeleteLookup {
     Cold(ColdGet),
 }
 
+/// A tier's own counters, published by its shard a few times a second.
+/// Adding a tier adds a variant.
+#[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
+pub enum TierStats {
+    /// The memory tier keeps no counters beyond the shard's.
+    #[default]
+    Memory,
+    Hybrid(HybridStats),
+}
+
+impl TierStats {
+    /// The hybrid tier's counters, when this is the hybrid tier.
+    pub fn hybrid(&self) -> Option<HybridStats> {
+        match self {
+            TierStats::Hybrid(h) => Some(*h),
+            TierStats::Memory => None,
+        }
+    }
+}
+
 /// The background tasks a tier needs its shard to run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TierTasks {
@@ -415,8 +436,6 @@ pub trait Tier {
     fn replay_begin(&mut self) {}
     /// Recovery is over (checkpoint loaded, WAL replayed).
     fn recovery_done(&mut self) {}
-    /// The hybrid tier's counters.
-    fn hybrid_stats(&self) -> Option<HybridStats> {
-        None
-    }
+    /// The tier's own counters, for the shard's metrics.
+    fn stats(&self) -> TierStats;
 }

@@ -18,7 +18,7 @@ use crate::api::{OpError, OpResult};
 use crate::io::AlignedBuf;
 use crate::metrics::ShardStats;
 use crate::notify::Notify;
-use crate::wal::format::{record_size_expiring, RecordKind};
+use crate::wal::format::{chain_end_size, record_size_expiring, RecordKind};
 use crate::wal::writer::{Reserve, SealedFlush, WalAppender};
 use futures::channel::oneshot;
 use std::cell::{Cell, RefCell};
@@ -132,6 +132,23 @@ pub(crate) struct WalState {
     /// Answers waiting for durability, in LSN order (batches are applied,
     /// and so completed, in LSN order).
     pending: VecDeque<Pending>,
+    /// The chunk chain being logged, if any: no other record is logged
+    /// until its end record is (recovery needs a chain's records
+    /// consecutive).
+    chain: Option<OpenChain>,
+}
+
+/// A value being logged as a chunk chain across flushes.
+#[derive(Debug, Clone, Copy)]
+struct OpenChain {
+    first_lsn: u64,
+    /// Value bytes in chunks so far.
+    written: usize,
+    commit_version: u64,
+    /// The value's length and key's length, to check that the same write
+    /// continues the chain.
+    value_len: usize,
+    key_len: usize,
 }
 
 impl WalState {
@@ -144,7 +161,21 @@ impl WalState {
             durable_lsn: last_lsn,
             poisoned: false,
             pending: VecDeque::new(),
+            chain: None,
         }
+    }
+
+    /// The LSN of the first chunk of a chain still being logged.
+    pub(crate) fn open_chain_first_lsn(&self) -> Option<u64> {
+        self.chain.map(|c| c.first_lsn)
+    }
+
+    /// Whether a Put of this size is logged as a chunk chain: its record
+    /// would not fit an empty flush buffer.
+    pub(crate) fn needs_chain(&self, key_len: usize, value_len: usize, at: Option<u64>) -> bool {
+        self.appender
+            .as_ref()
+            .is_some_and(|w| !w.holds(record_size_expiring(key_len, value_len, at)))
     }
 
     pub(crate) fn last_lsn(&self) -> u64 {
@@ -194,6 +225,9 @@ impl WalState {
         let Some(wal) = &mut self.appender else {
             return Append::NoWal;
         };
+        if self.chain.is_some() {
+            return Append::Full;
+        }
         let (reserve, rolled) =
             wal.reserve(record_size_expiring(key.len(), value.len(), expires_at_ms));
         if reserve == Reserve::Full {
@@ -207,6 +241,64 @@ impl WalState {
             lsn: self.last_lsn,
             rolled,
         }
+    }
+
+    /// Logs a Put too large for one flush buffer as a chunk chain, going
+    /// on where an earlier call stopped: chunks as long as the open buffer
+    /// has room, then the end record. `Full` when the buffer must be
+    /// flushed first (call again with the same write once space is
+    /// freed); `Logged` with the end record's LSN once the chain is whole.
+    /// The second value says whether the appender moved to a new segment.
+    pub(crate) fn append_chained(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+        version: impl FnOnce() -> u64,
+    ) -> (Append, bool) {
+        if self.poisoned {
+            return (Append::Poisoned, false);
+        }
+        let Some(wal) = &mut self.appender else {
+            return (Append::NoWal, false);
+        };
+        let last_lsn = self.last_lsn;
+        let chain = self.chain.get_or_insert_with(|| OpenChain {
+            first_lsn: last_lsn + 1,
+            written: 0,
+            commit_version: version(),
+            value_len: value.len(),
+            key_len: key.len(),
+        });
+        assert!(
+            chain.value_len == value.len() && chain.key_len == key.len(),
+            "the write that opened a chain continues it"
+        );
+        let mut rolled = false;
+        while chain.written < value.len() {
+            let (room, moved) = wal.chunk_room(value.len() - chain.written);
+            rolled |= moved;
+            let Some(n) = room else {
+                wal.flush_requested = true;
+                return (Append::Full, rolled);
+            };
+            self.last_lsn += 1;
+            let piece = &value[chain.written..chain.written + n];
+            wal.append_chunk(self.last_lsn, chain.commit_version, piece);
+            chain.written += n;
+        }
+        let (reserve, moved) = wal.reserve(chain_end_size(key.len(), 0, expires_at_ms));
+        rolled |= moved;
+        if reserve == Reserve::Full {
+            wal.flush_requested = true;
+            return (Append::Full, rolled);
+        }
+        self.last_lsn += 1;
+        let lsn = self.last_lsn;
+        let (first_lsn, version) = (chain.first_lsn, chain.commit_version);
+        wal.append_chain_end(lsn, version, key, b"", expires_at_ms, first_lsn);
+        self.chain = None;
+        (Append::Logged { lsn, rolled }, rolled)
     }
 
     /// Asks for the open buffer to be flushed now (the caller wakes the
@@ -259,6 +351,10 @@ impl WalState {
     /// returns the answers it releases, oldest first.
     pub(crate) fn flush_done(&mut self, last_lsn: u64, buf: AlignedBuf) -> Vec<Answer> {
         assert!(last_lsn > self.durable_lsn, "durable LSN only grows");
+        debug_assert!(
+            last_lsn <= self.last_lsn,
+            "a flush makes durable only records that were logged"
+        );
         self.durable_lsn = last_lsn;
         if let Some(w) = &mut self.appender {
             w.give_back(buf);
@@ -391,6 +487,30 @@ impl Wal {
         self.state
             .borrow_mut()
             .append(kind, key, value, expires_at_ms, version)
+    }
+
+    /// Logs a Put as a chunk chain (see [`WalState::append_chained`]).
+    pub(crate) fn append_chained(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        expires_at_ms: Option<u64>,
+        version: impl FnOnce() -> u64,
+    ) -> (Append, bool) {
+        self.state
+            .borrow_mut()
+            .append_chained(key, value, expires_at_ms, version)
+    }
+
+    /// Whether a Put of this size goes as a chunk chain.
+    pub(crate) fn needs_chain(&self, key_len: usize, value_len: usize, at: Option<u64>) -> bool {
+        self.state.borrow().needs_chain(key_len, value_len, at)
+    }
+
+    /// The first LSN of a chunk chain still being logged: a checkpoint
+    /// must not claim it (or anything after it).
+    pub(crate) fn open_chain_first_lsn(&self) -> Option<u64> {
+        self.state.borrow().open_chain_first_lsn()
     }
 
     /// A step of appends ended: counts it as one write toward the next

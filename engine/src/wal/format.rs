@@ -49,7 +49,18 @@ pub const FLAG_FIRST: u8 = 0x01;
 pub const FLAG_EXPIRES: u8 = 0x02;
 /// Bytes of the expiry field of a `FLAG_EXPIRES` record.
 pub const EXPIRY_BYTES: usize = 8;
-const RECORD_FLAGS_KNOWN: u8 = FLAG_FIRST | FLAG_EXPIRES;
+/// Flag bit (Put records only, format 3): the Put ends a chunk chain. Its
+/// value field holds (after the expiry, if any) the LSN of the chain's
+/// first `Chunk` record, u64 LE, then the value's last bytes; the value is
+/// the chain's chunks in LSN order followed by those bytes.
+pub const FLAG_CHAIN_END: u8 = 0x04;
+/// Bytes of the chain-start field of a `FLAG_CHAIN_END` Put.
+pub const CHAIN_START_BYTES: usize = 8;
+/// Most value bytes one chunk chain may carry (the largest value the
+/// config allows, `limits.value_bytes_max` at most 512 MiB). Recovery
+/// refuses a longer chain instead of growing its buffer without bound.
+pub const CHAIN_BYTES_MAX: usize = 512 << 20;
+const RECORD_FLAGS_KNOWN: u8 = FLAG_FIRST | FLAG_EXPIRES | FLAG_CHAIN_END;
 
 /// What a record does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +76,11 @@ pub enum RecordKind {
     /// part header (transaction id, participant shards), the value field the
     /// writes (see `crate::txn::record` and `docs/wal.md`).
     TxnPart = 4,
+    /// Format 3: a piece of a value too large for one flush buffer (no key;
+    /// the value field holds the piece). Chunks of one value have
+    /// consecutive LSNs and are followed by the `FLAG_CHAIN_END` Put that
+    /// names the first of them; see `docs/wal.md`, "Chunk chains".
+    Chunk = 5,
 }
 
 impl RecordKind {
@@ -74,6 +90,7 @@ impl RecordKind {
             2 => Some(RecordKind::Delete),
             3 => Some(RecordKind::Seal),
             4 => Some(RecordKind::TxnPart),
+            5 => Some(RecordKind::Chunk),
             _ => None,
         }
     }
@@ -123,35 +140,125 @@ pub fn encode_record_expiring(
     expires_at_ms: Option<u64>,
 ) -> usize {
     assert!(kind != RecordKind::Seal, "seals are written by encode_seal");
+    assert!(kind != RecordKind::Chunk, "chunks are written by encode_chunk");
     assert!(matches!(kind, RecordKind::Put | RecordKind::TxnPart) || value.is_empty());
     assert!(kind == RecordKind::Put || expires_at_ms.is_none());
+    encode_fields(
+        out,
+        RecordHead {
+            lsn,
+            commit_version,
+            kind,
+            flags,
+        },
+        key,
+        expires_at_ms,
+        None,
+        value,
+    )
+}
+
+/// Total bytes of a `Chunk` record carrying `piece_len` value bytes.
+#[inline]
+pub fn chunk_record_size(piece_len: usize) -> usize {
+    RECORD_HEADER_BYTES + piece_len
+}
+
+/// Total bytes of the `FLAG_CHAIN_END` Put that closes a chain.
+#[inline]
+pub fn chain_end_size(key_len: usize, tail_len: usize, expires_at_ms: Option<u64>) -> usize {
+    record_size_expiring(key_len, tail_len, expires_at_ms) + CHAIN_START_BYTES
+}
+
+/// Writes a `Chunk` record holding `piece` at the start of `out` and
+/// returns its size.
+pub fn encode_chunk(out: &mut [u8], lsn: u64, commit_version: u64, flags: u8, piece: &[u8]) -> usize {
+    let head = RecordHead {
+        lsn,
+        commit_version,
+        kind: RecordKind::Chunk,
+        flags,
+    };
+    encode_fields(out, head, b"", None, None, piece)
+}
+
+/// Writes the Put that ends the chain whose first chunk has LSN
+/// `chain_first_lsn` (below `lsn`): the key, the expiry if any, and the
+/// value's last bytes `tail`. Returns its size.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_chain_end(
+    out: &mut [u8],
+    lsn: u64,
+    commit_version: u64,
+    flags: u8,
+    key: &[u8],
+    tail: &[u8],
+    expires_at_ms: Option<u64>,
+    chain_first_lsn: u64,
+) -> usize {
+    assert!(chain_first_lsn > 0 && chain_first_lsn < lsn, "a chain ends after its chunks");
+    let head = RecordHead {
+        lsn,
+        commit_version,
+        kind: RecordKind::Put,
+        flags: flags | FLAG_CHAIN_END,
+    };
+    encode_fields(out, head, key, expires_at_ms, Some(chain_first_lsn), tail)
+}
+
+/// The fixed fields of a record header.
+#[derive(Clone, Copy)]
+struct RecordHead {
+    lsn: u64,
+    commit_version: u64,
+    kind: RecordKind,
+    flags: u8,
+}
+
+/// Writes a record: header, key, the optional expiry and chain-start
+/// fields, then `value`; sets the checksum last.
+fn encode_fields(
+    out: &mut [u8],
+    head: RecordHead,
+    key: &[u8],
+    expires_at_ms: Option<u64>,
+    chain_first_lsn: Option<u64>,
+    value: &[u8],
+) -> usize {
     assert_eq!(
-        flags & FLAG_EXPIRES,
+        head.flags & FLAG_EXPIRES,
         0,
         "FLAG_EXPIRES follows expires_at_ms"
     );
-    let flags = flags | expires_at_ms.map_or(0, |_| FLAG_EXPIRES);
-    let size = record_size_expiring(key.len(), value.len(), expires_at_ms);
+    assert_eq!(
+        head.flags & FLAG_CHAIN_END != 0,
+        chain_first_lsn.is_some(),
+        "FLAG_CHAIN_END goes with a chain start"
+    );
+    let flags = head.flags | expires_at_ms.map_or(0, |_| FLAG_EXPIRES);
+    let size = record_size_expiring(key.len(), value.len(), expires_at_ms)
+        + chain_first_lsn.map_or(0, |_| CHAIN_START_BYTES);
     let size_u32 = u32::try_from(size).expect("record larger than 4 GiB");
     let key_len = u32::try_from(key.len()).expect("key larger than 4 GiB");
     let out = &mut out[..size];
     out[4..8].copy_from_slice(&size_u32.to_le_bytes());
-    out[8..16].copy_from_slice(&lsn.to_le_bytes());
-    out[16..24].copy_from_slice(&commit_version.to_le_bytes());
-    out[24] = kind as u8;
+    out[8..16].copy_from_slice(&head.lsn.to_le_bytes());
+    out[16..24].copy_from_slice(&head.commit_version.to_le_bytes());
+    out[24] = head.kind as u8;
     out[25] = flags;
     out[26..28].copy_from_slice(&[0, 0]);
     out[28..32].copy_from_slice(&key_len.to_le_bytes());
-    let key_end = RECORD_HEADER_BYTES + key.len();
-    out[RECORD_HEADER_BYTES..key_end].copy_from_slice(key);
-    let value_start = match expires_at_ms {
-        Some(at) => {
-            out[key_end..key_end + EXPIRY_BYTES].copy_from_slice(&at.to_le_bytes());
-            key_end + EXPIRY_BYTES
-        }
-        None => key_end,
-    };
-    out[value_start..].copy_from_slice(value);
+    let mut at = RECORD_HEADER_BYTES + key.len();
+    out[RECORD_HEADER_BYTES..at].copy_from_slice(key);
+    if let Some(expiry) = expires_at_ms {
+        out[at..at + EXPIRY_BYTES].copy_from_slice(&expiry.to_le_bytes());
+        at += EXPIRY_BYTES;
+    }
+    if let Some(first) = chain_first_lsn {
+        out[at..at + CHAIN_START_BYTES].copy_from_slice(&first.to_le_bytes());
+        at += CHAIN_START_BYTES;
+    }
+    out[at..].copy_from_slice(value);
     let crc = crc32fast::hash(&out[4..]);
     out[0..4].copy_from_slice(&crc.to_le_bytes());
     size
@@ -215,6 +322,9 @@ pub struct Record<'a> {
     pub value: &'a [u8],
     /// The key's expiry time (absolute Unix ms) of a `FLAG_EXPIRES` Put.
     pub expires_at_ms: Option<u64>,
+    /// The LSN of the first chunk of the chain a `FLAG_CHAIN_END` Put
+    /// closes (`value` then holds only the value's last bytes).
+    pub chain_first_lsn: Option<u64>,
 }
 
 impl Record<'_> {
@@ -322,8 +432,28 @@ pub fn decode_record(bytes: &[u8], max_size: usize) -> Result<Decoded<'_>, Damag
         expires_at_ms = Some(at);
         value = &value[EXPIRY_BYTES..];
     }
+    let mut chain_first_lsn = None;
+    if flags & FLAG_CHAIN_END != 0 {
+        if kind != RecordKind::Put || value.len() < CHAIN_START_BYTES {
+            return Err(Damage::BadRecordSize { size: size as u64 });
+        }
+        let first = u64::from_le_bytes(le8(&value[..CHAIN_START_BYTES]));
+        if first == 0 || first >= lsn {
+            return Err(Damage::BadChain {
+                lsn,
+                reason: "its chain starts at or after it",
+            });
+        }
+        chain_first_lsn = Some(first);
+        value = &value[CHAIN_START_BYTES..];
+    }
     match kind {
         RecordKind::Put => {}
+        RecordKind::Chunk => {
+            if key_len != 0 || flags & !FLAG_FIRST != 0 {
+                return Err(Damage::ReservedNotZero);
+            }
+        }
         RecordKind::Delete => {
             if !value.is_empty() {
                 return Err(Damage::BadRecordSize { size: size as u64 });
@@ -352,6 +482,7 @@ pub fn decode_record(bytes: &[u8], max_size: usize) -> Result<Decoded<'_>, Damag
         key,
         value,
         expires_at_ms,
+        chain_first_lsn,
     }))
 }
 
@@ -664,9 +795,17 @@ mod tests {
         let put = encode(1, 1, RecordKind::Put, b"k", &[7u8; 20]);
         // A flag this build does not know: refused, never read as data.
         assert_eq!(
-            decode_record(&with_flags(&put, FLAG_FIRST | 0x04), put.len()),
+            decode_record(&with_flags(&put, FLAG_FIRST | 0x08), put.len()),
             Err(Damage::ReservedNotZero)
         );
+        // FLAG_CHAIN_END naming a chain start at or after the record, or on
+        // a delete.
+        assert!(matches!(
+            decode_record(&with_flags(&put, FLAG_CHAIN_END), put.len()),
+            Err(Damage::BadChain { .. })
+        ));
+        let del = encode(1, 1, RecordKind::Delete, b"k", b"");
+        assert!(decode_record(&with_flags(&del, FLAG_CHAIN_END), del.len()).is_err());
         // FLAG_EXPIRES on a delete, or on a put too short for the expiry.
         let del = encode(1, 1, RecordKind::Delete, b"k", b"");
         assert!(decode_record(&with_flags(&del, FLAG_EXPIRES), del.len()).is_err());
@@ -678,7 +817,7 @@ mod tests {
     }
 
     #[test]
-    fn segment_headers_of_versions_1_and_2_are_read_and_others_refused() {
+    fn segment_headers_of_versions_1_to_3_are_read_and_others_refused() {
         let h = SegmentHeader {
             shard: 1,
             seq: 2,
@@ -689,7 +828,7 @@ mod tests {
         let mut block = vec![0u8; BLOCK_BYTES];
         encode_segment_header(&h, &mut block);
         assert_eq!(u32::from_le_bytes(le4(&block[8..12])), FORMAT_VERSION);
-        for (version, ok) in [(1u32, true), (2, true), (3, false), (0, false)] {
+        for (version, ok) in [(1u32, true), (2, true), (3, true), (4, false), (0, false)] {
             block[8..12].copy_from_slice(&version.to_le_bytes());
             let crc = crc32fast::hash(&block[0..44]);
             block[44..48].copy_from_slice(&crc.to_le_bytes());

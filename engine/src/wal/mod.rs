@@ -6,8 +6,9 @@
 //! - `durable`: the WAL as the shard uses it (LSNs, answers waiting for
 //!   durability, poisoning, the checkpoint trigger);
 //! - `flusher`: the group-commit and segment-creator tasks;
-//! - `reader`: validating and replaying flushes; `recovery`: the decision
-//!   table that turns what is on disk into a state and a clean log end.
+//! - `reader`: validating and replaying flushes; `chain`: putting chunk
+//!   chains back together on replay; `recovery`: the decision table that
+//!   turns what is on disk into a state and a clean log end.
 //!
 //! The WAL knows no shard: it imports `snapshot` (recovery picks one) and
 //! `txn` (the part record and the replay of parts), both below it, and
@@ -15,6 +16,7 @@
 //!
 //! The byte diagrams and the rules are in `docs/wal.md`.
 
+pub mod chain;
 pub(crate) mod durable;
 pub(crate) mod flusher;
 pub mod format;

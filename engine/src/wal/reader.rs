@@ -13,7 +13,7 @@ use crate::error::Damage;
 use crate::io::DiskFile;
 use crate::wal::format::{
     decode_record, decode_segment_header, Decoded, Record, RecordKind, SegmentHeader, BLOCK_BYTES,
-    FLAG_EXPIRES, FLAG_FIRST, RECORD_HEADER_BYTES, SEGMENT_DATA_OFFSET,
+    FLAG_CHAIN_END, FLAG_EXPIRES, FLAG_FIRST, RECORD_HEADER_BYTES, SEGMENT_DATA_OFFSET,
 };
 use std::io;
 
@@ -309,8 +309,8 @@ pub async fn replay_flush<F: DiskFile>(
 }
 
 /// Whether the 32 bytes at a block boundary could start a flush: a
-/// first-of-flush Put/Delete header with zero reserved bits (a Put may
-/// also carry `FLAG_EXPIRES`). Cheap filter
+/// first-of-flush Put/Delete/TxnPart/Chunk header with zero reserved bits
+/// (a Put may also carry `FLAG_EXPIRES` and `FLAG_CHAIN_END`). Cheap filter
 /// before a full decode, so garbage never drives large reads.
 fn plausible_flush_start(head: &[u8], max_size: u64) -> bool {
     if head.len() < RECORD_HEADER_BYTES {
@@ -324,7 +324,9 @@ fn plausible_flush_start(head: &[u8], max_size: u64) -> bool {
     let kind = head[24];
     let flags = head[25];
     let flags_ok = if kind == RecordKind::Put as u8 {
-        flags & !FLAG_EXPIRES == FLAG_FIRST
+        flags & !(FLAG_EXPIRES | FLAG_CHAIN_END) == FLAG_FIRST
+    } else if kind == RecordKind::Chunk as u8 {
+        flags == FLAG_FIRST && key_len == 0
     } else {
         (kind == RecordKind::Delete as u8 || kind == RecordKind::TxnPart as u8)
             && flags == FLAG_FIRST

@@ -26,6 +26,7 @@ use crate::txn::recovery::TxnReplay;
 use crate::wal::format::{
     decode_segment_header, RecordKind, SegmentHeader, BLOCK_BYTES, RECORD_HEADER_BYTES,
 };
+use crate::wal::chain::ChainReplay;
 use crate::wal::head::{read_head, HeadState};
 use crate::wal::reader::{
     replay_flush, scan_flush, scan_tail, FileWindow, FlushInfo, FlushScan, SegmentIdentity,
@@ -64,6 +65,8 @@ use std::time::{Duration, Instant};
 /// | `NoWalForSnapshot` | a snapshot exists but no segment is used | refuse: [`Damage::NoWalForSnapshot`] |
 /// | (foreign segment) | a used header naming another shard or segment number | refuse: [`Damage::ForeignSegment`] |
 /// | `NewestSegmentMissing` | the WAL head (`wal.head`) names a segment with acknowledged records after the segment the log ends in | refuse: [`Damage::NewestSegmentMissing`] |
+/// | (broken chain) | a chain's end record whose chunks are not the records right before it, or a chain longer than the largest value | refuse: [`Damage::BadChain`] |
+/// | `UnfinishedChain` | the log ends after chunks of a chain whose end record is missing (in a torn flush or never written) | drop the chain: its value was never acknowledged |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecoveryCase {
     NoWal,
@@ -84,6 +87,7 @@ pub enum RecoveryCase {
     UnusedSegmentRemoved,
     NoWalForSnapshot,
     NewestSegmentMissing,
+    UnfinishedChain,
 }
 
 /// What recovery hands to the shard.
@@ -755,6 +759,8 @@ struct ReplayPhase {
     end: Option<LogEnd>,
     /// The newest segment holding a complete flush of the log: (seq, first LSN).
     newest_used: Option<(u64, u64)>,
+    /// The chunk chain being put back together.
+    chain: ChainReplay,
 }
 
 /// How one segment's part of the log ended.
@@ -822,6 +828,7 @@ async fn replay_log<D: Disk>(
         live_segments: Vec::new(),
         end: None,
         newest_used: None,
+        chain: ChainReplay::keeping(),
     };
     let mut i = start;
     while i < n {
@@ -842,6 +849,11 @@ async fn replay_log<D: Disk>(
                 break;
             }
         }
+    }
+    if let Some(c) = phase.chain.unfinished() {
+        tracing::warn!(shard, first_lsn = c.first_lsn, last_lsn = c.last_lsn, bytes = c.bytes,
+            "the WAL ends inside a chunk chain (its value was never acknowledged); it is dropped");
+        cases.push(RecoveryCase::UnfinishedChain);
     }
     Ok(phase)
 }
@@ -1005,10 +1017,30 @@ impl ReplayPhase {
             });
         }
         let txn = &mut self.txn;
+        let chain = &mut self.chain;
+        let mut chain_damage = None;
         let mut replayed = 0u64;
         let mut version = self.max_commit_version;
         let bytes = replay_flush(win, flush, &mut |r| {
             version = version.max(r.commit_version);
+            if r.lsn < need && r.kind != RecordKind::TxnPart {
+                // In the snapshot. No chain crosses its LSN (a checkpoint
+                // never claims part of one), so chunks below it belong to
+                // chains it holds whole.
+                return;
+            }
+            let whole = match chain.record(r) {
+                Ok(whole) => whole,
+                Err(d) => {
+                    chain_damage.get_or_insert(d);
+                    return;
+                }
+            };
+            if r.kind == RecordKind::Chunk {
+                // Applied with its chain's end record.
+                replayed += u64::from(r.lsn >= need);
+                return;
+            }
             if r.kind == RecordKind::TxnPart {
                 txn.part(r.lsn, r.key, r.value, r.lsn >= need, tier);
                 if r.lsn >= need {
@@ -1022,13 +1054,14 @@ impl ReplayPhase {
             let h = tier.table_hasher().hash_key(r.key);
             match r.kind {
                 RecordKind::Put => {
-                    tier.put_expiring(h, r.key, r.value, r.expires_at_ms);
+                    let value = whole.as_deref().unwrap_or(r.value);
+                    tier.put_expiring(h, r.key, value, r.expires_at_ms);
                 }
                 RecordKind::Delete => {
                     tier.delete_blind(h, r.key);
                 }
-                RecordKind::Seal | RecordKind::TxnPart => {
-                    unreachable!("replay_flush skips seals; parts are handled above")
+                RecordKind::Seal | RecordKind::TxnPart | RecordKind::Chunk => {
+                    unreachable!("replay_flush skips seals; parts and chunks are handled above")
                 }
             }
             txn.overwritten(r.key);
@@ -1036,6 +1069,9 @@ impl ReplayPhase {
         })
         .await
         .map_err(wal_io("read", &seg.path, pos))?;
+        if let Some(d) = chain_damage {
+            return Err(corrupt(&seg.path, pos, d));
+        }
         self.max_commit_version = version;
         self.records_replayed += replayed;
         if flush.last_lsn >= need {

@@ -12,8 +12,9 @@ use crate::error::WalError;
 use crate::io::{AlignedBuf, Disk, DiskFile, ALIGN};
 use crate::layout::ShardPaths;
 use crate::wal::format::{
-    encode_record_expiring, encode_seal, encode_segment_header, record_size_expiring, seal_size,
-    RecordKind, SealInfo, SegmentHeader, BLOCK_BYTES, FLAG_FIRST, SEAL_RESERVE_BYTES,
+    chain_end_size, chunk_record_size, encode_chain_end, encode_chunk, encode_record_expiring,
+    encode_seal, encode_segment_header, record_size_expiring, seal_size, RecordKind, SealInfo,
+    SegmentHeader, BLOCK_BYTES, FLAG_FIRST, RECORD_HEADER_BYTES, SEAL_RESERVE_BYTES,
 };
 use crate::wal::head::{open_head, HeadState, WalHead};
 use crate::wal::segment::{create_segment, prepare_segment, recycle_into, LiveSegment};
@@ -33,6 +34,12 @@ use std::rc::Rc;
 pub fn buffer_bytes_needed(max_record_bytes: usize) -> usize {
     BLOCK_BYTES + max_record_bytes + SEAL_RESERVE_BYTES
 }
+
+/// Smallest piece of value a chunk carries (or a quarter of the flush
+/// threshold, if smaller) unless it is the value's last: with less room
+/// the buffer is flushed first (or, empty, moves to the next segment), so
+/// chains are not cut into slivers.
+pub const CHUNK_PIECE_MIN: usize = 64 * 1024;
 
 /// A flush ready to go to disk.
 #[derive(Debug)]
@@ -101,6 +108,13 @@ impl WalAppender {
             spare: Some(AlignedBuf::with_capacity(capacity)),
             flush_requested: false,
         }
+    }
+
+    /// Whether a record of `size` bytes fits an empty flush buffer (larger
+    /// Puts are logged as chunk chains).
+    pub fn holds(&self, size: usize) -> bool {
+        let needed = buffer_bytes_needed(size);
+        needed <= self.open.capacity() && needed as u64 <= self.segment_bytes
     }
 
     pub fn has_records(&self) -> bool {
@@ -184,6 +198,96 @@ impl WalAppender {
         expires_at_ms: Option<u64>,
     ) {
         let size = record_size_expiring(key.len(), value.len(), expires_at_ms);
+        let (start, flags) = self.open_record(lsn, size);
+        encode_record_expiring(
+            &mut self.open.as_mut_slice()[start..],
+            lsn,
+            commit_version,
+            kind,
+            flags,
+            key,
+            value,
+            expires_at_ms,
+        );
+    }
+
+    /// Value bytes the next chunk may carry in the open buffer (at most
+    /// `want`), moving an empty buffer to the next segment when this one
+    /// has no room for a useful piece. `None` when the buffer must be
+    /// flushed first. The second value says whether it moved.
+    pub fn chunk_room(&mut self, want: usize) -> (Option<usize>, bool) {
+        let mut rolled = false;
+        loop {
+            let room = self.piece_room();
+            let fresh = self.open_records == 0 && self.open_offset == 0;
+            let piece_min = want.min(CHUNK_PIECE_MIN).min(self.flush_threshold / 4);
+            if room > 0 && (fresh || room >= piece_min) {
+                return (Some(room.min(want)), rolled);
+            }
+            if self.open_records > 0 {
+                return (None, rolled);
+            }
+            assert!(!fresh, "an empty segment holds a chunk");
+            self.open_seq += 1;
+            self.open_offset = 0;
+            rolled = true;
+        }
+    }
+
+    /// Value bytes a chunk appended now could carry.
+    fn piece_room(&self) -> usize {
+        let base = self.used_after(RECORD_HEADER_BYTES);
+        let cap = if self.open_records > 0 {
+            self.flush_threshold.min(self.open.capacity())
+        } else {
+            self.open.capacity()
+        };
+        let segment_left = self.segment_bytes - self.open_offset;
+        let limit = (cap as u64).min(segment_left) as usize;
+        limit.saturating_sub(base)
+    }
+
+    /// Appends a `Chunk` record holding `piece` (`chunk_room` must have
+    /// allowed its length).
+    pub fn append_chunk(&mut self, lsn: u64, commit_version: u64, piece: &[u8]) {
+        let (start, flags) = self.open_record(lsn, chunk_record_size(piece.len()));
+        encode_chunk(
+            &mut self.open.as_mut_slice()[start..],
+            lsn,
+            commit_version,
+            flags,
+            piece,
+        );
+    }
+
+    /// Appends the Put that ends a chain (reserve `chain_end_size` first).
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_chain_end(
+        &mut self,
+        lsn: u64,
+        commit_version: u64,
+        key: &[u8],
+        tail: &[u8],
+        expires_at_ms: Option<u64>,
+        chain_first_lsn: u64,
+    ) {
+        let size = chain_end_size(key.len(), tail.len(), expires_at_ms);
+        let (start, flags) = self.open_record(lsn, size);
+        encode_chain_end(
+            &mut self.open.as_mut_slice()[start..],
+            lsn,
+            commit_version,
+            flags,
+            key,
+            tail,
+            expires_at_ms,
+            chain_first_lsn,
+        );
+    }
+
+    /// Makes room for a record of `size` bytes at LSN `lsn` in the open
+    /// buffer: returns where it starts and its FIRST flag.
+    fn open_record(&mut self, lsn: u64, size: usize) -> (usize, u8) {
         debug_assert!(self.fits(size));
         let flags = if self.open_records == 0 {
             let header = if self.open_offset == 0 {
@@ -200,18 +304,9 @@ impl WalAppender {
         };
         let start = self.open.len();
         self.open.set_len(start + size);
-        encode_record_expiring(
-            &mut self.open.as_mut_slice()[start..],
-            lsn,
-            commit_version,
-            kind,
-            flags,
-            key,
-            value,
-            expires_at_ms,
-        );
         self.open_last_lsn = lsn;
         self.open_records += 1;
+        (start, flags)
     }
 
     /// Seals the open buffer (segment header if it starts a segment, seal

@@ -24,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use compio::buf::{BufResult, IntoInner, IoBuf};
 use compio::io::{AsyncRead, AsyncWriteExt};
 use compio::net::TcpStream;
-use ringkv_protocol::{encode_response, Status};
+use ringkv_protocol::{encode_response, Request, Status};
 
 use crate::auth::Verdict;
 use crate::native::exec::{assemble, plan, scan_room_bytes};
@@ -54,10 +54,7 @@ pub enum Work {
     /// Bytes to write as they are.
     Send(Bytes),
     /// A request to run and answer; `received` is when it was decoded.
-    Run {
-        request: ringkv_protocol::Request,
-        received: Instant,
-    },
+    Run { request: Request, received: Instant },
     /// Write the bytes (if any), then stop: the connection is closing.
     Close(Option<Bytes>),
 }
@@ -391,74 +388,14 @@ async fn read_loop(
     // no more memory than its handshake needs.
     let mut buf = BytesMut::with_capacity(HANDSHAKE_READ_BYTES);
     let outcome = loop {
-        // Hand every complete message in the buffer to the executor.
-        let mut closing = None;
-        let mut progressed = false;
-        loop {
-            let refuse = ctx
-                .shared
-                .is_shutting_down()
-                .then_some(Status::ShuttingDown);
-            let step = match session.next_step(&mut buf, refuse) {
-                None => break,
-                Some(step) => step,
-            };
-            progressed = true;
-            conn.not_reading();
-            let pushed = match step {
-                Step::Send(bytes) => {
-                    if session.is_ready() {
-                        conn.handshake_done();
-                    }
-                    note_error_frame(&ctx, &bytes);
-                    pipe.push(Work::Send(bytes), 0).await
-                }
-                Step::Run {
-                    request,
-                    frame_bytes,
-                } => {
-                    pipe.push(
-                        Work::Run {
-                            request,
-                            received: Instant::now(),
-                        },
-                        frame_bytes,
-                    )
-                    .await
-                }
-                Step::Close { reply, reason } => {
-                    if let Some(bytes) = &reply {
-                        note_error_frame(&ctx, bytes);
-                    }
-                    let detail = match session.auth_refusal() {
-                        Some(verdict) => {
-                            if verdict == Verdict::WrongPassword {
-                                // Slow down password guessing; this
-                                // connection holds its slot meanwhile.
-                                compio::time::sleep(ctx.shared.access.auth.failure_delay()).await;
-                            }
-                            format!("{verdict:?}")
-                        }
-                        None => session
-                            .last_error()
-                            .map(|e| e.to_string())
-                            .unwrap_or_default(),
-                    };
-                    closing = Some(ReadOutcome { reason, detail });
-                    pipe.push(Work::Close(reply), 0).await
+        let (progressed, closing) =
+            match hand_over(&ctx, &conn, &mut session, &mut buf, &pipe).await {
+                Ok(handed) => handed,
+                Err(stopped) => {
+                    pipe.close_sender();
+                    return stopped;
                 }
             };
-            if pushed.is_err() {
-                pipe.close_sender();
-                return ReadOutcome {
-                    reason: CloseReason::IoError,
-                    detail: "writer stopped".to_string(),
-                };
-            }
-            if closing.is_some() {
-                break;
-            }
-        }
         if let Some(outcome) = closing {
             pipe.close_sender();
             linger(&wire.stream, LINGER_TIME).await;
@@ -471,7 +408,7 @@ async fn read_loop(
         } else {
             HANDSHAKE_READ_BYTES
         };
-        let spare = want.saturating_sub(buf.len()).max(chunk);
+        let spare = crate::sockets::read_room(want.saturating_sub(buf.len()), buf.len(), chunk);
         buf.reserve(spare);
         let start = buf.len();
         conn.reading(start > 0, progressed);
@@ -495,22 +432,105 @@ async fn read_loop(
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
-                let tls = e
-                    .get_ref()
-                    .is_some_and(|inner| inner.is::<crate::tls::TlsReadError>());
-                break ReadOutcome {
-                    reason: if tls {
-                        CloseReason::TlsError
-                    } else {
-                        CloseReason::IoError
-                    },
-                    detail: format!("read failed: {e}"),
-                };
+                let (reason, detail) = read_failure(&e);
+                break ReadOutcome { reason, detail };
             }
         }
     };
     pipe.close_sender();
     outcome
+}
+
+/// Hands every complete message in `buf` to the executor. Returns whether
+/// any was, and how the connection ends when the session closed it; `Err`
+/// when the executor is gone.
+async fn hand_over(
+    ctx: &ShardContext,
+    conn: &ConnState,
+    session: &mut Session,
+    buf: &mut BytesMut,
+    pipe: &Pipe<Work>,
+) -> Result<(bool, Option<ReadOutcome>), ReadOutcome> {
+    let mut progressed = false;
+    loop {
+        let refuse = ctx
+            .shared
+            .is_shutting_down()
+            .then_some(Status::ShuttingDown);
+        let Some(step) = session.next_step(buf, refuse) else {
+            return Ok((progressed, None));
+        };
+        progressed = true;
+        conn.not_reading();
+        let mut closing = None;
+        let pushed = match step {
+            Step::Send(bytes) => {
+                if session.is_ready() {
+                    conn.handshake_done();
+                }
+                note_error_frame(ctx, &bytes);
+                pipe.push(Work::Send(bytes), 0).await
+            }
+            Step::Run {
+                request,
+                frame_bytes,
+            } => {
+                let work = Work::Run {
+                    request,
+                    received: Instant::now(),
+                };
+                pipe.push(work, frame_bytes).await
+            }
+            Step::Close { reply, reason } => {
+                if let Some(bytes) = &reply {
+                    note_error_frame(ctx, bytes);
+                }
+                let detail = close_detail(ctx, session).await;
+                closing = Some(ReadOutcome { reason, detail });
+                pipe.push(Work::Close(reply), 0).await
+            }
+        };
+        if pushed.is_err() {
+            return Err(ReadOutcome {
+                reason: CloseReason::IoError,
+                detail: "writer stopped".to_string(),
+            });
+        }
+        if closing.is_some() {
+            return Ok((progressed, closing));
+        }
+    }
+}
+
+/// Why the session closed the connection, for the log; a wrong password
+/// is answered only after a delay that slows down guessing (the connection
+/// holds its slot meanwhile).
+async fn close_detail(ctx: &ShardContext, session: &Session) -> String {
+    match session.auth_refusal() {
+        Some(verdict) => {
+            if verdict == Verdict::WrongPassword {
+                compio::time::sleep(ctx.shared.access.auth.failure_delay()).await;
+            }
+            format!("{verdict:?}")
+        }
+        None => session
+            .last_error()
+            .map(|e| e.to_string())
+            .unwrap_or_default(),
+    }
+}
+
+/// The close reason and detail for a failed read on either port.
+pub(crate) fn read_failure(e: &std::io::Error) -> (CloseReason, String) {
+    let tls = e
+        .get_ref()
+        .is_some_and(|inner| inner.is::<crate::tls::TlsReadError>());
+    let reason = if tls {
+        CloseReason::TlsError
+    } else {
+        CloseReason::IoError
+    };
+    (reason, format!("read failed: {e}"))
 }
 
 /// Reads and drops input for a short while so the peer receives our last
@@ -555,7 +575,6 @@ async fn execute_loop(
     wire: &Wire,
     pipe: &Pipe<Work>,
 ) -> std::io::Result<()> {
-    let frame_bytes_max = ctx.shared.limits.frame_bytes_max;
     // Grows with the first answers and is then reused (see `write_out`);
     // empty until then, so a connection that never authenticates costs
     // nothing here.
@@ -601,58 +620,13 @@ async fn execute_loop(
             Work::Run { request, received }
                 if crate::native::txn::needs_txn_path(&request, txn.is_some()) =>
             {
-                let mut tally = OpTally::default();
-                let mut stats = || ctx.stats_pairs();
-                conn.executing.set(true);
-                let response = crate::native::txn::run_request(
-                    &ctx.handle,
-                    &txn_config,
-                    &mut txn,
-                    request,
-                    frame_bytes_max,
-                    &mut stats,
-                    &mut tally,
-                )
-                .await;
-                conn.executing.set(false);
-                encode_response(&response, &mut out);
-                let latency_us = received.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
-                ctx.counters().add_request(&tally, latency_us);
+                let tally = run_in_txn(ctx, conn, &mut txn, request, &mut out).await;
+                note_latency(ctx, received, &tally);
                 false
             }
             Work::Run { request, received } => {
-                let mut plan = plan(request);
-                let engine_ops = std::mem::take(&mut plan.engine_ops);
-                let answer = if engine_ops.is_empty() {
-                    None
-                } else {
-                    conn.executing.set(true);
-                    let answer = ctx.handle.batch(engine_ops).await;
-                    conn.executing.set(false);
-                    Some(answer)
-                };
-                let scan_answers = if plan.scans.is_empty() {
-                    Vec::new()
-                } else {
-                    conn.executing.set(true);
-                    let room = scan_room_bytes(frame_bytes_max, plan.kinds.len(), plan.scans.len());
-                    let answers = scan_each(&ctx.handle, &plan.scans, room).await;
-                    conn.executing.set(false);
-                    answers
-                };
-                let mut tally = OpTally::default();
-                let mut stats = || ctx.stats_pairs();
-                let response = assemble(
-                    &plan,
-                    answer,
-                    scan_answers,
-                    frame_bytes_max,
-                    &mut stats,
-                    &mut tally,
-                );
-                encode_response(&response, &mut out);
-                let latency_us = received.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
-                ctx.counters().add_request(&tally, latency_us);
+                let tally = run_plain(ctx, conn, request, &mut out).await;
+                note_latency(ctx, received, &tally);
                 false
             }
         };
@@ -676,6 +650,81 @@ async fn execute_loop(
     }
     wire.shutdown_write().await;
     Ok(())
+}
+
+/// Runs a request that opens, uses or ends the connection's transaction,
+/// appending its answer to `out`.
+async fn run_in_txn(
+    ctx: &ShardContext,
+    conn: &ConnState,
+    txn: &mut Option<engine::Txn>,
+    request: Request,
+    out: &mut BytesMut,
+) -> OpTally {
+    let mut tally = OpTally::default();
+    let mut stats = || ctx.stats_pairs();
+    conn.executing.set(true);
+    let response = crate::native::txn::run_request(
+        &ctx.handle,
+        &ctx.shared.txn,
+        txn,
+        request,
+        ctx.shared.limits.frame_bytes_max,
+        &mut stats,
+        &mut tally,
+    )
+    .await;
+    conn.executing.set(false);
+    encode_response(&response, out);
+    tally
+}
+
+/// Runs a request outside a transaction: its engine ops as one batch, then
+/// its scans, appending the assembled answer to `out`.
+async fn run_plain(
+    ctx: &ShardContext,
+    conn: &ConnState,
+    request: Request,
+    out: &mut BytesMut,
+) -> OpTally {
+    let frame_bytes_max = ctx.shared.limits.frame_bytes_max;
+    let mut plan = plan(request);
+    let engine_ops = std::mem::take(&mut plan.engine_ops);
+    let answer = if engine_ops.is_empty() {
+        None
+    } else {
+        conn.executing.set(true);
+        let answer = ctx.handle.batch(engine_ops).await;
+        conn.executing.set(false);
+        Some(answer)
+    };
+    let scan_answers = if plan.scans.is_empty() {
+        Vec::new()
+    } else {
+        conn.executing.set(true);
+        let room = scan_room_bytes(frame_bytes_max, plan.kinds.len(), plan.scans.len());
+        let answers = scan_each(&ctx.handle, &plan.scans, room).await;
+        conn.executing.set(false);
+        answers
+    };
+    let mut tally = OpTally::default();
+    let mut stats = || ctx.stats_pairs();
+    let response = assemble(
+        &plan,
+        answer,
+        scan_answers,
+        frame_bytes_max,
+        &mut stats,
+        &mut tally,
+    );
+    encode_response(&response, out);
+    tally
+}
+
+/// Counts a finished request and the time since its frame was read.
+fn note_latency(ctx: &ShardContext, received: Instant, tally: &OpTally) {
+    let latency_us = received.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
+    ctx.counters().add_request(tally, latency_us);
 }
 
 async fn write_out(

@@ -317,6 +317,23 @@ pub fn render(report: &Report) -> String {
         for g in &s.segments {
             let _ = writeln!(t, "    {}", segment_line(g, full));
         }
+        let c = &s.chunk_chains;
+        if full && (c.whole > 0 || c.abandoned > 0 || c.unfinished.is_some()) {
+            let mut line = format!(
+                "  chunk chains (values larger than a flush): {} whole",
+                c.whole
+            );
+            if c.abandoned > 0 {
+                line += &format!(", {} abandoned before a restart (dropped)", c.abandoned);
+            }
+            if let Some(u) = c.unfinished {
+                line += &format!(
+                    ", one unfinished at the log's end (LSNs {}..={}, {} bytes; never acknowledged, dropped by recovery)",
+                    u.first_lsn, u.last_lsn, u.bytes
+                );
+            }
+            let _ = writeln!(t, "{line}");
+        }
         let _ = writeln!(t, "  snapshots: {}", s.snapshots.len());
         for p in &s.snapshots {
             let kind = match p.base_lsn {

@@ -43,7 +43,7 @@ use super::command::{
 use super::counters::RespCounters;
 use super::info::answer_server_command;
 use super::multi::{self, error_reply, MultiLimits, MultiState, Queued, WATCH_INSIDE_MULTI};
-use crate::native::connection::{linger, ConnState, Wire, HANDSHAKE_READ_BYTES};
+use crate::native::connection::{linger, read_failure, ConnState, Wire, HANDSHAKE_READ_BYTES};
 use crate::native::pipe::Pipe;
 use crate::native::session::CloseReason;
 use crate::shard::ShardContext;
@@ -253,63 +253,15 @@ async fn read_loop(
     });
     let outcome = loop {
         conn.not_reading();
-        let mut progressed = false;
-        let mut fatal: Option<String> = None;
-        loop {
-            // Until the client authenticates, Redis's limits apply and
-            // commands are handed over one at a time, each run before the
-            // next is decoded (so an AUTH lifts the limits for what
-            // follows it in the same pipeline, as in Redis).
-            let one_at_a_time = !authenticated.get();
-            decoder.set_unauthenticated(one_at_a_time);
-            let per_item = if one_at_a_time {
-                1
-            } else {
-                COMMANDS_PER_ITEM_MAX
-            };
-            let mut commands = Vec::new();
-            let mut bytes = 0usize;
-            while commands.len() < per_item {
-                match decoder.decode(&mut buf) {
-                    Ok(Some(cmd)) => {
-                        bytes += cmd.iter().map(|a| a.len() + 16).sum::<usize>();
-                        commands.push(cmd);
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        fatal = Some(e.to_string());
-                        break;
-                    }
+        let (progressed, mut fatal) =
+            match hand_over(&mut decoder, &mut buf, &pipe, &authenticated).await {
+                Ok(decoded) => decoded,
+                Err(Stopped) => {
+                    pipe.close_sender();
+                    return (CloseReason::PeerClosed, "executor stopped".to_string());
                 }
-            }
-            if commands.is_empty() {
-                break;
-            }
-            progressed = true;
-            if pipe.push(Work::Commands(commands), bytes).await.is_err()
-                || (one_at_a_time && pipe.drained().await.is_err())
-            {
-                pipe.close_sender();
-                return (CloseReason::PeerClosed, "executor stopped".to_string());
-            }
-            if fatal.is_some() {
-                break;
-            }
-        }
-        let wanted = decoder.bytes_wanted();
-        let room = if authenticated.get() {
-            wanted.saturating_sub(buf.len()).max(READ_CHUNK_BYTES)
-        } else {
-            // Only one partial command is buffered here (every complete
-            // one was handed over): refuse it once it cannot fit.
-            let room = PREAUTH_COMMAND_BYTES_MAX.saturating_sub(buf.len());
-            if fatal.is_none() && (wanted > PREAUTH_COMMAND_BYTES_MAX || room == 0) {
-                fatal = Some(format!(
-                    "Protocol error: unauthenticated command longer than {PREAUTH_COMMAND_BYTES_MAX} bytes"
-                ));
-            }
-            room
-        };
+            };
+        let room = read_room(&decoder, &buf, authenticated.get(), &mut fatal);
         if let Some(e) = fatal {
             ctx.resp_counters().add_error();
             let mut reply = BytesMut::new();
@@ -330,21 +282,93 @@ async fn read_loop(
                 ctx.counters().add_received(n);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                let tls = e
-                    .get_ref()
-                    .is_some_and(|inner| inner.is::<crate::tls::TlsReadError>());
-                let reason = if tls {
-                    CloseReason::TlsError
-                } else {
-                    CloseReason::IoError
-                };
-                break (reason, format!("read failed: {e}"));
-            }
+            Err(e) => break read_failure(&e),
         }
     };
     pipe.close_sender();
     outcome
+}
+
+/// The executor is gone: nothing more can be handed over.
+struct Stopped;
+
+/// Decodes every complete command in `buf` and hands them to the executor
+/// in items. Returns whether any command was handed over and the protocol
+/// error that stopped decoding, if one did.
+async fn hand_over(
+    decoder: &mut RespDecoder,
+    buf: &mut BytesMut,
+    pipe: &Pipe<Work>,
+    authenticated: &Cell<bool>,
+) -> Result<(bool, Option<String>), Stopped> {
+    let mut progressed = false;
+    loop {
+        // Until the client authenticates, Redis's limits apply and
+        // commands are handed over one at a time, each run before the
+        // next is decoded (so an AUTH lifts the limits for what
+        // follows it in the same pipeline, as in Redis).
+        let one_at_a_time = !authenticated.get();
+        decoder.set_unauthenticated(one_at_a_time);
+        let per_item = if one_at_a_time {
+            1
+        } else {
+            COMMANDS_PER_ITEM_MAX
+        };
+        let mut commands = Vec::new();
+        let mut bytes = 0usize;
+        let mut fatal = None;
+        while commands.len() < per_item {
+            match decoder.decode(buf) {
+                Ok(Some(cmd)) => {
+                    bytes += cmd.iter().map(|a| a.len() + 16).sum::<usize>();
+                    commands.push(cmd);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    fatal = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        if commands.is_empty() {
+            return Ok((progressed, fatal));
+        }
+        progressed = true;
+        if pipe.push(Work::Commands(commands), bytes).await.is_err()
+            || (one_at_a_time && pipe.drained().await.is_err())
+        {
+            return Err(Stopped);
+        }
+        if fatal.is_some() {
+            return Ok((progressed, fatal));
+        }
+    }
+}
+
+/// How many bytes the next read may add to `buf`. Before AUTH only one
+/// partial command is buffered (every complete one was handed over): it is
+/// refused, through `fatal`, once it cannot fit.
+fn read_room(
+    decoder: &RespDecoder,
+    buf: &BytesMut,
+    authenticated: bool,
+    fatal: &mut Option<String>,
+) -> usize {
+    let wanted = decoder.bytes_wanted();
+    if authenticated {
+        return crate::sockets::read_room(
+            wanted.saturating_sub(buf.len()),
+            buf.len(),
+            READ_CHUNK_BYTES,
+        );
+    }
+    let room = PREAUTH_COMMAND_BYTES_MAX.saturating_sub(buf.len());
+    if fatal.is_none() && (wanted > PREAUTH_COMMAND_BYTES_MAX || room == 0) {
+        *fatal = Some(format!(
+            "Protocol error: unauthenticated command longer than {PREAUTH_COMMAND_BYTES_MAX} bytes"
+        ));
+    }
+    room
 }
 
 /// Why the executor stopped.
@@ -389,6 +413,236 @@ impl Batch {
     }
 }
 
+/// One connection's executor state: the client's session, its MULTI queue,
+/// the engine batch being gathered and the replies not yet written.
+struct Executor<'a> {
+    ctx: &'a Rc<ShardContext>,
+    conn: &'a ConnState,
+    stream: &'a Wire,
+    authenticated: &'a Cell<bool>,
+    env: Env,
+    client: Client,
+    multi_limits: MultiLimits,
+    multi: MultiState,
+    batch: Batch,
+    out: BytesMut,
+}
+
+impl<'a> Executor<'a> {
+    fn new(
+        ctx: &'a Rc<ShardContext>,
+        conn: &'a ConnState,
+        stream: &'a Wire,
+        authenticated: &'a Cell<bool>,
+    ) -> Executor<'a> {
+        let limits = ctx.shared.limits;
+        let env = Env {
+            value_bytes_max: limits.value_bytes_max as usize,
+            ops_max: limits.ops_per_frame_max as usize,
+            flush_enabled: ctx.shared.facts.resp_flush_enabled,
+        };
+        // Redis's client ids start at 1 (clients check `CLIENT ID > 0`); the
+        // connection ids start at 0.
+        let mut client = Client::with_identity(
+            ((conn.id & (i64::MAX as u64)) as i64).saturating_add(1),
+            ctx.shared.access.auth.default_identity().clone(),
+        );
+        client.authenticated = authenticated.get();
+        let multi_limits = MultiLimits {
+            commands_max: ctx.shared.txn.settings.locks_max,
+            bytes_max: limits.frame_bytes_max as usize,
+        };
+        Executor {
+            ctx,
+            conn,
+            stream,
+            authenticated,
+            env,
+            client,
+            multi_limits,
+            multi: MultiState::default(),
+            batch: Batch::new(),
+            out: BytesMut::with_capacity(READ_CHUNK_BYTES),
+        }
+    }
+
+    /// Runs the gathered batch, appending its replies (and writing them
+    /// out once enough has gathered): every command before this point has
+    /// run when it returns.
+    async fn run_batch(&mut self) -> std::io::Result<()> {
+        let out = std::mem::take(&mut self.out);
+        self.out = run_and_write(self.ctx, self.conn, self.stream, &mut self.batch, out).await?;
+        Ok(())
+    }
+
+    /// Answers one queue item; `Some` when the connection is to close
+    /// after what has been answered.
+    async fn run_item(&mut self, work: &mut Work) -> std::io::Result<Option<Ended>> {
+        let commands = match work {
+            Work::Commands(c) => std::mem::take(c),
+            Work::Close(reply) => {
+                self.run_batch().await?;
+                self.out.extend_from_slice(reply);
+                return Ok(Some(Ended::Closed));
+            }
+        };
+        for args in commands {
+            if let Some(ended) = self.run_command(args).await? {
+                return Ok(Some(ended));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Plans one command and either adds it to the batch or, for a command
+    /// that must see everything before it, runs the batch and then it.
+    async fn run_command(&mut self, args: Vec<Bytes>) -> std::io::Result<Option<Ended>> {
+        let slot = RespCounters::slot(&args[0]);
+        self.ctx.resp_counters().add_command(slot);
+        let planned = if self.multi.in_multi() {
+            match self
+                .multi
+                .queue(&args, &mut self.client, &self.env, &self.multi_limits)
+            {
+                Queued::Run(planned) => planned,
+                Queued::Reply(reply) => Planned::Ready(reply),
+            }
+        } else {
+            plan(&args, &mut self.client, &self.env)
+        };
+        match planned {
+            Planned::Ready(reply) => {
+                if reply.first() == Some(&b'-') {
+                    self.ctx.resp_counters().add_rejected(slot);
+                }
+                self.batch.pending.push(Pending::Ready(reply));
+            }
+            Planned::Engine { ops, finish } => self.add_engine(slot, ops, finish).await?,
+            Planned::Server(command) => {
+                self.run_batch().await?;
+                let mut w = ReplyWriter::new(&mut self.out, self.client.version);
+                self.conn.set_executing(true);
+                answer_server_command(self.ctx, &command, &mut w).await;
+                self.conn.set_executing(false);
+            }
+            Planned::Multi(command) => self.multi(slot, command).await?,
+            Planned::MsetNx(_) => self.msetnx(slot, args).await?,
+            Planned::Auth {
+                user,
+                password,
+                hello,
+            } => self.auth(slot, user, &password, hello).await?,
+            Planned::Quit => {
+                self.run_batch().await?;
+                ReplyWriter::new(&mut self.out, self.client.version).ok();
+                return Ok(Some(Ended::Closed));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Adds a command's engine ops to the batch (running the batch first if
+    /// they would not fit one frame's worth of ops).
+    async fn add_engine(
+        &mut self,
+        slot: usize,
+        ops: Vec<Op>,
+        finish: Finish,
+    ) -> std::io::Result<()> {
+        if !self.batch.ops.is_empty() && self.batch.ops.len() + ops.len() > self.env.ops_max {
+            self.run_batch().await?;
+        }
+        self.batch.pending.push(Pending::Engine {
+            slot,
+            start: self.batch.ops.len(),
+            count: ops.len(),
+            finish,
+            version: self.client.version,
+        });
+        self.batch.ops.extend(ops);
+        Ok(())
+    }
+
+    async fn multi(&mut self, slot: usize, command: MultiCommand) -> std::io::Result<()> {
+        // WATCH and EXEC see every command before them.
+        if matches!(command, MultiCommand::Exec | MultiCommand::Watch(_)) {
+            self.run_batch().await?;
+        }
+        let reply = multi_command(
+            self.ctx,
+            self.conn,
+            &mut self.multi,
+            &self.multi_limits,
+            command,
+            &mut self.client,
+            &self.env,
+        )
+        .await;
+        if reply.first() == Some(&b'-') {
+            self.ctx.resp_counters().add_failed(slot);
+        }
+        self.batch.pending.push(Pending::Ready(reply));
+        Ok(())
+    }
+
+    /// MSETNX: a transaction of this one command.
+    async fn msetnx(&mut self, slot: usize, args: Vec<Bytes>) -> std::io::Result<()> {
+        self.run_batch().await?;
+        self.conn.set_executing(true);
+        let outcome = multi::run(
+            &self.ctx.handle,
+            self.ctx.shared.txn.settings,
+            std::slice::from_ref(&args),
+            &[],
+            &mut self.client,
+            &self.env,
+        )
+        .await;
+        self.conn.set_executing(false);
+        match outcome {
+            multi::ExecOutcome::Replies(replies) => {
+                for r in replies {
+                    self.out.extend_from_slice(&r);
+                }
+            }
+            multi::ExecOutcome::WatchChanged => unreachable!("MSETNX watches nothing"),
+            multi::ExecOutcome::Failed(text) => {
+                self.ctx.resp_counters().add_failed(slot);
+                ReplyWriter::new(&mut self.out, self.client.version).error(&text);
+            }
+        }
+        Ok(())
+    }
+
+    async fn auth(
+        &mut self,
+        slot: usize,
+        user: Option<Bytes>,
+        password: &[u8],
+        hello: Option<Vec<Bytes>>,
+    ) -> std::io::Result<()> {
+        self.run_batch().await?;
+        let reply = authenticate(self.ctx, &mut self.client, user, password, hello).await;
+        self.authenticated.set(self.client.authenticated);
+        if self.client.authenticated {
+            self.conn.handshake_done();
+        }
+        if reply.first() == Some(&b'-') {
+            self.ctx.resp_counters().add_failed(slot);
+        }
+        self.out.extend_from_slice(&reply);
+        Ok(())
+    }
+
+    /// Runs what is gathered and writes every reply out.
+    async fn flush(&mut self) -> std::io::Result<()> {
+        self.run_batch().await?;
+        let out = std::mem::take(&mut self.out);
+        self.out = write_out(self.ctx, self.conn, self.stream, out).await?;
+        Ok(())
+    }
+}
+
 async fn execute_loop(
     ctx: &Rc<ShardContext>,
     conn: &ConnState,
@@ -396,25 +650,7 @@ async fn execute_loop(
     pipe: &Pipe<Work>,
     authenticated: &Cell<bool>,
 ) -> std::io::Result<Ended> {
-    let limits = ctx.shared.limits;
-    let env = Env {
-        value_bytes_max: limits.value_bytes_max as usize,
-        ops_max: limits.ops_per_frame_max as usize,
-        flush_enabled: ctx.shared.facts.resp_flush_enabled,
-    };
-    // Redis's client ids start at 1 (clients check `CLIENT ID > 0`); the
-    // connection ids start at 0.
-    let mut client = Client::with_identity(
-        ((conn.id & (i64::MAX as u64)) as i64).saturating_add(1),
-        ctx.shared.access.auth.default_identity().clone(),
-    );
-    client.authenticated = authenticated.get();
-    let multi_limits = MultiLimits {
-        commands_max: ctx.shared.txn.settings.locks_max,
-        bytes_max: limits.frame_bytes_max as usize,
-    };
-    let mut multi = MultiState::default();
-    let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut exec = Executor::new(ctx, conn, stream, authenticated);
     while let Some((first, first_bytes)) = pipe.pop().await {
         // Take what else is queued, so one engine batch covers it all.
         let mut items = vec![(first, first_bytes)];
@@ -424,134 +660,16 @@ async fn execute_loop(
                 None => break,
             }
         }
-        let mut batch = Batch::new();
         let mut ended = None;
         let mut completed = 0;
-        'items: for (work, _) in items.iter_mut() {
+        for (work, _) in items.iter_mut() {
             completed += 1;
-            let commands = match work {
-                Work::Commands(c) => std::mem::take(c),
-                Work::Close(reply) => {
-                    out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
-                    out.extend_from_slice(reply);
-                    ended = Some(Ended::Closed);
-                    break 'items;
-                }
-            };
-            for args in commands {
-                let slot = RespCounters::slot(&args[0]);
-                ctx.resp_counters().add_command(slot);
-                let planned = if multi.in_multi() {
-                    match multi.queue(&args, &mut client, &env, &multi_limits) {
-                        Queued::Run(planned) => planned,
-                        Queued::Reply(reply) => Planned::Ready(reply),
-                    }
-                } else {
-                    plan(&args, &mut client, &env)
-                };
-                match planned {
-                    Planned::Ready(reply) => {
-                        if reply.first() == Some(&b'-') {
-                            ctx.resp_counters().add_rejected(slot);
-                        }
-                        batch.pending.push(Pending::Ready(reply));
-                    }
-                    Planned::Engine { ops, finish } => {
-                        if !batch.ops.is_empty() && batch.ops.len() + ops.len() > env.ops_max {
-                            out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
-                        }
-                        batch.pending.push(Pending::Engine {
-                            slot,
-                            start: batch.ops.len(),
-                            count: ops.len(),
-                            finish,
-                            version: client.version,
-                        });
-                        batch.ops.extend(ops);
-                    }
-                    Planned::Server(command) => {
-                        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
-                        let mut w = ReplyWriter::new(&mut out, client.version);
-                        conn.set_executing(true);
-                        answer_server_command(ctx, &command, &mut w).await;
-                        conn.set_executing(false);
-                    }
-                    Planned::Multi(command) => {
-                        // WATCH and EXEC see every command before them.
-                        if matches!(command, MultiCommand::Exec | MultiCommand::Watch(_)) {
-                            out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
-                        }
-                        let reply = multi_command(
-                            ctx,
-                            conn,
-                            &mut multi,
-                            &multi_limits,
-                            command,
-                            &mut client,
-                            &env,
-                        )
-                        .await;
-                        if reply.first() == Some(&b'-') {
-                            ctx.resp_counters().add_failed(slot);
-                        }
-                        batch.pending.push(Pending::Ready(reply));
-                    }
-                    Planned::MsetNx(_) => {
-                        // A transaction of this one command.
-                        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
-                        conn.set_executing(true);
-                        let outcome = multi::run(
-                            &ctx.handle,
-                            ctx.shared.txn.settings,
-                            std::slice::from_ref(&args),
-                            &[],
-                            &mut client,
-                            &env,
-                        )
-                        .await;
-                        conn.set_executing(false);
-                        match outcome {
-                            multi::ExecOutcome::Replies(replies) => {
-                                for r in replies {
-                                    out.extend_from_slice(&r);
-                                }
-                            }
-                            multi::ExecOutcome::WatchChanged => {
-                                unreachable!("MSETNX watches nothing")
-                            }
-                            multi::ExecOutcome::Failed(text) => {
-                                ctx.resp_counters().add_failed(slot);
-                                ReplyWriter::new(&mut out, client.version).error(&text);
-                            }
-                        }
-                    }
-                    Planned::Auth {
-                        user,
-                        password,
-                        hello,
-                    } => {
-                        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
-                        let reply = authenticate(ctx, &mut client, user, &password, hello).await;
-                        authenticated.set(client.authenticated);
-                        if client.authenticated {
-                            conn.handshake_done();
-                        }
-                        if reply.first() == Some(&b'-') {
-                            ctx.resp_counters().add_failed(slot);
-                        }
-                        out.extend_from_slice(&reply);
-                    }
-                    Planned::Quit => {
-                        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
-                        ReplyWriter::new(&mut out, client.version).ok();
-                        ended = Some(Ended::Closed);
-                        break 'items;
-                    }
-                }
+            ended = exec.run_item(work).await?;
+            if ended.is_some() {
+                break;
             }
         }
-        out = run_and_write(ctx, conn, stream, &mut batch, out).await?;
-        out = write_out(ctx, conn, stream, out).await?;
+        exec.flush().await?;
         for (_, bytes) in items.iter().take(completed) {
             pipe.complete(*bytes);
         }

@@ -8,11 +8,11 @@ impl<D: Disk> Inner<D> {
     /// over the bound, then rewrites the live records of the next
     /// [`GC_STEP_BLOCKS`] blocks of it. Returns whether it did anything.
     pub(super) fn gc_step(&mut self) -> bool {
-        if self.fault.is_some() {
+        if self.faults.fault.is_some() {
             return false;
         }
         self.check_orphans();
-        let (victim, from) = match self.gc_victim {
+        let (victim, from) = match self.gc.victim {
             Some(v) => v,
             None => match self.pick_victim() {
                 Some(slot) => (slot, 0),
@@ -21,14 +21,14 @@ impl<D: Disk> Inner<D> {
         };
         let read_before = self.log.bytes_read;
         let step = self.log.scan_from(victim, from, GC_STEP_BLOCKS);
-        self.gc_bytes_read += self.log.bytes_read - read_before;
+        self.gc.bytes_read += self.log.bytes_read - read_before;
         let give_up = |st: &mut Self, e: &ReadError| {
             tracing::error!(error = %e, "hybrid tier GC could not read a segment or a record; the segment stays");
             // Do not pick it again and again.
             if let Some(seg) = st.log.segs[victim as usize].as_mut() {
                 seg.total_bytes = seg.live_bytes;
             }
-            st.gc_victim = None;
+            st.gc.victim = None;
         };
         let (records, next) = match step {
             Ok(r) => r,
@@ -42,7 +42,7 @@ impl<D: Disk> Inner<D> {
             if self.index.find_addr(h, addr).is_none() {
                 continue;
             }
-            if self.unresolved.contains(&addr) {
+            if self.blind.unresolved.contains(&addr) {
                 match self.superseded(addr, &r.key) {
                     Ok(true) => {
                         // An older version: its entry goes (its bytes
@@ -53,7 +53,7 @@ impl<D: Disk> Inner<D> {
                     // The key's current record after all (two keys shared
                     // a tag): copied below, settled.
                     Ok(false) => {
-                        self.unresolved.remove(&addr);
+                        self.blind.unresolved.remove(&addr);
                     }
                     Err(e) => {
                         give_up(self, &e);
@@ -72,7 +72,7 @@ impl<D: Disk> Inner<D> {
                 }
             };
             self.index.set(loc, new, span);
-            self.gc_bytes_written += r.size;
+            self.gc.bytes_written += r.size;
             if let Some(seg) = self.log.segs[victim as usize].as_mut() {
                 seg.live_bytes = seg.live_bytes.saturating_sub(r.size);
             }
@@ -94,11 +94,11 @@ impl<D: Disk> Inner<D> {
                     confirms: 0,
                 };
             }
-            self.gc_victim = None;
-            self.gc_runs += 1;
+            self.gc.victim = None;
+            self.gc.runs += 1;
             self.prune_deleted();
         } else {
-            self.gc_victim = Some((victim, next));
+            self.gc.victim = Some((victim, next));
         }
         true
     }

@@ -72,9 +72,9 @@ impl<D: Disk> Inner<D> {
     pub(super) fn ordered_candidates(&self, h: KeyHash) -> Vec<Candidate> {
         let mut cands = Vec::new();
         self.index.candidates(h, &mut cands);
-        if !self.unresolved.is_empty() && cands.len() > 1 {
+        if !self.blind.unresolved.is_empty() && cands.len() > 1 {
             cands.sort_by_key(|c| {
-                if self.unresolved.contains(&c.addr) {
+                if self.blind.unresolved.contains(&c.addr) {
                     (1, std::cmp::Reverse(self.age(c.addr)))
                 } else {
                     (0, std::cmp::Reverse((0, 0)))
@@ -97,7 +97,7 @@ impl<D: Disk> Inner<D> {
     /// `Err` if `key`'s newest put never reached the segments (its entries
     /// are older than what was acknowledged or logged).
     pub(super) fn check_written(&self, key: &[u8]) -> Result<(), ReadError> {
-        if !self.unwritten.is_empty() && self.unwritten.contains(key) {
+        if !self.faults.unwritten.is_empty() && self.faults.unwritten.contains(key) {
             return Err(ReadError::Unwritten {
                 dir: self.log.dir().to_path_buf(),
             });
@@ -137,7 +137,7 @@ impl<D: Disk> Inner<D> {
                     // if no entry tried before it is: one that could not
                     // be read may be.
                     return match failed {
-                        Some(e) if self.unresolved.contains(&c.addr) => Err(e),
+                        Some(e) if self.blind.unresolved.contains(&c.addr) => Err(e),
                         _ => Ok(Some((c, r))),
                     };
                 }
@@ -181,7 +181,7 @@ impl<D: Disk> Inner<D> {
     /// Whether `key` was deleted blind since its last put: then it has no
     /// settled entry, and every unresolved one is dead.
     pub(super) fn is_deleted(&self, key: &[u8]) -> bool {
-        !self.deleted.is_empty() && self.deleted.contains(key)
+        !self.blind.deleted.is_empty() && self.blind.deleted.contains(key)
     }
 
     /// Whether the record at `addr` (of `key`, an unresolved entry) is an
@@ -207,7 +207,7 @@ impl<D: Disk> Inner<D> {
     /// For a walk: whether a record the index points at is its key's
     /// current one (not an unresolved older version).
     pub(super) fn current(&mut self, addr: u32, r: &Record) -> Result<bool, ReadError> {
-        if !self.unresolved.contains(&addr) {
+        if !self.blind.unresolved.contains(&addr) {
             return Ok(true);
         }
         Ok(!self.superseded(addr, &r.key)?)
@@ -227,9 +227,9 @@ impl<D: Disk> Inner<D> {
 
     /// A read of `key` failed: kept for `take_read_errors`.
     pub(super) fn note_read_error(&mut self, key: &[u8], reason: &str) {
-        self.read_error_count += 1;
+        self.faults.read_error_count += 1;
         tracing::warn!(error = %reason, "hybrid tier: a key's record could not be read");
-        self.read_errors
+        self.faults.read_errors
             .push((Bytes::copy_from_slice(key), reason.to_string()));
     }
 
@@ -248,7 +248,7 @@ impl<D: Disk> Inner<D> {
         for c in self.ordered_candidates(KeyHash::new(hash)) {
             // A settled entry that matches is the key's, whatever is still
             // to read; an unresolved one only if nothing before it is.
-            let settled = !self.unresolved.contains(&c.addr);
+            let settled = !self.blind.unresolved.contains(&c.addr);
             match self.where_is(&c) {
                 Where::Ram(res) if settled || queue.is_empty() => match res {
                     Ok(r) if r.key == key => {
@@ -384,7 +384,7 @@ impl<D: Disk> Inner<D> {
         }
         Ok(match ck.failed {
             Some(reason) => {
-                self.read_error_count += 1;
+                self.faults.read_error_count += 1;
                 Err(reason)
             }
             None => Ok(None),

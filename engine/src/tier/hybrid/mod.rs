@@ -153,26 +153,24 @@ struct Inner<D: Disk> {
     /// may point at (checked against the index when used).
     expiring: BTreeSet<(u64, u32)>,
     now_ms: u64,
-    /// Errors of reads since the last `take_read_errors`: (key, message).
-    read_errors: Vec<(Bytes, String)>,
-    read_error_count: u64,
-    /// A write or fdatasync of a segment failed: the shard must stop
-    /// taking writes.
-    fault: Option<String>,
-    /// Keys whose newest put failed to append (after a fault): their
-    /// entries point at older records, so reads answer an error for them
-    /// instead ([`ReadError::Unwritten`]). Only a poisoned shard has any
-    /// (it logs no more writes, so the set grows by one batch at most).
-    unwritten: std::collections::HashSet<Box<[u8]>>,
     /// Checkpoints started (GC epochs).
     epoch: u64,
-    /// Segment files not checked against the loaded checkpoint yet.
-    orphans_checked: bool,
-    gc_runs: u64,
-    gc_bytes_read: u64,
-    gc_bytes_written: u64,
-    /// The segment GC is working through, and where it goes on.
-    gc_victim: Option<(u32, u64)>,
+    /// While a checkpoint runs: the (expiry, address) pairs GC moved away
+    /// from since it began. Its index partitions copied before a move
+    /// point at the old address, and the expiry list is written at its
+    /// finish, so it lists them too (recovery drops the pairs its index
+    /// does not point at when they come due).
+    checkpoint_expiring_moved: Option<Vec<(u64, u32)>>,
+    blind: BlindSets,
+    settling: Settling<D::File>,
+    gc: GcState,
+    faults: Faults,
+    loading: LoadState,
+}
+
+/// What blind writes and deletes leave behind: entries that may hold an
+/// older version of a key, and keys deleted without reading.
+struct BlindSets {
     /// Entries a blind write left behind: the addresses of records that
     /// may hold an older version of a key written since (a write whose
     /// candidates were not in RAM did not read them). Reads try them last,
@@ -200,15 +198,13 @@ struct Inner<D: Disk> {
     /// `checkpoint_unresolved`; a put or a delete after it comes back with
     /// the replay).
     checkpoint_deleted: Vec<Box<[u8]>>,
-    /// While a checkpoint runs: the (expiry, address) pairs GC moved away
-    /// from since it began. Its index partitions copied before a move
-    /// point at the old address, and the expiry list is written at its
-    /// finish, so it lists them too (recovery drops the pairs its index
-    /// does not point at when they come due).
-    checkpoint_expiring_moved: Option<Vec<(u64, u32)>>,
+}
+
+/// The reads that settle blind writes made past the sets' bound.
+struct Settling<F> {
     /// Reads that settle the candidates of puts made past the unresolved
     /// set's bound, waiting for [`Tier::take_settles`].
-    settles: Vec<ColdKey<D::File>>,
+    settles: Vec<ColdKey<F>>,
     /// Settling reads queued or in flight (not finished yet): each holds
     /// an [`OpenSettle`], which counts it until it is dropped.
     settles_open: std::rc::Rc<std::cell::Cell<usize>>,
@@ -219,6 +215,37 @@ struct Inner<D: Disk> {
     settles_max: usize,
     /// Settling reads finished.
     settles_done: u64,
+}
+
+/// Garbage collection's place and counters.
+struct GcState {
+    runs: u64,
+    bytes_read: u64,
+    bytes_written: u64,
+    /// The segment GC is working through, and where it goes on.
+    victim: Option<(u32, u64)>,
+}
+
+/// What went wrong: read errors to report, a failed write that poisons
+/// the shard, keys whose newest put was not written.
+struct Faults {
+    /// Errors of reads since the last `take_read_errors`: (key, message).
+    read_errors: Vec<(Bytes, String)>,
+    read_error_count: u64,
+    /// A write or fdatasync of a segment failed: the shard must stop
+    /// taking writes.
+    fault: Option<String>,
+    /// Keys whose newest put failed to append (after a fault): their
+    /// entries point at older records, so reads answer an error for them
+    /// instead ([`ReadError::Unwritten`]). Only a poisoned shard has any
+    /// (it logs no more writes, so the set grows by one batch at most).
+    unwritten: std::collections::HashSet<Box<[u8]>>,
+}
+
+/// Recovery's progress through a checkpoint chain.
+struct LoadState {
+    /// Segment files not checked against the loaded checkpoint yet.
+    orphans_checked: bool,
     /// A checkpoint's layout entry was loaded (recovery): the index has
     /// the size a delta loaded over it must have.
     layout_loaded: bool,
@@ -367,31 +394,41 @@ impl<D: Disk> HybridTier<D> {
                 log,
                 expiring: BTreeSet::new(),
                 now_ms: 0,
-                read_errors: Vec::new(),
-                read_error_count: 0,
-                fault: None,
-                unwritten: Default::default(),
                 epoch: 0,
-                orphans_checked: false,
-                gc_runs: 0,
-                gc_bytes_read: 0,
-                gc_bytes_written: 0,
-                gc_victim: None,
-                unresolved: std::collections::HashSet::new(),
-                unresolved_max: unresolved_max(settings_index_keys),
-                checkpoint_unresolved: Vec::new(),
-                deleted: std::collections::HashSet::new(),
-                deleted_bytes: 0,
-                checkpoint_deleted: Vec::new(),
                 checkpoint_expiring_moved: None,
-                settles: Vec::new(),
-                settles_open: std::rc::Rc::new(std::cell::Cell::new(0)),
-                blind_allowed: None,
-                settles_max: SETTLES_MAX,
-                settles_done: 0,
-                layout_loaded: false,
-                replaying: false,
-                pending_segments: None,
+                blind: BlindSets {
+                    unresolved: std::collections::HashSet::new(),
+                    unresolved_max: unresolved_max(settings_index_keys),
+                    replaying: false,
+                    checkpoint_unresolved: Vec::new(),
+                    deleted: std::collections::HashSet::new(),
+                    deleted_bytes: 0,
+                    checkpoint_deleted: Vec::new(),
+                },
+                settling: Settling {
+                    settles: Vec::new(),
+                    settles_open: std::rc::Rc::new(std::cell::Cell::new(0)),
+                    blind_allowed: None,
+                    settles_max: SETTLES_MAX,
+                    settles_done: 0,
+                },
+                gc: GcState {
+                    runs: 0,
+                    bytes_read: 0,
+                    bytes_written: 0,
+                    victim: None,
+                },
+                faults: Faults {
+                    read_errors: Vec::new(),
+                    read_error_count: 0,
+                    fault: None,
+                    unwritten: Default::default(),
+                },
+                loading: LoadState {
+                    orphans_checked: false,
+                    layout_loaded: false,
+                    pending_segments: None,
+                },
             }),
         }
     }
@@ -403,7 +440,7 @@ impl<D: Disk> HybridTier<D> {
     pub fn with_table_hasher(mut self, hasher: TableHasher) -> HybridTier<D> {
         let st = self.inner.get_mut();
         assert!(
-            st.index.is_empty() && !st.layout_loaded,
+            st.index.is_empty() && !st.loading.layout_loaded,
             "the table hasher is chosen before the tier holds anything"
         );
         st.hasher = hasher;
@@ -428,14 +465,14 @@ impl<D: Disk> HybridTier<D> {
     /// tests reach the limit with few keys.
     #[doc(hidden)]
     pub fn set_settles_max(&mut self, max: usize) {
-        self.inner.get_mut().settles_max = max;
+        self.inner.get_mut().settling.settles_max = max;
     }
 
     /// Bounds the unresolved entries at `max` instead of the size
     /// `index_keys` gives, so tests reach a full set with few keys.
     #[doc(hidden)]
     pub fn set_unresolved_max(&mut self, max: usize) {
-        self.inner.get_mut().unresolved_max = max;
+        self.inner.get_mut().blind.unresolved_max = max;
     }
 }
 
@@ -457,7 +494,7 @@ impl<D: Disk> Inner<D> {
             keys: self
                 .index
                 .len()
-                .saturating_sub(self.unresolved.len() as u64),
+                .saturating_sub(self.blind.unresolved.len() as u64),
             index_bytes: self.index.memory_bytes(),
             cache_bytes: self.cache.bytes(),
             cache_records: self.cache.len() as u64,
@@ -470,14 +507,14 @@ impl<D: Disk> Inner<D> {
             device_reads: self.log.reads,
             device_bytes_read: self.log.bytes_read,
             device_bytes_written: self.log.bytes_written,
-            gc_runs: self.gc_runs,
-            gc_bytes_read: self.gc_bytes_read,
-            gc_bytes_written: self.gc_bytes_written,
-            read_errors: self.read_error_count,
+            gc_runs: self.gc.runs,
+            gc_bytes_read: self.gc.bytes_read,
+            gc_bytes_written: self.gc.bytes_written,
+            read_errors: self.faults.read_error_count,
             spilled_keys: self.index.spilled(),
-            unresolved_entries: self.unresolved.len() as u64,
-            deleted_keys: self.deleted.len() as u64,
-            settles_done: self.settles_done,
+            unresolved_entries: self.blind.unresolved.len() as u64,
+            deleted_keys: self.blind.deleted.len() as u64,
+            settles_done: self.settling.settles_done,
         }
     }
 }
@@ -672,7 +709,7 @@ impl<D: Disk> Tier for HybridTier<D> {
             match st.finish_one(ck) {
                 Ok(answer) => {
                     if background {
-                        st.settles_done += 1;
+                        st.settling.settles_done += 1;
                     }
                     answers.push((g.index, answer));
                 }
@@ -714,7 +751,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         // Past the sets' bound the delete still goes blind while settling
         // reads have room: its answer's read settles what it leaves.
         let past_bound = !st.blind_room();
-        let found = if !past_bound || st.settles_open.get() < st.settles_max {
+        let found = if !past_bound || st.settling.settles_open.get() < st.settling.settles_max {
             match st.lookup(hash, key) {
                 Lookup::Found(r) => r,
                 Lookup::Failed(e) => {
@@ -724,8 +761,8 @@ impl<D: Disk> Tier for HybridTier<D> {
                 Lookup::Cold(mut ck) => {
                     ck.settle = true;
                     if past_bound {
-                        ck.counted = Some(OpenSettle::new(&st.settles_open));
-                        st.blind_allowed = Some(hash);
+                        ck.counted = Some(OpenSettle::new(&st.settling.settles_open));
+                        st.settling.blind_allowed = Some(hash);
                     }
                     return DeleteLookup::Cold(ColdGet {
                         index: 0,
@@ -750,8 +787,8 @@ impl<D: Disk> Tier for HybridTier<D> {
 
     fn take_settles(&mut self, max: usize, out: &mut Vec<ColdGet>) {
         let st = self.inner.get_mut();
-        let n = st.settles.len().min(max);
-        out.extend(st.settles.drain(..n).map(|ck| ColdGet {
+        let n = st.settling.settles.len().min(max);
+        out.extend(st.settling.settles.drain(..n).map(|ck| ColdGet {
             index: 0,
             delete: false,
             state: Box::new(ck),
@@ -759,12 +796,12 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn settles_waiting(&self) -> bool {
-        !self.inner.borrow().settles.is_empty()
+        !self.inner.borrow().settling.settles.is_empty()
     }
 
     fn write_room(&self) -> bool {
         let st = self.inner.borrow();
-        st.settles_open.get() < st.settles_max || st.blind_room()
+        st.settling.settles_open.get() < st.settling.settles_max || st.blind_room()
     }
 
     fn get_expiring(&self, hash: u64, key: &[u8]) -> Option<(Bytes, Option<u64>)> {
@@ -846,7 +883,7 @@ impl<D: Disk> Tier for HybridTier<D> {
     /// left out of the count until GC settles it).
     fn len(&self) -> u64 {
         let st = self.inner.borrow();
-        st.index.len().saturating_sub(st.unresolved.len() as u64)
+        st.index.len().saturating_sub(st.blind.unresolved.len() as u64)
     }
 
     fn memory_bytes(&self) -> u64 {
@@ -854,9 +891,9 @@ impl<D: Disk> Tier for HybridTier<D> {
         st.index.memory_bytes()
             + st.cache.bytes()
             + st.expiring.len() as u64 * EXPIRING_KEY_BYTES
-            + st.unresolved.capacity() as u64 * 5
-            + st.deleted_bytes
-            + st.deleted.capacity() as u64 * DELETED_KEY_BYTES
+            + st.blind.unresolved.capacity() as u64 * 5
+            + st.blind.deleted_bytes
+            + st.blind.deleted.capacity() as u64 * DELETED_KEY_BYTES
             + (1 << 20)
             + (log::RECENT_BLOCKS * log::BLOCK) as u64
     }
@@ -877,7 +914,7 @@ impl<D: Disk> Tier for HybridTier<D> {
                 Ok((true, r)) if st.live(&r) => f(&r.key, &r.value, r.expires_at_ms),
                 Ok(_) => {}
                 Err(e) => {
-                    st.read_error_count += 1;
+                    st.faults.read_error_count += 1;
                     tracing::warn!(error = %e, "hybrid tier: a record could not be read during a key walk; its key is left out");
                 }
             }
@@ -885,11 +922,11 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn take_read_errors(&mut self) -> Vec<(Bytes, String)> {
-        std::mem::take(&mut self.inner.get_mut().read_errors)
+        std::mem::take(&mut self.inner.get_mut().faults.read_errors)
     }
 
     fn take_fault(&mut self) -> Option<String> {
-        self.inner.get_mut().fault.take()
+        self.inner.get_mut().faults.fault.take()
     }
 
     fn background_tasks(&self) -> super::TierTasks {
@@ -906,8 +943,8 @@ impl<D: Disk> Tier for HybridTier<D> {
     fn checkpoint_begin(&mut self) {
         let st = self.inner.get_mut();
         st.epoch += 1;
-        st.checkpoint_unresolved = st.unresolved.iter().copied().collect();
-        st.checkpoint_deleted = st.deleted.iter().cloned().collect();
+        st.blind.checkpoint_unresolved = st.blind.unresolved.iter().copied().collect();
+        st.blind.checkpoint_deleted = st.blind.deleted.iter().cloned().collect();
         st.checkpoint_expiring_moved = Some(Vec::new());
     }
 
@@ -966,7 +1003,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         }
         // Which entries are unresolved is part of the index: without it a
         // read could take a key's older record for its current one.
-        let unresolved = std::mem::take(&mut st.checkpoint_unresolved);
+        let unresolved = std::mem::take(&mut st.blind.checkpoint_unresolved);
         for (i, chunk) in unresolved.chunks(EXPIRING_CHUNK).enumerate() {
             let mut key = KEY_UNRESOLVED.to_vec();
             key.extend_from_slice(&(i as u32).to_le_bytes());
@@ -975,7 +1012,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         }
         // So are the keys deleted blind: without them their dead entries
         // would read as current.
-        let deleted = std::mem::take(&mut st.checkpoint_deleted);
+        let deleted = std::mem::take(&mut st.blind.checkpoint_deleted);
         let mut chunk = Vec::new();
         let mut chunks = 0u32;
         for (i, k) in deleted.iter().enumerate() {
@@ -1015,7 +1052,7 @@ impl<D: Disk> Tier for HybridTier<D> {
             // GC settled every unresolved entry in it; none may outlive it
             // and name a record of the segment that takes its slot.
             let log = &st.log;
-            st.unresolved.retain(|&a| log.decode_addr(a).slot != slot);
+            st.blind.unresolved.retain(|&a| log.decode_addr(a).slot != slot);
             if let Err(e) = st.log.remove(slot) {
                 tracing::warn!(error = %e, "could not remove a value segment emptied by GC");
             }
@@ -1032,19 +1069,19 @@ impl<D: Disk> Tier for HybridTier<D> {
         if !delta {
             return Ok(());
         }
-        if !st.layout_loaded {
+        if !st.loading.layout_loaded {
             return Err("a delta checkpoint with no full checkpoint before it".into());
         }
         st.expiring.clear();
-        st.unresolved.clear();
-        st.deleted.clear();
-        st.deleted_bytes = 0;
+        st.blind.unresolved.clear();
+        st.blind.deleted.clear();
+        st.blind.deleted_bytes = 0;
         Ok(())
     }
 
     fn load_checkpoint_done(&mut self) -> Result<(), String> {
         let st = self.inner.get_mut();
-        let gone = match st.pending_segments.take() {
+        let gone = match st.loading.pending_segments.take() {
             Some(table) => st.load_segments(&table)?,
             None => Vec::new(),
         };
@@ -1082,7 +1119,7 @@ impl<D: Disk> Tier for HybridTier<D> {
                 return Err(format!("hybrid index of {buckets} buckets per partition"));
             }
             if buckets as usize != st.index.buckets_per_partition() {
-                if st.layout_loaded {
+                if st.loading.layout_loaded {
                     return Err(format!(
                         "a delta checkpoint of {buckets} buckets per partition over one of {}",
                         st.index.buckets_per_partition()
@@ -1092,7 +1129,7 @@ impl<D: Disk> Tier for HybridTier<D> {
                 // resizes it to `index_keys` (see `resize`).
                 st.index = Index::with_buckets(buckets as usize);
             }
-            st.layout_loaded = true;
+            st.loading.layout_loaded = true;
             return Ok(());
         }
         if let Some(rest) = key.strip_prefix(KEY_INDEX) {
@@ -1107,14 +1144,14 @@ impl<D: Disk> Tier for HybridTier<D> {
             if value.len() % SEGMENT_ROW_BYTES != 0 {
                 return Err(format!("segment table of {} bytes", value.len()));
             }
-            st.pending_segments = Some(value.to_vec());
+            st.loading.pending_segments = Some(value.to_vec());
             return Ok(());
         }
         if key.starts_with(KEY_UNRESOLVED) {
             if value.len() % 4 != 0 {
                 return Err("unresolved-entry chunk of the wrong size".into());
             }
-            st.unresolved.extend(
+            st.blind.unresolved.extend(
                 value
                     .chunks_exact(4)
                     .map(|a| u32::from_le_bytes(a.try_into().expect("4 bytes"))),
@@ -1130,8 +1167,8 @@ impl<D: Disk> Tier for HybridTier<D> {
                 let Some(k) = len.and_then(|len| rest.get(4..4 + len)) else {
                     return Err("deleted-key chunk cut short".into());
                 };
-                if st.deleted.insert(k.into()) {
-                    st.deleted_bytes += k.len() as u64;
+                if st.blind.deleted.insert(k.into()) {
+                    st.blind.deleted_bytes += k.len() as u64;
                 }
                 rest = &rest[4 + k.len()..];
             }
@@ -1155,12 +1192,12 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn replay_begin(&mut self) {
-        self.inner.get_mut().replaying = true;
+        self.inner.get_mut().blind.replaying = true;
     }
 
     fn recovery_done(&mut self) {
         let st = self.inner.get_mut();
-        st.replaying = false;
+        st.blind.replaying = false;
         st.check_orphans();
         st.resize_index();
         st.reopen_zombies_in_use();
@@ -1168,22 +1205,22 @@ impl<D: Disk> Tier for HybridTier<D> {
         // them may be gone from the index copied after (GC settled them).
         // An address no entry holds must not stay listed: a record written
         // there later would be taken for an older version.
-        if !st.unresolved.is_empty() {
+        if !st.blind.unresolved.is_empty() {
             let mut present = std::collections::HashSet::new();
-            let unresolved = &st.unresolved;
+            let unresolved = &st.blind.unresolved;
             st.index.for_each_addr(|a| {
                 if unresolved.contains(&a) {
                     present.insert(a);
                 }
             });
-            st.unresolved = present;
+            st.blind.unresolved = present;
         }
         // A key deleted blind whose dead entries are all gone need not
         // stay listed.
         st.prune_deleted();
     }
 
-    fn hybrid_stats(&self) -> Option<HybridStats> {
-        Some(self.stats())
+    fn stats(&self) -> super::TierStats {
+        super::TierStats::Hybrid(HybridTier::stats(self))
     }
 }

@@ -18,7 +18,7 @@ impl<D: Disk> Inner<D> {
     /// A record the index no longer points at. An unresolved one's bytes
     /// were counted as garbage when it became unresolved.
     pub(super) fn forget(&mut self, addr: u32, r: &Record) {
-        if !self.unresolved.remove(&addr) {
+        if !self.blind.unresolved.remove(&addr) {
             if let Some(seg) = self.log.seg_of_mut(addr) {
                 seg.live_bytes = seg.live_bytes.saturating_sub(r.size);
             }
@@ -38,8 +38,8 @@ impl<D: Disk> Inner<D> {
     }
 
     pub(super) fn note_fault(&mut self, what: &str, e: &std::io::Error) {
-        if self.fault.is_none() {
-            self.fault = Some(format!(
+        if self.faults.fault.is_none() {
+            self.faults.fault = Some(format!(
                 "value segment {what} in {} failed: {e}",
                 self.log.dir().display()
             ));
@@ -47,8 +47,8 @@ impl<D: Disk> Inner<D> {
     }
 
     pub(super) fn check_orphans(&mut self) {
-        if !self.orphans_checked {
-            self.orphans_checked = true;
+        if !self.loading.orphans_checked {
+            self.loading.orphans_checked = true;
             match self.log.remove_orphans() {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(
@@ -80,20 +80,20 @@ impl<D: Disk> Inner<D> {
             settle,
         } = self.put_candidates(h, key);
         let new = mine.is_empty();
-        if self.fault.is_some() {
-            self.unwritten.insert(key.into());
+        if self.faults.fault.is_some() {
+            self.faults.unwritten.insert(key.into());
             return new;
         }
         let (addr, span) = match self.log.append(key, value, at) {
             Ok(a) => a,
             Err(e) => {
                 self.note_fault("write", &e);
-                self.unwritten.insert(key.into());
+                self.faults.unwritten.insert(key.into());
                 return new;
             }
         };
-        if !self.unwritten.is_empty() {
-            self.unwritten.remove(key);
+        if !self.faults.unwritten.is_empty() {
+            self.faults.unwritten.remove(key);
         }
         // Its entries left are dead; the new one is newer than all.
         let new = self.take_deleted(key) || new;
@@ -120,7 +120,7 @@ impl<D: Disk> Inner<D> {
             self.remove_entry(h, c.addr);
         }
         for c in unknown {
-            if self.unresolved.insert(c.addr) {
+            if self.blind.unresolved.insert(c.addr) {
                 // Most likely the key's older record: count it as garbage,
                 // guessing its size from the new one (GC finds out).
                 if let Some(seg) = self.log.seg_of_mut(c.addr) {
@@ -129,8 +129,8 @@ impl<D: Disk> Inner<D> {
             }
         }
         if !settle.is_empty() {
-            let counted = Some(OpenSettle::new(&self.settles_open));
-            self.settles.push(ColdKey {
+            let counted = Some(OpenSettle::new(&self.settling.settles_open));
+            self.settling.settles.push(ColdKey {
                 key: Bytes::copy_from_slice(key),
                 hash,
                 now_ms: self.now_ms,
@@ -157,7 +157,7 @@ impl<D: Disk> Inner<D> {
     let mut unknown: Vec<Candidate> = Vec::new();
     let mut settle: Vec<ColdCand<D::File>> = Vec::new();
     let full = !self.unresolved_room();
-    if !full || self.settles_open.get() < self.settles_max {
+    if !full || self.settling.settles_open.get() < self.settling.settles_max {
         for c in self.ordered_candidates(h) {
             match self.where_is(&c) {
                 Where::Ram(Ok(r)) if r.key == key => mine.push((c, r)),
@@ -209,7 +209,7 @@ impl<D: Disk> Inner<D> {
     /// too), reading the candidates that are not in RAM. Returns whether
     /// the key was there (expired or not), or why it could not be told.
     pub(super) fn delete(&mut self, hash: u64, key: &[u8]) -> Result<bool, ReadError> {
-        self.unwritten.remove(key);
+        self.faults.unwritten.remove(key);
         let h = KeyHash::new(hash);
         let found = match self.find_all(h, key) {
             Ok(found) => found,
@@ -240,13 +240,13 @@ impl<D: Disk> Inner<D> {
     /// are the settling reads (a blind delete is always right; the bound
     /// is on the RAM its sets take until reads settle them).
     pub(super) fn delete_blind(&mut self, hash: u64, key: &[u8]) {
-        if !self.unwritten.is_empty() {
-            self.unwritten.remove(key);
+        if !self.faults.unwritten.is_empty() {
+            self.faults.unwritten.remove(key);
         }
         if self.is_deleted(key) {
             return;
         }
-        let allowed = self.blind_allowed.take() == Some(hash);
+        let allowed = self.settling.blind_allowed.take() == Some(hash);
         if !self.blind_room() && !allowed {
             if let Err(e) = self.delete(hash, key) {
                 tracing::warn!(error = %e, "hybrid tier: delete could not read a candidate record; its key is deleted blind");
@@ -268,7 +268,7 @@ impl<D: Disk> Inner<D> {
         let mut settled_unknown = Vec::new();
         let mut unresolved_unknown = false;
         for c in self.ordered_candidates(h) {
-            let settled = !self.unresolved.contains(&c.addr);
+            let settled = !self.blind.unresolved.contains(&c.addr);
             match self.where_is(&c) {
                 Where::Ram(Ok(r)) if r.key == key => {
                     current_in_ram |= settled;
@@ -292,20 +292,20 @@ impl<D: Disk> Inner<D> {
             // Their bytes stay counted as live: most are other keys'
             // records; the answer's read settles this key's own.
             for c in &settled_unknown {
-                self.unresolved.insert(c.addr);
+                self.blind.unresolved.insert(c.addr);
             }
             unresolved_unknown || !settled_unknown.is_empty()
         };
         if mark {
-            self.deleted_bytes += key.len() as u64;
-            self.deleted.insert(key.into());
+            self.blind.deleted_bytes += key.len() as u64;
+            self.blind.deleted.insert(key.into());
         }
     }
 
     /// Whether a delete may go without reading: room in both `unresolved`
     /// and `deleted` (a put needs room in `unresolved` only).
     pub(super) fn blind_room(&self) -> bool {
-        self.unresolved_room() && (self.replaying || self.deleted.len() < self.unresolved_max)
+        self.unresolved_room() && (self.blind.replaying || self.blind.deleted.len() < self.blind.unresolved_max)
     }
 
     /// Whether a put may go without reading: room in `unresolved`. A WAL
@@ -313,7 +313,7 @@ impl<D: Disk> Inner<D> {
     /// since the checkpoint wrote): a replay that read every overwritten
     /// key's records took a minute at 100M keys.
     pub(super) fn unresolved_room(&self) -> bool {
-        self.replaying || self.unresolved.len() < self.unresolved_max
+        self.blind.replaying || self.blind.unresolved.len() < self.blind.unresolved_max
     }
 
     /// The answer of a blind delete read the key's record at `addr` (from
@@ -322,7 +322,7 @@ impl<D: Disk> Inner<D> {
     /// when the delete looked it up).
     pub(super) fn settle_deleted(&mut self, hash: u64, addr: u32, counted: bool, r: &Record) {
         let h = KeyHash::new(hash);
-        if !self.unresolved.contains(&addr) || self.index.find_addr(h, addr).is_none() {
+        if !self.blind.unresolved.contains(&addr) || self.index.find_addr(h, addr).is_none() {
             return;
         }
         if counted {
@@ -337,7 +337,7 @@ impl<D: Disk> Inner<D> {
     /// (superseded, or of a key deleted since), with everything that
     /// names it; its key leaves `deleted` if that was its last dead entry.
     pub(super) fn drop_dead(&mut self, h: KeyHash, addr: u32, r: &Record) {
-        self.unresolved.remove(&addr);
+        self.blind.unresolved.remove(&addr);
         self.remove_entry(h, addr);
         self.cache.remove(addr);
         if let Some(at) = r.expires_at_ms {
@@ -354,7 +354,7 @@ impl<D: Disk> Inner<D> {
         }
         let mut cands = Vec::new();
         self.index.candidates(h, &mut cands);
-        if cands.iter().all(|c| !self.unresolved.contains(&c.addr)) {
+        if cands.iter().all(|c| !self.blind.unresolved.contains(&c.addr)) {
             self.take_deleted(key);
         }
     }
@@ -363,10 +363,10 @@ impl<D: Disk> Inner<D> {
     /// (GC settled them one by one, and the last one settled may have been
     /// another key's that shares the tag). One index lookup per key.
     pub(super) fn prune_deleted(&mut self) {
-        if self.deleted.is_empty() {
+        if self.blind.deleted.is_empty() {
             return;
         }
-        let keys: Vec<Box<[u8]>> = self.deleted.iter().cloned().collect();
+        let keys: Vec<Box<[u8]>> = self.blind.deleted.iter().cloned().collect();
         for k in keys {
             let h = self.key_hash(&k);
             self.undelete_if_settled(h, &k);
@@ -375,9 +375,9 @@ impl<D: Disk> Inner<D> {
 
     /// Removes `key` from `deleted`; returns whether it was there.
     pub(super) fn take_deleted(&mut self, key: &[u8]) -> bool {
-        let was = !self.deleted.is_empty() && self.deleted.remove(key);
+        let was = !self.blind.deleted.is_empty() && self.blind.deleted.remove(key);
         if was {
-            self.deleted_bytes -= key.len() as u64;
+            self.blind.deleted_bytes -= key.len() as u64;
         }
         was
     }
