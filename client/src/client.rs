@@ -767,6 +767,28 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Asks the server for an online backup into `dest`, a new or empty
+    /// directory on the server's machine, copying at most
+    /// `rate_bytes_per_sec` (0: no limit). Answers once the backup is
+    /// finished, with what it wrote as (name, value) pairs. Needs protocol
+    /// version 5 and the `admin` permission.
+    pub async fn backup(
+        &self,
+        dest: &str,
+        rate_bytes_per_sec: u64,
+    ) -> Result<Vec<(String, String)>, ClientError> {
+        let op = RequestOp::Backup {
+            dest: Bytes::copy_from_slice(dest.as_bytes()),
+            rate_bytes_per_sec,
+        };
+        match self.single(op).await? {
+            OpReply::Stats(entries) => Ok(entries),
+            _ => unreachable!("check_replies lets only STATS replies through for BACKUP"),
+        }
+    }
+}
+
 /// What TTL found for a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyTtl {
@@ -834,6 +856,7 @@ fn op_name(op: &RequestOp) -> &'static str {
         RequestOp::Expire { .. } => "EXPIRE",
         RequestOp::Ttl { .. } => "TTL",
         RequestOp::Scan { .. } => "SCAN",
+        RequestOp::Backup { .. } => "BACKUP",
     }
 }
 

@@ -167,6 +167,15 @@ impl Engine {
             clock: shards.clock,
             txn_stats: shards.txn_stats,
             values_in_ram: tier == StorageTier::Memory,
+            backup: crate::backup::BackupShared::new(
+                if durability == Durability::None {
+                    Vec::new()
+                } else {
+                    (0..shard_count).map(shard_paths).collect()
+                },
+                s.data_dir.clone(),
+                tier == StorageTier::Hybrid,
+            ),
         });
         tracing::info!(
             shards = shard_count,
@@ -667,6 +676,14 @@ async fn settle_manifest<D: Disk>(
             path: data_dir.to_path_buf(),
             source,
         })?;
+    let marker = data_dir.join(crate::backup::BACKUP_MARKER);
+    if disk.exists(&marker) {
+        return Err(crate::error::ManifestError::Corrupt {
+            file: marker,
+            reason: "an online backup into this directory never finished: the copy is incomplete; take the backup again".into(),
+        }
+        .into());
+    }
     let existing = manifest::load(disk, data_dir).await?;
     if existing.is_none() {
         let first_shard = ShardPaths::new(wal_root, 0).dir;

@@ -20,6 +20,7 @@
 // simulated disk for `Engine::open_with_disk`) and the routing hash
 // (`hash`: which shard owns a key is part of the on-disk contract).
 pub mod api;
+pub mod backup;
 pub mod clock;
 pub mod error;
 pub mod hash;

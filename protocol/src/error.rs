@@ -236,6 +236,12 @@ pub enum LimitError {
         len: usize,
         max: usize,
     },
+    #[error("op {index}: a BACKUP path of {len} bytes (it must have 1 to {max})")]
+    BackupPath {
+        index: usize,
+        len: usize,
+        max: usize,
+    },
 }
 
 impl LimitError {
@@ -244,7 +250,8 @@ impl LimitError {
         match self {
             LimitError::EmptyBatch
             | LimitError::EmptyKey { .. }
-            | LimitError::PatternTooLarge { .. } => Status::BadRequest,
+            | LimitError::PatternTooLarge { .. }
+            | LimitError::BackupPath { .. } => Status::BadRequest,
             LimitError::TooManyOps { .. } => Status::TooManyOps,
             LimitError::KeyTooLarge { .. } => Status::KeyTooLarge,
             LimitError::ValueTooLarge { .. } => Status::ValueTooLarge,

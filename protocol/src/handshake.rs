@@ -407,7 +407,7 @@ mod tests {
     fn hello_round_trips() {
         let mut buf = BytesMut::new();
         encode_hello(&Hello::current(), &mut buf);
-        assert_eq!(&buf[..], b"RKV1\x04\x00\x00\x00");
+        assert_eq!(&buf[..], b"RKV1\x05\x00\x00\x00");
         assert_eq!(decode_hello(&mut buf), Ok(Some(Hello::current())));
         assert!(buf.is_empty());
     }
@@ -440,12 +440,12 @@ mod tests {
     fn other_versions_and_flags_are_unsupported() {
         for (version, flags, expected) in [
             (
-                5u16,
+                6u16,
                 0u16,
                 DecodeError::UnsupportedVersion {
-                    got: 5,
+                    got: 6,
                     min: 1,
-                    max: 4,
+                    max: 5,
                 },
             ),
             (
@@ -454,7 +454,7 @@ mod tests {
                 DecodeError::UnsupportedVersion {
                     got: 0,
                     min: 1,
-                    max: 4,
+                    max: 5,
                 },
             ),
             (

@@ -9,8 +9,8 @@ use super::frame::{begin_frame, finish_frame, open_frame, take_and_parse, wire_l
 use super::limits::Limits;
 use super::response::OpReply;
 use super::wire::{
-    frame_kind, opcode, FRAME_HEADER_BYTES, OP_BYTES_MIN, PROTOCOL_VERSION, SCAN_OP_FIXED_BYTES,
-    SCAN_PATTERN_BYTES_MAX,
+    frame_kind, opcode, BACKUP_OP_FIXED_BYTES, BACKUP_PATH_BYTES_MAX, FRAME_HEADER_BYTES,
+    OP_BYTES_MIN, PROTOCOL_VERSION, SCAN_OP_FIXED_BYTES, SCAN_PATTERN_BYTES_MAX,
 };
 
 /// One operation of a batch.
@@ -60,6 +60,14 @@ pub enum RequestOp {
     Commit,
     /// Rolls the transaction back. Answered OK.
     Rollback,
+    /// Version 5: writes an online backup of every shard into the directory
+    /// `dest` on the server's machine (new or empty), copying at most
+    /// `rate_bytes_per_sec` (0: no limit). Answered once it is finished,
+    /// with STATS entries describing it.
+    Backup {
+        dest: Bytes,
+        rate_bytes_per_sec: u64,
+    },
 }
 
 impl RequestOp {
@@ -79,6 +87,7 @@ impl RequestOp {
             RequestOp::GetForUpdate { .. } => opcode::GET_FOR_UPDATE,
             RequestOp::Commit => opcode::COMMIT,
             RequestOp::Rollback => opcode::ROLLBACK,
+            RequestOp::Backup { .. } => opcode::BACKUP,
         }
     }
 
@@ -102,7 +111,8 @@ impl RequestOp {
             | RequestOp::Scan { .. }
             | RequestOp::Begin
             | RequestOp::Commit
-            | RequestOp::Rollback => None,
+            | RequestOp::Rollback
+            | RequestOp::Backup { .. } => None,
         }
     }
 
@@ -113,6 +123,7 @@ impl RequestOp {
             RequestOp::PutExpiring { key, value, .. } => 1 + 4 + key.len() + 4 + value.len() + 8,
             RequestOp::Expire { key, .. } => 1 + 4 + key.len() + 8,
             RequestOp::Scan { pattern, .. } => SCAN_OP_FIXED_BYTES + pattern.len(),
+            RequestOp::Backup { dest, .. } => BACKUP_OP_FIXED_BYTES + dest.len(),
             RequestOp::Get { key }
             | RequestOp::Delete { key }
             | RequestOp::Ttl { key }
@@ -152,7 +163,7 @@ impl RequestOp {
                     | RequestOp::Expire { .. }
                     | RequestOp::Ttl { .. }
             ),
-            OpReply::Stats(_) => matches!(self, RequestOp::Stats),
+            OpReply::Stats(_) => matches!(self, RequestOp::Stats | RequestOp::Backup { .. }),
             OpReply::Expiry(_) => matches!(self, RequestOp::Ttl { .. }),
             OpReply::Keys { .. } => matches!(self, RequestOp::Scan { .. }),
         }
@@ -217,6 +228,19 @@ pub fn encode_request(request: &Request, buf: &mut BytesMut) {
                 );
                 buf.put_u16_le(pattern.len() as u16); // <= SCAN_PATTERN_BYTES_MAX < u16::MAX
                 buf.put_slice(pattern);
+            }
+            RequestOp::Backup {
+                dest,
+                rate_bytes_per_sec,
+            } => {
+                assert!(
+                    dest.len() <= BACKUP_PATH_BYTES_MAX,
+                    "a BACKUP path of {} bytes is over the limit of {BACKUP_PATH_BYTES_MAX}",
+                    dest.len()
+                );
+                buf.put_u16_le(dest.len() as u16); // <= BACKUP_PATH_BYTES_MAX < u16::MAX
+                buf.put_slice(dest);
+                buf.put_u64_le(*rate_bytes_per_sec);
             }
             RequestOp::Get { key }
             | RequestOp::Delete { key }
@@ -354,6 +378,21 @@ fn parse_op(
                 cursor: scan_cursor,
                 count,
                 pattern: cursor.bytes(len, "pattern")?,
+            }
+        }
+        opcode::BACKUP => {
+            let len = cursor.u16("path length")? as usize;
+            if len == 0 || len > BACKUP_PATH_BYTES_MAX {
+                return Err(FrameFault::OverLimit(LimitError::BackupPath {
+                    index,
+                    len,
+                    max: BACKUP_PATH_BYTES_MAX,
+                }));
+            }
+            let dest = cursor.bytes(len, "path")?;
+            RequestOp::Backup {
+                dest,
+                rate_bytes_per_sec: cursor.u64("rate")?,
             }
         }
         opcode::GET => RequestOp::Get {
@@ -649,6 +688,45 @@ mod tests {
                 pattern: Bytes::new(),
             },
         ]
+    }
+
+    #[test]
+    fn backup_round_trips_needs_version_5_and_a_bounded_path() {
+        let request = Request {
+            id: 21,
+            ops: vec![RequestOp::Backup {
+                dest: b("/var/backups/ringkv"),
+                rate_bytes_per_sec: 100 << 20,
+            }],
+        };
+        let mut buf = encoded(&request);
+        assert_eq!(buf.len(), request.encoded_len());
+        assert_eq!(
+            decode_request(&mut buf, &Limits::default()),
+            Ok(Some(request.clone()))
+        );
+        let mut buf = encoded(&request);
+        let error = decode_request_version(&mut buf, &Limits::default(), 4).unwrap_err();
+        assert_eq!(error.status(), Status::Unsupported);
+        assert!(
+            error.to_string().contains("needs protocol version 5"),
+            "{error}"
+        );
+        // An empty path, and one over the limit (edited after encoding).
+        for len in [0u16, BACKUP_PATH_BYTES_MAX as u16 + 1] {
+            let mut frame = encoded(&Request {
+                id: 22,
+                ops: vec![RequestOp::Backup {
+                    dest: b("x"),
+                    rate_bytes_per_sec: 0,
+                }],
+            });
+            frame[FRAME_HEADER_BYTES + 1..FRAME_HEADER_BYTES + 3]
+                .copy_from_slice(&len.to_le_bytes());
+            let error = decode_request(&mut reseal(frame), &Limits::default()).unwrap_err();
+            assert_eq!(error.status(), Status::BadRequest, "{error}");
+            assert!(!error.closes_connection());
+        }
     }
 
     #[test]

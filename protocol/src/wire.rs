@@ -12,7 +12,7 @@ pub const MAGIC: [u8; 4] = *b"RKV1";
 /// and their payload kinds EXPIRY and KEYS; its handshake is version 2's.
 /// Version 4 adds users: the hello's [`hello_flags::USER`] (a user name
 /// before the password) and the status NO_PERMISSION.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 /// The oldest protocol version this crate speaks.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
 
@@ -70,6 +70,10 @@ pub const SCAN_PATTERN_BYTES_MAX: usize = 256;
 /// Size of a SCAN operation without its pattern: opcode, cursor, count,
 /// pattern length.
 pub const SCAN_OP_FIXED_BYTES: usize = 1 + 8 + 4 + 2;
+/// Longest directory path a BACKUP operation may name.
+pub const BACKUP_PATH_BYTES_MAX: usize = 4096;
+/// Size of a BACKUP operation without its path: opcode, path length, rate.
+pub const BACKUP_OP_FIXED_BYTES: usize = 1 + 2 + 8;
 /// Size of an EXPIRY payload: expiry time and time left, both `u64` ms.
 pub const EXPIRY_PAYLOAD_BYTES: usize = 16;
 /// Size of a KEYS payload before its keys: next cursor, key count.
@@ -145,6 +149,12 @@ pub mod opcode {
     /// are for scans; 0x21 and up stay reserved). Body: cursor, count
     /// hint, MATCH pattern.
     pub const SCAN: u8 = 0x20;
+    /// Version 5: an online backup of the whole server into a directory on
+    /// the server's machine (0x30..=0x3F are for administration; 0x31 and
+    /// up stay reserved). Body: `u16` path length, path (UTF-8), `u64`
+    /// copy rate limit in bytes per second (0: none). Answered, once the
+    /// backup is finished, with STATS entries describing it.
+    pub const BACKUP: u8 = 0x30;
 
     /// The name of a reserved opcode, or of its reserved family, if `code` is
     /// in a reserved range. Reserved opcodes are refused with UNSUPPORTED.
@@ -152,6 +162,7 @@ pub mod opcode {
         match code {
             0x14..=0x1F => Some("a transaction opcode"),
             0x21..=0x2F => Some("a scan opcode"),
+            0x31..=0x3F => Some("an administration opcode"),
             _ => None,
         }
     }
@@ -161,6 +172,7 @@ pub mod opcode {
     pub fn since_version(code: u8) -> u16 {
         match code {
             PUT_EXPIRING | EXPIRE | TTL | SCAN => 3,
+            BACKUP => 5,
             _ => 1,
         }
     }
@@ -181,6 +193,7 @@ pub mod opcode {
             COMMIT => "COMMIT",
             ROLLBACK => "ROLLBACK",
             SCAN => "SCAN",
+            BACKUP => "BACKUP",
             _ => return None,
         })
     }
@@ -372,7 +385,9 @@ mod tests {
     #[test]
     fn reserved_opcodes_cover_their_ranges_and_nothing_else() {
         for code in 0..=u8::MAX {
-            let reserved = (0x14..=0x1F).contains(&code) || (0x21..=0x2F).contains(&code);
+            let reserved = (0x14..=0x1F).contains(&code)
+                || (0x21..=0x2F).contains(&code)
+                || (0x31..=0x3F).contains(&code);
             assert_eq!(
                 opcode::reserved_name(code).is_some(),
                 reserved,

@@ -22,6 +22,10 @@ fn op() -> impl Strategy<Value = RequestOp> {
         bytes(1..48).prop_map(|key| RequestOp::Delete { key }),
         Just(RequestOp::Ping),
         Just(RequestOp::Stats),
+        (bytes(1..64), any::<u64>()).prop_map(|(dest, rate_bytes_per_sec)| RequestOp::Backup {
+            dest,
+            rate_bytes_per_sec
+        }),
         (bytes(1..48), bytes(0..300), any::<u64>()).prop_map(|(key, value, expires_at_ms)| {
             RequestOp::PutExpiring {
                 key,

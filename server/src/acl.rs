@@ -107,13 +107,13 @@ pub fn resp_category(name: &str, args: &[Bytes]) -> Category {
         "acl" => Category::Admin,
         "get" | "mget" | "exists" | "strlen" | "getrange" | "substr" | "getbit" | "bitcount"
         | "lcs" | "type" | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "keys" | "scan"
-        | "randomkey" | "dbsize" | "info" => Category::Read,
+        | "randomkey" | "dbsize" | "info" | "lastsave" => Category::Read,
         "set" | "setnx" | "setex" | "psetex" | "mset" | "msetnx" | "getset" | "getdel"
         | "getex" | "del" | "unlink" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat"
         | "append" | "setrange" | "setbit" | "expire" | "pexpire" | "expireat" | "pexpireat"
         | "persist" | "rename" | "renamenx" | "copy" => Category::Write,
         // CONFIG GET shows the configuration, as in Redis (@admin).
-        "flushall" | "flushdb" | "config" => Category::Admin,
+        "flushall" | "flushdb" | "config" | "bgsave" => Category::Admin,
         _ => Category::Admin,
     }
 }
@@ -221,12 +221,13 @@ mod tests {
             "randomkey",
             "dbsize",
             "info",
+            "lastsave",
         ];
         let connection = [
             "ping", "echo", "quit", "select", "auth", "hello", "client", "command", "time",
             "multi", "exec", "discard", "watch", "unwatch",
         ];
-        let admin = ["flushall", "flushdb", "config"];
+        let admin = ["flushall", "flushdb", "config", "bgsave"];
         for name in COMMANDS {
             let category = resp_category(name, &args(name));
             let expected = if reads.contains(name) {
@@ -292,5 +293,11 @@ mod tests {
         ] {
             assert_eq!(native_category(&op), Category::Write, "{op:?}");
         }
+        let backup = RequestOp::Backup {
+            dest: Bytes::from_static(b"/backups/x"),
+            rate_bytes_per_sec: 0,
+        };
+        assert_eq!(native_category(&backup), Category::Admin);
+        assert!(first_refused(Role::ReadWrite, std::slice::from_ref(&backup)).is_some());
     }
 }

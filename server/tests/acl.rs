@@ -372,7 +372,7 @@ fn native_read_only_user_is_refused_every_write_path() {
         let reader = native(server.addr, Some("reader"), READER_PW)
             .await
             .unwrap();
-        assert_eq!(reader.protocol_version(), 4);
+        assert_eq!(reader.protocol_version(), ringkv_protocol::PROTOCOL_VERSION);
         assert_eq!(
             reader.get("k").await.unwrap(),
             Some(Bytes::from_static(b"v"))

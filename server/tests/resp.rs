@@ -1175,3 +1175,53 @@ fn bit_commands_copy_and_lcs() {
     assert_eq!(c.call("LCS left right0 LEN"), Reply::Int(6));
     assert_eq!(c.call("LCS left nothing"), bulk(""));
 }
+
+/// BGSAVE checkpoints every shard in the background, LASTSAVE moves to its
+/// end, and INFO persistence says how it went (the Redis backup-script
+/// loop: BGSAVE, then poll LASTSAVE).
+#[test]
+fn bgsave_checkpoints_and_lastsave_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, addr) = start(dir.path(), &[]);
+    let mut c = Resp::connect(addr);
+    for i in 0..200 {
+        assert_eq!(c.call(&format!("SET k{i} v{i}")), ok());
+    }
+    let Reply::Int(first) = c.call("LASTSAVE") else {
+        panic!("LASTSAVE answers an integer")
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!(first > 0 && first <= now, "LASTSAVE {first} (now {now})");
+    let (Reply::Bulk(info) | Reply::Verbatim(_, info)) = c.call("INFO persistence") else {
+        panic!("INFO answers text")
+    };
+    let info = String::from_utf8_lossy(&info).to_string();
+    for field in [
+        "rdb_bgsave_in_progress:0",
+        "rdb_last_bgsave_status:ok",
+        &format!("rdb_last_save_time:{first}"),
+    ] {
+        assert!(info.contains(field), "{field} missing from:\n{info}");
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(
+        c.call("BGSAVE"),
+        Reply::Simple("Background saving started".into())
+    );
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let Reply::Int(t) = c.call("LASTSAVE") else {
+            panic!("LASTSAVE answers an integer")
+        };
+        if t > first {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "LASTSAVE never moved");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.wait_for_log("BGSAVE: every shard checkpointed");
+    assert_eq!(c.call("BGSAVE now"), err("ERR syntax error"));
+}

@@ -136,6 +136,19 @@ enum Command {
     Stats,
     /// Print what the server said in the handshake: name, id, shards, limits.
     Info,
+    /// Take an online backup: the server writes a consistent copy of every
+    /// shard into DIR (on the server's machine; new or empty) while it keeps
+    /// serving. Waits for the end (no --timeout) and prints what was
+    /// written. Restore: start a server with `--data-dir DIR`.
+    Backup {
+        /// The directory to write, as the server's process sees it.
+        #[arg(long = "to", value_name = "DIR")]
+        to: String,
+        /// Most MiB per second the server copies (0: no limit); hard-linked
+        /// files cost nothing.
+        #[arg(long, value_name = "MIB", default_value_t = 0)]
+        rate_mib: u64,
+    },
     /// Read commands from stdin, one per line (see below).
     #[command(name = "-")]
     Stdin,
@@ -293,6 +306,35 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 .try_for_each(|(name, value)| writeln!(out, "{name} {value}"))
         }
         Command::Info => print_info(&mut out, &client),
+        Command::Backup { to, rate_mib } => {
+            let entries = client
+                .backup(&to, rate_mib.saturating_mul(1 << 20))
+                .await
+                .map_err(Failure::from_client)?;
+            let get = |name: &str| {
+                entries
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or("?", |(_, v)| v.as_str())
+            };
+            let bytes: f64 = get("backup.bytes").parse().unwrap_or(0.0);
+            let secs: f64 = get("backup.seconds").parse().unwrap_or(0.0);
+            writeln!(
+                out,
+                "backup {}: {} files ({} hard-linked), {:.1} MiB in {secs:.1} s ({:.1} MiB/s)",
+                get("backup.dest"),
+                get("backup.files"),
+                get("backup.linked_files"),
+                bytes / 1048576.0,
+                bytes / 1048576.0 / secs.max(0.001),
+            )
+            .and_then(|()| {
+                entries
+                    .iter()
+                    .filter(|(n, _)| n.starts_with("backup.shard."))
+                    .try_for_each(|(name, value)| writeln!(out, "{name} {value}"))
+            })
+        }
         Command::Stdin => {
             drop(out);
             return run_stdin(Arc::new(client), timeout).await;

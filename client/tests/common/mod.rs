@@ -281,7 +281,8 @@ fn answer(shared: &Shared, request: Request) -> Response {
             | RequestOp::PutExpiring { .. }
             | RequestOp::Expire { .. }
             | RequestOp::Ttl { .. }
-            | RequestOp::Scan { .. } => OpReply::Error {
+            | RequestOp::Scan { .. }
+            | RequestOp::Backup { .. } => OpReply::Error {
                 status: ringkv_client::Status::Unsupported,
                 message: "no transactions, expiry times nor SCAN here".to_string(),
             },

@@ -23,6 +23,7 @@ use crate::error::{EngineError, SnapshotError};
 use crate::io::{Disk, DiskFile, ALIGN};
 use crate::layout::ShardPaths;
 use crate::notify::yield_now;
+use crate::shard::backup::BackupRequest;
 use crate::shard::core::ShardCore;
 use crate::snapshot::{
     self, delta_base, fallback_lsn, full_bytes, retained, BlockEncoder, ChunkWriter, SnapshotFile,
@@ -46,9 +47,24 @@ pub(crate) struct CheckpointSettings {
     pub(crate) deltas_max: u32,
 }
 
-/// The checkpoint loop of one shard.
+/// The checkpoint loop of one shard; it also answers an online backup's
+/// requests (`crate::shard::backup`).
 pub(crate) async fn run_checkpointer<D: Disk>(
     core: Rc<ShardCore>,
+    files: Rc<SegmentFiles<D>>,
+    disk: D,
+    paths: ShardPaths,
+    settings: CheckpointSettings,
+    snapshots: Vec<SnapshotFile>,
+    marks_valid: bool,
+) {
+    core.backup.open();
+    checkpoint_loop(&core, files, disk, paths, settings, snapshots, marks_valid).await;
+    core.backup.refuse_all();
+}
+
+async fn checkpoint_loop<D: Disk>(
+    core: &Rc<ShardCore>,
     files: Rc<SegmentFiles<D>>,
     disk: D,
     paths: ShardPaths,
@@ -66,6 +82,42 @@ pub(crate) async fn run_checkpointer<D: Disk>(
     loop {
         if core.is_poisoned() {
             return;
+        }
+        if let Some(req) = core.backup.take() {
+            // A backup's checkpoint is taken now, unless a backup holds
+            // checkpoints (it would retire files being copied).
+            let wants = matches!(req, BackupRequest::Checkpoint { .. }) && !core.backup.pinned();
+            let result = if wants {
+                let (bytes, _) = core.wal.since_checkpoint();
+                let base = delta_base(&snapshots, marks_valid, settings.deltas_max);
+                last_checkpoint = Instant::now();
+                Some(
+                    match checkpoint(core, &files, &disk, &paths, &mut snapshots, base).await {
+                        Ok(written) => {
+                            if written.is_some() {
+                                marks_valid = true;
+                                chain_wal = if base.is_some() { chain_wal + bytes } else { 0 };
+                            }
+                            Ok(())
+                        }
+                        Err(e) => {
+                            marks_valid = false;
+                            core.stats.checkpoint_failures.fetch_add(1, Relaxed);
+                            Err(format!("checkpoint failed: {e}"))
+                        }
+                    },
+                )
+            } else {
+                None
+            };
+            crate::shard::backup::handle(core, &files, &paths, &snapshots, req, result).await;
+            continue;
+        }
+        if core.backup.pinned() {
+            // Held by a backup: no checkpoint (and so nothing retired)
+            // until it lets go.
+            core.wal.checkpoint_wanted.notified().await;
+            continue;
         }
         let (bytes, writes) = core.wal.since_checkpoint();
         let base = delta_base(&snapshots, marks_valid, settings.deltas_max);
@@ -99,7 +151,7 @@ pub(crate) async fn run_checkpointer<D: Disk>(
             continue;
         }
         last_checkpoint = Instant::now();
-        match checkpoint(&core, &files, &disk, &paths, &mut snapshots, base).await {
+        match checkpoint(core, &files, &disk, &paths, &mut snapshots, base).await {
             Ok(written) => {
                 if written.is_some() {
                     marks_valid = true;

@@ -103,6 +103,8 @@ pub(crate) struct ShardCore {
     pub(crate) wal: Rc<Wal>,
     /// The tier queued settling reads ([`Tier::take_settles`]).
     pub(crate) settle_wanted: Notify,
+    /// An online backup's requests to the checkpointer, and its pin.
+    pub(crate) backup: crate::shard::backup::BackupSide,
 }
 
 /// What one apply step logged to the WAL.
@@ -240,6 +242,7 @@ impl ShardCore {
             }),
             wal,
             settle_wanted: Notify::new(),
+            backup: Default::default(),
         }
     }
 

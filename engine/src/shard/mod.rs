@@ -10,6 +10,7 @@
 //! those imports a shard. The transaction coordinator (`crate::coordinator`)
 //! and the engine handle sit above the shards.
 
+pub(crate) mod backup;
 pub mod checkpoint;
 pub mod core;
 pub mod expiry;

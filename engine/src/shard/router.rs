@@ -35,6 +35,8 @@ pub(crate) enum ShardMsg {
     },
     /// Work for the shard's transaction side (locks, parts).
     Txn(crate::shard::txn::TxnMsg),
+    /// An online backup's request for the checkpointer.
+    Backup(crate::shard::backup::BackupRequest),
     /// Stop after everything queued before this message: flush, fdatasync,
     /// report, end the thread.
     Shutdown {
@@ -119,6 +121,8 @@ pub(crate) struct EngineShared {
     /// The tier keeps values in RAM (the memory tier): what a
     /// transaction's put adds to memory, for `storage.max_memory`.
     pub(crate) values_in_ram: bool,
+    /// Online backups and checkpoints of every shard (`crate::backup`).
+    pub(crate) backup: crate::backup::BackupShared,
 }
 
 struct LocalShard {

@@ -684,6 +684,7 @@ async fn serve(
                 }
             }
             ShardMsg::Txn(msg) => crate::shard::txn::handle(core, msg),
+            ShardMsg::Backup(req) => core.backup.push(core, req),
             ShardMsg::Shutdown { done } => {
                 let result = match durability {
                     Durability::None => Ok(()),

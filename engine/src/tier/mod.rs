@@ -164,6 +164,17 @@ impl<D: Disk> TierConfig<D> {
 /// `hash` is always the table hash of `key` under the tier's own hasher
 /// (`self.table_hasher().hash_key(key)`, [`crate::hash::TableHasher`]);
 /// the shard computes it once per operation and passes it down.
+/// One file of a tier's own, as an online backup sees it.
+#[derive(Debug, Clone)]
+pub struct TierFile {
+    pub path: std::path::PathBuf,
+    /// The bytes from the start of the file that are written (a file never
+    /// changes below this).
+    pub bytes: u64,
+    /// Nothing is ever written to the file again (it may be hard-linked).
+    pub sealed: bool,
+}
+
 pub trait Tier {
     /// How this tier hashes keys: what every `hash` argument must be made
     /// with. Fixed for the life of the tier.
@@ -394,6 +405,12 @@ pub trait Tier {
     }
     /// The checkpoint was published (and older ones retired).
     fn checkpoint_published(&mut self) {}
+    /// The tier's own files an online backup copies (`crate::backup`),
+    /// each with the bytes of it that are written and never change again.
+    /// Called on the shard thread between writes.
+    fn backup_files(&self) -> Vec<TierFile> {
+        Vec::new()
+    }
     /// A checkpoint file starts loading (recovery): a full one into an
     /// empty tier, or a delta over what the files before it loaded.
     fn load_checkpoint_begin(&mut self, _delta: bool) -> Result<(), String> {

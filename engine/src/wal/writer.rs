@@ -579,6 +579,11 @@ impl<D: Disk> SegmentFiles<D> {
         made
     }
 
+    /// The segments that hold records, oldest first.
+    pub(crate) fn live_segments(&self) -> Vec<LiveSegment> {
+        self.live.borrow().clone()
+    }
+
     pub(super) fn mark_live(&self, seq: u64, first_lsn: u64) {
         let mut live = self.live.borrow_mut();
         assert!(

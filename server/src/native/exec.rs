@@ -115,6 +115,8 @@ pub fn plan(request: Request) -> Plan {
             | RequestOp::GetForUpdate { .. }
             | RequestOp::Commit
             | RequestOp::Rollback => kinds.push(OpKind::Txn),
+            // A frame with BACKUP runs on the transaction path too.
+            RequestOp::Backup { .. } => kinds.push(OpKind::Txn),
         }
     }
     Plan {

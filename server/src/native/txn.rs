@@ -57,6 +57,8 @@ pub fn needs_txn_path(request: &Request, txn_open: bool) -> bool {
                     | RequestOp::GetForUpdate { .. }
                     | RequestOp::Commit
                     | RequestOp::Rollback
+                    // Answered one by one, as this path does (it is long).
+                    | RequestOp::Backup { .. }
             )
         })
 }
@@ -155,6 +157,24 @@ pub async fn run_request(
             ),
             RequestOp::Ping => (OpKind::Ping, OpReply::Ok),
             RequestOp::Stats => (OpKind::Stats, OpReply::Stats(stats())),
+            // Counted with STATS: the server's own operations.
+            RequestOp::Backup {
+                dest,
+                rate_bytes_per_sec,
+            } => (
+                OpKind::Stats,
+                match txn {
+                    Some(_) => OpReply::Error {
+                        status: Status::Unsupported,
+                        message:
+                            "BACKUP does not run inside a transaction (COMMIT or ROLLBACK first)"
+                                .into(),
+                    },
+                    None => {
+                        crate::ops::backup::native_backup(handle, &dest, rate_bytes_per_sec).await
+                    }
+                },
+            ),
             op => txn_or_key_op(handle, config, txn, op).await,
         };
         kinds.push(kind);
@@ -259,7 +279,8 @@ async fn txn_or_key_op(
         | RequestOp::Ttl { .. }
         | RequestOp::Scan { .. }
         | RequestOp::Ping
-        | RequestOp::Stats => unreachable!("run_request answers these itself"),
+        | RequestOp::Stats
+        | RequestOp::Backup { .. } => unreachable!("run_request answers these itself"),
     }
 }
 

@@ -3,6 +3,7 @@
 //! HTTP server that serves it (`http`), and the one mapping from engine
 //! outcomes to wire statuses (`status`).
 
+pub mod backup;
 pub mod counters;
 pub mod http;
 pub mod metrics;

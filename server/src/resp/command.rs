@@ -115,6 +115,10 @@ pub enum ServerCommand {
         strings: bool,
     },
     RandomKey,
+    /// BGSAVE: a checkpoint of every shard, in the background.
+    BgSave,
+    /// LASTSAVE: Unix seconds of the last finished BGSAVE or backup.
+    LastSave,
     /// RENAME / RENAMENX (`nx`).
     Rename {
         from: Bytes,
@@ -172,6 +176,7 @@ pub const COMMANDS: &[&str] = &[
     "acl",
     "append",
     "auth",
+    "bgsave",
     "bitcount",
     "client",
     "command",
@@ -202,6 +207,7 @@ pub const COMMANDS: &[&str] = &[
     "incrbyfloat",
     "info",
     "keys",
+    "lastsave",
     "lcs",
     "mget",
     "mset",
@@ -316,7 +322,8 @@ pub fn check(args: &[Bytes], client: &Client, env: &Env) -> Result<String, Plann
         "lcs" => -3,
         "getbit" => 3,
         "bitcount" => -2,
-        "dbsize" | "time" | "randomkey" => 1,
+        "dbsize" | "time" | "randomkey" | "lastsave" => 1,
+        "bgsave" => -1,
         "flushdb" | "flushall" => -1,
         "keys" => 2,
         "scan" => -2,
@@ -417,6 +424,15 @@ fn plan_server(args: &[Bytes], name: &str, client: &mut Client) -> Option<Planne
             }
         }
         "dbsize" => Planned::Server(ServerCommand::DbSize),
+        // BGSAVE [SCHEDULE]: both start a checkpoint of every shard now.
+        "bgsave" => match args.get(1) {
+            None => Planned::Server(ServerCommand::BgSave),
+            Some(a) if n == 2 && a.eq_ignore_ascii_case(b"schedule") => {
+                Planned::Server(ServerCommand::BgSave)
+            }
+            Some(_) => error(v, SYNTAX),
+        },
+        "lastsave" => Planned::Server(ServerCommand::LastSave),
         "flushdb" | "flushall" => match args.get(1) {
             None => Planned::Server(ServerCommand::Flush),
             Some(mode)

@@ -72,6 +72,11 @@ pub async fn answer_server_command(
             let keys: u64 = ctx.handle.metrics().shards.iter().map(|s| s.keys).sum();
             w.int(keys as i64);
         }
+        ServerCommand::BgSave => match crate::ops::backup::start_bgsave(&ctx.handle) {
+            Ok(()) => w.simple("Background saving started"),
+            Err(e) => w.error(&format!("ERR {e}")),
+        },
+        ServerCommand::LastSave => w.int(ctx.handle.save_status().last_save_unix as i64),
         ServerCommand::Info(sections) => w.verbatim(&info_text(ctx, sections)),
         ServerCommand::ConfigGet(patterns) => {
             let params = config_params(ctx);
@@ -496,9 +501,13 @@ fn write_section(t: &mut String, section: &str, ctx: &ShardContext, sums: &InfoS
         }
         "persistence" => {
             let aof = u8::from(facts.durability != "none");
+            let save = ctx.handle.save_status();
             let _ = write!(
                     t,
-                    "# Persistence\r\nloading:0\r\naof_enabled:{aof}\r\nrdb_changes_since_last_save:{changes}\r\nringkv_durability:{}\r\nringkv_tier:{}\r\n",
+                    "# Persistence\r\nloading:0\r\naof_enabled:{aof}\r\nrdb_changes_since_last_save:{changes}\r\nrdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:{}\r\nringkv_durability:{}\r\nringkv_tier:{}\r\n",
+                    u8::from(save.in_progress),
+                    save.last_save_unix,
+                    if save.last_ok { "ok" } else { "err" },
                     facts.durability,
                     facts.tier
                 );

@@ -956,6 +956,24 @@ impl<D: Disk> ValueLog<D> {
         self.active
     }
 
+    /// Every open segment file for an online backup: the sealed ones (and
+    /// those GC emptied) whole, the active one up to its written blocks
+    /// (its buffered tail is not in the file yet; blocks are written whole
+    /// and never rewritten).
+    pub fn backup_files(&self) -> Vec<crate::tier::TierFile> {
+        let mut out = Vec::new();
+        for (slot, seg) in self.segs.iter().enumerate() {
+            let Some(seg) = seg else { continue };
+            let active = self.active == Some(slot as u32);
+            out.push(crate::tier::TierFile {
+                path: seg.path.clone(),
+                bytes: if active { self.chunk_start } else { u64::MAX },
+                sealed: !active,
+            });
+        }
+        out
+    }
+
     /// Closes a segment's slot and removes its file.
     pub fn remove(&mut self, slot: u32) -> io::Result<()> {
         // The slot will name another segment: forget its blocks.

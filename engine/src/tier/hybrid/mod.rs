@@ -1046,6 +1046,10 @@ impl<D: Disk> Tier for HybridTier<D> {
         Ok(())
     }
 
+    fn backup_files(&self) -> Vec<crate::tier::TierFile> {
+        self.inner.borrow().log.backup_files()
+    }
+
     fn checkpoint_published(&mut self) {
         let st = self.inner.get_mut();
         let epoch = st.epoch;
