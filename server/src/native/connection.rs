@@ -32,6 +32,7 @@ use crate::native::pipe::Pipe;
 use crate::native::scan::scan_each;
 use crate::native::session::{error_frame, CloseReason, Session, Step, HANDSHAKE_BYTES_MAX};
 use crate::ops::counters::OpTally;
+use crate::ops::status::for_version;
 use crate::shard::ShardContext;
 use crate::tls::{TlsConn, TlsFailure};
 
@@ -53,8 +54,14 @@ const REFUSAL_LINGER_TIME: Duration = Duration::from_millis(200);
 pub enum Work {
     /// Bytes to write as they are.
     Send(Bytes),
-    /// A request to run and answer; `received` is when it was decoded.
-    Run { request: Request, received: Instant },
+    /// A request to run and answer; `received` is when it was decoded,
+    /// `version` the connection's protocol version (what its answer may
+    /// use).
+    Run {
+        request: Request,
+        received: Instant,
+        version: u16,
+    },
     /// Write the bytes (if any), then stop: the connection is closing.
     Close(Option<Bytes>),
 }
@@ -478,6 +485,7 @@ async fn hand_over(
                 let work = Work::Run {
                     request,
                     received: Instant::now(),
+                    version: session.version(),
                 };
                 pipe.push(work, frame_bytes).await
             }
@@ -617,15 +625,21 @@ async fn execute_loop(
                     "the client is gone; its queued requests are dropped",
                 ));
             }
-            Work::Run { request, received }
-                if crate::native::txn::needs_txn_path(&request, txn.is_some()) =>
-            {
-                let tally = run_in_txn(ctx, conn, &mut txn, request, &mut out).await;
+            Work::Run {
+                request,
+                received,
+                version,
+            } if crate::native::txn::needs_txn_path(&request, txn.is_some()) => {
+                let tally = run_in_txn(ctx, conn, &mut txn, request, version, &mut out).await;
                 note_latency(ctx, received, &tally);
                 false
             }
-            Work::Run { request, received } => {
-                let tally = run_plain(ctx, conn, request, &mut out).await;
+            Work::Run {
+                request,
+                received,
+                version,
+            } => {
+                let tally = run_plain(ctx, conn, request, version, &mut out).await;
                 note_latency(ctx, received, &tally);
                 false
             }
@@ -659,6 +673,7 @@ async fn run_in_txn(
     conn: &ConnState,
     txn: &mut Option<engine::Txn>,
     request: Request,
+    version: u16,
     out: &mut BytesMut,
 ) -> OpTally {
     let mut tally = OpTally::default();
@@ -675,7 +690,7 @@ async fn run_in_txn(
     )
     .await;
     conn.executing.set(false);
-    encode_response(&response, out);
+    encode_response(&for_version(response, version), out);
     tally
 }
 
@@ -685,6 +700,7 @@ async fn run_plain(
     ctx: &ShardContext,
     conn: &ConnState,
     request: Request,
+    version: u16,
     out: &mut BytesMut,
 ) -> OpTally {
     let frame_bytes_max = ctx.shared.limits.frame_bytes_max;
@@ -717,7 +733,7 @@ async fn run_plain(
         &mut stats,
         &mut tally,
     );
-    encode_response(&response, out);
+    encode_response(&for_version(response, version), out);
     tally
 }
 

@@ -3,7 +3,7 @@
 //! match.
 
 use engine::{OpError, OpResult, TxnError};
-use ringkv_protocol::{OpReply, Status};
+use ringkv_protocol::{OpReply, Response, Status};
 
 /// The wire status for an engine error (for one operation or a whole batch).
 pub fn op_error_status(error: &OpError) -> Status {
@@ -62,6 +62,27 @@ pub fn op_reply(result: OpResult) -> OpReply {
             message: format!("unexpected update answer {answer:?}"),
         },
     }
+}
+
+/// The first protocol version with the status OUT_OF_MEMORY.
+pub const OUT_OF_MEMORY_SINCE: u16 = 5;
+
+/// `response` as a connection of protocol `version` may receive it: a
+/// status its version does not define is replaced by the nearest one it
+/// does, with the same message (an older client would refuse the whole
+/// response over a status it cannot decode). OUT_OF_MEMORY reaches version
+/// 1 to 4 connections as OVERLOADED.
+pub fn for_version(mut response: Response, version: u16) -> Response {
+    if version < OUT_OF_MEMORY_SINCE {
+        for reply in &mut response.results {
+            if let OpReply::Error { status, .. } = reply {
+                if *status == Status::OutOfMemory {
+                    *status = Status::Overloaded;
+                }
+            }
+        }
+    }
+    response
 }
 
 #[cfg(test)]
@@ -125,5 +146,37 @@ mod tests {
         assert_eq!(op_reply(OpResult::NotFound), OpReply::NotFound);
         let v = Bytes::from_static(b"v");
         assert_eq!(op_reply(OpResult::Value(v.clone())), OpReply::Value(v));
+    }
+
+    #[test]
+    fn out_of_memory_reaches_older_connections_as_overloaded() {
+        let refused = || Response {
+            id: 7,
+            results: vec![
+                OpReply::Ok,
+                OpReply::Error {
+                    status: Status::OutOfMemory,
+                    message: "full".to_string(),
+                },
+            ],
+        };
+        let status_of = |r: &Response| match &r.results[1] {
+            OpReply::Error { status, message } => {
+                assert_eq!(message, "full");
+                *status
+            }
+            other => panic!("{other:?}"),
+        };
+        for version in 1..OUT_OF_MEMORY_SINCE {
+            assert_eq!(
+                status_of(&for_version(refused(), version)),
+                Status::Overloaded
+            );
+        }
+        assert_eq!(
+            status_of(&for_version(refused(), OUT_OF_MEMORY_SINCE)),
+            Status::OutOfMemory
+        );
+        assert_eq!(for_version(refused(), 1).results[0], OpReply::Ok);
     }
 }
