@@ -32,18 +32,17 @@ use crate::inspect::OverlayDisk;
 use crate::io::Disk;
 use crate::layout::ShardPaths;
 use crate::manifest;
-use crate::shard::backup::{BackupRequest, Cut, Pinned};
+use crate::shard::backup::{unix_now, BackupRequest, Cut, Pinned};
 use crate::shard::router::ShardMsg;
 use crate::wal::head::HEAD_FILE;
 use crate::wal::reader::{scan_flush, FileWindow, FlushScan, SegmentIdentity};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-/// The file whose presence marks a backup that has not finished.
-pub const BACKUP_MARKER: &str = "BACKUP-IN-PROGRESS";
+pub use crate::layout::BACKUP_MARKER;
 /// The summary a finished backup holds (text, one `key value` per line).
 pub const BACKUP_SUMMARY: &str = "BACKUP";
 /// Bytes copied per read and write.
@@ -126,40 +125,6 @@ pub struct SaveStatus {
     pub last_save_unix: u64,
     /// Whether the last one finished without error.
     pub last_ok: bool,
-}
-
-/// The engine-wide side of backups.
-#[derive(Debug)]
-pub(crate) struct BackupShared {
-    /// Per shard, its paths; empty when the engine keeps no files.
-    pub(crate) paths: Vec<ShardPaths>,
-    /// Where the manifest lives (`storage.data_dir`).
-    pub(crate) data_dir: PathBuf,
-    pub(crate) hybrid: bool,
-    running: AtomicBool,
-    last_save_unix: AtomicU64,
-    last_failed: AtomicBool,
-}
-
-impl BackupShared {
-    pub(crate) fn new(paths: Vec<ShardPaths>, data_dir: PathBuf, hybrid: bool) -> BackupShared {
-        BackupShared {
-            paths,
-            data_dir,
-            hybrid,
-            running: AtomicBool::new(false),
-            // What recovery loaded is on disk: the start counts as a save
-            // (as Redis's load of its dump does).
-            last_save_unix: AtomicU64::new(unix_now()),
-            last_failed: AtomicBool::new(false),
-        }
-    }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Holds the "running" flag; records the outcome and lets the shards go.

@@ -167,7 +167,7 @@ impl Engine {
             clock: shards.clock,
             txn_stats: shards.txn_stats,
             values_in_ram: tier == StorageTier::Memory,
-            backup: crate::backup::BackupShared::new(
+            backup: crate::shard::backup::BackupShared::new(
                 if durability == Durability::None {
                     Vec::new()
                 } else {
@@ -676,7 +676,7 @@ async fn settle_manifest<D: Disk>(
             path: data_dir.to_path_buf(),
             source,
         })?;
-    let marker = data_dir.join(crate::backup::BACKUP_MARKER);
+    let marker = data_dir.join(crate::layout::BACKUP_MARKER);
     if disk.exists(&marker) {
         return Err(crate::error::ManifestError::Corrupt {
             file: marker,

@@ -265,12 +265,12 @@ pub fn examine(config: &Config, depth: Depth) -> Report {
             Err(e.to_string())
         }
     };
-    let marker = data_dir.join(crate::backup::BACKUP_MARKER);
+    let marker = data_dir.join(crate::layout::BACKUP_MARKER);
     if marker.exists() {
         problems.push(problem(
             &marker,
             None,
-            format!("an online backup into this directory never finished ({}): the copy is incomplete and no server starts on it", crate::backup::BACKUP_MARKER),
+            format!("an online backup into this directory never finished ({}): the copy is incomplete and no server starts on it", crate::layout::BACKUP_MARKER),
         ));
     }
     let (wal_root, value_root) = roots(config);

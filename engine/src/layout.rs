@@ -88,6 +88,10 @@ pub fn parse_numbered(path: &Path, suffix: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// The file whose presence in a directory marks an online backup into it
+/// that has not finished.
+pub const BACKUP_MARKER: &str = "BACKUP-IN-PROGRESS";
+
 #[cfg(test)]
 mod tests {
     use super::*;

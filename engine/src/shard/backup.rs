@@ -181,3 +181,41 @@ async fn cut<D: Disk>(
         head,
     })
 }
+
+/// The engine-wide side of backups.
+#[derive(Debug)]
+pub(crate) struct BackupShared {
+    /// Per shard, its paths; empty when the engine keeps no files.
+    pub(crate) paths: Vec<ShardPaths>,
+    /// Where the manifest lives (`storage.data_dir`).
+    pub(crate) data_dir: std::path::PathBuf,
+    pub(crate) hybrid: bool,
+    pub(crate) running: std::sync::atomic::AtomicBool,
+    pub(crate) last_save_unix: std::sync::atomic::AtomicU64,
+    pub(crate) last_failed: std::sync::atomic::AtomicBool,
+}
+
+impl BackupShared {
+    pub(crate) fn new(
+        paths: Vec<ShardPaths>,
+        data_dir: std::path::PathBuf,
+        hybrid: bool,
+    ) -> BackupShared {
+        BackupShared {
+            paths,
+            data_dir,
+            hybrid,
+            running: std::sync::atomic::AtomicBool::new(false),
+            // What recovery loaded is on disk: the start counts as a save
+            // (as Redis's load of its dump does).
+            last_save_unix: std::sync::atomic::AtomicU64::new(unix_now()),
+            last_failed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

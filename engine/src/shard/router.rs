@@ -122,7 +122,7 @@ pub(crate) struct EngineShared {
     /// transaction's put adds to memory, for `storage.max_memory`.
     pub(crate) values_in_ram: bool,
     /// Online backups and checkpoints of every shard (`crate::backup`).
-    pub(crate) backup: crate::backup::BackupShared,
+    pub(crate) backup: crate::shard::backup::BackupShared,
 }
 
 struct LocalShard {
