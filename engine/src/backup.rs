@@ -125,6 +125,12 @@ pub struct SaveStatus {
     pub last_save_unix: u64,
     /// Whether the last one finished without error.
     pub last_ok: bool,
+    /// The running (or last) online backup's progress: files copied or
+    /// linked so far, the files it will hold, and the bytes (all 0 before
+    /// the first backup; a BGSAVE copies nothing).
+    pub backup_files: u64,
+    pub backup_files_total: u64,
+    pub backup_bytes: u64,
 }
 
 /// Holds the "running" flag; records the outcome and lets the shards go.
@@ -156,6 +162,9 @@ impl Handle {
             in_progress: b.running.load(Ordering::Acquire),
             last_save_unix: b.last_save_unix.load(Ordering::Relaxed),
             last_ok: !b.last_failed.load(Ordering::Relaxed),
+            backup_files: b.files.load(Ordering::Relaxed),
+            backup_files_total: b.files_total.load(Ordering::Relaxed),
+            backup_bytes: b.bytes.load(Ordering::Relaxed),
         }
     }
 
@@ -242,6 +251,13 @@ impl Handle {
     ) -> Result<BackupReport, BackupError> {
         let started = Instant::now();
         let mut run = self.start_running()?;
+        for counter in [
+            &self.shared.backup.files,
+            &self.shared.backup.files_total,
+            &self.shared.backup.bytes,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
         let dest = &opts.dest;
         prepare_dest(dest, &self.shared.backup.data_dir)?;
         let marker = dest.join(BACKUP_MARKER);
@@ -255,6 +271,16 @@ impl Handle {
             .zip(&cuts)
             .map(|(p, c)| (p.snapshots.len() + p.tier_files.len() + c.segments.len() + 1) as u64)
             .sum();
+        let shared = &self.shared.backup;
+        shared
+            .files_total
+            .store(copier.progress.files_total, Ordering::Relaxed);
+        // Every step is published for STATS before the caller hears of it.
+        let progress = &mut |p: &BackupProgress| {
+            shared.files.store(p.files, Ordering::Relaxed);
+            shared.bytes.store(p.bytes, Ordering::Relaxed);
+            progress(p);
+        };
         let mut shards = Vec::new();
         for (shard, (pin, cut)) in pinned.iter().zip(&cuts).enumerate() {
             let src = &self.shared.backup.paths[shard];
@@ -274,6 +300,9 @@ impl Handle {
                 last_lsn,
             });
         }
+        // A file copied after the last progress call counts too.
+        shared.files.store(copier.progress.files, Ordering::Relaxed);
+        shared.bytes.store(copier.progress.bytes, Ordering::Relaxed);
         let finished_unix = unix_now();
         let mut summary = format!(
             "ringkv backup\nfinished_unix {finished_unix}\nshards {}\nfiles {}\nbytes {}\n",

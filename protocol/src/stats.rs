@@ -181,6 +181,14 @@ stats_group! {
         expiring_keys: u64, "gauge", "keys";
         /// Expired keys deleted since start (by active expiry, or by a write that found its key expired), all shards.
         expired_keys: u64, "count", "keys";
+        /// 1 while an online backup or a BGSAVE runs, else 0.
+        backup_in_progress: u64, "gauge", "backups";
+        /// Files the running (or last) online backup has copied or linked so far.
+        backup_files: u64, "gauge", "files";
+        /// Files the running (or last) online backup will hold.
+        backup_files_total: u64, "gauge", "files";
+        /// Bytes the running (or last) online backup has copied or linked so far.
+        backup_bytes: u64, "gauge", "bytes";
     }
 }
 

@@ -431,6 +431,67 @@ fn cli_backup_of_a_running_server_restores() {
     }
 }
 
+/// `ringkv backup` prints a progress line (from a second connection's
+/// STATS) while a slow backup copies, and STATS then tells the files the
+/// finished backup holds.
+#[test]
+fn cli_backup_prints_progress_from_stats() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let dest = root.path().join("backup");
+    let config_path = config_file(root.path(), Tier::Memory);
+    let cfg = config_path.to_str().unwrap().to_string();
+    let mut server = start_server(&data, &["--config", &cfg]);
+    let addr = server.addr;
+    let big = "x".repeat(2000);
+    with_runtime(async {
+        let c = connect(addr).await;
+        for i in 0..2000u64 {
+            c.put(format!("k{i}"), big.clone()).await.unwrap();
+        }
+    });
+    // About 4 MB at 1 MiB/s: several seconds of copying.
+    let out = std::process::Command::new(cli_binary())
+        .args([
+            "--server",
+            &addr.to_string(),
+            "backup",
+            "--rate-mib",
+            "1",
+            "--to",
+        ])
+        .arg(&dest)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("backup in progress: ") && l.contains(" files, ")),
+        "no progress line while the backup copied: {stderr:?}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let files: u64 = stdout
+        .split(": ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no file count in {stdout:?}"));
+    let stats = with_runtime(async { connect(addr).await.stats().await.unwrap() });
+    let stat = |name: &str| {
+        stats
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no {name} in STATS"))
+    };
+    assert_eq!(stat("engine.backup_in_progress"), "0");
+    assert_eq!(stat("engine.backup_files"), files.to_string());
+    assert!(stat("engine.backup_bytes").parse::<u64>().unwrap() >= 4_000_000);
+    server.terminate();
+}
+
 /// kill -9 of the server while a (slow) backup copies: the live directory
 /// opens with every acknowledged write; the partial copy is refused by
 /// verify and by a start.

@@ -307,10 +307,20 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Info => print_info(&mut out, &client),
         Command::Backup { to, rate_mib } => {
-            let entries = client
-                .backup(&to, rate_mib.saturating_mul(1 << 20))
-                .await
-                .map_err(Failure::from_client)?;
+            // The BACKUP request holds its connection until the backup is
+            // done: a second one reads its progress meanwhile.
+            let watcher = match Client::connect_with(cli.server.as_str(), &options).await {
+                Ok(watch) => Some(tokio::spawn(report_backup_progress(watch))),
+                Err(error) => {
+                    eprintln!("ringkv: no progress lines (a second connection failed: {error})");
+                    None
+                }
+            };
+            let answer = client.backup(&to, rate_mib.saturating_mul(1 << 20)).await;
+            if let Some(watcher) = watcher {
+                watcher.abort();
+            }
+            let entries = answer.map_err(Failure::from_client)?;
             let get = |name: &str| {
                 entries
                     .iter()
@@ -451,6 +461,40 @@ async fn run_tx(
         });
     }
     unreachable!("the last attempt returns")
+}
+
+/// Prints a progress line of the server's running backup to stderr every
+/// second, from its STATS, until aborted.
+async fn report_backup_progress(client: Client) {
+    let mut last = None;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Ok(entries) = client.stats().await else {
+            return;
+        };
+        let get = |name: &str| -> u64 {
+            entries
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let now = (
+            get("engine.backup_files"),
+            get("engine.backup_files_total"),
+            get("engine.backup_bytes"),
+        );
+        if get("engine.backup_in_progress") == 1 && last != Some(now) {
+            match now {
+                (_, 0, _) => eprintln!("backup in progress: checkpointing every shard"),
+                (files, total, bytes) => eprintln!(
+                    "backup in progress: {files} of {total} files, {:.1} MiB",
+                    bytes as f64 / 1048576.0
+                ),
+            }
+            last = Some(now);
+        }
+    }
 }
 
 async fn within<T>(

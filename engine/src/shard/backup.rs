@@ -193,6 +193,11 @@ pub(crate) struct BackupShared {
     pub(crate) running: std::sync::atomic::AtomicBool,
     pub(crate) last_save_unix: std::sync::atomic::AtomicU64,
     pub(crate) last_failed: std::sync::atomic::AtomicBool,
+    /// The running (or last) backup's progress, for STATS: files copied or
+    /// linked, the files it will hold, and the bytes.
+    pub(crate) files: std::sync::atomic::AtomicU64,
+    pub(crate) files_total: std::sync::atomic::AtomicU64,
+    pub(crate) bytes: std::sync::atomic::AtomicU64,
 }
 
 impl BackupShared {
@@ -210,6 +215,9 @@ impl BackupShared {
             // (as Redis's load of its dump does).
             last_save_unix: std::sync::atomic::AtomicU64::new(unix_now()),
             last_failed: std::sync::atomic::AtomicBool::new(false),
+            files: std::sync::atomic::AtomicU64::new(0),
+            files_total: std::sync::atomic::AtomicU64::new(0),
+            bytes: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }

@@ -21,6 +21,7 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
     let facts = &shared.facts;
     let counters = shared.counters_total();
     let resp = crate::resp::RespTotals::of(shared);
+    let save = shared.handle.save_status();
     let mut fsync = HistogramSnapshot::default();
     for s in &engine.shards {
         fsync.merge(&s.fdatasync_latency_us);
@@ -59,6 +60,10 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
             oom_refusals: engine.shards.iter().map(|s| s.oom_refusals).sum(),
             expiring_keys: engine.shards.iter().map(|s| s.expiring_keys).sum(),
             expired_keys: engine.shards.iter().map(|s| s.expired_keys).sum(),
+            backup_in_progress: u64::from(save.in_progress),
+            backup_files: save.backup_files,
+            backup_files_total: save.backup_files_total,
+            backup_bytes: save.backup_bytes,
         },
         tier: tier_stats(engine),
         wal: WalStats {
