@@ -11,15 +11,15 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use common::resp::{bulk, ok, start_with_resp, RespConn as Resp};
 use common::*;
 use ringkv_client::{Client, ClientError, ConnectOptions, Status};
-use ringkv_protocol::resp::{decode_reply, Reply, ReplyLimits};
+use ringkv_protocol::resp::Reply;
 use ringkv_protocol::RequestOp;
 
 const ROOT_PW: &str = "root-pw";
@@ -58,76 +58,19 @@ fn users_config(dir: &Path, extra: &str) -> std::path::PathBuf {
 /// Starts a server with `config`, a RESP listener and two shards; returns
 /// it and the RESP address.
 fn start_with(dir: &Path, config: &Path) -> (ServerProcess, SocketAddr) {
-    let args = [
-        "--config",
-        config.to_str().unwrap(),
-        "--resp-listen",
-        "127.0.0.1:0",
-        "--shards",
-        "2",
-    ];
-    let server = start_server(&dir.join("data"), &args);
-    let line = server.wait_for_log("ringkv-server ready");
-    let resp = field(&line, "resp")
-        .parse()
-        .expect("resp= in the ready line");
-    (server, resp)
-}
-
-struct Resp {
-    stream: TcpStream,
-    buf: BytesMut,
+    start_with_resp(
+        dir,
+        &["--config", config.to_str().unwrap(), "--shards", "2"],
+    )
 }
 
 impl Resp {
-    fn connect(addr: SocketAddr) -> Resp {
-        let stream = TcpStream::connect(addr).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        Resp {
-            stream,
-            buf: BytesMut::new(),
-        }
-    }
-
     /// A connection authenticated with `AUTH user pass`.
     fn login(addr: SocketAddr, user: &str, password: &str) -> Resp {
         let mut c = Resp::connect(addr);
         assert_eq!(c.call(&format!("AUTH {user} {password}")), ok(), "{user}");
         c
     }
-
-    fn call(&mut self, line: &str) -> Reply {
-        let mut out = Vec::new();
-        let args: Vec<&str> = line.split(' ').collect();
-        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-        for a in args {
-            out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-        }
-        self.stream.write_all(&out).expect("send");
-        loop {
-            if let Some(r) =
-                decode_reply(&mut self.buf, &ReplyLimits::default()).expect("valid reply")
-            {
-                return r;
-            }
-            let mut chunk = [0u8; 16 * 1024];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => panic!("connection closed while waiting for the reply to {line}"),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) => panic!("read: {e}"),
-            }
-        }
-    }
-}
-
-fn ok() -> Reply {
-    Reply::Simple("OK".into())
-}
-
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(Bytes::copy_from_slice(s.as_bytes()))
 }
 
 fn noperm(command: &str) -> Reply {

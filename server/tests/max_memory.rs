@@ -9,14 +9,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use common::resp::{start_with_resp, RespConn as Resp};
 use common::*;
-use ringkv_protocol::resp::{decode_reply, Reply, ReplyLimits};
+use ringkv_protocol::resp::Reply;
 use ringkv_protocol::{OpReply, RequestOp, Status};
 
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
@@ -34,67 +33,13 @@ fn write_config(dir: &Path, max_memory: &str, durability: &str) -> std::path::Pa
 }
 
 fn start(dir: &Path, config: &Path) -> (ServerProcess, SocketAddr) {
-    let args = [
-        "--config",
-        config.to_str().unwrap(),
-        "--resp-listen",
-        "127.0.0.1:0",
-        "--shards",
-        "2",
-    ];
-    let server = start_server(&dir.join("data"), &args);
-    let line = server.wait_for_log("ringkv-server ready");
-    let resp = field(&line, "resp")
-        .parse()
-        .expect("resp= in the ready line");
-    (server, resp)
-}
-
-struct Resp {
-    stream: TcpStream,
-    buf: BytesMut,
+    start_with_resp(
+        dir,
+        &["--config", config.to_str().unwrap(), "--shards", "2"],
+    )
 }
 
 impl Resp {
-    fn connect(addr: SocketAddr) -> Resp {
-        let stream = TcpStream::connect(addr).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        Resp {
-            stream,
-            buf: BytesMut::new(),
-        }
-    }
-
-    fn call_args(&mut self, args: &[&[u8]]) -> Reply {
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            out.extend_from_slice(a);
-            out.extend_from_slice(b"\r\n");
-        }
-        self.stream.write_all(&out).expect("send");
-        loop {
-            if let Some(r) =
-                decode_reply(&mut self.buf, &ReplyLimits::default()).expect("valid reply")
-            {
-                return r;
-            }
-            let mut chunk = [0u8; 64 * 1024];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => panic!("connection closed"),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) => panic!("read: {e}"),
-            }
-        }
-    }
-
-    fn call(&mut self, line: &str) -> Reply {
-        let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
-        self.call_args(&args)
-    }
-
     /// One field of INFO's text.
     fn info_field(&mut self, section: &str, name: &str) -> u64 {
         let text = match self.call(&format!("INFO {section}")) {

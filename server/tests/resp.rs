@@ -12,9 +12,9 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use common::resp::{bulk, err, ok, start_with_resp, RespConn as Resp};
 use common::*;
-use ringkv_protocol::resp::{decode_reply, Reply, ReplyLimits};
+use ringkv_protocol::resp::Reply;
 
 fn small_config(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("ringkv.toml");
@@ -38,87 +38,9 @@ fn start_with_config(
     config: &std::path::Path,
     extra: &[&str],
 ) -> (ServerProcess, SocketAddr) {
-    let mut args = vec![
-        "--config",
-        config.to_str().unwrap(),
-        "--resp-listen",
-        "127.0.0.1:0",
-    ];
+    let mut args = vec!["--config", config.to_str().unwrap()];
     args.extend_from_slice(extra);
-    let server = start_server(&dir.join("data"), &args);
-    let line = server.wait_for_log("ringkv-server ready");
-    let resp = field(&line, "resp")
-        .parse()
-        .expect("resp= in the ready line");
-    (server, resp)
-}
-
-struct Resp {
-    stream: TcpStream,
-    buf: BytesMut,
-}
-
-impl Resp {
-    fn connect(addr: SocketAddr) -> Resp {
-        let stream = TcpStream::connect(addr).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        Resp {
-            stream,
-            buf: BytesMut::new(),
-        }
-    }
-
-    fn send_raw(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("send");
-    }
-
-    fn send(&mut self, args: &[&[u8]]) {
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            out.extend_from_slice(a);
-            out.extend_from_slice(b"\r\n");
-        }
-        self.send_raw(&out);
-    }
-
-    /// The next reply, or None at end of stream.
-    fn read(&mut self) -> Option<Reply> {
-        loop {
-            if let Some(r) =
-                decode_reply(&mut self.buf, &ReplyLimits::default()).expect("valid reply")
-            {
-                return Some(r);
-            }
-            let mut chunk = [0u8; 64 * 1024];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
-                Err(e) => panic!("read: {e}"),
-            }
-        }
-    }
-
-    fn call(&mut self, line: &str) -> Reply {
-        let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
-        self.send(&args);
-        self.read().expect("a reply")
-    }
-}
-
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(Bytes::copy_from_slice(s.as_bytes()))
-}
-
-fn ok() -> Reply {
-    Reply::Simple("OK".into())
-}
-
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string())
+    start_with_resp(dir, &args)
 }
 
 #[test]

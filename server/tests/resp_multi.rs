@@ -8,90 +8,24 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use common::resp::{bulk, err, ok, start_with_resp, RespConn as Resp};
 use common::*;
-use ringkv_protocol::resp::{decode_reply, Reply, ReplyLimits};
+use ringkv_protocol::resp::Reply;
 
-/// Starts a server with a RESP listener; returns it and the RESP address.
+/// Starts a server with a RESP listener and two shards; returns it and the
+/// RESP address.
 fn start(dir: &std::path::Path, extra: &[&str]) -> (ServerProcess, SocketAddr) {
-    let mut args = vec!["--resp-listen", "127.0.0.1:0", "--shards", "2"];
+    let mut args = vec!["--shards", "2"];
     args.extend_from_slice(extra);
-    let server = start_server(&dir.join("data"), &args);
-    let line = server.wait_for_log("ringkv-server ready");
-    let resp = field(&line, "resp")
-        .parse()
-        .expect("resp= in the ready line");
-    (server, resp)
-}
-
-struct Resp {
-    stream: TcpStream,
-    buf: BytesMut,
+    start_with_resp(dir, &args)
 }
 
 impl Resp {
-    fn connect(addr: SocketAddr) -> Resp {
-        let stream = TcpStream::connect(addr).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        Resp {
-            stream,
-            buf: BytesMut::new(),
-        }
-    }
-
-    fn send(&mut self, args: &[&[u8]]) {
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            out.extend_from_slice(a);
-            out.extend_from_slice(b"\r\n");
-        }
-        self.stream.write_all(&out).expect("send");
-    }
-
-    /// The next reply, or None at end of stream.
-    fn read(&mut self) -> Option<Reply> {
-        loop {
-            if let Some(r) =
-                decode_reply(&mut self.buf, &ReplyLimits::default()).expect("valid reply")
-            {
-                return Some(r);
-            }
-            let mut chunk = [0u8; 64 * 1024];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
-                Err(e) => panic!("read: {e}"),
-            }
-        }
-    }
-
-    /// The next `len` bytes of the stream, undecoded.
-    fn read_raw(&mut self, len: usize) -> Vec<u8> {
-        while self.buf.len() < len {
-            let mut chunk = [0u8; 1024];
-            let n = self.stream.read(&mut chunk).expect("read");
-            assert!(n > 0, "closed");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-        self.buf.split_to(len).to_vec()
-    }
-
-    fn call(&mut self, line: &str) -> Reply {
-        let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
-        self.send(&args);
-        self.read().expect("a reply")
-    }
-
     /// MULTI, the commands (each must answer +QUEUED), EXEC's reply.
     fn exec(&mut self, lines: &[&str]) -> Reply {
         assert_eq!(self.call("MULTI"), ok());
@@ -102,20 +36,8 @@ impl Resp {
     }
 }
 
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(Bytes::copy_from_slice(s.as_bytes()))
-}
-
-fn ok() -> Reply {
-    Reply::Simple("OK".into())
-}
-
 fn queued() -> Reply {
     Reply::Simple("QUEUED".into())
-}
-
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string())
 }
 
 fn is_error(r: &Reply, starting: &str) -> bool {

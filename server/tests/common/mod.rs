@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod resp;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
