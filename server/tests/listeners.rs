@@ -12,45 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::certs::{issue, new_ca};
 use common::*;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use ringkv_client::TlsOptions;
 
 const PASSWORD: &str = "listener test password";
-
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-    pem: PathBuf,
-}
-
-fn new_ca(dir: &Path, name: &str) -> Ca {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, format!("ringkv test CA {name}"));
-    let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-    let pem = dir.join(format!("{name}-ca.pem"));
-    std::fs::write(&pem, issuer.pem()).unwrap();
-    Ca { issuer, pem }
-}
-
-/// Writes a certificate for `names` signed by `ca` to `cert`/`key`
-/// (atomically, as a rotation does).
-fn issue(ca: &Ca, names: &[&str], cert: &Path, key: &Path) {
-    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    let mut params = CertificateParams::new(names).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "ringkv test");
-    let key_pair = KeyPair::generate().unwrap();
-    let signed = params.signed_by(&key_pair, &ca.issuer).unwrap();
-    for (path, text) in [(cert, signed.pem()), (key, key_pair.serialize_pem())] {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, path).unwrap();
-    }
-}
 
 /// Starts a server with a RESP listener and a metrics endpoint; `server`
 /// is extra `[server]` lines. Returns the server and its RESP address.

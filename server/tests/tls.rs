@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use common::certs::{issue, new_ca, Ca};
 use common::*;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use ringkv_client::{Client, ClientError, ConnectOptions, TlsOptions};
 use ringkv_protocol::{
     decode_hello_ack, decode_response, encode_auth, encode_hello, encode_request, Hello, HelloAck,
@@ -24,41 +24,6 @@ use ringkv_protocol::{
 };
 
 const PASSWORD: &str = "tls test password";
-
-/// A CA and files signed by it.
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-    pem: PathBuf,
-}
-
-fn new_ca(dir: &Path, name: &str) -> Ca {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, format!("ringkv test CA {name}"));
-    let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-    let pem = dir.join(format!("{name}-ca.pem"));
-    std::fs::write(&pem, issuer.pem()).unwrap();
-    Ca { issuer, pem }
-}
-
-/// Writes a certificate for `names` signed by `ca` and its key to
-/// `cert`/`key` (replacing them atomically, as a certificate rotation does).
-fn issue(ca: &Ca, names: &[&str], cert: &Path, key: &Path) {
-    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    let mut params = CertificateParams::new(names).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "ringkv test");
-    let key_pair = KeyPair::generate().unwrap();
-    let signed = params.signed_by(&key_pair, &ca.issuer).unwrap();
-    for (path, text) in [(cert, signed.pem()), (key, key_pair.serialize_pem())] {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, path).unwrap();
-    }
-}
 
 struct Setup {
     _dir: tempfile::TempDir,

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod resp;
 
 use std::io::{BufRead, BufReader, Read, Write};
