@@ -10,7 +10,7 @@
 //! some prefix of its transactions that includes every acknowledged one:
 //! a half-applied transaction matches no prefix.
 //!
-//! Seeds: 60 by default, `RINGKV_TXN_CRASH_SEEDS=N` for more,
+//! Both tiers. Seeds: 60 by default, `RINGKV_TXN_CRASH_SEEDS=N` for more,
 //! `RINGKV_TXN_CRASH_SEED=S` for one.
 
 mod common;
@@ -108,12 +108,21 @@ struct Coverage {
     applied: u64,
 }
 
-fn run_seed(seed: u64) -> Result<Coverage, String> {
+fn run_seed(seed: u64, hybrid: bool) -> Result<Coverage, String> {
     let mut cov = Coverage::default();
     let mut rng = SplitMix64::new(seed);
     let disk = SimDisk::new(seed);
     let shards = 2 + (seed % 2) as u32;
-    let config = small_config(Path::new("/txn-crash"), shards, Durability::Sync);
+    let mut config = small_config(Path::new("/txn-crash"), shards, Durability::Sync);
+    if hybrid {
+        // Values in small segments with a tiny cache: commits append to the
+        // value device, GC runs, reads go to the device after a restart.
+        config.storage.tier = tunables::Tier::Hybrid;
+        config.storage.value_segment_size = tunables::ByteSize::kib(64);
+        config.storage.cache_bytes = tunables::ByteSize::kib(16);
+        config.storage.index_keys = 1024;
+        config.storage.gc_garbage_percent = 5;
+    }
     let all_keys: Vec<u64> = (0..WRITERS * KEYS_PER_WRITER).collect();
     let mut model: BTreeMap<u64, Option<u64>> = all_keys.iter().map(|&k| (k, None)).collect();
     let mut number = 0u64;
@@ -247,6 +256,17 @@ fn run_seed(seed: u64) -> Result<Coverage, String> {
 
 #[test]
 fn multi_shard_transactions_are_all_or_nothing_across_crashes() {
+    run_seeds(false);
+}
+
+/// The same on the hybrid tier (issue 28: transactions where the tier's
+/// values live on a device).
+#[test]
+fn multi_shard_transactions_are_all_or_nothing_across_crashes_hybrid_tier() {
+    run_seeds(true);
+}
+
+fn run_seeds(hybrid: bool) {
     init_log();
     let seeds: Vec<u64> = match std::env::var("RINGKV_TXN_CRASH_SEED") {
         Ok(s) => vec![s.parse().expect("RINGKV_TXN_CRASH_SEED must be a number")],
@@ -260,18 +280,18 @@ fn multi_shard_transactions_are_all_or_nothing_across_crashes() {
     };
     let mut total = Coverage::default();
     for &seed in &seeds {
-        match run_seed(seed) {
+        match run_seed(seed, hybrid) {
             Ok(c) => {
                 total.dropped += c.dropped;
                 total.applied += c.applied;
             }
             Err(msg) => panic!(
-                "seed {seed}: {msg}\nreplay: RINGKV_TXN_CRASH_SEED={seed} cargo nextest run -p ringkv-engine --test txn_crash_sim"
+                "seed {seed} (hybrid tier: {hybrid}): {msg}\nreplay: RINGKV_TXN_CRASH_SEED={seed} cargo nextest run -p ringkv-engine --test txn_crash_sim"
             ),
         }
     }
     eprintln!(
-        "txn_crash_sim: {} seeds, recovery applied {} and dropped {} multi-shard parts",
+        "txn_crash_sim (hybrid tier: {hybrid}): {} seeds, recovery applied {} and dropped {} multi-shard parts",
         seeds.len(),
         total.applied,
         total.dropped
