@@ -139,10 +139,16 @@ async fn locked_total(c: &Client) -> Result<Option<u64>, ClientError> {
 }
 
 fn config_file(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
+    config_file_with(dir, "", extra)
+}
+
+/// A configuration with `storage` lines in `[storage]` and `server` lines
+/// in `[server]`.
+fn config_file_with(dir: &std::path::Path, storage: &str, server: &str) -> std::path::PathBuf {
     let path = dir.join("ringkv-test.toml");
     std::fs::write(
         &path,
-        format!("shards = 2\n[storage]\ndurability = \"sync\"\n[server]\n{extra}\n"),
+        format!("shards = 2\n[storage]\ndurability = \"sync\"\n{storage}\n[server]\n{server}\n"),
     )
     .unwrap();
     path
@@ -232,8 +238,19 @@ async fn check_after_restart(addr: std::net::SocketAddr, acked: &[u64]) {
 
 #[test]
 fn bank_total_holds_under_concurrency_and_kill_9() {
+    bank_test("");
+}
+
+/// The same on the hybrid tier (values in segment files, a 1 MiB cache, so
+/// the checks after each restart read balances from the device).
+#[test]
+fn bank_total_holds_under_concurrency_and_kill_9_hybrid_tier() {
+    bank_test("tier = \"hybrid\"\nindex_keys = 100000\ncache_bytes = \"1MiB\"");
+}
+
+fn bank_test(storage: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config_file(dir.path(), "");
+    let cfg = config_file_with(dir.path(), storage, "");
     let cfg = cfg.to_str().unwrap().to_string();
     let mut server = start_server(&dir.path().join("data"), &["--config", &cfg]);
     with_runtime(async {
