@@ -63,22 +63,84 @@ pub(crate) async fn run_checkpointer<D: Disk>(
     core.backup.refuse_all();
 }
 
+/// The checkpointer's view of its snapshot chain between checkpoints.
+struct ChainState {
+    snapshots: Vec<SnapshotFile>,
+    /// The tier's change marks count from the last copy of each partition;
+    /// they are relative to the newest snapshot only once this process has
+    /// published one and no checkpoint failed since.
+    marks_valid: bool,
+    /// WAL bytes written since the newest full snapshot began, up to the
+    /// start of the newest checkpoint.
+    chain_wal: u64,
+    last_checkpoint: Instant,
+}
+
+impl ChainState {
+    /// Takes a checkpoint now (a delta when one may be taken) and keeps
+    /// the chain's bookkeeping; a failure is counted and invalidates the
+    /// change marks.
+    async fn take<D: Disk>(
+        &mut self,
+        core: &ShardCore,
+        files: &SegmentFiles<D>,
+        disk: &D,
+        paths: &ShardPaths,
+        deltas_max: u32,
+    ) -> Result<(), EngineError> {
+        let (bytes, _) = core.wal.since_checkpoint();
+        let base = delta_base(&self.snapshots, self.marks_valid, deltas_max);
+        self.last_checkpoint = Instant::now();
+        match checkpoint(core, files, disk, paths, &mut self.snapshots, base).await {
+            Ok(written) => {
+                if written.is_some() {
+                    self.marks_valid = true;
+                    self.chain_wal = if base.is_some() {
+                        self.chain_wal + bytes
+                    } else {
+                        0
+                    };
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.marks_valid = false;
+                core.stats.checkpoint_failures.fetch_add(1, Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// The WAL bytes after which the next checkpoint is due. A delta costs
+    /// about what the WAL since the last checkpoint holds. A full snapshot
+    /// waits until the WAL written since the last full one began has grown
+    /// by its size: a full copy is never taken more often than the log it
+    /// replaces is written.
+    fn threshold(&self, settings: &CheckpointSettings) -> u64 {
+        match delta_base(&self.snapshots, self.marks_valid, settings.deltas_max) {
+            Some(_) => settings.wal_bytes,
+            None => full_bytes(&self.snapshots)
+                .saturating_sub(self.chain_wal)
+                .max(settings.wal_bytes),
+        }
+    }
+}
+
 async fn checkpoint_loop<D: Disk>(
     core: &Rc<ShardCore>,
     files: Rc<SegmentFiles<D>>,
     disk: D,
     paths: ShardPaths,
     settings: CheckpointSettings,
-    mut snapshots: Vec<SnapshotFile>,
-    mut marks_valid: bool,
+    snapshots: Vec<SnapshotFile>,
+    marks_valid: bool,
 ) {
-    // `marks_valid`: the tier's change marks count from the last copy of
-    // each partition; they are relative to the newest snapshot only once
-    // this process has published one and no checkpoint failed since.
-    let mut last_checkpoint = Instant::now();
-    // WAL bytes written since the newest full snapshot began, up to the
-    // start of the newest checkpoint.
-    let mut chain_wal = 0u64;
+    let mut chain = ChainState {
+        snapshots,
+        marks_valid,
+        chain_wal: 0,
+        last_checkpoint: Instant::now(),
+    };
     loop {
         if core.is_poisoned() {
             return;
@@ -88,29 +150,12 @@ async fn checkpoint_loop<D: Disk>(
             // checkpoints (it would retire files being copied).
             let wants = matches!(req, BackupRequest::Checkpoint { .. }) && !core.backup.pinned();
             let result = if wants {
-                let (bytes, _) = core.wal.since_checkpoint();
-                let base = delta_base(&snapshots, marks_valid, settings.deltas_max);
-                last_checkpoint = Instant::now();
-                Some(
-                    match checkpoint(core, &files, &disk, &paths, &mut snapshots, base).await {
-                        Ok(written) => {
-                            if written.is_some() {
-                                marks_valid = true;
-                                chain_wal = if base.is_some() { chain_wal + bytes } else { 0 };
-                            }
-                            Ok(())
-                        }
-                        Err(e) => {
-                            marks_valid = false;
-                            core.stats.checkpoint_failures.fetch_add(1, Relaxed);
-                            Err(format!("checkpoint failed: {e}"))
-                        }
-                    },
-                )
+                let taken = chain.take(core, &files, &disk, &paths, settings.deltas_max);
+                Some(taken.await.map_err(|e| format!("checkpoint failed: {e}")))
             } else {
                 None
             };
-            crate::shard::backup::handle(core, &files, &paths, &snapshots, req, result).await;
+            crate::shard::backup::handle(core, &files, &paths, &chain.snapshots, req, result).await;
             continue;
         }
         if core.backup.pinned() {
@@ -120,23 +165,13 @@ async fn checkpoint_loop<D: Disk>(
             continue;
         }
         let (bytes, writes) = core.wal.since_checkpoint();
-        let base = delta_base(&snapshots, marks_valid, settings.deltas_max);
-        // A delta costs about what the WAL since the last checkpoint holds.
-        // A full snapshot waits until the WAL written since the last full
-        // one began has grown by its size: a full copy is never taken more
-        // often than the log it replaces is written.
-        let threshold = match base {
-            Some(_) => settings.wal_bytes,
-            None => full_bytes(&snapshots)
-                .saturating_sub(chain_wal)
-                .max(settings.wal_bytes),
-        };
+        let threshold = chain.threshold(&settings);
         // The shard wakes this loop once its WAL passes the threshold.
         core.wal.set_checkpoint_threshold(threshold);
         let by_bytes = bytes >= threshold;
         let by_time = !settings.interval.is_zero()
             && writes > 0
-            && last_checkpoint.elapsed() >= settings.interval;
+            && chain.last_checkpoint.elapsed() >= settings.interval;
         if !(by_bytes || by_time) {
             let wanted = core.wal.checkpoint_wanted.notified();
             if settings.interval.is_zero() {
@@ -144,29 +179,21 @@ async fn checkpoint_loop<D: Disk>(
             } else {
                 let left = settings
                     .interval
-                    .saturating_sub(last_checkpoint.elapsed())
+                    .saturating_sub(chain.last_checkpoint.elapsed())
                     .max(Duration::from_millis(1));
                 let _ = compio::time::timeout(left, wanted).await;
             }
             continue;
         }
-        last_checkpoint = Instant::now();
-        match checkpoint(core, &files, &disk, &paths, &mut snapshots, base).await {
-            Ok(written) => {
-                if written.is_some() {
-                    marks_valid = true;
-                    chain_wal = if base.is_some() { chain_wal + bytes } else { 0 };
-                }
+        if let Err(e) = chain
+            .take(core, &files, &disk, &paths, settings.deltas_max)
+            .await
+        {
+            if core.is_poisoned() {
+                return;
             }
-            Err(e) => {
-                marks_valid = false;
-                core.stats.checkpoint_failures.fetch_add(1, Relaxed);
-                if core.is_poisoned() {
-                    return;
-                }
-                tracing::warn!(shard = paths.shard, error = %e, "checkpoint failed; will retry");
-                compio::time::sleep(RETRY_PAUSE).await;
-            }
+            tracing::warn!(shard = paths.shard, error = %e, "checkpoint failed; will retry");
+            compio::time::sleep(RETRY_PAUSE).await;
         }
     }
 }

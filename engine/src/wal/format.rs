@@ -418,39 +418,82 @@ pub fn decode_record(bytes: &[u8], max_size: usize) -> Result<Decoded<'_>, Damag
         return Err(Damage::BadRecordSize { size: size as u64 });
     }
     let key = &record[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + key_len];
-    let mut value = &record[RECORD_HEADER_BYTES + key_len..];
-    let mut expires_at_ms = None;
-    if flags & FLAG_EXPIRES != 0 {
-        if kind != RecordKind::Put || value.len() < EXPIRY_BYTES {
-            return Err(Damage::BadRecordSize { size: size as u64 });
-        }
-        let at = u64::from_le_bytes(le8(&value[..EXPIRY_BYTES]));
-        if at == 0 {
-            // The encoder never writes 0 (it means "no expiry" in memory).
-            return Err(Damage::ReservedNotZero);
-        }
-        expires_at_ms = Some(at);
-        value = &value[EXPIRY_BYTES..];
+    let value = &record[RECORD_HEADER_BYTES + key_len..];
+    let (expires_at_ms, value) = take_expiry(kind, flags, value, size)?;
+    let (chain_first_lsn, value) = take_chain_start(kind, flags, lsn, value, size)?;
+    check_kind(kind, flags, key, value, size)?;
+    Ok(Decoded::Record(Record {
+        size,
+        lsn,
+        commit_version,
+        kind,
+        flags,
+        key,
+        value,
+        expires_at_ms,
+        chain_first_lsn,
+    }))
+}
+
+/// Splits a Put's expiry time off the front of `value` when the record
+/// (of `size` bytes) carries one.
+fn take_expiry(
+    kind: RecordKind,
+    flags: u8,
+    value: &[u8],
+    size: usize,
+) -> Result<(Option<u64>, &[u8]), Damage> {
+    if flags & FLAG_EXPIRES == 0 {
+        return Ok((None, value));
     }
-    let mut chain_first_lsn = None;
-    if flags & FLAG_CHAIN_END != 0 {
-        if kind != RecordKind::Put || value.len() < CHAIN_START_BYTES {
-            return Err(Damage::BadRecordSize { size: size as u64 });
-        }
-        let first = u64::from_le_bytes(le8(&value[..CHAIN_START_BYTES]));
-        if first == 0 || first >= lsn {
-            return Err(Damage::BadChain {
-                lsn,
-                reason: "its chain starts at or after it",
-            });
-        }
-        chain_first_lsn = Some(first);
-        value = &value[CHAIN_START_BYTES..];
+    if kind != RecordKind::Put || value.len() < EXPIRY_BYTES {
+        return Err(Damage::BadRecordSize { size: size as u64 });
     }
+    let at = u64::from_le_bytes(le8(&value[..EXPIRY_BYTES]));
+    if at == 0 {
+        // The encoder never writes 0 (it means "no expiry" in memory).
+        return Err(Damage::ReservedNotZero);
+    }
+    Ok((Some(at), &value[EXPIRY_BYTES..]))
+}
+
+/// Splits a chain end's chain start off the front of `value` when the
+/// record (of `size` bytes) closes a chunk chain.
+fn take_chain_start(
+    kind: RecordKind,
+    flags: u8,
+    lsn: u64,
+    value: &[u8],
+    size: usize,
+) -> Result<(Option<u64>, &[u8]), Damage> {
+    if flags & FLAG_CHAIN_END == 0 {
+        return Ok((None, value));
+    }
+    if kind != RecordKind::Put || value.len() < CHAIN_START_BYTES {
+        return Err(Damage::BadRecordSize { size: size as u64 });
+    }
+    let first = u64::from_le_bytes(le8(&value[..CHAIN_START_BYTES]));
+    if first == 0 || first >= lsn {
+        return Err(Damage::BadChain {
+            lsn,
+            reason: "its chain starts at or after it",
+        });
+    }
+    Ok((Some(first), &value[CHAIN_START_BYTES..]))
+}
+
+/// What each record kind requires of its fields.
+fn check_kind(
+    kind: RecordKind,
+    flags: u8,
+    key: &[u8],
+    value: &[u8],
+    size: usize,
+) -> Result<(), Damage> {
     match kind {
         RecordKind::Put => {}
         RecordKind::Chunk => {
-            if key_len != 0 || flags & !FLAG_FIRST != 0 {
+            if !key.is_empty() || flags & !FLAG_FIRST != 0 {
                 return Err(Damage::ReservedNotZero);
             }
         }
@@ -465,7 +508,7 @@ pub fn decode_record(bytes: &[u8], max_size: usize) -> Result<Decoded<'_>, Damag
             }
         }
         RecordKind::Seal => {
-            if key_len != 0 || flags != 0 || size < SEAL_MIN_BYTES {
+            if !key.is_empty() || flags != 0 || size < SEAL_MIN_BYTES {
                 return Err(Damage::BadRecordSize { size: size as u64 });
             }
             if value[20..].iter().any(|&b| b != 0) {
@@ -473,17 +516,7 @@ pub fn decode_record(bytes: &[u8], max_size: usize) -> Result<Decoded<'_>, Damag
             }
         }
     }
-    Ok(Decoded::Record(Record {
-        size,
-        lsn,
-        commit_version,
-        kind,
-        flags,
-        key,
-        value,
-        expires_at_ms,
-        chain_first_lsn,
-    }))
+    Ok(())
 }
 
 /// The segment header (block 0 of every segment file).

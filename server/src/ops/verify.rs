@@ -317,43 +317,14 @@ pub fn render(report: &Report) -> String {
         for g in &s.segments {
             let _ = writeln!(t, "    {}", segment_line(g, full));
         }
-        let c = &s.chunk_chains;
-        if full && (c.whole > 0 || c.abandoned > 0 || c.unfinished.is_some()) {
-            let mut line = format!(
-                "  chunk chains (values larger than a flush): {} whole",
-                c.whole
-            );
-            if c.abandoned > 0 {
-                line += &format!(", {} abandoned before a restart (dropped)", c.abandoned);
+        if full {
+            if let Some(line) = chains_line(&s.chunk_chains) {
+                let _ = writeln!(t, "{line}");
             }
-            if let Some(u) = c.unfinished {
-                line += &format!(
-                    ", one unfinished at the log's end (LSNs {}..={}, {} bytes; never acknowledged, dropped by recovery)",
-                    u.first_lsn, u.last_lsn, u.bytes
-                );
-            }
-            let _ = writeln!(t, "{line}");
         }
         let _ = writeln!(t, "  snapshots: {}", s.snapshots.len());
         for p in &s.snapshots {
-            let kind = match p.base_lsn {
-                Some(b) => format!("delta on {b}"),
-                None => "full".to_string(),
-            };
-            let entries = p
-                .entries
-                .map_or(String::new(), |e| format!(", {e} entries"));
-            let status = p
-                .error
-                .as_ref()
-                .map_or(String::new(), |e| format!(", DAMAGED: {e}"));
-            let _ = writeln!(
-                t,
-                "    {} LSN {} ({kind}, {} bytes{entries}){status}",
-                file_name(&p.path),
-                p.lsn,
-                p.bytes
-            );
+            let _ = writeln!(t, "    {}", snapshot_line(p));
         }
         if !s.chain.is_empty() {
             let chain: Vec<String> = s.chain.iter().map(u64::to_string).collect();
@@ -386,6 +357,47 @@ pub fn render(report: &Report) -> String {
         }
     }
     t
+}
+
+/// The chunk chains a full read found, when it found any.
+fn chains_line(c: &inspect::ChunkChains) -> Option<String> {
+    if c.whole == 0 && c.abandoned == 0 && c.unfinished.is_none() {
+        return None;
+    }
+    let mut line = format!(
+        "  chunk chains (values larger than a flush): {} whole",
+        c.whole
+    );
+    if c.abandoned > 0 {
+        line += &format!(", {} abandoned before a restart (dropped)", c.abandoned);
+    }
+    if let Some(u) = c.unfinished {
+        line += &format!(
+            ", one unfinished at the log's end (LSNs {}..={}, {} bytes; never acknowledged, dropped by recovery)",
+            u.first_lsn, u.last_lsn, u.bytes
+        );
+    }
+    Some(line)
+}
+
+fn snapshot_line(p: &inspect::SnapshotReport) -> String {
+    let kind = match p.base_lsn {
+        Some(b) => format!("delta on {b}"),
+        None => "full".to_string(),
+    };
+    let entries = p
+        .entries
+        .map_or(String::new(), |e| format!(", {e} entries"));
+    let status = p
+        .error
+        .as_ref()
+        .map_or(String::new(), |e| format!(", DAMAGED: {e}"));
+    format!(
+        "{} LSN {} ({kind}, {} bytes{entries}){status}",
+        file_name(&p.path),
+        p.lsn,
+        p.bytes
+    )
 }
 
 fn segment_line(g: &inspect::SegmentReport, full: bool) -> String {

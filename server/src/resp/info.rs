@@ -499,19 +499,7 @@ fn write_section(t: &mut String, section: &str, ctx: &ShardContext, sums: &InfoS
                     "# Memory\r\nused_memory:{memory}\r\nmaxmemory:{memory_max}\r\nmaxmemory_policy:noeviction\r\n"
                 );
         }
-        "persistence" => {
-            let aof = u8::from(facts.durability != "none");
-            let save = ctx.handle.save_status();
-            let _ = write!(
-                    t,
-                    "# Persistence\r\nloading:0\r\naof_enabled:{aof}\r\nrdb_changes_since_last_save:{changes}\r\nrdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:{}\r\nringkv_durability:{}\r\nringkv_tier:{}\r\n",
-                    u8::from(save.in_progress),
-                    save.last_save_unix,
-                    if save.last_ok { "ok" } else { "err" },
-                    facts.durability,
-                    facts.tier
-                );
-        }
+        "persistence" => write_persistence(t, ctx, *changes),
         "stats" => {
             let _ = write!(
                     t,
@@ -530,17 +518,7 @@ fn write_section(t: &mut String, section: &str, ctx: &ShardContext, sums: &InfoS
                     "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\nused_cpu_sys_children:{sys_children:.6}\r\nused_cpu_user_children:{user_children:.6}\r\n"
                 );
         }
-        "commandstats" => {
-            t.push_str("# Commandstats\r\n");
-            for (name, (calls, rejected, failed)) in COMMANDS.iter().zip(&resp.per_command) {
-                if *calls > 0 {
-                    let _ = write!(
-                            t,
-                            "cmdstat_{name}:calls={calls},rejected_calls={rejected},failed_calls={failed}\r\n"
-                        );
-                }
-            }
-        }
+        "commandstats" => write_commandstats(t, resp),
         "cluster" => t.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
         "keyspace" => {
             t.push_str("# Keyspace\r\n");
@@ -548,20 +526,51 @@ fn write_section(t: &mut String, section: &str, ctx: &ShardContext, sums: &InfoS
                 let _ = write!(t, "db0:keys={keys},expires={expires},avg_ttl=0\r\n");
             }
         }
-        "ringkv" => {
-            t.push_str("# Ringkv\r\n");
-            for (name, value) in ctx.stats_pairs() {
-                let _ = write!(t, "{}:{}\r\n", name.replace('.', "_"), value);
-            }
-            let _ = write!(
-                t,
-                "resp_connections_open:{}\r\nresp_commands_unknown:{}\r\n",
-                resp.connections_open(),
-                resp.unknown
-            );
-        }
+        "ringkv" => write_ringkv(t, ctx, resp),
         _ => {}
     }
+}
+
+fn write_persistence(t: &mut String, ctx: &ShardContext, changes: u64) {
+    let facts = &ctx.shared.facts;
+    let aof = u8::from(facts.durability != "none");
+    let save = ctx.handle.save_status();
+    let _ = write!(
+        t,
+        "# Persistence\r\nloading:0\r\naof_enabled:{aof}\r\nrdb_changes_since_last_save:{changes}\r\nrdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:{}\r\nringkv_durability:{}\r\nringkv_tier:{}\r\n",
+        u8::from(save.in_progress),
+        save.last_save_unix,
+        if save.last_ok { "ok" } else { "err" },
+        facts.durability,
+        facts.tier
+    );
+}
+
+fn write_commandstats(t: &mut String, resp: &crate::resp::RespTotals) {
+    t.push_str("# Commandstats\r\n");
+    for (name, (calls, rejected, failed)) in COMMANDS.iter().zip(&resp.per_command) {
+        if *calls > 0 {
+            let _ = write!(
+                t,
+                "cmdstat_{name}:calls={calls},rejected_calls={rejected},failed_calls={failed}\r\n"
+            );
+        }
+    }
+}
+
+/// The `# Ringkv` section: every STATS value (dots as underscores) and the
+/// RESP port's own counts.
+fn write_ringkv(t: &mut String, ctx: &ShardContext, resp: &crate::resp::RespTotals) {
+    t.push_str("# Ringkv\r\n");
+    for (name, value) in ctx.stats_pairs() {
+        let _ = write!(t, "{}:{}\r\n", name.replace('.', "_"), value);
+    }
+    let _ = write!(
+        t,
+        "resp_connections_open:{}\r\nresp_commands_unknown:{}\r\n",
+        resp.connections_open(),
+        resp.unknown
+    );
 }
 
 #[cfg(test)]
