@@ -160,11 +160,7 @@ fn run_seed(seed: u64, hybrid: bool) -> Result<Coverage, String> {
     let dir = Path::new("/crash");
     let mut config = small_config(dir, shards, Durability::Sync);
     if hybrid {
-        config.storage.tier = tunables::Tier::Hybrid;
-        config.storage.value_segment_size = tunables::ByteSize::kib(64);
-        config.storage.cache_bytes = tunables::ByteSize::kib(16);
-        config.storage.index_keys = 1024;
-        config.storage.gc_garbage_percent = 5;
+        use_small_hybrid_tier(&mut config);
     }
     if seed % 4 == 0 {
         // Let some group commits wait for company.

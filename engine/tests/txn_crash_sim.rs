@@ -115,13 +115,7 @@ fn run_seed(seed: u64, hybrid: bool) -> Result<Coverage, String> {
     let shards = 2 + (seed % 2) as u32;
     let mut config = small_config(Path::new("/txn-crash"), shards, Durability::Sync);
     if hybrid {
-        // Values in small segments with a tiny cache: commits append to the
-        // value device, GC runs, reads go to the device after a restart.
-        config.storage.tier = tunables::Tier::Hybrid;
-        config.storage.value_segment_size = tunables::ByteSize::kib(64);
-        config.storage.cache_bytes = tunables::ByteSize::kib(16);
-        config.storage.index_keys = 1024;
-        config.storage.gc_garbage_percent = 5;
+        use_small_hybrid_tier(&mut config);
     }
     let all_keys: Vec<u64> = (0..WRITERS * KEYS_PER_WRITER).collect();
     let mut model: BTreeMap<u64, Option<u64>> = all_keys.iter().map(|&k| (k, None)).collect();

@@ -110,3 +110,14 @@ pub fn expiry_of(current: Current, _now: u64, _: &Bytes, _: i64) -> UpdateOutcom
         answer: UpdateAnswer::Int(answer),
     }
 }
+
+/// Turns `config` into the crash tests' hybrid tier: values in 64 KiB
+/// segments with a 16 KiB cache and a small index, so commits append to
+/// the value device, GC runs and reads after a restart go to the device.
+pub fn use_small_hybrid_tier(config: &mut Config) {
+    config.storage.tier = tunables::Tier::Hybrid;
+    config.storage.value_segment_size = tunables::ByteSize::kib(64);
+    config.storage.cache_bytes = tunables::ByteSize::kib(16);
+    config.storage.index_keys = 1024;
+    config.storage.gc_garbage_percent = 5;
+}
