@@ -110,14 +110,17 @@ pub fn encode_header(
     }
 }
 
-/// Turns entries into checksummed blocks.
+/// Turns entries into checksummed blocks, built in place in the caller's
+/// output buffer: a value is copied once, into `out`, never into a block
+/// of its own first (a 100 MiB value costs 100 MiB while it is staged, not
+/// twice that).
 #[derive(Debug, Default)]
 pub struct BlockEncoder {
     next_seq: u64,
     entries: u64,
     payload_bytes: u64,
-    /// The open block: header placeholder plus payload.
-    open: Vec<u8>,
+    /// Where the open block's header placeholder starts in `out`.
+    open_at: Option<usize>,
     open_entries: u32,
 }
 
@@ -126,21 +129,25 @@ impl BlockEncoder {
         Self::default()
     }
 
-    /// Readies the open block for an entry of `entry` bytes: closes it into
-    /// `out` first if the entry would take it past its target size.
+    /// Readies the open block for an entry of `entry` bytes: closes it
+    /// first if the entry would take it past its target size.
     fn make_room(&mut self, entry: usize, out: &mut Vec<u8>) {
-        if self.open_entries > 0
-            && self.open.len() - BLOCK_HEADER_BYTES + entry > BLOCK_TARGET_BYTES
-        {
-            self.finish_block(out);
+        if let Some(at) = self.open_at {
+            assert!(at <= out.len(), "the open block lives in the same buffer");
+            let payload = out.len() - at - BLOCK_HEADER_BYTES;
+            if self.open_entries > 0 && payload + entry > BLOCK_TARGET_BYTES {
+                self.finish_block(out);
+            }
         }
-        if self.open.is_empty() {
-            self.open.resize(BLOCK_HEADER_BYTES, 0);
+        if self.open_at.is_none() {
+            self.open_at = Some(out.len());
+            out.resize(out.len() + BLOCK_HEADER_BYTES, 0);
         }
+        out.reserve(entry);
     }
 
     /// Adds one entry (with its expiry time, if it has one), closing the
-    /// open block into `out` first if it is full.
+    /// open block first if it is full.
     pub fn add(&mut self, key: &[u8], value: &[u8], expires_at_ms: Option<u64>, out: &mut Vec<u8>) {
         let extra = expires_at_ms.map_or(0, |_| ENTRY_EXPIRY_BYTES);
         self.make_room(ENTRY_HEADER_BYTES + extra + key.len() + value.len(), out);
@@ -148,13 +155,13 @@ impl BlockEncoder {
         assert!(key_len <= ENTRY_KEY_LEN_MASK, "key over 1 GiB");
         let value_len = u32::try_from(value.len()).expect("value over 4 GiB");
         let flag = expires_at_ms.map_or(0, |_| ENTRY_KEY_LEN_EXPIRES);
-        self.open.extend_from_slice(&(key_len | flag).to_le_bytes());
-        self.open.extend_from_slice(&value_len.to_le_bytes());
+        out.extend_from_slice(&(key_len | flag).to_le_bytes());
+        out.extend_from_slice(&value_len.to_le_bytes());
         if let Some(at) = expires_at_ms {
-            self.open.extend_from_slice(&at.to_le_bytes());
+            out.extend_from_slice(&at.to_le_bytes());
         }
-        self.open.extend_from_slice(key);
-        self.open.extend_from_slice(value);
+        out.extend_from_slice(key);
+        out.extend_from_slice(value);
         self.open_entries += 1;
     }
 
@@ -163,32 +170,39 @@ impl BlockEncoder {
         self.make_room(ENTRY_HEADER_BYTES + key.len(), out);
         let key_len = u32::try_from(key.len()).expect("key over 4 GiB");
         assert!(key_len <= ENTRY_KEY_LEN_MASK, "key over 1 GiB");
-        self.open
-            .extend_from_slice(&(key_len | ENTRY_KEY_LEN_DELETED).to_le_bytes());
-        self.open.extend_from_slice(&0u32.to_le_bytes());
-        self.open.extend_from_slice(key);
+        out.extend_from_slice(&(key_len | ENTRY_KEY_LEN_DELETED).to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(key);
         self.open_entries += 1;
     }
 
-    /// Closes the open block (if it has entries) into `out`.
-    pub fn finish_block(&mut self, out: &mut Vec<u8>) {
+    /// Closes the open block (if it has entries): fills in its header.
+    /// `out` must be the buffer the block's entries were added to, not
+    /// cleared or written out since.
+    pub fn finish_block(&mut self, out: &mut [u8]) {
+        let Some(at) = self.open_at else {
+            return;
+        };
         if self.open_entries == 0 {
             return;
         }
-        let payload_len = self.open.len() - BLOCK_HEADER_BYTES;
+        assert!(
+            at + BLOCK_HEADER_BYTES <= out.len(),
+            "the open block lives in the same buffer"
+        );
+        let b = &mut out[at..];
+        let payload_len = b.len() - BLOCK_HEADER_BYTES;
         let payload_u32 = u32::try_from(payload_len).expect("block over 4 GiB");
-        let b = &mut self.open;
         b[0..4].copy_from_slice(&BLOCK_MAGIC);
         b[8..16].copy_from_slice(&self.next_seq.to_le_bytes());
         b[16..20].copy_from_slice(&payload_u32.to_le_bytes());
         b[20..24].copy_from_slice(&self.open_entries.to_le_bytes());
         let crc = crc32fast::hash(&b[8..]);
         b[4..8].copy_from_slice(&crc.to_le_bytes());
-        out.extend_from_slice(b);
         self.next_seq += 1;
         self.entries += u64::from(self.open_entries);
         self.payload_bytes += payload_len as u64;
-        self.open.clear();
+        self.open_at = None;
         self.open_entries = 0;
     }
 

@@ -329,7 +329,7 @@ async fn write_snapshot<F: DiskFile>(
         encoder.finish_block(&mut staged);
         if !staged.is_empty() {
             writer.write(&staged).await?;
-            staged.clear();
+            release(&mut staged);
         }
         yield_now().await;
     }
@@ -345,7 +345,7 @@ async fn write_snapshot<F: DiskFile>(
     encoder.finish_block(&mut staged);
     if !staged.is_empty() {
         writer.write(&staged).await?;
-        staged.clear();
+        release(&mut staged);
     }
     let end_lsn = core.last_lsn();
     // Every value in the snapshot must come from a durable record.
@@ -357,6 +357,18 @@ async fn write_snapshot<F: DiskFile>(
     let file_bytes = writer.finish().await?;
     file.sync_data().await.map_err(io("fdatasync", tmp))?;
     Ok((encoder.entries(), file_bytes))
+}
+
+/// Empties the staging buffer once it is written; one that a large value
+/// grew is freed, so a checkpoint holds a big value's copy only while that
+/// value's partition is being written.
+fn release(staged: &mut Vec<u8>) {
+    const KEEP_BYTES: usize = 4 << 20;
+    if staged.capacity() > KEEP_BYTES {
+        *staged = Vec::new();
+    } else {
+        staged.clear();
+    }
 }
 
 /// After a new snapshot: removes the snapshots retention no longer keeps
