@@ -13,6 +13,12 @@ impl SplitMix64 {
         SplitMix64(seed)
     }
 
+    /// The stream's position: `SplitMix64::new(s.state())` continues `s`
+    /// exactly (the simulated disk saves it with a crash image).
+    pub const fn state(&self) -> u64 {
+        self.0
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(GAMMA);
         finalize(self.0)

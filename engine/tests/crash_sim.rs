@@ -19,13 +19,18 @@
 //! victims, and during checkpoints (slow writes and syncs in the tail).
 //!
 //! Seeds: 200 by default, `RINGKV_CRASH_SEEDS=N` for more, and
-//! `RINGKV_CRASH_SEED=S` to replay one. Thread timing is not part of the
-//! seed, so a replay takes the same operations and crash images but may cut
-//! the concurrent tail at a different point.
+//! `RINGKV_CRASH_SEED=S` to rerun one. Thread timing is not part of the
+//! seed: a rerun takes the same operations but may cut the concurrent tail
+//! at a different point. So every run records what timing decided (each
+//! crash image and which tail batches were acknowledged, `common::tape`),
+//! and a failing seed saves that recording and prints
+//! `RINGKV_CRASH_REPLAY=PATH`, which replays it exactly: every crash leaves
+//! the recorded image, and every recovery and check after it repeats.
 
 mod common;
 
 use bytes::Bytes;
+use common::tape::{tape_path, Tape};
 use common::*;
 use engine::io::sim::{SimDisk, SimFaults};
 use engine::rng::SplitMix64;
@@ -150,9 +155,11 @@ struct Coverage {
     segments_recycled: u64,
     gc_runs: u64,
     device_reads: u64,
+    /// Every key's state at the end of the run.
+    final_model: Vec<State>,
 }
 
-fn run_seed(seed: u64, hybrid: bool) -> Result<Coverage, String> {
+fn run_seed(seed: u64, hybrid: bool, tape: &mut Tape) -> Result<Coverage, String> {
     let mut coverage = Coverage::default();
     let mut rng = SplitMix64::new(seed);
     let disk = SimDisk::new(seed);
@@ -251,31 +258,30 @@ fn run_seed(seed: u64, hybrid: bool) -> Result<Coverage, String> {
             .map(|_| random_batch(&mut rng, &mut next_version, 30))
             .collect();
         let wait_us = rng.below(4000);
-        let threads: Vec<_> = tail
-            .iter()
-            .cloned()
-            .map(|ops| {
-                let h = h.clone();
-                std::thread::spawn(move || h.batch_blocking(ops).is_ok())
-            })
-            .collect();
-        std::thread::sleep(Duration::from_micros(wait_us));
-        for m in engine.metrics().shards {
-            coverage.checkpoints += m.checkpoints;
-            coverage.deltas += m.checkpoint_deltas;
-            if let Some(h) = m.hybrid {
-                coverage.gc_runs += h.gc_runs;
-                coverage.device_reads += h.device_reads;
-            }
-            coverage.segments_rolled += m.wal_bytes_written / (64 * 1024);
-            coverage.segments_recycled += m.segments_recycled;
+        let mut running = Some(engine);
+        let acked = tape.tail(|| {
+            let engine = running.take().expect("the engine runs the tail");
+            let threads: Vec<_> = tail
+                .iter()
+                .cloned()
+                .map(|ops| {
+                    let h = h.clone();
+                    std::thread::spawn(move || h.batch_blocking(ops).is_ok())
+                })
+                .collect();
+            std::thread::sleep(Duration::from_micros(wait_us));
+            note_coverage(&engine, &mut coverage);
+            engine.halt();
+            threads
+                .into_iter()
+                .map(|t| t.join().expect("submitter thread"))
+                .collect()
+        })?;
+        if let Some(engine) = running {
+            // Playing: the tail is not run, its recorded end is restored.
+            engine.halt();
         }
-        engine.halt();
-        let acked: Vec<bool> = threads
-            .into_iter()
-            .map(|t| t.join().expect("submitter thread"))
-            .collect();
-        disk.crash();
+        tape.crash(&disk)?;
 
         // Allowed outcomes per key after the crash.
         let mut allowed: BTreeMap<u64, BTreeSet<State>> = BTreeMap::new();
@@ -340,16 +346,72 @@ fn run_seed(seed: u64, hybrid: bool) -> Result<Coverage, String> {
         }
         check_expiries(&engine.handle(), &model, cycle)?;
         engine.halt();
-        disk.crash();
+        tape.crash(&disk)?;
     }
     coverage.torn_blocks = disk.stats().torn_blocks;
+    coverage.final_model = model.into_values().collect();
     Ok(coverage)
 }
 
-/// Runs the seeds `first..first + count` (or the one in
-/// `RINGKV_CRASH_SEED`), panicking with a replay command on failure.
+fn note_coverage(engine: &Engine, coverage: &mut Coverage) {
+    for m in engine.metrics().shards {
+        coverage.checkpoints += m.checkpoints;
+        coverage.deltas += m.checkpoint_deltas;
+        if let Some(h) = m.hybrid {
+            coverage.gc_runs += h.gc_runs;
+            coverage.device_reads += h.device_reads;
+        }
+        coverage.segments_rolled += m.wal_bytes_written / (64 * 1024);
+        coverage.segments_recycled += m.segments_recycled;
+    }
+}
+
+/// Runs one seed with a recording tape; if it fails (an error or a
+/// panic), saves the tape and panics with the commands that rerun and
+/// replay it.
+fn run_recorded(seed: u64, hybrid: bool) -> Coverage {
+    let mut tape = Tape::recording();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_seed(seed, hybrid, &mut tape)
+    }));
+    let msg = match outcome {
+        Ok(Ok(c)) => return c,
+        Ok(Err(msg)) => msg,
+        Err(panic) => panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic".to_string()),
+    };
+    let path = tape_path("crash_sim", seed, hybrid);
+    let saved = match tape.save(&path, seed, hybrid) {
+        Ok(()) => format!(
+            "replay exactly: RINGKV_CRASH_REPLAY={} cargo nextest run -p ringkv-engine --test crash_sim",
+            path.display()
+        ),
+        Err(e) => format!("(the recording could not be saved to {}: {e})", path.display()),
+    };
+    panic!(
+        "crash test failed for seed {seed} (hybrid tier: {hybrid}): {msg}\n\
+         rerun: RINGKV_CRASH_SEED={seed} cargo nextest run -p ringkv-engine --test crash_sim\n{saved}"
+    )
+}
+
+/// Runs this part's seeds (or the one in `RINGKV_CRASH_SEED`, or the
+/// recording in `RINGKV_CRASH_REPLAY`), panicking with a rerun and a
+/// replay command on failure.
 fn run_seeds(part: u64, parts: u64, hybrid: bool) {
     init_log();
+    if let Ok(path) = std::env::var("RINGKV_CRASH_REPLAY") {
+        let (seed, tape_hybrid, mut tape) =
+            Tape::load(Path::new(&path)).unwrap_or_else(|e| panic!("{e}"));
+        if part == 0 && tape_hybrid == hybrid {
+            if let Err(msg) = run_seed(seed, hybrid, &mut tape) {
+                panic!("replay of seed {seed} (hybrid tier: {hybrid}) from {path}: {msg}");
+            }
+        }
+        return;
+    }
     let seeds: Vec<u64> = match std::env::var("RINGKV_CRASH_SEED") {
         Ok(s) if part == 0 => vec![s.parse().expect("RINGKV_CRASH_SEED must be a number")],
         Ok(_) => Vec::new(),
@@ -366,20 +428,14 @@ fn run_seeds(part: u64, parts: u64, hybrid: bool) {
         if std::env::var("RINGKV_CRASH_VERBOSE").is_ok() {
             eprintln!("crash_sim: seed {seed}");
         }
-        match run_seed(seed, hybrid) {
-            Ok(c) => {
-                total.gc_runs += c.gc_runs;
-                total.device_reads += c.device_reads;
-                total.checkpoints += c.checkpoints;
-                total.deltas += c.deltas;
-                total.torn_blocks += c.torn_blocks;
-                total.segments_rolled += c.segments_rolled;
-                total.segments_recycled += c.segments_recycled;
-            }
-            Err(msg) => panic!(
-                "crash test failed for seed {seed} (hybrid tier: {hybrid}): {msg}\nreplay: RINGKV_CRASH_SEED={seed} cargo nextest run -p ringkv-engine --test crash_sim"
-            ),
-        }
+        let c = run_recorded(seed, hybrid);
+        total.gc_runs += c.gc_runs;
+        total.device_reads += c.device_reads;
+        total.checkpoints += c.checkpoints;
+        total.deltas += c.deltas;
+        total.torn_blocks += c.torn_blocks;
+        total.segments_rolled += c.segments_rolled;
+        total.segments_recycled += c.segments_recycled;
     }
     if seeds.len() >= 20 {
         // The paths this test exists for were really taken.
@@ -444,4 +500,33 @@ fn hybrid_acknowledged_writes_survive_crashes_part0() {
 #[test]
 fn hybrid_acknowledged_writes_survive_crashes_part1() {
     run_seeds(1, 2, true);
+}
+
+/// A recorded run replays to the same end: the tape saved to a file and
+/// played back gives every recovery the recorded image, so each key ends
+/// in the state the recorded run left it in.
+#[test]
+fn a_recorded_seed_replays_to_the_same_end() {
+    init_log();
+    for (seed, hybrid) in [(5, false), (6, true)] {
+        let mut tape = Tape::recording();
+        let recorded = run_seed(seed, hybrid, &mut tape).expect("the recorded run passes");
+        let path = tape_path("crash_sim_replay_test", seed, hybrid);
+        tape.save(&path, seed, hybrid).expect("save the tape");
+        let (loaded_seed, loaded_hybrid, mut played) = Tape::load(&path).expect("load the tape");
+        assert_eq!((loaded_seed, loaded_hybrid), (seed, hybrid));
+        let replayed = run_seed(seed, hybrid, &mut played).expect("the replay passes");
+        assert_eq!(replayed.final_model, recorded.final_model);
+        let Tape::Play(rest) = played else {
+            unreachable!("loaded tapes play")
+        };
+        assert!(rest.is_empty(), "the replay used every recorded event");
+        // A damaged tape is refused with a reason, not played.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.truncate(bytes.len() - 1);
+        std::fs::write(&path, &bytes).unwrap();
+        let err = Tape::load(&path).expect_err("a cut tape");
+        assert!(err.contains("not a crash tape"), "{err}");
+        std::fs::remove_file(&path).unwrap();
+    }
 }

@@ -919,6 +919,134 @@ impl DiskFile for SimFile {
     }
 }
 
+/// What a crash left on a [`SimDisk`]: its directories, every file's
+/// contents and the position of its random stream. Saved after a crash
+/// ([`SimDisk::image`]) and put back in place of one ([`SimDisk::restore`]),
+/// it lets a test replay a run whose crash points thread timing decided:
+/// the recovery that follows, and everything after it that does not depend
+/// on timing, repeats exactly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimImage {
+    rng_state: u64,
+    dirs: Vec<PathBuf>,
+    files: Vec<(PathBuf, Vec<u8>)>,
+}
+
+/// Why bytes could not be read as a [`SimImage`].
+#[derive(Debug, thiserror::Error)]
+#[error("sim image: {0}")]
+pub struct SimImageError(String);
+
+const IMAGE_MAGIC: &[u8; 8] = b"RKVSIMG1";
+
+impl SimImage {
+    /// The image as bytes: a magic, the random stream's position, then the
+    /// directories and the files, each length-prefixed (little endian).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            out.extend_from_slice(b);
+        }
+        out.extend_from_slice(IMAGE_MAGIC);
+        out.extend_from_slice(&self.rng_state.to_le_bytes());
+        out.extend_from_slice(&(self.dirs.len() as u64).to_le_bytes());
+        for d in &self.dirs {
+            put_bytes(out, d.as_os_str().as_encoded_bytes());
+        }
+        out.extend_from_slice(&(self.files.len() as u64).to_le_bytes());
+        for (path, data) in &self.files {
+            put_bytes(out, path.as_os_str().as_encoded_bytes());
+            put_bytes(out, data);
+        }
+    }
+
+    /// Reads an image [`SimImage::encode`] wrote from the front of `input`,
+    /// advancing it; anything else is an error, never a panic.
+    pub fn decode(input: &mut &[u8]) -> Result<SimImage, SimImageError> {
+        fn take<'a>(input: &mut &'a [u8], n: u64, what: &str) -> Result<&'a [u8], SimImageError> {
+            let n = usize::try_from(n)
+                .ok()
+                .filter(|&n| n <= input.len())
+                .ok_or_else(|| SimImageError(format!("{what} runs past the end")))?;
+            let (head, rest) = input.split_at(n);
+            *input = rest;
+            Ok(head)
+        }
+        fn u64_of(input: &mut &[u8], what: &str) -> Result<u64, SimImageError> {
+            let b = take(input, 8, what)?;
+            Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        }
+        fn path_of(input: &mut &[u8]) -> Result<PathBuf, SimImageError> {
+            let n = u64_of(input, "a path's length")?;
+            let b = take(input, n, "a path")?;
+            let s = std::str::from_utf8(b)
+                .map_err(|_| SimImageError("a path is not UTF-8".to_string()))?;
+            Ok(PathBuf::from(s))
+        }
+        if take(input, 8, "the magic")? != IMAGE_MAGIC {
+            return Err(SimImageError("not a sim image (bad magic)".to_string()));
+        }
+        let rng_state = u64_of(input, "the random state")?;
+        let dir_count = u64_of(input, "the directory count")?;
+        let mut dirs = Vec::new();
+        for _ in 0..dir_count {
+            dirs.push(path_of(input)?);
+        }
+        let file_count = u64_of(input, "the file count")?;
+        let mut files = Vec::new();
+        for _ in 0..file_count {
+            let path = path_of(input)?;
+            let n = u64_of(input, "a file's length")?;
+            files.push((path, take(input, n, "a file's contents")?.to_vec()));
+        }
+        Ok(SimImage {
+            rng_state,
+            dirs,
+            files,
+        })
+    }
+}
+
+impl SimDisk {
+    /// The disk as a crash left it. Call right after [`SimDisk::crash`]
+    /// (or with no write unsynced): only durable state is saved.
+    pub fn image(&self) -> SimImage {
+        let state = self.lock();
+        SimImage {
+            rng_state: state.rng.state(),
+            dirs: state.dirs.iter().cloned().collect(),
+            files: state
+                .durable_names
+                .iter()
+                .map(|(path, &ino)| (path.clone(), state.inode(ino).durable.clone()))
+                .collect(),
+        }
+    }
+
+    /// Puts `image` in place of whatever the disk holds, as a crash would:
+    /// handles opened before are dead from now on. Faults, countdowns and
+    /// counters are kept (the crash counter counts this as one).
+    pub fn restore(&self, image: &SimImage) {
+        let mut state = self.lock();
+        state.generation += 1;
+        state.stats.crashes += 1;
+        state.rng = SplitMix64::new(image.rng_state);
+        state.dirs = image.dirs.iter().cloned().collect();
+        state.inodes.clear();
+        state.names.clear();
+        for (path, data) in &image.files {
+            let ino = state.next_inode;
+            state.next_inode += 1;
+            let mut inode = Inode::new(path.clone());
+            inode.written = data.clone();
+            inode.durable = data.clone();
+            state.inodes.insert(ino, inode);
+            state.names.insert(path.clone(), ino);
+        }
+        state.durable_names = state.names.clone();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -950,6 +1078,50 @@ mod tests {
                 disk.read_durable(Path::new("/d/f")).unwrap(),
                 vec![7; ALIGN]
             );
+        });
+    }
+
+    #[test]
+    fn an_image_restores_what_the_crash_left_and_round_trips_as_bytes() {
+        pollster::block_on(async {
+            let disk = SimDisk::new(9);
+            disk.create_dir_all(Path::new("/d")).unwrap();
+            let f = disk.open(Path::new("/d/f"), true).await.unwrap();
+            let (r, _) = f.write_at(block(1, 2), 0).await;
+            r.unwrap();
+            f.sync_data().await.unwrap();
+            disk.sync_dir(Path::new("/d")).await.unwrap();
+            let (r, _) = f.write_at(block(2, 1), 0).await;
+            r.unwrap();
+            disk.crash();
+            let image = disk.image();
+            let mut bytes = Vec::new();
+            image.encode(&mut bytes);
+            let mut input = &bytes[..];
+            assert_eq!(SimImage::decode(&mut input).unwrap(), image);
+            assert!(input.is_empty());
+
+            // Another disk with other contents becomes the crashed one.
+            let other = SimDisk::new(1);
+            other.create_dir_all(Path::new("/e")).unwrap();
+            let g = other.open(Path::new("/e/g"), true).await.unwrap();
+            other.restore(&image);
+            assert!(g.len().await.is_err(), "a handle from before is dead");
+            assert_eq!(other.files(), disk.files());
+            assert_eq!(
+                other.read_durable(Path::new("/d/f")),
+                disk.read_durable(Path::new("/d/f"))
+            );
+            assert_eq!(other.image(), image);
+
+            // Damaged bytes are an error, never a panic.
+            for cut in 0..bytes.len() {
+                let mut input = &bytes[..cut];
+                assert!(SimImage::decode(&mut input).is_err(), "cut at {cut}");
+            }
+            let mut bad = bytes.clone();
+            bad[0] ^= 1;
+            assert!(SimImage::decode(&mut &bad[..]).is_err());
         });
     }
 }

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod hybrid;
+pub mod tape;
 
 use bytes::Bytes;
 use engine::{Current, Op, OpResult, UpdateAnswer, UpdateOutcome, UpdateWrite};
