@@ -1,7 +1,16 @@
 //! `cargo bench -p ringkv-engine --bench recovery -- [--keys N] [--passes N]
 //! [--value-size N] [--key-size 8|16] [--shards N] [--dir PATH]
 //! [--checkpoint-wal-bytes N] [--tier memory|hybrid] [--cache-bytes N]
-//! [--updates N] [--deltas-max N]`
+//! [--updates N] [--deltas-max N] [--mixed] [--count-found]`
+//!
+//! `--mixed` adds a phase after the fill that leaves the data set the way
+//! service does (see [`mixed`]): as many operations as keys, 70% overwrites,
+//! 10% deletes, 10% writes with an expiry time, 10% inserts of new keys;
+//! then it reports RAM per live key again (and the hybrid tier's sets the
+//! index alone does not hold) and cold GETs' device reads per GET for keys
+//! that are present, deleted and never written. `--count-found` then reads
+//! every key back, before the restart and after it, and prints how many
+//! are present beside the key count (a device read per key: slow).
 //!
 //! `--updates N` adds a phase after the fill: N overwrites of keys picked
 //! uniformly at random, checkpointed as in service; it reports the
@@ -42,6 +51,8 @@ struct Options {
     key_size: usize,
     updates: u64,
     deltas_max: Option<u32>,
+    mixed: bool,
+    count_found: bool,
 }
 
 fn key(opts: &Options, k: u64) -> Bytes {
@@ -78,7 +89,9 @@ fn config(opts: &Options) -> Config {
     }
     if opts.hybrid {
         config.storage.tier = tunables::Tier::Hybrid;
-        config.storage.index_keys = opts.keys.max(1024);
+        // `--mixed` inserts a tenth more keys.
+        let inserts = if opts.mixed { opts.keys / 10 } else { 0 };
+        config.storage.index_keys = (opts.keys + inserts).max(1024);
         if let Some(c) = opts.cache_bytes {
             config.storage.cache_bytes = ByteSize(c);
         }
@@ -166,10 +179,201 @@ fn fill(opts: &Options) {
             segs >> 20
         );
     }
+    if opts.mixed {
+        mixed(opts, &engine, rss_before);
+        if opts.count_found {
+            let keys = engine.metrics().shards.iter().map(|s| s.keys).sum();
+            count_found(opts, &engine, keys);
+        }
+    }
     if opts.updates > 0 {
         update(opts, &engine);
     }
     engine.shutdown().expect("shutdown");
+}
+
+/// An update function for [`mixed`]: writes `arg` with the expiry time
+/// `number` (Unix ms), whatever the key held, as `SET key value PX` does.
+fn put_expiring(_: engine::Current, _now: u64, arg: &Bytes, number: i64) -> engine::UpdateOutcome {
+    engine::UpdateOutcome {
+        write: engine::UpdateWrite::PutExpiring(arg.clone(), Some(number as u64)),
+        answer: engine::UpdateAnswer::Ok,
+    }
+}
+
+/// What `--mixed` does to key `k` of the fill (`k < --keys`), by `k % 10`:
+/// 0 deleted, 1 rewritten with an expiry time a day ahead, 2..=9 overwritten
+/// (uniformly at random, so some several times and some never). Keys from
+/// `--keys` to `--keys * 1.1` are inserted. Each of the four threads owns
+/// a quarter of the keys and interleaves its operations at random in the
+/// 70/10/10/10 proportions.
+fn mixed_op(
+    opts: &Options,
+    rng: &mut engine::rng::SplitMix64,
+    t: u64,
+    progress: &mut [u64; 3],
+    value: &Bytes,
+) -> Option<Op> {
+    let quarter = opts.keys.div_ceil(4);
+    let (from, to) = (t * quarter, ((t + 1) * quarter).min(opts.keys));
+    let pick = rng.below(10);
+    match pick {
+        0 => {
+            // The next key of class 0 in this quarter.
+            let k = from + progress[0] * 10 + (10 - from % 10) % 10;
+            progress[0] += 1;
+            (k < to).then(|| Op::Delete { key: key(opts, k) })
+        }
+        1 => {
+            let k = from + progress[1] * 10 + (11 - from % 10) % 10;
+            progress[1] += 1;
+            let at = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock after 1970")
+                .as_millis() as i64
+                + 86_400_000;
+            (k < to).then(|| Op::UpdateTtl {
+                key: key(opts, k),
+                update: engine::TtlUpdate {
+                    apply: put_expiring,
+                    arg: value.clone(),
+                    number: at,
+                },
+            })
+        }
+        2 => {
+            let k = opts.keys + t + 4 * progress[2];
+            progress[2] += 1;
+            (k < opts.keys + opts.keys / 10).then(|| Op::Put {
+                key: key(opts, k),
+                value: value.clone(),
+            })
+        }
+        _ => {
+            // An overwrite of a key of class 2..=9.
+            let k = loop {
+                let k = from + rng.below(to - from);
+                if k % 10 >= 2 {
+                    break k;
+                }
+            };
+            Some(Op::Put {
+                key: key(opts, k),
+                value: value.clone(),
+            })
+        }
+    }
+}
+
+/// The `--mixed` phase and what it leaves (see [`mixed_op`]).
+fn mixed(opts: &Options, engine: &Engine, rss_before: u64) {
+    let value = Bytes::from(vec![0x3Cu8; opts.value_size]);
+    let started = Instant::now();
+    let per = opts.keys.div_ceil(4);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let h = engine.handle();
+            let value = value.clone();
+            s.spawn(move || {
+                let mut rng = engine::rng::SplitMix64::new(0x313d + t);
+                let mut progress = [0u64; 3];
+                let mut left = per;
+                while left > 0 {
+                    let n = 1000.min(left);
+                    let ops: Vec<Op> = (0..n)
+                        .filter_map(|_| mixed_op(opts, &mut rng, t, &mut progress, &value))
+                        .collect();
+                    h.batch_blocking(ops).expect("mixed batch");
+                    left -= n;
+                }
+            });
+        }
+    });
+    let secs = started.elapsed().as_secs_f64();
+    drop(value);
+    let m = engine.metrics();
+    let keys: u64 = m.shards.iter().map(|s| s.keys).sum();
+    let rss = vm_rss_bytes();
+    println!(
+        "mixed: {per} × 4 operations in {secs:.2} s; {keys} live keys; VmRSS grew {} MiB since the start = {:.2} B per live key",
+        rss.saturating_sub(rss_before) >> 20,
+        rss.saturating_sub(rss_before) as f64 / keys.max(1) as f64
+    );
+    let hybrid: Vec<_> = m.shards.iter().filter_map(|s| s.hybrid).collect();
+    if !hybrid.is_empty() {
+        let sum = |f: fn(&engine::HybridStats) -> u64| hybrid.iter().map(f).sum::<u64>();
+        println!(
+            "mixed: hybrid index {:.2} B per live key; unresolved entries {}, deleted keys {}, spilled keys {}; GC runs {}",
+            sum(|h| h.index_bytes) as f64 / keys.max(1) as f64,
+            sum(|h| h.unresolved_entries),
+            sum(|h| h.deleted_keys),
+            sum(|h| h.spilled_keys),
+            sum(|h| h.gc_runs),
+        );
+        cold_gets(opts, engine);
+    }
+}
+
+/// Picks a key number from a random stream.
+type KeyPicker = Box<dyn Fn(&mut engine::rng::SplitMix64) -> u64>;
+
+/// Device reads per GET, after `--mixed`, for three kinds of key: present
+/// (classes 1..=9 and the inserts), deleted (class 0) and never written.
+fn cold_gets(opts: &Options, engine: &Engine) {
+    let reads = || -> u64 {
+        engine
+            .metrics()
+            .shards
+            .iter()
+            .filter_map(|s| s.hybrid)
+            .map(|h| h.device_reads)
+            .sum()
+    };
+    let samples = 200_000u64.min(opts.keys);
+    let mut rng = engine::rng::SplitMix64::new(0x6e7);
+    let total = opts.keys + opts.keys / 10;
+    let kinds: [(&str, KeyPicker); 3] = [
+        (
+            "present",
+            Box::new(move |r| loop {
+                let k = r.below(total);
+                if k >= opts.keys || k % 10 != 0 {
+                    break k;
+                }
+            }),
+        ),
+        ("deleted", Box::new(move |r| r.below(opts.keys / 10) * 10)),
+        (
+            "never written",
+            Box::new(move |r| total + r.below(u64::MAX / 2)),
+        ),
+    ];
+    let h = engine.handle();
+    for (name, pick) in kinds {
+        let before = reads();
+        let (mut found, mut missing) = (0u64, 0u64);
+        let mut done = 0;
+        while done < samples {
+            let n = 1000.min(samples - done);
+            let ops = (0..n)
+                .map(|_| Op::Get {
+                    key: key(opts, pick(&mut rng)),
+                })
+                .collect();
+            for a in h.batch_blocking(ops).expect("get batch") {
+                match a {
+                    engine::OpResult::Value(_) => found += 1,
+                    _ => missing += 1,
+                }
+            }
+            done += n;
+        }
+        let r = reads() - before;
+        println!(
+            "cold GETs of {name} keys: {samples} GETs ({found} found, {missing} not), {r} device reads = {:.4} per GET",
+            r as f64 / samples as f64
+        );
+    }
 }
 
 /// Checkpoints written so far: (all, deltas, bytes).
@@ -256,7 +460,31 @@ fn recover(opts: &Options) {
         rss.saturating_sub(rss_before) >> 20,
         rss.saturating_sub(rss_before) as f64 / keys.max(1) as f64
     );
+    if opts.mixed && opts.count_found {
+        count_found(opts, &engine, keys);
+    }
     engine.shutdown().expect("shutdown");
+}
+
+/// Reads back every key `--mixed` could have left (a device read each, on
+/// the hybrid tier) and compares how many are found with the key count.
+fn count_found(opts: &Options, engine: &Engine, counted: u64) {
+    let total = opts.keys + opts.keys / 10;
+    let h = engine.handle();
+    let mut found = 0u64;
+    let mut k = 0;
+    while k < total {
+        let n = 1000.min(total - k);
+        let ops = (k..k + n).map(|k| Op::Get { key: key(opts, k) }).collect();
+        found += h
+            .batch_blocking(ops)
+            .expect("get batch")
+            .iter()
+            .filter(|a| matches!(a, engine::OpResult::Value(_)))
+            .count() as u64;
+        k += n;
+    }
+    println!("recover: {found} of the keys read back are present; the key count says {counted}");
 }
 
 fn main() {
@@ -273,6 +501,8 @@ fn main() {
         key_size: 16,
         updates: 0,
         deltas_max: None,
+        mixed: false,
+        count_found: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -303,6 +533,8 @@ fn main() {
             "--phase" => opts.phase = value("--phase"),
             "--updates" => opts.updates = num(value("--updates")),
             "--deltas-max" => opts.deltas_max = Some(num(value("--deltas-max")) as u32),
+            "--mixed" => opts.mixed = true,
+            "--count-found" => opts.count_found = true,
             "--bench" => {} // passed by `cargo bench`
             other => {
                 eprintln!(
