@@ -315,7 +315,7 @@ fn mixed(opts: &Options, engine: &Engine, rss_before: u64) {
 }
 
 /// Picks a key number from a random stream.
-type KeyPicker = Box<dyn Fn(&mut engine::rng::SplitMix64) -> u64>;
+type KeyPicker<'a> = Box<dyn Fn(&mut engine::rng::SplitMix64) -> u64 + 'a>;
 
 /// Device reads per GET, after `--mixed`, for three kinds of key: present
 /// (classes 1..=9 and the inserts), deleted (class 0) and never written.
