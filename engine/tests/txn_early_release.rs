@@ -65,7 +65,10 @@ fn run(seed: u64, crash: bool) -> (SimDisk, tunables::Config, Observed) {
     });
     let deadline = Instant::now() + Duration::from_secs(5);
     while current_lsn(&engine) == before {
-        assert!(Instant::now() < deadline, "the commit never logged its part");
+        assert!(
+            Instant::now() < deadline,
+            "the commit never logged its part"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     // The part is logged, not durable: the key's lock is free already. A
@@ -77,11 +80,7 @@ fn run(seed: u64, crash: bool) -> (SimDisk, tunables::Config, Observed) {
         commit_rx.try_recv().is_err(),
         "the commit was answered before its part could be durable"
     );
-    assert_eq!(
-        locked,
-        Ok(()),
-        "the lock was not released before the fsync"
-    );
+    assert_eq!(locked, Ok(()), "the lock was not released before the fsync");
     // Readers of the key: each must wait for the commit's part.
     let (get_tx, get_rx) = mpsc::channel();
     let hg = h.clone();
