@@ -3,7 +3,8 @@
 //! tier is not acknowledged, and its keys do not read their older values;
 //! a delete that cannot read one of its candidates still removes its key;
 //! an entry whose record is another key's never lets a read fall through
-//! to an older version; a snapshot chain whose index points into a
+//! to an older version; an emptied segment stays while a kept snapshot
+//! may point into it, and a snapshot chain whose index points into a
 //! segment removed since is refused; keys with a TTL stay due through a
 //! GC that raced a checkpoint and through a failed read.
 
@@ -303,9 +304,17 @@ fn try_load_chain(disk: &SimDisk, chain: &[&Entries]) -> Result<HybridTier<SimDi
     Ok(t)
 }
 
-#[test]
-fn an_older_snapshot_pointing_into_a_removed_segment_is_refused_not_served() {
-    let disk = SimDisk::new(2805);
+/// A full checkpoint, then a delta (D1) during which GC empties a segment
+/// after every index partition was copied, so the chain up to D1 still
+/// points into it. Returns the tier, what it holds, and the two files.
+fn gc_during_a_delta(
+    disk: &SimDisk,
+) -> (
+    HybridTier<SimDisk>,
+    std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    Entries,
+    Entries,
+) {
     let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
     let mut model = std::collections::BTreeMap::new();
     // Later rounds overwrite the even keys only: the oldest segment keeps
@@ -317,8 +326,6 @@ fn an_older_snapshot_pointing_into_a_removed_segment_is_refused_not_served() {
         }
     }
     let full = checkpoint_of(&mut t, false);
-    // D1: GC empties a segment after every index partition was copied, so
-    // the chain up to D1 still points into it.
     t.checkpoint_begin();
     let mut d1 = Vec::new();
     let mut push = |k: &[u8], v: Option<&[u8]>, at: Option<u64>| {
@@ -335,23 +342,66 @@ fn an_older_snapshot_pointing_into_a_removed_segment_is_refused_not_served() {
     }
     t.checkpoint_finish(&mut push).expect("checkpoint");
     t.checkpoint_published();
-    // D2 and D3 start after the GC: the emptied segment goes at D3.
+    (t, model, full, d1)
+}
+
+#[test]
+fn an_emptied_segment_stays_while_a_kept_snapshot_may_point_into_it() {
+    let disk = SimDisk::new(2805);
+    let (mut t, model, full, d1) = gc_during_a_delta(&disk);
+    // D2 and D3 start after the GC, but they are deltas over the full
+    // snapshot taken before it: D1 is kept (in D2's and D3's chains), and
+    // a recovery whose D2 is damaged loads the chain up to D1.
     let d2 = checkpoint_of(&mut t, true);
     let segments = disk.files().len();
     let d3 = checkpoint_of(&mut t, true);
+    let emptied: Vec<_> = disk
+        .files()
+        .into_iter()
+        .filter(|f| f.to_string_lossy().ends_with(".seg"))
+        .collect();
+    assert_eq!(
+        disk.files().len(),
+        segments,
+        "the emptied segment stays while D1 is kept"
+    );
+    // The whole chain holds every value; so does the chain up to D1.
+    let back = try_load_chain(&disk, &[&full, &d1, &d2, &d3]).expect("the chain loads");
+    for (k, v) in &model {
+        assert_eq!(get(&back, k).as_deref(), Some(&v[..]));
+    }
+    let mut back = try_load_chain(&disk, &[&full, &d1]).expect("the chain up to D1 loads");
+    for (k, v) in &model {
+        assert_eq!(
+            get(&back, k).as_deref(),
+            Some(&v[..]),
+            "{}",
+            String::from_utf8_lossy(k)
+        );
+    }
+    assert!(back.take_read_errors().is_empty());
+    // A new full snapshot and one more: no kept snapshot is older than the
+    // GC any more, and the emptied segment goes.
+    let full2 = checkpoint_of(&mut t, false);
+    assert_eq!(disk.files().len(), segments, "D3's chain is still kept");
+    let d4 = checkpoint_of(&mut t, true);
     assert_eq!(
         disk.files().len(),
         segments - 1,
         "the emptied segment is removed"
     );
-    // The whole chain holds every value.
-    let back = try_load_chain(&disk, &[&full, &d1, &d2, &d3]).expect("the chain loads");
+    let gone: Vec<_> = emptied
+        .iter()
+        .filter(|f| !disk.files().contains(f))
+        .collect();
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    let back = try_load_chain(&disk, &[&full2, &d4]).expect("the newest chain loads");
     for (k, v) in &model {
         assert_eq!(get(&back, k).as_deref(), Some(&v[..]));
     }
-    // D2 damaged: recovery falls back to the chain up to D1, whose index
-    // points into the removed segment. It must be refused, or serve every
-    // value; never an unreadable or older one.
+    // Once it is gone, the chain up to D1 (no longer kept: a recovery
+    // would not find it) points into a removed segment. It must be refused, or serve every value; never an unreadable or older
+    // one.
     match try_load_chain(&disk, &[&full, &d1]) {
         Err(reason) => assert!(reason.contains("segment"), "{reason}"),
         Ok(mut back) => {
@@ -365,6 +415,53 @@ fn an_older_snapshot_pointing_into_a_removed_segment_is_refused_not_served() {
             }
             assert!(back.take_read_errors().is_empty());
         }
+    }
+}
+
+#[test]
+fn an_emptied_segment_listed_at_a_restart_stays_while_the_older_snapshots_may_be_kept() {
+    let disk = SimDisk::new(2806);
+    let (mut t, model, full, d1) = gc_during_a_delta(&disk);
+    let d2 = checkpoint_of(&mut t, true);
+    drop(t);
+    // A restart from the chain up to D2: its segment table lists the
+    // emptied segment, and its index does not point into it. The files
+    // of that chain stay kept until a full checkpoint after the restart
+    // and one more replace them, and the chain up to D1 points into it.
+    let segments = disk.files().len();
+    let mut t = try_load_chain(&disk, &[&full, &d1, &d2]).expect("the chain loads");
+    assert_eq!(disk.files().len(), segments);
+    let d3 = checkpoint_of(&mut t, true);
+    let d4 = checkpoint_of(&mut t, true);
+    let d5 = checkpoint_of(&mut t, true);
+    assert_eq!(disk.files().len(), segments, "the emptied segment stays");
+    for chain in [&[&full, &d1][..], &[&full, &d1, &d2, &d3, &d4, &d5][..]] {
+        let mut back = try_load_chain(&disk, chain).expect("the chain loads");
+        for (k, v) in &model {
+            assert_eq!(
+                get(&back, k).as_deref(),
+                Some(&v[..]),
+                "{}",
+                String::from_utf8_lossy(k)
+            );
+        }
+        assert!(back.take_read_errors().is_empty());
+    }
+    let full2 = checkpoint_of(&mut t, false);
+    assert_eq!(
+        disk.files().len(),
+        segments,
+        "the older chain is still kept"
+    );
+    checkpoint_of(&mut t, true);
+    assert_eq!(
+        disk.files().len(),
+        segments - 1,
+        "the emptied segment is removed"
+    );
+    let back = try_load_chain(&disk, &[&full2]).expect("the newest full checkpoint loads");
+    for (k, v) in &model {
+        assert_eq!(get(&back, k).as_deref(), Some(&v[..]));
     }
 }
 
