@@ -3,7 +3,7 @@
 //! tier is not acknowledged, and its keys do not read their older values;
 //! a delete that cannot read one of its candidates still removes its key;
 //! an entry whose record is another key's never lets a read fall through
-//! to an older version; an emptied segment stays while a kept snapshot
+//! to an older version, and a delete of its key leaves it absent; an emptied segment stays while a kept snapshot
 //! may point into it, and a snapshot chain whose index points into a
 //! segment removed since is refused; keys with a TTL stay due through a
 //! GC that raced a checkpoint and through a failed read.
@@ -210,16 +210,17 @@ fn unresolved_addrs(entries: &Entries) -> Vec<u32> {
         .collect()
 }
 
-#[test]
-fn an_entry_pointing_at_another_keys_record_is_an_error_never_the_older_version() {
-    let disk = SimDisk::new(2804);
-    let k = b"the key".as_slice();
-    let other = b"another key".as_slice();
+/// A checkpoint in which "the key" has an older record (an unresolved
+/// entry) and a settled entry that dangles: it points at the record of
+/// "another key", whose tag differs (as an entry into a removed segment
+/// whose slot was reused would). Returns the checkpoint's entries.
+fn dangling_entry_checkpoint(disk: &SimDisk) -> Entries {
+    let (k, other) = (b"the key".as_slice(), b"another key".as_slice());
     let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
     put(&mut t, k, &value(0, 0));
     let entries = checkpoint(&mut t);
     // A blind overwrite: the old record stays, unresolved, behind the new.
-    let mut t = reload(&disk, settings(0), &entries);
+    let mut t = reload(disk, settings(0), &entries);
     put(&mut t, k, &value(0, 1));
     put(&mut t, other, &value(1, 0));
     assert_eq!(t.stats().unresolved_entries, 1);
@@ -250,6 +251,14 @@ fn an_entry_pointing_at_another_keys_record_is_an_error_never_the_older_version(
     v[2 * slot..2 * slot + 2].copy_from_slice(&tag.to_le_bytes());
     let at = slots_in_chunk * 2 + 4 * slot;
     v[at..at + 4].copy_from_slice(&other_slot.3.to_le_bytes());
+    entries
+}
+
+#[test]
+fn an_entry_pointing_at_another_keys_record_is_an_error_never_the_older_version() {
+    let disk = SimDisk::new(2804);
+    let (k, other) = (b"the key".as_slice(), b"another key".as_slice());
+    let entries = dangling_entry_checkpoint(&disk);
     // Neither read path answers the older value: the split one (the
     // records on the device) ...
     let t = reload(&disk, settings(0), &entries);
@@ -266,6 +275,68 @@ fn an_entry_pointing_at_another_keys_record_is_an_error_never_the_older_version(
     assert_eq!(got, None);
     assert_eq!(t.take_read_errors().len(), 1, "the read is an error");
     assert_eq!(get(&t, other).as_deref(), Some(&value(1, 0)[..]));
+}
+
+#[test]
+fn a_delete_of_a_key_whose_entry_dangles_leaves_it_absent_not_unreadable() {
+    let disk = SimDisk::new(2807);
+    let (k, other) = (b"the key".as_slice(), b"another key".as_slice());
+    let entries = dangling_entry_checkpoint(&disk);
+    // Every way a delete goes: reading its candidates (Tier::delete, as
+    // transactions, active expiry and updates do; a blind delete past the
+    // sets' bound) or blind, with the dangling entry's record read into
+    // RAM by a GET first or not.
+    type Delete = fn(&mut HybridTier<SimDisk>, &[u8]);
+    let deletes: [(&str, Delete, bool); 4] = [
+        (
+            "reading",
+            |t, k| {
+                t.delete(fnv1a64(k), k);
+            },
+            false,
+        ),
+        (
+            "past the bound",
+            |t, k| {
+                t.set_unresolved_max(0);
+                t.delete_blind(fnv1a64(k), k);
+            },
+            false,
+        ),
+        ("blind", |t, k| t.delete_blind(fnv1a64(k), k), false),
+        (
+            "blind, read first",
+            |t, k| t.delete_blind(fnv1a64(k), k),
+            true,
+        ),
+    ];
+    for (how, delete, read_first) in deletes {
+        let mut t = reload(&disk, settings(0), &entries);
+        if read_first {
+            assert_eq!(get(&t, k), None);
+            assert_eq!(t.take_read_errors().len(), 1, "{how}: the entry dangles");
+        }
+        delete(&mut t, k);
+        assert_eq!(get(&t, k), None, "{how}");
+        assert!(
+            t.take_read_errors().is_empty(),
+            "{how}: the deleted key reads as absent, not as an error"
+        );
+        let (answers, _) = get_split(&t, &[k.to_vec()]);
+        assert_eq!(answers[0], Ok(None), "{how}: split read");
+        assert_eq!(get(&t, other).as_deref(), Some(&value(1, 0)[..]), "{how}");
+        // And it stays so through a checkpoint.
+        let mut back = reload(&disk, settings(0), &checkpoint(&mut t));
+        assert_eq!(get(&back, k), None, "{how}: after a checkpoint");
+        assert!(
+            back.take_read_errors().is_empty(),
+            "{how}: after a checkpoint"
+        );
+        assert_eq!(get(&back, other).as_deref(), Some(&value(1, 0)[..]));
+        // A put of the key afterwards is its value.
+        put(&mut back, k, &value(0, 2));
+        assert_eq!(get(&back, k).as_deref(), Some(&value(0, 2)[..]), "{how}");
+    }
 }
 
 fn get_split(t: &dyn Tier, keys: &[Vec<u8>]) -> (Vec<ColdAnswer>, usize) {

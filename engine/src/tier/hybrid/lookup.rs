@@ -168,7 +168,13 @@ impl<D: Disk> Inner<D> {
         for c in self.ordered_candidates(h) {
             match self.record(&c) {
                 Ok(r) if r.key == key => found.push((c, r)),
-                Ok(_) => {}
+                // A record that cannot be the entry's: the entry dangles,
+                // and may have been the key's.
+                Ok(r) => {
+                    if let Err(e) = self.check_dangling(h, c.addr, &r) {
+                        failed = failed.or(Some(e));
+                    }
+                }
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
