@@ -603,3 +603,42 @@ fn a_due_key_whose_record_cannot_be_read_now_is_expired_once_it_can() {
     due.sort();
     assert_eq!(due, (0..20).map(key).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_due_key_whose_newer_candidate_cannot_be_read_stays_due() {
+    let disk = SimDisk::new(2808);
+    let (k, other) = (SHARED_TAG[0].as_bytes(), SHARED_TAG[1].as_bytes());
+    let mut t = HybridTier::new(disk.clone(), small()).expect("tier");
+    t.put_expiring(fnv1a64(k), k, &value(0, 0), Some(1_000));
+    for i in 0..300 {
+        put(&mut t, &key(i), &value(i, 0));
+    }
+    let entries = checkpoint(&mut t);
+    // A blind put of a key that shares the tag: the key's entry becomes
+    // unresolved, and whether it is current takes a read of the newer
+    // record, which goes to another segment.
+    let mut t = reload(&disk, small(), &entries);
+    put(&mut t, other, &value(1, 0));
+    assert_eq!(t.stats().unresolved_entries, 1);
+    let entries = checkpoint(&mut t);
+    let mut t = reload(&disk, small(), &entries);
+    let newer: Vec<_> = disk
+        .files()
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".seg") && !p.ends_with("0000000000000001.seg"))
+        .collect();
+    assert_eq!(newer.len(), 1, "{newer:?}");
+    t.set_now_ms(5_000);
+    disk.set_faults(SimFaults {
+        read_error_probability: 1.0,
+        path_filter: Some(newer[0].to_string_lossy().into_owned()),
+        ..SimFaults::default()
+    });
+    assert!(
+        t.due_keys(100).is_empty(),
+        "the newer record could not be read"
+    );
+    disk.set_faults(SimFaults::default());
+    let due: Vec<Vec<u8>> = t.due_keys(100).into_iter().map(|k| k.to_vec()).collect();
+    assert_eq!(due, vec![k.to_vec()], "the key is due once the read works");
+}

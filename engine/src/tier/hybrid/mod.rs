@@ -863,24 +863,24 @@ impl<D: Disk> Tier for HybridTier<D> {
             if keys.len() >= max {
                 break;
             }
-            match st.record_for_walk(addr, 1) {
-                Ok(r) => {
-                    let h = st.key_hash(&r.key);
-                    // An unresolved older version must not delete the key
-                    // its newer record holds.
-                    let current = st.index.find_addr(h, addr).is_some()
-                        && r.expires_at_ms == Some(at)
-                        && st.current(addr, &r).unwrap_or(false);
-                    if current {
-                        keys.push(r.key);
-                    } else {
-                        // Stale (from a fuzzy checkpoint): the key moved on.
-                        st.expiring.remove(&(at, addr));
-                    }
+            // An unresolved older version must not delete the key its
+            // newer record holds; whether it is one may take a read of
+            // the newer candidates.
+            let checked = st.record_for_walk(addr, 1).and_then(|r| {
+                let h = st.key_hash(&r.key);
+                let listed = st.index.find_addr(h, addr).is_some() && r.expires_at_ms == Some(at);
+                let current = listed && st.current(addr, &r)?;
+                Ok((r, current))
+            });
+            match checked {
+                Ok((r, true)) => keys.push(r.key),
+                Ok((_, false)) => {
+                    // Stale (from a fuzzy checkpoint): the key moved on.
+                    st.expiring.remove(&(at, addr));
                 }
                 Err(e) => {
-                    // Kept: the key is due, and its record may read again
-                    // (a later call tries it again).
+                    // Kept: the key may be due, and the records may read
+                    // again (a later call tries them again).
                     tracing::warn!(error = %e, "hybrid tier: an expiring record could not be read; its key is expired once it can be");
                 }
             }
