@@ -406,17 +406,13 @@ fn try_load_chain(disk: &SimDisk, chain: &[&Entries]) -> Result<HybridTier<SimDi
     Ok(t)
 }
 
+/// Every key and its value.
+type Model = std::collections::BTreeMap<Vec<u8>, Vec<u8>>;
+
 /// A full checkpoint, then a delta (D1) during which GC empties a segment
 /// after every index partition was copied, so the chain up to D1 still
 /// points into it. Returns the tier, what it holds, and the two files.
-fn gc_during_a_delta(
-    disk: &SimDisk,
-) -> (
-    HybridTier<SimDisk>,
-    std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
-    Entries,
-    Entries,
-) {
+fn gc_during_a_delta(disk: &SimDisk) -> (HybridTier<SimDisk>, Model, Entries, Entries) {
     let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
     let mut model = std::collections::BTreeMap::new();
     // Later rounds overwrite the even keys only: the oldest segment keeps

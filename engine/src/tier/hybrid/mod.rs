@@ -285,9 +285,7 @@ fn unresolved_max(index_keys: u64) -> usize {
 /// than it.
 fn oldest_kept_epoch(published: &mut Vec<(u64, bool)>) -> Option<u64> {
     let second = published.len().checked_sub(2)?;
-    let Some(start) = published[..=second].iter().rposition(|&(_, full)| full) else {
-        return None;
-    };
+    let start = published[..=second].iter().rposition(|&(_, full)| full)?;
     published.drain(..start);
     Some(published[0].0)
 }
