@@ -3,8 +3,8 @@
 //! tier is not acknowledged, and its keys do not read their older values;
 //! a delete that cannot read one of its candidates still removes its key;
 //! an entry whose record is another key's never lets a read fall through
-//! to an older version, a delete of its key leaves it absent, and GC
-//! never settles an older version behind it; an emptied segment stays while a kept snapshot
+//! to an older version, a delete of its key leaves it absent, GC never
+//! settles an older version behind it, and walks do not list it; an emptied segment stays while a kept snapshot
 //! may point into it, and a snapshot chain whose index points into a
 //! segment removed since is refused; keys with a TTL stay due through a
 //! GC that raced a checkpoint and through a failed read.
@@ -368,6 +368,38 @@ fn gc_never_settles_an_older_version_behind_a_dangling_entry() {
     // Nor after a checkpoint and a reload.
     let back = reload(&disk, settings(0), &checkpoint(&mut t));
     assert_ne!(get(&back, k).as_deref(), Some(&value(0, 0)[..]));
+}
+
+#[test]
+fn a_walk_lists_no_key_through_a_dangling_entry() {
+    let disk = SimDisk::new(2810);
+    let other = b"another key".as_slice();
+    let entries = dangling_entry_checkpoint(&disk);
+    let t = reload(&disk, settings(0), &entries);
+    // The dangling entry points at the other key's record: a walk of the
+    // key's partition must not list the other key (twice, or under the
+    // wrong partition, or after it is deleted).
+    let mut listed = Vec::new();
+    for p in 0..t.partition_count() {
+        t.visit_partition(p, &mut |k, v, _| {
+            listed.push((p, k.to_vec(), v.to_vec()));
+        });
+    }
+    let others: Vec<_> = listed
+        .iter()
+        .filter(|(_, k, _)| k[..] == other[..])
+        .collect();
+    assert_eq!(others.len(), 1, "{others:?}");
+    assert_eq!(others[0].2, value(1, 0));
+    // Deleted, the other key is listed nowhere (its record is still in
+    // its segment, where the dangling entry points).
+    let mut t = t;
+    assert!(t.delete(fnv1a64(other), other));
+    for p in 0..t.partition_count() {
+        t.visit_partition(p, &mut |k, _, _| {
+            assert_ne!(k, other, "a deleted key listed by partition {p}");
+        });
+    }
 }
 
 fn get_split(t: &dyn Tier, keys: &[Vec<u8>]) -> (Vec<ColdAnswer>, usize) {

@@ -503,6 +503,14 @@ impl<D: Disk> Inner<D> {
     fn key_hash(&self, key: &[u8]) -> KeyHash {
         KeyHash::new(self.hasher.hash_key(key))
     }
+
+    /// Whether the record `r` at `addr`, reached through an entry of
+    /// `partition`, is that entry's: its key falls in the partition and
+    /// an entry of its own points at it.
+    fn own_entry(&self, partition: usize, addr: u32, r: &Record) -> bool {
+        let h = self.key_hash(&r.key);
+        h.partition() == partition && self.index.find_addr(h, addr).is_some()
+    }
     fn stats(&self) -> HybridStats {
         let segs = self.log.segs.iter().flatten();
         let (mut segments, mut bytes, mut records, mut live) = (0, 0, 0, 0);
@@ -945,11 +953,18 @@ impl<D: Disk> Tier for HybridTier<D> {
         let mut st = self.inner.borrow_mut();
         let mut entries = st.index.entries(partition);
         entries.sort_unstable();
+        entries.dedup_by_key(|e| e.0);
         for (addr, span) in entries {
             let record = st
                 .record_for_walk(addr, span)
                 .and_then(|r| Ok((st.current(addr, &r)?, r)));
             match record {
+                // Listed only through its own entry: one that dangles (a
+                // record of another partition, or one whose key no longer
+                // points at it) is not the key's.
+                Ok((true, r)) if !st.own_entry(partition, addr, &r) => {
+                    tracing::warn!(partition, addr, "hybrid tier: an index entry dangles; a key walk leaves it out");
+                }
                 Ok((true, r)) if st.live(&r) => f(&r.key, &r.value, r.expires_at_ms),
                 Ok(_) => {}
                 Err(e) => {
