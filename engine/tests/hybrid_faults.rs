@@ -3,7 +3,9 @@
 //! tier is not acknowledged, and its keys do not read their older values;
 //! a delete that cannot read one of its candidates still removes its key;
 //! an entry whose record is another key's never lets a read fall through
-//! to an older version; a snapshot chain whose index points into a
+//! to an older version, a delete of its key leaves it absent, GC never
+//! settles an older version behind it, and walks do not list it; an emptied segment stays while a kept snapshot
+//! may point into it, and a snapshot chain whose index points into a
 //! segment removed since is refused; keys with a TTL stay due through a
 //! GC that raced a checkpoint and through a failed read.
 
@@ -221,16 +223,17 @@ fn unresolved_addrs(entries: &Entries) -> Vec<u32> {
         .collect()
 }
 
-#[test]
-fn an_entry_pointing_at_another_keys_record_is_an_error_never_the_older_version() {
-    let disk = SimDisk::new(2804);
-    let k = b"the key".as_slice();
-    let other = b"another key".as_slice();
+/// A checkpoint in which "the key" has an older record (an unresolved
+/// entry) and a settled entry that dangles: it points at the record of
+/// "another key", whose tag differs (as an entry into a removed segment
+/// whose slot was reused would). Returns the checkpoint's entries.
+fn dangling_entry_checkpoint(disk: &SimDisk) -> Entries {
+    let (k, other) = (b"the key".as_slice(), b"another key".as_slice());
     let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
     put(&mut t, k, &value(0, 0));
     let entries = checkpoint(&mut t);
     // A blind overwrite: the old record stays, unresolved, behind the new.
-    let mut t = reload(&disk, settings(0), &entries);
+    let mut t = reload(disk, settings(0), &entries);
     put(&mut t, k, &value(0, 1));
     put(&mut t, other, &value(1, 0));
     assert_eq!(t.stats().unresolved_entries, 1);
@@ -261,6 +264,14 @@ fn an_entry_pointing_at_another_keys_record_is_an_error_never_the_older_version(
     v[2 * slot..2 * slot + 2].copy_from_slice(&tag.to_le_bytes());
     let at = slots_in_chunk * 2 + 4 * slot;
     v[at..at + 4].copy_from_slice(&other_slot.3.to_le_bytes());
+    entries
+}
+
+#[test]
+fn an_entry_pointing_at_another_keys_record_is_an_error_never_the_older_version() {
+    let disk = SimDisk::new(2804);
+    let (k, other) = (b"the key".as_slice(), b"another key".as_slice());
+    let entries = dangling_entry_checkpoint(&disk);
     // Neither read path answers the older value: the split one (the
     // records on the device) ...
     let t = reload(&disk, settings(0), &entries);
@@ -277,6 +288,130 @@ fn an_entry_pointing_at_another_keys_record_is_an_error_never_the_older_version(
     assert_eq!(got, None);
     assert_eq!(t.take_read_errors().len(), 1, "the read is an error");
     assert_eq!(get(&t, other).as_deref(), Some(&value(1, 0)[..]));
+}
+
+#[test]
+fn a_delete_of_a_key_whose_entry_dangles_leaves_it_absent_not_unreadable() {
+    let disk = SimDisk::new(2807);
+    let (k, other) = (b"the key".as_slice(), b"another key".as_slice());
+    let entries = dangling_entry_checkpoint(&disk);
+    // Every way a delete goes: reading its candidates (Tier::delete, as
+    // transactions, active expiry and updates do; a blind delete past the
+    // sets' bound) or blind, with the dangling entry's record read into
+    // RAM by a GET first or not.
+    type Delete = fn(&mut HybridTier<SimDisk>, &[u8]);
+    let deletes: [(&str, Delete, bool); 4] = [
+        (
+            "reading",
+            |t, k| {
+                t.delete(fnv1a64(k), k);
+            },
+            false,
+        ),
+        (
+            "past the bound",
+            |t, k| {
+                t.set_unresolved_max(0);
+                t.delete_blind(fnv1a64(k), k);
+            },
+            false,
+        ),
+        ("blind", |t, k| t.delete_blind(fnv1a64(k), k), false),
+        (
+            "blind, read first",
+            |t, k| t.delete_blind(fnv1a64(k), k),
+            true,
+        ),
+    ];
+    for (how, delete, read_first) in deletes {
+        let mut t = reload(&disk, settings(0), &entries);
+        if read_first {
+            assert_eq!(get(&t, k), None);
+            assert_eq!(t.take_read_errors().len(), 1, "{how}: the entry dangles");
+        }
+        delete(&mut t, k);
+        assert_eq!(get(&t, k), None, "{how}");
+        assert!(
+            t.take_read_errors().is_empty(),
+            "{how}: the deleted key reads as absent, not as an error"
+        );
+        let (answers, _) = get_split(&t, &[k.to_vec()]);
+        assert_eq!(answers[0], Ok(None), "{how}: split read");
+        assert_eq!(get(&t, other).as_deref(), Some(&value(1, 0)[..]), "{how}");
+        // And it stays so through a checkpoint.
+        let mut back = reload(&disk, settings(0), &checkpoint(&mut t));
+        assert_eq!(get(&back, k), None, "{how}: after a checkpoint");
+        assert!(
+            back.take_read_errors().is_empty(),
+            "{how}: after a checkpoint"
+        );
+        assert_eq!(get(&back, other).as_deref(), Some(&value(1, 0)[..]));
+        // A put of the key afterwards is its value.
+        put(&mut back, k, &value(0, 2));
+        assert_eq!(get(&back, k).as_deref(), Some(&value(0, 2)[..]), "{how}");
+    }
+}
+
+#[test]
+fn gc_never_settles_an_older_version_behind_a_dangling_entry() {
+    let disk = SimDisk::new(2809);
+    let (k, other) = (b"the key".as_slice(), b"another key".as_slice());
+    let entries = dangling_entry_checkpoint(&disk);
+    let eager = HybridSettings {
+        gc_garbage_percent: 1,
+        ..settings(0)
+    };
+    let mut t = reload(&disk, eager, &entries);
+    // GC goes through the segment of the key's older record (all garbage
+    // as far as the counts know), and must not take that record for the
+    // key's current one: its newer entry dangles and may have been it.
+    // (Before this rule GC copied it as current in its first step.)
+    for _ in 0..50 {
+        t.background_step();
+    }
+    let got = get(&t, k);
+    assert_ne!(got.as_deref(), Some(&value(0, 0)[..]), "the older value");
+    let (answers, _) = get_split(&t, &[k.to_vec()]);
+    assert!(
+        !matches!(&answers[0], Ok(Some(v)) if v[..] == value(0, 0)[..]),
+        "split read answered the older value"
+    );
+    assert_eq!(get(&t, other).as_deref(), Some(&value(1, 0)[..]));
+    // Nor after a checkpoint and a reload.
+    let back = reload(&disk, settings(0), &checkpoint(&mut t));
+    assert_ne!(get(&back, k).as_deref(), Some(&value(0, 0)[..]));
+}
+
+#[test]
+fn a_walk_lists_no_key_through_a_dangling_entry() {
+    let disk = SimDisk::new(2810);
+    let other = b"another key".as_slice();
+    let entries = dangling_entry_checkpoint(&disk);
+    let t = reload(&disk, settings(0), &entries);
+    // The dangling entry points at the other key's record: a walk of the
+    // key's partition must not list the other key (twice, or under the
+    // wrong partition, or after it is deleted).
+    let mut listed = Vec::new();
+    for p in 0..t.partition_count() {
+        t.visit_partition(p, &mut |k, v, _| {
+            listed.push((p, k.to_vec(), v.to_vec()));
+        });
+    }
+    let others: Vec<_> = listed
+        .iter()
+        .filter(|(_, k, _)| k[..] == other[..])
+        .collect();
+    assert_eq!(others.len(), 1, "{others:?}");
+    assert_eq!(others[0].2, value(1, 0));
+    // Deleted, the other key is listed nowhere (its record is still in
+    // its segment, where the dangling entry points).
+    let mut t = t;
+    assert!(t.delete(fnv1a64(other), other));
+    for p in 0..t.partition_count() {
+        t.visit_partition(p, &mut |k, _, _| {
+            assert_ne!(k, other, "a deleted key listed by partition {p}");
+        });
+    }
 }
 
 fn get_split(t: &dyn Tier, keys: &[Vec<u8>]) -> (Vec<ColdAnswer>, usize) {
@@ -315,9 +450,13 @@ fn try_load_chain(disk: &SimDisk, chain: &[&Entries]) -> Result<HybridTier<SimDi
     Ok(t)
 }
 
-#[test]
-fn an_older_snapshot_pointing_into_a_removed_segment_is_refused_not_served() {
-    let disk = SimDisk::new(2805);
+/// Every key and its value.
+type Model = std::collections::BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// A full checkpoint, then a delta (D1) during which GC empties a segment
+/// after every index partition was copied, so the chain up to D1 still
+/// points into it. Returns the tier, what it holds, and the two files.
+fn gc_during_a_delta(disk: &SimDisk) -> (HybridTier<SimDisk>, Model, Entries, Entries) {
     let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
     let mut model = std::collections::BTreeMap::new();
     // Later rounds overwrite the even keys only: the oldest segment keeps
@@ -329,8 +468,6 @@ fn an_older_snapshot_pointing_into_a_removed_segment_is_refused_not_served() {
         }
     }
     let full = checkpoint_of(&mut t, false);
-    // D1: GC empties a segment after every index partition was copied, so
-    // the chain up to D1 still points into it.
     t.checkpoint_begin();
     let mut d1 = Vec::new();
     let mut push = |k: &[u8], v: Option<&[u8]>, at: Option<u64>| {
@@ -347,23 +484,66 @@ fn an_older_snapshot_pointing_into_a_removed_segment_is_refused_not_served() {
     }
     t.checkpoint_finish(&mut push).expect("checkpoint");
     t.checkpoint_published();
-    // D2 and D3 start after the GC: the emptied segment goes at D3.
+    (t, model, full, d1)
+}
+
+#[test]
+fn an_emptied_segment_stays_while_a_kept_snapshot_may_point_into_it() {
+    let disk = SimDisk::new(2805);
+    let (mut t, model, full, d1) = gc_during_a_delta(&disk);
+    // D2 and D3 start after the GC, but they are deltas over the full
+    // snapshot taken before it: D1 is kept (in D2's and D3's chains), and
+    // a recovery whose D2 is damaged loads the chain up to D1.
     let d2 = checkpoint_of(&mut t, true);
     let segments = disk.files().len();
     let d3 = checkpoint_of(&mut t, true);
+    let emptied: Vec<_> = disk
+        .files()
+        .into_iter()
+        .filter(|f| f.to_string_lossy().ends_with(".seg"))
+        .collect();
+    assert_eq!(
+        disk.files().len(),
+        segments,
+        "the emptied segment stays while D1 is kept"
+    );
+    // The whole chain holds every value; so does the chain up to D1.
+    let back = try_load_chain(&disk, &[&full, &d1, &d2, &d3]).expect("the chain loads");
+    for (k, v) in &model {
+        assert_eq!(get(&back, k).as_deref(), Some(&v[..]));
+    }
+    let mut back = try_load_chain(&disk, &[&full, &d1]).expect("the chain up to D1 loads");
+    for (k, v) in &model {
+        assert_eq!(
+            get(&back, k).as_deref(),
+            Some(&v[..]),
+            "{}",
+            String::from_utf8_lossy(k)
+        );
+    }
+    assert!(back.take_read_errors().is_empty());
+    // A new full snapshot and one more: no kept snapshot is older than the
+    // GC any more, and the emptied segment goes.
+    let full2 = checkpoint_of(&mut t, false);
+    assert_eq!(disk.files().len(), segments, "D3's chain is still kept");
+    let d4 = checkpoint_of(&mut t, true);
     assert_eq!(
         disk.files().len(),
         segments - 1,
         "the emptied segment is removed"
     );
-    // The whole chain holds every value.
-    let back = try_load_chain(&disk, &[&full, &d1, &d2, &d3]).expect("the chain loads");
+    let gone: Vec<_> = emptied
+        .iter()
+        .filter(|f| !disk.files().contains(f))
+        .collect();
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    let back = try_load_chain(&disk, &[&full2, &d4]).expect("the newest chain loads");
     for (k, v) in &model {
         assert_eq!(get(&back, k).as_deref(), Some(&v[..]));
     }
-    // D2 damaged: recovery falls back to the chain up to D1, whose index
-    // points into the removed segment. It must be refused, or serve every
-    // value; never an unreadable or older one.
+    // Once it is gone, the chain up to D1 (no longer kept: a recovery
+    // would not find it) points into a removed segment. It must be refused, or serve every value; never an unreadable or older
+    // one.
     match try_load_chain(&disk, &[&full, &d1]) {
         Err(reason) => assert!(reason.contains("segment"), "{reason}"),
         Ok(mut back) => {
@@ -377,6 +557,53 @@ fn an_older_snapshot_pointing_into_a_removed_segment_is_refused_not_served() {
             }
             assert!(back.take_read_errors().is_empty());
         }
+    }
+}
+
+#[test]
+fn an_emptied_segment_listed_at_a_restart_stays_while_the_older_snapshots_may_be_kept() {
+    let disk = SimDisk::new(2806);
+    let (mut t, model, full, d1) = gc_during_a_delta(&disk);
+    let d2 = checkpoint_of(&mut t, true);
+    drop(t);
+    // A restart from the chain up to D2: its segment table lists the
+    // emptied segment, and its index does not point into it. The files
+    // of that chain stay kept until a full checkpoint after the restart
+    // and one more replace them, and the chain up to D1 points into it.
+    let segments = disk.files().len();
+    let mut t = try_load_chain(&disk, &[&full, &d1, &d2]).expect("the chain loads");
+    assert_eq!(disk.files().len(), segments);
+    let d3 = checkpoint_of(&mut t, true);
+    let d4 = checkpoint_of(&mut t, true);
+    let d5 = checkpoint_of(&mut t, true);
+    assert_eq!(disk.files().len(), segments, "the emptied segment stays");
+    for chain in [&[&full, &d1][..], &[&full, &d1, &d2, &d3, &d4, &d5][..]] {
+        let mut back = try_load_chain(&disk, chain).expect("the chain loads");
+        for (k, v) in &model {
+            assert_eq!(
+                get(&back, k).as_deref(),
+                Some(&v[..]),
+                "{}",
+                String::from_utf8_lossy(k)
+            );
+        }
+        assert!(back.take_read_errors().is_empty());
+    }
+    let full2 = checkpoint_of(&mut t, false);
+    assert_eq!(
+        disk.files().len(),
+        segments,
+        "the older chain is still kept"
+    );
+    checkpoint_of(&mut t, true);
+    assert_eq!(
+        disk.files().len(),
+        segments - 1,
+        "the emptied segment is removed"
+    );
+    let back = try_load_chain(&disk, &[&full2]).expect("the newest full checkpoint loads");
+    for (k, v) in &model {
+        assert_eq!(get(&back, k).as_deref(), Some(&v[..]));
     }
 }
 
@@ -446,4 +673,43 @@ fn a_due_key_whose_record_cannot_be_read_now_is_expired_once_it_can() {
     let mut due: Vec<Vec<u8>> = t.due_keys(100).into_iter().map(|k| k.to_vec()).collect();
     due.sort();
     assert_eq!(due, (0..20).map(key).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_due_key_whose_newer_candidate_cannot_be_read_stays_due() {
+    let disk = SimDisk::new(2808);
+    let (k, other) = (SHARED_TAG[0].as_bytes(), SHARED_TAG[1].as_bytes());
+    let mut t = HybridTier::new(disk.clone(), small()).expect("tier");
+    t.put_expiring(fnv1a64(k), k, &value(0, 0), Some(1_000));
+    for i in 0..300 {
+        put(&mut t, &key(i), &value(i, 0));
+    }
+    let entries = checkpoint(&mut t);
+    // A blind put of a key that shares the tag: the key's entry becomes
+    // unresolved, and whether it is current takes a read of the newer
+    // record, which goes to another segment.
+    let mut t = reload(&disk, small(), &entries);
+    put(&mut t, other, &value(1, 0));
+    assert_eq!(t.stats().unresolved_entries, 1);
+    let entries = checkpoint(&mut t);
+    let mut t = reload(&disk, small(), &entries);
+    let newer: Vec<_> = disk
+        .files()
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".seg") && !p.ends_with("0000000000000001.seg"))
+        .collect();
+    assert_eq!(newer.len(), 1, "{newer:?}");
+    t.set_now_ms(5_000);
+    disk.set_faults(SimFaults {
+        read_error_probability: 1.0,
+        path_filter: Some(newer[0].to_string_lossy().into_owned()),
+        ..SimFaults::default()
+    });
+    assert!(
+        t.due_keys(100).is_empty(),
+        "the newer record could not be read"
+    );
+    disk.set_faults(SimFaults::default());
+    let due: Vec<Vec<u8>> = t.due_keys(100).into_iter().map(|k| k.to_vec()).collect();
+    assert_eq!(due, vec![k.to_vec()], "the key is due once the read works");
 }

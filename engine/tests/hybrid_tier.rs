@@ -1,16 +1,16 @@
 //! The hybrid tier on its own, on the simulated disk: values round-trip
-//! through segment files, keys with colliding hashes stay apart, a
+//! through segment files, keys with the same tag stay apart, a
 //! checkpoint's entries rebuild the tier, GC keeps every live value, and
 //! damaged blocks or failed reads answer errors, never wrong values.
 
 use bytes::Bytes;
 use common::hybrid::{
     checkpoint, checkpoint_of, get, key, put, reload, reload_chain, run_settles, settings, value,
-    CheckpointEntry, Entries,
+    CheckpointEntry, Entries, SHARED_TAG,
 };
 use engine::hash::fnv1a64;
 use engine::io::sim::{SimDisk, SimFaults};
-use engine::tier::{HybridTier, Tier};
+use engine::tier::{HybridSettings, HybridTier, Tier};
 use std::collections::BTreeMap;
 
 mod common;
@@ -60,29 +60,45 @@ fn values_round_trip_through_segments_with_a_small_cache() {
 }
 
 #[test]
-fn keys_with_the_same_hash_stay_apart() {
+fn keys_with_the_same_tag_stay_apart() {
     let disk = SimDisk::new(2);
-    let mut t = HybridTier::new(disk, settings(0)).expect("tier");
-    // Every key gets the same hash: every entry's tag matches.
-    let h = 0x1234_5678_9abc_def0;
-    for i in 0..40u64 {
-        assert!(t.put(h, &key(i), &value(i, 0)), "key {i} is new");
+    // An index of four buckets per partition, where the six SHARED_TAG
+    // keys share partition, home bucket and tag: every entry of theirs is
+    // a candidate for each of them. (Each key's hash is its table hash: a
+    // record whose key hashes elsewhere than its entry is a dangling
+    // entry, an error, so keys cannot be given one made-up hash.)
+    let small = HybridSettings {
+        index_keys: 1_000,
+        ..settings(0)
+    };
+    let mut t = HybridTier::new(disk.clone(), small.clone()).expect("tier");
+    let keys: Vec<&[u8]> = SHARED_TAG.iter().map(|k| k.as_bytes()).collect();
+    for (i, k) in keys.iter().enumerate() {
+        assert!(put(&mut t, k, &value(i as u64, 0)), "key {i} is new");
     }
-    for i in (0..40u64).step_by(2) {
-        assert!(!t.put(h, &key(i), &value(i, 1)), "key {i} existed");
+    for (i, k) in keys.iter().enumerate().step_by(2) {
+        assert!(!put(&mut t, k, &value(i as u64, 1)), "key {i} existed");
     }
-    assert!(t.delete(h, &key(5)));
-    assert!(!t.delete(h, &key(5)));
-    assert_eq!(t.len(), 39);
-    for i in 0..40u64 {
+    assert!(t.delete(fnv1a64(keys[3]), keys[3]));
+    assert!(!t.delete(fnv1a64(keys[3]), keys[3]));
+    assert_eq!(t.len(), 5);
+    for (i, k) in keys.iter().enumerate() {
         let want = match i {
-            5 => None,
-            i if i % 2 == 0 => Some(value(i, 1)),
-            i => Some(value(i, 0)),
+            3 => None,
+            i if i % 2 == 0 => Some(value(i as u64, 1)),
+            i => Some(value(i as u64, 0)),
         };
-        assert_eq!(t.get(h, &key(i)).as_deref(), want.as_deref(), "key {i}");
+        assert_eq!(get(&t, k).as_deref(), want.as_deref(), "key {i}");
     }
-    assert_eq!(t.get(h, b"never written"), None);
+    assert_eq!(get(&t, b"never written"), None);
+    assert!(t.take_read_errors().is_empty());
+    // They do share the tag: a blind put of one, with nothing in RAM,
+    // leaves every live entry of the six unresolved beside its new one.
+    let mut t = reload(&disk, small, &checkpoint(&mut t));
+    put(&mut t, keys[1], &value(1, 2));
+    assert_eq!(t.stats().unresolved_entries, 5);
+    assert_eq!(get(&t, keys[1]).as_deref(), Some(&value(1, 2)[..]));
+    assert_eq!(get(&t, keys[4]).as_deref(), Some(&value(4, 1)[..]));
 }
 
 #[test]

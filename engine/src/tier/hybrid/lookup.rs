@@ -168,7 +168,13 @@ impl<D: Disk> Inner<D> {
         for c in self.ordered_candidates(h) {
             match self.record(&c) {
                 Ok(r) if r.key == key => found.push((c, r)),
-                Ok(_) => {}
+                // A record that cannot be the entry's: the entry dangles,
+                // and may have been the key's.
+                Ok(r) => {
+                    if let Err(e) = self.check_dangling(h, c.addr, &r) {
+                        failed = failed.or(Some(e));
+                    }
+                }
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
@@ -186,7 +192,8 @@ impl<D: Disk> Inner<D> {
 
     /// Whether the record at `addr` (of `key`, an unresolved entry) is an
     /// older version of its key: another entry of the key is newer, or the
-    /// key was deleted since.
+    /// key was deleted since. `Err` when a newer candidate cannot be read
+    /// or dangles (it may be the key's).
     pub(super) fn superseded(&mut self, addr: u32, key: &[u8]) -> Result<bool, ReadError> {
         if self.is_deleted(key) {
             return Ok(true);
@@ -197,9 +204,13 @@ impl<D: Disk> Inner<D> {
             if c.addr == addr || self.age(c.addr) <= age {
                 continue;
             }
-            if self.record(&c)?.key == key {
+            let r = self.record(&c)?;
+            if r.key == key {
                 return Ok(true);
             }
+            // A newer entry that dangles may have been the key's: whether
+            // this record is superseded cannot be told.
+            self.check_dangling(h, c.addr, &r)?;
         }
         Ok(false)
     }

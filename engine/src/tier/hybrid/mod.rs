@@ -32,7 +32,8 @@
 //! - **GC** rewrites the live records of the segment with the best
 //!   cost-benefit score once garbage passes `storage.gc_garbage_percent`;
 //!   an emptied segment is removed only after two checkpoints that started
-//!   after its GC, so the older checkpoint kept never points into it.
+//!   after its GC, and once no snapshot kept (a file of the two newest
+//!   chains, which recovery may fall back to) is older than its GC.
 //! - **Resize.** An index loaded from a checkpoint has the size it was
 //!   written with; when recovery is done and `index_keys` asks for another
 //!   size, `resize.rs` rebuilds it by reading every record's key.
@@ -224,6 +225,13 @@ struct GcState {
     bytes_written: u64,
     /// The segment GC is working through, and where it goes on.
     victim: Option<(u32, u64)>,
+    /// Whether the running checkpoint is a full one (not a delta).
+    checkpoint_full: bool,
+    /// (epoch, full) of the checkpoints published since this tier was
+    /// made, oldest first, from the full one the second newest builds on:
+    /// the snapshots kept (`snapshot::retained`) as far as this tier
+    /// knows. Snapshots from before a restart are not in it.
+    published: Vec<(u64, bool)>,
 }
 
 /// What went wrong: read errors to report, a failed write that poisons
@@ -268,6 +276,18 @@ const MERGE_BLOCKS: u64 = 64;
 /// sized for (about 0.3 bytes of RAM per key at most), at least 4096.
 fn unresolved_max(index_keys: u64) -> usize {
     (index_keys / 32).max(4096) as usize
+}
+
+/// The epoch of the oldest snapshot kept, from the checkpoints published
+/// (`(epoch, full)`, oldest first): the full snapshot the second newest
+/// builds on. `None` when that is not known (it was written before this
+/// tier was made: recovery may still load it). Drops the entries older
+/// than it.
+fn oldest_kept_epoch(published: &mut Vec<(u64, bool)>) -> Option<u64> {
+    let second = published.len().checked_sub(2)?;
+    let start = published[..=second].iter().rposition(|&(_, full)| full)?;
+    published.drain(..start);
+    Some(published[0].0)
 }
 
 /// Most settling reads queued or in flight per shard. Past it a put
@@ -417,6 +437,8 @@ impl<D: Disk> HybridTier<D> {
                     bytes_read: 0,
                     bytes_written: 0,
                     victim: None,
+                    checkpoint_full: false,
+                    published: Vec::new(),
                 },
                 faults: Faults {
                     read_errors: Vec::new(),
@@ -480,6 +502,14 @@ impl<D: Disk> Inner<D> {
     /// The index hash of `key` (recomputed from a record's key).
     fn key_hash(&self, key: &[u8]) -> KeyHash {
         KeyHash::new(self.hasher.hash_key(key))
+    }
+
+    /// Whether the record `r` at `addr`, reached through an entry of
+    /// `partition`, is that entry's: its key falls in the partition and
+    /// an entry of its own points at it.
+    fn own_entry(&self, partition: usize, addr: u32, r: &Record) -> bool {
+        let h = self.key_hash(&r.key);
+        h.partition() == partition && self.index.find_addr(h, addr).is_some()
     }
     fn stats(&self) -> HybridStats {
         let segs = self.log.segs.iter().flatten();
@@ -839,24 +869,24 @@ impl<D: Disk> Tier for HybridTier<D> {
             if keys.len() >= max {
                 break;
             }
-            match st.record_for_walk(addr, 1) {
-                Ok(r) => {
-                    let h = st.key_hash(&r.key);
-                    // An unresolved older version must not delete the key
-                    // its newer record holds.
-                    let current = st.index.find_addr(h, addr).is_some()
-                        && r.expires_at_ms == Some(at)
-                        && st.current(addr, &r).unwrap_or(false);
-                    if current {
-                        keys.push(r.key);
-                    } else {
-                        // Stale (from a fuzzy checkpoint): the key moved on.
-                        st.expiring.remove(&(at, addr));
-                    }
+            // An unresolved older version must not delete the key its
+            // newer record holds; whether it is one may take a read of
+            // the newer candidates.
+            let checked = st.record_for_walk(addr, 1).and_then(|r| {
+                let h = st.key_hash(&r.key);
+                let listed = st.index.find_addr(h, addr).is_some() && r.expires_at_ms == Some(at);
+                let current = listed && st.current(addr, &r)?;
+                Ok((r, current))
+            });
+            match checked {
+                Ok((r, true)) => keys.push(r.key),
+                Ok((_, false)) => {
+                    // Stale (from a fuzzy checkpoint): the key moved on.
+                    st.expiring.remove(&(at, addr));
                 }
                 Err(e) => {
-                    // Kept: the key is due, and its record may read again
-                    // (a later call tries it again).
+                    // Kept: the key may be due, and the records may read
+                    // again (a later call tries them again).
                     tracing::warn!(error = %e, "hybrid tier: an expiring record could not be read; its key is expired once it can be");
                 }
             }
@@ -923,11 +953,18 @@ impl<D: Disk> Tier for HybridTier<D> {
         let mut st = self.inner.borrow_mut();
         let mut entries = st.index.entries(partition);
         entries.sort_unstable();
+        entries.dedup_by_key(|e| e.0);
         for (addr, span) in entries {
             let record = st
                 .record_for_walk(addr, span)
                 .and_then(|r| Ok((st.current(addr, &r)?, r)));
             match record {
+                // Listed only through its own entry: one that dangles (a
+                // record of another partition, or one whose key no longer
+                // points at it) is not the key's.
+                Ok((true, r)) if !st.own_entry(partition, addr, &r) => {
+                    tracing::warn!(partition, addr, "hybrid tier: an index entry dangles; a key walk leaves it out");
+                }
                 Ok((true, r)) if st.live(&r) => f(&r.key, &r.value, r.expires_at_ms),
                 Ok(_) => {}
                 Err(e) => {
@@ -972,6 +1009,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         f: &mut CheckpointVisitor<'_>,
     ) {
         let st = self.inner.get_mut();
+        st.gc.checkpoint_full = !delta;
         if partition == 0 {
             let mut layout = Vec::new();
             layout.extend_from_slice(&LAYOUT_VERSION.to_le_bytes());
@@ -1050,16 +1088,24 @@ impl<D: Disk> Tier for HybridTier<D> {
         self.inner.borrow().log.backup_files()
     }
 
+    /// A segment GC emptied goes once two checkpoints that started after
+    /// its GC are published and no snapshot kept is older than its GC:
+    /// the chains of the two newest snapshots are kept, and a recovery
+    /// whose newer files are damaged may load any of them, so a delta
+    /// chain whose full snapshot was copied before the GC can point into
+    /// it until a newer full snapshot and one more replace that chain.
     fn checkpoint_published(&mut self) {
         let st = self.inner.get_mut();
         let epoch = st.epoch;
+        st.gc.published.push((epoch, st.gc.checkpoint_full));
+        let oldest_kept = oldest_kept_epoch(&mut st.gc.published);
         let mut gone = Vec::new();
         for (slot, seg) in st.log.segs.iter_mut().enumerate() {
             let Some(seg) = seg else { continue };
             if let SegState::Zombie { gc_epoch, confirms } = &mut seg.state {
                 if *gc_epoch < epoch {
-                    *confirms += 1;
-                    if *confirms >= 2 {
+                    *confirms = confirms.saturating_add(1);
+                    if *confirms >= 2 && oldest_kept.is_some_and(|e| e > *gc_epoch) {
                         gone.push(slot as u32);
                     }
                 }

@@ -84,9 +84,9 @@ impl<D: Disk> Inner<D> {
                 // now on: new records go to a new segment.
                 0 | 1 => SegState::Sealed,
                 // Emptied by GC. It may be gone already: it is removed once
-                // two checkpoints that started after its GC are published,
-                // and the newest of those still lists it; neither points
-                // into it (an older chain loaded as a fallback may: see
+                // no snapshot kept is older than its GC, and the newest of
+                // those still lists it; none points into it (a chain that
+                // was not kept, or one from before that rule, may: see
                 // `check_removed_segments`). If it is still there, an index
                 // copied while its GC ran may point into it: keep it.
                 2 if !self.log.segment_exists(seq) => {

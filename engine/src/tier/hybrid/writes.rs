@@ -267,6 +267,9 @@ impl<D: Disk> Inner<D> {
         let mut current_in_ram = false;
         let mut settled_unknown = Vec::new();
         let mut unresolved_unknown = false;
+        // Settled entries whose record cannot be theirs (another partition
+        // or tag): they dangle, and may have been the key's newest.
+        let mut dangling = Vec::new();
         for c in self.ordered_candidates(h) {
             let settled = !self.blind.unresolved.contains(&c.addr);
             match self.where_is(&c) {
@@ -274,7 +277,9 @@ impl<D: Disk> Inner<D> {
                     current_in_ram |= settled;
                     mine.push((c, r));
                 }
-                Where::Ram(Ok(_)) => {}
+                Where::Ram(Ok(r)) if self.check_dangling(h, c.addr, &r).is_ok() => {}
+                Where::Ram(Ok(_)) if settled => dangling.push(c),
+                Where::Ram(Ok(_)) => unresolved_unknown = true,
                 Where::Ram(Err(_)) | Where::Device(..) if settled => settled_unknown.push(c),
                 Where::Ram(Err(_)) | Where::Device(..) => unresolved_unknown = true,
             }
@@ -286,15 +291,20 @@ impl<D: Disk> Inner<D> {
         // With the current record found in RAM, the settled entries on the
         // device are other keys'; the unresolved ones may be older
         // versions of this one.
+        // A dangling entry is left dead under `deleted`, whatever was found:
+        // settled, it would read as an error for the key.
+        for c in &dangling {
+            self.blind.unresolved.insert(c.addr);
+        }
         let mark = if current_in_ram {
-            unresolved_unknown
+            unresolved_unknown || !dangling.is_empty()
         } else {
             // Their bytes stay counted as live: most are other keys'
             // records; the answer's read settles this key's own.
             for c in &settled_unknown {
                 self.blind.unresolved.insert(c.addr);
             }
-            unresolved_unknown || !settled_unknown.is_empty()
+            unresolved_unknown || !settled_unknown.is_empty() || !dangling.is_empty()
         };
         if mark {
             self.blind.deleted_bytes += key.len() as u64;
