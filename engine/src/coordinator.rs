@@ -372,9 +372,7 @@ impl Txn {
             let Some((shard, writes)) = by_shard.into_iter().next() else {
                 unreachable!("one shard")
             };
-            let result = commit_on_one_shard(&shared, txn, shard, participants, writes).await;
-            shared.txn_release(txn, &others).await;
-            return result;
+            return commit_on_one_shard(&shared, txn, shard, participants, writes, &others).await;
         }
         // Several shards: log every part, then apply every part.
         let parts = match log_parts(&shared, txn, &by_shard, &participants).await {
@@ -463,23 +461,35 @@ fn check_memory(
 }
 
 /// A commit whose writes all go to one shard: one record, logged and
-/// applied there in one step (which also releases that shard's locks).
+/// applied there in one step (which also releases that shard's locks, as
+/// soon as the record is in the WAL buffer). The locks on shards that were
+/// only read go as soon as that shard has released its own, before the
+/// record is durable; the answer waits for it (early lock release, see
+/// docs/transactions.md).
 async fn commit_on_one_shard(
     shared: &Arc<EngineShared>,
     txn: u64,
     shard: u16,
     participants: Arc<[u16]>,
     writes: Vec<TxnWrite>,
+    others: &BTreeSet<u16>,
 ) -> Result<(), TxnError> {
-    let logged = shared
-        .txn_ask(shard as usize, |reply| TxnMsg::Log {
-            txn,
-            participants,
-            writes,
-            finish: true,
-            reply,
-        })
-        .await;
+    let (released_tx, released_rx) = oneshot::channel();
+    let ask = shared.txn_ask(shard as usize, |reply| TxnMsg::Log {
+        txn,
+        participants,
+        writes,
+        finish: true,
+        released: Some(released_tx),
+        reply,
+    });
+    let release_others = async {
+        // Sent or dropped (the commit failed first): either way this
+        // transaction writes nothing more through these locks.
+        let _ = released_rx.await;
+        shared.txn_release(txn, others).await;
+    };
+    let (logged, ()) = futures::join!(ask, release_others);
     match logged {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => {
@@ -509,6 +519,7 @@ async fn log_parts(
                     participants,
                     writes,
                     finish: false,
+                    released: None,
                     reply,
                 })
                 .await;

@@ -57,10 +57,17 @@ struct CoreState {
     /// The tier's table hasher: every key's `hash` argument comes from it.
     table_hasher: TableHasher,
     /// LSN of the newest plain write applied to the tier (transaction parts
-    /// reach the tier only once durable, so they never count here).
+    /// applied before they are durable are in `txn_undurable` instead).
     plain_write_lsn: u64,
     /// Bumped with every change of a key in the tier (WATCH).
     write_marks: WriteMarks,
+    /// Under `sync`: key hash -> LSN of a transaction part applied to the
+    /// tier before it was durable (early lock release). A read of such a
+    /// key waits for that LSN; entries at or below the durable LSN are
+    /// stale and dropped as they are met.
+    txn_undurable: std::collections::HashMap<u64, u64>,
+    /// The largest LSN in `txn_undurable` (once durable, all of it is).
+    txn_undurable_max: u64,
     /// The tier's memory as the limit sees it: [`Tier::memory_bytes`] at
     /// the end of the last step, plus the growth bound of every write
     /// applied since (so the check needs no full count per write).
@@ -238,6 +245,8 @@ impl ShardCore {
                 tier,
                 plain_write_lsn: last_lsn,
                 write_marks: WriteMarks::new(),
+                txn_undurable: std::collections::HashMap::new(),
+                txn_undurable_max: 0,
                 used_bytes,
             }),
             wal,
@@ -442,8 +451,21 @@ impl ShardCore {
         let values = found.chain(
             (answered..keys.len()).map(|_| Some(Err(OpError::ReadLimitReached { shard, max }))),
         );
+        let durable = self.wal.durable_lsn();
+        if durable >= st.txn_undurable_max {
+            st.txn_undurable.clear();
+        }
         for (offset, value) in values.into_iter().enumerate() {
-            out.writes.mark(index + offset, false);
+            // A GET that may see a transaction's writes that are not durable
+            // yet is answered with the batch's writes: once everything logged
+            // before it is durable, and POISONED if the shard fails first.
+            let sees_undurable = !st.txn_undurable.is_empty()
+                && st
+                    .txn_undurable
+                    .get(&hashes[offset])
+                    .is_some_and(|&lsn| lsn > durable);
+            out.writes.mark(index + offset, sees_undurable);
+            out.had_write |= sees_undurable;
             out.results.push(match value {
                 Some(Ok(v)) => OpResult::Value(v),
                 Some(Err(e)) => {
@@ -948,6 +970,29 @@ impl ShardCore {
             .then_some(st.plain_write_lsn)
     }
 
+    /// Under `sync`, the LSN a read of `keys` made now must wait for: the
+    /// newest plain write in the tier, and the newest transaction part
+    /// applied before it was durable that wrote one of `keys`, whichever
+    /// is larger and not durable yet. `None`: the read may be answered.
+    pub(crate) fn undurable_lsn_of(&self, keys: &[bytes::Bytes]) -> Option<u64> {
+        let plain = self.undurable_lsn();
+        let durable = self.wal.durable_lsn();
+        let mut st = self.state.borrow_mut();
+        if durable >= st.txn_undurable_max {
+            st.txn_undurable.clear();
+            return plain;
+        }
+        let txn = keys
+            .iter()
+            .filter_map(|key| {
+                let hash = st.table_hasher.hash_key(key);
+                st.txn_undurable.get(&hash).copied()
+            })
+            .filter(|&lsn| lsn > durable)
+            .max();
+        plain.max(txn)
+    }
+
     /// Logs one transaction part (waiting for buffer space). `Ok(None)`
     /// without a WAL; `Err` once the shard is poisoned.
     pub(crate) async fn log_txn_part(&self, header: &[u8], body: &[u8]) -> Result<Option<u64>, ()> {
@@ -980,14 +1025,29 @@ impl ShardCore {
     /// Applies a transaction part's writes to the tier. `Err` if the tier
     /// failed to take one of them (the shard is poisoned then, and the
     /// commit's outcome is left to the restart, which replays the part).
+    /// With `undurable_lsn` (the part's LSN, not durable yet: early lock
+    /// release under `sync`), reads of the written keys wait for it.
     pub(crate) fn apply_txn_writes(
         &self,
         writes: &[crate::txn::record::TxnWrite],
+        undurable_lsn: Option<u64>,
     ) -> Result<(), ()> {
         let mut st = self.state.borrow_mut();
+        if let Some(lsn) = undurable_lsn {
+            let durable = self.wal.durable_lsn();
+            if durable >= st.txn_undurable_max {
+                st.txn_undurable.clear();
+            } else if st.txn_undurable.len() >= 4096 {
+                st.txn_undurable.retain(|_, l| *l > durable);
+            }
+            st.txn_undurable_max = st.txn_undurable_max.max(lsn);
+        }
         for w in writes {
             let hash = st.table_hasher.hash_key(&w.key);
             st.write_marks.bump(hash);
+            if let Some(lsn) = undurable_lsn {
+                st.txn_undurable.insert(hash, lsn);
+            }
             match &w.value {
                 Some(v) => {
                     st.tier.put(hash, &w.key, v);

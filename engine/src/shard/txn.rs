@@ -43,13 +43,17 @@ pub(crate) enum TxnMsg {
         key: Bytes,
         reply: oneshot::Sender<Result<Option<Bytes>, TxnError>>,
     },
-    /// Log this shard's part. With `finish` (the only part), also apply it
-    /// and release `txn`'s locks here once it is durable.
+    /// Log this shard's part. Without `finish` (one part of several), the
+    /// answer waits until it is durable (under `sync`). With `finish` (the
+    /// only part): apply it and release `txn`'s locks here as soon as it
+    /// is in the WAL buffer (early lock release), signal `released`, and
+    /// answer once it is durable; reads of its keys wait for that too.
     Log {
         txn: u64,
         participants: Arc<[u16]>,
         writes: Vec<TxnWrite>,
         finish: bool,
+        released: Option<oneshot::Sender<()>>,
         reply: oneshot::Sender<Result<u64, TxnError>>,
     },
     /// Every part is logged (durable under `sync`): apply this shard's
@@ -160,16 +164,16 @@ pub(crate) fn handle(core: &Rc<ShardCore>, msg: TxnMsg) {
             participants,
             writes,
             finish,
+            released,
             reply,
         } => {
             let core = core.clone();
             compio::runtime::spawn(async move {
-                let mut result = log_part(&core, txn, &participants, &writes).await;
-                if let (Ok(lsn), true) = (&result, finish) {
-                    if let Err(e) = apply_part(&core, txn, *lsn, &writes, None) {
-                        result = Err(e);
-                    }
-                }
+                let result = if finish {
+                    commit_part(&core, txn, &participants, &writes, released).await
+                } else {
+                    log_part(&core, txn, &participants, &writes).await
+                };
                 let _ = reply.send(result);
             })
             .detach();
@@ -181,11 +185,25 @@ pub(crate) fn handle(core: &Rc<ShardCore>, msg: TxnMsg) {
             parts,
             reply,
         } => {
-            let applied = apply_part(core, txn, lsn, &writes, Some(parts));
+            let applied = apply_part(core, txn, lsn, &writes, Some(parts), None);
             let _ = reply.send(applied);
         }
         TxnMsg::Marks { keys, reply } => {
-            let _ = reply.send(core.key_marks(&keys));
+            let marks = core.key_marks(&keys);
+            // A mark a transaction moved before it was durable is answered
+            // once it is (a WATCH that fails over it tells of the write).
+            let Some(lsn) = core.undurable_lsn_of(&keys) else {
+                let _ = reply.send(marks);
+                return;
+            };
+            let core = core.clone();
+            compio::runtime::spawn(async move {
+                // Poisoned first: no answer (the caller sees an error).
+                if core.wait_durable(lsn).await.is_ok() {
+                    let _ = reply.send(marks);
+                }
+            })
+            .detach();
         }
         TxnMsg::Release { txn, reply } => {
             core.txn.locks.borrow_mut().release_all(txn);
@@ -259,9 +277,10 @@ fn lock(
     .detach();
 }
 
-/// Answers `key`'s value once every record logged before the read is
-/// durable (under `sync`), so a transaction never sees a value a crash
-/// could take back.
+/// Answers `key`'s value once the records it may reflect are durable
+/// (under `sync`: the newest plain write, and the part of a transaction
+/// that released its locks before its part was durable and wrote `key`),
+/// so a transaction never sees a value a crash could take back.
 fn read_and_reply(
     core: &Rc<ShardCore>,
     key: Bytes,
@@ -274,7 +293,7 @@ fn read_and_reply(
             return;
         }
     };
-    let Some(lsn) = core.undurable_lsn() else {
+    let Some(lsn) = core.undurable_lsn_of(std::slice::from_ref(&key)) else {
         let _ = reply.send(Ok(value));
         return;
     };
@@ -316,7 +335,52 @@ async fn log_part(
     Ok(lsn)
 }
 
+/// The commit of a transaction that writes on this shard only, with early
+/// lock release: logs its part to the WAL buffer, applies it to the tier
+/// and releases its locks at once (signalling `released`), then answers
+/// once the part is durable (under `sync`). Until then every read that may
+/// see its writes waits for the same LSN ([`ShardCore::undurable_lsn_of`],
+/// and plain GETs in the apply step), so nobody is told of a write a crash
+/// could take back; if the shard is poisoned first, the commit and those
+/// reads answer POISONED and the restart decides (a part that did not
+/// reach the disk is gone, and nobody saw it).
+async fn commit_part(
+    core: &ShardCore,
+    txn: u64,
+    participants: &[u16],
+    writes: &[TxnWrite],
+    released: Option<oneshot::Sender<()>>,
+) -> Result<u64, TxnError> {
+    let shard = core.settings.shard;
+    let header = encode_header(txn, participants);
+    let body = encode_writes(writes);
+    let lsn = match core.log_txn_part(&header, &body).await {
+        Err(()) => {
+            core.txn.locks.borrow_mut().release_all(txn);
+            return Err(TxnError::Poisoned { shard });
+        }
+        Ok(None) => 0,
+        Ok(Some(lsn)) => lsn,
+    };
+    let sync = lsn > 0 && core.settings.durability == tunables::Durability::Sync;
+    if lsn > 0 {
+        core.txn.unresolved.borrow_mut().insert(lsn, txn);
+    }
+    apply_part(core, txn, lsn, writes, None, sync.then_some(lsn))?;
+    core.wake_settles();
+    if let Some(released) = released {
+        let _ = released.send(());
+    }
+    if sync {
+        core.wait_durable(lsn)
+            .await
+            .map_err(|()| TxnError::Poisoned { shard })?;
+    }
+    Ok(lsn)
+}
+
 /// Applies a logged part to the tier, resolves it, releases the locks.
+/// `undurable_lsn`: the part is not durable yet (see [`commit_part`]).
 /// If the tier could not take the writes, the shard is poisoned: the
 /// commit answers [`TxnError::Poisoned`] (a restart replays the part), and
 /// the part stays unresolved, so no snapshot claims its LSN.
@@ -326,8 +390,9 @@ fn apply_part(
     lsn: u64,
     writes: &[TxnWrite],
     parts: Option<Arc<[(u16, u64)]>>,
+    undurable_lsn: Option<u64>,
 ) -> Result<(), TxnError> {
-    if core.apply_txn_writes(writes).is_err() {
+    if core.apply_txn_writes(writes, undurable_lsn).is_err() {
         core.txn.locks.borrow_mut().release_all(txn);
         return Err(TxnError::Poisoned {
             shard: core.settings.shard,
