@@ -312,11 +312,31 @@ impl WalAppender {
     /// Seals the open buffer (segment header if it starts a segment, seal
     /// record padding to a block) and hands it out; the spare buffer
     /// becomes the open one. `None` if there is nothing to flush or the
-    /// spare is still out (a flush in flight).
+    /// spare is still out (a flush in flight). The seal says no flush is
+    /// in flight with this one.
     pub fn take(&mut self) -> Option<SealedFlush> {
+        self.take_after(None)
+    }
+
+    /// [`WalAppender::take`] for a flush submitted while the records up to
+    /// `durable_lsn` are durable and those after it, up to this flush, are
+    /// still in flight (`None`: nothing in flight): its seal records how
+    /// many LSNs that is, for recovery's in-flight window rule.
+    pub fn take_after(&mut self, durable_lsn: Option<u64>) -> Option<SealedFlush> {
         if self.open_records == 0 {
             return None;
         }
+        let lsns_in_flight = match durable_lsn {
+            None => 0,
+            Some(durable) => {
+                assert!(durable < self.open_first_lsn, "a flush of durable records");
+                // Never saturate: a larger count would claim a wider
+                // window than was in flight. The flush buffers in flight
+                // bound it far below u32::MAX.
+                u32::try_from(self.open_first_lsn - 1 - durable)
+                    .expect("LSNs in flight are bounded by the buffers in flight")
+            }
+        };
         let spare = self.spare.take()?;
         let mut buf = std::mem::replace(&mut self.open, spare);
         self.open.set_len(0);
@@ -341,6 +361,7 @@ impl WalAppender {
                 first_lsn: self.open_first_lsn,
                 last_lsn: self.open_last_lsn,
                 record_count: self.open_records,
+                lsns_in_flight,
             },
         );
         assert_eq!(buf.len() % BLOCK_BYTES, 0);
