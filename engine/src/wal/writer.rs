@@ -66,7 +66,13 @@ pub struct WalAppender {
     open_first_lsn: u64,
     open_last_lsn: u64,
     open_records: u32,
-    spare: Option<AlignedBuf>,
+    /// Buffers free for the next open one: one per flush that may be in
+    /// flight, less those out.
+    spares: Vec<AlignedBuf>,
+    /// Every buffer this appender owns (the open one and the spares,
+    /// counting those out in flight).
+    buffers: usize,
+    capacity: usize,
     /// Someone wants the open buffer flushed now (full buffer, shutdown,
     /// checkpoint); the flusher clears it when it takes the buffer.
     pub flush_requested: bool,
@@ -105,9 +111,27 @@ impl WalAppender {
             open_first_lsn: 0,
             open_last_lsn: 0,
             open_records: 0,
-            spare: Some(AlignedBuf::with_capacity(capacity)),
+            spares: vec![AlignedBuf::with_capacity(capacity)],
+            buffers: 2,
+            capacity,
             flush_requested: false,
         }
+    }
+
+    /// Lets up to `flushes` flushes be out at once (sealed and not given
+    /// back): the appender then owns `flushes + 1` buffers.
+    pub fn with_flushes_in_flight(mut self, flushes: usize) -> WalAppender {
+        assert!(flushes >= 1);
+        while self.buffers < flushes + 1 {
+            self.spares.push(AlignedBuf::with_capacity(self.capacity));
+            self.buffers += 1;
+        }
+        self
+    }
+
+    /// Whether the next flush taken starts a segment (carries its header).
+    pub fn next_flush_starts_segment(&self) -> bool {
+        self.open_offset == 0
     }
 
     /// Whether a record of `size` bytes fits an empty flush buffer (larger
@@ -337,7 +361,7 @@ impl WalAppender {
                     .expect("LSNs in flight are bounded by the buffers in flight")
             }
         };
-        let spare = self.spare.take()?;
+        let spare = self.spares.pop()?;
         let mut buf = std::mem::replace(&mut self.open, spare);
         self.open.set_len(0);
         let starts_segment = self.open_offset == 0;
@@ -383,9 +407,12 @@ impl WalAppender {
 
     /// Returns a buffer after its flush completed.
     pub fn give_back(&mut self, mut buf: AlignedBuf) {
-        assert!(self.spare.is_none(), "two buffers per shard");
+        assert!(
+            self.spares.len() + 1 < self.buffers,
+            "more buffers given back than taken"
+        );
         buf.set_len(0);
-        self.spare = Some(buf);
+        self.spares.push(buf);
     }
 }
 
