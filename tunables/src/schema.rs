@@ -438,7 +438,7 @@ section! {
             kind None, check Check::Range(ByteSize::kib(64), ByteSize::gib(64)),
             note "multiple of 4096";
         /// Most bytes one group commit (one write + one fdatasync) carries; each shard
-        /// holds two buffers of this size. A value whose record is larger is logged as a
+        /// holds `wal_flushes_in_flight` + 1 buffers of this size. A value whose record is larger is logged as a
         /// chain of chunks over several flushes (`docs/wal.md`, "Chunk chains").
         group_commit_max_bytes: ByteSize = ByteSize::mib(2),
             kind None, check Check::Range(ByteSize::kib(4), ByteSize::gib(1)),

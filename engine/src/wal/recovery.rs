@@ -1088,29 +1088,25 @@ impl ReplayPhase {
         Ok(())
     }
 
-    /// Decides what follows the log's stop at `seg_end` in segment `i`:
-    /// the next segment continues it, or the log ends here (cleanly or
-    /// with a torn flush), or newer data sits behind damage and recovery
-    /// refuses.
-    async fn end_of_segment<D: Disk>(
+    /// What lies after the log's stop in its segment: refuses when a
+    /// complete newer flush outside the hole's in-flight window proves
+    /// damage; otherwise returns whether the stop is a torn write and the
+    /// row that names it (`TornWindow` when a window follows the hole,
+    /// whose range is kept for erasing).
+    async fn scan_after_stop<D: Disk>(
         &mut self,
         segments: &[Segment<D>],
         win: &mut FileWindow<'_, D::File>,
-        seg_end: LogEnd,
-        shard: u32,
+        seg_end: &LogEnd,
+        identity: SegmentIdentity,
         cases: &mut Vec<RecoveryCase>,
-    ) -> Result<SegmentEnd, EngineError> {
-        let i = seg_end.0;
-        let pos = seg_end.1;
-        let seg = &segments[i];
-        let identity = SegmentIdentity {
-            shard,
-            seq: seg.seq,
-        };
+    ) -> Result<(bool, RecoveryCase), EngineError> {
         // The log stops in this segment at `pos`. Nothing newer may follow
         // in it: a complete flush with newer LSNs means acknowledged data
         // sits behind damage, unless its seal proves it was in flight with
         // the hole's flush (`TornWindow`).
+        let (i, pos) = (seg_end.0, seg_end.1);
+        let seg = &segments[i];
         let after = self.after_lsn();
         let tail = scan_tail(win, pos, after, identity)
             .await
@@ -1151,6 +1147,32 @@ impl ReplayPhase {
         } else {
             RecoveryCase::TornTail
         };
+        Ok((torn, torn_case))
+    }
+
+    /// Decides what follows the log's stop at `seg_end` in segment `i`:
+    /// the next segment continues it, or the log ends here (cleanly or
+    /// with a torn flush), or newer data sits behind damage and recovery
+    /// refuses.
+    async fn end_of_segment<D: Disk>(
+        &mut self,
+        segments: &[Segment<D>],
+        win: &mut FileWindow<'_, D::File>,
+        seg_end: LogEnd,
+        shard: u32,
+        cases: &mut Vec<RecoveryCase>,
+    ) -> Result<SegmentEnd, EngineError> {
+        let i = seg_end.0;
+        let pos = seg_end.1;
+        let seg = &segments[i];
+        let identity = SegmentIdentity {
+            shard,
+            seq: seg.seq,
+        };
+        let after = self.after_lsn();
+        let (torn, torn_case) = self
+            .scan_after_stop(segments, win, &seg_end, identity, cases)
+            .await?;
         self.bytes_read += win.bytes_read();
         // Rollover: the next segment is used and continues the log.
         if let Some(next) = segments.get(i + 1) {
