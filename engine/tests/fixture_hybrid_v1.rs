@@ -162,7 +162,11 @@ fn check(engine: &Engine, model: &BTreeMap<u64, Want>, what: &str) {
                 Some((_, None)) => -1,
                 Some((_, Some(at))) => at as i64,
             };
-            assert_eq!(a, OpResult::Updated(UpdateAnswer::Int(want)), "{what}: expiry of key {k}");
+            assert_eq!(
+                a,
+                OpResult::Updated(UpdateAnswer::Int(want)),
+                "{what}: expiry of key {k}"
+            );
         }
     }
 }
@@ -229,7 +233,11 @@ fn hybrid_version_1_segments_open_and_read_every_key() {
     let fixture_segments = segment_files(&fixture_dir().join("data"));
     assert!(fixture_segments.len() >= 2, "{fixture_segments:?}");
     for s in &fixture_segments {
-        assert_eq!(segment_version(s), 1, "the fixture holds version 1 segments");
+        assert_eq!(
+            segment_version(s),
+            1,
+            "the fixture holds version 1 segments"
+        );
     }
 
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -255,7 +263,8 @@ fn hybrid_version_1_segments_open_and_read_every_key() {
     engine.shutdown().expect("shutdown");
     let now = segment_files(&dir);
     assert!(
-        now.iter().any(|s| segment_version(s) == CURRENT_SEGMENT_VERSION),
+        now.iter()
+            .any(|s| segment_version(s) == CURRENT_SEGMENT_VERSION),
         "new writes go to current-version segments: {now:?}"
     );
 }

@@ -72,10 +72,10 @@ fn value_of(k: &[u8], version: u64, rng: &mut SplitMix64) -> Vec<u8> {
 fn apply(t: &mut dyn Tier, op: &Logged) {
     match op {
         Logged::Put(k, v, at) => {
-            t.put_expiring(fnv1a64(k), k, v, *at);
+            t.put_expiring(fnv1a64(k), k, v, *at, common::hybrid::lsn());
         }
         Logged::Delete(k) => {
-            t.delete_blind(fnv1a64(k), k);
+            t.delete_blind(fnv1a64(k), k, common::hybrid::lsn());
         }
     }
 }
@@ -308,21 +308,21 @@ fn run(seed: u64) -> Result<(), String> {
             let op = Logged::Delete(k.clone());
             let had = model.contains_key(k);
             let existed = if rng.below(2) == 0 {
-                t.delete(fnv1a64(k), k)
+                t.delete(fnv1a64(k), k, common::hybrid::lsn())
             } else {
                 // The shard's way: logged and applied without a read when
                 // RAM cannot tell; the answer is read afterwards.
                 match t.delete_lookup(fnv1a64(k), k) {
                     DeleteLookup::Absent => false,
                     DeleteLookup::Live => {
-                        t.delete_blind(fnv1a64(k), k);
+                        t.delete_blind(fnv1a64(k), k, common::hybrid::lsn());
                         true
                     }
                     DeleteLookup::Expired => {
                         return Err(format!("{what}: nothing expires here"));
                     }
                     DeleteLookup::Cold(g) => {
-                        t.delete_blind(fnv1a64(k), k);
+                        t.delete_blind(fnv1a64(k), k, common::hybrid::lsn());
                         pending.push((g, k.clone(), had));
                         // Checked when the answer is read.
                         had

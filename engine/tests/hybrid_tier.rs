@@ -37,7 +37,7 @@ fn values_round_trip_through_segments_with_a_small_cache() {
     }
     for i in (0..3_000).step_by(10) {
         assert_eq!(
-            t.delete(fnv1a64(&key(i)), &key(i)),
+            t.delete(fnv1a64(&key(i)), &key(i), common::hybrid::lsn()),
             model.remove(&key(i)).is_some()
         );
     }
@@ -79,8 +79,8 @@ fn keys_with_the_same_tag_stay_apart() {
     for (i, k) in keys.iter().enumerate().step_by(2) {
         assert!(!put(&mut t, k, &value(i as u64, 1)), "key {i} existed");
     }
-    assert!(t.delete(fnv1a64(keys[3]), keys[3]));
-    assert!(!t.delete(fnv1a64(keys[3]), keys[3]));
+    assert!(t.delete(fnv1a64(keys[3]), keys[3], common::hybrid::lsn()));
+    assert!(!t.delete(fnv1a64(keys[3]), keys[3], common::hybrid::lsn()));
     assert_eq!(t.len(), 5);
     for (i, k) in keys.iter().enumerate() {
         let want = match i {
@@ -108,7 +108,13 @@ fn a_checkpoint_rebuilds_the_tier_without_its_values() {
     for i in 0..2_000 {
         put(&mut t, &key(i), &value(i, 0));
     }
-    t.put_expiring(fnv1a64(b"ttl"), b"ttl", b"v", Some(u64::MAX / 2));
+    t.put_expiring(
+        fnv1a64(b"ttl"),
+        b"ttl",
+        b"v",
+        Some(u64::MAX / 2),
+        common::hybrid::lsn(),
+    );
     let entries = checkpoint(&mut t);
     let bytes: usize = entries.iter().map(|(k, v, _)| k.len() + v.len()).sum();
     let values: usize = (0..2_000).map(|i| value(i, 0).len()).sum();
@@ -153,7 +159,7 @@ fn index_deltas_loaded_over_their_checkpoint_give_the_tier_back() {
             model.insert(key(i), value(i, round));
         }
         for i in (round * 700)..(round * 700 + 50) {
-            t.delete(fnv1a64(&key(i)), &key(i));
+            t.delete(fnv1a64(&key(i)), &key(i), common::hybrid::lsn());
             model.remove(&key(i));
         }
         for i in (3_000 + round * 100)..(3_000 + round * 100 + 100) {
@@ -418,7 +424,13 @@ fn key_walks_and_due_keys_read_the_records_back() {
     }
     for i in 0..10 {
         let k = format!("ttl-{i}").into_bytes();
-        t.put_expiring(fnv1a64(&k), &k, b"v", Some(1_000 + i));
+        t.put_expiring(
+            fnv1a64(&k),
+            &k,
+            b"v",
+            Some(1_000 + i),
+            common::hybrid::lsn(),
+        );
     }
     checkpoint(&mut t);
     t.set_now_ms(1_005);

@@ -11,8 +11,14 @@
 //! record (starts 16-byte aligned, may cross block ends; the CRC words are
 //! skipped):
 //!   flags u8 (bit 0: a value record, bit 7: expiry follows)
-//!   key_len u24 LE, value_len u32 LE, [expires_at_ms u64 LE], key, value
+//!   key_len u24 LE, value_len u32 LE,
+//!   lsn u64 LE (version 2 segments only: the WAL LSN of the write),
+//!   [expires_at_ms u64 LE], key, value
 //! ```
+//!
+//! The header's version says which record layout the segment holds: this
+//! build writes version 2 and reads 1 and 2 (a version 1 record has no
+//! LSN; see [`Record::lsn`]).
 //!
 //! A record's address is `slot << offset_bits | file_offset / 16`, where a
 //! slot names one segment file among the shard's open ones: 32 bits address
@@ -35,7 +41,10 @@ pub const PAYLOAD: usize = BLOCK - 4;
 /// Records start at multiples of this.
 pub const RECORD_ALIGN: u64 = 16;
 const SEGMENT_MAGIC: [u8; 8] = *b"RKVSEGV1";
-const SEGMENT_VERSION: u32 = 1;
+/// The format version new segments are written in.
+pub const SEGMENT_VERSION: u32 = 2;
+/// The oldest format version this build reads (records without an LSN).
+pub const SEGMENT_VERSION_MIN: u32 = 1;
 /// Size of the RAM buffer appends go through.
 const CHUNK: usize = 1 << 20;
 /// Blocks read lately that are kept (1 MiB): reads of records that sit
@@ -44,13 +53,17 @@ const CHUNK: usize = 1 << 20;
 pub const RECENT_BLOCKS: usize = 256;
 pub const FLAG_VALUE: u8 = 1;
 pub const FLAG_EXPIRES: u8 = 0x80;
+/// Bytes of a record's header before its LSN and expiry: flags, key
+/// length, value length.
 pub const RECORD_HEADER: usize = 8;
+/// The longest record header (version 2, with an expiry time).
+pub const RECORD_HEADER_MAX: usize = RECORD_HEADER + 16;
 
 /// The smallest value segment that holds a record of the largest key and
-/// value (with its header and expiry, and a CRC word per block) after the
-/// segment's header block, with a block to spare for alignment.
+/// value (with its header, LSN and expiry, and a CRC word per block) after
+/// the segment's header block, with a block to spare for alignment.
 pub fn segment_bytes_needed(key_max: usize, value_max: usize) -> u64 {
-    let record = (key_max + value_max + 16) as u64;
+    let record = (key_max + value_max + RECORD_HEADER_MAX) as u64;
     BLOCK as u64 + record.div_ceil(PAYLOAD as u64) * BLOCK as u64 + BLOCK as u64
 }
 
@@ -119,13 +132,49 @@ pub struct Record {
     pub key: bytes::Bytes,
     pub value: bytes::Bytes,
     pub expires_at_ms: Option<u64>,
+    /// The WAL LSN of the write that made the record (GC's copies keep
+    /// it); `None` for a record of a version 1 segment, which carries none,
+    /// and for GC's copy of one (stored as LSN 0).
+    pub lsn: Option<u64>,
     /// Bytes the record takes in the log (header to end, CRC words skipped).
     pub size: u64,
 }
 
-/// Bytes of a record's encoding.
+/// Bytes of a record's encoding in the format new segments are written in.
 pub fn record_size(key: usize, value: usize, expires: bool) -> u64 {
-    (RECORD_HEADER + if expires { 8 } else { 0 } + key + value) as u64
+    record_size_in(SEGMENT_VERSION, key, value, expires)
+}
+
+/// Bytes of a record's header in a segment of format `version`.
+pub fn header_size(version: u32, expires: bool) -> usize {
+    RECORD_HEADER + if version >= 2 { 8 } else { 0 } + if expires { 8 } else { 0 }
+}
+
+/// Bytes of a record's encoding in a segment of format `version`.
+pub fn record_size_in(version: u32, key: usize, value: usize, expires: bool) -> u64 {
+    (header_size(version, expires) + key + value) as u64
+}
+
+/// Decodes the fixed header of a record (whose first bytes are `h`, at
+/// least [`RECORD_HEADER_MAX`] of them or all there are) in a segment of
+/// format `version`: (flags, key length, value length, LSN, expiry, header
+/// bytes). `None` if `h` is too short for it.
+#[allow(clippy::type_complexity)]
+fn decode_header(h: &[u8], version: u32) -> Option<(u8, usize, usize, Option<u64>, Option<u64>, usize)> {
+    let fixed = h.get(..RECORD_HEADER)?;
+    let flags = fixed[0];
+    let key_len = u32::from_le_bytes([fixed[1], fixed[2], fixed[3], 0]) as usize;
+    let value_len = u32::from_le_bytes(fixed[4..8].try_into().expect("4 bytes")) as usize;
+    let expires = flags & FLAG_EXPIRES != 0;
+    let len = header_size(version, expires);
+    let rest = h.get(RECORD_HEADER..len)?;
+    let word = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().expect("8 bytes"));
+    // LSN 0 (no WAL record has it): a copy of a version 1 record, whose
+    // write is not known.
+    let lsn = (version >= 2).then(|| word(0)).filter(|&l| l != 0);
+    let at = if version >= 2 { 8 } else { 0 };
+    let expires_at_ms = expires.then(|| word(at));
+    Some((flags, key_len, value_len, lsn, expires_at_ms, len))
 }
 
 /// A segment's place in the log.
@@ -154,6 +203,8 @@ pub struct Segment<F> {
     /// Record bytes the index still points to.
     pub live_bytes: u64,
     pub state: SegState,
+    /// The segment's format version (its records' layout).
+    pub version: u32,
 }
 
 /// Where a record lives.
@@ -236,6 +287,8 @@ pub struct RecordSpot {
     pub count: u64,
     /// File offset of the record's first byte.
     pub offset: u64,
+    /// The format version of the segment (the record's layout).
+    pub version: u32,
 }
 
 /// A segment's file and identity, for a read outside the log (the shard's
@@ -296,17 +349,20 @@ pub fn parse_record(
     if payloads.len() < in_block + RECORD_HEADER {
         return Err(corrupt("the record header is past the blocks read".into()));
     }
-    let h = &payloads[in_block..];
-    let flags = h[0];
-    let key_len = u32::from_le_bytes([h[1], h[2], h[3], 0]) as usize;
-    let value_len = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")) as usize;
+    let Some((flags, key_len, value_len, lsn, expires_at_ms, hlen)) =
+        decode_header(&payloads[in_block..], spot.version)
+    else {
+        // The LSN or expiry runs into the next block.
+        return Ok(Parsed::NeedBlocks(
+            (in_block + RECORD_HEADER_MAX).div_ceil(PAYLOAD) as u64,
+        ));
+    };
     if flags & !(FLAG_VALUE | FLAG_EXPIRES) != 0 || flags & FLAG_VALUE == 0 {
         return Err(corrupt(format!(
             "no record starts here (flags {flags:#04x})"
         )));
     }
-    let expires = flags & FLAG_EXPIRES != 0;
-    let size = record_size(key_len, value_len, expires);
+    let size = (hlen + key_len + value_len) as u64;
     if advance(offset, size) > segment_bytes {
         return Err(corrupt(format!(
             "record of {size} bytes runs past the segment end"
@@ -317,17 +373,11 @@ pub fn parse_record(
         return Ok(Parsed::NeedBlocks(need.div_ceil(PAYLOAD) as u64));
     }
     let body = &payloads[in_block..need];
-    let mut at = RECORD_HEADER;
-    let expires_at_ms = if expires {
-        at += 8;
-        Some(u64::from_le_bytes(body[8..16].try_into().expect("8 bytes")))
-    } else {
-        None
-    };
     Ok(Parsed::Record(Record {
-        key: bytes::Bytes::copy_from_slice(&body[at..at + key_len]),
-        value: bytes::Bytes::copy_from_slice(&body[at + key_len..]),
+        key: bytes::Bytes::copy_from_slice(&body[hlen..hlen + key_len]),
+        value: bytes::Bytes::copy_from_slice(&body[hlen + key_len..]),
         expires_at_ms,
+        lsn,
         size,
     }))
 }
@@ -419,11 +469,12 @@ impl<D: Disk> ValueLog<D> {
         let n = file.read_at_blocking(&mut buf, 0).map_err(io_err)?;
         self.reads += 1;
         self.bytes_read += n as u64;
-        check_header(buf.as_slice(), self.shard, seq).map_err(|reason| ReadError::Corrupt {
-            file: path.clone(),
-            offset: 0,
-            reason,
-        })?;
+        let version =
+            check_header(buf.as_slice(), self.shard, seq).map_err(|reason| ReadError::Corrupt {
+                file: path.clone(),
+                offset: 0,
+                reason,
+            })?;
         if self.segs.len() <= slot as usize {
             self.segs.resize_with(slot as usize + 1, || None);
         }
@@ -435,6 +486,7 @@ impl<D: Disk> ValueLog<D> {
             total_bytes,
             live_bytes: 0,
             state,
+            version,
         });
         self.next_seq = self.next_seq.max(seq + 1);
         Ok(())
@@ -487,6 +539,7 @@ impl<D: Disk> ValueLog<D> {
             total_bytes: 0,
             live_bytes: 0,
             state: SegState::Active,
+            version: SEGMENT_VERSION,
         });
         self.active = Some(slot);
         self.chunk_start = BLOCK as u64;
@@ -496,14 +549,16 @@ impl<D: Disk> ValueLog<D> {
         Ok(())
     }
 
-    /// Appends one record; returns its address and span (1 if it runs
-    /// past the end of its first block). A failed write leaves the log unusable for writes
-    /// (the caller poisons the shard).
+    /// Appends one record, written by the WAL record at `lsn` (a GC copy
+    /// passes the LSN of the record it copies); returns its address and
+    /// span (1 if it runs past the end of its first block). A failed write
+    /// leaves the log unusable for writes (the caller poisons the shard).
     pub fn append(
         &mut self,
         key: &[u8],
         value: &[u8],
         expires_at_ms: Option<u64>,
+        lsn: u64,
     ) -> io::Result<(u32, u8)> {
         let size = record_size(key.len(), value.len(), expires_at_ms.is_some());
         if advance(BLOCK as u64, size) > self.segment_bytes {
@@ -521,7 +576,7 @@ impl<D: Disk> ValueLog<D> {
         }
         let slot = self.active.expect("an active segment");
         let start = self.cursor;
-        let mut header = [0u8; 16];
+        let mut header = [0u8; RECORD_HEADER_MAX];
         header[0] = FLAG_VALUE
             | if expires_at_ms.is_some() {
                 FLAG_EXPIRES
@@ -530,12 +585,13 @@ impl<D: Disk> ValueLog<D> {
             };
         header[1..4].copy_from_slice(&(key.len() as u32).to_le_bytes()[..3]);
         header[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
+        header[8..16].copy_from_slice(&lsn.to_le_bytes());
         let hlen = match expires_at_ms {
             Some(at) => {
-                header[8..16].copy_from_slice(&at.to_le_bytes());
-                16
+                header[16..24].copy_from_slice(&at.to_le_bytes());
+                24
             }
-            None => 8,
+            None => 16,
         };
         self.put_bytes(&header[..hlen])?;
         self.put_bytes(key)?;
@@ -773,17 +829,16 @@ impl<D: Disk> ValueLog<D> {
                 reason: "address is not a record start".into(),
             });
         }
-        let seg_blocks = self
-            .segs
-            .get(slot as usize)
-            .and_then(|s| s.as_ref())
-            .map_or(0, |s| s.end.div_ceil(BLOCK as u64));
+        let seg = self.segs.get(slot as usize).and_then(|s| s.as_ref());
+        let seg_blocks = seg.map_or(0, |s| s.end.div_ceil(BLOCK as u64));
+        let version = seg.map_or(SEGMENT_VERSION, |s| s.version);
         let count = (u64::from(span) + 1).min(seg_blocks.saturating_sub(first).max(1));
         Ok(RecordSpot {
             slot,
             first,
             count,
             offset,
+            version,
         })
     }
 
@@ -880,8 +935,8 @@ impl<D: Disk> ValueLog<D> {
         from: u64,
         max_blocks: u64,
     ) -> Result<(Vec<(u32, Record)>, u64), ReadError> {
-        let end = match self.segs.get(slot as usize).and_then(|s| s.as_ref()) {
-            Some(s) => s.end,
+        let (end, version) = match self.segs.get(slot as usize).and_then(|s| s.as_ref()) {
+            Some(s) => (s.end, s.version),
             None => return Ok((Vec::new(), u64::MAX)),
         };
         let total = end.div_ceil(BLOCK as u64);
@@ -905,10 +960,22 @@ impl<D: Disk> ValueLog<D> {
                 pos = align_up(pos + 1, BLOCK as u64);
                 continue;
             }
-            let key_len = u32::from_le_bytes([h[1], h[2], h[3], 0]) as usize;
-            let value_len = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")) as usize;
-            let expires = h[0] & FLAG_EXPIRES != 0;
-            let size = record_size(key_len, value_len, expires) as usize;
+            let Some((_, key_len, value_len, lsn, expires_at_ms, hlen)) = decode_header(h, version)
+            else {
+                // The header runs past the window: read from here on.
+                if out.is_empty() && first + count < total {
+                    return self.scan_from(slot, pos, max_blocks + 1);
+                }
+                if first + count >= total {
+                    return Err(ReadError::Corrupt {
+                        file: self.path_of_slot(slot),
+                        offset: pos,
+                        reason: "record header runs past the segment's data".into(),
+                    });
+                }
+                break;
+            };
+            let size = hlen + key_len + value_len;
             if logical + size > payload.len() {
                 if first + count >= total {
                     return Err(ReadError::Corrupt {
@@ -927,16 +994,14 @@ impl<D: Disk> ValueLog<D> {
                 break;
             }
             let body = &payload[logical..logical + size];
-            let at = RECORD_HEADER + if expires { 8 } else { 0 };
-            let expires_at_ms =
-                expires.then(|| u64::from_le_bytes(body[8..16].try_into().expect("8 bytes")));
             let addr = self.encode_addr(Addr { slot, offset: pos });
             out.push((
                 addr,
                 Record {
-                    key: bytes::Bytes::copy_from_slice(&body[at..at + key_len]),
-                    value: bytes::Bytes::copy_from_slice(&body[at + key_len..]),
+                    key: bytes::Bytes::copy_from_slice(&body[hlen..hlen + key_len]),
+                    value: bytes::Bytes::copy_from_slice(&body[hlen + key_len..]),
                     expires_at_ms,
+                    lsn,
                     size: size as u64,
                 },
             ));
@@ -1026,7 +1091,8 @@ fn encode_header(block: &mut [u8], shard: u32, seq: u64, segment_bytes: u64) {
     block[PAYLOAD..].copy_from_slice(&crc.to_le_bytes());
 }
 
-pub(crate) fn check_header(block: &[u8], shard: u32, seq: u64) -> Result<(), String> {
+/// Checks a segment's header block; returns its format version.
+pub(crate) fn check_header(block: &[u8], shard: u32, seq: u64) -> Result<u32, String> {
     if block.len() < BLOCK {
         return Err("shorter than its header block".into());
     }
@@ -1038,16 +1104,16 @@ pub(crate) fn check_header(block: &[u8], shard: u32, seq: u64) -> Result<(), Str
         return Err("bad magic".into());
     }
     let version = u32::from_le_bytes(block[8..12].try_into().expect("4 bytes"));
-    if version != SEGMENT_VERSION {
+    if !(SEGMENT_VERSION_MIN..=SEGMENT_VERSION).contains(&version) {
         return Err(format!(
-            "segment format version {version}, this build reads {SEGMENT_VERSION}"
+            "segment format version {version}, this build reads {SEGMENT_VERSION_MIN} to {SEGMENT_VERSION}"
         ));
     }
     let owner = u32::from_le_bytes(block[12..16].try_into().expect("4 bytes"));
     if owner != shard {
         return Err(format!("segment of shard {owner}, opened by shard {shard}"));
     }
-    Ok(())
+    Ok(version)
 }
 
 #[cfg(test)]
