@@ -376,8 +376,8 @@ fn a_replayed_write_keeps_the_lsn_it_was_logged_with() {
     let dir = b.join("shard-000/values");
     let mut log = ValueLog::new(RealDisk, dir.clone(), 0, 64 * 1024);
     let mut found: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-    let mut slot = 0u32;
-    for path in segment_files(&b) {
+    for (slot, path) in segment_files(&b).into_iter().enumerate() {
+        let slot = slot as u32;
         let seq: u64 = path
             .file_stem()
             .and_then(|s| s.to_str())
@@ -398,7 +398,6 @@ fn a_replayed_write_keeps_the_lsn_it_was_logged_with() {
             }
             from = next;
         }
-        slot += 1;
     }
     for k in 0..50u64 {
         assert_eq!(found.get(&key(k)[..]), Some(&(k + 1)), "key {k}");
