@@ -52,11 +52,10 @@ fn checkpoint(t: &mut dyn Tier) -> Entries {
 
 /// Recovery as the shard does it: the checkpoint's entries, then the
 /// operations logged after it (here: puts), replayed.
-fn recover(
-    disk: &SimDisk,
-    entries: &Entries,
-    logged: &[(Vec<u8>, Vec<u8>)],
-) -> HybridTier<SimDisk> {
+/// A put logged after the checkpoint: key, value and its LSN.
+type Logged = (Vec<u8>, Vec<u8>, u64);
+
+fn recover(disk: &SimDisk, entries: &Entries, logged: &[Logged]) -> HybridTier<SimDisk> {
     let mut t = HybridTier::new(disk.clone(), small()).expect("tier");
     t.load_checkpoint_begin(false).expect("checkpoint starts");
     for (k, v, at) in entries {
@@ -64,8 +63,9 @@ fn recover(
     }
     t.load_checkpoint_done().expect("the checkpoint loads");
     t.replay_begin();
-    for (k, v) in logged {
-        assert!(t.put(fnv1a64(k), k, v), "replayed put");
+    for (k, v, lsn) in logged {
+        // The replay gives each write the LSN it was logged with.
+        t.put(fnv1a64(k), k, v, *lsn);
     }
     t.recovery_done();
     t
@@ -109,10 +109,10 @@ fn run(seed: u64, fail_after: u64, with_writes_after: bool) {
     let mut logged = Vec::new();
     if with_writes_after {
         for i in (0..KEYS).step_by(7) {
-            let (k, v) = (key(i), value(i, 100));
-            assert!(put(&mut t, &k, &v));
+            let (k, v, lsn) = (key(i), value(i, 100), common::hybrid::lsn());
+            t.put(fnv1a64(&k), &k, &v, lsn);
             model.insert(k.clone(), v.clone());
-            logged.push((k, v));
+            logged.push((k, v, lsn));
         }
     }
     disk.set_faults(SimFaults {

@@ -88,15 +88,22 @@ fn value_of(k: &[u8], version: u64, rng: &mut SplitMix64) -> Vec<u8> {
     v
 }
 
-fn apply(t: &mut dyn Tier, op: &Logged) {
+/// Applies `op`, logged with LSN `lsn` (its place in the log, from 1: a
+/// replay gives each write the LSN it had, as the WAL does).
+fn apply(t: &mut dyn Tier, op: &Logged, lsn: u64) {
     match op {
         Logged::Put(k, v, at) => {
-            t.put_expiring(fnv1a64(k), k, v, *at);
+            t.put_expiring(fnv1a64(k), k, v, *at, lsn);
         }
         Logged::Delete(k) => {
-            t.delete_blind(fnv1a64(k), k);
+            t.delete_blind(fnv1a64(k), k, lsn);
         }
     }
+}
+
+/// The LSN the next logged operation gets.
+fn next_lsn(log: &[Logged]) -> u64 {
+    log.len() as u64 + 1
 }
 
 /// A blind delete's answer still to read: (its read, the key, whether the
@@ -290,7 +297,7 @@ fn expire_some(
                 String::from_utf8_lossy(&k)
             ));
         }
-        t.delete_blind(fnv1a64(&k), &k);
+        t.delete_blind(fnv1a64(&k), &k, next_lsn(log));
         log.push(Logged::Delete(k.clone()));
         model.remove(&k);
         expired += 1;
@@ -372,7 +379,7 @@ fn run(seed: u64) -> Result<u64, String> {
                 _ => None,
             };
             let op = Logged::Put(k.clone(), v.clone(), at);
-            apply(&mut t, &op);
+            apply(&mut t, &op, next_lsn(&log));
             log.push(op);
             model.insert(k.clone(), (v, at));
         } else if dice < 65 {
@@ -382,23 +389,26 @@ fn run(seed: u64) -> Result<u64, String> {
             // A blocking delete answers whether an entry was there,
             // expired or not (the shard looks at expiry itself).
             let (existed, want) = if rng.below(2) == 0 {
-                (t.delete(fnv1a64(k), k), model.contains_key(k))
+                (
+                    t.delete(fnv1a64(k), k, next_lsn(&log)),
+                    model.contains_key(k),
+                )
             } else {
                 // The shard's way: logged and applied without a read when
                 // RAM cannot tell; the answer is read afterwards.
                 let existed = match t.delete_lookup(fnv1a64(k), k) {
                     DeleteLookup::Absent => false,
                     DeleteLookup::Live => {
-                        t.delete_blind(fnv1a64(k), k);
+                        t.delete_blind(fnv1a64(k), k, next_lsn(&log));
                         true
                     }
                     DeleteLookup::Expired => {
                         // Logged and applied; it answers "not found".
-                        t.delete_blind(fnv1a64(k), k);
+                        t.delete_blind(fnv1a64(k), k, next_lsn(&log));
                         false
                     }
                     DeleteLookup::Cold(g) => {
-                        t.delete_blind(fnv1a64(k), k);
+                        t.delete_blind(fnv1a64(k), k, next_lsn(&log));
                         pending.push((g, k.clone(), had));
                         // Checked when the answer is read.
                         had
@@ -500,8 +510,8 @@ fn run(seed: u64) -> Result<u64, String> {
             // As recovery does: the replay's blind writes are not bounded.
             back.replay_begin();
             let replay_from = published.last().map_or(0, |(start, _)| *start);
-            for op in &log[replay_from..] {
-                apply(&mut back, op);
+            for (i, op) in log.iter().enumerate().skip(replay_from) {
+                apply(&mut back, op, i as u64 + 1);
             }
             back.recovery_done();
             t = back;
