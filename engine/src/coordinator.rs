@@ -101,12 +101,34 @@ impl EngineShared {
     }
 }
 
+/// The age of a transaction that a lock conflict (wait-die or a lock-wait
+/// timeout) aborted, kept so that the client's next attempt starts with it
+/// ([`crate::Handle::begin_again`]): the retry is as old as the first
+/// attempt, so it waits behind the younger holders it would otherwise die
+/// for, and a transaction retried in a loop cannot starve. Only
+/// [`Txn::into_retry`] makes one, from a transaction that never logged a
+/// part, so reusing its id cannot mix two transactions' parts.
+#[derive(Debug)]
+pub struct RetryTicket {
+    id: u64,
+}
+
 impl crate::Handle {
     /// Starts a transaction. Its id orders it for wait-die (smaller is
     /// older); nothing is sent to any shard until its first operation.
     pub fn begin(&self, settings: TxnSettings) -> Txn {
+        let id = self.shared.clock.next();
+        self.begin_with_id(settings, id)
+    }
+
+    /// Starts the next attempt of a transaction a lock conflict aborted,
+    /// with that transaction's id (see [`RetryTicket`]).
+    pub fn begin_again(&self, settings: TxnSettings, ticket: RetryTicket) -> Txn {
+        self.begin_with_id(settings, ticket.id)
+    }
+
+    fn begin_with_id(&self, settings: TxnSettings, id: u64) -> Txn {
         let shared = self.shared.clone();
-        let id = shared.clock.next();
         shared.txn_stats.open.fetch_add(1, Relaxed);
         Txn {
             shared,
@@ -129,6 +151,26 @@ impl Txn {
     /// This transaction's id (its wait-die age).
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// Ends a transaction a lock conflict aborted (wait-die or a lock-wait
+    /// timeout) and gives its age for the client's next attempt; any other
+    /// transaction is given back as it was. Such a transaction holds no
+    /// lock (the abort released them) and logged nothing (conflicts abort
+    /// while locks are taken, before the commit). Taking `self` makes one
+    /// ticket per transaction, so two attempts never share an id.
+    pub fn into_retry(mut self) -> Result<RetryTicket, Txn> {
+        match self.state {
+            State::Aborted(AbortReason::Die | AbortReason::LockTimeout) => {
+                debug_assert!(
+                    self.shards.is_empty(),
+                    "an aborted transaction holds no lock"
+                );
+                self.finish();
+                Ok(RetryTicket { id: self.id })
+            }
+            _ => Err(self),
+        }
     }
 
     /// Why it was aborted, if it was.

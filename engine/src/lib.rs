@@ -58,7 +58,7 @@ pub use api::{
     Current, Op, OpError, OpResult, TtlUpdate, TtlUpdateFn, Update, UpdateAnswer, UpdateFn,
     UpdateOutcome, UpdateWrite,
 };
-pub use coordinator::Txn;
+pub use coordinator::{RetryTicket, Txn};
 pub use engine::{Engine, Handle};
 pub use error::{Damage, EngineError, ManifestError, SnapshotError, WalError};
 pub use histogram::{AtomicHistogram, HistogramSnapshot};

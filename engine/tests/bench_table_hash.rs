@@ -69,7 +69,7 @@ fn memory_tier_put_get_legacy_vs_keyed() {
             let mut t = MemoryTier::with_hasher(h);
             let started = Instant::now();
             for k in &keys {
-                t.put(h.hash_key(k), k, b"0123456789abcdef");
+                t.put(h.hash_key(k), k, b"0123456789abcdef", 0);
             }
             put_runs[slot].push(started.elapsed());
             let started = Instant::now();

@@ -7,11 +7,16 @@
 //! acknowledged), and no value that was never written may appear. Each seed
 //! runs several crash cycles, so recovery also recovers recovered logs.
 //!
-//! A third of the puts carry an expiry time (far in the future, derived
-//! from the write's version, so the model needs no clock): after every
-//! reopen each key's expiry must be the one written with the value it
-//! holds (none for a plain put), so an expiry never survives without its
-//! value, nor a value without its expiry.
+//! A third of the puts carry an expiry time, derived from the write's
+//! version so the model needs no clock: two in three of them far in the
+//! future, one in three already past when written (the key reads absent
+//! at once, active expiry deletes it through logged deletes while the
+//! seed runs, recovery replays the put and must not bring back an older
+//! version). After every reopen each key's expiry must be the one written
+//! with the value it holds (none for a plain put), so an expiry never
+//! survives without its value, nor a value without its expiry. Expiry
+//! times that pass during a run are `hybrid_model`'s part (its clock is
+//! simulated; here the wall clock would make replays inexact).
 //!
 //! The same runs go on the hybrid tier too (values in 64 KiB segment
 //! files, a 16 KiB cache, GC whenever 5% of segment bytes are garbage), so
@@ -54,10 +59,25 @@ type Rng = SplitMix64;
 /// A key's state: `Some(version)` or absent.
 type State = Option<u64>;
 
-/// The expiry time a put with an expiry gives version `version` (the year
-/// 2100 and later, so nothing expires during the test).
+/// The expiry time a put with an expiry gives version `version`: in 2001
+/// for one version in nine (expired when written), else in the year 2100
+/// and later (nothing else expires during the test).
 fn expiry_of_version(version: u64) -> u64 {
-    4_102_444_800_000 + version
+    if expired_when_written(version) {
+        1_000_000_000_000 + version
+    } else {
+        4_102_444_800_000 + version
+    }
+}
+
+fn expired_when_written(version: u64) -> bool {
+    version % 9 == 6
+}
+
+/// The state a read sees after a write leaves `state`: a version written
+/// with an expiry already past reads as absent.
+fn seen(state: State) -> State {
+    state.filter(|&v| !expired_when_written(v))
 }
 
 fn ttl_op(apply: engine::TtlUpdateFn, k: u64, arg: Bytes, number: i64) -> Op {
@@ -161,6 +181,8 @@ struct Coverage {
     segments_recycled: u64,
     gc_runs: u64,
     device_reads: u64,
+    /// Puts acknowledged with an expiry already past.
+    expired_puts: u64,
     /// Every key's state at the end of the run.
     final_model: Vec<State>,
 }
@@ -246,7 +268,10 @@ fn run_seed(seed: u64, hybrid: bool, tape: &mut Tape) -> Result<Coverage, String
                         if *a != expected {
                             return Err(format!("cycle {cycle} batch {b}: {op:?} answered {a:?}"));
                         }
-                        model.insert(k, state);
+                        if seen(state) != state {
+                            coverage.expired_puts += 1;
+                        }
+                        model.insert(k, seen(state));
                     }
                     None => {
                         let got = value_of(a).and_then(|v| parse_value(&v)).map(|(_, v)| v);
@@ -305,7 +330,7 @@ fn run_seed(seed: u64, hybrid: bool, tape: &mut Tape) -> Result<Coverage, String
             for op in ops {
                 if let Some(state) = write_state(op) {
                     let k = key_index(op);
-                    allowed.entry(k).or_default().insert(state);
+                    allowed.entry(k).or_default().insert(seen(state));
                     if *ok {
                         acked_write.insert(k);
                     }
@@ -465,9 +490,15 @@ fn run_seeds_from(first: u64, part: u64, parts: u64, hybrid: bool) {
         total.torn_blocks += c.torn_blocks;
         total.segments_rolled += c.segments_rolled;
         total.segments_recycled += c.segments_recycled;
+        total.expired_puts += c.expired_puts;
     }
     if seeds.len() >= 20 {
         // The paths this test exists for were really taken.
+        assert!(
+            total.expired_puts > 0,
+            "no put with a past expiry was acknowledged in {} seeds",
+            seeds.len()
+        );
         assert!(
             total.checkpoints > 0,
             "no checkpoint was taken in {} seeds",

@@ -120,9 +120,9 @@ fn memory_tier_flood(hasher: TableHasher, count: usize, rounds: usize) -> (Durat
     let mut t = MemoryTier::with_hasher(hasher);
     let keys = colliding_keys(count);
     for (i, k) in keys.iter().enumerate() {
-        assert!(t.put(hasher.hash_key(k), k, b"flood"));
+        assert!(t.put(hasher.hash_key(k), k, b"flood", 0));
         let n = normal_key(i as u64);
-        assert!(t.put(hasher.hash_key(&n), &n, b"normal"));
+        assert!(t.put(hasher.hash_key(&n), &n, b"normal", 0));
     }
     let flooded = keys.last().expect("keys");
     let normal = normal_key(count as u64 / 2);

@@ -127,7 +127,11 @@ fn the_answer_is_the_value_at_lookup_time_and_the_cache_keeps_the_new_one() {
     assert_eq!(cold.len(), 1);
     // Overwritten and deleted while its read is on the device.
     put(&mut t, &k, &value(77, 1));
-    assert!(t.delete(fnv1a64(b"key-00000078"), b"key-00000078"));
+    assert!(t.delete(
+        fnv1a64(b"key-00000078"),
+        b"key-00000078",
+        common::hybrid::lsn()
+    ));
     read_cold(&t, &mut answers, cold);
     assert_eq!(answers[0], want(value(77, 0)), "the value at lookup time");
     let (after, _) = get_split(&t, &[k.clone(), key(78)]);
@@ -208,7 +212,12 @@ fn keys_with_the_same_hash_are_told_apart_on_the_cold_path() {
     };
     let mut t = HybridTier::new(disk.clone(), small.clone()).expect("tier");
     for (i, k) in SHARED_TAG[..5].iter().enumerate() {
-        t.put(fnv1a64(k.as_bytes()), k.as_bytes(), &value(i as u64, 0));
+        t.put(
+            fnv1a64(k.as_bytes()),
+            k.as_bytes(),
+            &value(i as u64, 0),
+            common::hybrid::lsn(),
+        );
     }
     let entries = checkpoint(&mut t);
     let t = reload(&disk, small, &entries);
@@ -524,7 +533,10 @@ fn an_overwrite_of_a_cold_key_reads_nothing_and_reads_see_the_new_value() {
     check(&mut t, &model, 2_000);
     // A delete leaves no older version behind.
     for i in (0..2_000).step_by(8) {
-        assert!(t.delete(fnv1a64(&key(i)), &key(i)), "key {i} was there");
+        assert!(
+            t.delete(fnv1a64(&key(i)), &key(i), common::hybrid::lsn()),
+            "key {i} was there"
+        );
         model.remove(&key(i));
     }
     check(&mut t, &model, 2_000);
@@ -609,7 +621,7 @@ fn blind_writes_of_keys_that_share_a_tag_stay_apart() {
         check(&mut t, &model);
     }
     for k in [SHARED_TAG[2], SHARED_TAG[5]] {
-        assert!(t.delete(fnv1a64(k.as_bytes()), k.as_bytes()));
+        assert!(t.delete(fnv1a64(k.as_bytes()), k.as_bytes(), common::hybrid::lsn()));
         model.remove(k.as_bytes());
     }
     check(&mut t, &model);
@@ -632,7 +644,13 @@ fn an_older_version_with_an_expiry_time_never_expires_the_key() {
     let disk = SimDisk::new(23);
     let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
     for i in 0..500u64 {
-        t.put_expiring(fnv1a64(&key(i)), &key(i), &value(i, 0), Some(1_000));
+        t.put_expiring(
+            fnv1a64(&key(i)),
+            &key(i),
+            &value(i, 0),
+            Some(1_000),
+            common::hybrid::lsn(),
+        );
     }
     let entries = checkpoint(&mut t);
     let mut t = reload(&disk, settings(0), &entries);
@@ -663,17 +681,17 @@ fn delete_blind(t: &mut HybridTier<SimDisk>, k: &[u8]) -> ColdAnswer {
     match t.delete_lookup(h, k) {
         DeleteLookup::Absent => Ok(None),
         DeleteLookup::Live => {
-            t.delete_blind(h, k);
+            t.delete_blind(h, k, common::hybrid::lsn());
             Ok(Some(Bytes::new()))
         }
         DeleteLookup::Expired => {
-            t.delete_blind(h, k);
+            t.delete_blind(h, k, common::hybrid::lsn());
             Ok(None)
         }
         DeleteLookup::Cold(g) => {
             assert!(g.delete);
             let reads = t.stats().device_reads;
-            t.delete_blind(h, k);
+            t.delete_blind(h, k, common::hybrid::lsn());
             assert_eq!(
                 t.stats().device_reads,
                 reads,
@@ -729,7 +747,7 @@ fn a_blind_delete_answered_later_leaves_its_key_deleted_and_the_others_readable(
         let DeleteLookup::Cold(_) = t.delete_lookup(h, k.as_bytes()) else {
             panic!("{k} is on the device");
         };
-        t.delete_blind(h, k.as_bytes());
+        t.delete_blind(h, k.as_bytes(), common::hybrid::lsn());
         model.remove(k.as_bytes());
     }
     assert_eq!(t.stats().device_reads, reads, "blind deletes read nothing");
@@ -860,7 +878,7 @@ fn deletes_past_the_bound_go_blind_while_settling_reads_have_room() {
         let DeleteLookup::Cold(_) = t.delete_lookup(fnv1a64(&k), &k) else {
             panic!("key {i}: its record is on the device");
         };
-        t.delete_blind(fnv1a64(&k), &k);
+        t.delete_blind(fnv1a64(&k), &k, common::hybrid::lsn());
     }
     assert_eq!(t.stats().deleted_keys, 4);
     // Past the bound: still blind, the answer's read counted among the
@@ -872,7 +890,7 @@ fn deletes_past_the_bound_go_blind_while_settling_reads_have_room() {
         let DeleteLookup::Cold(mut g) = t.delete_lookup(fnv1a64(k), k) else {
             panic!("blind past the bound");
         };
-        t.delete_blind(fnv1a64(k), k);
+        t.delete_blind(fnv1a64(k), k, common::hybrid::lsn());
         g.index = held.len();
         held.push(g);
     }
@@ -892,7 +910,7 @@ fn deletes_past_the_bound_go_blind_while_settling_reads_have_room() {
     let DeleteLookup::Cold(mut g) = t.delete_lookup(fnv1a64(&k3), &k3) else {
         panic!("blind past the bound");
     };
-    t.delete_blind(fnv1a64(&k3), &k3);
+    t.delete_blind(fnv1a64(&k3), &k3, common::hybrid::lsn());
     g.index = held.len();
     held.push(g);
     assert!(!t.write_room());
@@ -901,7 +919,7 @@ fn deletes_past_the_bound_go_blind_while_settling_reads_have_room() {
         t.delete_lookup(fnv1a64(&k4), &k4),
         DeleteLookup::Live
     ));
-    t.delete_blind(fnv1a64(&k4), &k4);
+    t.delete_blind(fnv1a64(&k4), &k4, common::hybrid::lsn());
     assert!(t.stats().device_reads > reads);
     assert_eq!(
         t.stats().deleted_keys,
@@ -940,7 +958,7 @@ fn a_delete_answer_settles_every_older_record_of_its_key() {
     let DeleteLookup::Cold(mut g) = t.delete_lookup(fnv1a64(&k), &k) else {
         panic!("the key's records are on the device");
     };
-    t.delete_blind(fnv1a64(&k), &k);
+    t.delete_blind(fnv1a64(&k), &k, common::hybrid::lsn());
     assert_eq!(t.stats().deleted_keys, 1);
     g.index = 0;
     let mut answer = [Ok(None)];
@@ -999,7 +1017,7 @@ fn reads_per_cold_get_after_overwrites_deletes_and_shared_tags() {
         let h = fnv1a64(k);
         t.forget_cached();
         assert!(matches!(t.delete_lookup(h, k), DeleteLookup::Cold(_)));
-        t.delete_blind(h, k);
+        t.delete_blind(h, k, common::hybrid::lsn());
         model.remove(k);
     }
     assert!(t.stats().unresolved_entries >= 150, "{:?}", t.stats());

@@ -164,7 +164,7 @@ fn a_delete_that_cannot_read_another_keys_record_still_removes_its_key() {
     // No room for blind deletes: the delete reads its candidates, and one
     // of them (the other key's) cannot be read.
     t.set_unresolved_max(0);
-    t.delete_blind(fnv1a64(k), k);
+    t.delete_blind(fnv1a64(k), k, common::hybrid::lsn());
     assert_eq!(get(&t, k), None, "the deleted key is gone");
     t.take_read_errors();
     // (The first keys after the other one share its damaged block.)
@@ -184,7 +184,7 @@ fn a_delete_that_cannot_read_another_keys_record_still_removes_its_key() {
     let disk = SimDisk::new(2803);
     let (mut t, _) = tag_sharing_tier(&disk, other, k);
     damage_first_block(&disk);
-    t.delete(fnv1a64(k), k);
+    t.delete(fnv1a64(k), k, common::hybrid::lsn());
     assert_eq!(get(&t, k), None, "the deleted key is gone");
 }
 
@@ -304,7 +304,7 @@ fn a_delete_of_a_key_whose_entry_dangles_leaves_it_absent_not_unreadable() {
         (
             "reading",
             |t, k| {
-                t.delete(fnv1a64(k), k);
+                t.delete(fnv1a64(k), k, common::hybrid::lsn());
             },
             false,
         ),
@@ -312,14 +312,18 @@ fn a_delete_of_a_key_whose_entry_dangles_leaves_it_absent_not_unreadable() {
             "past the bound",
             |t, k| {
                 t.set_unresolved_max(0);
-                t.delete_blind(fnv1a64(k), k);
+                t.delete_blind(fnv1a64(k), k, common::hybrid::lsn());
             },
             false,
         ),
-        ("blind", |t, k| t.delete_blind(fnv1a64(k), k), false),
+        (
+            "blind",
+            |t, k| t.delete_blind(fnv1a64(k), k, common::hybrid::lsn()),
+            false,
+        ),
         (
             "blind, read first",
-            |t, k| t.delete_blind(fnv1a64(k), k),
+            |t, k| t.delete_blind(fnv1a64(k), k, common::hybrid::lsn()),
             true,
         ),
     ];
@@ -406,7 +410,7 @@ fn a_walk_lists_no_key_through_a_dangling_entry() {
     // Deleted, the other key is listed nowhere (its record is still in
     // its segment, where the dangling entry points).
     let mut t = t;
-    assert!(t.delete(fnv1a64(other), other));
+    assert!(t.delete(fnv1a64(other), other, common::hybrid::lsn()));
     for p in 0..t.partition_count() {
         t.visit_partition(p, &mut |k, _, _| {
             assert_ne!(k, other, "a deleted key listed by partition {p}");
@@ -616,7 +620,13 @@ fn keys_with_a_ttl_that_gc_moved_during_a_checkpoint_still_expire_after_recovery
     for round in 0..8 {
         for i in (0..800).filter(|i| round == 0 || i % 2 == 0) {
             let at = (i % 2 == 1).then_some(1_000 + i);
-            t.put_expiring(fnv1a64(&key(i)), &key(i), &value(i, round), at);
+            t.put_expiring(
+                fnv1a64(&key(i)),
+                &key(i),
+                &value(i, round),
+                at,
+                common::hybrid::lsn(),
+            );
         }
     }
     // A full checkpoint copies the index, then GC moves the records, then
@@ -658,7 +668,13 @@ fn a_due_key_whose_record_cannot_be_read_now_is_expired_once_it_can() {
     let disk = SimDisk::new(2807);
     let mut t = HybridTier::new(disk.clone(), settings(0)).expect("tier");
     for i in 0..20 {
-        t.put_expiring(fnv1a64(&key(i)), &key(i), &value(i, 0), Some(1_000 + i));
+        t.put_expiring(
+            fnv1a64(&key(i)),
+            &key(i),
+            &value(i, 0),
+            Some(1_000 + i),
+            common::hybrid::lsn(),
+        );
     }
     let entries = checkpoint(&mut t);
     let mut t = reload(&disk, settings(0), &entries);
@@ -680,7 +696,13 @@ fn a_due_key_whose_newer_candidate_cannot_be_read_stays_due() {
     let disk = SimDisk::new(2808);
     let (k, other) = (SHARED_TAG[0].as_bytes(), SHARED_TAG[1].as_bytes());
     let mut t = HybridTier::new(disk.clone(), small()).expect("tier");
-    t.put_expiring(fnv1a64(k), k, &value(0, 0), Some(1_000));
+    t.put_expiring(
+        fnv1a64(k),
+        k,
+        &value(0, 0),
+        Some(1_000),
+        common::hybrid::lsn(),
+    );
     for i in 0..300 {
         put(&mut t, &key(i), &value(i, 0));
     }

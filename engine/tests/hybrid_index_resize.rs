@@ -35,7 +35,7 @@ fn filled(disk: &SimDisk) -> (HybridStats, Entries) {
     for i in 0..KEYS {
         let (k, v) = (key(i), value(i, 0));
         let at = (i < EXPIRING).then_some(EXPIRES_AT_MS);
-        assert!(t.put_expiring(fnv1a64(&k), &k, &v, at));
+        assert!(t.put_expiring(fnv1a64(&k), &k, &v, at, common::hybrid::lsn()));
     }
     let entries = checkpoint(&mut t);
     assert_eq!(layout_buckets(&entries), buckets_for(10_000) as u64);
@@ -94,7 +94,7 @@ fn a_larger_index_keys_grows_the_index_and_takes_the_spilled_keys_in() {
         put(&mut t, &key(i), &value(i, 1));
     }
     for i in (1..KEYS).step_by(10) {
-        assert!(t.delete(fnv1a64(&key(i)), &key(i)));
+        assert!(t.delete(fnv1a64(&key(i)), &key(i), common::hybrid::lsn()));
     }
     let round = |i: u64| match (i % 3, i % 10) {
         (_, 1) => None,

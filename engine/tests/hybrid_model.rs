@@ -5,7 +5,10 @@
 //! recovers the way the shard does: a new tier loads the last published
 //! checkpoint and replays every operation since that checkpoint began.
 //! The keys are few, so most writes overwrite, and six of them share a
-//! tag. After every step every key is read back, every key walked, and a
+//! tag. A clock moves on at every step: some puts expire within a few
+//! hundred steps (and read as absent from then on), others far in the
+//! future; active expiry steps delete what the tier lists as due, through
+//! logged deletes as the shard does. After every step every key is read back, every key walked, and a
 //! delete must answer whether its key was there: half of them the blocking
 //! way, half the way the shard does it (applied without reading, the
 //! answer read later, with other steps in between).
@@ -41,6 +44,22 @@ enum Logged {
 type Entries = Vec<(Vec<u8>, Vec<u8>, Option<u64>)>;
 type Model = BTreeMap<Vec<u8>, (Vec<u8>, Option<u64>)>;
 
+/// Whether the model's entry of `k` is there and unexpired at `now`.
+fn live(model: &Model, k: &[u8], now: u64) -> bool {
+    model
+        .get(k)
+        .is_some_and(|(_, at)| at.is_none_or(|at| at > now))
+}
+
+/// What reads see at `now`: the model without its expired entries.
+fn visible(model: &Model, now: u64) -> Model {
+    model
+        .iter()
+        .filter(|(k, _)| live(model, k, now))
+        .map(|(k, e)| (k.clone(), e.clone()))
+        .collect()
+}
+
 fn keys() -> Vec<Vec<u8>> {
     SHARED_TAG
         .iter()
@@ -69,15 +88,22 @@ fn value_of(k: &[u8], version: u64, rng: &mut SplitMix64) -> Vec<u8> {
     v
 }
 
-fn apply(t: &mut dyn Tier, op: &Logged) {
+/// Applies `op`, logged with LSN `lsn` (its place in the log, from 1: a
+/// replay gives each write the LSN it had, as the WAL does).
+fn apply(t: &mut dyn Tier, op: &Logged, lsn: u64) {
     match op {
         Logged::Put(k, v, at) => {
-            t.put_expiring(fnv1a64(k), k, v, *at);
+            t.put_expiring(fnv1a64(k), k, v, *at, lsn);
         }
         Logged::Delete(k) => {
-            t.delete_blind(fnv1a64(k), k);
+            t.delete_blind(fnv1a64(k), k, lsn);
         }
     }
+}
+
+/// The LSN the next logged operation gets.
+fn next_lsn(log: &[Logged]) -> u64 {
+    log.len() as u64 + 1
 }
 
 /// A blind delete's answer still to read: (its read, the key, whether the
@@ -237,6 +263,48 @@ fn check(t: &mut dyn Tier, model: &Model, what: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// An active expiry step, as the shard takes it: up to `max` keys the
+/// tier lists as due are deleted through logged deletes. Every key listed
+/// must be expired in the model; every key that is, once the tier has
+/// listed none, must be gone or still listed later (checked by the reads:
+/// an expired key reads absent whether deleted or not).
+fn expire_some(
+    t: &mut dyn Tier,
+    model: &mut Model,
+    log: &mut Vec<Logged>,
+    now: u64,
+    max: usize,
+    what: &str,
+) -> Result<u64, String> {
+    let mut expired = 0;
+    for k in t.due_keys(max) {
+        let k = k.to_vec();
+        if live(model, &k, now) || !model.contains_key(&k) {
+            return Err(format!(
+                "{what}: active expiry lists {}, which the model has as {:?} at {now}",
+                String::from_utf8_lossy(&k),
+                model.get(&k).map(|(_, at)| at)
+            ));
+        }
+        let seen = match t.delete_lookup(fnv1a64(&k), &k) {
+            DeleteLookup::Expired | DeleteLookup::Cold(_) => None,
+            DeleteLookup::Live => Some("live"),
+            DeleteLookup::Absent => Some("absent"),
+        };
+        if let Some(seen) = seen {
+            return Err(format!(
+                "{what}: the due key {} looks {seen} to a delete",
+                String::from_utf8_lossy(&k)
+            ));
+        }
+        t.delete_blind(fnv1a64(&k), &k, next_lsn(log));
+        log.push(Logged::Delete(k.clone()));
+        model.remove(&k);
+        expired += 1;
+    }
+    Ok(expired)
+}
+
 /// A checkpoint in progress: its start in the log, the entries so far and
 /// the next partition to copy.
 struct Running {
@@ -247,7 +315,8 @@ struct Running {
     delta: bool,
 }
 
-fn run(seed: u64) -> Result<(), String> {
+/// Runs one seed; returns how many keys active expiry deleted.
+fn run(seed: u64) -> Result<u64, String> {
     let mut rng = SplitMix64::new(seed);
     let disk = SimDisk::new(seed);
     let settings = tier_settings(&mut rng);
@@ -275,9 +344,14 @@ fn run(seed: u64) -> Result<(), String> {
     let mut version = 0u64;
     let mut pending: Vec<PendingDelete> = Vec::new();
     let mut settles = Settles::default();
+    let mut now = 1_000_000_000u64;
+    let mut expired = 0;
+    t.set_now_ms(now);
     for step in 0..3_000u32 {
         let dice = rng.below(100);
         let what = format!("seed {seed} step {step}");
+        now += rng.below(8);
+        t.set_now_ms(now);
         if !pending.is_empty() && rng.below(3) == 0 {
             answer_deletes(&mut t, &mut pending, &what)?;
         }
@@ -298,38 +372,51 @@ fn run(seed: u64) -> Result<(), String> {
             };
             version += 1;
             let v = value_of(k, version, &mut rng);
-            let at = (version % 3 == 0).then_some(4_102_444_800_000 + version);
+            let at = match version % 6 {
+                0 | 3 => Some(4_102_444_800_000 + version),
+                // Due within about a hundred steps.
+                1 => Some(now + 1 + rng.below(800)),
+                _ => None,
+            };
             let op = Logged::Put(k.clone(), v.clone(), at);
-            apply(&mut t, &op);
+            apply(&mut t, &op, next_lsn(&log));
             log.push(op);
             model.insert(k.clone(), (v, at));
         } else if dice < 65 {
             let k = &keys[rng.below(keys.len() as u64) as usize];
             let op = Logged::Delete(k.clone());
-            let had = model.contains_key(k);
-            let existed = if rng.below(2) == 0 {
-                t.delete(fnv1a64(k), k)
+            let had = live(&model, k, now);
+            // A blocking delete answers whether an entry was there,
+            // expired or not (the shard looks at expiry itself).
+            let (existed, want) = if rng.below(2) == 0 {
+                (
+                    t.delete(fnv1a64(k), k, next_lsn(&log)),
+                    model.contains_key(k),
+                )
             } else {
                 // The shard's way: logged and applied without a read when
                 // RAM cannot tell; the answer is read afterwards.
-                match t.delete_lookup(fnv1a64(k), k) {
+                let existed = match t.delete_lookup(fnv1a64(k), k) {
                     DeleteLookup::Absent => false,
                     DeleteLookup::Live => {
-                        t.delete_blind(fnv1a64(k), k);
+                        t.delete_blind(fnv1a64(k), k, next_lsn(&log));
                         true
                     }
                     DeleteLookup::Expired => {
-                        return Err(format!("{what}: nothing expires here"));
+                        // Logged and applied; it answers "not found".
+                        t.delete_blind(fnv1a64(k), k, next_lsn(&log));
+                        false
                     }
                     DeleteLookup::Cold(g) => {
-                        t.delete_blind(fnv1a64(k), k);
+                        t.delete_blind(fnv1a64(k), k, next_lsn(&log));
                         pending.push((g, k.clone(), had));
                         // Checked when the answer is read.
                         had
                     }
-                }
+                };
+                (existed, had)
             };
-            if existed != had {
+            if existed != want {
                 return Err(format!(
                     "{what}: delete of {} answers {existed}; read errors {:?}",
                     String::from_utf8_lossy(k),
@@ -338,6 +425,15 @@ fn run(seed: u64) -> Result<(), String> {
             }
             log.push(op);
             model.remove(k);
+        } else if dice < 70 {
+            expired += expire_some(
+                &mut t,
+                &mut model,
+                &mut log,
+                now,
+                1 + rng.below(6) as usize,
+                &what,
+            )?;
         } else if dice < 80 {
             for _ in 0..1 + rng.below(4) {
                 t.background_step();
@@ -400,6 +496,7 @@ fn run(seed: u64) -> Result<(), String> {
             disk.crash();
             marks_valid = false;
             let mut back = open(&disk);
+            back.set_now_ms(now);
             for (i, (_, entries)) in published.iter().enumerate() {
                 back.load_checkpoint_begin(i > 0)
                     .map_err(|e| format!("{what}: checkpoint {i}: {e}"))?;
@@ -413,15 +510,19 @@ fn run(seed: u64) -> Result<(), String> {
             // As recovery does: the replay's blind writes are not bounded.
             back.replay_begin();
             let replay_from = published.last().map_or(0, |(start, _)| *start);
-            for op in &log[replay_from..] {
-                apply(&mut back, op);
+            for (i, op) in log.iter().enumerate().skip(replay_from) {
+                apply(&mut back, op, i as u64 + 1);
             }
             back.recovery_done();
             t = back;
-            check(&mut t, &model, &format!("{what} (after a crash)"))?;
+            check(
+                &mut t,
+                &visible(&model, now),
+                &format!("{what} (after a crash)"),
+            )?;
             continue;
         }
-        check(&mut t, &model, &what)?;
+        check(&mut t, &visible(&model, now), &what)?;
     }
     answer_deletes(&mut t, &mut pending, "at the end")?;
     if unresolved_max.is_some() && settles.finished == 0 {
@@ -429,7 +530,7 @@ fn run(seed: u64) -> Result<(), String> {
             "seed {seed}: no settling read was made with a full unresolved set"
         ));
     }
-    Ok(())
+    Ok(expired)
 }
 
 #[test]
@@ -444,11 +545,23 @@ fn the_tier_matches_the_model_through_gc_checkpoints_and_crashes() {
             (0..n).collect()
         }
     };
-    let failed: Vec<String> = seeds.into_iter().filter_map(|s| run(s).err()).collect();
+    let n = seeds.len();
+    let (mut failed, mut expired) = (Vec::new(), 0);
+    for seed in seeds {
+        match run(seed) {
+            Ok(e) => expired += e,
+            Err(e) => failed.push(e),
+        }
+    }
     assert!(
         failed.is_empty(),
         "{} seeds failed:\n{}",
         failed.len(),
         failed.join("\n")
     );
+    assert!(
+        n < 10 || expired > 0,
+        "active expiry deleted nothing in {n} seeds"
+    );
+    eprintln!("hybrid_model: {n} seeds, active expiry deleted {expired} keys");
 }

@@ -37,7 +37,7 @@ fn values_round_trip_through_segments_with_a_small_cache() {
     }
     for i in (0..3_000).step_by(10) {
         assert_eq!(
-            t.delete(fnv1a64(&key(i)), &key(i)),
+            t.delete(fnv1a64(&key(i)), &key(i), common::hybrid::lsn()),
             model.remove(&key(i)).is_some()
         );
     }
@@ -79,8 +79,8 @@ fn keys_with_the_same_tag_stay_apart() {
     for (i, k) in keys.iter().enumerate().step_by(2) {
         assert!(!put(&mut t, k, &value(i as u64, 1)), "key {i} existed");
     }
-    assert!(t.delete(fnv1a64(keys[3]), keys[3]));
-    assert!(!t.delete(fnv1a64(keys[3]), keys[3]));
+    assert!(t.delete(fnv1a64(keys[3]), keys[3], common::hybrid::lsn()));
+    assert!(!t.delete(fnv1a64(keys[3]), keys[3], common::hybrid::lsn()));
     assert_eq!(t.len(), 5);
     for (i, k) in keys.iter().enumerate() {
         let want = match i {
@@ -108,7 +108,13 @@ fn a_checkpoint_rebuilds_the_tier_without_its_values() {
     for i in 0..2_000 {
         put(&mut t, &key(i), &value(i, 0));
     }
-    t.put_expiring(fnv1a64(b"ttl"), b"ttl", b"v", Some(u64::MAX / 2));
+    t.put_expiring(
+        fnv1a64(b"ttl"),
+        b"ttl",
+        b"v",
+        Some(u64::MAX / 2),
+        common::hybrid::lsn(),
+    );
     let entries = checkpoint(&mut t);
     let bytes: usize = entries.iter().map(|(k, v, _)| k.len() + v.len()).sum();
     let values: usize = (0..2_000).map(|i| value(i, 0).len()).sum();
@@ -153,7 +159,7 @@ fn index_deltas_loaded_over_their_checkpoint_give_the_tier_back() {
             model.insert(key(i), value(i, round));
         }
         for i in (round * 700)..(round * 700 + 50) {
-            t.delete(fnv1a64(&key(i)), &key(i));
+            t.delete(fnv1a64(&key(i)), &key(i), common::hybrid::lsn());
             model.remove(&key(i));
         }
         for i in (3_000 + round * 100)..(3_000 + round * 100 + 100) {
@@ -418,7 +424,13 @@ fn key_walks_and_due_keys_read_the_records_back() {
     }
     for i in 0..10 {
         let k = format!("ttl-{i}").into_bytes();
-        t.put_expiring(fnv1a64(&k), &k, b"v", Some(1_000 + i));
+        t.put_expiring(
+            fnv1a64(&k),
+            &k,
+            b"v",
+            Some(1_000 + i),
+            common::hybrid::lsn(),
+        );
     }
     checkpoint(&mut t);
     t.set_now_ms(1_005);
@@ -437,4 +449,68 @@ fn key_walks_and_due_keys_read_the_records_back() {
     due.sort();
     let want: Vec<Bytes> = (0..6).map(|i| Bytes::from(format!("ttl-{i}"))).collect();
     assert_eq!(due, want);
+}
+
+/// Every record carries the LSN of the write that made it, and GC's copies
+/// keep it: after GC, the segments written by GC alone hold each live
+/// key's record with the LSN of the key's last write (a copy written
+/// with no LSN, or another write's, fails).
+#[test]
+fn gc_copies_keep_the_lsn_of_the_write() {
+    use engine::io::real::RealDisk;
+    use engine::tier::hybrid::log::{SegState, ValueLog};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("values");
+    let mut s = settings(0);
+    s.dir = dir.clone();
+    let mut t = HybridTier::new(RealDisk, s.clone()).expect("tier");
+    let mut last: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    let mut lsn = 1_000u64;
+    for round in 0..3u64 {
+        for i in 0..1_500u64 {
+            if round > 0 && i % 3 == 0 {
+                continue;
+            }
+            lsn += 1;
+            t.put(fnv1a64(&key(i)), &key(i), &value(i, round), lsn);
+            last.insert(key(i), lsn);
+        }
+    }
+    checkpoint(&mut t);
+    let seqs = |dir: &std::path::Path| -> Vec<u64> {
+        let mut v: Vec<u64> = std::fs::read_dir(dir)
+            .expect("read_dir")
+            .filter_map(|e| {
+                let name = e.expect("entry").file_name().into_string().ok()?;
+                name.strip_suffix(".seg")?.parse().ok()
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let written_by_puts = *seqs(&dir).last().expect("segments");
+    while t.background_step() {}
+    checkpoint(&mut t);
+    assert!(t.stats().gc_bytes_written > 0, "GC copied records");
+    let mut log = ValueLog::new(RealDisk, dir.clone(), 0, s.segment_bytes);
+    let mut copies = 0;
+    for (slot, seq) in seqs(&dir).into_iter().enumerate() {
+        let path = log.path_of(seq);
+        let end = std::fs::metadata(&path).expect("metadata").len();
+        log.open_existing(slot as u32, seq, end, 0, SegState::Sealed)
+            .expect("open");
+        let mut from = 0;
+        while from < end {
+            let (records, next) = log.scan_from(slot as u32, from, 64).expect("scan");
+            for (_, r) in records {
+                let lsn = r.lsn.expect("every record carries an LSN");
+                if seq > written_by_puts {
+                    copies += 1;
+                    assert_eq!(lsn, last[&r.key[..]], "GC's copy of {:?}", r.key);
+                }
+            }
+            from = next;
+        }
+    }
+    assert!(copies > 100, "{copies} records copied by GC");
 }

@@ -511,3 +511,86 @@ fn ringkv_tx_runs_a_script_as_one_transaction() {
     assert_eq!(code, Some(2));
     server.terminate();
 }
+
+/// A client retries a transaction that died by sending BEGIN again on the
+/// same connection: the retry keeps the first attempt's age, so it waits
+/// behind a holder younger than that first attempt instead of dying for
+/// it (with a new id it would be the youngest and die again).
+#[test]
+fn a_retry_after_die_keeps_the_first_attempts_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), "txn_lock_wait_timeout = \"5s\"");
+    let mut server = start_server(
+        &dir.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let addr = server.addr;
+    with_runtime(async move {
+        let (a, b, c) = (
+            connect(addr).await,
+            connect(addr).await,
+            connect(addr).await,
+        );
+        // A, the oldest, holds k1. B begins after A and dies on k1.
+        let mut ta = a.transaction();
+        ta.get_for_update("k1").await.unwrap();
+        let mut tb = b.transaction();
+        tb.get("x").await.unwrap();
+        let died = tb.get_for_update("k1").await;
+        assert!(
+            matches!(
+                &died,
+                Err(ClientError::Server {
+                    status: Status::Die,
+                    ..
+                })
+            ),
+            "{died:?}"
+        );
+        tb.rollback().await.unwrap();
+        // C begins after B's first attempt and holds k2.
+        let mut tc = c.transaction();
+        tc.get_for_update("k2").await.unwrap();
+        // B's retry is older than C: it waits for k2 and reads C's write.
+        let mut retry = b.transaction();
+        let b_side = async move {
+            let got = retry.get_for_update("k2").await;
+            retry.put("k2", "b").await.unwrap();
+            retry.commit().await.unwrap();
+            got
+        };
+        let c_side = async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            tc.put("k2", "c").await.unwrap();
+            tc.commit().await.unwrap();
+        };
+        let (got, ()) = tokio::join!(b_side, c_side);
+        assert_eq!(
+            got.expect("the retry waits instead of dying").as_deref(),
+            Some(&b"c"[..])
+        );
+        ta.rollback().await.unwrap();
+        assert_eq!(a.get("k2").await.unwrap().as_deref(), Some(&b"b"[..]));
+
+        // A committed transaction passes no age on: B's next transaction
+        // is younger than D's, and dies on D's lock.
+        let d = connect(addr).await;
+        let mut td = d.transaction();
+        td.get_for_update("k3").await.unwrap();
+        let mut fresh = b.transaction();
+        let died = fresh.get_for_update("k3").await;
+        assert!(
+            matches!(
+                &died,
+                Err(ClientError::Server {
+                    status: Status::Die,
+                    ..
+                })
+            ),
+            "{died:?}"
+        );
+        fresh.rollback().await.unwrap();
+        td.commit().await.unwrap();
+    });
+    server.terminate();
+}

@@ -180,7 +180,12 @@ pub fn run(opts: &Options) -> Report {
     let start = Instant::now();
     for i in 0..opts.keys {
         let key = key_of(i);
-        assert!(tier.put(hasher().hash_key(&key), &key, &value_of(i, opts.value_size)));
+        assert!(tier.put(
+            hasher().hash_key(&key),
+            &key,
+            &value_of(i, opts.value_size),
+            0
+        ));
     }
     let fill_seconds = start.elapsed().as_secs_f64();
     let mut rng = StdRng::seed_from_u64(opts.seed);

@@ -503,10 +503,10 @@ impl ShardCore {
                 return OpStep::Done;
             }
         };
-        if !self.log_record(step, RecordKind::Put, key, value, None) {
+        let Some(lsn) = self.log_record(step, RecordKind::Put, key, value, None) else {
             return OpStep::Wait;
-        }
-        st.tier.put(hash, key, value);
+        };
+        st.tier.put(hash, key, value, lsn);
         st.used_bytes = st.used_bytes.saturating_add_signed(growth);
         st.write_marks.bump(hash);
         out.write(index, false, OpResult::Ok);
@@ -579,25 +579,27 @@ impl ShardCore {
                 }
             }
         }
+        let mut lsn = 0;
         if let Some(kind) = kind {
             let payload: &[u8] = value.map_or(b"", |v| v);
-            if !self.log_record(step, kind, key, payload, expiry) {
+            let Some(logged) = self.log_record(step, kind, key, payload, expiry) else {
                 // Nothing was applied: the update runs again, on the same
                 // state, once there is room.
                 return OpStep::Wait;
-            }
+            };
+            lsn = logged;
             st.write_marks.bump(hash);
         }
         match (kind, value) {
             (Some(RecordKind::Put), Some(v)) => {
-                st.tier.put_expiring(hash, key, v, expiry);
+                st.tier.put_expiring(hash, key, v, expiry, lsn);
                 st.used_bytes = st.used_bytes.saturating_add_signed(growth);
             }
             (Some(_), _) => {
                 if !st.tier.contains(hash, key) {
                     out.counts.expired += 1;
                 }
-                st.tier.delete_blind(hash, key);
+                st.tier.delete_blind(hash, key, lsn);
             }
             (None, _) => {}
         }
@@ -639,10 +641,10 @@ impl ShardCore {
             out.write(index, true, OpResult::NotFound);
             return OpStep::Done;
         }
-        if !self.log_record(step, RecordKind::Delete, key, b"", None) {
+        let Some(lsn) = self.log_record(step, RecordKind::Delete, key, b"", None) else {
             return OpStep::Wait;
-        }
-        st.tier.delete_blind(hash, key);
+        };
+        st.tier.delete_blind(hash, key, lsn);
         st.write_marks.bump(hash);
         let answer = if let DeleteLookup::Cold(mut g) = lookup {
             g.index = index;
@@ -730,7 +732,7 @@ impl ShardCore {
         key: &[u8],
         value: &[u8],
         expires_at_ms: Option<u64>,
-    ) -> bool {
+    ) -> Option<u64> {
         // Every record of a step shares one commit version, taken from the
         // clock when its first record is logged.
         let clock = &self.clock;
@@ -751,13 +753,14 @@ impl ShardCore {
                 .append(kind, key, value, expires_at_ms, next_version)
         };
         match logged {
-            Append::Logged { rolled, .. } => {
+            Append::Logged { lsn, rolled } => {
                 step.rolled |= rolled;
                 step.records += 1;
-                true
+                Some(lsn)
             }
-            Append::NoWal => true,
-            Append::Full => false,
+            // No WAL (memory tier only): no LSN.
+            Append::NoWal => Some(0),
+            Append::Full => None,
             Append::Poisoned => unreachable!("writes on a poisoned shard fail before logging"),
         }
     }
@@ -1030,6 +1033,7 @@ impl ShardCore {
     pub(crate) fn apply_txn_writes(
         &self,
         writes: &[crate::txn::record::TxnWrite],
+        lsn: u64,
         undurable_lsn: Option<u64>,
     ) -> Result<(), ()> {
         let mut st = self.state.borrow_mut();
@@ -1050,10 +1054,10 @@ impl ShardCore {
             }
             match &w.value {
                 Some(v) => {
-                    st.tier.put(hash, &w.key, v);
+                    st.tier.put(hash, &w.key, v, lsn);
                 }
                 None => {
-                    st.tier.delete_blind(hash, &w.key);
+                    st.tier.delete_blind(hash, &w.key, lsn);
                 }
             }
         }

@@ -392,7 +392,7 @@ fn apply_part(
     parts: Option<Arc<[(u16, u64)]>>,
     undurable_lsn: Option<u64>,
 ) -> Result<(), TxnError> {
-    if core.apply_txn_writes(writes, undurable_lsn).is_err() {
+    if core.apply_txn_writes(writes, lsn, undurable_lsn).is_err() {
         core.txn.locks.borrow_mut().release_all(txn);
         return Err(TxnError::Poisoned {
             shard: core.settings.shard,

@@ -484,6 +484,7 @@ impl Tier for MemoryTier {
         key: &[u8],
         value: &[u8],
         expires_at_ms: Option<u64>,
+        _lsn: u64,
     ) -> bool {
         debug_assert_eq!(hash, self.hasher.hash_key(key), "hash from another hasher");
         let at = expires_at_ms.unwrap_or(0);
@@ -517,7 +518,7 @@ impl Tier for MemoryTier {
         true
     }
 
-    fn delete(&mut self, hash: u64, key: &[u8]) -> bool {
+    fn delete(&mut self, hash: u64, key: &[u8], _lsn: u64) -> bool {
         let (p, h) = split(hash);
         let table = &mut self.partitions[p].table;
         match table.find_entry(h, |s| s.hash == h && s.entry.key() == key) {
@@ -699,7 +700,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn put(t: &mut MemoryTier, k: &[u8], v: &[u8]) -> bool {
-        t.put(fnv1a64(k), k, v)
+        t.put(fnv1a64(k), k, v, 0)
     }
 
     /// What a checkpoint copy of every partition lists: key to value, or
@@ -735,16 +736,16 @@ mod tests {
         let full = copy(&mut t, false);
         assert_eq!(full.len(), 4);
         assert!(copy(&mut t, true).is_empty(), "nothing changed");
-        t.delete(fnv1a64(b"b"), b"b");
+        t.delete(fnv1a64(b"b"), b"b", 0);
         put(&mut t, b"d", b"v1");
         // Same length: the value is overwritten in place.
         put(&mut t, b"a", b"v2");
         // Deleted and written again: both are listed, the value wins.
-        t.delete(fnv1a64(b"e"), b"e");
+        t.delete(fnv1a64(b"e"), b"e", 0);
         put(&mut t, b"e", b"v3");
         // Changed, then expired before the copy: listed as deleted, since
         // the copy before holds an older, live value.
-        t.put_expiring(fnv1a64(b"c"), b"c", b"v2", Some(1_000));
+        t.put_expiring(fnv1a64(b"c"), b"c", b"v2", Some(1_000), 0);
         t.set_now_ms(2_000);
         let delta = copy(&mut t, true);
         let want: Copy = [
@@ -769,7 +770,7 @@ mod tests {
             assert_eq!(back.get(h, k), t.get(h, k), "{k:?}");
         }
         // A full copy clears the marks and the deleted keys too.
-        t.delete(fnv1a64(b"a"), b"a");
+        t.delete(fnv1a64(b"a"), b"a", 0);
         put(&mut t, b"f", b"v1");
         assert_eq!(copy(&mut t, false).len(), 3);
         assert!(copy(&mut t, true).is_empty());
@@ -781,7 +782,7 @@ mod tests {
         let mut t = MemoryTier::new();
         put(&mut t, b"a", b"v");
         let before = t.memory_bytes();
-        t.delete(fnv1a64(b"a"), b"a");
+        t.delete(fnv1a64(b"a"), b"a", 0);
         assert_eq!(t.deleted_bytes, 0);
         assert!(t.memory_bytes() < before);
     }
@@ -812,8 +813,8 @@ mod tests {
         assert!(put(&mut t, b"e", b""));
         assert_eq!(t.get(fnv1a64(b"e"), b"e").as_deref(), Some(&b""[..]));
         assert_eq!(t.len(), 2);
-        assert!(t.delete(fnv1a64(b"a"), b"a"));
-        assert!(!t.delete(fnv1a64(b"a"), b"a"));
+        assert!(t.delete(fnv1a64(b"a"), b"a", 0));
+        assert!(!t.delete(fnv1a64(b"a"), b"a", 0));
         assert_eq!(t.len(), 1);
         assert_eq!(recount(&t), (1, (ENTRY_HEADER_BYTES + 1) as u64));
     }
@@ -922,8 +923,8 @@ mod tests {
                 let key = vec![b'k', k];
                 let h = fnv1a64(&key);
                 match op {
-                    0 => { prop_assert_eq!(t.put(h, &key, &v), model.insert(key.clone(), v).is_none()); }
-                    1 => { prop_assert_eq!(t.delete(h, &key), model.remove(&key).is_some()); }
+                    0 => { prop_assert_eq!(t.put(h, &key, &v, 0), model.insert(key.clone(), v).is_none()); }
+                    1 => { prop_assert_eq!(t.delete(h, &key, 0), model.remove(&key).is_some()); }
                     _ => { prop_assert_eq!(t.get(h, &key).map(|b| b.to_vec()), model.get(&key).cloned()); }
                 }
             }
@@ -949,7 +950,7 @@ mod tests {
                 let growth = t.put_growth_bytes(h, &key, len, expiring);
                 let tables_before = t.table_bytes;
                 let before = t.memory_bytes() as i64;
-                t.put_expiring(h, &key, &value, at);
+                t.put_expiring(h, &key, &value, at, 0);
                 let change = t.memory_bytes() as i64 - before;
                 prop_assert!(change <= growth, "put of {len} bytes grew {change}, bound {growth}");
                 if t.table_bytes == tables_before {

@@ -284,9 +284,10 @@ pub trait Tier {
     }
     /// Removes `key` (logged already) without answering whether it was
     /// there; a tier that keeps values on a device does it without a
-    /// device read when it can. The default is [`Tier::delete`].
-    fn delete_blind(&mut self, hash: u64, key: &[u8]) {
-        self.delete(hash, key);
+    /// device read when it can. The default is [`Tier::delete`]. `lsn`:
+    /// the WAL record of the delete, as for [`Tier::put_expiring`].
+    fn delete_blind(&mut self, hash: u64, key: &[u8], lsn: u64) {
+        self.delete(hash, key, lsn);
     }
     /// Moves up to `max` of the reads the tier wants made after writes it
     /// applied without them to `out` (the hybrid tier: the older records
@@ -315,20 +316,28 @@ pub trait Tier {
     /// key is present and not expired.
     fn get_expiring(&self, hash: u64, key: &[u8]) -> Option<(Bytes, Option<u64>)>;
     /// Sets `key` to `value` without an expiry time; returns true if the
-    /// key was new.
-    fn put(&mut self, hash: u64, key: &[u8], value: &[u8]) -> bool {
-        self.put_expiring(hash, key, value, None)
+    /// key was new. `lsn` as for [`Tier::put_expiring`].
+    fn put(&mut self, hash: u64, key: &[u8], value: &[u8], lsn: u64) -> bool {
+        self.put_expiring(hash, key, value, None, lsn)
     }
     /// Sets `key` to `value` expiring at `expires_at_ms` (absolute Unix ms,
     /// never 0; `None`: never); returns true if the key was new, as far as
     /// the tier knows without a device read (a hybrid tier's blind write
     /// answers true when no entry of the key is in RAM).
+    ///
+    /// `lsn` is the LSN of the WAL record that holds the write (a
+    /// transaction's writes share their part's; a WAL replay passes each
+    /// record's own, so a replayed write gets the version it had). A tier
+    /// that keeps several records of a key stores it beside the value and
+    /// tells newer from older by it; 0 when there is no WAL (durability
+    /// `none`, memory tier only). The memory tier ignores it.
     fn put_expiring(
         &mut self,
         hash: u64,
         key: &[u8],
         value: &[u8],
         expires_at_ms: Option<u64>,
+        lsn: u64,
     ) -> bool;
     /// Sets the tier's clock: entries expiring at or before `now_ms` are
     /// absent for every read (`get*`, `contains`, `visit_partition`) until
@@ -339,8 +348,9 @@ pub trait Tier {
     fn due_keys(&self, max: usize) -> Vec<Bytes>;
     /// Entries that carry an expiry time (expired or not).
     fn expiring_count(&self) -> u64;
-    /// Removes `key`; returns true if it existed.
-    fn delete(&mut self, hash: u64, key: &[u8]) -> bool;
+    /// Removes `key`; returns true if it existed. `lsn`: the WAL record of
+    /// the delete, as for [`Tier::put_expiring`].
+    fn delete(&mut self, hash: u64, key: &[u8], lsn: u64) -> bool;
     /// Number of keys.
     fn len(&self) -> u64;
     /// Whether there are no keys.
@@ -423,8 +433,10 @@ pub trait Tier {
         value: &[u8],
         expires_at_ms: Option<u64>,
     ) -> Result<(), String> {
+        // A checkpoint entry has no LSN of its own (the memory tier, the
+        // only one loading entries this way, keeps none).
         let hash = self.table_hasher().hash_key(key);
-        self.put_expiring(hash, key, value, expires_at_ms);
+        self.put_expiring(hash, key, value, expires_at_ms, 0);
         Ok(())
     }
     /// Every file of the checkpoint chain is loaded (recovery; the WAL
@@ -435,7 +447,7 @@ pub trait Tier {
     /// Loads a deleted-key entry of a delta checkpoint (recovery).
     fn load_checkpoint_delete(&mut self, key: &[u8]) -> Result<(), String> {
         let hash = self.table_hasher().hash_key(key);
-        self.delete(hash, key);
+        self.delete(hash, key, 0);
         Ok(())
     }
     /// The WAL replay of a recovery starts (after the checkpoint loaded).

@@ -74,7 +74,7 @@ impl TxnReplay {
         assert!(parsed.is_ok(), "decode_record checked the part");
         if header.participants.len() == 1 {
             for (k, v) in writes {
-                apply(tier, &k, v.as_deref());
+                apply(tier, &k, v.as_deref(), lsn);
                 self.overwritten(&k);
             }
             return;
@@ -107,7 +107,7 @@ impl TxnReplay {
             applied += 1;
             for (k, v, later) in d.writes {
                 if !later {
-                    apply(tier, &k, v.as_deref());
+                    apply(tier, &k, v.as_deref(), d.lsn);
                 }
             }
         }
@@ -115,14 +115,15 @@ impl TxnReplay {
     }
 }
 
-fn apply(tier: &mut dyn Tier, key: &[u8], value: Option<&[u8]>) {
+/// Applies one write of the part logged at `lsn` (its version).
+fn apply(tier: &mut dyn Tier, key: &[u8], value: Option<&[u8]>, lsn: u64) {
     let hash = tier.table_hasher().hash_key(key);
     match value {
         Some(v) => {
-            tier.put(hash, key, v);
+            tier.put(hash, key, v, lsn);
         }
         None => {
-            tier.delete_blind(hash, key);
+            tier.delete_blind(hash, key, lsn);
         }
     }
 }

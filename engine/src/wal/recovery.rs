@@ -1062,10 +1062,10 @@ impl ReplayPhase {
             match r.kind {
                 RecordKind::Put => {
                     let value = whole.as_deref().unwrap_or(r.value);
-                    tier.put_expiring(h, r.key, value, r.expires_at_ms);
+                    tier.put_expiring(h, r.key, value, r.expires_at_ms, r.lsn);
                 }
                 RecordKind::Delete => {
-                    tier.delete_blind(h, r.key);
+                    tier.delete_blind(h, r.key, r.lsn);
                 }
                 RecordKind::Seal | RecordKind::TxnPart | RecordKind::Chunk => {
                     unreachable!("replay_flush skips seals; parts and chunks are handled above")

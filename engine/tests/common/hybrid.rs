@@ -50,7 +50,7 @@ pub fn value(i: u64, round: u64) -> Vec<u8> {
 }
 
 pub fn put(t: &mut dyn Tier, k: &[u8], v: &[u8]) -> bool {
-    t.put(fnv1a64(k), k, v)
+    t.put(fnv1a64(k), k, v, lsn())
 }
 
 pub fn get(t: &dyn Tier, k: &[u8]) -> Option<Bytes> {
@@ -132,4 +132,13 @@ pub fn layout_buckets(entries: &[(Vec<u8>, Vec<u8>, Option<u64>)]) -> u64 {
         .find(|(k, _, _)| k.as_slice() == b"\0hybrid/layout")
         .expect("a layout entry");
     u64::from_le_bytes(layout[4..12].try_into().expect("8 bytes"))
+}
+
+/// The LSN of the next write a test applies to a tier directly: one more
+/// than the last, as the WAL numbers its records (per process; a tier
+/// only needs them to grow).
+pub fn lsn() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }

@@ -589,10 +589,10 @@ async fn execute_loop(
     let mut out = BytesMut::new();
     // The connection's open transaction; dropping it (connection closed)
     // rolls it back.
-    let mut txn: Option<engine::Txn> = None;
+    let mut txn = crate::native::txn::ConnTxn::default();
     let txn_config = ctx.shared.txn;
     loop {
-        let next = if txn.as_ref().is_some_and(|t| t.aborted().is_none()) {
+        let next = if txn.is_active() {
             match compio::time::timeout(txn_config.idle_timeout, pipe.pop()).await {
                 Ok(next) => next,
                 Err(_) => {
@@ -629,7 +629,7 @@ async fn execute_loop(
                 request,
                 received,
                 version,
-            } if crate::native::txn::needs_txn_path(&request, txn.is_some()) => {
+            } if crate::native::txn::needs_txn_path(&request, txn.is_open()) => {
                 let tally = run_in_txn(ctx, conn, &mut txn, request, version, &mut out).await;
                 note_latency(ctx, received, &tally);
                 false
@@ -671,7 +671,7 @@ async fn execute_loop(
 async fn run_in_txn(
     ctx: &ShardContext,
     conn: &ConnState,
-    txn: &mut Option<engine::Txn>,
+    txn: &mut crate::native::txn::ConnTxn,
     request: Request,
     version: u16,
     out: &mut BytesMut,

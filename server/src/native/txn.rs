@@ -6,7 +6,8 @@
 //! What must hold: one open transaction per connection; every op gets one
 //! answer; after DIE or LOCK_TIMEOUT the transaction holds no lock and its
 //! later ops answer ABORTED until COMMIT (answered ABORTED) or ROLLBACK
-//! (answered OK) ends it; a connection that closes rolls its transaction
+//! (answered OK) ends it, and the connection's next BEGIN starts the retry
+//! with the aborted transaction's age (see [`ConnTxn`]); a connection that closes rolls its transaction
 //! back (the engine's `Txn` releases its locks when dropped); PUT_EXPIRING,
 //! EXPIRE, TTL and SCAN are refused (UNSUPPORTED) while a transaction is
 //! open, and run as plain operations in a frame before its BEGIN.
@@ -44,6 +45,54 @@ impl TxnConfig {
 impl Default for TxnConfig {
     fn default() -> Self {
         TxnConfig::from_config(&tunables::ServerConfig::default())
+    }
+}
+
+/// A connection's transaction state: the open transaction, and the age of
+/// the last one a lock conflict (DIE or LOCK_TIMEOUT) aborted, which the
+/// next BEGIN takes over. A client retries a transaction that died by
+/// sending BEGIN again; with its first attempt's age the retry waits
+/// behind younger holders instead of dying for them, as the RESP port's
+/// EXEC does, so retries do not pile up under contention. Any other end
+/// (a commit, a rollback of a live transaction) drops the age.
+#[derive(Default)]
+pub struct ConnTxn {
+    open: Option<Txn>,
+    retry: Option<engine::RetryTicket>,
+}
+
+impl ConnTxn {
+    /// A transaction is open (possibly aborted, waiting for its end).
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// A transaction is open and not aborted (the idle timeout applies).
+    pub fn is_active(&self) -> bool {
+        self.open.as_ref().is_some_and(|t| t.aborted().is_none())
+    }
+
+    fn begin(&mut self, handle: &engine::Handle, settings: TxnSettings) {
+        self.open = Some(match self.retry.take() {
+            Some(ticket) => handle.begin_again(settings, ticket),
+            None => handle.begin(settings),
+        });
+    }
+
+    /// Takes the open transaction to end it; a transaction a lock conflict
+    /// aborted is ended here, its age kept for the next BEGIN, and its
+    /// answer (`reason`) returned instead.
+    fn take_to_end(&mut self) -> Option<Result<Txn, AbortReason>> {
+        let t = self.open.take()?;
+        self.retry = None;
+        let reason = t.aborted();
+        Some(match t.into_retry() {
+            Ok(ticket) => {
+                self.retry = Some(ticket);
+                Err(reason.expect("only an aborted transaction has a retry ticket"))
+            }
+            Err(t) => Ok(t),
+        })
     }
 }
 
@@ -109,7 +158,7 @@ fn read_reply(value: Option<Bytes>) -> OpReply {
 pub async fn run_request(
     handle: &engine::Handle,
     config: &TxnConfig,
-    txn: &mut Option<Txn>,
+    txn: &mut ConnTxn,
     request: Request,
     frame_bytes_max: u32,
     stats: &mut dyn FnMut() -> Vec<(String, String)>,
@@ -131,9 +180,10 @@ pub async fn run_request(
                 };
                 (
                     kind,
-                    match txn {
-                        Some(_) => not_in_txn(kind),
-                        None => plain(handle, kind, op).await,
+                    if txn.is_open() {
+                        not_in_txn(kind)
+                    } else {
+                        plain(handle, kind, op).await
                     },
                 )
             }
@@ -143,16 +193,15 @@ pub async fn run_request(
                 pattern,
             } => (
                 OpKind::Scan,
-                match txn {
-                    Some(_) => not_in_txn(OpKind::Scan),
-                    None => {
-                        let args = ScanArgs {
-                            cursor,
-                            count,
-                            pattern,
-                        };
-                        scan(handle, &args, scan_room).await
-                    }
+                if txn.is_open() {
+                    not_in_txn(OpKind::Scan)
+                } else {
+                    let args = ScanArgs {
+                        cursor,
+                        count,
+                        pattern,
+                    };
+                    scan(handle, &args, scan_room).await
                 },
             ),
             RequestOp::Ping => (OpKind::Ping, OpReply::Ok),
@@ -163,16 +212,15 @@ pub async fn run_request(
                 rate_bytes_per_sec,
             } => (
                 OpKind::Stats,
-                match txn {
-                    Some(_) => OpReply::Error {
+                if txn.is_open() {
+                    OpReply::Error {
                         status: Status::Unsupported,
                         message:
                             "BACKUP does not run inside a transaction (COMMIT or ROLLBACK first)"
                                 .into(),
-                    },
-                    None => {
-                        crate::ops::backup::native_backup(handle, &dest, rate_bytes_per_sec).await
                     }
+                } else {
+                    crate::ops::backup::native_backup(handle, &dest, rate_bytes_per_sec).await
                 },
             ),
             op => txn_or_key_op(handle, config, txn, op).await,
@@ -197,25 +245,25 @@ pub async fn run_request(
 async fn txn_or_key_op(
     handle: &engine::Handle,
     config: &TxnConfig,
-    txn: &mut Option<Txn>,
+    txn: &mut ConnTxn,
     op: RequestOp,
 ) -> (OpKind, OpReply) {
     match op {
         RequestOp::Begin => (
             OpKind::Txn,
-            if txn.is_some() {
+            if txn.is_open() {
                 OpReply::Error {
                     status: Status::NoTransaction,
                     message: "a transaction is already open on this connection (one at a time; COMMIT or ROLLBACK it first)".to_string(),
                 }
             } else {
-                *txn = Some(handle.begin(config.settings));
+                txn.begin(handle, config.settings);
                 OpReply::Ok
             },
         ),
         RequestOp::GetForUpdate { key } => (
             OpKind::Txn,
-            match txn.as_mut() {
+            match txn.open.as_mut() {
                 None => no_txn("GET_FOR_UPDATE"),
                 Some(t) => match t.get_for_update(key).await {
                     Ok(v) => read_reply(v),
@@ -225,7 +273,7 @@ async fn txn_or_key_op(
         ),
         RequestOp::Get { key } => (
             OpKind::Get,
-            match txn.as_mut() {
+            match txn.open.as_mut() {
                 None => plain(handle, OpKind::Get, Op::Get { key }).await,
                 Some(t) => match t.get(key).await {
                     Ok(v) => read_reply(v),
@@ -235,7 +283,7 @@ async fn txn_or_key_op(
         ),
         RequestOp::Put { key, value } => (
             OpKind::Put,
-            match txn.as_mut() {
+            match txn.open.as_mut() {
                 None => plain(handle, OpKind::Put, Op::Put { key, value }).await,
                 Some(t) => match t.put(key, value).await {
                     Ok(()) => OpReply::Ok,
@@ -245,7 +293,7 @@ async fn txn_or_key_op(
         ),
         RequestOp::Delete { key } => (
             OpKind::Delete,
-            match txn.as_mut() {
+            match txn.open.as_mut() {
                 None => plain(handle, OpKind::Delete, Op::Delete { key }).await,
                 Some(t) => match t.delete(key).await {
                     Ok(true) => OpReply::Ok,
@@ -256,9 +304,10 @@ async fn txn_or_key_op(
         ),
         RequestOp::Commit => (
             OpKind::Txn,
-            match txn.take() {
+            match txn.take_to_end() {
                 None => no_txn("COMMIT"),
-                Some(t) => match t.commit().await {
+                Some(Err(reason)) => txn_error_reply(&engine::TxnError::Aborted { reason }),
+                Some(Ok(t)) => match t.commit().await {
                     Ok(()) => OpReply::Ok,
                     Err(e) => txn_error_reply(&e),
                 },
@@ -266,9 +315,10 @@ async fn txn_or_key_op(
         ),
         RequestOp::Rollback => (
             OpKind::Txn,
-            match txn.take() {
+            match txn.take_to_end() {
                 None => no_txn("ROLLBACK"),
-                Some(t) => {
+                Some(Err(_)) => OpReply::Ok,
+                Some(Ok(t)) => {
                     t.rollback().await;
                     OpReply::Ok
                 }
@@ -286,8 +336,8 @@ async fn txn_or_key_op(
 
 /// The connection sent nothing for the idle timeout with a transaction
 /// open: abort it (its locks are released; its next ops answer ABORTED).
-pub async fn abort_idle(txn: &mut Option<Txn>) {
-    if let Some(t) = txn.as_mut() {
+pub async fn abort_idle(txn: &mut ConnTxn) {
+    if let Some(t) = txn.open.as_mut() {
         if t.aborted().is_none() {
             tracing::debug!(txn = t.id(), "idle transaction aborted");
             t.abort(AbortReason::Idle).await;

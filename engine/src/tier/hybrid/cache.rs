@@ -222,6 +222,7 @@ mod tests {
             key: Bytes::from(i.to_le_bytes().to_vec()),
             value: Bytes::from(vec![0u8; 100]),
             expires_at_ms: None,
+            lsn: Some(u64::from(i) + 1),
             size: 112,
         }
     }

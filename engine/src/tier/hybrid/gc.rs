@@ -43,7 +43,7 @@ impl<D: Disk> Inner<D> {
                 continue;
             }
             if self.blind.unresolved.contains(&addr) {
-                match self.superseded(addr, &r.key) {
+                match self.superseded(addr, &r) {
                     Ok(true) => {
                         // An older version: its entry goes (its bytes
                         // were counted as garbage already).
@@ -64,7 +64,10 @@ impl<D: Disk> Inner<D> {
             let Some(loc) = self.index.find_addr(h, addr) else {
                 continue;
             };
-            let (new, span) = match self.log.append(&r.key, &r.value, r.expires_at_ms) {
+            // The copy keeps the record's LSN (0: a version 1 record's
+            // copy, whose write is not known).
+            let lsn = r.lsn.unwrap_or(0);
+            let (new, span) = match self.log.append(&r.key, &r.value, r.expires_at_ms, lsn) {
                 Ok(a) => a,
                 Err(e) => {
                     self.note_fault("write (GC)", &e);

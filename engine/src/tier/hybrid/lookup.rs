@@ -65,10 +65,24 @@ impl<D: Disk> Inner<D> {
         (self.log.seq_of_slot(a.slot).unwrap_or(0), a.offset)
     }
 
+    /// Whether record `a` (at `a_addr`) is a newer version of its key
+    /// than record `b` (at `b_addr`, same key): by the LSNs of the writes
+    /// that made them when both carry one and they differ, else (a record
+    /// of a version 1 segment, or the same write's record twice: a WAL
+    /// replay writes a record again) by place, the newer segment and
+    /// offset being the newer.
+    pub(super) fn is_newer(&self, a_addr: u32, a: &Record, b_addr: u32, b: &Record) -> bool {
+        match (a.lsn, b.lsn) {
+            (Some(x), Some(y)) if x != y => x > y,
+            _ => self.age(a_addr) > self.age(b_addr),
+        }
+    }
+
     /// The entries whose tag matches `h`, in the order reads try them: the
-    /// settled ones first (a key has at most one settled entry, so any
-    /// order will do), then the unresolved ones, newest first (a key's
-    /// newest record is the one that counts).
+    /// settled ones first (a key has at most one settled entry, its newest
+    /// record, so any order will do), then the unresolved ones, newest
+    /// place first (the order saves reads: which record of the key is
+    /// newest is decided by [`Inner::is_newer`]).
     pub(super) fn ordered_candidates(&self, h: KeyHash) -> Vec<Candidate> {
         let mut cands = Vec::new();
         self.index.candidates(h, &mut cands);
@@ -130,16 +144,28 @@ impl<D: Disk> Inner<D> {
         key: &[u8],
     ) -> Result<Option<(Candidate, Record)>, ReadError> {
         let mut failed = None;
+        let mut best: Option<(Candidate, Record)> = None;
         for c in self.ordered_candidates(h) {
             match self.record(&c) {
                 Ok(r) if r.key == key => {
+                    if !self.blind.unresolved.contains(&c.addr) {
+                        // Settled: the key's newest record.
+                        return Ok(Some((c, r)));
+                    }
                     // An unresolved entry is the key's current record only
                     // if no entry tried before it is: one that could not
-                    // be read may be.
-                    return match failed {
-                        Some(e) if self.blind.unresolved.contains(&c.addr) => Err(e),
-                        _ => Ok(Some((c, r))),
-                    };
+                    // be read may be. Of the unresolved ones, the newest.
+                    if best.is_none() {
+                        if let Some(e) = failed {
+                            return Err(e);
+                        }
+                    }
+                    let newer = best
+                        .as_ref()
+                        .is_none_or(|(b, br)| self.is_newer(c.addr, &r, b.addr, br));
+                    if newer {
+                        best = Some((c, r));
+                    }
                 }
                 Ok(r) => {
                     if let Err(e) = self.check_dangling(h, c.addr, &r) {
@@ -149,9 +175,12 @@ impl<D: Disk> Inner<D> {
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(None),
+        // A candidate that failed after the newest found (at an older
+        // place) is taken for older: its LSN is not known.
+        match (best, failed) {
+            (Some(found), _) => Ok(Some(found)),
+            (None, Some(e)) => Err(e),
+            (None, None) => Ok(None),
         }
     }
 
@@ -190,27 +219,40 @@ impl<D: Disk> Inner<D> {
         !self.blind.deleted.is_empty() && self.blind.deleted.contains(key)
     }
 
-    /// Whether the record at `addr` (of `key`, an unresolved entry) is an
-    /// older version of its key: another entry of the key is newer, or the
-    /// key was deleted since. `Err` when a newer candidate cannot be read
-    /// or dangles (it may be the key's).
-    pub(super) fn superseded(&mut self, addr: u32, key: &[u8]) -> Result<bool, ReadError> {
-        if self.is_deleted(key) {
+    /// Whether the record `r` at `addr` (an unresolved entry) is an older
+    /// version of its key: another record of the key is newer
+    /// ([`Inner::is_newer`]), or the key was deleted since. With an LSN in
+    /// `r`, the key's records at older places are read too (an LSN, not
+    /// the place, decides). `Err` when a candidate at a newer place cannot
+    /// be read or dangles (it may be the key's, and its LSN is unknown); one
+    /// at an older place that cannot be read is taken for older.
+    pub(super) fn superseded(&mut self, addr: u32, r: &Record) -> Result<bool, ReadError> {
+        if self.is_deleted(&r.key) {
             return Ok(true);
         }
-        let h = self.key_hash(key);
+        let h = self.key_hash(&r.key);
         let age = self.age(addr);
         for c in self.ordered_candidates(h) {
-            if c.addr == addr || self.age(c.addr) <= age {
+            let newer_place = self.age(c.addr) > age;
+            if c.addr == addr || (!newer_place && r.lsn.is_none()) {
                 continue;
             }
-            let r = self.record(&c)?;
-            if r.key == key {
-                return Ok(true);
+            let other = match self.record(&c) {
+                Ok(other) => other,
+                Err(e) if newer_place => return Err(e),
+                Err(_) => continue,
+            };
+            if other.key == r.key {
+                if self.is_newer(c.addr, &other, addr, r) {
+                    return Ok(true);
+                }
+                continue;
             }
             // A newer entry that dangles may have been the key's: whether
             // this record is superseded cannot be told.
-            self.check_dangling(h, c.addr, &r)?;
+            if newer_place {
+                self.check_dangling(h, c.addr, &other)?;
+            }
         }
         Ok(false)
     }
@@ -221,7 +263,7 @@ impl<D: Disk> Inner<D> {
         if !self.blind.unresolved.contains(&addr) {
             return Ok(true);
         }
-        Ok(!self.superseded(addr, &r.key)?)
+        Ok(!self.superseded(addr, r)?)
     }
 
     /// `find` for a read: a failure is kept for `take_read_errors` and
@@ -256,19 +298,30 @@ impl<D: Disk> Inner<D> {
         }
         let mut queue = VecDeque::new();
         let mut failed: Option<ReadError> = None;
+        // The newest unresolved record of the key found in RAM so far.
+        let mut best: Option<(u32, Record)> = None;
         for c in self.ordered_candidates(KeyHash::new(hash)) {
             // A settled entry that matches is the key's, whatever is still
-            // to read; an unresolved one only if nothing before it is.
+            // to read; an unresolved one only if nothing before it is, and
+            // then the newest of the unresolved ones that match.
             let settled = !self.blind.unresolved.contains(&c.addr);
             match self.where_is(&c) {
                 Where::Ram(res) if settled || queue.is_empty() => match res {
+                    Ok(r) if r.key == key && settled => return Lookup::Found(Some(r)),
                     Ok(r) if r.key == key => {
-                        return match failed {
-                            // An earlier candidate could not be read and
-                            // may be the key's newer record.
-                            Some(e) if !settled => Lookup::Failed(e),
-                            _ => Lookup::Found(Some(r)),
-                        };
+                        if best.is_none() {
+                            if let Some(e) = failed {
+                                // An earlier candidate could not be read
+                                // and may be the key's newer record.
+                                return Lookup::Failed(e);
+                            }
+                        }
+                        let newer = best
+                            .as_ref()
+                            .is_none_or(|(b, br)| self.is_newer(c.addr, &r, *b, br));
+                        if newer {
+                            best = Some((c.addr, r));
+                        }
                     }
                     Ok(r) => {
                         if let Err(e) = self.check_dangling(KeyHash::new(hash), c.addr, &r) {
@@ -308,13 +361,16 @@ impl<D: Disk> Inner<D> {
                 bytes: 0,
                 settle: false,
                 background: false,
-                answer: None,
+                best: best.map(|(a, r)| (a, r, false)),
                 counted: None,
             });
         }
-        match failed {
-            Some(e) => Lookup::Failed(e),
-            None => Lookup::Found(None),
+        // A candidate that failed after the newest found (at an older
+        // place) is taken for older: its LSN is not known.
+        match (best, failed) {
+            (Some((_, r)), _) => Lookup::Found(Some(r)),
+            (None, Some(e)) => Lookup::Failed(e),
+            (None, None) => Lookup::Found(None),
         }
     }
 
@@ -342,13 +398,7 @@ impl<D: Disk> Inner<D> {
                 continue;
             };
             match record {
-                Ok(r) if r.key == ck.key && ck.settle && ck.answer.is_some() => {
-                    // An older record of the key: as dead as the first.
-                    if cacheable {
-                        self.settle_deleted(ck.hash, addr, !unresolved, &r);
-                    }
-                }
-                Ok(r) if r.key == ck.key && unresolved && ck.failed.is_some() => {
+                Ok(r) if r.key == ck.key && unresolved && ck.failed.is_some() && ck.best.is_none() => {
                     // An earlier candidate could not be read and may be
                     // the key's newer record.
                     break;
@@ -357,26 +407,23 @@ impl<D: Disk> Inner<D> {
                     if ck.settle {
                         // A blind delete's answer, or a put's settling
                         // read: the record is dead now, and so is every
-                        // older one of the key among the candidates left
+                        // other one of the key among the candidates
                         // (reading them all leaves the key no unresolved
                         // entry, so it leaves the deleted-key set).
                         if cacheable {
                             self.settle_deleted(ck.hash, addr, !unresolved, &r);
                         }
-                        let live = r.expires_at_ms.is_none_or(|at| at > ck.now_ms);
-                        ck.answer = Some(live.then_some(r.value));
-                        continue;
-                    } else if cacheable
-                        && self.index.find_addr(KeyHash::new(ck.hash), addr).is_some()
-                    {
-                        // Cached only if the index still points at this
-                        // record (a write since the lookup moved the key
-                        // on, or GC removed the segment and its slot was
-                        // reused).
-                        self.cache.insert(addr, r.clone());
+                    } else if !unresolved {
+                        // Settled: the key's newest record.
+                        return Ok(Ok(self.answer_cold(&ck, addr, r, cacheable)));
                     }
-                    let live = r.expires_at_ms.is_none_or(|at| at > ck.now_ms);
-                    return Ok(Ok(live.then_some(r.value)));
+                    let newer = ck
+                        .best
+                        .as_ref()
+                        .is_none_or(|(b, br, _)| self.is_newer(addr, &r, *b, br));
+                    if newer {
+                        ck.best = Some((addr, r, cacheable));
+                    }
                 }
                 Ok(r) => {
                     if let Err(e) = self.check_dangling(KeyHash::new(ck.hash), addr, &r) {
@@ -390,8 +437,11 @@ impl<D: Disk> Inner<D> {
                 }
             }
         }
-        if let Some(answer) = ck.answer.take() {
-            return Ok(Ok(answer));
+        // The newest record of the key found; one that failed after it (at
+        // an older place) is taken for older: its LSN is not known.
+        if let Some((addr, r, cacheable)) = ck.best.take() {
+            let cacheable = cacheable && !ck.settle;
+            return Ok(Ok(self.answer_cold(&ck, addr, r, cacheable)));
         }
         Ok(match ck.failed {
             Some(reason) => {
@@ -400,6 +450,25 @@ impl<D: Disk> Inner<D> {
             }
             None => Ok(None),
         })
+    }
+
+    /// A cold GET's answer from the key's record `r` at `addr`, caching it
+    /// if `cacheable` and the index still points at it (a write since the
+    /// lookup moved the key on, or GC removed the segment and its slot was
+    /// reused).
+    fn answer_cold(
+        &mut self,
+        ck: &ColdKey<D::File>,
+        addr: u32,
+        r: Record,
+        cacheable: bool,
+    ) -> Option<Bytes> {
+        if cacheable && self.index.find_addr(KeyHash::new(ck.hash), addr).is_some() {
+            self.cache.insert(addr, r.clone());
+        }
+        r.expires_at_ms
+            .is_none_or(|at| at > ck.now_ms)
+            .then_some(r.value)
     }
 
     /// The record of a candidate taken from the front of `ck`: known

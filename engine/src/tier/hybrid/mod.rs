@@ -342,10 +342,12 @@ struct ColdKey<F> {
     settle: bool,
     /// A settling read of a put; no one waits for its answer.
     background: bool,
-    /// A settling read's answer, from the first record of the key it
-    /// found; it goes on to the other candidates, whose records of the key
-    /// are older and go too.
-    answer: Option<Option<Bytes>>,
+    /// The newest record of the key found so far among unresolved
+    /// candidates (by LSN, see `Inner::is_newer`), its address and whether
+    /// it may be cached: the answer once every candidate is read. A
+    /// settling read keeps it from any candidate (every record of the key
+    /// it finds is dead; the newest tells whether the key was live).
+    best: Option<(u32, Record, bool)>,
     /// Counted in `settles_open` (a put's settling read, or the answer
     /// read of a delete applied blind past the sets' bound) until dropped.
     counted: Option<OpenSettle>,
@@ -811,7 +813,8 @@ impl<D: Disk> Tier for HybridTier<D> {
         }
     }
 
-    fn delete_blind(&mut self, hash: u64, key: &[u8]) {
+    /// Deletes write no record to the segments: `lsn` is not kept.
+    fn delete_blind(&mut self, hash: u64, key: &[u8], _lsn: u64) {
         self.inner.get_mut().delete_blind(hash, key);
     }
 
@@ -846,8 +849,9 @@ impl<D: Disk> Tier for HybridTier<D> {
         key: &[u8],
         value: &[u8],
         expires_at_ms: Option<u64>,
+        lsn: u64,
     ) -> bool {
-        self.inner.get_mut().put(hash, key, value, expires_at_ms)
+        self.inner.get_mut().put(hash, key, value, expires_at_ms, lsn)
     }
 
     fn set_now_ms(&mut self, now_ms: u64) {
@@ -898,7 +902,8 @@ impl<D: Disk> Tier for HybridTier<D> {
         self.inner.borrow().expiring.len() as u64
     }
 
-    fn delete(&mut self, hash: u64, key: &[u8]) -> bool {
+    /// Deletes write no record to the segments: `lsn` is not kept.
+    fn delete(&mut self, hash: u64, key: &[u8], _lsn: u64) -> bool {
         match self.inner.get_mut().delete(hash, key) {
             Ok(existed) => existed,
             Err(e) => {

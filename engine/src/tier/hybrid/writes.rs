@@ -70,8 +70,16 @@ impl<D: Disk> Inner<D> {
     /// near its bound. Only when [`SETTLES_MAX`] settling reads are open
     /// does a put read its candidates itself, blocking.
     /// Returns whether no entry of the key was found (after a blind write:
-    /// none in RAM).
-    pub(super) fn put(&mut self, hash: u64, key: &[u8], value: &[u8], at: Option<u64>) -> bool {
+    /// none in RAM). `lsn`: the WAL record of the write, stored in the
+    /// record.
+    pub(super) fn put(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        value: &[u8],
+        at: Option<u64>,
+        lsn: u64,
+    ) -> bool {
         self.check_orphans();
         let h = KeyHash::new(hash);
         let PutCandidates {
@@ -84,7 +92,7 @@ impl<D: Disk> Inner<D> {
             self.faults.unwritten.insert(key.into());
             return new;
         }
-        let (addr, span) = match self.log.append(key, value, at) {
+        let (addr, span) = match self.log.append(key, value, at, lsn) {
             Ok(a) => a,
             Err(e) => {
                 self.note_fault("write", &e);
@@ -140,7 +148,7 @@ impl<D: Disk> Inner<D> {
                 bytes: 0,
                 settle: true,
                 background: true,
-                answer: None,
+                best: None,
                 counted,
             });
         }
