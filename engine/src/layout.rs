@@ -18,8 +18,15 @@ use std::path::{Path, PathBuf};
 /// misreading the records or entries behind it. Version 3 added chunk
 /// chains to the WAL (the `Chunk` record kind and the `FLAG_CHAIN_END` Put
 /// flag) so a value may be larger than one flush buffer; snapshot files did
-/// not change. Files of versions 1 and 2 are still read.
-pub const FORMAT_VERSION: u32 = 3;
+/// not change. Files of versions 1 and 2 are still read. Version 4 gave
+/// the seal's last four payload bytes (zero before) a meaning: the LSNs
+/// still in flight when the flush was submitted, which lets several
+/// flushes be on the device at once; zero there reads as before, so older
+/// logs are still read, and a build that knows only version 3 refuses a
+/// version 4 log instead of taking a nonzero field for damage and maybe
+/// cutting acknowledged records as a torn tail. Snapshot files did not
+/// change.
+pub const FORMAT_VERSION: u32 = 4;
 /// Oldest format version this build reads.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 

@@ -23,6 +23,12 @@
 //! crashes cut it mid-GC, between a GC and the checkpoints that retire its
 //! victims, and during checkpoints (slow writes and syncs in the tail).
 //!
+//! Seeds from [`IN_FLIGHT_SEEDS`] on run with several WAL flushes in flight
+//! per shard (`storage.wal_flushes_in_flight` 2 to 4): their tails complete
+//! the device's writes in any order (random latency), and their crashes keep
+//! any subset of the unsynced writes, each whole, lost or torn; so a flush
+//! may survive complete while an older one in flight with it does not.
+//!
 //! Seeds: 200 by default, `RINGKV_CRASH_SEEDS=N` for more, and
 //! `RINGKV_CRASH_SEED=S` to rerun one. Thread timing is not part of the
 //! seed: a rerun takes the same operations but may cut the concurrent tail
@@ -181,6 +187,9 @@ struct Coverage {
     final_model: Vec<State>,
 }
 
+/// The first seed of the runs with several flushes in flight.
+const IN_FLIGHT_SEEDS: u64 = 1_000_000;
+
 fn run_seed(seed: u64, hybrid: bool, tape: &mut Tape) -> Result<Coverage, String> {
     let mut coverage = Coverage::default();
     let mut rng = SplitMix64::new(seed);
@@ -194,6 +203,10 @@ fn run_seed(seed: u64, hybrid: bool, tape: &mut Tape) -> Result<Coverage, String
     if seed % 4 == 0 {
         // Let some group commits wait for company.
         config.storage.group_commit_max_delay = tunables::Duration::from_micros(200);
+    }
+    let in_flight = seed >= IN_FLIGHT_SEEDS;
+    if in_flight {
+        config.storage.wal_flushes_in_flight = 2 + (seed % 3) as u32;
     }
     let mut model: BTreeMap<u64, State> = (0..KEYS).map(|k| (k, None)).collect();
     let mut next_version = 0u64;
@@ -277,6 +290,8 @@ fn run_seed(seed: u64, hybrid: bool, tape: &mut Tape) -> Result<Coverage, String
         // syncs make it likely that a flush is in flight when we halt.
         disk.set_faults(SimFaults {
             latency: Some(Duration::from_micros(300 + rng.below(700))),
+            latency_jitter: in_flight.then_some(Duration::from_micros(1500)),
+            crash_keeps_any_writes: in_flight,
             ..SimFaults::default()
         });
         let tail: Vec<Vec<Op>> = (0..1 + rng.below(4))
@@ -426,11 +441,17 @@ fn run_recorded(seed: u64, hybrid: bool) -> Coverage {
 /// recording in `RINGKV_CRASH_REPLAY`), panicking with a rerun and a
 /// replay command on failure.
 fn run_seeds(part: u64, parts: u64, hybrid: bool) {
+    run_seeds_from(1, part, parts, hybrid);
+}
+
+/// [`run_seeds`] over the seeds `first..first + n`.
+fn run_seeds_from(first: u64, part: u64, parts: u64, hybrid: bool) {
     init_log();
     if let Ok(path) = std::env::var("RINGKV_CRASH_REPLAY") {
         let (seed, tape_hybrid, mut tape) =
             Tape::load(Path::new(&path)).unwrap_or_else(|e| panic!("{e}"));
-        if part == 0 && tape_hybrid == hybrid {
+        let same_range = (seed >= IN_FLIGHT_SEEDS) == (first >= IN_FLIGHT_SEEDS);
+        if part == 0 && tape_hybrid == hybrid && same_range {
             if let Err(msg) = run_seed(seed, hybrid, &mut tape) {
                 panic!("replay of seed {seed} (hybrid tier: {hybrid}) from {path}: {msg}");
             }
@@ -438,14 +459,22 @@ fn run_seeds(part: u64, parts: u64, hybrid: bool) {
         return;
     }
     let seeds: Vec<u64> = match std::env::var("RINGKV_CRASH_SEED") {
-        Ok(s) if part == 0 => vec![s.parse().expect("RINGKV_CRASH_SEED must be a number")],
+        Ok(s) if part == 0 => {
+            let seed: u64 = s.parse().expect("RINGKV_CRASH_SEED must be a number");
+            // Each seed runs in the test of its range.
+            if (seed >= IN_FLIGHT_SEEDS) == (first >= IN_FLIGHT_SEEDS) {
+                vec![seed]
+            } else {
+                Vec::new()
+            }
+        }
         Ok(_) => Vec::new(),
         Err(_) => {
             let n: u64 = std::env::var("RINGKV_CRASH_SEEDS")
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(200);
-            (1..=n).filter(|s| s % parts == part).collect()
+            (first..first + n).filter(|s| s % parts == part).collect()
         }
     };
     let mut total = Coverage::default();
@@ -520,6 +549,17 @@ fn acknowledged_writes_survive_crashes_part2() {
 #[test]
 fn acknowledged_writes_survive_crashes_part3() {
     run_seeds(3, 4, false);
+}
+
+// Several flushes in flight per shard (memory tier), in two parts.
+#[test]
+fn flushes_in_flight_acknowledged_writes_survive_crashes_part0() {
+    run_seeds_from(IN_FLIGHT_SEEDS, 0, 2, false);
+}
+
+#[test]
+fn flushes_in_flight_acknowledged_writes_survive_crashes_part1() {
+    run_seeds_from(IN_FLIGHT_SEEDS, 1, 2, false);
 }
 
 // The hybrid tier, in two parts.

@@ -884,3 +884,120 @@ fn new_fault_fields_default_to_off() {
     assert!(text.contains("read_latency"), "{text}");
     assert_eq!(SimDisk::new(1).stats().injected_read_errors, 0);
 }
+
+#[test]
+fn a_durable_write_makes_only_itself_durable() {
+    run(async {
+        let disk = SimDisk::new(70);
+        disk.create_dir_all(&p("/db")).unwrap();
+        let f = disk.open(&p("/db/a"), true).await.unwrap();
+        f.allocate_zeroed(3 * ALIGN as u64).await.unwrap();
+        f.sync_data().await.unwrap();
+        // Block 0 written but not synced; block 1 written durably (as one
+        // O_DSYNC write): only block 1 is durable.
+        write(&f, 1, 1, 0).await;
+        let (r, _) = f.write_at_durable(filled(2, 1), ALIGN as u64).await;
+        r.unwrap();
+        let durable = disk.read_durable(&p("/db/a")).unwrap();
+        assert!(
+            durable[..ALIGN].iter().all(|&b| b == 0),
+            "block 0 became durable"
+        );
+        assert!(durable[ALIGN..2 * ALIGN].iter().all(|&b| b == 2));
+        // A durable write past the durable length syncs the size change too.
+        let (r, _) = f.write_at_durable(filled(3, 1), 3 * ALIGN as u64).await;
+        r.unwrap();
+        let durable = disk.read_durable(&p("/db/a")).unwrap();
+        assert_eq!(durable.len(), 4 * ALIGN);
+        assert!(durable[..ALIGN].iter().all(|&b| b == 1));
+    });
+}
+
+#[test]
+fn a_crash_may_keep_any_subset_of_the_writes_in_flight() {
+    // Two writes in flight (neither synced); the crash keeps each whole,
+    // not at all, or torn, independently: across seeds the later one
+    // survives without the earlier one, which a prefix never does.
+    let mut later_without_earlier = 0;
+    let mut torn = 0;
+    for seed in 0..64 {
+        run(async {
+            let disk = SimDisk::new(seed);
+            disk.create_dir_all(&p("/db")).unwrap();
+            let f = disk.open(&p("/db/a"), true).await.unwrap();
+            f.allocate_zeroed(4 * ALIGN as u64).await.unwrap();
+            f.sync_data().await.unwrap();
+            disk.sync_dir(&p("/db")).await.unwrap();
+            write(&f, 0xA1, 2, 0).await;
+            write(&f, 0xB2, 2, 2 * ALIGN as u64).await;
+            disk.set_faults(SimFaults {
+                crash_keeps_any_writes: true,
+                ..SimFaults::default()
+            });
+            disk.crash();
+            let image = disk.read_durable(&p("/db/a")).unwrap();
+            assert_eq!(image.len(), 4 * ALIGN);
+            // Never invented: every sector is old (zero) or its write's.
+            for (i, sector) in image.chunks(SECTOR_BYTES).enumerate() {
+                let new = if i < 2 * ALIGN / SECTOR_BYTES {
+                    0xA1
+                } else {
+                    0xB2
+                };
+                assert!(
+                    sector.iter().all(|&b| b == 0) || sector.iter().all(|&b| b == new),
+                    "seed {seed}: sector {i} invented"
+                );
+            }
+            let whole =
+                |range: std::ops::Range<usize>, byte: u8| image[range].iter().all(|&b| b == byte);
+            if whole(0..ALIGN, 0) && whole(2 * ALIGN..4 * ALIGN, 0xB2) {
+                later_without_earlier += 1;
+            }
+            let mixed = |block: &[u8]| block.contains(&0) && block.iter().any(|&b| b != 0);
+            if image.chunks(ALIGN).any(mixed) {
+                torn += 1;
+            }
+        });
+    }
+    assert!(
+        later_without_earlier > 0,
+        "no crash kept the later write alone"
+    );
+    assert!(torn > 0, "no crash tore a block");
+}
+
+#[test]
+fn latency_jitter_lets_overlapping_writes_complete_out_of_order() {
+    let mut reversed = 0;
+    for seed in 0..16 {
+        compio::runtime::Runtime::new().unwrap().block_on(async {
+            let disk = SimDisk::new(seed);
+            disk.create_dir_all(&p("/db")).unwrap();
+            let f = disk.open(&p("/db/a"), true).await.unwrap();
+            f.allocate_zeroed(2 * ALIGN as u64).await.unwrap();
+            f.sync_data().await.unwrap();
+            disk.set_faults(SimFaults {
+                latency: Some(Duration::from_millis(1)),
+                latency_jitter: Some(Duration::from_millis(20)),
+                ..SimFaults::default()
+            });
+            let order = std::cell::RefCell::new(Vec::new());
+            let first = async {
+                let (r, _) = f.write_at_durable(filled(1, 1), 0).await;
+                r.unwrap();
+                order.borrow_mut().push(1);
+            };
+            let second = async {
+                let (r, _) = f.write_at_durable(filled(2, 1), ALIGN as u64).await;
+                r.unwrap();
+                order.borrow_mut().push(2);
+            };
+            futures::join!(first, second);
+            if *order.borrow() == [2, 1] {
+                reversed += 1;
+            }
+        });
+    }
+    assert!(reversed > 0, "the second write never completed first");
+}

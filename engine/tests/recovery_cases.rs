@@ -437,6 +437,186 @@ fn damage_followed_by_a_complete_flush_refuses_naming_file_and_offset() {
     });
 }
 
+/// A flush sealed but not written: where it goes and its bytes.
+struct Sealed {
+    at: FlushAt,
+    bytes: Vec<u8>,
+}
+
+impl LogBuilder {
+    /// Appends `n` puts of 3,000-byte values (keys from `first_key`, at
+    /// version 7) and seals them as one flush submitted while the records
+    /// up to `durable` are durable (`None`: nothing else in flight), as
+    /// the flusher does with several flushes in flight. Nothing is written.
+    fn seal_in_flight(&mut self, first_key: u64, n: u64, durable: Option<u64>) -> Sealed {
+        for k in first_key..first_key + n {
+            let (key, val) = (key(k), Bytes::from(vec![b'w'; 3000]));
+            assert_eq!(
+                self.appender.reserve(record_size(key.len(), val.len())).0,
+                Reserve::Fits
+            );
+            self.appender
+                .append(self.next_lsn, 7, RecordKind::Put, &key, &val);
+            self.next_lsn += 1;
+        }
+        let flush = self.appender.take_after(durable).expect("records");
+        let at = FlushAt {
+            seq: flush.seq,
+            offset: flush.offset,
+            len: flush.buf.len() as u64,
+        };
+        let bytes = flush.buf.as_slice().to_vec();
+        self.appender.give_back(flush.buf);
+        self.flushes.push(at);
+        Sealed { at, bytes }
+    }
+
+    /// Writes the blocks of `sealed` listed in `keep` (all of them for
+    /// `None`) and syncs: what a crash left of one in-flight flush.
+    async fn land(&mut self, sealed: &Sealed, keep: Option<&[usize]>) {
+        let blocks = sealed.bytes.len() / BLOCK_BYTES;
+        let all: Vec<usize> = (0..blocks).collect();
+        let file = self.file(sealed.at.seq).await;
+        for &i in keep.unwrap_or(&all) {
+            let mut one = AlignedBuf::with_capacity(BLOCK_BYTES);
+            one.extend_from_slice(&sealed.bytes[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES]);
+            let (r, _) = file
+                .write_at(one, sealed.at.offset + (i * BLOCK_BYTES) as u64)
+                .await;
+            r.expect("write");
+        }
+        file.sync_data().await.expect("sync");
+    }
+}
+
+/// What of each of three in-flight flushes reached the disk.
+#[derive(Debug, Clone, Copy)]
+enum Landed {
+    Nothing,
+    FirstBlock,
+    LastBlock,
+    All,
+}
+
+impl Landed {
+    fn keep(self, sealed: &Sealed) -> Option<Vec<usize>> {
+        let blocks = sealed.bytes.len() / BLOCK_BYTES;
+        match self {
+            Landed::Nothing => Some(vec![]),
+            Landed::FirstBlock => Some(vec![0]),
+            Landed::LastBlock => Some(vec![blocks - 1]),
+            Landed::All => None,
+        }
+    }
+}
+
+#[test]
+fn a_torn_in_flight_window_is_truncated_and_erased() {
+    use Landed::*;
+    // Records 1..=20 durable, then three flushes in flight at once
+    // (21..=23, 24..=26, 27..=29), all submitted while 20 was the durable
+    // LSN; the crash kept some subset of their blocks.
+    for landed in [
+        [Nothing, All, All],
+        [FirstBlock, All, All],
+        [LastBlock, Nothing, All],
+        [Nothing, FirstBlock, All],
+        [All, Nothing, All],
+        [All, LastBlock, All],
+    ] {
+        block_on(async {
+            let disk = SimDisk::new(40);
+            let mut log = build(&disk, 20, 10).await;
+            let window: Vec<Sealed> = (0..3)
+                .map(|i| log.seal_in_flight(100 + 3 * i, 3, Some(20)))
+                .collect();
+            for (sealed, l) in window.iter().zip(landed) {
+                log.land(sealed, l.keep(sealed).as_deref()).await;
+            }
+            let expect_last = if matches!(landed[0], All) { 23 } else { 20 };
+            let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+            assert!(
+                r.cases.contains(&RecoveryCase::TornWindow),
+                "{landed:?}: {:?}",
+                r.cases
+            );
+            assert_eq!(r.last_lsn, expect_last, "{landed:?}");
+            for k in 0..20 {
+                assert_eq!(get(&r, k), Some(value(k, k + 1)));
+            }
+            for k in 100 + (expect_last - 20)..109 {
+                assert_eq!(
+                    get(&r, k),
+                    None,
+                    "{landed:?}: key {k} of the window replayed"
+                );
+            }
+            // The window's flushes were erased: the durable image holds
+            // zeroes where they were, so their LSNs can be reused.
+            let image = disk.read_durable(&log.segment_path(1)).expect("segment");
+            let last = window[2].at;
+            let end = (last.offset + last.len) as usize;
+            assert!(
+                image[end - BLOCK_BYTES..end].iter().all(|&b| b == 0),
+                "{landed:?}"
+            );
+            let next_seq = r.next_segment_seq;
+            drop(r);
+            // A second recovery decides the same, and the log goes on at
+            // the first missing LSN in the next segment.
+            let again = recover(&disk, &paths(), cfg()).await.expect("again");
+            assert_eq!(again.last_lsn, expect_last, "{landed:?}");
+            drop(again);
+            let mut more = LogBuilder::new(&disk, next_seq, expect_last + 1);
+            for k in 200..205 {
+                more.put(k, 1).await;
+            }
+            more.flush().await;
+            let third = recover(&disk, &paths(), cfg()).await.expect("third");
+            assert!(
+                third.cases.contains(&RecoveryCase::Rollover),
+                "{:?}",
+                third.cases
+            );
+            assert_eq!(third.last_lsn, expect_last + 5);
+            assert_eq!(get(&third, 204), Some(value(204, 1)));
+            assert_eq!(get(&third, 108), None, "{landed:?}");
+        });
+    }
+}
+
+#[test]
+fn a_flush_submitted_after_the_hole_was_durable_refuses() {
+    block_on(async {
+        let disk = SimDisk::new(41);
+        let mut log = build(&disk, 20, 10).await;
+        // 21..=23 and 24..=26 in flight together; 27..=29 submitted once
+        // 21..=23 was durable, so its seal proves LSN 21 had been durable
+        // (and maybe acknowledged): losing it is damage, not a torn window.
+        let a = log.seal_in_flight(100, 3, Some(20));
+        let b = log.seal_in_flight(103, 3, Some(20));
+        let c = log.seal_in_flight(106, 3, Some(23));
+        log.land(&a, Some(&[])).await;
+        log.land(&b, None).await;
+        log.land(&c, None).await;
+        let err = recover(&disk, &paths(), cfg())
+            .await
+            .err()
+            .expect("must refuse");
+        let (file, offset, reason) = wal_corrupt(&err);
+        assert_eq!(file, log.segment_path(1));
+        assert_eq!(offset, a.at.offset, "the hole is named");
+        assert!(
+            matches!(reason, Damage::ValidFlushAfterDamage { offset, .. } if *offset == c.at.offset),
+            "{reason:?}"
+        );
+        // Nothing was erased on the way to the refusal.
+        let image = disk.read_durable(&log.segment_path(1)).expect("segment");
+        let at = b.at.offset as usize;
+        assert_eq!(&image[at..at + b.bytes.len()], &b.bytes[..]);
+    });
+}
+
 #[test]
 fn zeroed_flush_before_data_refuses() {
     block_on(async {

@@ -825,6 +825,7 @@ durability = \"async\"
 wal_segment_size = \"128MiB\"
 group_commit_max_bytes = 4194304
 group_commit_max_delay = \"200us\"
+wal_flushes_in_flight = 4
 flush_interval = \"5ms\"
 checkpoint_wal_bytes = \"1GiB\"
 checkpoint_interval = 0
@@ -890,6 +891,7 @@ count_fsync = false
             wal_segment_size: ByteSize::mib(128),
             group_commit_max_bytes: ByteSize::mib(4),
             group_commit_max_delay: Duration::from_micros(200),
+            wal_flushes_in_flight: 4,
             flush_interval: Duration::from_millis(5),
             checkpoint_wal_bytes: ByteSize::gib(1),
             checkpoint_interval: Duration::ZERO,

@@ -438,7 +438,7 @@ section! {
             kind None, check Check::Range(ByteSize::kib(64), ByteSize::gib(64)),
             note "multiple of 4096";
         /// Most bytes one group commit (one write + one fdatasync) carries; each shard
-        /// holds two buffers of this size. A value whose record is larger is logged as a
+        /// holds `wal_flushes_in_flight` + 1 buffers of this size. A value whose record is larger is logged as a
         /// chain of chunks over several flushes (`docs/wal.md`, "Chunk chains").
         group_commit_max_bytes: ByteSize = ByteSize::mib(2),
             kind None, check Check::Range(ByteSize::kib(4), ByteSize::gib(1)),
@@ -447,6 +447,12 @@ section! {
         /// starts as soon as the previous one completes (writes arriving meanwhile still batch).
         group_commit_max_delay: Duration = Duration::ZERO,
             kind None, check Check::Range(Duration::ZERO, Duration::from_secs(1));
+        /// Most group commits a shard has on the device at once: while one is written, the
+        /// next is sealed and submitted; writes are acknowledged in LSN order once every
+        /// flush up to theirs returned. `1`: one at a time. Each shard holds one buffer of
+        /// `group_commit_max_bytes` more than this (`docs/wal.md`, "Several flushes in flight").
+        wal_flushes_in_flight: u32 = 1,
+            kind None, check Check::Range(1, 8);
         /// In `"async"` mode, how often buffered writes are flushed.
         flush_interval: Duration = Duration::from_millis(10),
             kind None, check Check::Range(Duration::from_micros(100), Duration::from_secs(60));

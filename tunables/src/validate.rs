@@ -1075,6 +1075,12 @@ mod tests {
             ("storage.group_commit_max_delay", |c| {
                 c.storage.group_commit_max_delay = Duration::from_millis(1001)
             }),
+            ("storage.wal_flushes_in_flight", |c| {
+                c.storage.wal_flushes_in_flight = 0
+            }),
+            ("storage.wal_flushes_in_flight", |c| {
+                c.storage.wal_flushes_in_flight = 9
+            }),
             ("storage.flush_interval", |c| {
                 c.storage.flush_interval = Duration::from_micros(99)
             }),

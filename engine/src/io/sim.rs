@@ -16,8 +16,17 @@
 //! - A crash never invents data: after it every file equals its durable image,
 //!   plus (with `torn_write_on_crash`) a prefix, in write order, of the writes
 //!   made since its last sync: whole 4 KiB blocks, then at most one torn block
-//!   of which a random subset of 512-byte sectors is new. Writes past the
+//!   of which a random subset of 512-byte sectors is new. With
+//!   `crash_keeps_any_writes` (a disk with several writes in flight) each
+//!   unsynced write is instead kept whole, lost, or kept block by block (each
+//!   block new, old or torn), independently of the others. Writes past the
 //!   durable length are never kept (the size change was not synced).
+//! - `write_at_durable` makes only its own write durable (as an `O_DSYNC`
+//!   write does), not the file's other unsynced writes, unless the write
+//!   reaches past the durable length (then the whole file is synced, as the
+//!   size change needs).
+//! - With `latency_jitter`, each delayed operation waits a random extra time,
+//!   so operations in flight together complete in any order.
 //! - File handles do not survive a crash: every operation on a handle opened
 //!   before the crash fails, so a zombie engine cannot write into the next life.
 //!
@@ -95,6 +104,14 @@ pub struct SimFaults {
     pub latency: Option<Duration>,
     /// Each matching `read_at` first waits this long, the same way.
     pub read_latency: Option<Duration>,
+    /// Each delayed `write_at` and `sync_data` (those with `latency` set)
+    /// waits a further random time below this, drawn from the seeded RNG,
+    /// so that operations in flight together complete in any order.
+    pub latency_jitter: Option<Duration>,
+    /// Whether a crash may keep any subset of the unsynced writes, each
+    /// whole, lost or torn block by block, instead of a prefix in write
+    /// order (see the module doc). Needs `torn_write_on_crash`.
+    pub crash_keeps_any_writes: bool,
     /// Faults apply only to files whose path (as opened) contains this
     /// substring; `None` means every file.
     pub path_filter: Option<String>,
@@ -111,6 +128,8 @@ impl Default for SimFaults {
             torn_write_on_crash: true,
             latency: None,
             read_latency: None,
+            latency_jitter: None,
+            crash_keeps_any_writes: false,
             path_filter: None,
         }
     }
@@ -315,6 +334,10 @@ impl State {
         if !applies || pending.is_empty() {
             return image;
         }
+        if self.faults.crash_keeps_any_writes {
+            self.keep_any_writes(&mut image, &pending);
+            return image;
+        }
         let block = ALIGN;
         let total_blocks: u64 = pending
             .iter()
@@ -352,6 +375,64 @@ impl State {
             self.stats.torn_blocks += 1;
         }
         image
+    }
+}
+
+impl State {
+    /// A crash of a disk with several writes in flight: each pending write
+    /// is lost, kept whole, or kept block by block (each block old, new,
+    /// or torn sector by sector), independently.
+    fn keep_any_writes(&mut self, image: &mut [u8], pending: &[PendingWrite]) {
+        let durable_len = image.len();
+        let mut torn = false;
+        for write in pending {
+            let how = self.rng.below(3);
+            for (index, chunk) in write.data.chunks(ALIGN).enumerate() {
+                let start = write.offset as usize + index * ALIGN;
+                let block = match how {
+                    0 => 0,
+                    1 => 1,
+                    _ => self.rng.below(3),
+                };
+                for (s, sector) in chunk.chunks(SECTOR_BYTES).enumerate() {
+                    let new = match block {
+                        0 => false,
+                        1 => true,
+                        _ => self.rng.below(2) == 1,
+                    };
+                    let sector_start = start + s * SECTOR_BYTES;
+                    let end = (sector_start + sector.len()).min(durable_len);
+                    if new && sector_start < end {
+                        image[sector_start..end].copy_from_slice(&sector[..end - sector_start]);
+                        torn |= block == 2;
+                    }
+                }
+            }
+        }
+        if torn {
+            self.stats.torn_blocks += 1;
+        }
+    }
+
+    /// Makes the pending write of `data` at `offset` (only it) durable.
+    /// False if it reaches past the durable length (the caller syncs the
+    /// whole file then).
+    fn make_write_durable(&mut self, ino: u64, offset: u64, data: &[u8]) -> bool {
+        let inode = self.inode_mut(ino);
+        let start = offset as usize;
+        let end = start + data.len();
+        if end > inode.durable.len() {
+            return false;
+        }
+        inode.durable[start..end].copy_from_slice(data);
+        if let Some(at) = inode
+            .pending
+            .iter()
+            .position(|w| w.offset == offset && w.data == data)
+        {
+            inode.pending.remove(at);
+        }
+        true
     }
 }
 
@@ -483,8 +564,18 @@ impl SimDisk {
     /// The delay `pick` selects from the faults (write or read latency),
     /// if configured and applying to `path`.
     fn delay_for(&self, path: &Path, pick: fn(&SimFaults) -> Option<Duration>) -> Option<Duration> {
-        let state = self.lock();
-        pick(&state.faults).filter(|_| state.faults.applies_to(path))
+        let mut state = self.lock();
+        let delay = pick(&state.faults).filter(|_| state.faults.applies_to(path))?;
+        let jitter = state
+            .faults
+            .latency_jitter
+            .map_or(0, |j| j.as_nanos() as u64);
+        let extra = if jitter > 0 {
+            state.rng.below(jitter)
+        } else {
+            0
+        };
+        Some(delay + Duration::from_nanos(extra))
     }
 
     fn open_now(&self, path: &Path, create: bool) -> io::Result<SimFile> {
@@ -701,6 +792,29 @@ impl SimFile {
         Ok(count)
     }
 
+    /// The effect of an (already delayed) durable write's sync: only the
+    /// write itself becomes durable (see the module doc).
+    fn apply_durable_write(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        let mut state = self.live()?;
+        let state = &mut *state;
+        let matches = state.faults.applies_to(&self.path);
+        if matches && State::countdown_fires(&mut state.sync_countdown) {
+            let inode = state.inode_mut(self.ino);
+            inode.written = inode.durable.clone();
+            inode.pending.clear();
+            state.stats.injected_sync_errors += 1;
+            return Err(eio("sync_data", &self.path, state.seed));
+        }
+        if !state.make_write_durable(self.ino, offset, data) {
+            // Past the durable length: the size change needs a whole sync.
+            let inode = state.inode_mut(self.ino);
+            inode.durable = inode.written.clone();
+            inode.pending.clear();
+        }
+        state.stats.syncs += 1;
+        Ok(())
+    }
+
     /// The effect of an (already delayed) `sync_data`.
     fn apply_sync(&self) -> io::Result<()> {
         let mut state = self.live()?;
@@ -872,6 +986,16 @@ impl DiskFile for SimFile {
     fn read_at_blocking(&self, buf: &mut AlignedBuf, offset: u64) -> io::Result<usize> {
         delay_blocking(self.before_read(offset, buf.capacity())?);
         self.apply_read(buf, offset)
+    }
+
+    async fn write_at_durable(&self, buf: AlignedBuf, offset: u64) -> (io::Result<()>, AlignedBuf) {
+        let (result, buf) = self.write_at(buf, offset).await;
+        if result.is_err() {
+            return (result, buf);
+        }
+        delay_async(self.before_sync()).await;
+        let result = self.apply_durable_write(buf.as_slice(), offset);
+        (result, buf)
     }
 
     async fn sync_data(&self) -> io::Result<()> {

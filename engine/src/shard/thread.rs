@@ -41,6 +41,8 @@ pub(crate) struct ShardSettings {
     pub(crate) segment_bytes: u64,
     pub(crate) group_commit_max_bytes: usize,
     pub(crate) group_commit_max_delay: Duration,
+    /// `storage.wal_flushes_in_flight`.
+    pub(crate) wal_flushes_in_flight: usize,
     pub(crate) flush_interval: Duration,
     pub(crate) checkpoint_wal_bytes: u64,
     pub(crate) checkpoint_interval: Duration,
@@ -319,6 +321,7 @@ fn build_core(
             settings.max_record_bytes,
             w.next_segment.0,
         )
+        .with_flushes_in_flight(settings.wal_flushes_in_flight)
     });
     let core = Rc::new(ShardCore::new(
         CoreSettings {
@@ -522,6 +525,7 @@ async fn start_wal<D: Disk>(
                 durability: settings.durability,
                 group_commit_max_delay: settings.group_commit_max_delay,
                 flush_interval: settings.flush_interval,
+                flushes_in_flight: settings.wal_flushes_in_flight,
             },
         ),
     );

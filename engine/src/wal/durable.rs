@@ -311,8 +311,20 @@ impl WalState {
 
     /// The flusher takes the open buffer, sealed. `Some` frees buffer
     /// space: appenders waiting for it may go on.
+    /// Its seal records the LSNs still in flight before it (those after
+    /// the durable LSN), for recovery's in-flight window rule.
     pub(crate) fn take_flush(&mut self) -> Option<SealedFlush> {
-        self.appender.as_mut().and_then(|w| w.take())
+        let durable = self.durable_lsn;
+        self.appender
+            .as_mut()
+            .and_then(|w| w.take_after(Some(durable)))
+    }
+
+    /// Whether the next flush taken starts a segment.
+    pub(crate) fn next_flush_starts_segment(&self) -> bool {
+        self.appender
+            .as_ref()
+            .is_some_and(|w| w.next_flush_starts_segment())
     }
 
     /// An applied batch is done: returns its answer if it may go now
@@ -536,6 +548,12 @@ impl Wal {
         if let Some(answer) = answer {
             answer.send();
         }
+    }
+
+    /// Whether the next flush taken starts a segment (the flusher submits
+    /// such a flush only with nothing else in flight).
+    pub(crate) fn next_flush_starts_segment(&self) -> bool {
+        self.state.borrow().next_flush_starts_segment()
     }
 
     /// The flusher takes the open buffer (sealed). Wakes blocked appenders.

@@ -32,7 +32,8 @@ const _: () = assert!(SEGMENT_HEADER_BYTES <= BLOCK_BYTES);
 
 /// Fixed header of every record.
 pub const RECORD_HEADER_BYTES: usize = 32;
-/// Payload of a seal: flush offset u64, first LSN u64, record count u32, reserved u32.
+/// Payload of a seal: flush offset u64, first LSN u64, record count u32,
+/// LSNs in flight u32 (format 4; zero before).
 pub const SEAL_PAYLOAD_BYTES: usize = 24;
 /// Smallest seal record.
 pub const SEAL_MIN_BYTES: usize = RECORD_HEADER_BYTES + SEAL_PAYLOAD_BYTES;
@@ -291,6 +292,23 @@ pub struct SealInfo {
     pub last_lsn: u64,
     /// Data records in the flush.
     pub record_count: u32,
+    /// How many LSNs right before this flush's first were logged but not
+    /// yet durable when this flush was submitted: the records of the
+    /// flushes still in flight with it. Zero with one flush in flight
+    /// (and in every log written before format 4). Recovery uses it to
+    /// tell a torn in-flight window from damage (`docs/wal.md`).
+    pub lsns_in_flight: u32,
+}
+
+impl SealInfo {
+    /// The durable LSN when this flush was submitted, as the seal proves
+    /// it (`None` if the field claims more LSNs than precede the flush:
+    /// such a seal proves nothing).
+    pub fn durable_at_submit(&self) -> Option<u64> {
+        self.first_lsn
+            .checked_sub(1)?
+            .checked_sub(u64::from(self.lsns_in_flight))
+    }
 }
 
 /// Writes a seal filling all of `out` (whose length came from `seal_size`).
@@ -305,6 +323,7 @@ pub fn encode_seal(out: &mut [u8], seal: &SealInfo) {
     out[p..p + 8].copy_from_slice(&seal.flush_offset.to_le_bytes());
     out[p + 8..p + 16].copy_from_slice(&seal.first_lsn.to_le_bytes());
     out[p + 16..p + 20].copy_from_slice(&seal.record_count.to_le_bytes());
+    out[p + 20..p + 24].copy_from_slice(&seal.lsns_in_flight.to_le_bytes());
     let crc = crc32fast::hash(&out[4..]);
     out[0..4].copy_from_slice(&crc.to_le_bytes());
 }
@@ -341,6 +360,7 @@ impl Record<'_> {
             first_lsn: u64::from_le_bytes(le8(&v[8..16])),
             last_lsn: self.lsn,
             record_count: u32::from_le_bytes(le4(&v[16..20])),
+            lsns_in_flight: u32::from_le_bytes(le4(&v[20..24])),
         }
     }
 }
@@ -511,7 +531,7 @@ fn check_kind(
             if !key.is_empty() || flags != 0 || size < SEAL_MIN_BYTES {
                 return Err(Damage::BadRecordSize { size: size as u64 });
             }
-            if value[20..].iter().any(|&b| b != 0) {
+            if value[SEAL_PAYLOAD_BYTES..].iter().any(|&b| b != 0) {
                 return Err(Damage::ReservedNotZero);
             }
         }
@@ -705,7 +725,9 @@ mod tests {
             first_lsn: 10,
             last_lsn: 19,
             record_count: 10,
+            lsns_in_flight: 7,
         };
+        assert_eq!(info.durable_at_submit(), Some(2));
         let mut out = vec![0u8; seal_size(100)];
         encode_seal(&mut out, &info);
         let Ok(Decoded::Record(r)) = decode_record(&out, out.len()) else {
@@ -850,7 +872,7 @@ mod tests {
     }
 
     #[test]
-    fn segment_headers_of_versions_1_to_3_are_read_and_others_refused() {
+    fn segment_headers_of_versions_1_to_4_are_read_and_others_refused() {
         let h = SegmentHeader {
             shard: 1,
             seq: 2,
@@ -861,7 +883,7 @@ mod tests {
         let mut block = vec![0u8; BLOCK_BYTES];
         encode_segment_header(&h, &mut block);
         assert_eq!(u32::from_le_bytes(le4(&block[8..12])), FORMAT_VERSION);
-        for (version, ok) in [(1u32, true), (2, true), (3, true), (4, false), (0, false)] {
+        for (version, ok) in [(1u32, true), (2, true), (3, true), (4, true), (5, false), (0, false)] {
             block[8..12].copy_from_slice(&version.to_le_bytes());
             let crc = crc32fast::hash(&block[0..44]);
             block[44..48].copy_from_slice(&crc.to_le_bytes());

@@ -40,6 +40,9 @@ pub struct FlushInfo {
     pub first_lsn: u64,
     pub last_lsn: u64,
     pub records: u32,
+    /// What its seal says was in flight when it was submitted
+    /// ([`crate::wal::format::SealInfo::lsns_in_flight`]).
+    pub lsns_in_flight: u32,
     /// The segment header, when the flush starts at offset 0.
     pub header: Option<SegmentHeader>,
 }
@@ -94,12 +97,13 @@ pub async fn scan_flush<F: DiskFile>(
         };
         if rec.kind == RecordKind::Seal {
             return match check_seal(&rec, pos, start, &seen) {
-                Ok(end) => Ok(FlushScan::Complete(FlushInfo {
+                Ok((end, lsns_in_flight)) => Ok(FlushScan::Complete(FlushInfo {
                     start,
                     end,
                     first_lsn: seen.first_lsn,
                     last_lsn: seen.last_lsn,
                     records: seen.records,
+                    lsns_in_flight,
                     header,
                 })),
                 Err(reason) => damaged(reason),
@@ -211,8 +215,14 @@ async fn read_record<F: DiskFile>(
 }
 
 /// Checks a seal at `pos` against the flush it closes (which started at
-/// `start`). Returns the offset just past it.
-fn check_seal(rec: &RecordSummary, pos: u64, start: u64, seen: &FlushSoFar) -> Result<u64, Damage> {
+/// `start`). Returns the offset just past it and the seal's count of LSNs
+/// in flight.
+fn check_seal(
+    rec: &RecordSummary,
+    pos: u64,
+    start: u64,
+    seen: &FlushSoFar,
+) -> Result<(u64, u32), Damage> {
     if seen.records == 0 {
         return Err(Damage::FlushBoundary);
     }
@@ -243,7 +253,7 @@ fn check_seal(rec: &RecordSummary, pos: u64, start: u64, seen: &FlushSoFar) -> R
             });
         }
     }
-    Ok(end)
+    Ok((end, seal.lsns_in_flight))
 }
 
 /// The parts of a record `scan_flush` needs after the borrow of the window ends.
@@ -342,15 +352,44 @@ fn plausible_flush_start(head: &[u8], max_size: u64) -> bool {
 /// Result of looking past the end of the valid log.
 #[derive(Debug, Default)]
 pub struct TailScan {
-    /// A complete flush whose LSNs lie after the log's end, if any.
+    /// A complete flush whose LSNs lie after the log's end and whose seal
+    /// does not place it in the in-flight window of the hole, if any: the
+    /// proof that records after the hole had been durable (corruption).
     pub complete_flush_at: Option<u64>,
+    /// Complete flushes with LSNs after the log's end that their seals
+    /// prove were in flight together with the hole's flush (see
+    /// [`in_flight_with_hole`]): a torn in-flight window, never
+    /// acknowledged.
+    pub window_flushes: u32,
+    /// From the start of the first window flush to the end of the last.
+    pub window: Option<(u64, u64)>,
     /// Offset just past the last block holding a non-zero byte (at or
     /// after `from`), or `from` if all zero.
     pub nonzero_end: u64,
 }
 
-/// Scans the block boundaries of `[from, file_len)` for a complete flush
-/// with `first_lsn > after_lsn`, and notes how far non-zero bytes reach.
+/// The in-flight window rule (`docs/wal.md`, "Several flushes in flight"):
+/// a complete flush found after a hole at LSN `after_lsn + 1` is part of a
+/// torn in-flight window only if its seal proves that the hole's LSN was
+/// not yet durable when it was submitted. Then nothing at or after the
+/// hole was ever acknowledged. A seal written with one flush in flight (or
+/// before format 4) claims no window, so any such flush after a hole is
+/// proof of damage, as it always was.
+pub fn in_flight_with_hole(flush: &FlushInfo, after_lsn: u64) -> bool {
+    let seal = crate::wal::format::SealInfo {
+        flush_offset: flush.start,
+        first_lsn: flush.first_lsn,
+        last_lsn: flush.last_lsn,
+        record_count: flush.records,
+        lsns_in_flight: flush.lsns_in_flight,
+    };
+    seal.durable_at_submit()
+        .is_some_and(|durable| durable <= after_lsn)
+}
+
+/// Scans the block boundaries of `[from, file_len)` for complete flushes
+/// with `first_lsn > after_lsn`, sorts them by [`in_flight_with_hole`],
+/// and notes how far non-zero bytes reach.
 pub async fn scan_tail<F: DiskFile>(
     win: &mut FileWindow<'_, F>,
     from: u64,
@@ -360,6 +399,8 @@ pub async fn scan_tail<F: DiskFile>(
     assert_eq!(from % BLOCK_BYTES as u64, 0);
     let mut out = TailScan {
         complete_flush_at: None,
+        window_flushes: 0,
+        window: None,
         nonzero_end: from,
     };
     let mut block_start = from;
@@ -370,8 +411,9 @@ pub async fn scan_tail<F: DiskFile>(
         if block.is_empty() {
             break;
         }
+        let mut next = block_start + BLOCK_BYTES as u64;
         if !is_zero(block) {
-            out.nonzero_end = block_start + BLOCK_BYTES as u64;
+            out.nonzero_end = next;
             let candidate = if block_start == 0 {
                 true
             } else {
@@ -380,12 +422,21 @@ pub async fn scan_tail<F: DiskFile>(
             if candidate && out.complete_flush_at.is_none() {
                 if let FlushScan::Complete(info) = scan_flush(win, block_start, identity).await? {
                     if info.first_lsn > after_lsn {
-                        out.complete_flush_at = Some(block_start);
+                        if in_flight_with_hole(&info, after_lsn) {
+                            out.window_flushes += 1;
+                            let first = out.window.map_or(block_start, |w| w.0);
+                            out.window = Some((first, info.end));
+                            // Its blocks hold nothing else; go on after it.
+                            out.nonzero_end = info.end;
+                            next = info.end;
+                        } else {
+                            out.complete_flush_at = Some(block_start);
+                        }
                     }
                 }
             }
         }
-        block_start += BLOCK_BYTES as u64;
+        block_start = next;
     }
     Ok(out)
 }

@@ -32,7 +32,7 @@ use crate::wal::reader::{
     replay_flush, scan_flush, scan_tail, FileWindow, FlushInfo, FlushScan, SegmentIdentity,
 };
 use crate::wal::segment::{
-    create_segment, prepare_segment, recycle_into, wal_io, LiveSegment, SEGMENT_TMP_SUFFIX,
+    create_segment, erase_window, prepare_segment, recycle_into, wal_io, LiveSegment, SEGMENT_TMP_SUFFIX,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -57,7 +57,8 @@ use std::time::{Duration, Instant};
 /// | `Rollover` | the log stops in a segment and the next segment's header is used and starts at the next LSN | continue in the next segment |
 /// | `CleanEnd` | zeroes, or a complete flush with older LSNs (stale bytes of a recycled segment), where the next flush would start; the next segment is not used | the log ends here |
 /// | `TornTail` | a damaged flush (bad checksum, no seal, ...) at the end, no complete flush with newer LSNs after it | the log ends before it; it was never acknowledged and is never replayed |
-/// | `DamageBeforeData` | damage, zeroes or stale bytes, followed in the same segment (or a later damaged-header segment) by a complete flush with newer LSNs | refuse: [`WalError::Corrupt`] naming file + offset of the damage |
+/// | `TornWindow` | a damaged or missing flush followed in its segment by complete flushes with newer LSNs whose seals all prove they were submitted while the hole's LSN was not yet durable (several flushes in flight) | the log ends before the hole; nothing from it on was acknowledged; the window's flushes are erased (zeroed, durably) before new writes |
+/// | `DamageBeforeData` | damage, zeroes or stale bytes, followed in the same segment (or a later damaged-header segment) by a complete flush with newer LSNs that its seal does not place in the hole's in-flight window | refuse: [`WalError::Corrupt`] naming file + offset of the damage |
 /// | `UsedSegmentAfterUnused` | a used segment after the end of the log | refuse: [`Damage::UsedSegmentAfterUnused`] |
 /// | `UnusedSegmentReused` | an unused segment of the right size after the last used one | it receives the next flush |
 /// | `SegmentRecycled` | any other unused segment of the right size (or one whose only flush is torn) | kept as a spare for recycling |
@@ -80,6 +81,7 @@ pub enum RecoveryCase {
     Rollover,
     CleanEnd,
     TornTail,
+    TornWindow,
     DamageBeforeData,
     UsedSegmentAfterUnused,
     UnusedSegmentReused,
@@ -761,6 +763,10 @@ struct ReplayPhase {
     newest_used: Option<(u64, u64)>,
     /// The chunk chain being put back together.
     chain: ChainReplay,
+    /// A torn in-flight window after the end of the log (row
+    /// `TornWindow`): segment index and the byte range of its flushes,
+    /// erased before new writes.
+    window: Option<(usize, u64, u64)>,
 }
 
 /// How one segment's part of the log ended.
@@ -829,6 +835,7 @@ async fn replay_log<D: Disk>(
         end: None,
         newest_used: None,
         chain: ChainReplay::keeping(),
+        window: None,
     };
     let mut i = start;
     while i < n {
@@ -1081,28 +1088,25 @@ impl ReplayPhase {
         Ok(())
     }
 
-    /// Decides what follows the log's stop at `seg_end` in segment `i`:
-    /// the next segment continues it, or the log ends here (cleanly or
-    /// with a torn flush), or newer data sits behind damage and recovery
-    /// refuses.
-    async fn end_of_segment<D: Disk>(
+    /// What lies after the log's stop in its segment: refuses when a
+    /// complete newer flush outside the hole's in-flight window proves
+    /// damage; otherwise returns whether the stop is a torn write and the
+    /// row that names it (`TornWindow` when a window follows the hole,
+    /// whose range is kept for erasing).
+    async fn scan_after_stop<D: Disk>(
         &mut self,
         segments: &[Segment<D>],
         win: &mut FileWindow<'_, D::File>,
-        seg_end: LogEnd,
-        shard: u32,
+        seg_end: &LogEnd,
+        identity: SegmentIdentity,
         cases: &mut Vec<RecoveryCase>,
-    ) -> Result<SegmentEnd, EngineError> {
-        let i = seg_end.0;
-        let pos = seg_end.1;
-        let seg = &segments[i];
-        let identity = SegmentIdentity {
-            shard,
-            seq: seg.seq,
-        };
+    ) -> Result<(bool, RecoveryCase), EngineError> {
         // The log stops in this segment at `pos`. Nothing newer may follow
         // in it: a complete flush with newer LSNs means acknowledged data
-        // sits behind damage.
+        // sits behind damage, unless its seal proves it was in flight with
+        // the hole's flush (`TornWindow`).
+        let (i, pos) = (seg_end.0, seg_end.1);
+        let seg = &segments[i];
         let after = self.after_lsn();
         let tail = scan_tail(win, pos, after, identity)
             .await
@@ -1131,7 +1135,44 @@ impl ReplayPhase {
                     || looks_current(win, pos, after + 1).await
             }
             None => tail.nonzero_end > pos && !segments[i].used().is_some_and(|h| h.is_recycled()),
+        } || tail.window.is_some();
+        if let Some((from, to)) = tail.window {
+            tracing::warn!(file = %seg.path.display(), hole_offset = pos, window_from = from, window_to = to,
+                flushes = tail.window_flushes, first_missing_lsn = after + 1,
+                "WAL ends with a torn in-flight window (never acknowledged); it is not replayed and is erased");
+            self.window = Some((i, from, to));
+        }
+        let torn_case = if tail.window.is_some() {
+            RecoveryCase::TornWindow
+        } else {
+            RecoveryCase::TornTail
         };
+        Ok((torn, torn_case))
+    }
+
+    /// Decides what follows the log's stop at `seg_end` in segment `i`:
+    /// the next segment continues it, or the log ends here (cleanly or
+    /// with a torn flush), or newer data sits behind damage and recovery
+    /// refuses.
+    async fn end_of_segment<D: Disk>(
+        &mut self,
+        segments: &[Segment<D>],
+        win: &mut FileWindow<'_, D::File>,
+        seg_end: LogEnd,
+        shard: u32,
+        cases: &mut Vec<RecoveryCase>,
+    ) -> Result<SegmentEnd, EngineError> {
+        let i = seg_end.0;
+        let pos = seg_end.1;
+        let seg = &segments[i];
+        let identity = SegmentIdentity {
+            shard,
+            seq: seg.seq,
+        };
+        let after = self.after_lsn();
+        let (torn, torn_case) = self
+            .scan_after_stop(segments, win, &seg_end, identity, cases)
+            .await?;
         self.bytes_read += win.bytes_read();
         // Rollover: the next segment is used and continues the log.
         if let Some(next) = segments.get(i + 1) {
@@ -1141,7 +1182,7 @@ impl ReplayPhase {
                     if seg_end.2.is_some() || torn {
                         // A torn flush followed by a segment continuing at
                         // the next LSN: the log was recovered once and went on.
-                        cases.push(RecoveryCase::TornTail);
+                        cases.push(torn_case);
                     }
                     cases.push(RecoveryCase::Rollover);
                     return Ok(SegmentEnd::Rollover);
@@ -1172,7 +1213,7 @@ impl ReplayPhase {
                 .unwrap_or((pos, "zeroes before written blocks".to_string()));
             tracing::warn!(file = %segments[i].path.display(), flush_offset = pos, damage_offset = offset,
                 damage = %reason, "WAL ends with a torn flush (never acknowledged); it is not replayed");
-            cases.push(RecoveryCase::TornTail);
+            cases.push(torn_case);
         } else {
             cases.push(RecoveryCase::CleanEnd);
         }
@@ -1272,6 +1313,10 @@ async fn prepare_for_writes<D: Disk>(
 ) -> Result<WritePosition, EngineError> {
     let (mut remove, spares, bytes_read) =
         sort_segments_after_end(config.shard, segments, replay, cases).await?;
+    if let Some((i, from, to)) = replay.window {
+        // Before anything new is written: the window's LSNs are reused.
+        erase_window(&segments[i].file, &segments[i].path, from, to).await?;
+    }
     // The segment for new writes: an unused one of the right size after
     // every used one, else a spare renamed into place, else a new one.
     let max_used_seq = replay.used.last().map_or(0, |&u| segments[u].seq);

@@ -56,6 +56,27 @@ pub async fn prepare_segment<F: DiskFile>(
     file.sync_data().await.map_err(wal_io("fdatasync", path, 0))
 }
 
+/// Overwrites `[from, to)` of a segment with zeroes and makes them
+/// durable: recovery erases a torn in-flight window this way, so its
+/// complete flushes (never acknowledged, with LSNs the log reuses) can
+/// never be read as records later (`docs/wal.md`).
+pub async fn erase_window<F: DiskFile>(
+    file: &F,
+    path: &Path,
+    from: u64,
+    to: u64,
+) -> Result<(), WalError> {
+    assert!(from % BLOCK_BYTES as u64 == 0 && to % BLOCK_BYTES as u64 == 0 && from < to);
+    let mut zeros = AlignedBuf::with_capacity((to - from) as usize);
+    zeros.set_len((to - from) as usize);
+    zeros.as_mut_slice().fill(0);
+    let (res, _) = file.write_at(zeros, from).await;
+    res.map_err(wal_io("erase torn in-flight window", path, from))?;
+    file.sync_data()
+        .await
+        .map_err(wal_io("fdatasync", path, from))
+}
+
 /// Renames a prepared (or never written) segment file to segment `seq`
 /// and makes the rename durable.
 pub async fn recycle_into<D: Disk>(

@@ -66,7 +66,13 @@ pub struct WalAppender {
     open_first_lsn: u64,
     open_last_lsn: u64,
     open_records: u32,
-    spare: Option<AlignedBuf>,
+    /// Buffers free for the next open one: one per flush that may be in
+    /// flight, less those out.
+    spares: Vec<AlignedBuf>,
+    /// Every buffer this appender owns (the open one and the spares,
+    /// counting those out in flight).
+    buffers: usize,
+    capacity: usize,
     /// Someone wants the open buffer flushed now (full buffer, shutdown,
     /// checkpoint); the flusher clears it when it takes the buffer.
     pub flush_requested: bool,
@@ -105,9 +111,27 @@ impl WalAppender {
             open_first_lsn: 0,
             open_last_lsn: 0,
             open_records: 0,
-            spare: Some(AlignedBuf::with_capacity(capacity)),
+            spares: vec![AlignedBuf::with_capacity(capacity)],
+            buffers: 2,
+            capacity,
             flush_requested: false,
         }
+    }
+
+    /// Lets up to `flushes` flushes be out at once (sealed and not given
+    /// back): the appender then owns `flushes + 1` buffers.
+    pub fn with_flushes_in_flight(mut self, flushes: usize) -> WalAppender {
+        assert!(flushes >= 1);
+        while self.buffers < flushes + 1 {
+            self.spares.push(AlignedBuf::with_capacity(self.capacity));
+            self.buffers += 1;
+        }
+        self
+    }
+
+    /// Whether the next flush taken starts a segment (carries its header).
+    pub fn next_flush_starts_segment(&self) -> bool {
+        self.open_offset == 0
     }
 
     /// Whether a record of `size` bytes fits an empty flush buffer (larger
@@ -312,12 +336,32 @@ impl WalAppender {
     /// Seals the open buffer (segment header if it starts a segment, seal
     /// record padding to a block) and hands it out; the spare buffer
     /// becomes the open one. `None` if there is nothing to flush or the
-    /// spare is still out (a flush in flight).
+    /// spare is still out (a flush in flight). The seal says no flush is
+    /// in flight with this one.
     pub fn take(&mut self) -> Option<SealedFlush> {
+        self.take_after(None)
+    }
+
+    /// [`WalAppender::take`] for a flush submitted while the records up to
+    /// `durable_lsn` are durable and those after it, up to this flush, are
+    /// still in flight (`None`: nothing in flight): its seal records how
+    /// many LSNs that is, for recovery's in-flight window rule.
+    pub fn take_after(&mut self, durable_lsn: Option<u64>) -> Option<SealedFlush> {
         if self.open_records == 0 {
             return None;
         }
-        let spare = self.spare.take()?;
+        let lsns_in_flight = match durable_lsn {
+            None => 0,
+            Some(durable) => {
+                assert!(durable < self.open_first_lsn, "a flush of durable records");
+                // Never saturate: a larger count would claim a wider
+                // window than was in flight. The flush buffers in flight
+                // bound it far below u32::MAX.
+                u32::try_from(self.open_first_lsn - 1 - durable)
+                    .expect("LSNs in flight are bounded by the buffers in flight")
+            }
+        };
+        let spare = self.spares.pop()?;
         let mut buf = std::mem::replace(&mut self.open, spare);
         self.open.set_len(0);
         let starts_segment = self.open_offset == 0;
@@ -341,6 +385,7 @@ impl WalAppender {
                 first_lsn: self.open_first_lsn,
                 last_lsn: self.open_last_lsn,
                 record_count: self.open_records,
+                lsns_in_flight,
             },
         );
         assert_eq!(buf.len() % BLOCK_BYTES, 0);
@@ -362,9 +407,12 @@ impl WalAppender {
 
     /// Returns a buffer after its flush completed.
     pub fn give_back(&mut self, mut buf: AlignedBuf) {
-        assert!(self.spare.is_none(), "two buffers per shard");
+        assert!(
+            self.spares.len() + 1 < self.buffers,
+            "more buffers given back than taken"
+        );
         buf.set_len(0);
-        self.spare = Some(buf);
+        self.spares.push(buf);
     }
 }
 
