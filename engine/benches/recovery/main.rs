@@ -73,6 +73,42 @@ fn vm_rss_bytes() -> u64 {
         * 1024
 }
 
+/// The heap as glibc's allocator sees it: bytes handed out (in arenas and
+/// in mmapped blocks) and bytes free but kept in its arenas.
+fn heap_bytes() -> (u64, u64) {
+    // SAFETY: mallinfo2 takes no arguments and only reads the allocator's
+    // counters.
+    let m = unsafe { libc::mallinfo2() };
+    ((m.uordblks + m.hblkhd) as u64, m.fordblks as u64)
+}
+
+/// Where the RAM goes on the hybrid tier, per live key: the tier's parts
+/// as it counts them, then the heap and VmRSS around them.
+fn ram_breakdown(phase: &str, engine: &Engine, rss_before: u64) {
+    let m = engine.metrics();
+    let keys = m.shards.iter().map(|s| s.keys).sum::<u64>().max(1) as f64;
+    let hybrid: Vec<_> = m.shards.iter().filter_map(|s| s.hybrid).collect();
+    if hybrid.is_empty() {
+        return;
+    }
+    let sum = |f: fn(&engine::HybridStats) -> u64| hybrid.iter().map(f).sum::<u64>();
+    let per = |b: u64| b as f64 / keys;
+    let (in_use, free_kept) = heap_bytes();
+    let rss = vm_rss_bytes().saturating_sub(rss_before);
+    println!(
+        "{phase}: RAM per live key: index {:.2} B, cache {:.2} B, expiry list {:.2} B ({} pairs), \
+         unresolved/deleted sets {:.2} B; heap in use {:.2} B, heap free but kept {:.2} B; VmRSS growth {:.2} B",
+        per(sum(|h| h.index_bytes)),
+        per(sum(|h| h.cache_bytes)),
+        per(sum(|h| h.expiry_bytes)),
+        sum(|h| h.expiry_pairs),
+        per(sum(|h| h.blind_sets_bytes)),
+        per(in_use),
+        per(free_kept),
+        per(rss),
+    );
+}
+
 fn config(opts: &Options) -> Config {
     let mut config = Config {
         shards: opts.shards,
@@ -310,6 +346,7 @@ fn mixed(opts: &Options, engine: &Engine, rss_before: u64) {
             sum(|h| h.spilled_keys),
             sum(|h| h.gc_runs),
         );
+        ram_breakdown("mixed", engine, rss_before);
         cold_gets(opts, engine);
     }
 }
@@ -460,6 +497,7 @@ fn recover(opts: &Options) {
         rss.saturating_sub(rss_before) >> 20,
         rss.saturating_sub(rss_before) as f64 / keys.max(1) as f64
     );
+    ram_breakdown("recover", &engine, rss_before);
     if opts.mixed && opts.count_found {
         count_found(opts, &engine, keys);
     }

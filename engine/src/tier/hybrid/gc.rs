@@ -81,8 +81,8 @@ impl<D: Disk> Inner<D> {
             }
             self.cache.rename(addr, new);
             if let Some(at) = r.expires_at_ms {
-                self.expiring.remove(&(at, addr));
-                self.expiring.insert((at, new));
+                self.expiring.remove(at, addr);
+                self.expiring.insert(at, new);
                 if let Some(moved) = self.checkpoint_expiring_moved.as_mut() {
                     moved.push((at, addr));
                 }

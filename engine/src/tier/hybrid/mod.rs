@@ -55,6 +55,7 @@
 pub mod cache;
 pub mod index;
 pub mod log;
+mod expiry_list;
 mod gc;
 mod lookup;
 mod segments;
@@ -72,7 +73,8 @@ use crate::hash::TableHasher;
 use crate::io::{AlignedBuf, Disk, DiskFile};
 use bytes::Bytes;
 use std::cell::RefCell;
-use std::collections::{BTreeSet, VecDeque};
+use self::expiry_list::ExpiryList;
+use std::collections::VecDeque;
 use std::path::PathBuf;
 
 const KEY_LAYOUT: &[u8] = b"\0hybrid/layout";
@@ -88,8 +90,6 @@ const LAYOUT_VERSION: u32 = 3;
 const CHECKPOINT_BUCKETS: usize = 8192;
 /// Expiry entries per checkpoint chunk.
 const EXPIRING_CHUNK: usize = 32 * 1024;
-/// What one key with an expiry time costs in RAM beyond its slot.
-const EXPIRING_KEY_BYTES: u64 = 40;
 /// What one deleted key costs in RAM beyond its bytes (its box and its
 /// place in the set).
 const DELETED_KEY_BYTES: u64 = 40;
@@ -139,6 +139,13 @@ pub struct HybridStats {
     /// Settling reads finished: reads of the older records of keys put
     /// while the unresolved set was full, made after the put.
     pub settles_done: u64,
+    /// RAM of the expiry list (an (expiry, address) pair per record with
+    /// an expiry time the index may point at).
+    pub expiry_bytes: u64,
+    /// Pairs in the expiry list.
+    pub expiry_pairs: u64,
+    /// RAM of the unresolved entries' and deleted keys' sets.
+    pub blind_sets_bytes: u64,
 }
 
 struct Inner<D: Disk> {
@@ -152,7 +159,7 @@ struct Inner<D: Disk> {
     cache: Cache,
     /// (expiry, address) of every record with an expiry time the index
     /// may point at (checked against the index when used).
-    expiring: BTreeSet<(u64, u32)>,
+    expiring: ExpiryList,
     now_ms: u64,
     /// Checkpoints started (GC epochs).
     epoch: u64,
@@ -199,6 +206,20 @@ struct BlindSets {
     /// `checkpoint_unresolved`; a put or a delete after it comes back with
     /// the replay).
     checkpoint_deleted: Vec<Box<[u8]>>,
+}
+
+impl BlindSets {
+    /// RAM of the sets: a hash table slot and its control byte per
+    /// unresolved entry (hashbrown keeps an eighth of its slots free), the
+    /// deleted keys with their boxes, and the copies a running checkpoint
+    /// holds.
+    fn memory_bytes(&self) -> u64 {
+        let unresolved = self.unresolved.capacity() as u64 * 8 / 7 * 5;
+        let deleted = self.deleted_bytes + self.deleted.capacity() as u64 * DELETED_KEY_BYTES;
+        let copies = self.checkpoint_unresolved.capacity() as u64 * 4
+            + self.checkpoint_deleted.capacity() as u64 * 16;
+        unresolved + deleted + copies
+    }
 }
 
 /// The reads that settle blind writes made past the sets' bound.
@@ -271,6 +292,28 @@ const GC_STEP_BLOCKS: u64 = 64;
 
 /// Most blocks one merged GET read covers (256 KiB).
 const MERGE_BLOCKS: u64 = 64;
+
+/// Two ascending sequences as one, each pair once.
+fn merge_sorted<T: Ord + Copy>(
+    a: impl Iterator<Item = T>,
+    b: impl Iterator<Item = T>,
+) -> impl Iterator<Item = T> {
+    let mut a = a.peekable();
+    let mut b = b.peekable();
+    let mut last: Option<T> = None;
+    std::iter::from_fn(move || loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x <= y => a.next(),
+            (Some(_), Some(_)) | (None, Some(_)) => b.next(),
+            (Some(_), None) => a.next(),
+            (None, None) => return None,
+        }?;
+        if last != Some(next) {
+            last = Some(next);
+            return Some(next);
+        }
+    })
+}
 
 /// Most unresolved entries per shard: an 32nd of the keys the index is
 /// sized for (about 0.3 bytes of RAM per key at most), at least 4096.
@@ -414,7 +457,7 @@ impl<D: Disk> HybridTier<D> {
                 cache: Cache::new(settings.cache_bytes),
                 settings,
                 log,
-                expiring: BTreeSet::new(),
+                expiring: ExpiryList::new(),
                 now_ms: 0,
                 epoch: 0,
                 checkpoint_expiring_moved: None,
@@ -547,6 +590,9 @@ impl<D: Disk> Inner<D> {
             unresolved_entries: self.blind.unresolved.len() as u64,
             deleted_keys: self.blind.deleted.len() as u64,
             settles_done: self.settling.settles_done,
+            expiry_bytes: self.expiring.memory_bytes(),
+            expiry_pairs: self.expiring.len() as u64,
+            blind_sets_bytes: self.blind.memory_bytes(),
         }
     }
 }
@@ -866,7 +912,6 @@ impl<D: Disk> Tier for HybridTier<D> {
             .iter()
             .take_while(|(at, _)| *at <= now)
             .take(max * 2)
-            .copied()
             .collect();
         let mut keys = Vec::new();
         for (at, addr) in due {
@@ -886,7 +931,7 @@ impl<D: Disk> Tier for HybridTier<D> {
                 Ok((r, true)) => keys.push(r.key),
                 Ok((_, false)) => {
                     // Stale (from a fuzzy checkpoint): the key moved on.
-                    st.expiring.remove(&(at, addr));
+                    st.expiring.remove(at, addr);
                 }
                 Err(e) => {
                     // Kept: the key may be due, and the records may read
@@ -925,10 +970,8 @@ impl<D: Disk> Tier for HybridTier<D> {
         let st = self.inner.borrow();
         st.index.memory_bytes()
             + st.cache.bytes()
-            + st.expiring.len() as u64 * EXPIRING_KEY_BYTES
-            + st.blind.unresolved.capacity() as u64 * 5
-            + st.blind.deleted_bytes
-            + st.blind.deleted.capacity() as u64 * DELETED_KEY_BYTES
+            + st.expiring.memory_bytes()
+            + st.blind.memory_bytes()
             + (1 << 20)
             + (log::RECENT_BLOCKS * log::BLOCK) as u64
     }
@@ -937,7 +980,7 @@ impl<D: Disk> Tier for HybridTier<D> {
     /// an index entry (a blind write keeps the older ones unresolved until
     /// GC settles them), which costs RAM only once its partition's fixed
     /// slots are all taken (a spilled entry); an expiry time adds its
-    /// index entry. Overwrites count the same (whether the key is there
+    /// pair to the expiry list. Overwrites count the same (whether the key is there
     /// may need a device read).
     fn put_growth_bytes(&self, hash: u64, _key: &[u8], _value_len: usize, expiring: bool) -> i64 {
         let st = self.inner.borrow();
@@ -946,7 +989,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         } else {
             0
         };
-        let expiry = if expiring { EXPIRING_KEY_BYTES } else { 0 };
+        let expiry = if expiring { expiry_list::PAIR_BYTES } else { 0 };
         (spill + expiry) as i64
     }
 
@@ -1044,22 +1087,22 @@ impl<D: Disk> Tier for HybridTier<D> {
             return Err(format!("value segments could not be made durable: {e}"));
         }
         f(KEY_SEGMENTS, Some(&st.encode_segments()), None);
-        let mut exp: Vec<(u64, u32)> = st.expiring.iter().copied().collect();
-        let moved = st.checkpoint_expiring_moved.take().unwrap_or_default();
-        if !moved.is_empty() {
-            exp.extend(moved);
-            exp.sort_unstable();
-            exp.dedup();
-        }
-        for (i, chunk) in exp.chunks(EXPIRING_CHUNK).enumerate() {
+        // The list and the pairs moved away during the checkpoint, merged
+        // in order a chunk at a time (no copy of the whole list).
+        let mut moved = st.checkpoint_expiring_moved.take().unwrap_or_default();
+        moved.sort_unstable();
+        let mut pairs = merge_sorted(st.expiring.iter(), moved.into_iter()).peekable();
+        let mut i = 0u32;
+        while pairs.peek().is_some() {
             let mut key = KEY_EXPIRING.to_vec();
-            key.extend_from_slice(&(i as u32).to_le_bytes());
-            let mut v = Vec::with_capacity(chunk.len() * 12);
-            for (at, addr) in chunk {
+            key.extend_from_slice(&i.to_le_bytes());
+            let mut v = Vec::with_capacity(EXPIRING_CHUNK * 12);
+            for (at, addr) in pairs.by_ref().take(EXPIRING_CHUNK) {
                 v.extend_from_slice(&at.to_le_bytes());
                 v.extend_from_slice(&addr.to_le_bytes());
             }
             f(&key, Some(&v), None);
+            i += 1;
         }
         // Which entries are unresolved is part of the index: without it a
         // read could take a key's older record for its current one.
@@ -1249,7 +1292,7 @@ impl<D: Disk> Tier for HybridTier<D> {
             for e in value.chunks_exact(12) {
                 let at = u64::from_le_bytes(e[0..8].try_into().expect("8 bytes"));
                 let addr = u32::from_le_bytes(e[8..12].try_into().expect("4 bytes"));
-                st.expiring.insert((at, addr));
+                st.expiring.insert(at, addr);
             }
             return Ok(());
         }

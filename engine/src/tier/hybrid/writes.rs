@@ -25,7 +25,7 @@ impl<D: Disk> Inner<D> {
         }
         self.cache.remove(addr);
         if let Some(at) = r.expires_at_ms {
-            self.expiring.remove(&(at, addr));
+            self.expiring.remove(at, addr);
         }
     }
 
@@ -106,7 +106,7 @@ impl<D: Disk> Inner<D> {
         // Its entries left are dead; the new one is newer than all.
         let new = self.take_deleted(key) || new;
         if let Some(t) = at {
-            self.expiring.insert((t, addr));
+            self.expiring.insert(t, addr);
         }
         let size = log::record_size(key.len(), value.len(), at.is_some());
         let mut mine = mine.into_iter();
@@ -359,7 +359,7 @@ impl<D: Disk> Inner<D> {
         self.remove_entry(h, addr);
         self.cache.remove(addr);
         if let Some(at) = r.expires_at_ms {
-            self.expiring.remove(&(at, addr));
+            self.expiring.remove(at, addr);
         }
         self.undelete_if_settled(h, &r.key);
     }
