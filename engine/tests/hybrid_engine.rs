@@ -217,3 +217,34 @@ fn overwrites_past_the_unresolved_bound_are_settled_in_the_background() {
     check_all(&engine, &model, 7);
     engine.shutdown().expect("shutdown");
 }
+
+/// Metrics read as soon as a restart returns show every shard's tier
+/// counters as recovery left them (not the empty ones of a shard whose
+/// background work has not run yet).
+#[test]
+fn tier_counters_are_there_as_soon_as_a_restart_returns() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("data");
+    let mut model = BTreeMap::new();
+    let engine = Engine::open(&config(&dir)).expect("open");
+    write(&engine, &mut model, 0..2_000, 0);
+    engine.shutdown().expect("shutdown");
+    for round in 0..5 {
+        let engine = Engine::open(&config(&dir)).expect("reopen");
+        let m = engine.metrics();
+        for s in &m.shards {
+            let h = s
+                .hybrid
+                .unwrap_or_else(|| panic!("round {round}: shard {} has no tier counters", s.shard));
+            assert!(
+                h.segments > 0 && h.index_bytes > 0,
+                "round {round}: shard {}: {h:?}",
+                s.shard
+            );
+            assert_eq!(h.keys, s.keys, "round {round}: shard {}", s.shard);
+        }
+        let keys: u64 = m.shards.iter().map(|s| s.keys).sum();
+        assert_eq!(keys, model.len() as u64, "round {round}");
+        engine.shutdown().expect("shutdown");
+    }
+}

@@ -107,6 +107,14 @@ fn ram_breakdown(phase: &str, engine: &Engine, rss_before: u64) {
         per(free_kept),
         per(rss),
     );
+    for (i, s) in m.shards.iter().enumerate() {
+        if let Some(h) = s.hybrid {
+            println!(
+                "{phase}: shard {i}: {} keys, {} index entries unresolved, {} deleted keys, {} expiry pairs",
+                s.keys, h.unresolved_entries, h.deleted_keys, h.expiry_pairs
+            );
+        }
+    }
 }
 
 fn config(opts: &Options) -> Config {

@@ -638,6 +638,9 @@ async fn prepare_first_segments<D: Disk>(core: &ShardCore, files: &SegmentFiles<
 fn spawn_background(core: &Rc<ShardCore>, settings: &ShardSettings) {
     let shard = core.settings.shard;
     let tasks = core.with_tier(|t| t.background_tasks());
+    // The counters as recovery left them, before the first background
+    // step: metrics read right after the engine opens see this shard's.
+    core.publish_tier_stats();
     if tasks.background {
         spawn_critical(
             "tier-gc",
