@@ -27,8 +27,8 @@
 #
 # Usage: scripts/bench-durable-writes.sh [server|engine|all] [ROUNDS=3]
 # Env:   BEFORE_DIR, AFTER_DIR (ringkv-server, ringkv-bench, put_sync in each),
-#        N_P1 (200000), N_P16 (1500000), KEYS (100000), NATIVE ("1:6000
-#        16:150000 64:250000", connections:PUTs), ENGINE_SECONDS (10),
+#        N_P1 (200000), N_P16 (800000), KEYS (100000), NATIVE ("1:2000
+#        16:60000 64:120000", connections:PUTs), ENGINE_SECONDS (10),
 #        PERF=1 (after the rounds: perf record -g on the after-k1 server
 #        during one P=1 and one native 16-connection run), OUT (results dir)
 # Benchmark processes run at the caller's priority (run it at nice 0).
@@ -41,9 +41,9 @@ ROUNDS="${2:-3}"
 BEFORE_DIR="${BEFORE_DIR:?set BEFORE_DIR to the before build's binaries}"
 AFTER_DIR="${AFTER_DIR:?set AFTER_DIR to the after build's binaries}"
 N_P1="${N_P1:-200000}"
-N_P16="${N_P16:-1500000}"
+N_P16="${N_P16:-800000}"
 KEYS="${KEYS:-100000}"
-NATIVE="${NATIVE:-1:6000 16:150000 64:250000}"
+NATIVE="${NATIVE:-1:2000 16:60000 64:120000}"
 ENGINE_SECONDS="${ENGINE_SECONDS:-10}"
 ARMS="${ARMS:-before after-k1 after-k4}"
 OUT="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/bench-durable-writes.XXXXXX")}"
@@ -150,7 +150,7 @@ engine() {
   cp "$f" "$OUT/put_sync-r$ROUND-$arm.txt"
   rm -rf "$WORK/put_sync"
   awk -v r="$ROUND" -v arm="$arm" -v l="$(cut -d' ' -f1 /proc/loadavg)" '
-    /^raw O_DIRECT/ {raw += $5; nraw++}
+    /^raw O_DIRECT/ {raw += $6; nraw++}
     /^durable puts:/ {split($3, a, "/"); puts = a[1]}
     /^WAL:/ {wal = $2; for (i = 1; i <= NF; i++) if ($i ~ /%$/) pct = $i}
     END {printf "%s %s %s %s %s %.0f %s\n", r, arm, puts, wal, pct, raw / (nraw ? nraw : 1), l}' "$f" |
