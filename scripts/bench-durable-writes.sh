@@ -25,7 +25,8 @@
 # "after-k1" and "after-k4" = AFTER_DIR's with storage.wal_flushes_in_flight
 # 1 and 4. One client binary (AFTER_DIR's ringkv-bench) for every arm.
 #
-# Usage: scripts/bench-durable-writes.sh [server|engine|all] [ROUNDS=3]
+# Usage: scripts/bench-durable-writes.sh [server|engine|perf|summary|all] [ROUNDS=3]
+#        (summary: only the medians of the rows already in OUT)
 # Env:   BEFORE_DIR, AFTER_DIR (ringkv-server, ringkv-bench, put_sync in each),
 #        N_P1 (200000), N_P16 (800000), KEYS (100000), NATIVE ("1:2000
 #        16:60000 64:120000", connections:PUTs), ENGINE_SECONDS (10),
@@ -38,6 +39,7 @@ cd "$(dirname "$0")/.."
 
 MODE="${1:-all}"
 ROUNDS="${2:-3}"
+FIRST_ROUND="${FIRST_ROUND:-1}"   # number of the first round (to add rounds to an OUT)
 BEFORE_DIR="${BEFORE_DIR:?set BEFORE_DIR to the before build's binaries}"
 AFTER_DIR="${AFTER_DIR:?set AFTER_DIR to the after build's binaries}"
 N_P1="${N_P1:-200000}"
@@ -89,11 +91,14 @@ rb() {
 # "round name c=C put/s p50_ms p99_ms cpu_us_per_put load1" to $OUT/native.
 native() {
   local name="$1" c="$2" n="$3" c0 c1="" f="$WORK/native.out" bpid line
+  # The file is removed first: the loop below must not find the PUT line of
+  # the previous run before the new run's redirection truncates the file.
+  rm -f "$f"
   c0=$(cpu_ticks "$RINGKV_PID")
-  "$BENCH" --server "$RINGKV_ADDR" -c "$c" -P 1 -d 1000 -r 1000000 -n "$n" --seed "$ROUND" >"$f" 2>&1 &
+  "$BENCH" --server "$RINGKV_ADDR" -c "$c" -P 1 -d 1000 -r 1000000 -n "$n" --seed "${ROUND//[!0-9]/}" >"$f" 2>&1 &
   bpid=$!
   while kill -0 "$bpid" 2>/dev/null; do
-    if grep -q '^PUT:' "$f"; then c1=$(cpu_ticks "$RINGKV_PID"); break; fi
+    if grep -q '^PUT:' "$f" 2>/dev/null; then c1=$(cpu_ticks "$RINGKV_PID"); break; fi
     sleep 0.02
   done
   wait "$bpid" || { cat "$f"; exit 1; }
@@ -166,7 +171,7 @@ echo "mode $MODE, $ROUNDS rounds, arms: $ARMS"
 if [ "$MODE" = server ] || [ "$MODE" = all ]; then
   ensure_redis
   echo "redis: $(redis-server --version)"
-  for ROUND in $(seq "$ROUNDS"); do
+  for ROUND in $(seq "$FIRST_ROUND" $((FIRST_ROUND + ROUNDS - 1))); do
     say "round $ROUND (server rows), load $(load)"
     fio_fsync
     # Redis gets a fresh server each round too (its AOF grows with every run).
@@ -191,27 +196,28 @@ if [ "$MODE" = server ] || [ "$MODE" = all ]; then
       stop_arm
     done
   done
-  if [ "${PERF:-0}" = 1 ]; then
-    ROUND=perf
-    say "perf: after-k1 server, one P=1 redis-benchmark run and one native 16-connection run"
-    start_arm after-k1
-    perf record -g -o "$OUT/perf-p1.data" -p "$RINGKV_PID" >/dev/null 2>&1 &
-    ppid=$!; sleep 0.5
-    rb after-k1-perf "$RINGKV_RESP_PORT" "$RINGKV_PID" 1 "$N_P1"
-    kill -INT "$ppid"; wait "$ppid" || true
-    perf record -g -o "$OUT/perf-native16.data" -p "$RINGKV_PID" >/dev/null 2>&1 &
-    ppid=$!; sleep 0.5
-    native after-k1-perf 16 "$(printf '%s\n' $NATIVE | sed -n 's/^16://p')"
-    kill -INT "$ppid"; wait "$ppid" || true
-    stop_arm
-    for d in p1 native16; do
-      perf report -i "$OUT/perf-$d.data" --no-children --stdio 2>/dev/null | grep -v '^$' | head -60 >"$OUT/perf-$d.txt"
-    done
-  fi
+fi
+if { [ "$MODE" = all ] && [ "${PERF:-0}" = 1 ]; } || [ "$MODE" = perf ]; then
+  ROUND=9
+  say "perf: after-k1 server, one P=1 redis-benchmark run and one native 16-connection run"
+  start_arm after-k1
+  perf record -g -o "$OUT/perf-p1.data" -p "$RINGKV_PID" >/dev/null 2>&1 &
+  ppid=$!; sleep 0.5
+  rb after-k1-perf "$RINGKV_RESP_PORT" "$RINGKV_PID" 1 "$N_P1"
+  kill -INT "$ppid"; wait "$ppid" || true
+  perf record -g -o "$OUT/perf-native16.data" -p "$RINGKV_PID" >/dev/null 2>&1 &
+  ppid=$!; sleep 0.5
+  native after-k1-perf 16 "$(printf '%s\n' $NATIVE | sed -n 's/^16://p')"
+  kill -INT "$ppid"; wait "$ppid" || true
+  stop_arm
+  for d in p1 native16; do
+    perf report -i "$OUT/perf-$d.data" --no-children --stdio 2>/dev/null | grep -v '^$' | head -60 >"$OUT/perf-$d.txt"
+  done
+
 fi
 
 if [ "$MODE" = engine ] || [ "$MODE" = all ]; then
-  for ROUND in $(seq "$ROUNDS"); do
+  for ROUND in $(seq "$FIRST_ROUND" $((FIRST_ROUND + ROUNDS - 1))); do
     say "round $ROUND (engine rows), load $(load)"
     fio_raw before
     arms=($ARMS)
@@ -222,7 +228,7 @@ if [ "$MODE" = engine ] || [ "$MODE" = all ]; then
   done
 fi
 
-say "medians of $ROUNDS rounds"
+say "medians of the rounds in $OUT"
 med() { median; }
 if [ -s "$OUT/fsync" ]; then
   echo "fio fdatasync (4 KiB): p50 $(awk '{print $2}' "$OUT/fsync" | med) us, p99 $(awk '{print $3}' "$OUT/fsync" | med) us (runs: $(awk '{printf "%s/%s ", $2, $3}' "$OUT/fsync"))"
@@ -245,8 +251,9 @@ if [ -s "$OUT/native" ]; then
       c="c=${cn%%:*}"
       sel() { awk -v n="$name" -v c="$c" -v col="$1" '$2 == n && $3 == c {print $col}' "$OUT/native"; }
       [ -n "$(sel 4)" ] || continue
+      # A CPU of 0.00 is a sample taken at the wrong moment (see native()); left out.
       printf '%-9s %-5s %10.0f %8s %8s %9s  %s\n' "$name" "$c" "$(sel 4 | med)" "$(sel 5 | med)" \
-        "$(sel 6 | med)" "$(sel 7 | med)" "$(sel 4 | tr '\n' ' ')"
+        "$(sel 6 | med)" "$(sel 7 | awk '$1 > 0' | med)" "$(sel 4 | tr '\n' ' ')"
     done
   done
 fi
