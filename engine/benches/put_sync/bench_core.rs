@@ -45,6 +45,8 @@ pub struct Options {
     /// Overrides of the engine config (group commit, checkpoints).
     pub group_commit_max_bytes: ByteSize,
     pub checkpoint_wal_bytes: ByteSize,
+    /// `storage.wal_flushes_in_flight` of the put phase.
+    pub wal_flushes_in_flight: u32,
     /// `storage.max_memory` of the memory phase (0: no limit; a limit
     /// above what it inserts measures the cost of the check alone).
     pub max_memory: ByteSize,
@@ -68,6 +70,7 @@ impl Default for Options {
             backend: Backend::Auto,
             group_commit_max_bytes: storage.group_commit_max_bytes,
             checkpoint_wal_bytes: storage.checkpoint_wal_bytes,
+            wal_flushes_in_flight: storage.wal_flushes_in_flight,
             max_memory: ByteSize(0),
         }
     }
@@ -324,6 +327,7 @@ pub fn durable_puts(opts: &Options) -> PutResult {
     config.storage.durability = Durability::Sync;
     config.storage.group_commit_max_bytes = opts.group_commit_max_bytes;
     config.storage.checkpoint_wal_bytes = opts.checkpoint_wal_bytes;
+    config.storage.wal_flushes_in_flight = opts.wal_flushes_in_flight;
     config.limits.ops_per_frame_max = config.limits.ops_per_frame_max.max(opts.batch as u32);
     config.io.backend = opts.backend;
     let engine = Engine::open(&config).expect("open engine");
@@ -471,7 +475,7 @@ pub fn run(opts: &Options) -> Report {
     Report {
         machine: machine(&opts.dir),
         config: format!(
-            "durability=sync shards={} backend={} submitters={} batch={} value_size={} key_space={} group_commit_max_bytes={} checkpoint_wal_bytes={} (snapshot-size adaptive)",
+            "durability=sync shards={} backend={} submitters={} batch={} value_size={} key_space={} group_commit_max_bytes={} checkpoint_wal_bytes={} (snapshot-size adaptive) wal_flushes_in_flight={}",
             puts.shards,
             puts.backend,
             opts.submitters,
@@ -480,6 +484,7 @@ pub fn run(opts: &Options) -> Report {
             opts.key_space,
             opts.group_commit_max_bytes.as_u64(),
             opts.checkpoint_wal_bytes.as_u64(),
+            opts.wal_flushes_in_flight,
         ),
         raw,
         raw_after,

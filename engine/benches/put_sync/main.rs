@@ -1,7 +1,7 @@
 //! `cargo bench -p ringkv-engine --bench put_sync -- [--seconds N] [--batch N]
 //! [--value-size N] [--dir PATH] [--submitters N] [--shards N] [--key-space N]
 //! [--raw-seconds N] [--memory-keys N] [--group-commit-bytes N] [--checkpoint-wal-bytes N]
-//! [--max-memory BYTES]`
+//! [--max-memory BYTES] [--wal-flushes-in-flight N]`
 //!
 //! Measures the raw O_DIRECT write bandwidth of the disk under `--dir`, then
 //! durable (`sync`) puts through `Handle::batch`, then memory per key. Prints
@@ -42,6 +42,9 @@ fn main() {
             }
             "--checkpoint-wal-bytes" => {
                 opts.checkpoint_wal_bytes = tunables::ByteSize(num(value("--checkpoint-wal-bytes")))
+            }
+            "--wal-flushes-in-flight" => {
+                opts.wal_flushes_in_flight = num(value("--wal-flushes-in-flight")) as u32
             }
             "--max-memory" => opts.max_memory = tunables::ByteSize(num(value("--max-memory"))),
             "--dir" => opts.dir = PathBuf::from(value("--dir")),
