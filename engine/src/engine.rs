@@ -602,7 +602,9 @@ impl<D: Disk> Launch<'_, D> {
                 core_id: (!core_ids.is_empty()).then(|| core_ids[shard % core_ids.len()]),
             };
             let spawned = std::thread::Builder::new()
-                .name(format!("ringkv-shard-{shard:03}"))
+                // At most 15 bytes: the kernel cuts a thread's name there,
+                // and ps, top and perf show that name.
+                .name(format!("rkv-shard-{shard:03}"))
                 .spawn(move || run(start));
             match spawned {
                 Ok(t) => shards.threads.push(t),
