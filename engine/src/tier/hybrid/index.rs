@@ -43,6 +43,13 @@ pub const TARGET_LOAD: f64 = 0.85;
 pub const SLOT_BYTES: u64 = 6;
 /// What one spilled key costs (hash, address, the map's own share).
 pub(super) const SPILL_KEY_BYTES: u64 = 40;
+/// Most buckets an insert looks through for a free slot before the entry
+/// spills. Without a bound an insert into a full partition walked every
+/// bucket, and marked them all overflowed, so every lookup in it walked
+/// them too: a WAL replay that doubles the entries (blind writes keep the
+/// older ones) went quadratic. At the target load a probe this long is
+/// all but never needed, so almost nothing spills for it.
+pub const PROBE_MAX: usize = 32;
 
 /// The hash bits the index uses, computed once per operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +144,11 @@ struct Partition {
     changed: Vec<u64>,
     /// The spilled entries changed since then.
     spill_changed: bool,
+    /// Most buckets from its home a lookup looks through: no entry lies
+    /// further. [`PROBE_MAX`] for entries this process inserted; after a
+    /// checkpoint's buckets are loaded, what their overflow bits allow
+    /// (an older build's inserts were not bounded).
+    reach: usize,
 }
 
 impl Partition {
@@ -146,8 +158,29 @@ impl Partition {
             addrs: vec![0; buckets * SLOTS],
             overflowed: vec![0; buckets.div_ceil(64)],
             changed: vec![0; buckets.div_ceil(64)],
+            reach: PROBE_MAX.min(buckets),
             ..Partition::default()
         }
+    }
+
+    /// The longest run of overflowed buckets, around the end too. An entry
+    /// `d` buckets from its home has the `d` buckets before it overflowed
+    /// (its insert passed them), so no entry lies further than this.
+    fn longest_overflowed_run(&self) -> usize {
+        let n = self.buckets();
+        let (mut longest, mut run) = (0, 0);
+        for b in 0..2 * n {
+            if self.is_overflowed(b % n) {
+                run += 1;
+                longest = longest.max(run);
+                if run >= n {
+                    return n;
+                }
+            } else {
+                run = 0;
+            }
+        }
+        longest
     }
 
     fn mark_changed(&mut self, bucket: usize) {
@@ -264,7 +297,7 @@ impl Index {
         let n = p.buckets();
         let tag = h.tag();
         let mut b = h.home(n);
-        for _ in 0..n {
+        for _ in 0..p.reach {
             let base = b * SLOTS;
             for s in base..base + SLOTS {
                 let t = p.tags[s];
@@ -307,11 +340,19 @@ impl Index {
         found.into_iter().find(|c| c.addr == addr).map(|c| c.loc)
     }
 
-    /// Whether an entry added for `h` now would spill (its partition's
-    /// slots are all taken) and cost [`SPILL_KEY_BYTES`] more.
+    /// Whether an entry added for `h` now would spill (no free slot within
+    /// [`PROBE_MAX`] buckets of its home) and cost [`SPILL_KEY_BYTES`] more.
     pub fn insert_would_spill(&self, h: KeyHash) -> bool {
         let p = &self.parts[h.partition()];
-        p.len as usize >= p.addrs.len()
+        if p.len as usize >= p.addrs.len() {
+            return true;
+        }
+        let n = p.buckets();
+        let home = h.home(n);
+        !(0..n.min(PROBE_MAX)).any(|i| {
+            let base = (home + i) % n * SLOTS;
+            p.addrs[base..base + SLOTS].contains(&0)
+        })
     }
 
     /// Adds an entry for a key not in the index.
@@ -322,7 +363,9 @@ impl Index {
         let n = p.buckets();
         let mut b = h.home(n);
         let value = slot_tag(h.tag(), span);
-        for _ in 0..n {
+        // A full partition spills at once: no bucket has room.
+        let probe = if (p.len as usize) < p.addrs.len() { n.min(PROBE_MAX) } else { 0 };
+        for _ in 0..probe {
             let base = b * SLOTS;
             if let Some(s) = (base..base + SLOTS).find(|&s| p.addrs[s] == 0) {
                 p.tags[s] = value;
@@ -574,6 +617,8 @@ impl Index {
                 p.overflowed[b / 64] &= !(1 << (b % 64));
             }
         }
+        let n = p.buckets();
+        p.reach = (p.longest_overflowed_run() + 1).clamp(PROBE_MAX.min(n), n);
         Ok(())
     }
 }
@@ -630,6 +675,64 @@ mod tests {
         for i in 0..n {
             assert!(ix.find_addr(h(i), (i + 1) as u32).is_some(), "key {i}");
         }
+    }
+
+    #[test]
+    fn an_overfull_partition_keeps_lookups_short() {
+        // 512 buckets of 8 slots per partition, filled to twice its slots
+        // (a replay of blind writes can double the entries).
+        let mut ix = Index::with_buckets(512);
+        let n = 256 * 512 * 8 * 2;
+        for i in 0..n {
+            ix.insert(h(i), (i + 1) as u32, 0);
+        }
+        assert_eq!(ix.len(), n);
+        let reach = ix.parts.iter().map(|p| p.reach).max().unwrap_or(0);
+        assert!(reach <= PROBE_MAX, "a lookup may walk {reach} buckets");
+        for i in (0..n).step_by(7) {
+            assert!(ix.find_addr(h(i), (i + 1) as u32).is_some(), "key {i}");
+            assert!(ix.insert_would_spill(h(i)), "key {i}: the table is full");
+        }
+    }
+
+    #[test]
+    fn at_the_target_load_almost_nothing_spills() {
+        let keys = 200_000;
+        let mut ix = Index::new(keys);
+        for i in 0..keys {
+            assert_eq!(
+                ix.insert_would_spill(h(i)),
+                matches!(ix.insert(h(i), (i + 1) as u32, 0), Loc::Spill { .. }),
+                "key {i}: the estimate and the insert disagree"
+            );
+        }
+        assert!(ix.spilled() * 1000 < keys, "{} of {keys} spilled", ix.spilled());
+    }
+
+    #[test]
+    fn a_loaded_entry_further_than_the_probe_bound_is_found() {
+        // An older build placed an entry 40 buckets past its home (its
+        // inserts were not bounded), marking the 40 before it overflowed.
+        let n = 64;
+        let mut old = Index::with_buckets(n);
+        let k = h(5);
+        let pi = k.partition();
+        let home = k.home(n);
+        let p = &mut old.parts[pi];
+        let b = (home + 40) % n;
+        p.tags[b * SLOTS] = slot_tag(k.tag(), 0);
+        p.addrs[b * SLOTS] = 77;
+        p.len = 1;
+        for j in 0..40 {
+            let o = (home + j) % n;
+            p.overflowed[o / 64] |= 1 << (o % 64);
+        }
+        let mut back = Index::with_buckets(n);
+        for (first, bytes) in old.encode_partition(pi, 16) {
+            back.decode_chunk(pi, first, &bytes).expect("decodes");
+        }
+        assert!(back.parts[pi].reach > 40, "reach {}", back.parts[pi].reach);
+        assert!(back.find_addr(k, 77).is_some());
     }
 
     #[test]
