@@ -233,29 +233,28 @@ med() { median; }
 if [ -s "$OUT/fsync" ]; then
   echo "fio fdatasync (4 KiB): p50 $(awk '{print $2}' "$OUT/fsync" | med) us, p99 $(awk '{print $3}' "$OUT/fsync" | med) us (runs: $(awk '{printf "%s/%s ", $2, $3}' "$OUT/fsync"))"
 fi
-if [ -s "$OUT/resp" ]; then
-  printf '%-9s %-5s %10s %8s %8s %9s  %s\n' server P ops/s p50_ms p99_ms cpu_us runs
-  for name in redis $ARMS; do
-    for p in P=1 P=16; do
-      sel() { awk -v n="$name" -v p="$p" -v c="$1" '$2 == n && $3 == p {print $c}' "$OUT/resp"; }
+# One table of medians: rows of FILE are "round arm key ops p50 p99 cpu";
+# one line per arm (ARMS_OF) and key (KEYS); CPU_KEEP filters the CPU
+# samples (a CPU of 0.00 is a sample taken at the wrong moment, see
+# native(), and is left out).
+medians_table() {
+  local file=$1 head=$2 arms=$3 keys=$4 cpu_keep=$5 name key
+  printf '%-9s %-5s %10s %8s %8s %9s  %s\n' server $head p50_ms p99_ms cpu_us runs
+  for name in $arms; do
+    for key in $keys; do
+      sel() { awk -v n="$name" -v k="$key" -v col="$1" '$2 == n && $3 == k {print $col}' "$file"; }
       [ -n "$(sel 4)" ] || continue
-      printf '%-9s %-5s %10.0f %8s %8s %9s  %s\n' "$name" "$p" "$(sel 4 | med)" "$(sel 5 | med)" \
-        "$(sel 6 | med)" "$(sel 7 | med)" "$(sel 4 | tr '\n' ' ')"
+      printf '%-9s %-5s %10.0f %8s %8s %9s  %s\n' "$name" "$key" "$(sel 4 | med)" "$(sel 5 | med)" \
+        "$(sel 6 | med)" "$(sel 7 | awk "$cpu_keep" | med)" "$(sel 4 | tr '\n' ' ')"
     done
   done
+}
+if [ -s "$OUT/resp" ]; then
+  medians_table "$OUT/resp" "P ops/s" "redis $ARMS" "P=1 P=16" 1
 fi
 if [ -s "$OUT/native" ]; then
-  printf '%-9s %-5s %10s %8s %8s %9s  %s\n' server conns put/s p50_ms p99_ms cpu_us runs
-  for name in $ARMS; do
-    for cn in $NATIVE; do
-      c="c=${cn%%:*}"
-      sel() { awk -v n="$name" -v c="$c" -v col="$1" '$2 == n && $3 == c {print $col}' "$OUT/native"; }
-      [ -n "$(sel 4)" ] || continue
-      # A CPU of 0.00 is a sample taken at the wrong moment (see native()); left out.
-      printf '%-9s %-5s %10.0f %8s %8s %9s  %s\n' "$name" "$c" "$(sel 4 | med)" "$(sel 5 | med)" \
-        "$(sel 6 | med)" "$(sel 7 | awk '$1 > 0' | med)" "$(sel 4 | tr '\n' ' ')"
-    done
-  done
+  conns=$(for cn in $NATIVE; do printf 'c=%s ' "${cn%%:*}"; done)
+  medians_table "$OUT/native" "conns put/s" "$ARMS" "$conns" '$1 > 0'
 fi
 if [ -s "$OUT/engine" ]; then
   fio_med=$(awk '{print $3}' "$OUT/fio_raw" | med)
