@@ -379,7 +379,18 @@ fn run(seed: u64) -> Result<u64, String> {
                 _ => None,
             };
             let op = Logged::Put(k.clone(), v.clone(), at);
+            // What the memory limit checks a put against bounds what the
+            // put adds to RAM.
+            let growth = t.put_growth_bytes(fnv1a64(k), k, v.len(), at);
+            let before = t.memory_bytes() as i64;
             apply(&mut t, &op, next_lsn(&log));
+            let grew = t.memory_bytes() as i64 - before;
+            if grew > growth.max(0) {
+                return Err(format!(
+                    "{what}: a put grew RAM by {grew} bytes, checked for {growth}; after it: {:?}",
+                    t.stats()
+                ));
+            }
             log.push(op);
             model.insert(k.clone(), (v, at));
         } else if dice < 65 {

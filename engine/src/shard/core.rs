@@ -496,7 +496,7 @@ impl ShardCore {
         if !st.tier.write_room() {
             return OpStep::Wait;
         }
-        let growth = match self.memory_room(st, hash, key, value.len(), false) {
+        let growth = match self.memory_room(st, hash, key, value.len(), None) {
             Ok(growth) => growth,
             Err(e) => {
                 out.failed_write(index, false, e);
@@ -571,7 +571,7 @@ impl ShardCore {
         };
         let mut growth = 0;
         if let (Some(RecordKind::Put), Some(v)) = (kind, value) {
-            match self.memory_room(st, hash, key, v.len(), expiry.is_some()) {
+            match self.memory_room(st, hash, key, v.len(), expiry) {
                 Ok(g) => growth = g,
                 Err(e) => {
                     out.failed_write(index, false, e);
@@ -700,13 +700,15 @@ impl ShardCore {
         hash: u64,
         key: &[u8],
         value_len: usize,
-        expiring: bool,
+        expires_at_ms: Option<u64>,
     ) -> Result<i64, OpError> {
         let max = self.settings.memory_bytes_max;
         if max == 0 {
             return Ok(0);
         }
-        let growth = st.tier.put_growth_bytes(hash, key, value_len, expiring);
+        let growth = st
+            .tier
+            .put_growth_bytes(hash, key, value_len, expires_at_ms);
         if growth <= 0
             || st.used_bytes.saturating_add(growth.unsigned_abs()) <= max
             || self.wal.open_chain_first_lsn().is_some()

@@ -556,7 +556,14 @@ impl Tier for MemoryTier {
     /// full grows (hashbrown doubles it: the growth is about the old
     /// allocation). An existing key: the difference of the blocks and of
     /// the expiry index entries.
-    fn put_growth_bytes(&self, hash: u64, key: &[u8], value_len: usize, expiring: bool) -> i64 {
+    fn put_growth_bytes(
+        &self,
+        hash: u64,
+        key: &[u8],
+        value_len: usize,
+        expires_at_ms: Option<u64>,
+    ) -> i64 {
+        let expiring = expires_at_ms.is_some();
         let extra = if expiring { ENTRY_EXPIRY_BYTES } else { 0 };
         let block = (ENTRY_HEADER_BYTES + extra + key.len() + value_len) as i64;
         let index_bytes = |has_expiry: bool| {
@@ -947,7 +954,7 @@ mod tests {
                 let h = fnv1a64(&key);
                 let value = vec![7u8; len];
                 let at = expiring.then_some(1_000 + u64::from(k));
-                let growth = t.put_growth_bytes(h, &key, len, expiring);
+                let growth = t.put_growth_bytes(h, &key, len, at);
                 let tables_before = t.table_bytes;
                 let before = t.memory_bytes() as i64;
                 t.put_expiring(h, &key, &value, at, 0);

@@ -360,12 +360,18 @@ pub trait Tier {
     /// Bytes of memory the tier holds (entries plus index), without the
     /// allocator's own per-allocation overhead.
     fn memory_bytes(&self) -> u64;
-    /// How much a put of `key` with a `value_len`-byte value (`expiring`:
-    /// with an expiry time) would change [`Tier::memory_bytes`]: an upper
+    /// How much a put of `key` with a `value_len`-byte value, expiring at
+    /// `expires_at_ms` if given, would change [`Tier::memory_bytes`]: an upper
     /// bound, negative when the put frees more than it takes (a smaller
     /// value over a larger one). What `storage.max_memory` checks before a
     /// write is logged; it costs at most one lookup of the key.
-    fn put_growth_bytes(&self, hash: u64, key: &[u8], value_len: usize, expiring: bool) -> i64;
+    fn put_growth_bytes(
+        &self,
+        hash: u64,
+        key: &[u8],
+        value_len: usize,
+        expires_at_ms: Option<u64>,
+    ) -> i64;
     /// How many partitions [`Tier::visit_partition`] accepts.
     fn partition_count(&self) -> usize;
     /// Calls `f(key, value, expiry)` for every entry of partition

@@ -62,6 +62,11 @@ impl Cache {
         }
     }
 
+    /// Most bytes the cache holds (as [`Cache::bytes`] counts them).
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
     pub fn bytes(&self) -> u64 {
         self.probation_bytes + self.main_bytes
     }

@@ -24,9 +24,10 @@ use std::collections::BTreeMap;
 /// Most pairs in one leaf (6 KiB of pairs).
 pub(super) const LEAF: usize = 512;
 
-/// What one more pair is counted as costing (a memory limit's estimate):
-/// 12 bytes in a leaf half full, as leaves split by inserts are.
-pub(super) const PAIR_BYTES: u64 = 24;
+/// What one leaf holds in RAM: room for [`LEAF`] pairs (a leaf is made
+/// with that capacity and never grows past it), and the map's key, vector
+/// header and share of a node.
+const LEAF_BYTES: u64 = LEAF as u64 * 12 + 12 + 24 + 16;
 
 /// One (expiry, address) pair: expiry big-endian in bytes 0..8, address
 /// big-endian in 8..12, so comparing the bytes compares the pairs.
@@ -68,11 +69,22 @@ impl ExpiryList {
 
     /// RAM held: the leaves' buffers and the map's share per leaf.
     pub(super) fn memory_bytes(&self) -> u64 {
-        let per_leaf_map = 12 + 24 + 16;
-        self.leaves
-            .values()
-            .map(|l| (l.capacity() * 12 + per_leaf_map) as u64)
-            .sum()
+        self.leaves.len() as u64 * LEAF_BYTES
+    }
+
+    /// What [`ExpiryList::memory_bytes`] grows by when a pair expiring at
+    /// `at` is inserted, whatever its address: a new leaf when a leaf it
+    /// may land in is full (or there is none), else nothing.
+    pub(super) fn insert_growth_bytes(&self, at: u64) -> u64 {
+        let (lo, hi) = (pack(at, 0), pack(at, u32::MAX));
+        let (Some(first), Some(last)) = (self.leaf_for(&lo), self.leaf_for(&hi)) else {
+            return LEAF_BYTES;
+        };
+        if self.leaves.range(first..=last).all(|(_, l)| l.len() < LEAF) {
+            0
+        } else {
+            LEAF_BYTES
+        }
     }
 
     /// The key of the leaf `p` belongs in: the last one whose lower bound
@@ -190,6 +202,7 @@ impl ExpiryList {
         for (key, leaf) in &self.leaves {
             assert!(!leaf.is_empty(), "empty leaf");
             assert!(leaf.len() <= LEAF, "leaf over its bound");
+            assert_eq!(leaf.capacity(), LEAF, "a leaf's room for pairs");
             assert!(*key <= leaf[0], "leaf bound above its first pair");
             if let Some(prev) = prev {
                 assert!(prev < *key, "leaf bound not above the leaf before");
@@ -232,12 +245,22 @@ mod tests {
             let mut model = BTreeSet::new();
             // Narrow ranges so that pairs repeat and removals hit.
             let span = [50u64, 5_000, 1 << 40][(seed % 3) as usize];
+            let (mut inserts, mut exact) = (0u32, 0u32);
             for step in 0..30_000 {
                 let at = rng.next() % span;
                 let addr = (rng.next() % 64) as u32;
                 let op = rng.next() % 10;
                 if op < 6 {
-                    assert_eq!(list.insert(at, addr), model.insert((at, addr)), "insert, seed {seed}");
+                    // What a memory limit checks an insert against bounds
+                    // what it adds, and is exact but for a pair already in.
+                    let growth = list.insert_growth_bytes(at);
+                    let before = list.memory_bytes();
+                    let added = list.insert(at, addr);
+                    assert_eq!(added, model.insert((at, addr)), "insert, seed {seed}");
+                    let grew = list.memory_bytes() - before;
+                    assert!(grew <= growth, "insert grew {grew} bytes, checked for {growth}, seed {seed}");
+                    inserts += 1;
+                    exact += u32::from(grew == growth);
                 } else if op < 9 {
                     assert_eq!(list.remove(at, addr), model.remove(&(at, addr)), "remove, seed {seed}");
                 } else if let Some(&(at, addr)) = model.iter().nth((rng.next() % (model.len() as u64 + 1)) as usize) {
@@ -249,6 +272,7 @@ mod tests {
                 }
             }
             same(&list, &model);
+            assert!(exact * 10 >= inserts * 9, "{exact} of {inserts} growth estimates exact, seed {seed}");
             // Drain from the front, as active expiry does.
             while let Some(&(at, addr)) = model.iter().next() {
                 assert!(list.remove(at, addr));

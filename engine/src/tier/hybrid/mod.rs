@@ -183,7 +183,7 @@ struct BlindSets {
     /// may hold an older version of a key written since (a write whose
     /// candidates were not in RAM did not read them). Reads try them last,
     /// newest first; GC, deletes and walks settle them.
-    unresolved: std::collections::HashSet<u32>,
+    unresolved: hashbrown::HashSet<u32>,
     /// Most entries `unresolved` may hold; past it writes read their
     /// candidates again.
     unresolved_max: usize,
@@ -209,16 +209,33 @@ struct BlindSets {
 }
 
 impl BlindSets {
-    /// RAM of the sets: a hash table slot and its control byte per
-    /// unresolved entry (hashbrown keeps an eighth of its slots free), the
+    /// RAM of the sets: the unresolved entries' table as allocated, the
     /// deleted keys with their boxes, and the copies a running checkpoint
     /// holds.
     fn memory_bytes(&self) -> u64 {
-        let unresolved = self.unresolved.capacity() as u64 * 8 / 7 * 5;
+        let unresolved = self.unresolved.allocation_size() as u64;
         let deleted = self.deleted_bytes + self.deleted.capacity() as u64 * DELETED_KEY_BYTES;
         let copies = self.checkpoint_unresolved.capacity() as u64 * 4
             + self.checkpoint_deleted.capacity() as u64 * 16;
         unresolved + deleted + copies
+    }
+
+    /// At least what [`BlindSets::memory_bytes`] grows by when
+    /// `unresolved` takes up to `more` new entries: nothing while they fit
+    /// its capacity, else a new table. hashbrown sizes that table for the
+    /// entries (a power of two of buckets, at least 8 for 4-byte entries,
+    /// keeping an eighth free) or, when they would fit the old one, at
+    /// most doubles it.
+    fn unresolved_growth_bytes(&self, more: usize) -> u64 {
+        let needed = self.unresolved.len() + more;
+        if needed <= self.unresolved.capacity() {
+            return 0;
+        }
+        let now = self.unresolved.allocation_size() as u64;
+        let buckets = (needed.max(7) * 8 / 7).next_power_of_two() as u64;
+        // 4-byte slots, a control byte each and a group of spare ones.
+        let for_needed = buckets * 5 + 32;
+        for_needed.max(2 * now) - now
     }
 }
 
@@ -462,7 +479,7 @@ impl<D: Disk> HybridTier<D> {
                 epoch: 0,
                 checkpoint_expiring_moved: None,
                 blind: BlindSets {
-                    unresolved: std::collections::HashSet::new(),
+                    unresolved: hashbrown::HashSet::new(),
                     unresolved_max: unresolved_max(settings_index_keys),
                     replaying: false,
                     checkpoint_unresolved: Vec::new(),
@@ -966,10 +983,12 @@ impl<D: Disk> Tier for HybridTier<D> {
         st.index.len().saturating_sub(st.blind.unresolved.len() as u64)
     }
 
+    /// The read cache counts at its bound, full or not: reads fill it with
+    /// no check against a memory limit, so a write must not take its room.
     fn memory_bytes(&self) -> u64 {
         let st = self.inner.borrow();
         st.index.memory_bytes()
-            + st.cache.bytes()
+            + st.cache.budget()
             + st.expiring.memory_bytes()
             + st.blind.memory_bytes()
             + (1 << 20)
@@ -981,16 +1000,27 @@ impl<D: Disk> Tier for HybridTier<D> {
     /// GC settles them), which costs RAM only once its partition's fixed
     /// slots are all taken (a spilled entry); an expiry time adds its
     /// pair to the expiry list. Overwrites count the same (whether the key is there
-    /// may need a device read).
-    fn put_growth_bytes(&self, hash: u64, _key: &[u8], _value_len: usize, expiring: bool) -> i64 {
+    /// may need a device read). A blind write leaves the entries it could
+    /// not tell apart in the unresolved set, which may have to grow.
+    fn put_growth_bytes(
+        &self,
+        hash: u64,
+        _key: &[u8],
+        _value_len: usize,
+        expires_at_ms: Option<u64>,
+    ) -> i64 {
         let st = self.inner.borrow();
-        let spill = if st.index.insert_would_spill(KeyHash::new(hash)) {
+        let h = KeyHash::new(hash);
+        let spill = if st.index.insert_would_spill(h) {
             index::SPILL_KEY_BYTES
         } else {
             0
         };
-        let expiry = if expiring { expiry_list::PAIR_BYTES } else { 0 };
-        (spill + expiry) as i64
+        let expiry = expires_at_ms.map_or(0, |at| st.expiring.insert_growth_bytes(at));
+        let mut candidates = Vec::new();
+        st.index.candidates(h, &mut candidates);
+        let unresolved = st.blind.unresolved_growth_bytes(candidates.len());
+        (spill + expiry) as i64 + unresolved as i64
     }
 
     fn partition_count(&self) -> usize {
@@ -1317,7 +1347,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         // An address no entry holds must not stay listed: a record written
         // there later would be taken for an older version.
         if !st.blind.unresolved.is_empty() {
-            let mut present = std::collections::HashSet::new();
+            let mut present = hashbrown::HashSet::new();
             let unresolved = &st.blind.unresolved;
             st.index.for_each_addr(|a| {
                 if unresolved.contains(&a) {
@@ -1333,5 +1363,57 @@ impl<D: Disk> Tier for HybridTier<D> {
 
     fn stats(&self) -> super::TierStats {
         super::TierStats::Hybrid(HybridTier::stats(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BlindSets;
+
+    /// `unresolved_growth_bytes` bounds what the sets' RAM grows by, for
+    /// one entry more and for several, through a few doublings and with
+    /// removals in between (which leave tombstones in the table).
+    #[test]
+    fn unresolved_growth_bounds_the_set_growth() {
+        let mut sets = BlindSets {
+            unresolved: hashbrown::HashSet::new(),
+            unresolved_max: usize::MAX,
+            replaying: false,
+            checkpoint_unresolved: Vec::new(),
+            deleted: std::collections::HashSet::new(),
+            deleted_bytes: 0,
+            checkpoint_deleted: Vec::new(),
+        };
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut grew = 0;
+        for step in 0..20_000u32 {
+            let more = 1 + (next() % 4) as usize;
+            let bound = sets.unresolved_growth_bytes(more);
+            let before = sets.memory_bytes();
+            for _ in 0..more {
+                sets.unresolved.insert(next() as u32 | 1);
+            }
+            let after = sets.memory_bytes();
+            assert!(
+                after <= before + bound,
+                "step {step}: grew {} bytes, bound {bound}",
+                after - before
+            );
+            grew += u32::from(after > before);
+            // Take one out about every third step: the table keeps
+            // tombstones.
+            if next() % 3 == 0 {
+                if let Some(&a) = sets.unresolved.iter().next() {
+                    sets.unresolved.remove(&a);
+                }
+            }
+        }
+        assert!(grew >= 10, "the set grew only {grew} times");
     }
 }
