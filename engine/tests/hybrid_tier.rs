@@ -514,3 +514,74 @@ fn gc_copies_keep_the_lsn_of_the_write() {
     }
     assert!(copies > 100, "{copies} records copied by GC");
 }
+
+#[test]
+fn background_steps_settle_what_a_replay_left_unresolved() {
+    let disk = SimDisk::new(33);
+    // No GC: only the settling scan can settle what the replay leaves.
+    // Four buckets per partition, so the SHARED_TAG keys share a tag.
+    let small = HybridSettings {
+        index_keys: 1_000,
+        gc_garbage_percent: 100,
+        ..settings(0)
+    };
+    let mut t = HybridTier::new(disk.clone(), small.clone()).expect("tier");
+    let shared: Vec<&[u8]> = SHARED_TAG.iter().map(|k| k.as_bytes()).collect();
+    for i in 0..400 {
+        put(&mut t, &key(i), &value(i, 0));
+    }
+    for (i, k) in shared.iter().enumerate() {
+        put(&mut t, k, &value(1000 + i as u64, 0));
+    }
+    let entries = checkpoint(&mut t);
+    disk.crash();
+    let mut back = HybridTier::new(disk.clone(), small).expect("tier");
+    back.set_unresolved_max(8);
+    for (k, v, at) in &entries {
+        back.load_checkpoint_entry(k, v, *at).expect("entry");
+    }
+    back.load_checkpoint_done().expect("chain");
+    // The replay: 300 keys overwritten, and one of the keys sharing a tag
+    // (the other five's entries become unresolved though they are theirs).
+    back.replay_begin();
+    for i in 0..300 {
+        put(&mut back, &key(i), &value(i, 1));
+    }
+    put(&mut back, shared[2], &value(1002, 1));
+    back.recovery_done();
+    let left = back.stats().unresolved_entries;
+    assert!(left >= 300, "the replay left {left} entries unresolved");
+    // A bound of none: every entry is settled, the shared tag's too.
+    back.set_unresolved_max(0);
+    let sets_before = back.stats().blind_sets_bytes;
+    let mut steps = 0;
+    while back.background_step() {
+        steps += 1;
+        assert!(steps < 10_000, "the settling scan does not end");
+    }
+    let s = back.stats();
+    assert_eq!(s.unresolved_entries, 0);
+    assert!(
+        s.blind_sets_bytes < sets_before / 4,
+        "the set kept its table: {} bytes, {sets_before} before",
+        s.blind_sets_bytes
+    );
+    assert_eq!(back.len(), 406);
+    for i in 0..400 {
+        let round = if i < 300 { 1 } else { 0 };
+        assert_eq!(
+            get(&back, &key(i)).as_deref(),
+            Some(&value(i, round)[..]),
+            "key {i}"
+        );
+    }
+    for (i, k) in shared.iter().enumerate() {
+        let round = if i == 2 { 1 } else { 0 };
+        assert_eq!(
+            get(&back, k).as_deref(),
+            Some(&value(1000 + i as u64, round)[..]),
+            "shared key {i}"
+        );
+    }
+    assert!(back.take_read_errors().is_empty());
+}

@@ -506,10 +506,50 @@ fn recover(opts: &Options) {
         rss.saturating_sub(rss_before) as f64 / keys.max(1) as f64
     );
     ram_breakdown("recover", &engine, rss_before);
+    if opts.hybrid {
+        settle(&engine, rss_before);
+    }
     if opts.mixed && opts.count_found {
         count_found(opts, &engine, keys);
     }
     engine.shutdown().expect("shutdown");
+}
+
+/// Waits for the shards' background steps to settle what the replay left
+/// unresolved (until the count stops moving for a second), then reports
+/// the key count and the RAM again.
+fn settle(engine: &Engine, rss_before: u64) {
+    let unresolved = || -> u64 {
+        engine
+            .metrics()
+            .shards
+            .iter()
+            .filter_map(|s| s.hybrid.map(|h| h.unresolved_entries))
+            .sum()
+    };
+    let started = Instant::now();
+    let mut last = unresolved();
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let now = unresolved();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let m = engine.metrics();
+    let keys: u64 = m.shards.iter().map(|s| s.keys).sum();
+    let read: u64 = m
+        .shards
+        .iter()
+        .filter_map(|s| s.hybrid.map(|h| h.gc_bytes_read))
+        .sum();
+    println!(
+        "recover, settled: {keys} keys, {last} index entries unresolved after {:.1} s of background steps; GC and settling read {} MiB since the restart",
+        started.elapsed().as_secs_f64() - 1.0,
+        read >> 20
+    );
+    ram_breakdown("recover, settled", engine, rss_before);
 }
 
 /// Reads back every key `--mixed` could have left (a device read each, on

@@ -326,9 +326,16 @@ impl ShardCore {
         }
     }
 
-    /// Copies the tier's own counters into the shard's metrics.
+    /// Copies the tier's own counters into the shard's metrics, with its
+    /// key count and memory: background steps move them too (GC and
+    /// settling drop dead entries), and the memory limit's count follows.
     pub(crate) fn publish_tier_stats(&self) {
-        let stats = self.state.borrow().tier.stats();
+        let mut st = self.state.borrow_mut();
+        let stats = st.tier.stats();
+        st.used_bytes = st.tier.memory_bytes();
+        self.stats.keys.store(st.tier.len(), Relaxed);
+        self.stats.memory_bytes.store(st.used_bytes, Relaxed);
+        drop(st);
         *self.stats.tier.lock().unwrap_or_else(|p| p.into_inner()) = stats;
     }
 

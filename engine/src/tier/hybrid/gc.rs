@@ -1,5 +1,6 @@
 //! The hybrid tier's garbage collection: the victim segment, and one
-//! bounded step of copying its live records forward.
+//! bounded step of copying its live records forward; and the settling
+//! scan that brings an overfull unresolved set back within its bound.
 
 use super::*;
 
@@ -104,6 +105,135 @@ impl<D: Disk> Inner<D> {
             self.gc.victim = Some((victim, next));
         }
         true
+    }
+
+    /// One step of settling the unresolved set when it is far over its
+    /// bound (twice it; then until it is back within it):
+    /// a WAL replay's writes are all blind and not bounded, so after a
+    /// restart the set (and the index entries it names) can hold tens of
+    /// bytes of RAM per key, which GC alone would settle only as it comes
+    /// to their segments. The step reads the next [`GC_STEP_BLOCKS`]
+    /// blocks of the sealed segment holding the most unresolved entries
+    /// and settles each unresolved record there as GC does, without
+    /// copying anything: an older version's entry goes, another key's
+    /// current record leaves the set (its bytes counted live again).
+    /// Returns whether it did anything.
+    pub(super) fn settle_step(&mut self) -> bool {
+        if self.faults.fault.is_some() || self.blind.replaying {
+            return false;
+        }
+        let (len, max) = (self.blind.unresolved.len(), self.blind.unresolved_max);
+        if len <= max {
+            self.gc.settled_segments.clear();
+            if self.gc.settling.take().is_some() {
+                self.shrink_blind_sets();
+            }
+            return false;
+        }
+        let (slot, seq, from) = match self.gc.settling {
+            Some(s) => s,
+            // In service PUTs keep the set near its bound (each past it
+            // queues a settling read): scans start only far past it.
+            None if len <= max.saturating_mul(2) && self.gc.settled_segments.is_empty() => {
+                return false
+            }
+            None => match self.settle_victim() {
+                Some(s) => s,
+                None => return false,
+            },
+        };
+        // GC may have emptied the segment since (its slot may hold a new
+        // one): what was unresolved there, GC settled.
+        let sealed = self.log.segs.get(slot as usize).and_then(|s| s.as_ref());
+        if !sealed.is_some_and(|s| s.seq == seq && s.state == SegState::Sealed) {
+            self.gc.settling = None;
+            return true;
+        }
+        let read_before = self.log.bytes_read;
+        let step = self.log.scan_from(slot, from, GC_STEP_BLOCKS);
+        self.gc.bytes_read += self.log.bytes_read - read_before;
+        let (records, next) = match step {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "hybrid tier: a settling scan could not read a segment or a record; its unresolved entries stay for GC");
+                self.gc.settling = None;
+                return true;
+            }
+        };
+        for (addr, r) in records {
+            if !self.blind.unresolved.contains(&addr) {
+                continue;
+            }
+            let h = self.key_hash(&r.key);
+            // An entry of another tag at this address dangles: left to GC.
+            if self.index.find_addr(h, addr).is_none() {
+                continue;
+            }
+            match self.superseded(addr, &r) {
+                Ok(true) => self.drop_dead(h, addr, &r),
+                Ok(false) => {
+                    self.blind.unresolved.remove(&addr);
+                    if let Some(seg) = self.log.seg_of_mut(addr) {
+                        seg.live_bytes = (seg.live_bytes + r.size).min(seg.total_bytes);
+                    }
+                }
+                // A newer candidate could not be read: this one stays
+                // unresolved (GC gives up on it the same way).
+                Err(e) => {
+                    tracing::warn!(error = %e, "hybrid tier: a settling scan could not read a newer candidate; the entry stays unresolved");
+                }
+            }
+        }
+        let end = self.log.segs[slot as usize].as_ref().map_or(0, |s| s.end);
+        if next >= end {
+            self.gc.settling = None;
+            self.prune_deleted();
+            self.shrink_blind_sets();
+        } else {
+            self.gc.settling = Some((slot, seq, next));
+        }
+        true
+    }
+
+    /// The sealed segment (not scanned yet this round) holding the most
+    /// unresolved entries, and its first one's offset; recorded as
+    /// scanned.
+    fn settle_victim(&mut self) -> Option<(u32, u64, u64)> {
+        let mut per_slot = std::collections::HashMap::<u32, (usize, u64)>::new();
+        for &addr in &self.blind.unresolved {
+            let a = self.log.decode_addr(addr);
+            let e = per_slot.entry(a.slot).or_insert((0, u64::MAX));
+            e.0 += 1;
+            e.1 = e.1.min(a.offset);
+        }
+        let active = self.log.active_slot();
+        let (slot, (_, from)) = per_slot
+            .into_iter()
+            .filter(|&(slot, _)| {
+                Some(slot) != active
+                    && self.log.segs.get(slot as usize).and_then(|s| s.as_ref()).is_some_and(|s| {
+                        s.state == SegState::Sealed && !self.gc.settled_segments.contains(&s.seq)
+                    })
+            })
+            .max_by_key(|&(slot, (n, _))| (n, std::cmp::Reverse(slot)))?;
+        let seq = self.log.seq_of_slot(slot)?;
+        self.gc.settled_segments.push(seq);
+        self.gc.settling = Some((slot, seq, from));
+        Some((slot, seq, from))
+    }
+
+    /// Gives back the tables of the unresolved set and of the deleted
+    /// keys once settling left them mostly empty (a table keeps its size
+    /// when entries leave).
+    fn shrink_blind_sets(&mut self) {
+        let set = &mut self.blind.unresolved;
+        if set.len() < set.capacity() / 4 {
+            set.shrink_to(set.len() * 2);
+        }
+        let deleted = &mut self.blind.deleted;
+        if deleted.len() < deleted.capacity() / 4 {
+            deleted.shrink_to(deleted.len() * 2);
+        }
     }
 
     /// The sealed segment with the best cost-benefit score, if the garbage

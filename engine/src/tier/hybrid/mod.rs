@@ -263,6 +263,13 @@ struct GcState {
     bytes_written: u64,
     /// The segment GC is working through, and where it goes on.
     victim: Option<(u32, u64)>,
+    /// The segment a settling scan is working through (`settle_step`):
+    /// its slot, its sequence number, and where the scan goes on.
+    settling: Option<(u32, u64, u64)>,
+    /// Sequence numbers of the segments settling scans went through since
+    /// the unresolved set was last within its bound: each is scanned once
+    /// (what it could not settle, a later scan would not either).
+    settled_segments: Vec<u64>,
     /// Whether the running checkpoint is a full one (not a delta).
     checkpoint_full: bool,
     /// (epoch, full) of the checkpoints published since this tier was
@@ -499,6 +506,8 @@ impl<D: Disk> HybridTier<D> {
                     bytes_read: 0,
                     bytes_written: 0,
                     victim: None,
+                    settling: None,
+                    settled_segments: Vec::new(),
                     checkpoint_full: false,
                     published: Vec::new(),
                 },
@@ -1069,7 +1078,8 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn background_step(&mut self) -> bool {
-        self.inner.get_mut().gc_step()
+        let st = self.inner.get_mut();
+        st.gc_step() || st.settle_step()
     }
 
     fn checkpoint_begin(&mut self) {
