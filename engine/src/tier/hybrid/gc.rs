@@ -101,6 +101,7 @@ impl<D: Disk> Inner<D> {
             self.gc.victim = None;
             self.gc.runs += 1;
             self.prune_deleted();
+            self.index.unspill();
         } else {
             self.gc.victim = Some((victim, next));
         }
@@ -124,9 +125,10 @@ impl<D: Disk> Inner<D> {
         }
         let (len, max) = (self.blind.unresolved.len(), self.blind.unresolved_max);
         if len <= max {
-            self.gc.settled_segments.clear();
-            if self.gc.settling.take().is_some() {
-                self.shrink_blind_sets();
+            self.gc.settling = None;
+            if !self.gc.settled_segments.is_empty() {
+                self.gc.settled_segments.clear();
+                self.settle_round_done();
             }
             return false;
         }
@@ -139,7 +141,14 @@ impl<D: Disk> Inner<D> {
             }
             None => match self.settle_victim() {
                 Some(s) => s,
-                None => return false,
+                None => {
+                    // Every segment scanned: the round ends (once).
+                    if self.gc.settled_segments.last() != Some(&u64::MAX) {
+                        self.gc.settled_segments.push(u64::MAX);
+                        self.settle_round_done();
+                    }
+                    return false;
+                }
             },
         };
         // GC may have emptied the segment since (its slot may hold a new
@@ -188,11 +197,29 @@ impl<D: Disk> Inner<D> {
         if next >= end {
             self.gc.settling = None;
             self.prune_deleted();
-            self.shrink_blind_sets();
+            self.index.unspill();
         } else {
             self.gc.settling = Some((slot, seq, next));
         }
         true
+    }
+
+    /// The end of a round of settling scans: what they freed goes back,
+    /// the sets' tables shrink, and the allocator returns its free pages
+    /// to the kernel (glibc keeps freed memory for reuse: after the sets
+    /// and spilled entries a replay left on 10M keys, 28 B per key).
+    fn settle_round_done(&mut self) {
+        self.shrink_blind_sets();
+        let moved = self.index.unspill();
+        let released = release_free_memory();
+        tracing::info!(
+            shard = self.settings.shard,
+            unresolved = self.blind.unresolved.len(),
+            deleted_keys = self.blind.deleted.len(),
+            spilled_moved = moved,
+            released,
+            "hybrid tier: settling scans done"
+        );
     }
 
     /// The sealed segment (not scanned yet this round) holding the most
@@ -266,5 +293,20 @@ impl<D: Disk> Inner<D> {
         let (_, victim) = best?;
         ((total - live) * 100 > total * u64::from(self.settings.gc_garbage_percent))
             .then_some(victim)
+    }
+}
+
+/// Asks the allocator to give its free pages back to the kernel; whether
+/// it could. glibc only: other allocators return memory their own way.
+fn release_free_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim takes no pointer and only walks the
+        // allocator's own free lists, under its own locks.
+        unsafe { libc::malloc_trim(0) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
     }
 }

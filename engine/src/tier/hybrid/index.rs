@@ -230,6 +230,33 @@ impl Partition {
         self.addrs.len() / SLOTS
     }
 
+    /// Puts an entry for `h` into the first free slot within
+    /// [`PROBE_MAX`] buckets of its home, marking the buckets it passes
+    /// overflowed; the slot, or `None` (nothing changed but those marks)
+    /// when there is none. A full partition is not searched.
+    fn place(&mut self, h: KeyHash, addr: u32, span: u8) -> Option<usize> {
+        let n = self.buckets();
+        let mut b = h.home(n);
+        let value = slot_tag(h.tag(), span);
+        let probe = if (self.len as usize) < self.addrs.len() { n.min(PROBE_MAX) } else { 0 };
+        for _ in 0..probe {
+            let base = b * SLOTS;
+            if let Some(s) = (base..base + SLOTS).find(|&s| self.addrs[s] == 0) {
+                self.tags[s] = value;
+                self.addrs[s] = addr;
+                self.len += 1;
+                self.mark_changed(b);
+                return Some(s);
+            }
+            if !self.is_overflowed(b) {
+                self.overflowed[b / 64] |= 1 << (b % 64);
+                self.mark_changed(b);
+            }
+            b = (b + 1) % n;
+        }
+        None
+    }
+
     fn is_overflowed(&self, bucket: usize) -> bool {
         self.overflowed[bucket / 64] >> (bucket % 64) & 1 == 1
     }
@@ -360,28 +387,11 @@ impl Index {
         assert!(addr != 0, "address 0 is the empty slot");
         let pi = h.partition();
         let p = &mut self.parts[pi];
-        let n = p.buckets();
-        let mut b = h.home(n);
-        let value = slot_tag(h.tag(), span);
-        // A full partition spills at once: no bucket has room.
-        let probe = if (p.len as usize) < p.addrs.len() { n.min(PROBE_MAX) } else { 0 };
-        for _ in 0..probe {
-            let base = b * SLOTS;
-            if let Some(s) = (base..base + SLOTS).find(|&s| p.addrs[s] == 0) {
-                p.tags[s] = value;
-                p.addrs[s] = addr;
-                p.len += 1;
-                p.mark_changed(b);
-                return Loc::Slot {
-                    part: pi as u16,
-                    slot: s as u32,
-                };
-            }
-            if !p.is_overflowed(b) {
-                p.overflowed[b / 64] |= 1 << (b % 64);
-                p.mark_changed(b);
-            }
-            b = (b + 1) % n;
+        if let Some(s) = p.place(h, addr, span) {
+            return Loc::Slot {
+                part: pi as u16,
+                slot: s as u32,
+            };
         }
         p.spill_changed = true;
         let list = p.spill.entry(h.mixed).or_default();
@@ -392,6 +402,37 @@ impl Index {
             mixed: h.mixed,
             at: (list.len() - 1) as u32,
         }
+    }
+
+    /// Moves spilled entries into free slots where an insert would put
+    /// them now. Entries spill while their partition is full (a WAL
+    /// replay's blind writes keep every older entry until they are
+    /// settled) and cost [`SPILL_KEY_BYTES`] each; once settling or GC
+    /// freed slots, this gives that RAM back. Returns how many moved.
+    pub fn unspill(&mut self) -> u64 {
+        let mut moved = 0;
+        for p in self.parts.iter_mut().filter(|p| p.spilled > 0) {
+            let hashes: Vec<u64> = p.spill.keys().copied().collect();
+            for mixed in hashes {
+                let h = KeyHash { mixed };
+                let mut list = p.spill.remove(&mixed).unwrap_or_default();
+                let before = list.len();
+                list.retain(|&(addr, span)| p.place(h, addr, span).is_none());
+                let placed = (before - list.len()) as u64;
+                p.spilled -= placed;
+                moved += placed;
+                if placed > 0 {
+                    p.spill_changed = true;
+                }
+                if !list.is_empty() {
+                    p.spill.insert(mixed, list);
+                }
+            }
+            if p.spill.len() < p.spill.capacity() / 4 {
+                p.spill.shrink_to(p.spill.len() * 2);
+            }
+        }
+        moved
     }
 
     /// Points an existing entry at a new record.
@@ -674,6 +715,47 @@ mod tests {
         assert_eq!(ix.len(), n);
         for i in 0..n {
             assert!(ix.find_addr(h(i), (i + 1) as u32).is_some(), "key {i}");
+        }
+    }
+
+    #[test]
+    fn spilled_entries_move_into_slots_freed_since() {
+        // 4 buckets of 8 slots per partition, filled to twice its slots;
+        // then the first half removed (settled older entries).
+        let mut ix = Index::with_buckets(4);
+        let n = 256 * 32 * 2;
+        let locs: Vec<Loc> = (0..n).map(|i| ix.insert(h(i), (i + 1) as u32, (i % 2) as u8)).collect();
+        let spilled = ix.spilled();
+        assert!(spilled > n / 3, "{spilled} spilled");
+        for loc in &locs[..n as usize / 2] {
+            ix.remove(*loc);
+        }
+        let spilled = ix.spilled();
+        let before = ix.memory_bytes();
+        let moved = ix.unspill();
+        assert!(moved > spilled / 2, "{moved} of {spilled} moved");
+        assert_eq!(ix.spilled(), spilled - moved);
+        assert_eq!(ix.len(), n / 2);
+        assert_eq!(ix.memory_bytes(), before - moved * SPILL_KEY_BYTES);
+        for i in n / 2..n {
+            let mut c = Vec::new();
+            ix.candidates(h(i), &mut c);
+            let hit = c.iter().find(|c| c.addr == (i + 1) as u32).expect("found");
+            assert_eq!(hit.span, (i % 2) as u8, "key {i}");
+        }
+        for i in 0..n / 2 {
+            assert!(ix.find_addr(h(i), (i + 1) as u32).is_none(), "removed key {i}");
+        }
+        // A checkpoint's copy of the moved entries loads back the same.
+        let mut back = Index::with_buckets(4);
+        for part in 0..ix.parts.len() {
+            for (first, bytes) in ix.encode_partition(part, 4) {
+                back.decode_chunk(part, first, &bytes).expect("chunk");
+            }
+        }
+        assert_eq!(back.len(), n / 2);
+        for i in n / 2..n {
+            assert!(back.find_addr(h(i), (i + 1) as u32).is_some(), "key {i} after a reload");
         }
     }
 
