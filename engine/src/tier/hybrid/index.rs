@@ -732,6 +732,8 @@ mod tests {
         }
         let spilled = ix.spilled();
         let before = ix.memory_bytes();
+        // A checkpoint's copy from before the move, for a delta over it.
+        let base: Vec<Vec<(u32, Vec<u8>)>> = (0..ix.parts.len()).map(|part| ix.encode_partition(part, 4)).collect();
         let moved = ix.unspill();
         assert!(moved > spilled / 2, "{moved} of {spilled} moved");
         assert_eq!(ix.spilled(), spilled - moved);
@@ -746,16 +748,26 @@ mod tests {
         for i in 0..n / 2 {
             assert!(ix.find_addr(h(i), (i + 1) as u32).is_none(), "removed key {i}");
         }
-        // A checkpoint's copy of the moved entries loads back the same.
-        let mut back = Index::with_buckets(4);
-        for part in 0..ix.parts.len() {
-            for (first, bytes) in ix.encode_partition(part, 4) {
-                back.decode_chunk(part, first, &bytes).expect("chunk");
+        // A delta over the copy from before the move, and a full copy of
+        // the moved entries, each load back the same index.
+        let mut delta = Index::with_buckets(4);
+        for (part, chunks) in base.iter().enumerate() {
+            for (first, bytes) in chunks.iter().cloned().chain(ix.encode_changed(part, 4)) {
+                delta.decode_chunk(part, first, &bytes).expect("chunk");
             }
         }
-        assert_eq!(back.len(), n / 2);
-        for i in n / 2..n {
-            assert!(back.find_addr(h(i), (i + 1) as u32).is_some(), "key {i} after a reload");
+        let mut full = Index::with_buckets(4);
+        for part in 0..ix.parts.len() {
+            for (first, bytes) in ix.encode_partition(part, 4) {
+                full.decode_chunk(part, first, &bytes).expect("chunk");
+            }
+        }
+        for back in [&delta, &full] {
+            assert_eq!(back.len(), n / 2);
+            assert_eq!(back.spilled(), ix.spilled());
+            for i in n / 2..n {
+                assert!(back.find_addr(h(i), (i + 1) as u32).is_some(), "key {i} after a reload");
+            }
         }
     }
 
