@@ -45,6 +45,9 @@ pub fn cli_binary() -> PathBuf {
     path
 }
 
+/// How many of a server's log lines a failing test prints.
+const LOG_TAIL_ON_FAILURE: usize = 60;
+
 /// A running `ringkv-server` process.
 pub struct ServerProcess {
     child: Option<Child>,
@@ -197,6 +200,18 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
+        // A failing test shows what the server said: its last lines are
+        // often the reason (a poisoned shard names the failed write).
+        if std::thread::panicking() {
+            let log = self.log();
+            let from = log.len().saturating_sub(LOG_TAIL_ON_FAILURE);
+            eprintln!(
+                "--- the server's last {} log lines (of {}) ---\n{}\n---",
+                log.len() - from,
+                log.len(),
+                log[from..].join("\n")
+            );
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

@@ -44,18 +44,12 @@ impl<D: Disk> Inner<D> {
                 continue;
             }
             if self.blind.unresolved.contains(&addr) {
-                match self.superseded(addr, &r) {
-                    Ok(true) => {
-                        // An older version: its entry goes (its bytes
-                        // were counted as garbage already).
-                        self.drop_dead(h, addr, &r);
-                        continue;
-                    }
-                    // The key's current record after all (two keys shared
-                    // a tag): copied below, settled.
-                    Ok(false) => {
-                        self.blind.unresolved.remove(&addr);
-                    }
+                match self.settle_unresolved(h, addr, &r) {
+                    // An older version: its entry went (its bytes were
+                    // counted as garbage already).
+                    Ok(true) => continue,
+                    // The key's current record: copied below.
+                    Ok(false) => {}
                     Err(e) => {
                         give_up(self, &e);
                         return false;
@@ -128,12 +122,17 @@ impl<D: Disk> Inner<D> {
             self.gc.settling = None;
             if !self.gc.settled_segments.is_empty() {
                 self.gc.settled_segments.clear();
-                self.settle_round_done();
+                if !std::mem::take(&mut self.gc.settle_round_ended) {
+                    self.settle_round_done();
+                }
             }
             return false;
         }
         let (slot, seq, from) = match self.gc.settling {
             Some(s) => s,
+            // Every sealed segment was scanned: what is left, a scan
+            // cannot settle (GC will, as it comes to those segments).
+            None if self.gc.settle_round_ended => return false,
             // In service PUTs keep the set near its bound (each past it
             // queues a settling read): scans start only far past it.
             None if len <= max.saturating_mul(2) && self.gc.settled_segments.is_empty() => {
@@ -142,11 +141,8 @@ impl<D: Disk> Inner<D> {
             None => match self.settle_victim() {
                 Some(s) => s,
                 None => {
-                    // Every segment scanned: the round ends (once).
-                    if self.gc.settled_segments.last() != Some(&u64::MAX) {
-                        self.gc.settled_segments.push(u64::MAX);
-                        self.settle_round_done();
-                    }
+                    self.gc.settle_round_ended = true;
+                    self.settle_round_done();
                     return false;
                 }
             },
@@ -178,10 +174,9 @@ impl<D: Disk> Inner<D> {
             if self.index.find_addr(h, addr).is_none() {
                 continue;
             }
-            match self.superseded(addr, &r) {
-                Ok(true) => self.drop_dead(h, addr, &r),
+            match self.settle_unresolved(h, addr, &r) {
+                Ok(true) => {}
                 Ok(false) => {
-                    self.blind.unresolved.remove(&addr);
                     if let Some(seg) = self.log.seg_of_mut(addr) {
                         seg.live_bytes = (seg.live_bytes + r.size).min(seg.total_bytes);
                     }
@@ -202,6 +197,21 @@ impl<D: Disk> Inner<D> {
             self.gc.settling = Some((slot, seq, next));
         }
         true
+    }
+
+    /// Settles the unresolved record `r` at `addr` (its key's hash `h`,
+    /// whose entry points at it) as a scan meets it: if a newer record of
+    /// its key exists, the entry goes and this returns true; else it is
+    /// its key's current record (two keys shared a tag) and leaves the
+    /// set. A candidate that cannot be read leaves everything as it was.
+    fn settle_unresolved(&mut self, h: KeyHash, addr: u32, r: &Record) -> Result<bool, ReadError> {
+        let dead = self.superseded(addr, r)?;
+        if dead {
+            self.drop_dead(h, addr, r);
+        } else {
+            self.blind.unresolved.remove(&addr);
+        }
+        Ok(dead)
     }
 
     /// The end of a round of settling scans: what they freed goes back,

@@ -319,6 +319,20 @@ impl Index {
 
     /// Every entry whose tag matches `h`, in probe order (spilled ones last).
     pub fn candidates(&self, h: KeyHash, out: &mut Vec<Candidate>) {
+        self.for_each_candidate(h, |c| out.push(c));
+    }
+
+    /// How many entries' tags match `h` (no allocation: a check made
+    /// before each write under a memory limit).
+    pub fn candidate_count(&self, h: KeyHash) -> usize {
+        let mut n = 0;
+        self.for_each_candidate(h, |_| n += 1);
+        n
+    }
+
+    /// Calls `f` on every entry whose tag matches `h`, in probe order
+    /// (spilled ones last).
+    fn for_each_candidate(&self, h: KeyHash, mut f: impl FnMut(Candidate)) {
         let pi = h.partition();
         let p = &self.parts[pi];
         let n = p.buckets();
@@ -329,7 +343,7 @@ impl Index {
             for s in base..base + SLOTS {
                 let t = p.tags[s];
                 if p.addrs[s] != 0 && t & TAG_MASK == tag {
-                    out.push(Candidate {
+                    f(Candidate {
                         loc: Loc::Slot {
                             part: pi as u16,
                             slot: s as u32,
@@ -346,7 +360,7 @@ impl Index {
         }
         if let Some(list) = p.spill.get(&h.mixed) {
             for (at, &(addr, span)) in list.iter().enumerate() {
-                out.push(Candidate {
+                f(Candidate {
                     loc: Loc::Spill {
                         part: pi as u16,
                         mixed: h.mixed,

@@ -270,6 +270,9 @@ struct GcState {
     /// the unresolved set was last within its bound: each is scanned once
     /// (what it could not settle, a later scan would not either).
     settled_segments: Vec<u64>,
+    /// Whether the round of settling scans went through every sealed
+    /// segment: none starts again until the set is back within its bound.
+    settle_round_ended: bool,
     /// Whether the running checkpoint is a full one (not a delta).
     checkpoint_full: bool,
     /// (epoch, full) of the checkpoints published since this tier was
@@ -508,6 +511,7 @@ impl<D: Disk> HybridTier<D> {
                     victim: None,
                     settling: None,
                     settled_segments: Vec::new(),
+                    settle_round_ended: false,
                     checkpoint_full: false,
                     published: Vec::new(),
                 },
@@ -1026,9 +1030,9 @@ impl<D: Disk> Tier for HybridTier<D> {
             0
         };
         let expiry = expires_at_ms.map_or(0, |at| st.expiring.insert_growth_bytes(at));
-        let mut candidates = Vec::new();
-        st.index.candidates(h, &mut candidates);
-        let unresolved = st.blind.unresolved_growth_bytes(candidates.len());
+        let unresolved = st
+            .blind
+            .unresolved_growth_bytes(st.index.candidate_count(h));
         (spill + expiry) as i64 + unresolved as i64
     }
 
