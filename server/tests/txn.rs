@@ -245,12 +245,18 @@ fn bank_total_holds_under_concurrency_and_kill_9() {
 /// the checks after each restart read balances from the device).
 #[test]
 fn bank_total_holds_under_concurrency_and_kill_9_hybrid_tier() {
-    bank_test("tier = \"hybrid\"\nindex_keys = 100000\ncache_bytes = \"1MiB\"");
+    bank_test(
+        "tier = \"hybrid\"\nindex_keys = 100000\ncache_bytes = \"1MiB\"\nvalue_segment_size = \"16MiB\"",
+    );
 }
 
 fn bank_test(storage: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config_file_with(dir.path(), storage, "");
+    // Small WAL segments: the kill -9 rounds cross segment rollovers (a
+    // new one every round or two), and the test keeps tens of MiB on disk
+    // instead of ~1 GiB (64 MiB segments, each zero-filled when made).
+    let storage = format!("wal_segment_size = \"4MiB\"\n{storage}");
+    let cfg = config_file_with(dir.path(), &storage, "");
     let cfg = cfg.to_str().unwrap().to_string();
     let mut server = start_server(&dir.path().join("data"), &["--config", &cfg]);
     with_runtime(async {
