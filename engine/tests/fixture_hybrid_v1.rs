@@ -12,8 +12,12 @@
 //! this directory; a later format gets a new directory and generator):
 //! `cargo nextest run -p ringkv-engine --test fixture_hybrid_v1 --run-ignored only`
 
+#[path = "common/fixture.rs"]
+mod fixture;
+
 use bytes::Bytes;
 use engine::{Current, Engine, Op, OpResult, TtlUpdate, UpdateAnswer, UpdateOutcome, UpdateWrite};
+use fixture::{copy_dir, fixture_config};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -22,22 +26,11 @@ fn fixture_dir() -> PathBuf {
 }
 
 fn config(dir: &Path) -> tunables::Config {
-    let mut c = tunables::Config {
-        shards: 1,
-        ..Default::default()
-    };
-    c.storage.data_dir = dir.to_path_buf();
-    c.storage.durability = tunables::Durability::Sync;
+    let mut c = fixture_config(dir);
     c.storage.tier = tunables::Tier::Hybrid;
     c.storage.cache_bytes = tunables::ByteSize::kib(16);
     c.storage.value_segment_size = tunables::ByteSize::kib(64);
     c.storage.index_keys = 4_096;
-    c.storage.wal_segment_size = tunables::ByteSize::kib(64);
-    c.storage.group_commit_max_bytes = tunables::ByteSize::kib(16);
-    c.storage.checkpoint_wal_bytes = tunables::ByteSize::kib(64);
-    c.storage.checkpoint_interval = tunables::Duration::from_secs(0);
-    c.limits.key_bytes_max = tunables::ByteSize(64);
-    c.limits.value_bytes_max = tunables::ByteSize(4096);
     c
 }
 
@@ -82,19 +75,6 @@ fn write_op(k: u64, version: u64, expiring: bool) -> Op {
         Op::Put {
             key: key(k),
             value: Bytes::from(value(k, version)),
-        }
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy");
         }
     }
 }

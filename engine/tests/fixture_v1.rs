@@ -6,34 +6,23 @@
 //! Regenerate (only when the format version changes, into a new `vN`):
 //! `cargo nextest run -p ringkv-engine --test fixture_v1 --run-ignored only`
 
+#[path = "common/fixture.rs"]
+mod fixture;
+
 use engine::io::real::RealDisk;
 use engine::layout::ShardPaths;
 use engine::wal::format::{decode_segment_header, record_size, seal_size, BLOCK_BYTES};
 use engine::wal::recovery::{recover, RecoveryCase, RecoveryConfig};
 use engine::{Engine, Op, OpResult};
+use fixture::{copy_dir, fixture_config};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// `fixture_config`'s WAL segment size.
 const SEGMENT_BYTES: u64 = 64 * 1024;
 
 fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1")
-}
-
-fn config(dir: &Path) -> tunables::Config {
-    let mut c = tunables::Config {
-        shards: 1,
-        ..Default::default()
-    };
-    c.storage.data_dir = dir.to_path_buf();
-    c.storage.durability = tunables::Durability::Sync;
-    c.storage.wal_segment_size = tunables::ByteSize(SEGMENT_BYTES);
-    c.storage.group_commit_max_bytes = tunables::ByteSize::kib(16);
-    c.storage.checkpoint_wal_bytes = tunables::ByteSize::kib(64);
-    c.storage.checkpoint_interval = tunables::Duration::from_secs(0);
-    c.limits.key_bytes_max = tunables::ByteSize(64);
-    c.limits.value_bytes_max = tunables::ByteSize(4096);
-    c
 }
 
 /// The value version `version` of key `key` holds (fixed forever: the
@@ -46,19 +35,6 @@ fn value(key: u64, version: u64) -> Vec<u8> {
 
 fn key(k: u64) -> bytes::Bytes {
     bytes::Bytes::from(format!("fx-{k:04}"))
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy");
-        }
-    }
 }
 
 fn read_expected() -> BTreeMap<u64, Option<u64>> {
@@ -118,7 +94,7 @@ fn version_1_data_directory_opens_with_exact_contents() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("data");
     copy_dir(&fixture_dir().join("data"), &dir);
-    let engine = Engine::open(&config(&dir)).expect("open the fixture");
+    let engine = Engine::open(&fixture_config(&dir)).expect("open the fixture");
     let ops: Vec<Op> = expected.keys().map(|&k| Op::Get { key: key(k) }).collect();
     let answers = engine.handle().batch_blocking(ops).expect("read");
     for ((&k, &v), a) in expected.iter().zip(answers) {
@@ -160,7 +136,7 @@ fn generate_fixture_v1() {
     let mut model: BTreeMap<u64, Option<u64>> = BTreeMap::new();
 
     // Session 1: enough writes for several segments and a checkpoint.
-    let engine = Engine::open(&config(&dir)).expect("open");
+    let engine = Engine::open(&fixture_config(&dir)).expect("open");
     let h = engine.handle();
     for round in 0..12u64 {
         let version = round + 1;
@@ -196,7 +172,7 @@ fn generate_fixture_v1() {
     engine.shutdown().expect("shutdown");
 
     // Session 2: one more batch, whose flush is then torn (last block lost).
-    let engine = Engine::open(&config(&dir)).expect("open");
+    let engine = Engine::open(&fixture_config(&dir)).expect("open");
     // Two records of 3000 bytes plus the segment header: one flush.
     let torn_keys: Vec<u64> = (1000..1002).collect();
     let ops: Vec<Op> = torn_keys

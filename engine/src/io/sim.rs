@@ -204,6 +204,18 @@ impl Inode {
             open_handles: 0,
         }
     }
+
+    /// A whole sync: everything written is durable.
+    fn sync_all(&mut self) {
+        self.durable = self.written.clone();
+        self.pending.clear();
+    }
+
+    /// Everything not synced is lost.
+    fn drop_unsynced(&mut self) {
+        self.written = self.durable.clone();
+        self.pending.clear();
+    }
 }
 
 #[derive(Debug)]
@@ -306,6 +318,17 @@ impl State {
         if !referenced {
             self.inodes.remove(&ino);
         }
+    }
+    /// An injected sync failure, if the sync countdown fires for `path`:
+    /// the file's unsynced writes are lost (as after a failed fdatasync
+    /// the page cache's dirty pages may be) and the sync fails with EIO.
+    fn injected_sync_failure(&mut self, ino: u64, path: &Path) -> io::Result<()> {
+        if !self.faults.applies_to(path) || !State::countdown_fires(&mut self.sync_countdown) {
+            return Ok(());
+        }
+        self.inode_mut(ino).drop_unsynced();
+        self.stats.injected_sync_errors += 1;
+        Err(eio("sync_data", path, self.seed))
     }
 
     /// Counts one matching operation against a one-shot countdown; true if
@@ -797,19 +820,10 @@ impl SimFile {
     fn apply_durable_write(&self, data: &[u8], offset: u64) -> io::Result<()> {
         let mut state = self.live()?;
         let state = &mut *state;
-        let matches = state.faults.applies_to(&self.path);
-        if matches && State::countdown_fires(&mut state.sync_countdown) {
-            let inode = state.inode_mut(self.ino);
-            inode.written = inode.durable.clone();
-            inode.pending.clear();
-            state.stats.injected_sync_errors += 1;
-            return Err(eio("sync_data", &self.path, state.seed));
-        }
+        state.injected_sync_failure(self.ino, &self.path)?;
         if !state.make_write_durable(self.ino, offset, data) {
             // Past the durable length: the size change needs a whole sync.
-            let inode = state.inode_mut(self.ino);
-            inode.durable = inode.written.clone();
-            inode.pending.clear();
+            state.inode_mut(self.ino).sync_all();
         }
         state.stats.syncs += 1;
         Ok(())
@@ -819,17 +833,8 @@ impl SimFile {
     fn apply_sync(&self) -> io::Result<()> {
         let mut state = self.live()?;
         let state = &mut *state;
-        let matches = state.faults.applies_to(&self.path);
-        if matches && State::countdown_fires(&mut state.sync_countdown) {
-            let inode = state.inode_mut(self.ino);
-            inode.written = inode.durable.clone();
-            inode.pending.clear();
-            state.stats.injected_sync_errors += 1;
-            return Err(eio("sync_data", &self.path, state.seed));
-        }
-        let inode = state.inode_mut(self.ino);
-        inode.durable = inode.written.clone();
-        inode.pending.clear();
+        state.injected_sync_failure(self.ino, &self.path)?;
+        state.inode_mut(self.ino).sync_all();
         state.stats.syncs += 1;
         Ok(())
     }
