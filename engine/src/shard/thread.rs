@@ -529,6 +529,14 @@ async fn start_wal<D: Disk>(
             },
         ),
     );
+    spawn_critical(
+        "wal-durability-watch",
+        shard,
+        crate::wal::watch::run_durability_watch(
+            core.wal.clone(),
+            crate::wal::watch::warn_after(settings.flush_interval, settings.group_commit_max_delay),
+        ),
+    );
     let replayed = (wal.replayed_bytes, wal.replayed_records);
     let mut snapshots = wal.snapshots;
     // The WAL replayed counts toward the next checkpoint, whatever the

@@ -466,6 +466,25 @@ impl Wal {
         self.state.borrow().is_poisoned()
     }
 
+    /// The shard this WAL is of.
+    pub(crate) fn shard(&self) -> usize {
+        self.shard
+    }
+
+    /// Where durability stands, for the durability watch.
+    pub(crate) fn progress(&self) -> crate::wal::watch::Progress {
+        let st = self.state.borrow();
+        let (open_buffer_has_records, flush_requested, _) = st.flush_state();
+        crate::wal::watch::Progress {
+            durable_lsn: st.durable_lsn,
+            last_lsn: st.last_lsn,
+            waiting_answers: st.pending.len(),
+            oldest_waiting_lsn: st.pending.iter().map(|p| p.lsn).min(),
+            open_buffer_has_records,
+            flush_requested,
+        }
+    }
+
     pub(crate) fn last_lsn(&self) -> u64 {
         self.state.borrow().last_lsn()
     }

@@ -5,7 +5,8 @@
 //!   segment files ([`writer::SegmentFiles`]);
 //! - `durable`: the WAL as the shard uses it (LSNs, answers waiting for
 //!   durability, poisoning, the checkpoint trigger);
-//! - `flusher`: the group-commit and segment-creator tasks;
+//! - `flusher`: the group-commit and segment-creator tasks; `watch`: the
+//!   task that logs a durable LSN standing still behind logged records;
 //! - `reader`: validating and replaying flushes; `chain`: putting chunk
 //!   chains back together on replay; `recovery`: the decision table that
 //!   turns what is on disk into a state and a clean log end.
@@ -24,4 +25,5 @@ pub mod head;
 pub mod reader;
 pub mod recovery;
 pub mod segment;
+pub(crate) mod watch;
 pub mod writer;
