@@ -122,7 +122,7 @@ impl<D: Disk> Inner<D> {
             self.gc.settling = None;
             if !self.gc.settled_segments.is_empty() {
                 self.gc.settled_segments.clear();
-                if !std::mem::take(&mut self.gc.settle_round_ended) {
+                if self.gc.settle_round_ended.take().is_none() {
                     self.settle_round_done();
                 }
             }
@@ -130,9 +130,10 @@ impl<D: Disk> Inner<D> {
         }
         let (slot, seq, from) = match self.gc.settling {
             Some(s) => s,
-            // Every sealed segment was scanned: what is left, a scan
-            // cannot settle (GC will, as it comes to those segments).
-            None if self.gc.settle_round_ended => return false,
+            // Every sealed segment was scanned and none was sealed since:
+            // what is left, a scan cannot settle (GC will, as it comes to
+            // those segments). A segment sealed since is looked at.
+            None if self.gc.settle_round_ended == Some(self.log.next_seq) => return false,
             // In service PUTs keep the set near its bound (each past it
             // queues a settling read): scans start only far past it.
             None if len <= max.saturating_mul(2) && self.gc.settled_segments.is_empty() => {
@@ -141,8 +142,10 @@ impl<D: Disk> Inner<D> {
             None => match self.settle_victim() {
                 Some(s) => s,
                 None => {
-                    self.gc.settle_round_ended = true;
-                    self.settle_round_done();
+                    if self.gc.settle_round_ended.is_none() {
+                        self.settle_round_done();
+                    }
+                    self.gc.settle_round_ended = Some(self.log.next_seq);
                     return false;
                 }
             },

@@ -270,9 +270,11 @@ struct GcState {
     /// the unresolved set was last within its bound: each is scanned once
     /// (what it could not settle, a later scan would not either).
     settled_segments: Vec<u64>,
-    /// Whether the round of settling scans went through every sealed
-    /// segment: none starts again until the set is back within its bound.
-    settle_round_ended: bool,
+    /// Set when the round of settling scans went through every sealed
+    /// segment: the log's next segment number then. Until the set is back
+    /// within its bound, a scan starts again only for a segment sealed
+    /// since (looking for one counts the whole set).
+    settle_round_ended: Option<u64>,
     /// Whether the running checkpoint is a full one (not a delta).
     checkpoint_full: bool,
     /// (epoch, full) of the checkpoints published since this tier was
@@ -511,7 +513,7 @@ impl<D: Disk> HybridTier<D> {
                     victim: None,
                     settling: None,
                     settled_segments: Vec::new(),
-                    settle_round_ended: false,
+                    settle_round_ended: None,
                     checkpoint_full: false,
                     published: Vec::new(),
                 },
