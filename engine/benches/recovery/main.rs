@@ -34,9 +34,91 @@
 
 use bytes::Bytes;
 use engine::{Engine, Op};
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 use tunables::{ByteSize, Config, Durability};
+
+/// The bench allocates through the server's allocator (mimalloc), so its
+/// RAM figures are the ones a server would show; `RINGKV_BENCH_ALLOC=glibc`
+/// runs it on glibc's malloc instead (the figures before 2026-12-06, and
+/// the only allocator whose heap counters the bench can print).
+struct BenchAlloc;
+
+#[global_allocator]
+static ALLOC: BenchAlloc = BenchAlloc;
+
+/// 0 until the first allocation decides; then 1 (glibc) or 2 (mimalloc).
+static ALLOC_CHOICE: AtomicU8 = AtomicU8::new(0);
+
+fn on_glibc() -> bool {
+    match ALLOC_CHOICE.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            // The first allocation of the process decides, before any
+            // thread is spawned, so every block is freed by the allocator
+            // that made it. getenv allocates nothing.
+            // SAFETY: both strings are NUL-terminated and nothing in this
+            // process sets the environment.
+            let glibc = unsafe {
+                let v = libc::getenv(c"RINGKV_BENCH_ALLOC".as_ptr());
+                !v.is_null() && libc::strcmp(v, c"glibc".as_ptr()) == 0
+            };
+            ALLOC_CHOICE.store(if glibc { 1 } else { 2 }, Ordering::Relaxed);
+            glibc
+        }
+    }
+}
+
+// SAFETY: every call goes to one allocator for the whole process (see
+// `on_glibc`), which upholds GlobalAlloc's contract itself.
+unsafe impl GlobalAlloc for BenchAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded unchanged.
+        unsafe {
+            if on_glibc() {
+                System.alloc(layout)
+            } else {
+                mimalloc::MiMalloc.alloc(layout)
+            }
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded unchanged.
+        unsafe {
+            if on_glibc() {
+                System.alloc_zeroed(layout)
+            } else {
+                mimalloc::MiMalloc.alloc_zeroed(layout)
+            }
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged to the allocator that made `ptr`.
+        unsafe {
+            if on_glibc() {
+                System.dealloc(ptr, layout)
+            } else {
+                mimalloc::MiMalloc.dealloc(ptr, layout)
+            }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded unchanged to the allocator that made `ptr`.
+        unsafe {
+            if on_glibc() {
+                System.realloc(ptr, layout, new_size)
+            } else {
+                mimalloc::MiMalloc.realloc(ptr, layout, new_size)
+            }
+        }
+    }
+}
 
 struct Options {
     keys: u64,
@@ -93,18 +175,25 @@ fn ram_breakdown(phase: &str, engine: &Engine, rss_before: u64) {
     }
     let sum = |f: fn(&engine::HybridStats) -> u64| hybrid.iter().map(f).sum::<u64>();
     let per = |b: u64| b as f64 / keys;
-    let (in_use, free_kept) = heap_bytes();
+    let heap = if on_glibc() {
+        let (in_use, free_kept) = heap_bytes();
+        format!(
+            "glibc heap in use {:.2} B, free but kept {:.2} B",
+            per(in_use),
+            per(free_kept)
+        )
+    } else {
+        "allocator mimalloc".to_string()
+    };
     let rss = vm_rss_bytes().saturating_sub(rss_before);
     println!(
         "{phase}: RAM per live key: index {:.2} B, cache {:.2} B, expiry list {:.2} B ({} pairs), \
-         unresolved/deleted sets {:.2} B; heap in use {:.2} B, heap free but kept {:.2} B; VmRSS growth {:.2} B",
+         unresolved/deleted sets {:.2} B; {heap}; VmRSS growth {:.2} B",
         per(sum(|h| h.index_bytes)),
         per(sum(|h| h.cache_bytes)),
         per(sum(|h| h.expiry_bytes)),
         sum(|h| h.expiry_pairs),
         per(sum(|h| h.blind_sets_bytes)),
-        per(in_use),
-        per(free_kept),
         per(rss),
     );
     for (i, s) in m.shards.iter().enumerate() {
@@ -226,8 +315,7 @@ fn fill(opts: &Options) {
     if opts.mixed {
         mixed(opts, &engine, rss_before);
         if opts.count_found {
-            let keys = engine.metrics().shards.iter().map(|s| s.keys).sum();
-            count_found(opts, &engine, keys);
+            count_found(opts, &engine);
         }
     }
     if opts.updates > 0 {
@@ -510,7 +598,7 @@ fn recover(opts: &Options) {
         settle(&engine, rss_before);
     }
     if opts.mixed && opts.count_found {
-        count_found(opts, &engine, keys);
+        count_found(opts, &engine);
     }
     engine.shutdown().expect("shutdown");
 }
@@ -554,7 +642,8 @@ fn settle(engine: &Engine, rss_before: u64) {
 
 /// Reads back every key `--mixed` could have left (a device read each, on
 /// the hybrid tier) and compares how many are found with the key count.
-fn count_found(opts: &Options, engine: &Engine, counted: u64) {
+fn count_found(opts: &Options, engine: &Engine) {
+    let counted: u64 = engine.metrics().shards.iter().map(|s| s.keys).sum();
     let total = opts.keys + opts.keys / 10;
     let h = engine.handle();
     let mut found = 0u64;
