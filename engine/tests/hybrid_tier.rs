@@ -515,6 +515,54 @@ fn gc_copies_keep_the_lsn_of_the_write() {
     assert!(copies > 100, "{copies} records copied by GC");
 }
 
+/// A replay that never leaves the active segment (a store smaller than a
+/// segment, restarted with no checkpoint: every version of a key is a
+/// record the replay wrote into that segment) leaves its older entries
+/// unresolved there: the settling scan reads the active segment too, up
+/// to where it ended when the scan began.
+#[test]
+fn background_steps_settle_a_replay_left_in_the_active_segment() {
+    let disk = SimDisk::new(34);
+    let big = HybridSettings {
+        segment_bytes: 16 << 20,
+        index_keys: 4_000,
+        gc_garbage_percent: 100,
+        ..settings(0)
+    };
+    let mut back = HybridTier::new(disk.clone(), big).expect("tier");
+    back.set_unresolved_max(8);
+    back.load_checkpoint_done().expect("no chain");
+    back.replay_begin();
+    for round in 0..3 {
+        for i in 0..1_000 {
+            put(&mut back, &key(i), &value(i, round));
+        }
+    }
+    back.recovery_done();
+    assert_eq!(back.stats().segments, 1, "the replay stayed in one segment");
+    let left = back.stats().unresolved_entries;
+    assert!(left >= 1_000, "the replay left {left} entries unresolved");
+    back.set_unresolved_max(0);
+    let mut steps = 0;
+    while back.background_step() {
+        steps += 1;
+        assert!(steps < 10_000, "the settling scan does not end");
+    }
+    assert_eq!(back.stats().unresolved_entries, 0);
+    assert_eq!(back.len(), 1_000);
+    // Writes after the scan began are not waited for: a put now ends.
+    put(&mut back, &key(0), &value(0, 9));
+    for i in 0..1_000 {
+        let round = if i == 0 { 9 } else { 2 };
+        assert_eq!(
+            get(&back, &key(i)).as_deref(),
+            Some(&value(i, round)[..]),
+            "key {i}"
+        );
+    }
+    assert!(back.take_read_errors().is_empty());
+}
+
 #[test]
 fn background_steps_settle_what_a_replay_left_unresolved() {
     let disk = SimDisk::new(33);

@@ -108,8 +108,9 @@ impl<D: Disk> Inner<D> {
     /// restart the set (and the index entries it names) can hold tens of
     /// bytes of RAM per key, which GC alone would settle only as it comes
     /// to their segments. The step reads the next [`GC_STEP_BLOCKS`]
-    /// blocks of the sealed segment holding the most unresolved entries
-    /// and settles each unresolved record there as GC does, without
+    /// blocks of the segment holding the most unresolved entries (the
+    /// active one included, up to where it ended when the scan of it
+    /// began) and settles each unresolved record there as GC does, without
     /// copying anything: an older version's entry goes, another key's
     /// current record leaves the set (its bytes counted live again).
     /// Returns whether it did anything.
@@ -128,11 +129,11 @@ impl<D: Disk> Inner<D> {
             }
             return false;
         }
-        let (slot, seq, from) = match self.gc.settling {
+        let scan = match self.gc.settling {
             Some(s) => s,
-            // Every sealed segment was scanned and none was sealed since:
-            // what is left, a scan cannot settle (GC will, as it comes to
-            // those segments). A segment sealed since is looked at.
+            // Every segment was scanned and none was started since: what
+            // is left, a scan cannot settle (GC will, as it comes to those
+            // segments). A segment started since is looked at.
             None if self.gc.settle_round_ended == Some(self.log.next_seq) => return false,
             // In service PUTs keep the set near its bound (each past it
             // queues a settling read): scans start only far past it.
@@ -150,10 +151,11 @@ impl<D: Disk> Inner<D> {
                 }
             },
         };
+        let SettleScan { slot, seq, from, until } = scan;
         // GC may have emptied the segment since (its slot may hold a new
         // one): what was unresolved there, GC settled.
-        let sealed = self.log.segs.get(slot as usize).and_then(|s| s.as_ref());
-        if !sealed.is_some_and(|s| s.seq == seq && s.state == SegState::Sealed) {
+        let seg = self.log.segs.get(slot as usize).and_then(|s| s.as_ref());
+        if !seg.is_some_and(|s| s.seq == seq && matches!(s.state, SegState::Sealed | SegState::Active)) {
             self.gc.settling = None;
             return true;
         }
@@ -191,13 +193,12 @@ impl<D: Disk> Inner<D> {
                 }
             }
         }
-        let end = self.log.segs[slot as usize].as_ref().map_or(0, |s| s.end);
-        if next >= end {
+        if next >= until {
             self.gc.settling = None;
             self.prune_deleted();
             self.index.unspill();
         } else {
-            self.gc.settling = Some((slot, seq, next));
+            self.gc.settling = Some(SettleScan { from: next, ..scan });
         }
         true
     }
@@ -235,10 +236,12 @@ impl<D: Disk> Inner<D> {
         );
     }
 
-    /// The sealed segment (not scanned yet this round) holding the most
+    /// The segment (not scanned yet this round) holding the most
     /// unresolved entries, and its first one's offset; recorded as
-    /// scanned.
-    fn settle_victim(&mut self) -> Option<(u32, u64, u64)> {
+    /// scanned. The active segment is one of them: a replay that stayed
+    /// in it (a store smaller than a segment) leaves every older version
+    /// there, and neither GC nor a seal would come to it soon.
+    fn settle_victim(&mut self) -> Option<SettleScan> {
         let mut per_slot = std::collections::HashMap::<u32, (usize, u64)>::new();
         for &addr in &self.blind.unresolved {
             let a = self.log.decode_addr(addr);
@@ -246,20 +249,25 @@ impl<D: Disk> Inner<D> {
             e.0 += 1;
             e.1 = e.1.min(a.offset);
         }
-        let active = self.log.active_slot();
         let (slot, (_, from)) = per_slot
             .into_iter()
             .filter(|&(slot, _)| {
-                Some(slot) != active
-                    && self.log.segs.get(slot as usize).and_then(|s| s.as_ref()).is_some_and(|s| {
-                        s.state == SegState::Sealed && !self.gc.settled_segments.contains(&s.seq)
-                    })
+                self.log.segs.get(slot as usize).and_then(|s| s.as_ref()).is_some_and(|s| {
+                    matches!(s.state, SegState::Sealed | SegState::Active)
+                        && !self.gc.settled_segments.contains(&s.seq)
+                })
             })
             .max_by_key(|&(slot, (n, _))| (n, std::cmp::Reverse(slot)))?;
-        let seq = self.log.seq_of_slot(slot)?;
-        self.gc.settled_segments.push(seq);
-        self.gc.settling = Some((slot, seq, from));
-        Some((slot, seq, from))
+        let seg = self.log.segs.get(slot as usize)?.as_ref()?;
+        let scan = SettleScan {
+            slot,
+            seq: seg.seq,
+            from,
+            until: seg.end,
+        };
+        self.gc.settled_segments.push(scan.seq);
+        self.gc.settling = Some(scan);
+        Some(scan)
     }
 
     /// Gives back the tables of the unresolved set and of the deleted

@@ -256,6 +256,18 @@ struct Settling<F> {
     settles_done: u64,
 }
 
+/// Where a settling scan is (`settle_step`).
+#[derive(Clone, Copy)]
+struct SettleScan {
+    slot: u32,
+    seq: u64,
+    /// Where the scan goes on.
+    from: u64,
+    /// Where it stops: the segment's end when the scan began (the active
+    /// segment grows meanwhile; what is appended after, the scan leaves).
+    until: u64,
+}
+
 /// Garbage collection's place and counters.
 struct GcState {
     runs: u64,
@@ -263,9 +275,8 @@ struct GcState {
     bytes_written: u64,
     /// The segment GC is working through, and where it goes on.
     victim: Option<(u32, u64)>,
-    /// The segment a settling scan is working through (`settle_step`):
-    /// its slot, its sequence number, and where the scan goes on.
-    settling: Option<(u32, u64, u64)>,
+    /// The segment a settling scan is working through (`settle_step`).
+    settling: Option<SettleScan>,
     /// Sequence numbers of the segments settling scans went through since
     /// the unresolved set was last within its bound: each is scanned once
     /// (what it could not settle, a later scan would not either).
