@@ -72,51 +72,36 @@ fn on_glibc() -> bool {
     }
 }
 
+/// The allocator `on_glibc` chose.
+fn chosen() -> &'static dyn GlobalAlloc {
+    if on_glibc() {
+        &System
+    } else {
+        &mimalloc::MiMalloc
+    }
+}
+
 // SAFETY: every call goes to one allocator for the whole process (see
 // `on_glibc`), which upholds GlobalAlloc's contract itself.
 unsafe impl GlobalAlloc for BenchAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded unchanged.
-        unsafe {
-            if on_glibc() {
-                System.alloc(layout)
-            } else {
-                mimalloc::MiMalloc.alloc(layout)
-            }
-        }
+        unsafe { chosen().alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded unchanged.
-        unsafe {
-            if on_glibc() {
-                System.alloc_zeroed(layout)
-            } else {
-                mimalloc::MiMalloc.alloc_zeroed(layout)
-            }
-        }
+        unsafe { chosen().alloc_zeroed(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded unchanged to the allocator that made `ptr`.
-        unsafe {
-            if on_glibc() {
-                System.dealloc(ptr, layout)
-            } else {
-                mimalloc::MiMalloc.dealloc(ptr, layout)
-            }
-        }
+        unsafe { chosen().dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded unchanged to the allocator that made `ptr`.
-        unsafe {
-            if on_glibc() {
-                System.realloc(ptr, layout, new_size)
-            } else {
-                mimalloc::MiMalloc.realloc(ptr, layout, new_size)
-            }
-        }
+        unsafe { chosen().realloc(ptr, layout, new_size) }
     }
 }
 
