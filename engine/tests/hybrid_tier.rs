@@ -550,7 +550,7 @@ fn background_steps_settle_a_replay_left_in_the_active_segment() {
     }
     assert_eq!(back.stats().unresolved_entries, 0);
     assert_eq!(back.len(), 1_000);
-    // Writes after the scan began are not waited for: a put now ends.
+    // A put after the round is read back over the settled entries.
     put(&mut back, &key(0), &value(0, 9));
     for i in 0..1_000 {
         let round = if i == 0 { 9 } else { 2 };

@@ -281,10 +281,10 @@ struct GcState {
     /// the unresolved set was last within its bound: each is scanned once
     /// (what it could not settle, a later scan would not either).
     settled_segments: Vec<u64>,
-    /// Set when the round of settling scans went through every sealed
-    /// segment: the log's next segment number then. Until the set is back
-    /// within its bound, a scan starts again only for a segment sealed
-    /// since (looking for one counts the whole set).
+    /// Set when the round of settling scans went through every segment
+    /// holding unresolved entries: the log's next segment number then.
+    /// Until the set is back within its bound, a scan starts again only
+    /// for a segment started since (looking for one counts the whole set).
     settle_round_ended: Option<u64>,
     /// Whether the running checkpoint is a full one (not a delta).
     checkpoint_full: bool,
