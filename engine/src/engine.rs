@@ -125,8 +125,22 @@ impl Engine {
         }
         let wal_root = wal_device.dir().to_path_buf();
         let value_root = value_device.dir().to_path_buf();
-        let shard_paths =
-            |shard: usize| ShardPaths::new(&wal_root, shard).with_value_root(&value_root);
+        // A hot device in front of it, if set.
+        let hot_device = match s.hot_device.as_str() {
+            "" => None,
+            name if tier == StorageTier::Hybrid => {
+                Some(device_named(&devices, "storage.hot_device", name)?)
+            }
+            _ => None,
+        };
+        let hot_root = hot_device.as_ref().map(|d| d.dir().to_path_buf());
+        let shard_paths = |shard: usize| {
+            let p = ShardPaths::new(&wal_root, shard).with_value_root(&value_root);
+            match &hot_root {
+                Some(root) => p.with_hot_root(root),
+                None => p,
+            }
+        };
 
         // The manifest decides the shard count before any shard starts.
         let (shard_count, table_hasher) = shard_count(config, &disk, backend, &wal_root)?;
@@ -141,6 +155,9 @@ impl Engine {
             settings,
             wal_disk: (durability != Durability::None)
                 .then(|| Throttled::new(disk.clone(), wal_device.clone())),
+            hot_disk: hot_device
+                .as_ref()
+                .map(|d| Throttled::new(disk.clone(), d.clone())),
             value_disk: (tier == StorageTier::Hybrid)
                 .then(|| Throttled::new(disk, value_device.clone())),
             shard_paths: &shard_paths,
@@ -186,6 +203,7 @@ impl Engine {
             wal_device = %wal_device.name(),
             profile = %wal_device.profile_name(),
             value_device = %value_device.name(),
+            hot_device = %hot_device.as_ref().map_or("", |d| d.name()),
             "engine open"
         );
         Ok(Engine {
@@ -482,6 +500,28 @@ fn create_shard_dirs<D: Disk>(
     Ok(())
 }
 
+/// Each shard's part of `storage.hot_bytes` (0 with no hot device); a
+/// part under four value segments is refused (eviction keeps two segments
+/// free, and needs a sealed one to empty), except 0, which empties the hot
+/// device.
+fn hot_bytes_per_shard(
+    s: &tunables::StorageConfig,
+    shard_count: usize,
+) -> Result<u64, EngineError> {
+    if s.hot_device.is_empty() || s.tier != StorageTier::Hybrid {
+        return Ok(0);
+    }
+    let per_shard = s.hot_bytes.as_u64() / (shard_count as u64).max(1);
+    let least = 4 * s.value_segment_size.as_u64();
+    if per_shard != 0 && per_shard < least {
+        return Err(config_err(format!(
+            "storage.hot_bytes = \"{}\" gives each of the {shard_count} shards {per_shard} bytes of the hot device; each needs at least four storage.value_segment_size ({least} bytes), or 0 to empty the hot device",
+            s.hot_bytes
+        )));
+    }
+    Ok(per_shard)
+}
+
 /// Every shard's settings, from the config.
 fn shard_settings(
     config: &Config,
@@ -499,6 +539,8 @@ fn shard_settings(
         value_segment_bytes: s.value_segment_size.as_u64(),
         index_keys,
         gc_garbage_percent: s.gc_garbage_percent,
+        hot_bytes: hot_bytes_per_shard(s, shard_count)?,
+        hot_promote_reads: s.hot_promote_reads.min(15) as u8,
         segment_bytes: s.wal_segment_size.as_u64(),
         // Checked to fit by `RecordSizes::from_config`.
         group_commit_max_bytes: s.group_commit_max_bytes.as_u64() as usize,
@@ -530,6 +572,8 @@ struct Launch<'a, D: Disk> {
     wal_disk: Option<Throttled<D>>,
     /// The value segments' disk (hybrid tier only).
     value_disk: Option<Throttled<D>>,
+    /// The hot device's disk (`storage.hot_device`), if set.
+    hot_disk: Option<Throttled<D>>,
     shard_paths: &'a dyn Fn(usize) -> ShardPaths,
     backend: BackendKind,
     /// Messages a shard's inbox holds.
@@ -585,6 +629,7 @@ impl<D: Disk> Launch<'_, D> {
                 shard,
                 disk: self.wal_disk.clone(),
                 value_disk: self.value_disk.clone(),
+                hot_disk: self.hot_disk.clone(),
                 paths,
                 settings: self.settings,
                 stats: shard_stats.clone(),

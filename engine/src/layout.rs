@@ -36,6 +36,10 @@ pub const TMP_SUFFIX: &str = ".tmp";
 pub const DAMAGED_SUFFIX: &str = ".damaged";
 /// The folder of a shard's value segments (hybrid tier).
 const VALUES_DIR: &str = "values";
+/// The folder of a shard's value segments on the hot device (its own
+/// name, so a hot device in the same folder as the cold one is still told
+/// apart).
+const HOT_VALUES_DIR: &str = "values-hot";
 
 /// The directories of one shard.
 #[derive(Debug, Clone)]
@@ -47,6 +51,9 @@ pub struct ShardPaths {
     /// The hybrid tier's value segments: `shard-NNN/values` under the value
     /// device's root (under the WAL root until [`ShardPaths::with_value_root`]).
     pub values_dir: PathBuf,
+    /// The hybrid tier's hot segments (`storage.hot_device`):
+    /// `shard-NNN/values-hot` under the hot device's root, if one is set.
+    pub hot_values_dir: Option<PathBuf>,
 }
 
 impl ShardPaths {
@@ -57,6 +64,7 @@ impl ShardPaths {
             wal_dir: dir.join("wal"),
             snapshot_dir: dir.join("snapshots"),
             values_dir: dir.join(VALUES_DIR),
+            hot_values_dir: None,
             dir,
         }
     }
@@ -67,6 +75,17 @@ impl ShardPaths {
         self.values_dir = value_root
             .join(format!("shard-{:03}", self.shard))
             .join(VALUES_DIR);
+        self
+    }
+
+    /// These paths with hot value segments under `hot_root` (the hot
+    /// device's directory).
+    pub fn with_hot_root(mut self, hot_root: &Path) -> ShardPaths {
+        self.hot_values_dir = Some(
+            hot_root
+                .join(format!("shard-{:03}", self.shard))
+                .join(HOT_VALUES_DIR),
+        );
         self
     }
 
@@ -127,5 +146,10 @@ mod tests {
         assert_eq!(p.wal_dir, Path::new("/data/shard-003/wal"));
         let same = ShardPaths::new(Path::new("/data"), 3).with_value_root(Path::new("/data"));
         assert_eq!(same.values_dir, Path::new("/data/shard-003/values"));
+        let hot = same.with_hot_root(Path::new("/data"));
+        assert_eq!(
+            hot.hot_values_dir.as_deref(),
+            Some(Path::new("/data/shard-003/values-hot"))
+        );
     }
 }

@@ -181,6 +181,8 @@ struct Coverage {
     segments_recycled: u64,
     gc_runs: u64,
     device_reads: u64,
+    /// Records moved between a hot device and the value device.
+    moves: u64,
     /// Puts acknowledged with an expiry already past.
     expired_puts: u64,
     /// Every key's state at the end of the run.
@@ -189,6 +191,19 @@ struct Coverage {
 
 /// The first seed of the runs with several flushes in flight.
 const IN_FLIGHT_SEEDS: u64 = 1_000_000;
+/// The first seed of the hybrid runs with a hot device in front of the
+/// value device (several flushes in flight too).
+const TIERED_SEEDS: u64 = 2_000_000;
+
+/// Which test runs `seed`: 0 the plain ones, 1 several flushes in flight,
+/// 2 a hot device.
+fn seed_range(seed: u64) -> u8 {
+    match seed {
+        s if s >= TIERED_SEEDS => 2,
+        s if s >= IN_FLIGHT_SEEDS => 1,
+        _ => 0,
+    }
+}
 
 fn run_seed(seed: u64, hybrid: bool, tape: &mut Tape) -> Result<Coverage, String> {
     let mut coverage = Coverage::default();
@@ -199,6 +214,21 @@ fn run_seed(seed: u64, hybrid: bool, tape: &mut Tape) -> Result<Coverage, String
     let mut config = small_config(dir, shards, Durability::Sync);
     if hybrid {
         use_small_hybrid_tier(&mut config);
+        if seed >= TIERED_SEEDS {
+            // Both devices in the data directory (the hot one in its own
+            // folder): four to seven 64 KiB segments per shard.
+            config.devices.insert(
+                "hot".to_string(),
+                tunables::DeviceConfig {
+                    path: Default::default(),
+                    profile: "unthrottled".to_string(),
+                },
+            );
+            config.storage.hot_device = "hot".to_string();
+            config.storage.hot_bytes =
+                tunables::ByteSize::kib(64 * (4 + seed % 4) * u64::from(shards));
+            config.storage.hot_promote_reads = 1 + (seed % 2) as u32;
+        }
     }
     if seed % 4 == 0 {
         // Let some group commits wait for company.
@@ -400,6 +430,7 @@ fn note_coverage(engine: &Engine, coverage: &mut Coverage) {
         if let Some(h) = m.hybrid {
             coverage.gc_runs += h.gc_runs;
             coverage.device_reads += h.device_reads;
+            coverage.moves += h.promotions + h.demotions;
         }
         coverage.segments_rolled += m.wal_bytes_written / (64 * 1024);
         coverage.segments_recycled += m.segments_recycled;
@@ -450,7 +481,7 @@ fn run_seeds_from(first: u64, part: u64, parts: u64, hybrid: bool) {
     if let Ok(path) = std::env::var("RINGKV_CRASH_REPLAY") {
         let (seed, tape_hybrid, mut tape) =
             Tape::load(Path::new(&path)).unwrap_or_else(|e| panic!("{e}"));
-        let same_range = (seed >= IN_FLIGHT_SEEDS) == (first >= IN_FLIGHT_SEEDS);
+        let same_range = seed_range(seed) == seed_range(first);
         if part == 0 && tape_hybrid == hybrid && same_range {
             if let Err(msg) = run_seed(seed, hybrid, &mut tape) {
                 panic!("replay of seed {seed} (hybrid tier: {hybrid}) from {path}: {msg}");
@@ -462,7 +493,7 @@ fn run_seeds_from(first: u64, part: u64, parts: u64, hybrid: bool) {
         Ok(s) if part == 0 => {
             let seed: u64 = s.parse().expect("RINGKV_CRASH_SEED must be a number");
             // Each seed runs in the test of its range.
-            if (seed >= IN_FLIGHT_SEEDS) == (first >= IN_FLIGHT_SEEDS) {
+            if seed_range(seed) == seed_range(first) {
                 vec![seed]
             } else {
                 Vec::new()
@@ -491,6 +522,7 @@ fn run_seeds_from(first: u64, part: u64, parts: u64, hybrid: bool) {
         total.segments_rolled += c.segments_rolled;
         total.segments_recycled += c.segments_recycled;
         total.expired_puts += c.expired_puts;
+        total.moves += c.moves;
     }
     if seeds.len() >= 20 {
         // The paths this test exists for were really taken.
@@ -526,6 +558,13 @@ fn run_seeds_from(first: u64, part: u64, parts: u64, hybrid: bool) {
                 "no value was read from a segment in {} seeds",
                 seeds.len()
             );
+            if first >= TIERED_SEEDS {
+                assert!(
+                    total.moves > 0,
+                    "no record moved between the hot and the value device in {} seeds",
+                    seeds.len()
+                );
+            }
         }
     }
 }
@@ -571,6 +610,12 @@ fn hybrid_acknowledged_writes_survive_crashes_part0() {
 #[test]
 fn hybrid_acknowledged_writes_survive_crashes_part1() {
     run_seeds(1, 2, true);
+}
+
+// The hybrid tier with a hot device.
+#[test]
+fn hot_device_acknowledged_writes_survive_crashes() {
+    run_seeds_from(TIERED_SEEDS, 0, 1, true);
 }
 
 /// A recorded run replays to the same end: the tape saved to a file and

@@ -19,6 +19,12 @@
 //! tier forgets what it keeps in RAM at one step in three, so writes and
 //! deletes meet records on the device.
 //!
+//! The second test runs the same with a hot device in front of the value
+//! device, a few segments large, so writes, GC and reads move records
+//! between the two devices (both on the one simulated disk, which loses
+//! what either did not sync at a crash); across its seeds records must
+//! have moved both ways.
+//!
 //! Unlike `crash_sim`, no thread timing is involved: a failing seed
 //! replays exactly. `RINGKV_MODEL_SEEDS=N` runs more seeds (30 by
 //! default), `RINGKV_MODEL_SEED=S` one.
@@ -27,8 +33,9 @@ use bytes::Bytes;
 use common::hybrid::{key, settings, SHARED_TAG};
 use engine::hash::fnv1a64;
 use engine::io::sim::SimDisk;
+use engine::io::Disk;
 use engine::rng::SplitMix64;
-use engine::tier::{ColdGet, DeleteLookup, HybridSettings, HybridTier, Tier};
+use engine::tier::{ColdGet, DeleteLookup, HotSettings, HybridSettings, HybridTier, Tier};
 use std::collections::BTreeMap;
 
 mod common;
@@ -176,28 +183,8 @@ impl Settles {
     }
 }
 
-fn check(t: &mut dyn Tier, model: &Model, what: &str) -> Result<(), String> {
-    for k in keys() {
-        let got = t.get_expiring(fnv1a64(&k), &k);
-        let want = model.get(&k).map(|(v, at)| (Bytes::from(v.clone()), *at));
-        if got != want {
-            let show = |x: &Option<(Bytes, Option<u64>)>| {
-                x.as_ref().map(|(v, at)| {
-                    (
-                        String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned(),
-                        *at,
-                    )
-                })
-            };
-            return Err(format!(
-                "{what}: key {} reads {:?}, want {:?}",
-                String::from_utf8_lossy(&k),
-                show(&got),
-                show(&want)
-            ));
-        }
-    }
-    // The GET path the shard takes: look up all, read the cold ones.
+/// The GET path the shard takes: look up all, read the cold ones.
+fn split_gets(t: &mut dyn Tier, model: &Model, what: &str) -> Result<(), String> {
     let all = keys();
     let hashes: Vec<u64> = all.iter().map(|k| fnv1a64(k)).collect();
     let all: Vec<Bytes> = all.into_iter().map(Bytes::from).collect();
@@ -224,6 +211,40 @@ fn check(t: &mut dyn Tier, model: &Model, what: &str) -> Result<(), String> {
                 want.map(|v| String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned()),
             ));
         }
+    }
+    Ok(())
+}
+
+/// Reads every key back (the blocking way, then the way the shard's
+/// GETs do; with `split_first` the other way round, so the split GETs
+/// meet records on the device, not the ones the blocking reads just
+/// brought into RAM), walks every key, and compares with the model.
+fn check(t: &mut dyn Tier, model: &Model, what: &str, split_first: bool) -> Result<(), String> {
+    if split_first {
+        split_gets(t, model, what)?;
+    }
+    for k in keys() {
+        let got = t.get_expiring(fnv1a64(&k), &k);
+        let want = model.get(&k).map(|(v, at)| (Bytes::from(v.clone()), *at));
+        if got != want {
+            let show = |x: &Option<(Bytes, Option<u64>)>| {
+                x.as_ref().map(|(v, at)| {
+                    (
+                        String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned(),
+                        *at,
+                    )
+                })
+            };
+            return Err(format!(
+                "{what}: key {} reads {:?}, want {:?}",
+                String::from_utf8_lossy(&k),
+                show(&got),
+                show(&want)
+            ));
+        }
+    }
+    if !split_first {
+        split_gets(t, model, what)?;
     }
     let mut seen = BTreeMap::new();
     for p in 0..t.partition_count() {
@@ -318,10 +339,26 @@ struct Running {
 }
 
 /// Runs one seed; returns how many keys active expiry deleted.
-fn run(seed: u64) -> Result<u64, String> {
+/// What a seed's run did: keys active expiry deleted, and records moved
+/// up to the hot device and down from it.
+#[derive(Default)]
+struct Ran {
+    expired: u64,
+    promotions: u64,
+    demotions: u64,
+}
+
+fn run(seed: u64, tiered: bool) -> Result<Ran, String> {
     let mut rng = SplitMix64::new(seed);
     let disk = SimDisk::new(seed);
-    let settings = tier_settings(&mut rng);
+    let mut settings = tier_settings(&mut rng);
+    if tiered {
+        settings.hot = Some(HotSettings {
+            dir: "/v/shard-000/values-hot".into(),
+            bytes: settings.segment_bytes * (4 + rng.below(13)),
+            promote_reads: 1 + rng.below(3) as u8,
+        });
+    }
     // Most seeds bound the unresolved entries low, so the set fills,
     // background steps settle it, and PUTs read again when it is full; at
     // a bound of 1 a restart's replay leaves it far over, for the
@@ -329,6 +366,10 @@ fn run(seed: u64) -> Result<u64, String> {
     let unresolved_max = [None, Some(1), Some(4), Some(12)][rng.below(4) as usize];
     let open = |disk: &SimDisk| {
         let mut t = HybridTier::new(disk.clone(), settings.clone()).expect("tier");
+        if let Some(hot) = &settings.hot {
+            disk.create_dir_all(&hot.dir).expect("hot folder");
+            t = t.with_hot_device(disk.clone());
+        }
         if let Some(max) = unresolved_max {
             t.set_unresolved_max(max);
         }
@@ -350,6 +391,8 @@ fn run(seed: u64) -> Result<u64, String> {
     let mut settles = Settles::default();
     let mut now = 1_000_000_000u64;
     let mut expired = 0;
+    // Records moved up and down by the tiers dropped at crashes.
+    let mut moved = (0, 0);
     t.set_now_ms(now);
     for step in 0..3_000u32 {
         let dice = rng.below(100);
@@ -501,6 +544,9 @@ fn run(seed: u64) -> Result<u64, String> {
         } else {
             // Crash: unsynced writes are lost; recovery loads the last
             // published checkpoint and replays the log since it began.
+            let before = t.stats();
+            moved.0 += before.promotions;
+            moved.1 += before.demotions;
             drop(t);
             running = None;
             // Answers and settling reads not made yet are lost with the
@@ -534,10 +580,16 @@ fn run(seed: u64) -> Result<u64, String> {
                 &mut t,
                 &visible(&model, now),
                 &format!("{what} (after a crash)"),
+                tiered && rng.below(2) == 0,
             )?;
             continue;
         }
-        check(&mut t, &visible(&model, now), &what)?;
+        check(
+            &mut t,
+            &visible(&model, now),
+            &what,
+            tiered && rng.below(2) == 0,
+        )?;
     }
     answer_deletes(&mut t, &mut pending, "at the end")?;
     if unresolved_max.is_some() && settles.finished == 0 {
@@ -545,12 +597,21 @@ fn run(seed: u64) -> Result<u64, String> {
             "seed {seed}: no settling read was made with a full unresolved set"
         ));
     }
-    Ok(expired)
+    let stats = t.stats();
+    if std::env::var("RINGKV_MODEL_DEBUG").is_ok() {
+        eprintln!("{stats:?}");
+    }
+    Ok(Ran {
+        expired,
+        promotions: moved.0 + stats.promotions,
+        demotions: moved.1 + stats.demotions,
+    })
 }
 
-#[test]
-fn the_tier_matches_the_model_through_gc_checkpoints_and_crashes() {
-    let seeds: Vec<u64> = match std::env::var("RINGKV_MODEL_SEED") {
+/// The seeds to run: `RINGKV_MODEL_SEED`, or the first
+/// `RINGKV_MODEL_SEEDS` (30 by default).
+fn seeds() -> Vec<u64> {
+    match std::env::var("RINGKV_MODEL_SEED") {
         Ok(s) => vec![s.parse().expect("RINGKV_MODEL_SEED is a number")],
         Err(_) => {
             let n = std::env::var("RINGKV_MODEL_SEEDS")
@@ -559,15 +620,31 @@ fn the_tier_matches_the_model_through_gc_checkpoints_and_crashes() {
                 .unwrap_or(30u64);
             (0..n).collect()
         }
-    };
-    let n = seeds.len();
-    let (mut failed, mut expired) = (Vec::new(), 0);
+    }
+}
+
+/// Runs `seeds`; the failures, and what the runs did in all.
+fn run_all(seeds: Vec<u64>, tiered: bool) -> (Vec<String>, Ran) {
+    let (mut failed, mut all) = (Vec::new(), Ran::default());
     for seed in seeds {
-        match run(seed) {
-            Ok(e) => expired += e,
+        match run(seed, tiered) {
+            Ok(r) => {
+                all.expired += r.expired;
+                all.promotions += r.promotions;
+                all.demotions += r.demotions;
+            }
             Err(e) => failed.push(e),
         }
     }
+    (failed, all)
+}
+
+#[test]
+fn the_tier_matches_the_model_through_gc_checkpoints_and_crashes() {
+    let seeds = seeds();
+    let n = seeds.len();
+    let (failed, ran) = run_all(seeds, false);
+    let expired = ran.expired;
     assert!(
         failed.is_empty(),
         "{} seeds failed:\n{}",
@@ -579,4 +656,27 @@ fn the_tier_matches_the_model_through_gc_checkpoints_and_crashes() {
         "active expiry deleted nothing in {n} seeds"
     );
     eprintln!("hybrid_model: {n} seeds, active expiry deleted {expired} keys");
+}
+
+#[test]
+fn a_tier_with_a_hot_device_matches_the_model_and_moves_records_both_ways() {
+    let seeds = seeds();
+    let n = seeds.len();
+    let (failed, ran) = run_all(seeds, true);
+    assert!(
+        failed.is_empty(),
+        "{} seeds failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+    assert!(
+        n < 10 || (ran.promotions > 0 && ran.demotions > 0),
+        "in {n} seeds {} records moved up to the hot device and {} down",
+        ran.promotions,
+        ran.demotions
+    );
+    eprintln!(
+        "hybrid_model, hot device: {n} seeds, {} records moved up, {} down",
+        ran.promotions, ran.demotions
+    );
 }

@@ -6,7 +6,10 @@
 //! have come after it in the log, and never a value no batch wrote.
 //!
 //! The same on the hybrid tier, where GC rewrites segments under the write
-//! load (the test checks that it did in at least one round).
+//! load (the test checks that it did in at least one round); and on the
+//! hybrid tier with a small hot device, where records also move between
+//! the two devices (GC moves the ones not read lately off the hot device,
+//! reads copy them back; the test checks that some did).
 //!
 //! Rounds: `RINGKV_KILL9_ROUNDS` (default 3) per tier. CI runs 8.
 
@@ -19,7 +22,7 @@ use std::time::{Duration, Instant};
 
 #[path = "common/kill9_shape.rs"]
 mod kill9_shape;
-use kill9_shape::{config, value, KEY_SPACE};
+use kill9_shape::{config, value, Shape, KEY_SPACE};
 
 /// One batch as the writer reported it.
 struct Batch {
@@ -61,8 +64,9 @@ fn parse(lines: &[String]) -> BTreeMap<u64, Batch> {
     batches
 }
 
-/// Returns the GC passes the writer last reported (hybrid tier).
-fn round(round: u32, delay_ms: u64, hybrid: bool) -> u64 {
+/// Returns the GC passes and the moves between devices the writer last
+/// reported (hybrid tier).
+fn round(round: u32, delay_ms: u64, shape: Shape) -> (u64, u64) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("data");
     let shards = 1 + round % 2;
@@ -71,7 +75,7 @@ fn round(round: u32, delay_ms: u64, hybrid: bool) -> u64 {
         .args(["--shards", &shards.to_string()])
         .args(["--threads", "4"])
         .args(["--seed", &(round as u64 + 1).to_string()])
-        .args(["--tier", if hybrid { "hybrid" } else { "memory" }])
+        .args(["--tier", shape.name()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -119,11 +123,17 @@ fn round(round: u32, delay_ms: u64, hybrid: bool) -> u64 {
         use std::io::Read;
         let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
     }
-    let gc_runs = err
+    let (gc_runs, moves) = err
         .lines()
-        .filter_map(|l| l.strip_prefix("gc ").and_then(|n| n.parse::<u64>().ok()))
+        .filter_map(|l| {
+            let mut n = l
+                .strip_prefix("gc ")?
+                .split(' ')
+                .map(|n| n.parse::<u64>().ok());
+            Some((n.next()??, n.next()??))
+        })
         .next_back()
-        .unwrap_or(0);
+        .unwrap_or((0, 0));
     reader.join().expect("reader");
     lines.extend(rx.try_iter());
     // A line cut by the kill never reaches us (lines() needs the newline).
@@ -131,7 +141,7 @@ fn round(round: u32, delay_ms: u64, hybrid: bool) -> u64 {
     let acked = batches.values().filter(|b| b.acked_at.is_some()).count();
     assert!(acked > 0);
 
-    let engine = Engine::open(&config(dir.clone(), shards, hybrid)).expect("reopen after kill -9");
+    let engine = Engine::open(&config(dir.clone(), shards, shape)).expect("reopen after kill -9");
     let h = engine.handle();
     let ops: Vec<Op> = (0..KEY_SPACE)
         .map(|k| Op::Get {
@@ -190,15 +200,17 @@ fn round(round: u32, delay_ms: u64, hybrid: bool) -> u64 {
         .sum();
     assert!(replayed > 0, "recovery found nothing to replay");
     eprintln!(
-        "kill9 round {round} (hybrid tier: {hybrid}): {} batches announced, {acked} acknowledged, killed {delay_ms} ms after the first ack, {gc_runs} GC passes, backend {}",
+        "kill9 round {round} ({} tier): {} batches announced, {acked} acknowledged, killed {delay_ms} ms after the first ack, {gc_runs} GC passes, {moves} moves between devices, backend {}",
+        shape.name(),
         batches.len(),
         engine.backend()
     );
     engine.shutdown().expect("shutdown");
-    gc_runs
+    (gc_runs, moves)
 }
 
-fn rounds(hybrid: bool) -> u64 {
+/// The GC passes and moves of all rounds.
+fn rounds(shape: Shape) -> (u64, u64) {
     let rounds: u32 = std::env::var("RINGKV_KILL9_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -210,23 +222,32 @@ fn rounds(hybrid: bool) -> u64 {
         .map(|r| {
             // 20..=400 ms after the first acknowledgement (longer on the
             // hybrid tier, so GC has garbage to work on).
-            let spread = if hybrid { 1500 } else { 381 };
+            let spread = if shape == Shape::Memory { 381 } else { 1500 };
             let delay = 20 + (seed.rotate_left(r * 7) ^ (r as u64 * 0x9E37)) % spread;
-            round(r, delay, hybrid)
+            round(r, delay, shape)
         })
-        .sum()
+        .fold((0, 0), |(g, m), (rg, rm)| (g + rg, m + rm))
 }
 
 #[test]
 fn acknowledged_writes_survive_kill_9() {
-    rounds(false);
+    rounds(Shape::Memory);
 }
 
 #[test]
 fn acknowledged_writes_survive_kill_9_on_the_hybrid_tier() {
-    let gc = rounds(true);
+    let (gc, _) = rounds(Shape::Hybrid);
     assert!(
         gc > 0,
         "GC never ran in the writer: no round tested a kill under GC load"
+    );
+}
+
+#[test]
+fn acknowledged_writes_survive_kill_9_with_a_hot_device() {
+    let (gc, moves) = rounds(Shape::HotDevice);
+    assert!(
+        gc > 0 && moves > 0,
+        "in the writer GC ran {gc} passes and moved {moves} records between devices: no round tested a kill while records moved"
     );
 }

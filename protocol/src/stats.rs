@@ -239,6 +239,18 @@ stats_group! {
         deleted_keys: u64, "gauge", "keys";
         /// Settling reads finished since start: after a put made while the unresolved entries were at their bound, a read of its key's older record, which then goes.
         settles_done: u64, "count", "reads";
+        /// Value segment files on the hot device (storage.hot_device; part of `segments`, 0 without one).
+        hot_segments: u64, "gauge", "segments";
+        /// Bytes of value segment files on the hot device (emptied ones too, until removed).
+        hot_segment_bytes: u64, "gauge", "bytes";
+        /// Record bytes on the hot device the index points to (part of `live_bytes`).
+        hot_live_bytes: u64, "gauge", "bytes";
+        /// Device reads of hot segments since start (part of `cold_reads`; the rest read the value device).
+        hot_reads: u64, "count", "reads";
+        /// Records copied from the value device to the hot device since start (read often lately).
+        promotions: u64, "count", "records";
+        /// Records GC moved from the hot device to the value device since start (not read lately).
+        demotions: u64, "count", "records";
     }
 }
 

@@ -832,6 +832,9 @@ checkpoint_interval = 0
 checkpoint_deltas_max = 3
 wal_device = \"fast\"
 value_device = \"wal\"
+hot_device = \"fast\"
+hot_bytes = \"1GiB\"
+hot_promote_reads = 3
 cache_bytes = \"1GiB\"
 value_segment_size = \"16MiB\"
 index_keys = 2_000_000
@@ -898,6 +901,9 @@ count_fsync = false
             checkpoint_deltas_max: 3,
             wal_device: "fast".to_string(),
             value_device: "wal".to_string(),
+            hot_device: "fast".to_string(),
+            hot_bytes: ByteSize::gib(1),
+            hot_promote_reads: 3,
             cache_bytes: ByteSize::gib(1),
             value_segment_size: ByteSize::mib(16),
             index_keys: 2_000_000,

@@ -477,6 +477,24 @@ section! {
         /// differ from `wal_device`; its I/O pays its own device's profile.
         value_device: String = "wal".to_string(),
             kind Some("name"), check Check::Any, note "a key of `[devices]`";
+        /// A faster device (a `[devices]` key) in front of `value_device` for the hybrid
+        /// tier: new writes and records read often lately live there, up to `hot_bytes`;
+        /// GC moves the records not read lately to `value_device`, which is then the cold
+        /// device (`docs/storage.md`, "Hot and cold devices"). `""`: none, every value on
+        /// `value_device`.
+        hot_device: String = String::new(),
+            kind Some("name"), check Check::Any, note "`\"\"` or a key of `[devices]` other than `value_device`";
+        /// Bytes of value segment files the hot device may hold, whole server (split evenly
+        /// across the shards; each shard's part at least four `value_segment_size`).
+        /// `"0B"` with a `hot_device` set empties the hot device (its records move to the
+        /// cold one as GC comes to them) and writes go to the cold device.
+        hot_bytes: ByteSize = ByteSize(0),
+            kind None, check Check::Range(ByteSize(0), ByteSize::gib(1 << 20));
+        /// Reads of a key lately that copy its record from the cold device to the hot one
+        /// when a GET reads it there, and keep it on the hot device when GC comes to it
+        /// there ("lately": a count that halves as the shard reads other keys).
+        hot_promote_reads: u32 = 2,
+            kind None, check Check::Range(1, 15);
         /// The hybrid tier's read cache for the whole server, split evenly across the shards.
         cache_bytes: ByteSize = ByteSize::mib(256),
             kind None, check Check::Range(ByteSize(0), ByteSize::gib(1024));

@@ -422,6 +422,38 @@ impl Checker {
             }
         }
         self.rule(
+            s.hot_bytes.0 == 0 || !s.hot_device.is_empty(),
+            "storage.hot_bytes",
+            quoted(s.hot_bytes),
+            &["storage.hot_device"],
+            "needs storage.hot_device (the device the hot bytes live on)".to_string(),
+        );
+        if !s.hot_device.is_empty() {
+            if !c.devices.contains_key(&s.hot_device) && !self.is_bad(&["devices"]) {
+                self.unknown_name(
+                    "storage.hot_device",
+                    &s.hot_device,
+                    "device",
+                    c.devices.keys().cloned().collect(),
+                );
+            }
+            self.rule(
+                s.hot_device != s.value_device,
+                "storage.hot_device",
+                quoted(&s.hot_device),
+                &["storage.value_device"],
+                "must differ from storage.value_device (the hot device sits in front of it)"
+                    .to_string(),
+            );
+            self.rule(
+                s.tier == Tier::Hybrid,
+                "storage.hot_device",
+                quoted(&s.hot_device),
+                &["storage.tier"],
+                "needs storage.tier = \"hybrid\" (the memory tier keeps values in RAM)".to_string(),
+            );
+        }
+        self.rule(
             !(s.tier == Tier::Hybrid && s.durability == Durability::None),
             "storage.durability",
             quoted(s.durability),
@@ -879,6 +911,38 @@ mod tests {
             },
         );
         assert_eq!(problems(&c), Vec::<(String, String)>::new());
+    }
+
+    #[test]
+    fn a_hot_device_exists_differs_from_the_value_device_and_needs_the_hybrid_tier() {
+        let mut c = Config::default();
+        c.storage.tier = Tier::Hybrid;
+        c.storage.hot_device = "fast".to_string();
+        assert_one(
+            &c,
+            "storage.hot_device",
+            "no device by that name (known: wal)",
+        );
+        c.storage.hot_device = "wal".to_string();
+        assert_one(
+            &c,
+            "storage.hot_device",
+            "must differ from storage.value_device",
+        );
+        c.devices.insert(
+            "fast".to_string(),
+            DeviceConfig {
+                path: "/mnt/fast".into(),
+                profile: "nvme".to_string(),
+            },
+        );
+        c.storage.hot_device = "fast".to_string();
+        assert_eq!(problems(&c), Vec::<(String, String)>::new());
+        c.storage.tier = Tier::Memory;
+        assert_one(&c, "storage.hot_device", "needs storage.tier = \"hybrid\"");
+        let mut c = Config::default();
+        c.storage.hot_bytes = ByteSize::gib(1);
+        assert_one(&c, "storage.hot_bytes", "needs storage.hot_device");
     }
 
     #[test]

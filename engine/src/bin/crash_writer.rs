@@ -6,9 +6,12 @@
 //! once it is acknowledged. Batch `b` puts `value(key, b)` for each key.
 //!
 //! With `--tier hybrid` it runs the hybrid tier and reports its GC passes
-//! on stderr (`gc <passes>`, every 20 ms).
+//! and the records moved between devices on stderr (`gc <passes>
+//! <moves>`, every 20 ms); `--tier hot-device` runs it with a small hot
+//! device in front of the value device, and one more thread reading 64 of
+//! the keys, so records move both ways.
 //!
-//! Usage: `ringkv-crash-writer --dir PATH [--shards N] [--threads N] [--seed N] [--tier memory|hybrid]`
+//! Usage: `ringkv-crash-writer --dir PATH [--shards N] [--threads N] [--seed N] [--tier memory|hybrid|hot-device]`
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
@@ -22,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 #[path = "../../tests/common/kill9_shape.rs"]
 mod kill9_shape;
-use kill9_shape::{config, value, KEY_SPACE};
+use kill9_shape::{config, value, Shape, KEY_SPACE};
 
 const OPS_PER_BATCH: u64 = 20;
 
@@ -35,7 +38,7 @@ fn arg(args: &[String], name: &str) -> Option<String> {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let Some(dir) = arg(&args, "--dir") else {
-        eprintln!("usage: ringkv-crash-writer --dir PATH [--shards N] [--threads N] [--seed N] [--tier memory|hybrid]");
+        eprintln!("usage: ringkv-crash-writer --dir PATH [--shards N] [--threads N] [--seed N] [--tier memory|hybrid|hot-device]");
         std::process::exit(2);
     };
     let number = |name: &str, default: u64| -> u64 {
@@ -49,15 +52,15 @@ fn main() {
     let shards = number("--shards", 2) as u32;
     let threads = number("--threads", 4);
     let seed = number("--seed", 1);
-    let hybrid = match arg(&args, "--tier").as_deref() {
-        None | Some("memory") => false,
-        Some("hybrid") => true,
-        Some(other) => {
-            eprintln!("--tier must be memory or hybrid, not {other:?}");
+    let shape = match arg(&args, "--tier").as_deref() {
+        None => Shape::Memory,
+        Some(name) => Shape::parse(name).unwrap_or_else(|| {
+            eprintln!("--tier must be memory, hybrid or hot-device, not {name:?}");
             std::process::exit(2);
-        }
+        }),
     };
-    let engine = match Engine::open(&config(PathBuf::from(dir), shards, hybrid)) {
+    let hybrid = shape != Shape::Memory;
+    let engine = match Engine::open(&config(PathBuf::from(dir), shards, shape)) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("ringkv-crash-writer: open failed: {e}");
@@ -103,16 +106,30 @@ fn main() {
             })
         })
         .collect();
+    if shape == Shape::HotDevice {
+        // Reads of random keys, so records demoted to the value device are
+        // read there and copied back to the hot one.
+        let h = engine.handle();
+        std::thread::spawn(move || {
+            for i in 0u64.. {
+                let ops: Vec<Op> = (0..16)
+                    .map(|j| Op::Get {
+                        key: Bytes::from(format!("k{}", mix64(seed ^ i << 8 ^ j) % 64)),
+                    })
+                    .collect();
+                if h.batch_blocking(ops).is_err() {
+                    return;
+                }
+            }
+        });
+    }
     if hybrid {
         let h = engine.handle();
         std::thread::spawn(move || loop {
-            let runs: u64 = h
-                .metrics()
-                .shards
-                .iter()
-                .filter_map(|s| s.hybrid.map(|x| x.gc_runs))
-                .sum();
-            eprintln!("gc {runs}");
+            let stats: Vec<_> = h.metrics().shards.iter().filter_map(|s| s.hybrid).collect();
+            let runs: u64 = stats.iter().map(|x| x.gc_runs).sum();
+            let moves: u64 = stats.iter().map(|x| x.promotions + x.demotions).sum();
+            eprintln!("gc {runs} {moves}");
             std::thread::sleep(std::time::Duration::from_millis(20));
         });
     }

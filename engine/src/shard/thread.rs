@@ -17,7 +17,7 @@ use crate::shard::checkpoint::{checkpoint, run_checkpointer, CheckpointSettings}
 use crate::shard::core::{CommitClock, CoreSettings, ShardCore};
 use crate::shard::router::{clear_local, set_local, Control, ShardMsg};
 use crate::snapshot::SnapshotFile;
-use crate::tier::{HybridSettings, Tier as TierStore, TierConfig};
+use crate::tier::{HotSettings, HybridSettings, Tier as TierStore, TierConfig};
 use crate::txn::record::HeldPart;
 use crate::wal::flusher::{run_flusher, run_segment_creator, FlusherSettings};
 use crate::wal::head::HeadState;
@@ -72,6 +72,11 @@ pub(crate) struct ShardSettings {
     pub(crate) index_keys: u64,
     /// Hybrid tier: `storage.gc_garbage_percent`, 5..=95.
     pub(crate) gc_garbage_percent: u32,
+    /// Hybrid tier with a hot device: this shard's part of
+    /// `storage.hot_bytes`.
+    pub(crate) hot_bytes: u64,
+    /// `storage.hot_promote_reads`, 1..=15.
+    pub(crate) hot_promote_reads: u8,
 }
 
 /// Everything a shard thread starts with.
@@ -84,6 +89,9 @@ pub(crate) struct ShardStart<D: Disk> {
     /// `storage.value_device`'s profile (the same device as `disk` when
     /// `value_device == wal_device`). `None` unless the tier is hybrid.
     pub(crate) value_disk: Option<D>,
+    /// The hot device's disk (`storage.hot_device`, hybrid tier), if set;
+    /// the hot segments go to `paths.hot_values_dir`.
+    pub(crate) hot_disk: Option<D>,
     /// The shard's folders; the hybrid tier keeps its segments in `values_dir`.
     pub(crate) paths: ShardPaths,
     pub(crate) settings: ShardSettings,
@@ -222,6 +230,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
         shard,
         disk,
         value_disk,
+        hot_disk,
         paths,
         settings,
         stats,
@@ -246,7 +255,7 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
     };
 
     // 0. The tier: recovery loads a checkpoint into tiers made here.
-    let tier_config = match tier_config(shard, &settings, value_disk, &paths, &stats) {
+    let tier_config = match tier_config(shard, &settings, value_disk, hot_disk, &paths, &stats) {
         Ok(t) => t,
         Err(e) => return fail(e),
     };
@@ -350,6 +359,7 @@ fn tier_config<D: Disk>(
     shard: usize,
     settings: &ShardSettings,
     value_disk: Option<D>,
+    hot_disk: Option<D>,
     paths: &ShardPaths,
     stats: &ShardStats,
 ) -> Result<TierConfig<D>, EngineError> {
@@ -357,6 +367,7 @@ fn tier_config<D: Disk>(
         (Tier::Memory, _) => TierConfig::Memory,
         (Tier::Hybrid, Some(disk)) => TierConfig::Hybrid {
             disk,
+            hot_disk: hot_disk.filter(|_| paths.hot_values_dir.is_some()),
             settings: HybridSettings {
                 shard: shard as u32,
                 dir: paths.values_dir.clone(),
@@ -365,6 +376,11 @@ fn tier_config<D: Disk>(
                 cache_bytes: settings.cache_bytes,
                 gc_garbage_percent: settings.gc_garbage_percent,
                 read_latency_us: stats.cold_read_latency_us.clone(),
+                hot: paths.hot_values_dir.clone().map(|dir| HotSettings {
+                    dir,
+                    bytes: settings.hot_bytes,
+                    promote_reads: settings.hot_promote_reads,
+                }),
             },
         },
         (Tier::Hybrid, None) => {

@@ -34,7 +34,7 @@
 pub mod hybrid;
 pub mod memory;
 
-pub use hybrid::{HybridSettings, HybridStats, HybridTier};
+pub use hybrid::{HotSettings, HybridSettings, HybridStats, HybridTier};
 pub use memory::MemoryTier;
 
 use crate::io::Disk;
@@ -92,9 +92,12 @@ pub enum DeleteLookup {
 }
 
 /// A tier's own counters, published by its shard a few times a second.
-/// Adding a tier adds a variant.
+/// Adding a tier adds a variant. (The hybrid counters make it large; it
+/// is copied a few times a second, which a box would turn into as many
+/// allocations.)
 #[derive(Debug, Clone, Copy, Default)]
 #[non_exhaustive]
+#[allow(clippy::large_enum_variant)]
 pub enum TierStats {
     /// The memory tier keeps no counters beyond the shard's.
     #[default]
@@ -130,6 +133,8 @@ pub enum TierConfig<D: Disk> {
     /// An index in RAM, values in segments on `disk`.
     Hybrid {
         disk: D,
+        /// The hot device's disk, when `settings.hot` is set.
+        hot_disk: Option<D>,
         settings: HybridSettings,
     },
 }
@@ -140,7 +145,17 @@ impl<D: Disk> TierConfig<D> {
     pub fn prepare(&self) -> std::io::Result<()> {
         match self {
             TierConfig::Memory => Ok(()),
-            TierConfig::Hybrid { disk, settings } => disk.create_dir_all(&settings.dir),
+            TierConfig::Hybrid {
+                disk,
+                hot_disk,
+                settings,
+            } => {
+                disk.create_dir_all(&settings.dir)?;
+                match (hot_disk, &settings.hot) {
+                    (Some(hot), Some(h)) => hot.create_dir_all(&h.dir),
+                    _ => Ok(()),
+                }
+            }
         }
     }
 
@@ -152,9 +167,23 @@ impl<D: Disk> TierConfig<D> {
                 Some(n) => MemoryTier::with_capacity_and_hasher(n, hasher),
                 None => MemoryTier::with_hasher(hasher),
             }),
-            TierConfig::Hybrid { disk, settings } => Box::new(
-                HybridTier::in_existing_dir(disk.clone(), settings.clone()).with_table_hasher(hasher),
-            ),
+            TierConfig::Hybrid {
+                disk,
+                hot_disk,
+                settings,
+            } => {
+                let mut settings = settings.clone();
+                if hot_disk.is_none() {
+                    settings.hot = None;
+                }
+                let tier = HybridTier::in_existing_dir(disk.clone(), settings)
+                    .with_table_hasher(hasher);
+                Box::new(match hot_disk {
+                    // Its folder was made by `prepare`.
+                    Some(hot) => tier.with_hot_device(hot.clone()),
+                    None => tier,
+                })
+            }
         }
     }
 }

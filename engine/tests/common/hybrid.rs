@@ -25,6 +25,7 @@ pub fn settings(cache_bytes: u64) -> HybridSettings {
         cache_bytes,
         gc_garbage_percent: 30,
         read_latency_us: Arc::new(AtomicHistogram::new()),
+        hot: None,
     }
 }
 
@@ -95,6 +96,21 @@ pub fn checkpoint_of(t: &mut dyn Tier, delta: bool) -> Entries {
     out
 }
 
+/// A new tier over `disk` with `settings`, and the hot device they name
+/// (on the same disk) if any.
+pub fn open(disk: &SimDisk, settings: HybridSettings) -> HybridTier<SimDisk> {
+    use engine::io::Disk;
+    let hot = settings.hot.clone();
+    let t = HybridTier::new(disk.clone(), settings).expect("tier");
+    match hot {
+        Some(h) => {
+            disk.create_dir_all(&h.dir).expect("hot folder");
+            t.with_hot_device(disk.clone())
+        }
+        None => t,
+    }
+}
+
 /// A new tier over `disk` loaded from a checkpoint's entries, as recovery
 /// does: nothing of the values is in RAM.
 pub fn reload(
@@ -112,7 +128,7 @@ pub fn reload_chain(
     settings: HybridSettings,
     chain: &[&[CheckpointEntry]],
 ) -> HybridTier<SimDisk> {
-    let mut t = HybridTier::new(disk.clone(), settings).expect("tier");
+    let mut t = open(disk, settings);
     for (i, entries) in chain.iter().enumerate() {
         t.load_checkpoint_begin(i > 0).expect("checkpoint starts");
         for (k, v, at) in entries.iter() {

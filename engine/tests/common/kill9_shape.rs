@@ -15,11 +15,41 @@ pub fn value(key: u64, batch: u64) -> Vec<u8> {
     v
 }
 
+/// Which tier the writer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Memory,
+    Hybrid,
+    /// The hybrid tier with a hot device of four value segments per shard
+    /// in front of the value device (both in the data directory).
+    HotDevice,
+}
+
+impl Shape {
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Memory => "memory",
+            Shape::Hybrid => "hybrid",
+            Shape::HotDevice => "hot-device",
+        }
+    }
+
+    /// The shape named `s` (the writer's `--tier`; the test only names).
+    #[allow(dead_code)]
+    pub fn parse(s: &str) -> Option<Shape> {
+        [Shape::Memory, Shape::Hybrid, Shape::HotDevice]
+            .into_iter()
+            .find(|t| t.name() == s)
+    }
+}
+
 /// The config both the writer and the test open the engine with: `sync`
 /// durability and small segments, so rollover and checkpoints happen. On
 /// the hybrid tier, small value segments and cache and an eager GC, so
-/// values are read from segments and GC runs under the write load.
-pub fn config(dir: PathBuf, shards: u32, hybrid: bool) -> tunables::Config {
+/// values are read from segments and GC runs under the write load; with a
+/// hot device, one small enough that GC moves records off it.
+pub fn config(dir: PathBuf, shards: u32, shape: Shape) -> tunables::Config {
+    let hybrid = shape != Shape::Memory;
     let mut c = tunables::Config {
         shards,
         ..Default::default()
@@ -37,6 +67,17 @@ pub fn config(dir: PathBuf, shards: u32, hybrid: bool) -> tunables::Config {
         c.storage.cache_bytes = tunables::ByteSize::kib(64);
         c.storage.index_keys = 4096;
         c.storage.gc_garbage_percent = 10;
+    }
+    if shape == Shape::HotDevice {
+        c.devices.insert(
+            "hot".to_string(),
+            tunables::DeviceConfig {
+                path: Default::default(),
+                profile: "unthrottled".to_string(),
+            },
+        );
+        c.storage.hot_device = "hot".to_string();
+        c.storage.hot_bytes = tunables::ByteSize::kib(4 * 256 * u64::from(shards));
     }
     c
 }

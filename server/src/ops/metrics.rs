@@ -297,6 +297,21 @@ fn render_hybrid(
             "Keys deleted without a device read whose older entries GC has not settled yet.",
             h.deleted_keys,
         ),
+        (
+            "ringkv_tier_hot_segments",
+            "Value segment files on the hot device.",
+            h.hot_segments,
+        ),
+        (
+            "ringkv_tier_hot_segment_bytes",
+            "Bytes of value segment files on the hot device.",
+            h.hot_segment_bytes,
+        ),
+        (
+            "ringkv_tier_hot_live_bytes",
+            "Record bytes on the hot device the index points to.",
+            h.hot_live_bytes,
+        ),
     ] {
         p.gauge(name, help, l, v as f64);
     }
@@ -316,6 +331,31 @@ fn render_hybrid_counters(p: &mut PromText, l: &[(&str, &str)], h: &engine::Hybr
             "ringkv_tier_gc_runs_total",
             "GC passes (one victim segment each).",
             h.gc_runs,
+        ),
+        (
+            "ringkv_tier_hot_reads_total",
+            "Device reads of value segments on the hot device.",
+            h.hot_reads,
+        ),
+        (
+            "ringkv_tier_promotions_total",
+            "Records copied from the value device to the hot device.",
+            h.promotions,
+        ),
+        (
+            "ringkv_tier_promoted_bytes_total",
+            "Bytes of records copied from the value device to the hot device.",
+            h.promoted_bytes,
+        ),
+        (
+            "ringkv_tier_demotions_total",
+            "Records GC moved from the hot device to the value device.",
+            h.demotions,
+        ),
+        (
+            "ringkv_tier_demoted_bytes_total",
+            "Bytes of records GC moved from the hot device to the value device.",
+            h.demoted_bytes,
         ),
         (
             "ringkv_tier_gc_read_bytes_total",

@@ -120,6 +120,12 @@ pub fn tier_stats(engine: &EngineMetrics) -> TierStats {
         t.unresolved_entries += h.unresolved_entries;
         t.deleted_keys += h.deleted_keys;
         t.settles_done += h.settles_done;
+        t.hot_segments += h.hot_segments;
+        t.hot_segment_bytes += h.hot_segment_bytes;
+        t.hot_live_bytes += h.hot_live_bytes;
+        t.hot_reads += h.hot_reads;
+        t.promotions += h.promotions;
+        t.demotions += h.demotions;
     }
     t.index_millibytes_per_key = (t.index_bytes * 1000).checked_div(keys).unwrap_or(0);
     t.cache_millibytes_per_key = (t.cache_bytes * 1000).checked_div(keys).unwrap_or(0);

@@ -15,11 +15,14 @@ impl<D: Disk> Inner<D> {
         self.check_orphans();
         let (victim, from) = match self.gc.victim {
             Some(v) => v,
-            None => match self.pick_victim() {
+            None => match self.pick_hot_victim().or_else(|| self.pick_victim()) {
                 Some(slot) => (slot, 0),
                 None => return false,
             },
         };
+        let from_device = self.log.segs[victim as usize]
+            .as_ref()
+            .map_or(log::MAIN, |s| s.device);
         let read_before = self.log.bytes_read;
         let step = self.log.scan_from(victim, from, GC_STEP_BLOCKS);
         self.gc.bytes_read += self.log.bytes_read - read_before;
@@ -56,32 +59,14 @@ impl<D: Disk> Inner<D> {
                     }
                 }
             }
-            let Some(loc) = self.index.find_addr(h, addr) else {
-                continue;
-            };
-            // The copy keeps the record's LSN (0: a version 1 record's
-            // copy, whose write is not known).
-            let lsn = r.lsn.unwrap_or(0);
-            let (new, span) = match self.log.append(&r.key, &r.value, r.expires_at_ms, lsn) {
-                Ok(a) => a,
-                Err(e) => {
-                    self.note_fault("write (GC)", &e);
+            let to = self.gc_target(from_device, &r);
+            if !self.move_record(h, addr, &r, to) {
+                if self.faults.fault.is_some() {
                     return false;
                 }
-            };
-            self.index.set(loc, new, span);
+                continue;
+            }
             self.gc.bytes_written += r.size;
-            if let Some(seg) = self.log.segs[victim as usize].as_mut() {
-                seg.live_bytes = seg.live_bytes.saturating_sub(r.size);
-            }
-            self.cache.rename(addr, new);
-            if let Some(at) = r.expires_at_ms {
-                self.expiring.remove(at, addr);
-                self.expiring.insert(at, new);
-                if let Some(moved) = self.checkpoint_expiring_moved.as_mut() {
-                    moved.push((at, addr));
-                }
-            }
         }
         let end = self.log.segs[victim as usize].as_ref().map_or(0, |s| s.end);
         if next >= end {
@@ -290,10 +275,9 @@ impl<D: Disk> Inner<D> {
         let (mut total, mut live) = (0u64, 0u64);
         let mut best: Option<(f64, u32)> = None;
         let next_seq = self.log.next_seq;
-        let active = self.log.active_slot();
         for (slot, seg) in self.log.segs.iter().enumerate() {
             let Some(seg) = seg else { continue };
-            if seg.state != SegState::Sealed || Some(slot as u32) == active {
+            if seg.state != SegState::Sealed {
                 continue;
             }
             total += seg.total_bytes;

@@ -205,6 +205,8 @@ pub struct Segment<F> {
     pub state: SegState,
     /// The segment's format version (its records' layout).
     pub version: u32,
+    /// The device its file is on.
+    pub device: Device,
 }
 
 /// Where a record lives.
@@ -214,21 +216,51 @@ pub struct Addr {
     pub offset: u64,
 }
 
-/// One shard's value segments.
-pub struct ValueLog<D: Disk> {
+/// The device a segment lives on: the value device (every segment when
+/// no hot device is configured; the cold one otherwise), or the hot device.
+pub type Device = u8;
+/// `storage.value_device`: the cold device of a tiered shard.
+pub const MAIN: Device = 0;
+/// `storage.hot_device`.
+pub const HOT: Device = 1;
+
+/// Where one device's appends go: its folder, its active segment and the
+/// RAM buffer in front of it.
+struct Head<D: Disk> {
     disk: D,
     dir: PathBuf,
-    shard: u32,
-    segment_bytes: u64,
-    offset_bits: u32,
-    pub segs: Vec<Option<Segment<D::File>>>,
-    pub next_seq: u64,
     active: Option<u32>,
     chunk: AlignedBuf,
     /// File offset of `chunk[0]` in the active segment (a block boundary).
     chunk_start: u64,
     /// File offset of the next append in the active segment.
     cursor: u64,
+}
+
+impl<D: Disk> Head<D> {
+    fn new(disk: D, dir: PathBuf) -> Head<D> {
+        Head {
+            disk,
+            dir,
+            active: None,
+            chunk: AlignedBuf::with_capacity(CHUNK),
+            chunk_start: 0,
+            cursor: 0,
+        }
+    }
+}
+
+/// One shard's value segments, on one device or two (a hot and a cold
+/// one). Slots and sequence numbers are shared by both: an address does
+/// not say which device holds its record; the segment does.
+pub struct ValueLog<D: Disk> {
+    shard: u32,
+    segment_bytes: u64,
+    offset_bits: u32,
+    pub segs: Vec<Option<Segment<D::File>>>,
+    pub next_seq: u64,
+    /// Indexed by [`Device`]: the main head, and the hot one if configured.
+    heads: Vec<Head<D>>,
     /// Slots written since the last flush (fdatasync due).
     unsynced: Vec<u32>,
     /// Recently read blocks, by (slot, block), and their order.
@@ -236,8 +268,10 @@ pub struct ValueLog<D: Disk> {
     recent_order: std::collections::VecDeque<(u32, u64)>,
     /// Reads answered from those.
     pub recent_hits: u64,
-    /// Device reads done (cold reads and GC reads).
+    /// Device reads done (cold reads and GC reads), all devices.
     pub reads: u64,
+    /// Of those, the reads of hot-device segments.
+    pub hot_reads: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
 }
@@ -299,6 +333,7 @@ pub struct DeviceSource<F> {
     pub file: Rc<F>,
     pub path: PathBuf,
     pub seq: u64,
+    pub device: Device,
 }
 
 /// What [`parse_record`] found.
@@ -388,29 +423,43 @@ impl<D: Disk> ValueLog<D> {
         let offset_bits = (segment_bytes.next_power_of_two() / RECORD_ALIGN).trailing_zeros();
         assert!(offset_bits < 32);
         ValueLog {
-            disk,
-            dir,
             shard,
             segment_bytes,
             offset_bits,
             segs: Vec::new(),
             next_seq: 1,
-            active: None,
-            chunk: AlignedBuf::with_capacity(CHUNK),
-            chunk_start: 0,
-            cursor: 0,
+            heads: vec![Head::new(disk, dir)],
             unsynced: Vec::new(),
             recent: std::collections::HashMap::new(),
             recent_order: std::collections::VecDeque::new(),
             recent_hits: 0,
             reads: 0,
+            hot_reads: 0,
             bytes_read: 0,
             bytes_written: 0,
         }
     }
 
+    /// Adds the hot device: segments in `dir` on `disk` (the folder must
+    /// exist). Before any segment is opened.
+    pub fn add_hot(&mut self, disk: D, dir: PathBuf) {
+        assert!(self.heads.len() == 1 && self.segs.is_empty());
+        self.heads.push(Head::new(disk, dir));
+    }
+
+    /// Whether a hot device is configured.
+    pub fn has_hot(&self) -> bool {
+        self.heads.len() > HOT as usize
+    }
+
+    /// The main (value, or cold) device's segment folder.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.heads[MAIN as usize].dir
+    }
+
+    /// The segment folder of `device`.
+    pub fn dir_of(&self, device: Device) -> &Path {
+        &self.heads[device as usize].dir
     }
 
     pub fn segment_bytes(&self) -> u64 {
@@ -422,8 +471,25 @@ impl<D: Disk> ValueLog<D> {
         1u32 << (32 - self.offset_bits).min(16)
     }
 
+    /// Where segment `seq` is, on whichever device has it (the main
+    /// device's path if none does).
     pub fn path_of(&self, seq: u64) -> PathBuf {
-        self.dir.join(format!("{seq:016}.seg"))
+        self.device_of_seq(seq)
+            .map_or_else(|| self.path_on(MAIN, seq), |d| self.path_on(d, seq))
+    }
+
+    /// The path segment `seq` has on `device`.
+    pub fn path_on(&self, device: Device, seq: u64) -> PathBuf {
+        self.heads[device as usize].dir.join(format!("{seq:016}.seg"))
+    }
+
+    /// The device whose folder holds the file of segment `seq`: the hot
+    /// one is looked at first (a file is made on one device and never
+    /// copied to the other, so at most one has it).
+    pub fn device_of_seq(&self, seq: u64) -> Option<Device> {
+        (0..self.heads.len() as Device)
+            .rev()
+            .find(|&d| self.heads[d as usize].disk.exists(&self.path_on(d, seq)))
     }
 
     pub fn encode_addr(&self, a: Addr) -> u32 {
@@ -458,13 +524,17 @@ impl<D: Disk> ValueLog<D> {
         total_bytes: u64,
         state: SegState,
     ) -> Result<(), ReadError> {
-        let path = self.path_of(seq);
+        let device = self.device_of_seq(seq).unwrap_or(MAIN);
+        let path = self.path_on(device, seq);
         let io_err = |source| ReadError::Io {
             file: path.clone(),
             offset: 0,
             source,
         };
-        let file = self.disk.open_blocking(&path, false).map_err(io_err)?;
+        let file = self.heads[device as usize]
+            .disk
+            .open_blocking(&path, false)
+            .map_err(io_err)?;
         let mut buf = AlignedBuf::with_capacity(BLOCK);
         let n = file.read_at_blocking(&mut buf, 0).map_err(io_err)?;
         self.reads += 1;
@@ -487,6 +557,7 @@ impl<D: Disk> ValueLog<D> {
             live_bytes: 0,
             state,
             version,
+            device,
         });
         self.next_seq = self.next_seq.max(seq + 1);
         Ok(())
@@ -494,7 +565,7 @@ impl<D: Disk> ValueLog<D> {
 
     /// Whether the file of segment `seq` exists.
     pub fn segment_exists(&self, seq: u64) -> bool {
-        self.disk.exists(&self.path_of(seq))
+        self.device_of_seq(seq).is_some()
     }
 
     /// Whether `seq` is one of the open segments.
@@ -502,7 +573,7 @@ impl<D: Disk> ValueLog<D> {
         self.segs.iter().flatten().any(|s| s.seq == seq)
     }
 
-    fn start_segment(&mut self) -> io::Result<()> {
+    fn start_segment(&mut self, device: Device) -> io::Result<()> {
         let slot = match self.segs.iter().position(|s| s.is_none()) {
             Some(s) => s as u32,
             None => {
@@ -522,13 +593,14 @@ impl<D: Disk> ValueLog<D> {
             }
         };
         let seq = self.next_seq;
-        let path = self.path_of(seq);
-        let file = self.disk.open_blocking(&path, true)?;
+        let path = self.path_on(device, seq);
+        let head = &mut self.heads[device as usize];
+        let file = head.disk.open_blocking(&path, true)?;
         let mut header = AlignedBuf::with_capacity(BLOCK);
         header.set_len(BLOCK);
         encode_header(header.as_mut_slice(), self.shard, seq, self.segment_bytes);
         file.write_at_blocking(&header, 0)?;
-        self.disk.sync_dir_blocking(&self.dir)?;
+        head.disk.sync_dir_blocking(&head.dir)?;
         self.bytes_written += BLOCK as u64;
         self.next_seq += 1;
         self.segs[slot as usize] = Some(Segment {
@@ -540,21 +612,24 @@ impl<D: Disk> ValueLog<D> {
             live_bytes: 0,
             state: SegState::Active,
             version: SEGMENT_VERSION,
+            device,
         });
-        self.active = Some(slot);
-        self.chunk_start = BLOCK as u64;
-        self.cursor = BLOCK as u64;
-        self.chunk.set_len(0);
+        head.active = Some(slot);
+        head.chunk_start = BLOCK as u64;
+        head.cursor = BLOCK as u64;
+        head.chunk.set_len(0);
         self.unsynced.push(slot);
         Ok(())
     }
 
-    /// Appends one record, written by the WAL record at `lsn` (a GC copy
-    /// passes the LSN of the record it copies); returns its address and
-    /// span (1 if it runs past the end of its first block). A failed write
-    /// leaves the log unusable for writes (the caller poisons the shard).
+    /// Appends one record to `device`'s active segment, written by the
+    /// WAL record at `lsn` (a copy, by GC or between devices, passes the
+    /// LSN of the record it copies); returns its address and span (1 if it
+    /// runs past the end of its first block). A failed write leaves the
+    /// log unusable for writes (the caller poisons the shard).
     pub fn append(
         &mut self,
+        device: Device,
         key: &[u8],
         value: &[u8],
         expires_at_ms: Option<u64>,
@@ -570,12 +645,14 @@ impl<D: Disk> ValueLog<D> {
                 ),
             ));
         }
-        if self.active.is_none() || advance(self.cursor, size) > self.segment_bytes {
-            self.seal_active()?;
-            self.start_segment()?;
+        let head = &self.heads[device as usize];
+        if head.active.is_none() || advance(head.cursor, size) > self.segment_bytes {
+            self.seal_active(device)?;
+            self.start_segment(device)?;
         }
-        let slot = self.active.expect("an active segment");
-        let start = self.cursor;
+        let head = &self.heads[device as usize];
+        let slot = head.active.expect("an active segment");
+        let start = head.cursor;
         let mut header = [0u8; RECORD_HEADER_MAX];
         header[0] = FLAG_VALUE
             | if expires_at_ms.is_some() {
@@ -593,11 +670,12 @@ impl<D: Disk> ValueLog<D> {
             }
             None => 16,
         };
-        self.put_bytes(&header[..hlen])?;
-        self.put_bytes(key)?;
-        self.put_bytes(value)?;
-        let end = self.cursor;
-        self.cursor = next_start(end);
+        self.put_bytes(device, &header[..hlen])?;
+        self.put_bytes(device, key)?;
+        self.put_bytes(device, value)?;
+        let head = &mut self.heads[device as usize];
+        let end = head.cursor;
+        head.cursor = next_start(end);
         let seg = self.segs[slot as usize]
             .as_mut()
             .expect("active segment open");
@@ -614,39 +692,42 @@ impl<D: Disk> ValueLog<D> {
         ))
     }
 
-    /// Copies bytes at the cursor, skipping CRC words and writing the
-    /// buffer out when it fills.
-    fn put_bytes(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+    /// Copies bytes at `device`'s cursor, skipping CRC words and writing
+    /// the buffer out when it fills.
+    fn put_bytes(&mut self, device: Device, mut bytes: &[u8]) -> io::Result<()> {
         while !bytes.is_empty() {
-            if self.cursor % BLOCK as u64 == PAYLOAD as u64 {
-                self.cursor += 4;
+            let head = &mut self.heads[device as usize];
+            if head.cursor % BLOCK as u64 == PAYLOAD as u64 {
+                head.cursor += 4;
             }
-            if self.cursor - self.chunk_start == CHUNK as u64 {
-                self.write_chunk(false)?;
+            if head.cursor - head.chunk_start == CHUNK as u64 {
+                self.write_chunk(device, false)?;
             }
-            let in_block = (self.cursor % BLOCK as u64) as usize;
+            let head = &mut self.heads[device as usize];
+            let in_block = (head.cursor % BLOCK as u64) as usize;
             let n = bytes.len().min(PAYLOAD - in_block);
-            let at = (self.cursor - self.chunk_start) as usize;
-            if self.chunk.len() < at + n {
-                let old = self.chunk.len();
-                self.chunk.set_len(at + n);
-                self.chunk.as_mut_slice()[old..at].fill(0);
+            let at = (head.cursor - head.chunk_start) as usize;
+            if head.chunk.len() < at + n {
+                let old = head.chunk.len();
+                head.chunk.set_len(at + n);
+                head.chunk.as_mut_slice()[old..at].fill(0);
             }
-            self.chunk.as_mut_slice()[at..at + n].copy_from_slice(&bytes[..n]);
-            self.cursor += n as u64;
+            head.chunk.as_mut_slice()[at..at + n].copy_from_slice(&bytes[..n]);
+            head.cursor += n as u64;
             bytes = &bytes[n..];
         }
         Ok(())
     }
 
-    /// Writes the buffered blocks: the whole ones, and with `tail` the
-    /// partial last one too (zero padded); then starts the buffer at the
-    /// next block boundary.
-    fn write_chunk(&mut self, tail: bool) -> io::Result<()> {
-        let Some(slot) = self.active else {
+    /// Writes `device`'s buffered blocks: the whole ones, and with `tail`
+    /// the partial last one too (zero padded); then starts the buffer at
+    /// the next block boundary.
+    fn write_chunk(&mut self, device: Device, tail: bool) -> io::Result<()> {
+        let head = &mut self.heads[device as usize];
+        let Some(slot) = head.active else {
             return Ok(());
         };
-        let used = (self.cursor - self.chunk_start) as usize;
+        let used = (head.cursor - head.chunk_start) as usize;
         let whole = if tail {
             used.div_ceil(BLOCK) * BLOCK
         } else {
@@ -655,15 +736,15 @@ impl<D: Disk> ValueLog<D> {
         if whole == 0 {
             return Ok(());
         }
-        let old = self.chunk.len();
+        let old = head.chunk.len();
         if old < whole {
-            self.chunk.set_len(whole);
-            self.chunk.as_mut_slice()[old..whole].fill(0);
+            head.chunk.set_len(whole);
+            head.chunk.as_mut_slice()[old..whole].fill(0);
         }
         let seg = self.segs[slot as usize].as_ref().expect("active segment");
         let seq = seg.seq;
-        let first_block = self.chunk_start / BLOCK as u64;
-        for (i, block) in self.chunk.as_mut_slice()[..whole]
+        let first_block = head.chunk_start / BLOCK as u64;
+        for (i, block) in head.chunk.as_mut_slice()[..whole]
             .chunks_exact_mut(BLOCK)
             .enumerate()
         {
@@ -671,50 +752,60 @@ impl<D: Disk> ValueLog<D> {
             block[PAYLOAD..].copy_from_slice(&crc.to_le_bytes());
         }
         let mut out = AlignedBuf::with_capacity(whole);
-        out.extend_from_slice(&self.chunk.as_slice()[..whole]);
-        seg.file.write_at_blocking(&out, self.chunk_start)?;
+        out.extend_from_slice(&head.chunk.as_slice()[..whole]);
+        seg.file.write_at_blocking(&out, head.chunk_start)?;
         self.bytes_written += whole as u64;
         if !self.unsynced.contains(&slot) {
             self.unsynced.push(slot);
         }
         // Keep what follows the written blocks (a partial block stays in
         // RAM unless it was padded out).
-        let rest = self.chunk.as_slice()[whole..used.max(whole)].to_vec();
-        self.chunk.set_len(0);
-        self.chunk.extend_from_slice(&rest);
-        self.chunk_start += whole as u64;
+        let rest = head.chunk.as_slice()[whole..used.max(whole)].to_vec();
+        head.chunk.set_len(0);
+        head.chunk.extend_from_slice(&rest);
+        head.chunk_start += whole as u64;
         if tail {
-            self.cursor = self.cursor.max(self.chunk_start);
-            self.chunk.set_len(0);
+            head.cursor = head.cursor.max(head.chunk_start);
+            head.chunk.set_len(0);
         }
         Ok(())
     }
 
-    fn seal_active(&mut self) -> io::Result<()> {
-        if let Some(slot) = self.active {
-            self.write_chunk(true)?;
+    fn seal_active(&mut self, device: Device) -> io::Result<()> {
+        if let Some(slot) = self.heads[device as usize].active {
+            self.write_chunk(device, true)?;
             if let Some(seg) = self.segs[slot as usize].as_mut() {
                 seg.state = SegState::Sealed;
             }
-            self.active = None;
+            self.heads[device as usize].active = None;
         }
         Ok(())
     }
 
     /// Makes every record appended so far durable: writes the buffered
-    /// blocks (padding the last) and fdatasyncs every segment written
-    /// since the last flush. The next record starts in a fresh block.
+    /// blocks of each device (padding the last) and fdatasyncs every
+    /// segment written since the last flush. The next record starts in a
+    /// fresh block.
     pub fn flush(&mut self) -> io::Result<()> {
-        self.write_chunk(true)?;
+        for device in 0..self.heads.len() as Device {
+            self.write_chunk(device, true)?;
+        }
         for slot in std::mem::take(&mut self.unsynced) {
             if let Some(seg) = self.segs[slot as usize].as_ref() {
                 seg.file.sync_data_blocking()?;
             }
         }
-        if self.cursor + BLOCK as u64 > self.segment_bytes {
-            self.seal_active()?;
+        for device in 0..self.heads.len() as Device {
+            if self.heads[device as usize].cursor + BLOCK as u64 > self.segment_bytes {
+                self.seal_active(device)?;
+            }
         }
         Ok(())
+    }
+
+    /// The head whose active segment is `slot`, if any.
+    fn head_of_active(&self, slot: u32) -> Option<&Head<D>> {
+        self.heads.iter().find(|h| h.active == Some(slot))
     }
 
     /// The bytes of blocks `first..first + count` of segment `slot`,
@@ -732,18 +823,16 @@ impl<D: Disk> ValueLog<D> {
             Some(s) => s,
             None => {
                 return Err(ReadError::Corrupt {
-                    file: self.dir.clone(),
+                    file: self.dir().to_path_buf(),
                     offset: first * BLOCK as u64,
                     reason: format!("address names segment slot {slot}, which is not open"),
                 })
             }
         };
         let mut out = Vec::with_capacity(count as usize * PAYLOAD);
-        let in_ram_from = if self.active == Some(slot) {
-            self.chunk_start / BLOCK as u64
-        } else {
-            u64::MAX
-        };
+        let in_ram_from = self
+            .head_of_active(slot)
+            .map_or(u64::MAX, |h| h.chunk_start / BLOCK as u64);
         let disk_count = count.min(in_ram_from.saturating_sub(first));
         let cached = disk_count > 0
             && (first..first + disk_count).all(|b| self.recent.contains_key(&(slot, b)));
@@ -764,6 +853,7 @@ impl<D: Disk> ValueLog<D> {
                     source,
                 })?;
             self.reads += 1;
+            self.hot_reads += u64::from(seg.device == HOT);
             self.bytes_read += n as u64;
             if n < buf.capacity() {
                 return Err(ReadError::Corrupt {
@@ -784,7 +874,7 @@ impl<D: Disk> ValueLog<D> {
         }
         for b in first + disk_count..first + count {
             let at = ((b - in_ram_from) * BLOCK as u64) as usize;
-            let chunk = self.chunk.as_slice();
+            let chunk = self.head_of_active(slot).expect("an active segment").chunk.as_slice();
             let mut block = [0u8; PAYLOAD];
             if at < chunk.len() {
                 let n = (chunk.len() - at).min(PAYLOAD);
@@ -873,7 +963,9 @@ impl<D: Disk> ValueLog<D> {
     /// the active segment's unwritten tail. (A range that is partly both,
     /// or partly on the device, counts as needing the device.)
     pub fn in_ram(&self, slot: u32, first: u64, count: u64) -> bool {
-        let unwritten = self.active == Some(slot) && first * BLOCK as u64 >= self.chunk_start;
+        let unwritten = self
+            .head_of_active(slot)
+            .is_some_and(|h| first * BLOCK as u64 >= h.chunk_start);
         unwritten || (first..first + count).all(|b| self.recent.contains_key(&(slot, b)))
     }
 
@@ -887,19 +979,24 @@ impl<D: Disk> ValueLog<D> {
         count: u64,
     ) -> Option<DeviceSource<D::File>> {
         let seg = self.segs.get(slot as usize)?.as_ref()?;
-        if self.active == Some(slot) && (first + count) * BLOCK as u64 > self.chunk_start {
+        if self
+            .head_of_active(slot)
+            .is_some_and(|h| (first + count) * BLOCK as u64 > h.chunk_start)
+        {
             return None;
         }
         Some(DeviceSource {
             file: Rc::clone(&seg.file),
             path: seg.path.clone(),
             seq: seg.seq,
+            device: seg.device,
         })
     }
 
     /// Counts a device read done through a [`DeviceSource`].
-    pub fn note_read(&mut self, bytes: u64) {
+    pub fn note_read(&mut self, bytes: u64, device: Device) {
         self.reads += 1;
+        self.hot_reads += u64::from(device == HOT);
         self.bytes_read += bytes;
     }
 
@@ -1014,11 +1111,12 @@ impl<D: Disk> ValueLog<D> {
         self.segs
             .get(slot as usize)
             .and_then(|s| s.as_ref())
-            .map_or_else(|| self.dir.clone(), |s| s.path.clone())
+            .map_or_else(|| self.dir().to_path_buf(), |s| s.path.clone())
     }
 
-    pub fn active_slot(&self) -> Option<u32> {
-        self.active
+    /// The active segment of `device`, if one is open.
+    pub fn active_slot(&self, device: Device) -> Option<u32> {
+        self.heads.get(device as usize)?.active
     }
 
     /// Every open segment file for an online backup: the sealed ones (and
@@ -1029,11 +1127,11 @@ impl<D: Disk> ValueLog<D> {
         let mut out = Vec::new();
         for (slot, seg) in self.segs.iter().enumerate() {
             let Some(seg) = seg else { continue };
-            let active = self.active == Some(slot as u32);
+            let active = self.head_of_active(slot as u32);
             out.push(crate::tier::TierFile {
                 path: seg.path.clone(),
-                bytes: if active { self.chunk_start } else { u64::MAX },
-                sealed: !active,
+                bytes: active.map_or(u64::MAX, |h| h.chunk_start),
+                sealed: active.is_none(),
             });
         }
         out
@@ -1045,10 +1143,10 @@ impl<D: Disk> ValueLog<D> {
         self.recent.retain(|&(s, _), _| s != slot);
         self.recent_order.retain(|&(s, _)| s != slot);
         if let Some(seg) = self.segs[slot as usize].take() {
-            let path = seg.path.clone();
+            let (path, head) = (seg.path.clone(), &self.heads[seg.device as usize]);
             drop(seg);
-            self.disk.remove_file_blocking(&path)?;
-            self.disk.sync_dir_blocking(&self.dir)?;
+            head.disk.remove_file_blocking(&path)?;
+            head.disk.sync_dir_blocking(&head.dir)?;
         }
         Ok(())
     }
@@ -1058,23 +1156,34 @@ impl<D: Disk> ValueLog<D> {
     /// records again).
     pub fn remove_orphans(&mut self) -> io::Result<u64> {
         let mut removed = 0;
-        for path in self.disk.list_dir(&self.dir)? {
-            let Some(seq) = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_suffix(".seg"))
-                .and_then(|n| n.parse::<u64>().ok())
-            else {
-                continue;
-            };
-            self.next_seq = self.next_seq.max(seq + 1);
-            if !self.has_seq(seq) {
-                self.disk.remove_file_blocking(&path)?;
-                removed += 1;
+        for device in 0..self.heads.len() {
+            let mut here = 0;
+            let head = &self.heads[device];
+            for path in head.disk.list_dir(&head.dir)? {
+                let Some(seq) = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_suffix(".seg"))
+                    .and_then(|n| n.parse::<u64>().ok())
+                else {
+                    continue;
+                };
+                self.next_seq = self.next_seq.max(seq + 1);
+                // A segment open on the other device is not this file.
+                let open_here = self
+                    .segs
+                    .iter()
+                    .flatten()
+                    .any(|s| s.seq == seq && s.device as usize == device);
+                if !open_here {
+                    head.disk.remove_file_blocking(&path)?;
+                    here += 1;
+                }
             }
-        }
-        if removed > 0 {
-            self.disk.sync_dir_blocking(&self.dir)?;
+            if here > 0 {
+                head.disk.sync_dir_blocking(&head.dir)?;
+            }
+            removed += here;
         }
         Ok(removed)
     }
@@ -1142,7 +1251,7 @@ mod tests {
             let value = vec![i as u8; (i as usize * 37) % 700];
             let at = (i % 3 == 0).then_some(1_000 + i);
             let lsn = 10 + i * 2;
-            let (addr, span) = w.append(key.as_bytes(), &value, at, lsn).expect("append");
+            let (addr, span) = w.append(MAIN, key.as_bytes(), &value, at, lsn).expect("append");
             written.push((addr, span, key, value, at, lsn));
         }
         w.flush().expect("flush");

@@ -58,6 +58,14 @@ impl<D: Disk> Inner<D> {
         }
     }
 
+    /// Whether the place of two records orders them (newer segment and
+    /// offset, newer record): with one device, appends go to one segment
+    /// at a time; with a hot device, two segments are appended to side by
+    /// side.
+    pub(super) fn place_orders(&self) -> bool {
+        !self.log.has_hot()
+    }
+
     /// How recent the record at `addr` is: (segment sequence, offset).
     /// Appends (writes and GC's copies) always go to the newest place.
     pub(super) fn age(&self, addr: u32) -> (u64, u64) {
@@ -67,13 +75,21 @@ impl<D: Disk> Inner<D> {
 
     /// Whether record `a` (at `a_addr`) is a newer version of its key
     /// than record `b` (at `b_addr`, same key): by the LSNs of the writes
-    /// that made them when both carry one and they differ, else (a record
-    /// of a version 1 segment, or the same write's record twice: a WAL
-    /// replay writes a record again) by place, the newer segment and
-    /// offset being the newer.
+    /// that made them when both carry one and they differ. A record
+    /// without an LSN (of a version 1 segment, or a copy of one) is older
+    /// than any with one: every write that carries an LSN came after the
+    /// data directory's last version 1 record. Two without an LSN, or the
+    /// same write's record twice (a WAL replay writes a record again),
+    /// go by place, the newer segment and offset being the newer: version
+    /// 1 records never leave the main device, whose appends go to one
+    /// segment at a time in sequence order (with a hot device, the two
+    /// devices' active segments are appended to side by side, so place
+    /// alone does not order records across them).
     pub(super) fn is_newer(&self, a_addr: u32, a: &Record, b_addr: u32, b: &Record) -> bool {
         match (a.lsn, b.lsn) {
             (Some(x), Some(y)) if x != y => x > y,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
             _ => self.age(a_addr) > self.age(b_addr),
         }
     }
@@ -176,8 +192,10 @@ impl<D: Disk> Inner<D> {
             }
         }
         // A candidate that failed after the newest found (at an older
-        // place) is taken for older: its LSN is not known.
+        // place) is taken for older: its LSN is not known. (With a hot
+        // device place does not order records: the read fails.)
         match (best, failed) {
+            (Some(_), Some(e)) if !self.place_orders() => Err(e),
             (Some(found), _) => Ok(Some(found)),
             (None, Some(e)) => Err(e),
             (None, None) => Ok(None),
@@ -221,11 +239,14 @@ impl<D: Disk> Inner<D> {
 
     /// Whether the record `r` at `addr` (an unresolved entry) is an older
     /// version of its key: another record of the key is newer
-    /// ([`Inner::is_newer`]), or the key was deleted since. With an LSN in
-    /// `r`, the key's records at older places are read too (an LSN, not
-    /// the place, decides). `Err` when a candidate at a newer place cannot
-    /// be read or dangles (it may be the key's, and its LSN is unknown); one
-    /// at an older place that cannot be read is taken for older.
+    /// ([`Inner::is_newer`]), or the key was deleted since. The key's
+    /// records at older places are read too (an LSN, not the place,
+    /// decides; and a record without one is older than any with one).
+    /// `Err` when a candidate at a newer place cannot be read or dangles
+    /// (it may be the key's, and its LSN is unknown); one at an older place
+    /// that cannot be read is taken for older, unless a hot device is set
+    /// (then place does not order records, and any such candidate is an
+    /// `Err`).
     pub(super) fn superseded(&mut self, addr: u32, r: &Record) -> Result<bool, ReadError> {
         if self.is_deleted(&r.key) {
             return Ok(true);
@@ -233,8 +254,8 @@ impl<D: Disk> Inner<D> {
         let h = self.key_hash(&r.key);
         let age = self.age(addr);
         for c in self.ordered_candidates(h) {
-            let newer_place = self.age(c.addr) > age;
-            if c.addr == addr || (!newer_place && r.lsn.is_none()) {
+            let newer_place = self.age(c.addr) > age || !self.place_orders();
+            if c.addr == addr {
                 continue;
             }
             let other = match self.record(&c) {
@@ -358,6 +379,7 @@ impl<D: Disk> Inner<D> {
                 cands: queue,
                 failed: failed.map(|e| e.to_string()),
                 reads: 0,
+                hot_reads: 0,
                 bytes: 0,
                 settle: false,
                 background: false,
@@ -366,8 +388,10 @@ impl<D: Disk> Inner<D> {
             });
         }
         // A candidate that failed after the newest found (at an older
-        // place) is taken for older: its LSN is not known.
+        // place) is taken for older: its LSN is not known. (With a hot
+        // device place does not order records: the read fails.)
         match (best, failed) {
+            (Some(_), Some(e)) if !self.place_orders() => Lookup::Failed(e),
             (Some((_, r)), _) => Lookup::Found(Some(r)),
             (None, Some(e)) => Lookup::Failed(e),
             (None, None) => Lookup::Found(None),
@@ -381,6 +405,7 @@ impl<D: Disk> Inner<D> {
         mut ck: Box<ColdKey<D::File>>,
     ) -> Result<ColdAnswer, Box<ColdKey<D::File>>> {
         self.log.reads += std::mem::take(&mut ck.reads);
+        self.log.hot_reads += std::mem::take(&mut ck.hot_reads);
         self.log.bytes_read += std::mem::take(&mut ck.bytes);
         loop {
             match ck.cands.front() {
@@ -438,7 +463,11 @@ impl<D: Disk> Inner<D> {
             }
         }
         // The newest record of the key found; one that failed after it (at
-        // an older place) is taken for older: its LSN is not known.
+        // an older place) is taken for older: its LSN is not known. (With
+        // a hot device place does not order records: the read fails.)
+        if ck.failed.is_some() && !self.place_orders() {
+            ck.best = None;
+        }
         if let Some((addr, r, cacheable)) = ck.best.take() {
             let cacheable = cacheable && !ck.settle;
             return Ok(Ok(self.answer_cold(&ck, addr, r, cacheable)));
@@ -465,6 +494,7 @@ impl<D: Disk> Inner<D> {
     ) -> Option<Bytes> {
         if cacheable && self.index.find_addr(KeyHash::new(ck.hash), addr).is_some() {
             self.cache.insert(addr, r.clone());
+            self.maybe_promote(ck.hash, addr, &r);
         }
         r.expires_at_ms
             .is_none_or(|at| at > ck.now_ms)

@@ -61,6 +61,7 @@ mod lookup;
 mod segments;
 mod writes;
 mod resize;
+mod tiers;
 
 use self::cache::Cache;
 use self::index::{Candidate, Index, KeyHash, PARTITIONS};
@@ -107,6 +108,21 @@ pub struct HybridSettings {
     pub gc_garbage_percent: u32,
     /// Where device read latencies go (µs).
     pub read_latency_us: std::sync::Arc<crate::histogram::AtomicHistogram>,
+    /// A hot device in front of the value device (`tiers`), if any.
+    pub hot: Option<HotSettings>,
+}
+
+/// The hot device of a shard's hybrid tier (`storage.hot_device`).
+#[derive(Clone, Debug)]
+pub struct HotSettings {
+    /// The folder of this shard's hot segments.
+    pub dir: PathBuf,
+    /// Bytes its segment files may take (this shard's part of
+    /// `storage.hot_bytes`); at least four segments.
+    pub bytes: u64,
+    /// Reads lately that move a cold record up or keep a hot one
+    /// (`storage.hot_promote_reads`).
+    pub promote_reads: u8,
 }
 
 /// Counters of the hybrid tier (for STATS and `/metrics`).
@@ -146,6 +162,21 @@ pub struct HybridStats {
     pub expiry_pairs: u64,
     /// RAM of the unresolved entries' and deleted keys' sets.
     pub blind_sets_bytes: u64,
+    /// Segment files on the hot device (a part of `segments`; 0 with no
+    /// hot device), their bytes, and the live record bytes in them.
+    pub hot_segments: u64,
+    pub hot_segment_bytes: u64,
+    pub hot_live_bytes: u64,
+    /// Device reads of hot segments (a part of `device_reads`).
+    pub hot_reads: u64,
+    /// Records copied from the cold device to the hot one on a read, and
+    /// their bytes.
+    pub promotions: u64,
+    pub promoted_bytes: u64,
+    /// Records GC moved from the hot device to the cold one, and their
+    /// bytes.
+    pub demotions: u64,
+    pub demoted_bytes: u64,
 }
 
 struct Inner<D: Disk> {
@@ -174,6 +205,8 @@ struct Inner<D: Disk> {
     gc: GcState,
     faults: Faults,
     loading: LoadState,
+    /// Placement across a hot and a cold device, if a hot one is set.
+    tiering: Option<tiers::Tiering>,
 }
 
 /// What blind writes and deletes leave behind: entries that may hold an
@@ -418,6 +451,8 @@ struct ColdKey<F> {
     /// Device reads done for this GET and their bytes, not counted yet (a
     /// merged read counts once, for the first GET it served).
     reads: u64,
+    /// Of `reads`, those of hot segments.
+    hot_reads: u64,
     bytes: u64,
     /// The read answers a delete that was applied blind, or settles a
     /// put's candidates: the key's record it finds is dead (older than
@@ -539,8 +574,24 @@ impl<D: Disk> HybridTier<D> {
                     layout_loaded: false,
                     pending_segments: None,
                 },
+                tiering: None,
             }),
         }
+    }
+
+    /// Puts the hot device `settings.hot` names in front of the value
+    /// device: `disk` is its disk (its profile throttles its I/O), and the
+    /// folder `settings.hot` names must exist. Before anything is loaded.
+    pub fn with_hot_device(mut self, disk: D) -> HybridTier<D> {
+        let st = self.inner.get_mut();
+        let hot = st
+            .settings
+            .hot
+            .clone()
+            .expect("settings.hot names the hot device's folder");
+        st.log.add_hot(disk, hot.dir);
+        st.tiering = Some(tiers::Tiering::new(hot.bytes, hot.promote_reads));
+        self
     }
 
     /// The tier hashing keys with `hasher` instead of the unkeyed
@@ -608,6 +659,8 @@ impl<D: Disk> Inner<D> {
             records += s.total_bytes;
             live += s.live_bytes.min(s.total_bytes);
         }
+        let hot = self.device_use(log::HOT);
+        let t = self.tiering.as_ref();
         HybridStats {
             keys: self
                 .index
@@ -636,6 +689,14 @@ impl<D: Disk> Inner<D> {
             expiry_bytes: self.expiring.memory_bytes(),
             expiry_pairs: self.expiring.len() as u64,
             blind_sets_bytes: self.blind.memory_bytes(),
+            hot_segments: hot.segments,
+            hot_segment_bytes: hot.file_bytes,
+            hot_live_bytes: hot.live_bytes,
+            hot_reads: self.log.hot_reads,
+            promotions: t.map_or(0, |t| t.promotions),
+            promoted_bytes: t.map_or(0, |t| t.promoted_bytes),
+            demotions: t.map_or(0, |t| t.demotions),
+            demoted_bytes: t.map_or(0, |t| t.demoted_bytes),
         }
     }
 }
@@ -697,6 +758,7 @@ impl<D: Disk> Tier for HybridTier<D> {
 
     fn get(&self, hash: u64, key: &[u8]) -> Option<Bytes> {
         let mut st = self.inner.borrow_mut();
+        st.note_get(hash);
         let r = st.find_for_read(hash, key)?;
         st.live(&r).then_some(r.value)
     }
@@ -716,6 +778,7 @@ impl<D: Disk> Tier for HybridTier<D> {
             if *read_left == 0 {
                 break;
             }
+            st.note_get(h);
             match st.lookup(h, k) {
                 Lookup::Found(r) => {
                     let v = r.filter(|r| st.live(r)).map(|r| r.value);
@@ -774,6 +837,9 @@ impl<D: Disk> Tier for HybridTier<D> {
                     let first = &mut keys[m.gets[0]].1;
                     first.reads += 1;
                     first.bytes += n as u64;
+                    if let Some(CandState::Read { src, .. }) = first.cands.front().map(|c| &c.state) {
+                        first.hot_reads += u64::from(src.device == log::HOT);
+                    }
                 }
                 for &i in &m.gets {
                     let Some(CandState::Read { spot, src, blocks }) =
@@ -1014,6 +1080,7 @@ impl<D: Disk> Tier for HybridTier<D> {
     fn memory_bytes(&self) -> u64 {
         let st = self.inner.borrow();
         st.index.memory_bytes()
+            + st.tiering.as_ref().map_or(0, |t| t.sketch.memory_bytes())
             + st.cache.budget()
             + st.expiring.memory_bytes()
             + st.blind.memory_bytes()

@@ -92,7 +92,7 @@ impl<D: Disk> Inner<D> {
             self.faults.unwritten.insert(key.into());
             return new;
         }
-        let (addr, span) = match self.log.append(key, value, at, lsn) {
+        let (addr, span) = match self.log.append(self.write_device(), key, value, at, lsn) {
             Ok(a) => a,
             Err(e) => {
                 self.note_fault("write", &e);
@@ -145,6 +145,7 @@ impl<D: Disk> Inner<D> {
                 cands: settle.into(),
                 failed: None,
                 reads: 0,
+                hot_reads: 0,
                 bytes: 0,
                 settle: true,
                 background: true,

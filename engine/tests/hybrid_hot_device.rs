@@ -1,0 +1,234 @@
+//! The hybrid tier with a hot device in front of the value device, on its
+//! own (no engine): where writes go, what GC moves off the hot device and
+//! what it keeps there, what a read copies back, and that a restart finds
+//! each record on the device it was on.
+
+mod common;
+
+use bytes::Bytes;
+use common::hybrid::{checkpoint, lsn, open, reload, settings};
+use engine::hash::fnv1a64;
+use engine::io::sim::SimDisk;
+use engine::tier::{HotSettings, HybridSettings, HybridStats, HybridTier, Tier};
+
+const SEGMENT: u64 = 64 << 10;
+
+/// 64 KiB segments, a hot device of `hot_segments` of them, promotion at
+/// two reads, no read cache.
+fn tiered(hot_segments: u64) -> HybridSettings {
+    HybridSettings {
+        segment_bytes: SEGMENT,
+        hot: Some(HotSettings {
+            dir: "/v/shard-000/values-hot".into(),
+            bytes: hot_segments * SEGMENT,
+            promote_reads: 2,
+        }),
+        ..settings(0)
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key-{i:06}").into_bytes()
+}
+
+/// About 1 KiB, different for each key and round.
+fn value(i: u64, round: u64) -> Vec<u8> {
+    let len = 900 + (i * 7 + round) % 200;
+    (0..len).map(|j| (i * 31 + j + round) as u8).collect()
+}
+
+fn put(t: &mut HybridTier<SimDisk>, i: u64, round: u64) {
+    let k = key(i);
+    t.put(fnv1a64(&k), &k, &value(i, round), lsn());
+}
+
+/// Reads `keys` the way the shard's GETs do (RAM first, the rest from the
+/// device), checking each against round `round`'s value.
+fn get_all(t: &mut HybridTier<SimDisk>, keys: &[u64], round: u64) {
+    let ks: Vec<Bytes> = keys.iter().map(|&i| Bytes::from(key(i))).collect();
+    let hashes: Vec<u64> = ks.iter().map(|k| fnv1a64(k)).collect();
+    let (mut out, mut cold) = (Vec::new(), Vec::new());
+    let mut left = usize::MAX;
+    t.get_many_split(&hashes, &ks, &mut out, &mut left, &mut cold);
+    while !cold.is_empty() {
+        let read = pollster::block_on(t.fetch_cold(cold));
+        let (mut done, mut again) = (Vec::new(), Vec::new());
+        t.finish_cold(read, &mut done, &mut again);
+        for (i, a) in done {
+            out[i] = a.expect("the record reads");
+        }
+        cold = again;
+    }
+    for (&i, got) in keys.iter().zip(out) {
+        assert_eq!(
+            got.as_deref(),
+            Some(&value(i, round)[..]),
+            "key {i} round {round}"
+        );
+    }
+}
+
+/// Runs GC until it has nothing to do.
+fn gc(t: &mut HybridTier<SimDisk>) {
+    let mut steps = 0;
+    while t.background_step() {
+        steps += 1;
+        assert!(steps < 100_000, "GC does not settle");
+    }
+}
+
+/// Device reads of `keys` read cold now: (all, of them on the hot device).
+fn reads_of(t: &mut HybridTier<SimDisk>, keys: &[u64], round: u64) -> (u64, u64) {
+    t.forget_cached();
+    let before = t.stats();
+    get_all(t, keys, round);
+    let after = t.stats();
+    (
+        after.device_reads - before.device_reads,
+        after.hot_reads - before.hot_reads,
+    )
+}
+
+fn hot_share(s: &HybridStats) -> String {
+    format!(
+        "{} of {} segments hot, {} hot bytes, {} promotions, {} demotions",
+        s.hot_segments, s.segments, s.hot_segment_bytes, s.promotions, s.demotions
+    )
+}
+
+/// Writes fill the hot device, then go to the value device; GC empties
+/// the oldest hot segments, keeping there the records read lately and
+/// moving the others down; the hot device stays within its bytes.
+#[test]
+fn gc_moves_unread_records_down_and_keeps_the_read_ones() {
+    let disk = SimDisk::new(1);
+    let s = tiered(6);
+    let mut t = open(&disk, s.clone());
+    // 600 records of about 1 KiB: over twice the hot device.
+    for i in 0..600 {
+        put(&mut t, i, 0);
+    }
+    let st = t.stats();
+    assert!(
+        st.hot_segments >= 5 && st.segments > st.hot_segments,
+        "{}",
+        hot_share(&st)
+    );
+    // The first 40 keys (in the oldest hot segments) are read often.
+    for _ in 0..3 {
+        get_all(&mut t, &(0..40).collect::<Vec<_>>(), 0);
+    }
+    gc(&mut t);
+    // (A checkpoint writes out what GC copied: reads below go to the
+    // devices, not to the buffers in RAM.)
+    let _ = checkpoint(&mut t);
+    let st = t.stats();
+    assert!(st.demotions > 0, "{}", hot_share(&st));
+    assert!(
+        st.hot_segment_bytes <= 2 * 6 * SEGMENT,
+        "the hot device holds {} bytes",
+        st.hot_segment_bytes
+    );
+    // The read ones are on the hot device; the oldest unread ones went
+    // down.
+    let (reads, hot) = reads_of(&mut t, &(0..40).collect::<Vec<_>>(), 0);
+    assert!(
+        reads > 0 && hot == reads,
+        "{hot} of {reads} reads of read keys on the hot device"
+    );
+    let (reads, hot) = reads_of(&mut t, &(40..80).collect::<Vec<_>>(), 0);
+    assert!(
+        reads > 0 && hot == 0,
+        "{hot} of {reads} reads of unread keys on the hot device"
+    );
+    // Every key still reads its value.
+    get_all(&mut t, &(0..600).collect::<Vec<_>>(), 0);
+}
+
+/// A record on the value device that is read twice is copied to the hot
+/// device by the read; a restart from a checkpoint finds it there, and the
+/// ones left below still below.
+#[test]
+fn a_read_copies_a_cold_record_up_and_a_restart_keeps_it_there() {
+    let disk = SimDisk::new(2);
+    let s = tiered(4);
+    let mut t = open(&disk, s.clone());
+    for i in 0..600 {
+        put(&mut t, i, 0);
+    }
+    gc(&mut t);
+    // Keys written last went to the value device (the hot one was full).
+    let cold: Vec<u64> = (580..600).collect();
+    let (reads, hot) = reads_of(&mut t, &cold, 0);
+    assert!(
+        reads > 0 && hot == 0,
+        "{hot} of {reads} reads on the hot device"
+    );
+    let before = t.stats().promotions;
+    // The second read counts as often enough: copied up.
+    let _ = reads_of(&mut t, &cold, 0);
+    let st = t.stats();
+    assert!(
+        st.promotions >= before + cold.len() as u64 / 2,
+        "{}",
+        hot_share(&st)
+    );
+    // Across a restart from a checkpoint (which writes the copies out):
+    // where each was.
+    let entries = checkpoint(&mut t);
+    let promoted: Vec<u64> = cold
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let (r, h) = reads_of(&mut t, &[i], 0);
+            r == 1 && h == 1
+        })
+        .collect();
+    assert!(promoted.len() >= cold.len() / 2, "{promoted:?}");
+    let below: Vec<u64> = (500..520).collect();
+    drop(t);
+    disk.crash();
+    let mut back = reload(&disk, s, &entries);
+    for &i in &promoted {
+        let (r, h) = reads_of(&mut back, &[i], 0);
+        assert!(
+            r == 1 && h == 1,
+            "key {i}: {h} of {r} reads on the hot device after the restart"
+        );
+    }
+    let (r, h) = reads_of(&mut back, &below, 0);
+    assert!(
+        r > 0 && h == 0,
+        "{h} of {r} reads of never-read keys on the hot device after the restart"
+    );
+    get_all(&mut back, &(0..600).collect::<Vec<_>>(), 0);
+}
+
+/// A copy up that a crash cuts off before the next checkpoint loses
+/// nothing: the checkpoint still points at the copy below, which is
+/// there; the copy up is garbage (its segment removed as an orphan, or
+/// never pointed at).
+#[test]
+fn a_crash_after_a_copy_up_reads_the_copy_below() {
+    let disk = SimDisk::new(3);
+    let s = tiered(4);
+    let mut t = open(&disk, s.clone());
+    for i in 0..600 {
+        put(&mut t, i, 0);
+    }
+    gc(&mut t);
+    let entries = checkpoint(&mut t);
+    let cold: Vec<u64> = (560..600).collect();
+    let _ = reads_of(&mut t, &cold, 0);
+    let _ = reads_of(&mut t, &cold, 0);
+    assert!(t.stats().promotions > 0, "{}", hot_share(&t.stats()));
+    drop(t);
+    disk.crash();
+    let mut back = reload(&disk, s, &entries);
+    let (r, h) = reads_of(&mut back, &cold, 0);
+    assert!(
+        r > 0 && h == 0,
+        "{h} of {r} reads on the hot device after the crash"
+    );
+    get_all(&mut back, &(0..600).collect::<Vec<_>>(), 0);
+}
