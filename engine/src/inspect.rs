@@ -222,8 +222,8 @@ pub struct Report {
 }
 
 /// Where the WAL and value files live for `config` (the devices' paths,
-/// or the data directory).
-fn roots(config: &Config) -> (PathBuf, PathBuf) {
+/// or the data directory), and the hot device's root if one is set.
+fn roots(config: &Config) -> (PathBuf, PathBuf, Option<PathBuf>) {
     let dir_of = |name: &str| {
         config
             .devices
@@ -231,9 +231,11 @@ fn roots(config: &Config) -> (PathBuf, PathBuf) {
             .filter(|d| !d.path.as_os_str().is_empty())
             .map_or_else(|| config.storage.data_dir.clone(), |d| d.path.clone())
     };
+    let hot = &config.storage.hot_device;
     (
         dir_of(&config.storage.wal_device),
         dir_of(&config.storage.value_device),
+        (!hot.is_empty()).then(|| dir_of(hot)),
     )
 }
 
@@ -273,7 +275,7 @@ pub fn examine(config: &Config, depth: Depth) -> Report {
             format!("an online backup into this directory never finished ({}): the copy is incomplete and no server starts on it", crate::layout::BACKUP_MARKER),
         ));
     }
-    let (wal_root, value_root) = roots(config);
+    let (wal_root, value_root, hot_root) = roots(config);
     let shard_count = match &manifest {
         Ok(m) => m.shard_count as usize,
         // Without a manifest, look at the shard folders that exist.
@@ -283,7 +285,10 @@ pub fn examine(config: &Config, depth: Depth) -> Report {
     };
     let mut shards = Vec::new();
     for shard in 0..shard_count {
-        let paths = ShardPaths::new(&wal_root, shard).with_value_root(&value_root);
+        let mut paths = ShardPaths::new(&wal_root, shard).with_value_root(&value_root);
+        if let Some(root) = &hot_root {
+            paths = paths.with_hot_root(root);
+        }
         if !paths.dir.is_dir() {
             problems.push(problem(
                 &paths.dir,
@@ -770,20 +775,17 @@ fn examine_values(
     depth: Depth,
     problems: &mut Vec<Problem>,
 ) -> Vec<ValueSegmentReport> {
-    if !paths.values_dir.is_dir() {
-        return Vec::new();
-    }
-    let files = match disk.list_dir(&paths.values_dir) {
-        Ok(f) => f,
-        Err(e) => {
-            problems.push(problem(
-                &paths.values_dir,
-                None,
-                format!("cannot list: {e}"),
-            ));
-            return Vec::new();
+    let mut files = Vec::new();
+    // The value device's folder and the hot device's, if one is set.
+    for dir in std::iter::once(&paths.values_dir).chain(&paths.hot_values_dir) {
+        if !dir.is_dir() {
+            continue;
         }
-    };
+        match disk.list_dir(dir) {
+            Ok(f) => files.extend(f),
+            Err(e) => problems.push(problem(dir, None, format!("cannot list: {e}"))),
+        }
+    }
     let mut out = Vec::new();
     for path in files {
         let Some(seq) = parse_numbered(&path, ".seg") else {

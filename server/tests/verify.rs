@@ -45,9 +45,15 @@ fn config(dir: &Path, tier: Tier) -> Config {
 /// shard, then more writes after it, then a clean stop. Returns the
 /// directory and the config file the tools are given.
 fn build(tier: Tier) -> (tempfile::TempDir, PathBuf) {
+    build_with(tier, |_| {})
+}
+
+/// [`build`] with the config changed by `change` first.
+fn build_with(tier: Tier, change: impl Fn(&mut Config)) -> (tempfile::TempDir, PathBuf) {
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
-    let config = config(&data, tier);
+    let mut config = config(&data, tier);
+    change(&mut config);
     let engine = Engine::open(&config).unwrap();
     let handle = engine.handle();
     let mut version = 0u64;
@@ -382,6 +388,50 @@ fn a_damaged_value_segment_block_is_named_with_its_offset() {
         EXIT_UNUSABLE
     };
     assert_eq!(code, expected, "{out}");
+    assert!(
+        out.contains(&format!(
+            "{} at offset 4096: block checksum mismatch",
+            seg.display()
+        )),
+        "{out}"
+    );
+}
+
+/// A hot device in front of the value device (in the data directory too,
+/// in its own folder): verify reads its segments as well, and names a
+/// damaged block of one.
+#[test]
+fn a_damaged_hot_segment_block_is_named_with_its_offset() {
+    let (root, cfg) = build_with(Tier::Hybrid, |c| {
+        c.devices.insert(
+            "hot".to_string(),
+            tunables::DeviceConfig {
+                path: Default::default(),
+                profile: "unthrottled".to_string(),
+            },
+        );
+        c.storage.hot_device = "hot".to_string();
+        c.storage.hot_bytes = ByteSize::kib(2 * 4 * 128);
+    });
+    let data = root.path().join("data");
+    let (code, out) = run_verify(&data, &cfg);
+    assert_eq!(code, EXIT_CLEAN, "{out}");
+    let hot = data.join("shard-000/values-hot");
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(&hot)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| std::fs::metadata(p).unwrap().len() >= 2 * 4096)
+        .collect();
+    segs.sort();
+    let seg = segs
+        .first()
+        .expect("a hot value segment with records")
+        .clone();
+    let dir = copy(&data);
+    let seg = dir.path().join(seg.strip_prefix(&data).unwrap());
+    flip(&seg, 4096 + 100);
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert!(code == EXIT_DAMAGED || code == EXIT_UNUSABLE, "{out}");
     assert!(
         out.contains(&format!(
             "{} at offset 4096: block checksum mismatch",

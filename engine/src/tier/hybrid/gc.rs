@@ -60,7 +60,7 @@ impl<D: Disk> Inner<D> {
                 }
             }
             let to = self.gc_target(from_device, &r);
-            if !self.move_record(h, addr, &r, to) {
+            if !self.move_record(h, addr, &r, to, "write (GC)") {
                 if self.faults.fault.is_some() {
                     return false;
                 }

@@ -271,10 +271,10 @@ impl<D: Disk> Inner<D> {
 
     /// Copies the record `r` at `addr`, whose entry (hash `h`) points at
     /// it, to `device`'s head and points the entry at the copy (GC's
-    /// copies, and moves between devices). Returns whether it did: not if
-    /// no entry points at `addr` any more, or the write failed (which
-    /// poisons the shard).
-    pub(super) fn move_record(&mut self, h: KeyHash, addr: u32, r: &Record, device: Device) -> bool {
+    /// copies, and copies up to the hot device; `by` names which, for a
+    /// fault). Returns whether it did: not if no entry points at `addr`
+    /// any more, or the write failed (which poisons the shard).
+    pub(super) fn move_record(&mut self, h: KeyHash, addr: u32, r: &Record, device: Device, by: &str) -> bool {
         let Some(loc) = self.index.find_addr(h, addr) else {
             return false;
         };
@@ -284,7 +284,7 @@ impl<D: Disk> Inner<D> {
         let (new, span) = match self.log.append(device, &r.key, &r.value, r.expires_at_ms, lsn) {
             Ok(a) => a,
             Err(e) => {
-                self.note_fault("write (moving a record)", &e);
+                self.note_fault(by, &e);
                 return false;
             }
         };
@@ -322,7 +322,7 @@ impl<D: Disk> Inner<D> {
         {
             return;
         }
-        if self.move_record(KeyHash::new(hash), addr, r, HOT) {
+        if self.move_record(KeyHash::new(hash), addr, r, HOT, "write (copy to the hot device)") {
             if let Some(t) = self.tiering.as_mut() {
                 t.promotions += 1;
                 t.promoted_bytes += r.size;
