@@ -274,6 +274,9 @@ pub struct ValueLog<D: Disk> {
     pub hot_reads: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// Segments removed (with `next_seq`, tells when the set of segments
+    /// changed).
+    pub removed: u64,
 }
 
 fn block_crc(seq: u64, block: u64, payload: &[u8]) -> u32 {
@@ -437,6 +440,7 @@ impl<D: Disk> ValueLog<D> {
             hot_reads: 0,
             bytes_read: 0,
             bytes_written: 0,
+            removed: 0,
         }
     }
 
@@ -1143,6 +1147,7 @@ impl<D: Disk> ValueLog<D> {
         self.recent.retain(|&(s, _), _| s != slot);
         self.recent_order.retain(|&(s, _)| s != slot);
         if let Some(seg) = self.segs[slot as usize].take() {
+            self.removed += 1;
             let (path, head) = (seg.path.clone(), &self.heads[seg.device as usize]);
             drop(seg);
             head.disk.remove_file_blocking(&path)?;

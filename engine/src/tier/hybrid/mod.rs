@@ -1084,7 +1084,8 @@ impl<D: Disk> Tier for HybridTier<D> {
             + st.cache.budget()
             + st.expiring.memory_bytes()
             + st.blind.memory_bytes()
-            + (1 << 20)
+            // The write buffer of each device's open segment.
+            + (1 << 20) * (1 + u64::from(st.log.has_hot()))
             + (log::RECENT_BLOCKS * log::BLOCK) as u64
     }
 
@@ -1436,6 +1437,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         st.check_orphans();
         st.resize_index();
         st.reopen_zombies_in_use();
+        st.forget_hot_use();
         // A checkpoint lists the entries unresolved when it began; some of
         // them may be gone from the index copied after (GC settled them).
         // An address no entry holds must not stay listed: a record written

@@ -141,7 +141,17 @@ pub(super) struct Tiering {
     pub(super) promoted_bytes: u64,
     pub(super) demotions: u64,
     pub(super) demoted_bytes: u64,
+    /// What the hot segments took when the set of segments last changed
+    /// (a segment started, emptied by GC or removed), and that change:
+    /// placement looks at it for every write, so it is not summed over
+    /// every segment each time. Appends to the open hot segment since are
+    /// not in it: the hot device may go past `hot_bytes` by a segment.
+    use_cache: std::cell::Cell<Option<(SegmentsVersion, DeviceUse)>>,
 }
+
+/// Tells the set of segments apart: the next sequence number, GC passes
+/// finished, segments removed.
+type SegmentsVersion = (u64, u64, u64);
 
 impl Tiering {
     pub(super) fn new(hot_bytes: u64, promote_reads: u8) -> Tiering {
@@ -155,6 +165,7 @@ impl Tiering {
             promoted_bytes: 0,
             demotions: 0,
             demoted_bytes: 0,
+            use_cache: std::cell::Cell::new(None),
         }
     }
 }
@@ -186,12 +197,34 @@ impl<D: Disk> Inner<D> {
         u
     }
 
+    /// What the hot segments take, as of the last change to the set of
+    /// segments (see `Tiering::use_cache`).
+    fn hot_use(&self, t: &Tiering) -> DeviceUse {
+        let key = (self.log.next_seq, self.gc.runs, self.log.removed);
+        match t.use_cache.get() {
+            Some((k, u)) if k == key => u,
+            _ => {
+                let u = self.device_use(HOT);
+                t.use_cache.set(Some((key, u)));
+                u
+            }
+        }
+    }
+
+    /// Forgets what the hot segments took (segments changed state another
+    /// way: recovery reopened emptied ones).
+    pub(super) fn forget_hot_use(&self) {
+        if let Some(t) = self.tiering.as_ref() {
+            t.use_cache.set(None);
+        }
+    }
+
     /// Whether the hot device takes another record: its segments in use
     /// take less than `hot_bytes`, and all its files (emptied ones too,
     /// until they are removed) less than twice that.
     fn hot_has_room(&self) -> bool {
         self.tiering.as_ref().is_some_and(|t| {
-            let u = self.device_use(HOT);
+            let u = self.hot_use(t);
             u.in_use_bytes < t.hot_bytes && u.file_bytes < t.hot_bytes.saturating_mul(2)
         })
     }
@@ -202,7 +235,7 @@ impl<D: Disk> Inner<D> {
     /// its files less than twice `hot_bytes`.
     fn hot_has_room_to_keep(&self) -> bool {
         self.tiering.as_ref().is_some_and(|t| {
-            let u = self.device_use(HOT);
+            let u = self.hot_use(t);
             u.in_use_bytes < t.hot_bytes + self.settings.segment_bytes
                 && u.file_bytes < t.hot_bytes.saturating_mul(2)
         })
