@@ -31,6 +31,7 @@ impl<D: Disk> Inner<D> {
             // Do not pick it again and again.
             if let Some(seg) = st.log.segs[victim as usize].as_mut() {
                 seg.total_bytes = seg.live_bytes;
+                st.gc.gave_up.push(seg.seq);
             }
             st.gc.victim = None;
         };

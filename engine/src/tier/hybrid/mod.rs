@@ -319,6 +319,9 @@ struct GcState {
     /// Until the set is back within its bound, a scan starts again only
     /// for a segment started since (looking for one counts the whole set).
     settle_round_ended: Option<u64>,
+    /// Sequence numbers of the segments GC gave up on (a read failed):
+    /// eviction from the hot device passes them by too.
+    gave_up: Vec<u64>,
     /// Whether the running checkpoint is a full one (not a delta).
     checkpoint_full: bool,
     /// (epoch, full) of the checkpoints published since this tier was
@@ -560,6 +563,7 @@ impl<D: Disk> HybridTier<D> {
                     settling: None,
                     settled_segments: Vec::new(),
                     settle_round_ended: None,
+                    gave_up: Vec::new(),
                     checkpoint_full: false,
                     published: Vec::new(),
                 },

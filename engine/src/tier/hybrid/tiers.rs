@@ -257,8 +257,9 @@ impl<D: Disk> Inner<D> {
         }
     }
 
-    /// The oldest sealed hot segment, when the hot segments in use take
-    /// more than `hot_bytes` less two segments.
+    /// The oldest sealed hot segment (but one GC gave up on: a read of it
+    /// failed), when the hot segments in use take more than `hot_bytes`
+    /// less two segments.
     pub(super) fn pick_hot_victim(&self) -> Option<u32> {
         let t = self.tiering.as_ref()?;
         let target = t.hot_bytes.saturating_sub(2 * self.settings.segment_bytes);
@@ -270,7 +271,9 @@ impl<D: Disk> Inner<D> {
             .iter()
             .enumerate()
             .filter_map(|(slot, s)| Some((slot as u32, s.as_ref()?)))
-            .filter(|(_, s)| s.device == HOT && s.state == SegState::Sealed)
+            .filter(|(_, s)| {
+                s.device == HOT && s.state == SegState::Sealed && !self.gc.gave_up.contains(&s.seq)
+            })
             .min_by_key(|(_, s)| s.seq)
             .map(|(slot, _)| slot)
     }
