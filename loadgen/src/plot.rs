@@ -846,6 +846,16 @@ fn draw_compare(
     Ok(())
 }
 
+/// Dollars for an axis tick: "$0.005", "$0.01" (no trailing zeros).
+fn short_dollars(v: f64) -> String {
+    let s = crate::render::dollars(v);
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 /// The tiered workload: GET p99 (y) against cost per month (x), a labelled
 /// point per layout and read distribution.
 fn draw_tiered(report: &Report, out: &mut String) -> Result<(), String> {
@@ -865,7 +875,7 @@ fn draw_tiered(report: &Report, out: &mut String) -> Result<(), String> {
         .map(|p| p.cost_per_month)
         .fold(0.0f64, f64::max)
         .max(1e-9)
-        * 1.25;
+        * 1.6; // room for the labels right of the points
     let p99_hi = points
         .iter()
         .map(|p| p.get_latency_us.p99)
@@ -898,7 +908,7 @@ fn draw_tiered(report: &Report, out: &mut String) -> Result<(), String> {
         .configure_mesh()
         .x_desc("cost, dollars per month")
         .y_desc("GET p99")
-        .x_label_formatter(&|v| crate::render::dollars(*v))
+        .x_label_formatter(&|v| short_dollars(*v))
         .y_label_formatter(&|v| human_us(*v))
         .x_labels(8)
         .y_labels(8)
@@ -918,18 +928,21 @@ fn draw_tiered(report: &Report, out: &mut String) -> Result<(), String> {
                 crate::render::dollars(p.cost_per_month)
             );
             let style = (FONT, 14).into_font().color(&BLACK);
+            // The label starts right of the marker, level with it.
+            let text = Text::new(label, (14, -7), style);
             if p.distribution == "uniform" {
                 chart
-                    .draw_series(std::iter::once(TriangleMarker::new(at, 9, c.filled())))
+                    .draw_series(std::iter::once(
+                        EmptyElement::at(at) + TriangleMarker::new((0, 0), 9, c.filled()) + text,
+                    ))
                     .map_err(|x| e(&x))?;
             } else {
                 chart
-                    .draw_series(std::iter::once(Circle::new(at, 8, c.filled())))
+                    .draw_series(std::iter::once(
+                        EmptyElement::at(at) + Circle::new((0, 0), 8, c.filled()) + text,
+                    ))
                     .map_err(|x| e(&x))?;
             }
-            chart
-                .draw_series(std::iter::once(Text::new(label, at, style)))
-                .map_err(|x| e(&x))?;
         }
         // A legend entry per layout, in its colour.
         chart
@@ -1003,6 +1016,8 @@ mod tests {
             text.contains("against storage cost"),
             "not the tiered chart"
         );
+        assert_eq!(short_dollars(0.005), "$0.005");
+        assert_eq!(short_dollars(0.0), "$0");
         for layout in [
             "all-nvme (zipfian)",
             "all-sas (zipfian)",
