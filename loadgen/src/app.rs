@@ -25,6 +25,7 @@ use crate::report::{Report, ReportError, ResultRow, RunSettings, Status, SCHEMA}
 use crate::ringkv::RingkvTarget;
 use crate::settings::{Measure, Settings};
 use crate::target::{Session, Target};
+use crate::workloads::tiered::{self, TieredSummary};
 use crate::workloads::{gridgain, sweep, ycsb};
 use crate::{compare, render};
 use std::io::IsTerminal;
@@ -203,6 +204,7 @@ fn run_benchmark(args: &RunArgs) -> Result<ExitCode, AppError> {
         run: run_settings(args, &settings, &machine),
         results: Vec::new(),
         crash: Vec::new(),
+        tiered: Vec::new(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -210,10 +212,10 @@ fn run_benchmark(args: &RunArgs) -> Result<ExitCode, AppError> {
         .map_err(AppError::Runtime)?;
     // On a signal the run's future is dropped: embedded servers shut down
     // (RunningServer's Drop) and their data directories are removed (TempDir).
-    let (results, crashes) = (&mut report.results, &mut report.crash);
+    let (results, crashes, tiered) = (&mut report.results, &mut report.crash, &mut report.tiered);
     let outcome = runtime.block_on(async {
         tokio::select! {
-            r = run_chosen(args, &settings, crash_plan.as_ref(), results, crashes) => r,
+            r = run_chosen(args, &settings, crash_plan.as_ref(), results, crashes, tiered) => r,
             e = interrupted(interrupt) => Err(e),
         }
     });
@@ -328,6 +330,35 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
             if args.target_kind() == TargetArg::Engine { "engine" } else { "server" }
         )),
         WorkloadArg::Putget => {}
+        WorkloadArg::Tiered => {
+            let plan = args.tiered_plan();
+            let data = tiered::data_bytes(s.records, s.shape);
+            let storage = args.storage();
+            notes.push(format!(
+                "tiered: three layouts, each on a fresh embedded server with the hybrid tier and {} MiB value segments: all-nvme (values and WAL on nvme), all-sas (values and WAL on sas), tiered (values on sas behind an nvme hot device of {:.1} MiB, {}% of the {:.1} MiB of values rounded to whole segments per shard; WAL on the nvme device); read cache {} for the whole server",
+                tiered::SEGMENT_BYTES >> 20,
+                tiered_hot_bytes(args, s) as f64 / (1u64 << 20) as f64,
+                plan.hot_percent,
+                data as f64 / (1u64 << 20) as f64,
+                storage.cache_bytes.map_or_else(|| "the config's".to_string(), |b| b.to_string()),
+            ));
+            notes.push(format!(
+                "measured: {}% GETs, {}% updates of loaded records, keys {}; cost: value segment bytes on each class x price per GB-month (GB = 2^30 B): nvme ${}, sas ${}, gpssd ${}",
+                100 - plan.write_percent,
+                plan.write_percent,
+                plan.distributions
+                    .iter()
+                    .map(|d| match d {
+                        ycsb::Distribution::Zipfian => "Zipfian (theta 0.99, scrambled: YCSB's)",
+                        _ => tiered::distribution_name(*d),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", then "),
+                plan.prices.nvme,
+                plan.prices.sas,
+                plan.prices.gpssd
+            ));
+        }
         WorkloadArg::Putgettx | WorkloadArg::PutgettxContended => notes.push(format!(
             "PutGetTx over {} keys (Yardstick's --range default is 1,000,000); each client task has its own connection and one transaction at a time; aborted attempts (DIE/LOCK_TIMEOUT) are counted in the abort row and not retried (the next transaction picks new keys)",
             format_count(s.txn_range)
@@ -350,6 +381,11 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
         server_addr: args.server.clone(),
         devices: if args.server.is_some() {
             Vec::new()
+        } else if args.workload == WorkloadArg::Tiered {
+            tiered::LAYOUTS
+                .iter()
+                .map(|l| l.name().to_string())
+                .collect()
         } else {
             args.devices().iter().map(|d| d.to_string()).collect()
         },
@@ -420,18 +456,92 @@ fn sweep_method(args: &RunArgs, s: &Settings) -> String {
     )
 }
 
-/// A crash run when the flags ask for one, else [`run_all`].
+/// A crash run when the flags ask for one, the tiered workload's three
+/// layouts, else [`run_all`].
 async fn run_chosen(
     args: &RunArgs,
     s: &Settings,
     plan: Option<&crate::crash::CrashPlan>,
     rows: &mut Vec<ResultRow>,
     crashes: &mut Vec<crate::crash::report::CrashSummary>,
+    tiered: &mut Vec<TieredSummary>,
 ) -> Result<(), AppError> {
     match plan {
         Some(plan) => run_crashes(args, s, plan, rows, crashes).await,
+        None if args.workload == WorkloadArg::Tiered => run_tiered(args, s, rows, tiered).await,
         None => run_all(args, s, rows).await,
     }
+}
+
+/// The shards an embedded server will have (0 = one per core).
+fn resolved_shards(args: &RunArgs) -> u64 {
+    match args.shard_count() {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+        n => u64::from(n),
+    }
+}
+
+/// The hot device's size of the tiered layout (whole server).
+pub fn tiered_hot_bytes(args: &RunArgs, s: &Settings) -> u64 {
+    tiered::hot_bytes(
+        tiered::data_bytes(s.records, s.shape),
+        args.tiered_plan().hot_percent,
+        resolved_shards(args),
+        tiered::SEGMENT_BYTES,
+    )
+}
+
+/// The tiered workload: each layout on a fresh embedded server, one after
+/// the other, appending rows and summaries as they are measured; the
+/// summaries' ratios and aims are filled once all are in.
+pub async fn run_tiered(
+    args: &RunArgs,
+    s: &Settings,
+    rows: &mut Vec<ResultRow>,
+    summaries: &mut Vec<TieredSummary>,
+) -> Result<(), AppError> {
+    let timeout = Duration::from_secs_f64(args.timeout);
+    let plan = args.tiered_plan();
+    let hot = tiered_hot_bytes(args, s);
+    let mut storage = args.storage();
+    if storage.index_keys.is_none() {
+        let default = tunables::Config::default().storage.index_keys;
+        storage.index_keys = Some(default.max(s.records + s.records / 8));
+    }
+    let durability = args
+        .durabilities()
+        .first()
+        .copied()
+        .unwrap_or(DurabilityArg::Sync);
+    for layout in tiered::LAYOUTS {
+        let server = start_embedded_with(
+            layout.wal_profile(),
+            durability,
+            args.shard_count(),
+            storage,
+            move |c| layout.apply(c, hot),
+        )
+        .await?;
+        eprintln!(
+            "[{}] values on {}{}",
+            layout.name(),
+            layout.value_profile(),
+            match layout.hot_profile() {
+                Some(p) => format!(" behind a {p} hot device of {hot} bytes"),
+                None => String::new(),
+            }
+        );
+        let target = RingkvTarget::new(server.addr().to_string(), timeout);
+        let got = tiered::run_layout(&target, s, &plan, layout, hot).await;
+        let stopped = stop_embedded(server).await;
+        let (got_rows, got_summaries) = got?;
+        stopped?;
+        announce(&got_rows);
+        rows.extend(got_rows);
+        summaries.extend(got_summaries);
+        tiered::compare_layouts(summaries);
+    }
+    Ok(())
 }
 
 /// Crash runs: one per device class and durability (default `sync`), each
@@ -580,6 +690,11 @@ pub async fn run_on_target<T: Target>(
             announce(&got);
             rows.extend(got);
         }
+        WorkloadArg::Tiered => {
+            return Err(AppError::Cli(crate::cli::CliError::TieredRefused(
+                "starts its own servers (app::run_tiered); it cannot run on one given server",
+            )));
+        }
         WorkloadArg::Putgettx | WorkloadArg::PutgettxContended => {
             let got = crate::workloads::putgettx::run(target, s, label, workload.name()).await?;
             announce(&got);
@@ -650,8 +765,19 @@ async fn start_embedded(
     shards: u32,
     storage: EmbeddedStorage,
 ) -> Result<EmbeddedServer, AppError> {
+    start_embedded_with(profile, durability, shards, storage, |_| {}).await
+}
+
+/// [`start_embedded`] with a change to the config first.
+async fn start_embedded_with(
+    profile: &'static str,
+    durability: DurabilityArg,
+    shards: u32,
+    storage: EmbeddedStorage,
+    edit: impl FnOnce(&mut tunables::Config) + Send + 'static,
+) -> Result<EmbeddedServer, AppError> {
     let server = tokio::task::spawn_blocking(move || {
-        EmbeddedServer::start(profile, durability, shards, storage)
+        EmbeddedServer::start_with(profile, durability, shards, storage, edit)
     })
     .await
     .map_err(|e| AppError::Join(e.to_string()))??;

@@ -9,7 +9,7 @@
 use crate::driver::Pacing;
 use crate::record::RecordShape;
 use crate::settings::{Measure, Settings};
-use crate::workloads::{sweep, ycsb};
+use crate::workloads::{sweep, tiered, ycsb};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -99,6 +99,11 @@ pub enum WorkloadArg {
     /// aborts show.
     #[value(name = "putgettx-contended")]
     PutgettxContended,
+    /// Hybrid tier, three layouts in one report: all values on nvme, all on
+    /// sas, and tiered (sas behind an nvme hot device of --hot-percent of the
+    /// data); GETs Zipfian and/or uniform, --write-percent updates; latency,
+    /// device-read shares and cost per GB-month.
+    Tiered,
 }
 
 impl WorkloadArg {
@@ -115,6 +120,7 @@ impl WorkloadArg {
             WorkloadArg::Sweep => "sweep",
             WorkloadArg::Putgettx => "putgettx",
             WorkloadArg::PutgettxContended => "putgettx-contended",
+            WorkloadArg::Tiered => "tiered",
         }
     }
 
@@ -124,7 +130,8 @@ impl WorkloadArg {
             WorkloadArg::Putget
             | WorkloadArg::Sweep
             | WorkloadArg::Putgettx
-            | WorkloadArg::PutgettxContended => Vec::new(),
+            | WorkloadArg::PutgettxContended
+            | WorkloadArg::Tiered => Vec::new(),
             WorkloadArg::Ycsb => ycsb::RECOMMENDED_ORDER
                 .iter()
                 .filter_map(|n| ycsb::mix_named(n))
@@ -157,6 +164,30 @@ impl DeviceArg {
             DeviceArg::Nvme => vec!["nvme"],
             DeviceArg::Unthrottled => vec!["unthrottled"],
             DeviceArg::All => vec!["sas", "gpssd", "nvme"],
+        }
+    }
+}
+
+/// The tiered workload's read distributions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DistributionArg {
+    /// YCSB's scrambled Zipfian, theta 0.99.
+    Zipfian,
+    /// Every loaded record equally likely.
+    Uniform,
+    /// Zipfian, then uniform, on the same server (two measured phases).
+    Both,
+}
+
+impl DistributionArg {
+    /// The distributions to measure, in order.
+    pub fn distributions(&self) -> Vec<ycsb::Distribution> {
+        match self {
+            DistributionArg::Zipfian => vec![ycsb::Distribution::Zipfian],
+            DistributionArg::Uniform => vec![ycsb::Distribution::Uniform],
+            DistributionArg::Both => {
+                vec![ycsb::Distribution::Zipfian, ycsb::Distribution::Uniform]
+            }
         }
     }
 }
@@ -394,6 +425,35 @@ pub struct RunArgs {
     #[arg(long, default_value = "250ms", value_name = "DURATION")]
     pub crash_async_slack: tunables::Duration,
 
+    /// Tiered workload: percent of the measured operations that are updates
+    /// of loaded records (0 to 50); the rest are GETs.
+    #[arg(long, default_value_t = tiered::DEFAULT_WRITE_PERCENT, value_name = "PERCENT")]
+    pub write_percent: u32,
+
+    /// Tiered workload: the GETs' key distribution; `both` measures Zipfian
+    /// and then uniform on each layout's server.
+    #[arg(long, value_enum, default_value = "both", value_name = "DIST")]
+    pub distribution: DistributionArg,
+
+    /// Tiered workload: the hot device's size as a percent of the data set
+    /// (records x value size), rounded up to whole 1 MiB segments and at
+    /// least four a shard.
+    #[arg(long, default_value_t = tiered::DEFAULT_HOT_PERCENT, value_name = "PERCENT")]
+    pub hot_percent: u32,
+
+    /// Tiered workload: dollars per GB-month of nvme (AWS EBS io2's list price).
+    #[arg(long, default_value_t = 0.125, value_name = "DOLLARS")]
+    pub price_nvme: f64,
+
+    /// Tiered workload: dollars per GB-month of sas (AWS EBS st1's list price).
+    #[arg(long, default_value_t = 0.045, value_name = "DOLLARS")]
+    pub price_sas: f64,
+
+    /// Tiered workload: dollars per GB-month of gpssd (AWS EBS gp3's list
+    /// price; no layout uses it today).
+    #[arg(long, default_value_t = 0.08, value_name = "DOLLARS")]
+    pub price_gpssd: f64,
+
     /// Write every figure as JSON (schema ringkv-loadgen/1, docs/loadgen.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -430,6 +490,8 @@ pub enum CliError {
     HybridWithoutWal,
     #[error("a crash run kills and restarts a ringkv-server process that loadgen starts; {0}")]
     CrashRefused(&'static str),
+    #[error("--workload tiered {0}")]
+    TieredRefused(&'static str),
 }
 
 /// Parses `200K`, `15M`, `2G`, `1000`, `1_000` (decimal multipliers).
@@ -478,6 +540,10 @@ pub const SWEEP_LADDER: [u64; 9] = [
 impl RunArgs {
     /// Checks the flags and resolves defaults into [`Settings`].
     pub fn settings(&self, progress: bool) -> Result<Settings, CliError> {
+        let tiered = self.workload == WorkloadArg::Tiered;
+        if tiered {
+            self.tiered_refusals()?;
+        }
         if self.server.is_some() {
             if self.device.is_some() {
                 return Err(CliError::EmbeddedOnly {
@@ -513,6 +579,7 @@ impl RunArgs {
         if self.tier_kind() == TierArg::Hybrid && self.durability == Some(DurabilityArg::None) {
             return Err(CliError::HybridWithoutWal);
         }
+
         let at_least = |flag: &'static str, got: f64, min: f64| {
             if got >= min && got.is_finite() {
                 Ok(())
@@ -522,7 +589,8 @@ impl RunArgs {
         };
         let sweep = self.workload == WorkloadArg::Sweep;
         let threads = self.threads.unwrap_or(if sweep { 1 } else { 16 });
-        let batch = self.batch.unwrap_or(if sweep { 1 } else { 1000 });
+        // The tiered workload reports the latency of GETs, not of batches.
+        let batch = self.batch.unwrap_or(if sweep || tiered { 1 } else { 1000 });
         let shape = RecordShape {
             field_count: self.fields.unwrap_or(RecordShape::YCSB.field_count),
             field_length: self.field_length.unwrap_or(RecordShape::YCSB.field_length),
@@ -601,6 +669,61 @@ impl RunArgs {
         })
     }
 
+    /// What the tiered workload cannot be combined with: it starts its own
+    /// three embedded servers with the hybrid tier and fixed device classes.
+    fn tiered_refusals(&self) -> Result<(), CliError> {
+        let refuse = |what| Err(CliError::TieredRefused(what));
+        if self.server.is_some() {
+            return refuse("starts three embedded servers of its own; it cannot measure --server");
+        }
+        if self.device.is_some() {
+            return refuse("runs its three layouts on nvme and sas; leave --device out");
+        }
+        if self.tier == Some(TierArg::Memory) {
+            return refuse("measures the hybrid tier; leave --tier out");
+        }
+        if self.durability == Some(DurabilityArg::None) {
+            return refuse("needs a WAL (the hybrid tier's): use --durability sync or async");
+        }
+        if self.target == Some(TargetArg::Engine) {
+            return refuse("measures embedded servers; leave --target out");
+        }
+        if self.crash_run() {
+            return refuse("has no crash run");
+        }
+        let value = self.fields.unwrap_or(RecordShape::YCSB.field_count) as u64
+            * self.field_length.unwrap_or(RecordShape::YCSB.field_length) as u64;
+        if value > tiered::VALUE_BYTES_MAX {
+            return refuse("stores values of at most 512 KiB (--fields x --field-length): its value segments are 1 MiB");
+        }
+        if self.write_percent > tiered::MAX_WRITE_PERCENT {
+            return refuse("takes --write-percent from 0 to 50");
+        }
+        if !(1..=100).contains(&self.hot_percent) {
+            return refuse("takes --hot-percent from 1 to 100");
+        }
+        for price in [self.price_nvme, self.price_sas, self.price_gpssd] {
+            if !(price.is_finite() && price >= 0.0) {
+                return refuse("takes prices of zero or more dollars");
+            }
+        }
+        Ok(())
+    }
+
+    /// The tiered workload's own settings.
+    pub fn tiered_plan(&self) -> tiered::TieredPlan {
+        tiered::TieredPlan {
+            write_percent: self.write_percent.min(tiered::MAX_WRITE_PERCENT),
+            distributions: self.distribution.distributions(),
+            hot_percent: self.hot_percent.clamp(1, 100),
+            prices: tiered::Prices {
+                nvme: self.price_nvme,
+                sas: self.price_sas,
+                gpssd: self.price_gpssd,
+            },
+        }
+    }
+
     /// Whether this is a crash run (`--crash-every` or `--crashes`).
     pub fn crash_run(&self) -> bool {
         self.crash_every.is_some() || self.crashes.is_some()
@@ -670,7 +793,11 @@ impl RunArgs {
 
     /// The storage tier of the embedded server or engine.
     pub fn tier_kind(&self) -> TierArg {
-        self.tier.unwrap_or(TierArg::Memory)
+        match (self.tier, self.workload) {
+            (Some(t), _) => t,
+            (None, WorkloadArg::Tiered) => TierArg::Hybrid,
+            (None, _) => TierArg::Memory,
+        }
     }
 
     /// The storage settings of the embedded server or engine that the flags
@@ -678,7 +805,13 @@ impl RunArgs {
     pub fn storage(&self) -> crate::embedded::EmbeddedStorage {
         crate::embedded::EmbeddedStorage {
             tier: self.tier_kind(),
-            cache_bytes: self.cache_bytes,
+            // The tiered workload's cache is small, so reads reach the devices.
+            cache_bytes: match (self.cache_bytes, self.workload) {
+                (None, WorkloadArg::Tiered) => {
+                    Some(tunables::ByteSize(tiered::DEFAULT_CACHE_BYTES))
+                }
+                (given, _) => given,
+            },
             index_keys: self.index_keys,
         }
     }
@@ -1004,6 +1137,67 @@ mod tests {
             "default: memory",
         ] {
             assert!(help.contains(default), "help lacks {default:?}");
+        }
+    }
+
+    #[test]
+    fn tiered_defaults_and_refusals() {
+        let r = parse(&["--workload", "tiered"]).run;
+        let s = r.settings(false).expect("settings");
+        assert_eq!((s.threads, s.batch), (16, 1));
+        assert_eq!(r.tier_kind(), TierArg::Hybrid);
+        assert_eq!(r.durabilities(), vec![DurabilityArg::Sync]);
+        assert_eq!(
+            r.storage().cache_bytes,
+            Some(tunables::ByteSize(tiered::DEFAULT_CACHE_BYTES))
+        );
+        let plan = r.tiered_plan();
+        assert_eq!(plan.write_percent, 5);
+        assert_eq!(plan.hot_percent, 10);
+        assert_eq!(plan.prices, tiered::Prices::default());
+        assert_eq!(
+            plan.distributions,
+            vec![ycsb::Distribution::Zipfian, ycsb::Distribution::Uniform]
+        );
+        let r = parse(&[
+            "--workload",
+            "tiered",
+            "--distribution",
+            "uniform",
+            "--write-percent",
+            "50",
+            "--price-sas",
+            "0.02",
+            "--cache-bytes",
+            "0B",
+        ])
+        .run;
+        assert!(r.settings(false).is_ok());
+        let plan = r.tiered_plan();
+        assert_eq!(plan.distributions, vec![ycsb::Distribution::Uniform]);
+        assert_eq!((plan.write_percent, plan.prices.sas), (50, 0.02));
+        assert_eq!(r.storage().cache_bytes, Some(tunables::ByteSize(0)));
+        for args in [
+            &["--write-percent", "51"][..],
+            &["--hot-percent", "0"],
+            &["--device", "sas"],
+            &["--tier", "memory"],
+            &["--durability", "none"],
+            &["--server", "127.0.0.1:1"],
+            &["--target", "engine"],
+            &["--crashes", "1"],
+            &["--price-nvme=-1"],
+            &["--fields", "1", "--field-length", "600000"],
+        ] {
+            let mut full = vec!["--workload", "tiered"];
+            full.extend_from_slice(args);
+            assert!(
+                matches!(
+                    parse(&full).run.settings(false),
+                    Err(CliError::TieredRefused(_))
+                ),
+                "{args:?} was not refused"
+            );
         }
     }
 

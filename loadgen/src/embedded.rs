@@ -106,11 +106,25 @@ impl EmbeddedServer {
         shards: u32,
         storage: EmbeddedStorage,
     ) -> Result<EmbeddedServer, EmbeddedError> {
+        EmbeddedServer::start_with(profile, durability, shards, storage, |_| {})
+    }
+
+    /// Starts a server whose [`embedded_config`] `edit` changes first (more
+    /// devices, a hot device, a segment size); `profile` still names the
+    /// WAL device's profile (blocking: call from a blocking context).
+    pub fn start_with(
+        profile: &str,
+        durability: DurabilityArg,
+        shards: u32,
+        storage: EmbeddedStorage,
+        edit: impl FnOnce(&mut Config),
+    ) -> Result<EmbeddedServer, EmbeddedError> {
         let dir = tempfile::Builder::new()
             .prefix("loadgen-ringkv-")
             .tempdir()
             .map_err(EmbeddedError::TempDir)?;
-        let config = embedded_config(dir.path(), profile, durability, shards, storage)?;
+        let mut config = embedded_config(dir.path(), profile, durability, shards, storage)?;
+        edit(&mut config);
         let server = ringkv_server::start(config).map_err(|e| EmbeddedError::Start {
             profile: profile.to_string(),
             durability: durability.name(),

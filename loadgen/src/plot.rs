@@ -8,6 +8,9 @@
 //! - sweep ([`ChartKind::Sweep`]): time vs N, both logarithmic, write and
 //!   read side by side, one colour per device class; the document's MapDB and
 //!   ChronicleMap figures drawn thinner and labelled "published".
+//! - tiered: GET p99 against cost per month, one point per layout and
+//!   read distribution (one colour per layout, one marker per
+//!   distribution), each point labelled.
 //! - `loadgen compare A.json B.json --plot`: A and B side by side per
 //!   operation (throughput and p99 latency).
 //!
@@ -143,6 +146,14 @@ pub fn svg_of(report: &Report) -> Result<String, PlotError> {
             path: PathBuf::from("(svg)"),
             reason,
         });
+    }
+    if !report.tiered.is_empty() {
+        let mut svg = String::new();
+        draw_tiered(report, &mut svg).map_err(|reason| PlotError::Draw {
+            path: PathBuf::from("(svg)"),
+            reason,
+        })?;
+        return Ok(svg);
     }
     let rows: Vec<&ResultRow> = report
         .results
@@ -835,6 +846,123 @@ fn draw_compare(
     Ok(())
 }
 
+/// Dollars for an axis tick: "$0.005", "$0.01" (no trailing zeros).
+fn short_dollars(v: f64) -> String {
+    let s = crate::render::dollars(v);
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// The tiered workload: GET p99 (y) against cost per month (x), a labelled
+/// point per layout and read distribution.
+fn draw_tiered(report: &Report, out: &mut String) -> Result<(), String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let points = &report.tiered;
+    let layouts: Vec<&str> = {
+        let mut v: Vec<&str> = Vec::new();
+        for p in points {
+            if !v.contains(&p.layout.as_str()) {
+                v.push(&p.layout);
+            }
+        }
+        v
+    };
+    let cost_hi = points
+        .iter()
+        .map(|p| p.cost_per_month)
+        .fold(0.0f64, f64::max)
+        .max(1e-9)
+        * 1.6; // room for the labels right of the points
+    let p99_hi = points
+        .iter()
+        .map(|p| p.get_latency_us.p99)
+        .fold(0.0f64, f64::max)
+        .max(1.0)
+        * 1.25;
+    let m = &report.machine;
+    let writes = points.first().map_or(0, |p| p.write_percent);
+    let subtitle = format!(
+        "{} CPUs ({}) — {} records — {}% writes — cost: value segment bytes x price per GB-month — {}",
+        m.cpus,
+        m.cpu_model,
+        format_count(report.run.records),
+        writes,
+        report.started_at
+    );
+    let root = SVGBackend::with_string(out, (WIDTH, 700)).into_drawing_area();
+    let area = header(
+        &root,
+        "ringkv hybrid tier: GET p99 latency against storage cost (all-nvme, all-sas, tiered)",
+        &subtitle,
+    )?;
+    let mut chart = ChartBuilder::on(&area)
+        .margin(20)
+        .x_label_area_size(50)
+        .y_label_area_size(90)
+        .build_cartesian_2d(0.0..cost_hi, 0.0..p99_hi)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("cost, dollars per month")
+        .y_desc("GET p99")
+        .x_label_formatter(&|v| short_dollars(*v))
+        .y_label_formatter(&|v| human_us(*v))
+        .x_labels(8)
+        .y_labels(8)
+        .label_style((FONT, 14))
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, layout) in layouts.iter().enumerate() {
+        let c = colour(i);
+        let mine: Vec<_> = points.iter().filter(|p| p.layout == *layout).collect();
+        for p in &mine {
+            let at = (p.cost_per_month, p.get_latency_us.p99);
+            let label = format!(
+                "{} ({}): {}, {}/month",
+                p.layout,
+                p.distribution,
+                human_us(p.get_latency_us.p99),
+                crate::render::dollars(p.cost_per_month)
+            );
+            let style = (FONT, 14).into_font().color(&BLACK);
+            // The label starts right of the marker, level with it.
+            let text = Text::new(label, (14, -7), style);
+            if p.distribution == "uniform" {
+                chart
+                    .draw_series(std::iter::once(
+                        EmptyElement::at(at) + TriangleMarker::new((0, 0), 9, c.filled()) + text,
+                    ))
+                    .map_err(|x| e(&x))?;
+            } else {
+                chart
+                    .draw_series(std::iter::once(
+                        EmptyElement::at(at) + Circle::new((0, 0), 8, c.filled()) + text,
+                    ))
+                    .map_err(|x| e(&x))?;
+            }
+        }
+        // A legend entry per layout, in its colour.
+        chart
+            .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())
+            .map_err(|x| e(&x))?
+            .label(layout.to_string())
+            .legend(move |(x, y)| Circle::new((x + 8, y), 6, c.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.3))
+        .label_font((FONT, 15))
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -871,5 +999,31 @@ mod tests {
             plot(&report, &dir.path().join("x.svg")),
             Err(PlotError::Empty)
         ));
+    }
+
+    #[test]
+    fn tiered_chart_draws_a_labelled_point_per_layout() {
+        use crate::workloads::tiered::{tests::sample, Layout};
+        let mut report = crate::report::tests::sample_report(&["nvme"], &["read"], 1.0);
+        report.tiered = vec![
+            sample(Layout::AllNvme, 1000.0, 6000.0, 0, 100),
+            sample(Layout::AllSas, 8000.0, 1500.0, 0, 100),
+            sample(Layout::Tiered, 1400.0, 5000.0, 95, 5),
+        ];
+        let text = svg_of(&report).expect("draws");
+        assert!(roxmltree::Document::parse(&text).is_ok());
+        assert!(
+            text.contains("against storage cost"),
+            "not the tiered chart"
+        );
+        assert_eq!(short_dollars(0.005), "$0.005");
+        assert_eq!(short_dollars(0.0), "$0");
+        for layout in [
+            "all-nvme (zipfian)",
+            "all-sas (zipfian)",
+            "tiered (zipfian)",
+        ] {
+            assert!(text.contains(layout), "{layout} not labelled");
+        }
     }
 }

@@ -8,6 +8,7 @@
 use crate::cli::format_count;
 use crate::report::{Report, ResultRow, Status};
 use crate::table::{fixed0, fixed1, thousands, Align, Table};
+use crate::workloads::tiered::TieredSummary;
 use std::collections::BTreeSet;
 
 /// Operations that write (used for the device-ordering line).
@@ -71,8 +72,12 @@ pub fn render(report: &Report) -> String {
     if devices.len() > 1 {
         out.push_str("\nDevice classes side by side:\n\n");
         out.push_str(&side_by_side(&measured, &devices).render());
-        out.push_str(&ordering_lines(&measured, &devices));
+        // The tiered workload's columns are layouts, not profiles in IOPS order.
+        if report.tiered.is_empty() {
+            out.push_str(&ordering_lines(&measured, &devices));
+        }
     }
+    out.push_str(&tiered_section(&report.tiered));
     for r in &measured {
         if let Some(note) = &r.note {
             out.push_str(&format!(
@@ -85,6 +90,121 @@ pub fn render(report: &Report) -> String {
         out.push_str(&crate::crash::report::render(run));
     }
     out.push_str(&error_summary(report));
+    out
+}
+
+/// "$0.0123", "$4.56", "$789": four significant digits below a dollar.
+pub fn dollars(v: f64) -> String {
+    if v <= 0.0 || !v.is_finite() {
+        return "$0".to_string();
+    }
+    let digits = (3.0 - v.log10().floor()).clamp(0.0, 10.0) as usize;
+    format!("${v:.digits$}")
+}
+
+/// Bytes in MiB with one decimal.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// The tiered workload: the layouts' latency, throughput, device reads,
+/// bytes and cost, then the aims (empty for other workloads).
+pub fn tiered_section(summaries: &[TieredSummary]) -> String {
+    if summaries.is_empty() {
+        return String::new();
+    }
+    let ratio = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |r| format!("{r:.2}x"));
+    let percent = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |p| format!("{p:.1}%"));
+    let mut out = String::from(
+        "\nTiered: latency and throughput (GET latency of one batch: per GET with --batch 1; ratios against the untiered layouts under the same reads):\n\n",
+    );
+    let mut t = Table::new(&[
+        ("Reads", Align::Left),
+        ("Layout", Align::Left),
+        ("Throughput, ops/s", Align::Right),
+        ("GET p50 (µs)", Align::Right),
+        ("GET p99 (µs)", Align::Right),
+        ("GET p99.9 (µs)", Align::Right),
+        ("p99 vs all-nvme", Align::Right),
+        ("p99 vs all-sas", Align::Right),
+        ("ops vs all-nvme", Align::Right),
+        ("ops vs all-sas", Align::Right),
+    ]);
+    for s in summaries {
+        t.push(vec![
+            s.distribution.clone(),
+            s.layout.clone(),
+            fixed0(s.ops_per_sec),
+            fixed0(s.get_latency_us.p50),
+            fixed0(s.get_latency_us.p99),
+            fixed0(s.get_latency_us.p999),
+            ratio(s.ratios.p99_vs_all_nvme),
+            ratio(s.ratios.p99_vs_all_sas),
+            ratio(s.ratios.throughput_vs_all_nvme),
+            ratio(s.ratios.throughput_vs_all_sas),
+        ]);
+    }
+    out.push_str(&t.render());
+    out.push_str(
+        "\nTiered: where reads and bytes went (device reads of value segments in the measured window; segment bytes on each class after it, garbage and emptied segments not yet removed included; cost = GB (2^30 B) x the class's price per GB-month):\n\n",
+    );
+    let mut t = Table::new(&[
+        ("Reads", Align::Left),
+        ("Layout", Align::Left),
+        ("Hot device reads", Align::Right),
+        ("Value device reads", Align::Right),
+        ("Hot share", Align::Right),
+        ("Bytes by class", Align::Left),
+        ("On value device", Align::Right),
+        ("Cost / month", Align::Right),
+        ("Promotions", Align::Right),
+        ("Demotions", Align::Right),
+    ]);
+    for s in summaries {
+        let classes: Vec<String> = s
+            .classes
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {} {} ({})",
+                    c.role,
+                    c.profile,
+                    mib(c.bytes),
+                    dollars(c.cost_per_month)
+                )
+            })
+            .collect();
+        t.push(vec![
+            s.distribution.clone(),
+            s.layout.clone(),
+            thousands(s.hot_device_reads),
+            thousands(s.value_device_reads),
+            percent(s.hot_read_percent()),
+            classes.join(", "),
+            percent(s.value_device_bytes_percent()),
+            dollars(s.cost_per_month),
+            thousands(s.promotions),
+            thousands(s.demotions),
+        ]);
+    }
+    out.push_str(&t.render());
+    for s in summaries.iter().filter(|s| !s.aims.is_empty()) {
+        out.push_str(&format!(
+            "\nAims ({} layout, {} reads, {}% writes; hot device {}):\n",
+            s.layout,
+            s.distribution,
+            s.write_percent,
+            mib(s.hot_bytes)
+        ));
+        for a in &s.aims {
+            out.push_str(&format!(
+                "  {} {}: {}\n",
+                if a.met { "met    " } else { "NOT met" },
+                a.aim,
+                a.got
+            ));
+        }
+    }
     out
 }
 
@@ -949,5 +1069,27 @@ mod tests {
         assert!(text.contains("get (ERRORS)"));
         assert!(text.contains("3 wrong values"));
         assert!(text.contains("not valid"));
+    }
+
+    #[test]
+    fn tiered_section_shows_every_layout_and_the_aims() {
+        use crate::workloads::tiered::{compare_layouts, tests::sample, Layout};
+        assert_eq!(tiered_section(&[]), "");
+        let mut list = vec![
+            sample(Layout::AllNvme, 1000.0, 6000.0, 0, 100),
+            sample(Layout::AllSas, 8000.0, 1500.0, 0, 100),
+            sample(Layout::Tiered, 1400.0, 5000.0, 95, 5),
+        ];
+        compare_layouts(&mut list);
+        let text = tiered_section(&list);
+        for layout in ["all-nvme", "all-sas", "tiered"] {
+            assert!(text.contains(&format!("| {layout}")), "{text}");
+        }
+        assert!(text.contains("1.40x"), "{text}");
+        assert!(text.contains("95.0%"), "{text}");
+        assert_eq!(text.matches("met    ").count(), 3, "{text}");
+        assert_eq!(dollars(0.001234567), "$0.001235");
+        assert_eq!(dollars(12.346), "$12.35");
+        assert_eq!(dollars(0.0), "$0");
     }
 }

@@ -30,6 +30,9 @@ pub struct Report {
     /// Crash runs (`--crash-every` / `--crashes`): kills, restarts, audits.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub crash: Vec<crate::crash::report::CrashSummary>,
+    /// The tiered workload: one summary per layout and read distribution.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tiered: Vec<crate::workloads::tiered::TieredSummary>,
 }
 
 /// The settings the run used (after defaults).
@@ -462,6 +465,7 @@ pub mod tests {
             },
             results,
             crash: Vec::new(),
+            tiered: Vec::new(),
         }
     }
 

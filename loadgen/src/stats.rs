@@ -7,7 +7,7 @@
 //! Names and their types come from `ringkv_protocol::stats`, shared with the
 //! server (docs/protocol.md lists them).
 
-use ringkv_protocol::stats::{DeviceStats, Stats, StatsError as ProtocolStatsError};
+use ringkv_protocol::stats::{DeviceStats, Stats, StatsError as ProtocolStatsError, TierStats};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -25,6 +25,8 @@ pub struct ServerSnapshot {
     pub wal_flushes: u64,
     pub wal_fsync_p99_us: u64,
     pub devices: BTreeMap<String, DeviceSnapshot>,
+    /// The `tier.*` group (all zero on the memory tier).
+    pub hybrid: TierStats,
 }
 
 /// One device's STATS counters, as the server sends them.
@@ -112,6 +114,7 @@ impl ServerSnapshot {
             wal_flushes: stats.wal.flushes,
             wal_fsync_p99_us: stats.wal.fsync_p99_us,
             devices: stats.devices,
+            hybrid: stats.tier,
         })
     }
 
@@ -290,6 +293,20 @@ mod tests {
             ("sas", 1800, 5000)
         );
         assert_eq!(info.tier, "hybrid");
+    }
+
+    #[test]
+    fn parses_the_tier_group() {
+        let snap = ServerSnapshot::parse(&pairs(&[
+            ("tier.segment_bytes", "3000"),
+            ("tier.hot_segment_bytes", "1000"),
+            ("tier.cold_reads", "50"),
+            ("tier.hot_reads", "45"),
+        ]))
+        .expect("parse");
+        assert_eq!(snap.hybrid.segment_bytes, 3000);
+        assert_eq!(snap.hybrid.hot_segment_bytes, 1000);
+        assert_eq!((snap.hybrid.cold_reads, snap.hybrid.hot_reads), (50, 45));
     }
 
     #[test]

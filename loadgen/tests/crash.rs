@@ -166,6 +166,7 @@ fn rendered(outcome: &CrashOutcome, workload: &str) -> String {
         },
         results: outcome.rows.clone(),
         crash: vec![outcome.summary.clone()],
+        tiered: Vec::new(),
     };
     loadgen::render::render(&report)
 }

@@ -10,10 +10,12 @@
 //! - [`RandomWork`]: puts or gets of uniformly chosen records (the GridGain-style
 //!   put and get phases: YCSB's default request distribution is uniform).
 //! - `ycsb`: the YCSB core workloads' mixes.
+//! - `tiered`: the hybrid tier's hot device against all-nvme and all-sas.
 
 pub mod gridgain;
 pub mod putgettx;
 pub mod sweep;
+pub mod tiered;
 pub mod ycsb;
 
 use crate::driver::{StepContext, StepOutcome, Work};
