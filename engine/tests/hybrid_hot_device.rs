@@ -232,3 +232,50 @@ fn a_crash_after_a_copy_up_reads_the_copy_below() {
     );
     get_all(&mut back, &(0..600).collect::<Vec<_>>(), 0);
 }
+
+/// Segments GC emptied on the hot device keep it from taking records
+/// until a full checkpoint and one more are published after their GC: the
+/// tier asks for a full one once they take half the hot device, then for
+/// any, and once both are published they are gone and it asks for none.
+#[test]
+fn emptied_hot_segments_ask_for_the_checkpoints_that_remove_them() {
+    use common::hybrid::checkpoint_of;
+    let disk = SimDisk::new(4);
+    let s = tiered(4);
+    let mut t = open(&disk, s.clone());
+    assert_eq!(t.checkpoint_wanted(), None);
+    // A first full checkpoint, so later ones may be deltas.
+    let _ = checkpoint_of(&mut t, false);
+    for round in 0..3 {
+        for i in 0..600 {
+            put(&mut t, i, round);
+        }
+        gc(&mut t);
+    }
+    let st = t.stats();
+    assert_eq!(
+        t.checkpoint_wanted(),
+        Some(true),
+        "{} ({} bytes in use of the hot files)",
+        hot_share(&st),
+        st.hot_segment_bytes
+    );
+    // A delta does not free them: a full one is still wanted.
+    let _ = checkpoint_of(&mut t, true);
+    gc(&mut t);
+    assert_eq!(t.checkpoint_wanted(), Some(true));
+    let _ = checkpoint_of(&mut t, false);
+    gc(&mut t);
+    assert_eq!(t.checkpoint_wanted(), Some(false));
+    let before = t.stats().hot_segment_bytes;
+    let _ = checkpoint_of(&mut t, true);
+    let after = t.stats();
+    assert_eq!(t.checkpoint_wanted(), None, "{}", hot_share(&after));
+    assert!(
+        after.hot_segment_bytes < before,
+        "{} hot bytes before, {} after",
+        before,
+        after.hot_segment_bytes
+    );
+    get_all(&mut t, &(0..600).collect::<Vec<_>>(), 2);
+}

@@ -35,6 +35,9 @@ use std::time::{Duration, Instant};
 
 /// Pause after a failed checkpoint before trying again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// Least time between two checkpoints the tier asks for
+/// ([`crate::tier::Tier::checkpoint_wanted`]).
+const TIER_CHECKPOINT_GAP: Duration = Duration::from_secs(1);
 
 /// Checkpoint settings from the config.
 #[derive(Debug, Clone, Copy)]
@@ -87,9 +90,14 @@ impl ChainState {
         disk: &D,
         paths: &ShardPaths,
         deltas_max: u32,
+        full: bool,
     ) -> Result<(), EngineError> {
         let (bytes, _) = core.wal.since_checkpoint();
-        let base = delta_base(&self.snapshots, self.marks_valid, deltas_max);
+        let base = if full {
+            None
+        } else {
+            delta_base(&self.snapshots, self.marks_valid, deltas_max)
+        };
         self.last_checkpoint = Instant::now();
         match checkpoint(core, files, disk, paths, &mut self.snapshots, base).await {
             Ok(written) => {
@@ -150,7 +158,7 @@ async fn checkpoint_loop<D: Disk>(
             // checkpoints (it would retire files being copied).
             let wants = matches!(req, BackupRequest::Checkpoint { .. }) && !core.backup.pinned();
             let result = if wants {
-                let taken = chain.take(core, &files, &disk, &paths, settings.deltas_max);
+                let taken = chain.take(core, &files, &disk, &paths, settings.deltas_max, false);
                 Some(taken.await.map_err(|e| format!("checkpoint failed: {e}")))
             } else {
                 None
@@ -172,21 +180,33 @@ async fn checkpoint_loop<D: Disk>(
         let by_time = !settings.interval.is_zero()
             && writes > 0
             && chain.last_checkpoint.elapsed() >= settings.interval;
-        if !(by_bytes || by_time) {
+        // The tier's own need (a hot device kept full by emptied
+        // segments), at most one checkpoint per TIER_CHECKPOINT_GAP.
+        let tier_wants = core.with_tier(|t| t.checkpoint_wanted());
+        let tier_wait = TIER_CHECKPOINT_GAP.saturating_sub(chain.last_checkpoint.elapsed());
+        let by_tier = tier_wants.is_some() && tier_wait.is_zero();
+        if !(by_bytes || by_time || by_tier) {
             let wanted = core.wal.checkpoint_wanted.notified();
-            if settings.interval.is_zero() {
-                wanted.await;
-            } else {
-                let left = settings
+            let mut left = (!settings.interval.is_zero()).then(|| {
+                settings
                     .interval
                     .saturating_sub(chain.last_checkpoint.elapsed())
-                    .max(Duration::from_millis(1));
-                let _ = compio::time::timeout(left, wanted).await;
+            });
+            if tier_wants.is_some() {
+                left = Some(left.map_or(tier_wait, |l| l.min(tier_wait)));
+            }
+            match left {
+                None => wanted.await,
+                Some(left) => {
+                    let left = left.max(Duration::from_millis(1));
+                    let _ = compio::time::timeout(left, wanted).await;
+                }
             }
             continue;
         }
+        let full = tier_wants == Some(true);
         if let Err(e) = chain
-            .take(core, &files, &disk, &paths, settings.deltas_max)
+            .take(core, &files, &disk, &paths, settings.deltas_max, full)
             .await
         {
             if core.is_poisoned() {

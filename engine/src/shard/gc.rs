@@ -16,16 +16,25 @@ const IDLE: Duration = Duration::from_millis(100);
 const SETTLE_BATCH: usize = 1024;
 
 pub(crate) async fn run_tier_background(core: Rc<ShardCore>) {
+    let mut asked: Option<std::time::Instant> = None;
     loop {
         if core.is_poisoned() {
             return;
         }
         core.wake_settles();
-        if core.with_tier_mut(|t| t.background_step()) {
-            core.publish_tier_stats();
+        let worked = core.with_tier_mut(|t| t.background_step());
+        core.publish_tier_stats();
+        // A checkpoint the tier needs (a hot device full of segments GC
+        // emptied): the checkpointer looks again (told at most every IDLE).
+        if asked.is_none_or(|at| at.elapsed() >= IDLE)
+            && core.with_tier(|t| t.checkpoint_wanted().is_some())
+        {
+            core.wal.checkpoint_wanted.notify();
+            asked = Some(std::time::Instant::now());
+        }
+        if worked {
             yield_now().await;
         } else {
-            core.publish_tier_stats();
             compio::time::sleep(IDLE).await;
         }
     }

@@ -423,6 +423,15 @@ pub trait Tier {
     fn background_tasks(&self) -> TierTasks {
         TierTasks::default()
     }
+    /// Whether the tier needs a checkpoint sooner than the WAL's bytes or
+    /// the interval would take one, and whether it must be a full one:
+    /// `Some(true)` a full checkpoint, `Some(false)` any. (The hybrid tier
+    /// with a hot device: segments GC emptied there are removed only once
+    /// a full snapshot and one more checkpoint are published after their
+    /// GC, and until then they keep the device from taking records.)
+    fn checkpoint_wanted(&self) -> Option<bool> {
+        None
+    }
     /// Background work (GC) in one bounded step; returns whether there was
     /// any (the caller yields and calls again).
     fn background_step(&mut self) -> bool {

@@ -1166,6 +1166,10 @@ impl<D: Disk> Tier for HybridTier<D> {
         }
     }
 
+    fn checkpoint_wanted(&self) -> Option<bool> {
+        self.inner.borrow().checkpoint_wanted()
+    }
+
     fn background_step(&mut self) -> bool {
         let st = self.inner.get_mut();
         st.gc_step() || st.settle_step()

@@ -257,6 +257,36 @@ impl<D: Disk> Inner<D> {
         }
     }
 
+    /// Whether a checkpoint is wanted to free the hot device (see
+    /// [`crate::tier::Tier::checkpoint_wanted`]): when segments GC emptied
+    /// there take half of `hot_bytes` or more. A full one unless one was
+    /// published after the GC of the oldest of them (then one more
+    /// checkpoint lets them go).
+    pub(super) fn checkpoint_wanted(&self) -> Option<bool> {
+        let t = self.tiering.as_ref()?;
+        let u = self.hot_use(t);
+        if u.file_bytes.saturating_sub(u.in_use_bytes) < t.hot_bytes / 2 {
+            return None;
+        }
+        let oldest = self
+            .log
+            .segs
+            .iter()
+            .flatten()
+            .filter(|s| s.device == HOT)
+            .filter_map(|s| match s.state {
+                SegState::Zombie { gc_epoch, .. } => Some(gc_epoch),
+                _ => None,
+            })
+            .min()?;
+        let full_since = self
+            .gc
+            .published
+            .iter()
+            .any(|&(epoch, full)| full && epoch > oldest);
+        Some(!full_since)
+    }
+
     /// The oldest sealed hot segment (but one GC gave up on: a read of it
     /// failed), when the hot segments in use take more than `hot_bytes`
     /// less two segments.
