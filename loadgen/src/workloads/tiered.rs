@@ -20,8 +20,8 @@
 //! - The aims are measured and reported, met or not; nothing is asserted
 //!   about them.
 
-use super::ycsb::{Distribution, Mix, YcsbWork, OPERATIONS};
-use crate::driver::{run_phase, DriverError, PhaseOutcome};
+use super::ycsb::{Distribution, Mix, OPERATIONS};
+use crate::driver::{DriverError, PhaseOutcome};
 use crate::hist::LatencySummary;
 use crate::keys::InsertSequence;
 use crate::record::{RecordShape, ValuePool};
@@ -446,15 +446,7 @@ pub async fn run_layout<T: Target>(
     let mut summaries = Vec::new();
     for &distribution in &plan.distributions {
         let mix = mix(plan, distribution);
-        let works: Vec<YcsbWork> = (0..s.threads as u64)
-            .map(|t| YcsbWork::new(mix, s, t, sequence.clone(), pool.clone()))
-            .collect();
-        let out = run_phase(
-            target,
-            &s.measured_plan(format!("{label} {}", mix.name)),
-            works,
-        )
-        .await?;
+        let out = super::ycsb::run_mix(target, s, mix, &sequence, &pool, label).await?;
         let phase = rows_from_phase(mix.name, &out, &OPERATIONS, None, s.mode())?;
         let get = phase
             .iter()

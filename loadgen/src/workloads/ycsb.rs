@@ -259,6 +259,27 @@ impl Work for YcsbWork {
     }
 }
 
+/// Runs one measured phase of `mix` (after its warm-up): `s.threads`
+/// client tasks, values from `pool`, inserts continuing `sequence`.
+pub async fn run_mix<T: Target>(
+    target: &T,
+    s: &Settings,
+    mix: Mix,
+    sequence: &Arc<InsertSequence>,
+    pool: &Arc<ValuePool>,
+    label: &str,
+) -> Result<crate::driver::PhaseOutcome, DriverError> {
+    let works: Vec<YcsbWork> = (0..s.threads as u64)
+        .map(|t| YcsbWork::new(mix, s, t, sequence.clone(), pool.clone()))
+        .collect();
+    run_phase(
+        target,
+        &s.measured_plan(format!("{label} {}", mix.name)),
+        works,
+    )
+    .await
+}
+
 /// Runs the named core workloads one after the other against an already
 /// loaded server (`sequence` continues across them, as in YCSB).
 pub async fn run_mixes<T: Target>(
@@ -284,15 +305,7 @@ pub async fn run_mixes<T: Target>(
             ));
             continue;
         }
-        let works: Vec<YcsbWork> = (0..s.threads as u64)
-            .map(|t| YcsbWork::new(*mix, s, t, sequence.clone(), pool.clone()))
-            .collect();
-        let out = run_phase(
-            target,
-            &s.measured_plan(format!("{label} {}", mix.name)),
-            works,
-        )
-        .await?;
+        let out = run_mix(target, s, *mix, sequence, &pool, label).await?;
         rows.extend(rows_from_phase(
             mix.name,
             &out,
