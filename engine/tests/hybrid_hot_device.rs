@@ -279,3 +279,93 @@ fn emptied_hot_segments_ask_for_the_checkpoints_that_remove_them() {
     );
     get_all(&mut t, &(0..600).collect::<Vec<_>>(), 2);
 }
+
+/// A start that leaves out the hot device of a directory whose segments
+/// are on it is refused with a config error naming `storage.hot_device`,
+/// before recovery looks at a snapshot (which it would otherwise set aside
+/// as damaged: their segments are not where it looks); with the hot device
+/// back the directory opens with every value.
+#[test]
+fn a_start_without_the_hot_device_is_refused_and_sets_nothing_aside() {
+    use engine::{Engine, Op, OpResult};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut with_hot = tunables::Config {
+        shards: 1,
+        ..Default::default()
+    };
+    with_hot.storage.data_dir = tmp.path().join("data");
+    with_hot.storage.tier = tunables::Tier::Hybrid;
+    with_hot.storage.durability = tunables::Durability::Sync;
+    with_hot.storage.value_segment_size = tunables::ByteSize::kib(256);
+    with_hot.storage.checkpoint_wal_bytes = tunables::ByteSize::kib(64);
+    with_hot.limits.key_bytes_max = tunables::ByteSize(64);
+    with_hot.limits.value_bytes_max = tunables::ByteSize(4096);
+    with_hot.devices.insert(
+        "hot".to_string(),
+        tunables::DeviceConfig {
+            path: Default::default(),
+            profile: "unthrottled".to_string(),
+        },
+    );
+    with_hot.storage.hot_device = "hot".to_string();
+    with_hot.storage.hot_bytes = tunables::ByteSize::mib(1);
+    let engine = Engine::open(&with_hot).expect("open");
+    let h = engine.handle();
+    // Rounds of puts until two checkpoints are published.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut round = 0u64;
+    while round < 20 || engine.metrics().shards[0].checkpoints < 2 {
+        let ops = (0..50u64)
+            .map(|i| Op::Put {
+                key: Bytes::from(key(i)),
+                value: Bytes::from(value(i, round)),
+            })
+            .collect();
+        h.batch_blocking(ops).expect("puts");
+        round += 1;
+        assert!(std::time::Instant::now() < deadline, "no checkpoints");
+    }
+    let last = round - 1;
+    engine.shutdown().expect("shutdown");
+    let snapshots = |dir: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir.join("data/shard-000/snapshots"))
+            .expect("snapshots")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = snapshots(tmp.path());
+    assert!(before.iter().any(|s| s.ends_with(".snap")), "{before:?}");
+
+    let mut without = with_hot.clone();
+    without.storage.hot_device = String::new();
+    without.storage.hot_bytes = tunables::ByteSize(0);
+    let err = match Engine::open(&without) {
+        Ok(_) => panic!("a start without the hot device opened"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("storage.hot_device"), "{err}");
+    assert_eq!(
+        snapshots(tmp.path()),
+        before,
+        "a refused start set snapshots aside"
+    );
+
+    let engine = Engine::open(&with_hot).expect("open with the hot device again");
+    let h = engine.handle();
+    let ops = (0..50u64)
+        .map(|i| Op::Get {
+            key: Bytes::from(key(i)),
+        })
+        .collect();
+    let got = h.batch_blocking(ops).expect("gets");
+    for (i, r) in got.into_iter().enumerate() {
+        assert_eq!(
+            r,
+            OpResult::Value(Bytes::from(value(i as u64, last))),
+            "key {i}"
+        );
+    }
+    engine.shutdown().expect("shutdown");
+}

@@ -389,6 +389,24 @@ fn tier_config<D: Disk>(
             })
         }
     };
+    // Segments on a hot device this start does not know of: their
+    // checkpoints could not be loaded (and would be set aside as damaged).
+    if let TierConfig::Hybrid {
+        disk,
+        hot_disk: None,
+        ..
+    } = &config
+    {
+        let marker = paths.values_dir.join(crate::tier::hybrid::log::HOT_MARKER);
+        if disk.exists(&marker) {
+            return Err(EngineError::Config {
+                reason: format!(
+                    "{} says value segments of shard {shard} are on a hot device, and storage.hot_device is not set: set it (and its [devices] entry) as before; to stop using the hot device, start with it and storage.hot_bytes = \"0B\" until STATS tier.hot_segments is 0",
+                    marker.display()
+                ),
+            });
+        }
+    }
     config.prepare().map_err(|source| EngineError::Io {
         op: "create the value segment directory",
         path: paths.values_dir.clone(),

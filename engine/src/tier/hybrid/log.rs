@@ -45,6 +45,11 @@ const SEGMENT_MAGIC: [u8; 8] = *b"RKVSEGV1";
 pub const SEGMENT_VERSION: u32 = 2;
 /// The oldest format version this build reads (records without an LSN).
 pub const SEGMENT_VERSION_MIN: u32 = 1;
+/// The file in the main device's segment folder that says some segments
+/// live on a hot device: made with the first hot segment, removed once the
+/// hot device holds none. A start without a hot device refuses a folder
+/// that has it (its checkpoints name segments it would not find).
+pub const HOT_MARKER: &str = "HOT-DEVICE";
 /// Size of the RAM buffer appends go through.
 const CHUNK: usize = 1 << 20;
 /// Blocks read lately that are kept (1 MiB): reads of records that sit
@@ -598,6 +603,9 @@ impl<D: Disk> ValueLog<D> {
         };
         let seq = self.next_seq;
         let path = self.path_on(device, seq);
+        if device == HOT {
+            self.mark_hot()?;
+        }
         let head = &mut self.heads[device as usize];
         let file = head.disk.open_blocking(&path, true)?;
         let mut header = AlignedBuf::with_capacity(BLOCK);
@@ -803,6 +811,28 @@ impl<D: Disk> ValueLog<D> {
             if self.heads[device as usize].cursor + BLOCK as u64 > self.segment_bytes {
                 self.seal_active(device)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Makes [`HOT_MARKER`] in the main device's folder if it is not there.
+    fn mark_hot(&mut self) -> io::Result<()> {
+        let main = &self.heads[MAIN as usize];
+        let marker = main.dir.join(HOT_MARKER);
+        if !main.disk.exists(&marker) {
+            drop(main.disk.open_blocking(&marker, true)?);
+            main.disk.sync_dir_blocking(&main.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Removes [`HOT_MARKER`] once no open segment is on the hot device.
+    pub fn unmark_hot_if_empty(&mut self) -> io::Result<()> {
+        let main = &self.heads[MAIN as usize];
+        let marker = main.dir.join(HOT_MARKER);
+        if self.segs.iter().flatten().all(|s| s.device != HOT) && main.disk.exists(&marker) {
+            main.disk.remove_file_blocking(&marker)?;
+            main.disk.sync_dir_blocking(&main.dir)?;
         }
         Ok(())
     }

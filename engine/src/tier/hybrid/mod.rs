@@ -1292,6 +1292,7 @@ impl<D: Disk> Tier for HybridTier<D> {
                 }
             }
         }
+        let removed_any = !gone.is_empty();
         for slot in gone {
             // GC settled every unresolved entry in it; none may outlive it
             // and name a record of the segment that takes its slot.
@@ -1299,6 +1300,13 @@ impl<D: Disk> Tier for HybridTier<D> {
             st.blind.unresolved.retain(|&a| log.decode_addr(a).slot != slot);
             if let Err(e) = st.log.remove(slot) {
                 tracing::warn!(error = %e, "could not remove a value segment emptied by GC");
+            }
+        }
+        // A hot device emptied (`hot_bytes = 0`): the folder no longer
+        // needs it to start.
+        if removed_any && st.log.has_hot() {
+            if let Err(e) = st.log.unmark_hot_if_empty() {
+                tracing::warn!(error = %e, "could not remove the hot-device marker");
             }
         }
     }
