@@ -251,6 +251,8 @@ stats_group! {
         promotions: u64, "count", "records";
         /// Records GC moved from the hot device to the value device since start (not read lately).
         demotions: u64, "count", "records";
+        /// Moves held back by storage.hot_move_percent since start: copies up skipped, and GC waits before a step through a hot segment.
+        move_waits: u64, "count", "waits";
     }
 }
 

@@ -835,6 +835,7 @@ value_device = \"wal\"
 hot_device = \"fast\"
 hot_bytes = \"1GiB\"
 hot_promote_reads = 3
+hot_move_percent = 35
 cache_bytes = \"1GiB\"
 value_segment_size = \"16MiB\"
 index_keys = 2_000_000
@@ -904,6 +905,7 @@ count_fsync = false
             hot_device: "fast".to_string(),
             hot_bytes: ByteSize::gib(1),
             hot_promote_reads: 3,
+            hot_move_percent: 35,
             cache_bytes: ByteSize::gib(1),
             value_segment_size: ByteSize::mib(16),
             index_keys: 2_000_000,

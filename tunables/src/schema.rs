@@ -495,6 +495,13 @@ section! {
         /// there ("lately": a count that halves as the shard reads other keys).
         hot_promote_reads: u32 = 2,
             kind None, check Check::Range(1, 15);
+        /// The share (percent) of each device's IOPS and bandwidth that moves between the hot
+        /// and the cold device may take: copies up on a read, and GC of hot segments (which
+        /// moves records down). Past it a copy up is skipped and GC of a hot segment waits;
+        /// GETs, PUTs and the WAL keep the rest of the device's profile. Only limited profiles
+        /// limit moves.
+        hot_move_percent: u32 = 20,
+            kind None, check Check::Range(1, 100);
         /// The hybrid tier's read cache for the whole server, split evenly across the shards.
         cache_bytes: ByteSize = ByteSize::mib(256),
             kind None, check Check::Range(ByteSize(0), ByteSize::gib(1024));

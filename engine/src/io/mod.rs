@@ -95,6 +95,17 @@ pub trait Disk: Clone + Send + Sync + 'static {
     fn new_table_hash_key(&self) -> io::Result<[u8; crate::hash::TABLE_HASH_KEY_BYTES]> {
         crate::hash::random_key()
     }
+
+    /// How long until an I/O of `len` bytes that moves records from one
+    /// device to another fits the share of this disk's device kept for
+    /// such moves (`storage.hot_move_percent`); zero when it fits now.
+    /// Takes nothing. A disk without a device profile never waits.
+    fn move_wait(&self, _len: u64) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
+    /// Counts an I/O of `len` bytes that moves records against that share.
+    fn take_move(&self, _len: u64) {}
 }
 
 /// One open file. Offsets and lengths of `write_at` and `read_at` must be

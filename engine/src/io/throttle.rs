@@ -121,6 +121,11 @@ pub struct Device {
     profile: ProfileConfig,
     /// `None` when the profile limits nothing: no lock, no wait.
     limiter: Option<Mutex<Limiter>>,
+    /// The share of the profile that moves of records between devices may
+    /// take (`storage.hot_move_percent`), on top of `limiter`: a mover
+    /// looks first ([`Device::move_wait`]) and goes only when it fits.
+    /// `None` when the profile limits nothing.
+    moves: Option<Mutex<Limiter>>,
     epoch: Instant,
     counters: DeviceCounters,
     fsync_latency: AtomicHistogram,
@@ -161,6 +166,8 @@ impl Device {
             name,
             dir: dir.into(),
             profile_name,
+            moves: (!limiter.is_unlimited())
+                .then(|| Mutex::new(Limiter::new(&share_of(&profile, 100)))),
             limiter: (!limiter.is_unlimited()).then(|| Mutex::new(limiter)),
             profile,
             epoch: Instant::now(),
@@ -168,6 +175,42 @@ impl Device {
             fsync_latency: AtomicHistogram::new(),
             write_latency: AtomicHistogram::new(),
         })
+    }
+
+    /// This device with moves of records between devices held to
+    /// `percent` (1..=100) of its profile (`storage.hot_move_percent`).
+    pub fn with_move_percent(mut self, percent: u32) -> Device {
+        if self.moves.is_some() {
+            self.moves = Some(Mutex::new(Limiter::new(&share_of(&self.profile, percent))));
+        }
+        self
+    }
+
+    /// How long until a move's I/O of `len` bytes fits this device's share
+    /// for moves; zero when it fits now (or nothing limits the device).
+    /// Takes nothing: [`take_move`](Self::take_move) does.
+    pub fn move_wait(&self, len: u64) -> Duration {
+        let Some(moves) = &self.moves else {
+            return Duration::ZERO;
+        };
+        let now = self.now_ns();
+        let wait = moves
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .wait_ns(now, self.ios_for_len(len), len);
+        Duration::from_nanos(wait)
+    }
+
+    /// Counts a move's I/O of `len` bytes against this device's share for
+    /// moves (the I/O itself then asks the device as any other does).
+    pub fn take_move(&self, len: u64) {
+        if let Some(moves) = &self.moves {
+            let now = self.now_ns();
+            moves
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .reserve(now, self.ios_for_len(len), len);
+        }
     }
 
     /// The key of `[devices]` this device was built from.
@@ -313,6 +356,26 @@ impl Device {
     }
 }
 
+/// `percent` of `profile`'s rates and burst (each at least 1 where the
+/// profile limits it): what moves between devices may take of it.
+fn share_of(profile: &ProfileConfig, percent: u32) -> ProfileConfig {
+    let percent = u64::from(percent.clamp(1, 100));
+    let part = |v: u64| {
+        if v == 0 {
+            0
+        } else {
+            (v * percent / 100).max(1)
+        }
+    };
+    ProfileConfig {
+        iops: part(profile.iops),
+        burst_iops: part(profile.burst_iops),
+        burst_credit: profile.burst_credit * percent / 100,
+        bytes_per_sec: tunables::ByteSize(part(profile.bytes_per_sec.0)),
+        ..profile.clone()
+    }
+}
+
 /// Builds one [`Device`] per `[devices.NAME]` of `config` (an empty `path`
 /// means the data directory). Fails on an unknown or invalid profile.
 pub fn build_devices(config: &Config) -> Result<BTreeMap<String, Arc<Device>>, DeviceError> {
@@ -335,7 +398,8 @@ pub fn build_devices(config: &Config) -> Result<BTreeMap<String, Arc<Device>>, D
         } else {
             device.path.clone()
         };
-        let built = Device::new(name.clone(), dir, device.profile.clone(), profile)?;
+        let built = Device::new(name.clone(), dir, device.profile.clone(), profile)?
+            .with_move_percent(config.storage.hot_move_percent);
         devices.insert(name.clone(), Arc::new(built));
     }
     Ok(devices)
@@ -465,6 +529,14 @@ impl<D: Disk> Disk for Throttled<D> {
         self.inner.list_dir(dir)
     }
 
+    fn move_wait(&self, len: u64) -> Duration {
+        self.device.move_wait(len)
+    }
+
+    fn take_move(&self, len: u64) {
+        self.device.take_move(len);
+    }
+
     fn exists(&self, path: &Path) -> bool {
         self.inner.exists(path)
     }
@@ -573,6 +645,54 @@ mod tests {
     use crate::io::sim::SimDisk;
     use crate::io::ALIGN;
     use tunables::{ByteSize, DeviceConfig};
+
+    /// Moves have a budget of their own, `percent` of the profile's: a
+    /// look at it takes nothing, a move takes from it and not from the
+    /// device's own budget, and an unlimited device never holds a move.
+    #[test]
+    fn moves_take_their_share_of_the_profile_and_nothing_else() {
+        let profile = ProfileConfig {
+            iops: 1_000,
+            burst_iops: 1_000,
+            burst_credit: 0,
+            bytes_per_sec: ByteSize(0),
+            io_unit: ByteSize::kib(4),
+            count_fsync: true,
+        };
+        // 10%: 100 I/Os a second, one held (10 ms of them, at least one).
+        let device = Device::new("d", "/d", "p", profile.clone())
+            .expect("valid")
+            .with_move_percent(10);
+        assert!(device.move_wait(4096).is_zero());
+        assert!(device.move_wait(4096).is_zero(), "a look took the share");
+        device.take_move(4096);
+        let wait = device.move_wait(4096);
+        assert!(
+            wait > Duration::from_millis(5) && wait <= Duration::from_millis(10),
+            "{wait:?}"
+        );
+        assert_eq!(
+            device.metrics().ios_admitted,
+            0,
+            "a move took the device's own budget"
+        );
+        // 100%: the whole profile's rate, a tenth of the wait.
+        let all = Device::new("d", "/d", "p", profile)
+            .expect("valid")
+            .with_move_percent(100);
+        all.take_move(4096);
+        all.take_move(4096);
+        assert!(
+            all.move_wait(4096) <= Duration::from_millis(2),
+            "{:?}",
+            all.move_wait(4096)
+        );
+        let free = Device::new("d", "/d", "unthrottled", ProfileConfig::unthrottled())
+            .expect("valid")
+            .with_move_percent(1);
+        free.take_move(1 << 30);
+        assert!(free.move_wait(1 << 30).is_zero());
+    }
 
     #[test]
     fn unknown_profile_names_device_and_profile() {

@@ -35,7 +35,13 @@ pub(crate) async fn run_tier_background(core: Rc<ShardCore>) {
         if worked {
             yield_now().await;
         } else {
-            compio::time::sleep(IDLE).await;
+            // GC of a hot segment waiting for the moves' share of a device
+            // goes on when that share allows, not a whole idle pause later.
+            let pause = core.with_tier(|t| t.background_wait()).map_or(IDLE, |at| {
+                at.saturating_duration_since(std::time::Instant::now())
+                    .min(IDLE)
+            });
+            compio::time::sleep(pause).await;
         }
     }
 }

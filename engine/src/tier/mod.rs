@@ -437,6 +437,12 @@ pub trait Tier {
     fn background_step(&mut self) -> bool {
         false
     }
+    /// When background work that waits for a device (the hybrid tier's
+    /// moves between devices, held to their share) may go on, if it waits:
+    /// the caller looks again then rather than after its idle pause.
+    fn background_wait(&self) -> Option<std::time::Instant> {
+        None
+    }
     /// A checkpoint starts copying the tier.
     fn checkpoint_begin(&mut self) {}
     /// Calls `f` for each checkpoint entry of `partition`: the partition's

@@ -358,6 +358,11 @@ fn render_hybrid_counters(p: &mut PromText, l: &[(&str, &str)], h: &engine::Hybr
             h.demoted_bytes,
         ),
         (
+            "ringkv_tier_move_waits_total",
+            "Moves between devices held back by storage.hot_move_percent.",
+            h.move_waits,
+        ),
+        (
             "ringkv_tier_gc_read_bytes_total",
             "Bytes GC read from victim segments.",
             h.gc_bytes_read,

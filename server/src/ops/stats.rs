@@ -126,6 +126,7 @@ pub fn tier_stats(engine: &EngineMetrics) -> TierStats {
         t.hot_reads += h.hot_reads;
         t.promotions += h.promotions;
         t.demotions += h.demotions;
+        t.move_waits += h.move_waits;
     }
     t.index_millibytes_per_key = (t.index_bytes * 1000).checked_div(keys).unwrap_or(0);
     t.cache_millibytes_per_key = (t.cache_bytes * 1000).checked_div(keys).unwrap_or(0);

@@ -170,6 +170,24 @@ impl Limiter {
         admit
     }
 
+    /// How long after `now_ns` a reservation of `ios` units and `bytes`
+    /// bytes would wait, without reserving it (0: it would go at once).
+    pub fn wait_ns(&self, now_ns: u64, ios: u64, bytes: u64) -> u64 {
+        let start = now_ns.max(self.as_of_ns);
+        let elapsed = start - self.as_of_ns;
+        let wait = |b: &Option<Bucket>, cost: u64| {
+            b.as_ref().map_or(0, |b| {
+                let mut b = b.clone();
+                b.refill(elapsed);
+                b.wait_ns(cost)
+            })
+        };
+        let wait = wait(&self.pacing, ios)
+            .max(wait(&self.credit, ios))
+            .max(wait(&self.bandwidth, bytes));
+        (start - now_ns).saturating_add(wait)
+    }
+
     /// Burst credit (whole I/Os) the device would hold at `now_ns` if no
     /// more I/O arrived; `None` when the profile has no IOPS limit.
     pub fn credit_at(&self, now_ns: u64) -> Option<u64> {
@@ -208,6 +226,28 @@ mod tests {
 
     fn admitted_by(times: &[u64], t_ns: u64) -> usize {
         times.iter().filter(|&&a| a <= t_ns).count()
+    }
+
+    /// `wait_ns` tells what `reserve` would wait, and takes nothing.
+    #[test]
+    fn a_look_at_the_wait_reserves_nothing() {
+        let mut limiter = Limiter::new(&profile(1_000, 1_000, 0));
+        // The pacing bucket holds 10 I/Os; the credit bucket none: one
+        // I/O goes at once, the next after 1 ms.
+        assert_eq!(limiter.wait_ns(0, 1, 0), 0);
+        assert_eq!(limiter.wait_ns(0, 1, 0), 0, "looking took tokens");
+        let first = limiter.reserve(0, 1, 0);
+        assert_eq!(first, 0);
+        let wait = limiter.wait_ns(0, 1, 0);
+        assert_eq!(wait, limiter.clone().reserve(0, 1, 0));
+        assert_eq!(wait, 1_000_000);
+        // Later, refilled: no wait.
+        assert_eq!(limiter.wait_ns(2_000_000, 1, 0), 0);
+        // After a reservation of 5 the look waits for its debt too.
+        assert_eq!(limiter.reserve(2_000_000, 5, 0), 2_000_000);
+        let wait = limiter.wait_ns(2_000_000, 1, 0);
+        assert_eq!(wait, limiter.clone().reserve(2_000_000, 1, 0) - 2_000_000);
+        assert!(wait >= 5_000_000, "{wait}");
     }
 
     #[test]

@@ -23,6 +23,16 @@ impl<D: Disk> Inner<D> {
         let from_device = self.log.segs[victim as usize]
             .as_ref()
             .map_or(log::MAIN, |s| s.device);
+        // A hot segment's records move between devices: the step waits
+        // for the moves' share of both (it is remembered as the victim).
+        if from_device == log::HOT {
+            self.gc.victim = Some((victim, from));
+            let end = self.log.segs[victim as usize].as_ref().map_or(from, |s| s.end);
+            let len = (GC_STEP_BLOCKS * log::BLOCK as u64).min(end.saturating_sub(from)).max(1);
+            if !self.gc_move_allowed(len) {
+                return false;
+            }
+        }
         let read_before = self.log.bytes_read;
         let step = self.log.scan_from(victim, from, GC_STEP_BLOCKS);
         self.gc.bytes_read += self.log.bytes_read - read_before;

@@ -456,6 +456,11 @@ impl<D: Disk> ValueLog<D> {
         self.heads.push(Head::new(disk, dir));
     }
 
+    /// The disk of `device` (the main one when `device` is not configured).
+    pub fn disk(&self, device: Device) -> &D {
+        &self.heads.get(device as usize).unwrap_or(&self.heads[MAIN as usize]).disk
+    }
+
     /// Whether a hot device is configured.
     pub fn has_hot(&self) -> bool {
         self.heads.len() > HOT as usize

@@ -177,6 +177,9 @@ pub struct HybridStats {
     /// bytes.
     pub demotions: u64,
     pub demoted_bytes: u64,
+    /// Moves held back by `storage.hot_move_percent`: copies up skipped,
+    /// and waits of GC before a step through a hot segment.
+    pub move_waits: u64,
 }
 
 struct Inner<D: Disk> {
@@ -701,6 +704,7 @@ impl<D: Disk> Inner<D> {
             promoted_bytes: t.map_or(0, |t| t.promoted_bytes),
             demotions: t.map_or(0, |t| t.demotions),
             demoted_bytes: t.map_or(0, |t| t.demoted_bytes),
+            move_waits: t.map_or(0, |t| t.move_waits),
         }
     }
 }
@@ -1173,6 +1177,10 @@ impl<D: Disk> Tier for HybridTier<D> {
     fn background_step(&mut self) -> bool {
         let st = self.inner.get_mut();
         st.gc_step() || st.settle_step()
+    }
+
+    fn background_wait(&self) -> Option<std::time::Instant> {
+        self.inner.borrow().tiering.as_ref()?.gc_paused_until
     }
 
     fn checkpoint_begin(&mut self) {

@@ -141,6 +141,11 @@ pub(super) struct Tiering {
     pub(super) promoted_bytes: u64,
     pub(super) demotions: u64,
     pub(super) demoted_bytes: u64,
+    /// Copies up skipped and GC steps held back for the moves' share of
+    /// a device (`storage.hot_move_percent`).
+    pub(super) move_waits: u64,
+    /// GC of a hot segment waits for the moves' share until then.
+    pub(super) gc_paused_until: Option<std::time::Instant>,
     /// What the hot segments took when the set of segments last changed
     /// (a segment started, emptied by GC or removed), and that change:
     /// placement looks at it for every write, so it is not summed over
@@ -165,6 +170,8 @@ impl Tiering {
             promoted_bytes: 0,
             demotions: 0,
             demoted_bytes: 0,
+            move_waits: 0,
+            gc_paused_until: None,
             use_cache: std::cell::Cell::new(None),
         }
     }
@@ -220,30 +227,21 @@ impl<D: Disk> Inner<D> {
     }
 
     /// Whether the hot device takes another record: its segments in use
-    /// take less than `hot_bytes`, and all its files (emptied ones too,
-    /// until they are removed) less than twice that.
-    fn hot_has_room(&self) -> bool {
+    /// take less than `hot_bytes` and `slack` more, and all its files
+    /// (emptied ones too, until they are removed) less than twice
+    /// `hot_bytes`. New records and copies up have no slack; GC keeping a
+    /// record of a hot victim there has a segment of it (the victim,
+    /// emptied, gives back at least what it keeps).
+    fn hot_has_room(&self, slack: u64) -> bool {
         self.tiering.as_ref().is_some_and(|t| {
             let u = self.hot_use(t);
-            u.in_use_bytes < t.hot_bytes && u.file_bytes < t.hot_bytes.saturating_mul(2)
-        })
-    }
-
-    /// Whether GC may keep a record of a hot victim on the hot device:
-    /// its segments in use take less than `hot_bytes` and one segment
-    /// (the victim, emptied, gives back at least what it keeps), and all
-    /// its files less than twice `hot_bytes`.
-    fn hot_has_room_to_keep(&self) -> bool {
-        self.tiering.as_ref().is_some_and(|t| {
-            let u = self.hot_use(t);
-            u.in_use_bytes < t.hot_bytes + self.settings.segment_bytes
-                && u.file_bytes < t.hot_bytes.saturating_mul(2)
+            u.in_use_bytes < t.hot_bytes + slack && u.file_bytes < t.hot_bytes.saturating_mul(2)
         })
     }
 
     /// The device a new write goes to.
     pub(super) fn write_device(&self) -> Device {
-        if self.hot_has_room() {
+        if self.hot_has_room(0) {
             HOT
         } else {
             MAIN
@@ -308,6 +306,31 @@ impl<D: Disk> Inner<D> {
             .map(|(slot, _)| slot)
     }
 
+    /// Whether GC may take its next step through a hot segment, `len`
+    /// bytes of it: a step reads them from the hot device and writes at
+    /// most as much, to either device, so both devices' shares for moves
+    /// (`storage.hot_move_percent`) are charged that much when it goes.
+    /// When either share is spent, GC waits until it has refilled
+    /// ([`crate::tier::Tier::background_wait`]).
+    pub(super) fn gc_move_allowed(&mut self, len: u64) -> bool {
+        let now = std::time::Instant::now();
+        let wait = self.log.disk(HOT).move_wait(len).max(self.log.disk(MAIN).move_wait(len));
+        let Some(t) = self.tiering.as_mut() else {
+            return true;
+        };
+        if !wait.is_zero() {
+            if t.gc_paused_until.is_none() {
+                t.move_waits += 1;
+            }
+            t.gc_paused_until = Some(now + wait);
+            return false;
+        }
+        t.gc_paused_until = None;
+        self.log.disk(HOT).take_move(len);
+        self.log.disk(MAIN).take_move(len);
+        true
+    }
+
     /// Where GC copies a live record `r` of its victim, a segment of
     /// `from`: a cold segment's stay cold; a hot segment's stay hot if
     /// their key was read often enough lately (spending its second
@@ -322,7 +345,7 @@ impl<D: Disk> Inner<D> {
             return from;
         }
         let hash = self.hasher.hash_key(&r.key);
-        let room = self.hot_has_room_to_keep();
+        let room = self.hot_has_room(self.settings.segment_bytes);
         let Some(t) = self.tiering.as_mut() else {
             return MAIN;
         };
@@ -374,7 +397,7 @@ impl<D: Disk> Inner<D> {
     /// is on the cold one, was read often enough lately, and the hot
     /// device has room.
     pub(super) fn maybe_promote(&mut self, hash: u64, addr: u32, r: &Record) {
-        if self.faults.fault.is_some() || r.lsn.is_none() || !self.hot_has_room() {
+        if self.faults.fault.is_some() || r.lsn.is_none() || !self.hot_has_room(0) {
             return;
         }
         let Some(t) = self.tiering.as_ref() else {
@@ -388,6 +411,16 @@ impl<D: Disk> Inner<D> {
         {
             return;
         }
+        // The read is done (the GET paid it); the copy's write is the
+        // hot device's, out of its share for moves.
+        let hot = self.log.disk(HOT);
+        if !hot.move_wait(r.size).is_zero() {
+            if let Some(t) = self.tiering.as_mut() {
+                t.move_waits += 1;
+            }
+            return;
+        }
+        hot.take_move(r.size);
         if self.move_record(KeyHash::new(hash), addr, r, HOT, "write (copy to the hot device)") {
             if let Some(t) = self.tiering.as_mut() {
                 t.promotions += 1;
