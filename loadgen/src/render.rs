@@ -159,6 +159,7 @@ pub fn tiered_section(summaries: &[TieredSummary]) -> String {
         ("Cost / month", Align::Right),
         ("Promotions", Align::Right),
         ("Demotions", Align::Right),
+        ("Moves held back", Align::Right),
     ]);
     for s in summaries {
         let classes: Vec<String> = s
@@ -185,6 +186,7 @@ pub fn tiered_section(summaries: &[TieredSummary]) -> String {
             dollars(s.cost_per_month),
             thousands(s.promotions),
             thousands(s.demotions),
+            thousands(s.move_waits),
         ]);
     }
     out.push_str(&t.render());

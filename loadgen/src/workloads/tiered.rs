@@ -266,6 +266,10 @@ pub struct TieredSummary {
     /// Records copied up and moved down in the window.
     pub promotions: u64,
     pub demotions: u64,
+    /// Moves held back in the window by `storage.hot_move_percent` (copies
+    /// up skipped, GC waits).
+    #[serde(default)]
+    pub move_waits: u64,
     /// Value segment bytes on each class after the window.
     pub classes: Vec<ClassBytes>,
     /// The sum of the classes' costs, dollars a month.
@@ -495,6 +499,7 @@ fn summary(
         value_device_reads: all_reads.saturating_sub(hot_reads),
         promotions: a.promotions.saturating_sub(b.promotions),
         demotions: a.demotions.saturating_sub(b.demotions),
+        move_waits: a.move_waits.saturating_sub(b.move_waits),
         cost_per_month: classes.iter().map(|c| c.cost_per_month).sum(),
         classes,
         ratios: Ratios::default(),
@@ -530,6 +535,7 @@ pub mod tests {
             value_device_reads: value,
             promotions: 0,
             demotions: 0,
+            move_waits: 0,
             cost_per_month: classes.iter().map(|c| c.cost_per_month).sum(),
             classes,
             ratios: Ratios::default(),
