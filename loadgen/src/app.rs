@@ -335,11 +335,13 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
             let data = tiered::data_bytes(s.records, s.shape);
             let storage = args.storage();
             notes.push(format!(
-                "tiered: three layouts, each on a fresh embedded server with the hybrid tier and {} MiB value segments: all-nvme (values and WAL on nvme), all-sas (values and WAL on sas), tiered (values on sas behind an nvme hot device of {:.1} MiB, {}% of the {:.1} MiB of values rounded to whole segments per shard; WAL on the nvme device); read cache {} for the whole server",
+                "tiered: three layouts, each on a fresh embedded server with the hybrid tier and {} MiB value segments: all-nvme (values and WAL on nvme), all-sas (values and WAL on sas), tiered (values on sas behind an nvme hot device of {:.1} MiB, {}% of the {:.1} MiB of values rounded to whole segments per shard, hot_promote_reads {}, hot_move_percent {}; WAL on the nvme device); read cache {} for the whole server",
                 tiered::SEGMENT_BYTES >> 20,
                 tiered_hot_bytes(args, s) as f64 / (1u64 << 20) as f64,
                 plan.hot_percent,
                 data as f64 / (1u64 << 20) as f64,
+                plan.promote_reads,
+                plan.move_percent,
                 storage.cache_bytes.map_or_else(|| "the config's".to_string(), |b| b.to_string()),
             ));
             notes.push(format!(
@@ -519,7 +521,16 @@ pub async fn run_tiered(
             durability,
             args.shard_count(),
             storage,
-            move |c| layout.apply(c, hot),
+            move |c| {
+                layout.apply(
+                    c,
+                    tiered::HotTuning {
+                        bytes: hot,
+                        promote_reads: plan.promote_reads,
+                        move_percent: plan.move_percent,
+                    },
+                )
+            },
         )
         .await?;
         eprintln!(

@@ -441,6 +441,17 @@ pub struct RunArgs {
     #[arg(long, default_value_t = tiered::DEFAULT_HOT_PERCENT, value_name = "PERCENT")]
     pub hot_percent: u32,
 
+    /// Tiered workload: reads of a key lately that copy it up to the hot
+    /// device, or keep it there (storage.hot_promote_reads, 1 to 15).
+    #[arg(long, default_value_t = tunables::Config::default().storage.hot_promote_reads, value_name = "N")]
+    pub hot_promote_reads: u32,
+
+    /// Tiered workload: the share of each device's profile that moves
+    /// between the hot and the cold device may take
+    /// (storage.hot_move_percent, 1 to 100).
+    #[arg(long, default_value_t = tunables::Config::default().storage.hot_move_percent, value_name = "PERCENT")]
+    pub hot_move_percent: u32,
+
     /// Tiered workload: dollars per GB-month of nvme (AWS EBS io2's list price).
     #[arg(long, default_value_t = 0.125, value_name = "DOLLARS")]
     pub price_nvme: f64,
@@ -702,6 +713,12 @@ impl RunArgs {
         if !(1..=100).contains(&self.hot_percent) {
             return refuse("takes --hot-percent from 1 to 100");
         }
+        if !(1..=15).contains(&self.hot_promote_reads) {
+            return refuse("takes --hot-promote-reads from 1 to 15");
+        }
+        if !(1..=100).contains(&self.hot_move_percent) {
+            return refuse("takes --hot-move-percent from 1 to 100");
+        }
         for price in [self.price_nvme, self.price_sas, self.price_gpssd] {
             if !(price.is_finite() && price >= 0.0) {
                 return refuse("takes prices of zero or more dollars");
@@ -716,6 +733,8 @@ impl RunArgs {
             write_percent: self.write_percent.min(tiered::MAX_WRITE_PERCENT),
             distributions: self.distribution.distributions(),
             hot_percent: self.hot_percent.clamp(1, 100),
+            promote_reads: self.hot_promote_reads.clamp(1, 15),
+            move_percent: self.hot_move_percent.clamp(1, 100),
             prices: tiered::Prices {
                 nvme: self.price_nvme,
                 sas: self.price_sas,
@@ -1154,6 +1173,7 @@ mod tests {
         let plan = r.tiered_plan();
         assert_eq!(plan.write_percent, 5);
         assert_eq!(plan.hot_percent, 10);
+        assert_eq!((plan.promote_reads, plan.move_percent), (2, 20));
         assert_eq!(plan.prices, tiered::Prices::default());
         assert_eq!(
             plan.distributions,
@@ -1170,16 +1190,23 @@ mod tests {
             "0.02",
             "--cache-bytes",
             "0B",
+            "--hot-promote-reads",
+            "4",
+            "--hot-move-percent",
+            "100",
         ])
         .run;
         assert!(r.settings(false).is_ok());
         let plan = r.tiered_plan();
+        assert_eq!((plan.promote_reads, plan.move_percent), (4, 100));
         assert_eq!(plan.distributions, vec![ycsb::Distribution::Uniform]);
         assert_eq!((plan.write_percent, plan.prices.sas), (50, 0.02));
         assert_eq!(r.storage().cache_bytes, Some(tunables::ByteSize(0)));
         for args in [
             &["--write-percent", "51"][..],
             &["--hot-percent", "0"],
+            &["--hot-promote-reads", "16"],
+            &["--hot-move-percent", "0"],
             &["--device", "sas"],
             &["--tier", "memory"],
             &["--durability", "none"],

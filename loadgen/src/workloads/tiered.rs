@@ -143,7 +143,7 @@ impl Layout {
     /// largest value, which must fit in a segment), and for
     /// the tiered layout a `sas` value device in the data directory and the
     /// WAL device as the hot device, holding `hot_bytes` (whole server).
-    pub fn apply(&self, config: &mut tunables::Config, hot_bytes: u64) {
+    pub fn apply(&self, config: &mut tunables::Config, hot: HotTuning) {
         config.storage.tier = tunables::Tier::Hybrid;
         config.storage.value_segment_size = tunables::ByteSize(SEGMENT_BYTES);
         config.limits.value_bytes_max = tunables::ByteSize(VALUE_BYTES_MAX);
@@ -161,9 +161,21 @@ impl Layout {
             );
             config.storage.value_device = COLD_DEVICE.to_string();
             config.storage.hot_device = wal;
-            config.storage.hot_bytes = tunables::ByteSize(hot_bytes);
+            config.storage.hot_bytes = tunables::ByteSize(hot.bytes);
+            config.storage.hot_promote_reads = hot.promote_reads;
+            config.storage.hot_move_percent = hot.move_percent;
         }
     }
+}
+
+/// The tiered layout's hot device: its size (whole server) and the
+/// placement settings (`storage.hot_bytes`, `hot_promote_reads`,
+/// `hot_move_percent`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotTuning {
+    pub bytes: u64,
+    pub promote_reads: u32,
+    pub move_percent: u32,
 }
 
 /// What the tiered workload runs, beyond the common settings.
@@ -175,6 +187,10 @@ pub struct TieredPlan {
     pub distributions: Vec<Distribution>,
     /// The hot device's size as a percent of the data set's bytes.
     pub hot_percent: u32,
+    /// `storage.hot_promote_reads` and `storage.hot_move_percent` of the
+    /// tiered layout.
+    pub promote_reads: u32,
+    pub move_percent: u32,
     pub prices: Prices,
 }
 
@@ -603,7 +619,12 @@ pub mod tests {
                 crate::embedded::EmbeddedStorage::default(),
             )
             .expect("config");
-            layout.apply(&mut c, hot_bytes(100 << 20, 10, 2, SEGMENT_BYTES));
+            let hot = HotTuning {
+                bytes: hot_bytes(100 << 20, 10, 2, SEGMENT_BYTES),
+                promote_reads: 3,
+                move_percent: 40,
+            };
+            layout.apply(&mut c, hot);
             c.validate().expect("a valid config");
             assert_eq!(c.storage.tier, tunables::Tier::Hybrid);
             let value = &c.devices[&c.storage.value_device];
@@ -613,6 +634,8 @@ pub mod tests {
                     assert_ne!(c.storage.hot_device, c.storage.value_device);
                     assert_eq!(c.devices[&c.storage.hot_device].profile, hot);
                     assert_eq!(c.storage.hot_bytes.0, 2 * 5 * SEGMENT_BYTES);
+                    assert_eq!(c.storage.hot_promote_reads, 3);
+                    assert_eq!(c.storage.hot_move_percent, 40);
                 }
                 None => assert!(c.storage.hot_device.is_empty()),
             }
@@ -660,6 +683,8 @@ pub mod tests {
             write_percent: 20,
             distributions: vec![Distribution::Zipfian],
             hot_percent: 10,
+            promote_reads: 2,
+            move_percent: 20,
             prices: Prices::default(),
         };
         let m = mix(&plan, Distribution::Uniform);
