@@ -216,14 +216,9 @@ fn run_seed(seed: u64, hybrid: bool, tape: &mut Tape) -> Result<Coverage, String
         use_small_hybrid_tier(&mut config);
         if seed >= TIERED_SEEDS {
             // Both devices in the data directory (the hot one in its own
-            // folder): four to seven 64 KiB segments per shard.
-            config.devices.insert(
-                "hot".to_string(),
-                tunables::DeviceConfig {
-                    path: Default::default(),
-                    profile: "unthrottled".to_string(),
-                },
-            );
+            // folder, both unthrottled): four to seven 64 KiB segments
+            // per shard.
+            config.devices.insert("hot".to_string(), Default::default());
             config.storage.hot_device = "hot".to_string();
             config.storage.hot_bytes =
                 tunables::ByteSize::kib(64 * (4 + seed % 4) * u64::from(shards));

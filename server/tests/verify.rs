@@ -403,13 +403,8 @@ fn a_damaged_value_segment_block_is_named_with_its_offset() {
 #[test]
 fn a_damaged_hot_segment_block_is_named_with_its_offset() {
     let (root, cfg) = build_with(Tier::Hybrid, |c| {
-        c.devices.insert(
-            "hot".to_string(),
-            tunables::DeviceConfig {
-                path: Default::default(),
-                profile: "unthrottled".to_string(),
-            },
-        );
+        // The default device: the data directory, unthrottled.
+        c.devices.insert("hot".to_string(), Default::default());
         c.storage.hot_device = "hot".to_string();
         c.storage.hot_bytes = ByteSize::kib(2 * 4 * 128);
     });

@@ -69,13 +69,8 @@ pub fn config(dir: PathBuf, shards: u32, shape: Shape) -> tunables::Config {
         c.storage.gc_garbage_percent = 10;
     }
     if shape == Shape::HotDevice {
-        c.devices.insert(
-            "hot".to_string(),
-            tunables::DeviceConfig {
-                path: Default::default(),
-                profile: "unthrottled".to_string(),
-            },
-        );
+        // The default device: the data directory, unthrottled.
+        c.devices.insert("hot".to_string(), Default::default());
         c.storage.hot_device = "hot".to_string();
         c.storage.hot_bytes = tunables::ByteSize::kib(4 * 256 * u64::from(shards));
     }

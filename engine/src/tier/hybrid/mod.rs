@@ -1180,7 +1180,10 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn background_wait(&self) -> Option<std::time::Instant> {
-        self.inner.borrow().tiering.as_ref()?.gc_paused_until
+        // A time gone by is no reason to look again at once: GC, if it
+        // still waits, sets a new one at its next step.
+        let until = self.inner.borrow().tiering.as_ref()?.gc_paused_until?;
+        (until > std::time::Instant::now()).then_some(until)
     }
 
     fn checkpoint_begin(&mut self) {
