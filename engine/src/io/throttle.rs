@@ -124,7 +124,8 @@ pub struct Device {
     /// The share of the profile that moves of records between devices may
     /// take (`storage.hot_move_percent`), on top of `limiter`: a mover
     /// looks first ([`Device::move_wait`]) and goes only when it fits.
-    /// `None` when the profile limits nothing.
+    /// `None` when the profile limits nothing, or no share was set
+    /// ([`Device::with_move_percent`]): then moves have only `limiter`.
     moves: Option<Mutex<Limiter>>,
     epoch: Instant,
     counters: DeviceCounters,
@@ -166,8 +167,7 @@ impl Device {
             name,
             dir: dir.into(),
             profile_name,
-            moves: (!limiter.is_unlimited())
-                .then(|| Mutex::new(Limiter::new(&share_of(&profile, 100)))),
+            moves: None,
             limiter: (!limiter.is_unlimited()).then(|| Mutex::new(limiter)),
             profile,
             epoch: Instant::now(),
@@ -180,7 +180,7 @@ impl Device {
     /// This device with moves of records between devices held to
     /// `percent` (1..=100) of its profile (`storage.hot_move_percent`).
     pub fn with_move_percent(mut self, percent: u32) -> Device {
-        if self.moves.is_some() {
+        if self.limiter.is_some() {
             self.moves = Some(Mutex::new(Limiter::new(&share_of(&self.profile, percent))));
         }
         self

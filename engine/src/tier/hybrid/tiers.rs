@@ -22,6 +22,10 @@
 //!   most 4M: 8 MiB per shard), all halved once as many reads were added
 //!   as a row has counters, so old reads fade: "read twice lately" means
 //!   about twice among the shard's last reads of that many keys.
+//! - **Moves keep to a share of each device** (`storage.hot_move_percent`
+//!   of its profile, a budget of their own kept by the device): a copy up
+//!   past the hot device's share is skipped, and GC of a hot segment
+//!   waits until both devices' shares hold its next step.
 //!
 //! A move is the same as a GC copy: the record is appended with its own
 //! LSN and the index entry switched to the copy; the old copy is garbage.
