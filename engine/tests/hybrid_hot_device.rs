@@ -309,13 +309,10 @@ fn a_start_without_the_hot_device_is_refused_and_sets_nothing_aside() {
     with_hot.storage.checkpoint_wal_bytes = tunables::ByteSize::kib(64);
     with_hot.limits.key_bytes_max = tunables::ByteSize(64);
     with_hot.limits.value_bytes_max = tunables::ByteSize(4096);
-    with_hot.devices.insert(
-        "hot".to_string(),
-        tunables::DeviceConfig {
-            path: Default::default(),
-            profile: "unthrottled".to_string(),
-        },
-    );
+    // The default device: the data directory, unthrottled.
+    with_hot
+        .devices
+        .insert("hot".to_string(), Default::default());
     with_hot.storage.hot_device = "hot".to_string();
     with_hot.storage.hot_bytes = tunables::ByteSize::mib(1);
     let engine = Engine::open(&with_hot).expect("open");
