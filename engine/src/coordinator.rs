@@ -15,6 +15,7 @@
 //! answered as failed, never as done.
 
 use crate::api::{Op, OpError};
+use crate::mesh::Back;
 use crate::metrics::TxnStats;
 use crate::shard::router::{local_shard, EngineShared, ShardMsg};
 use crate::shard::txn::{self as shard, TxnMsg};
@@ -59,13 +60,27 @@ impl std::fmt::Debug for Txn {
 }
 
 impl EngineShared {
-    /// Hands a transaction message to `shard` (inline on its own thread).
+    /// Hands a transaction message to `shard`: inline on its own thread,
+    /// through the mesh from another shard's, through its inbox otherwise.
     async fn txn_send(&self, shard: usize, msg: TxnMsg) -> Result<(), OpError> {
         if let Some((s, core)) = local_shard(self.engine_id) {
             if s == shard {
                 shard::handle(&core, msg);
                 return Ok(());
             }
+        }
+        if let Some(port) = crate::mesh::port_of(self.engine_id) {
+            let engine_id = self.engine_id;
+            // Run on the receiving shard's thread; dropped unrun (that
+            // shard stopped), the message's answer channels close.
+            return port.call(
+                shard,
+                Box::new(move || {
+                    if let Some((_, core)) = local_shard(engine_id) {
+                        shard::handle(&core, msg);
+                    }
+                }),
+            );
         }
         self.inboxes[shard]
             .send_async(ShardMsg::Txn(msg))
@@ -78,13 +93,14 @@ impl EngineShared {
     }
 
     /// Sends a message built around a reply channel and waits for it.
-    async fn txn_ask<T>(
+    async fn txn_ask<T: Send + 'static>(
         &self,
         shard: usize,
-        make: impl FnOnce(oneshot::Sender<T>) -> TxnMsg,
+        make: impl FnOnce(Back<T>) -> TxnMsg,
     ) -> Result<T, OpError> {
         let (tx, rx) = oneshot::channel();
-        self.txn_send(shard, make(tx)).await?;
+        self.txn_send(shard, make(Back::new(self.engine_id, tx)))
+            .await?;
         rx.await.map_err(|_| OpError::ShuttingDown)
     }
 
@@ -522,7 +538,7 @@ async fn commit_on_one_shard(
         participants,
         writes,
         finish: true,
-        released: Some(released_tx),
+        released: Some(Back::new(shared.engine_id, released_tx)),
         reply,
     });
     let release_others = async {
@@ -642,7 +658,24 @@ impl Drop for Txn {
         }
         self.shared.txn_stats.aborts_dropped.fetch_add(1, Relaxed);
         self.finish();
+        let port = crate::mesh::port_of(self.shared.engine_id);
+        let here = local_shard(self.shared.engine_id).map(|(s, _)| s);
         for &shard in &self.shards {
+            // From a shard thread, the release to another shard goes the
+            // way this transaction's locks went (the mesh), so it cannot
+            // pass a lock request still on its way there.
+            if let Some(port) = port.as_ref().filter(|_| here != Some(shard as usize)) {
+                let (engine_id, txn) = (self.shared.engine_id, self.id);
+                let _ = port.call(
+                    shard as usize,
+                    Box::new(move || {
+                        if let Some((_, core)) = local_shard(engine_id) {
+                            shard::handle(&core, TxnMsg::Release { txn, reply: None });
+                        }
+                    }),
+                );
+                continue;
+            }
             let msg = ShardMsg::Txn(TxnMsg::Release {
                 txn: self.id,
                 reply: None,

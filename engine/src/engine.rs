@@ -605,8 +605,10 @@ impl<D: Disk> Launch<'_, D> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let txn_floors: Arc<[AtomicU64]> = (0..shard_count).map(|_| AtomicU64::new(0)).collect();
         let exchange = Arc::new(crate::txn::recovery::Exchange::new(shard_count));
+        let engine_id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
+        let mesh = crate::mesh::Mesh::new(engine_id, shard_count, self.inbox_depth);
         let mut shards = Shards {
-            engine_id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
+            engine_id,
             clock: Arc::new(CommitClock::new()),
             txn_stats: Arc::new(crate::metrics::TxnStats::default()),
             inboxes: Vec::new(),
@@ -638,6 +640,7 @@ impl<D: Disk> Launch<'_, D> {
                 txn_floors: txn_floors.clone(),
                 exchange: exchange.clone(),
                 inbox: inbox_rx,
+                mesh: mesh.clone(),
                 control: control_rx,
                 halt: halt_rx,
                 closed: shard_closed.clone(),

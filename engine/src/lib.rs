@@ -52,7 +52,7 @@ macro_rules! internal_modules {
     };
 }
 
-internal_modules!(layout, manifest, snapshot, tier, txn, wal);
+internal_modules!(layout, manifest, mesh, snapshot, tier, txn, wal);
 
 pub use api::{
     Current, Op, OpError, OpResult, TtlUpdate, TtlUpdateFn, Update, UpdateAnswer, UpdateFn,

@@ -78,6 +78,16 @@ pub struct ShardMetrics {
     pub recovery_snapshot_entries: u64,
     /// Sub-batches waiting in this shard's inbound channel.
     pub queue_depth: u64,
+    /// Sub-batches this shard sent to other shards through the mesh (its
+    /// callers' requests for keys another shard owns), this run.
+    pub cross_requests: u64,
+    /// Wake-ups this shard gave parked peers (one per sleep it ended,
+    /// MSG_RING or eventfd), this run. Over `cross_requests`: what a
+    /// cross-shard request costs in wake-ups.
+    pub wakeups: u64,
+    /// The most sub-batches this shard has had unanswered at one peer, this
+    /// run: never over `limits.shard_queue_depth` (the mesh's back-pressure).
+    pub cross_in_flight_peak: u64,
     /// Bytes in WAL segment files (live, open and spare).
     pub wal_live_bytes: u64,
     /// WAL segments created by zero-filling a new file (this run).
@@ -149,6 +159,9 @@ pub(crate) struct ShardStats {
     pub(crate) segments_recycled: AtomicU64,
     pub(crate) expired_keys: AtomicU64,
     pub(crate) expiring_keys: AtomicU64,
+    pub(crate) cross_requests: AtomicU64,
+    pub(crate) wakeups: AtomicU64,
+    pub(crate) cross_in_flight_peak: AtomicU64,
     /// Published by the shard thread a few times a second (never on the
     /// request path).
     pub(crate) tier: std::sync::Mutex<crate::tier::TierStats>,
@@ -190,6 +203,9 @@ impl ShardStats {
             segments_recycled: AtomicU64::new(0),
             expired_keys: AtomicU64::new(0),
             expiring_keys: AtomicU64::new(0),
+            cross_requests: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
+            cross_in_flight_peak: AtomicU64::new(0),
             tier: std::sync::Mutex::new(crate::tier::TierStats::default()),
             cold_read_latency_us: std::sync::Arc::new(AtomicHistogram::new()),
         }
@@ -226,6 +242,9 @@ impl ShardStats {
             recovery_records_replayed: self.recovery_records_replayed.load(Relaxed),
             recovery_snapshot_entries: self.recovery_snapshot_entries.load(Relaxed),
             queue_depth: queue_depth as u64,
+            cross_requests: self.cross_requests.load(Relaxed),
+            wakeups: self.wakeups.load(Relaxed),
+            cross_in_flight_peak: self.cross_in_flight_peak.load(Relaxed),
             wal_live_bytes: self.wal_live_bytes.load(Relaxed),
             segments_created: self.segments_created.load(Relaxed),
             segments_recycled: self.segments_recycled.load(Relaxed),

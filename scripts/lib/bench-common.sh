@@ -54,9 +54,11 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null || true
   fi
 }
+EXTRA_PIDS=""
 cleanup() {
   set +e
   stop_pid "$RINGKV_PID"
+  for pid in $EXTRA_PIDS; do stop_pid "$pid"; done
   stop_pid "$REDIS_PID"
   rm -rf "$WORK"
 }
@@ -86,23 +88,26 @@ start_redis() {
 # Starts ringkv-server with the native and the RESP listener; sets
 # RINGKV_ADDR (native), RINGKV_RESP_PORT and RINGKV_PID. Extra arguments go
 # to the server.
-# Starts ringkv-server on $WORK/ringkv (kept across restarts) with extra
-# flags "$@"; waits READY_SECONDS (30) for its ready line (recovery first).
+# Starts ringkv-server on $WORK/$RINGKV_NAME (default "ringkv", kept across
+# restarts) with extra flags "$@"; waits READY_SECONDS (30) for its ready
+# line (recovery first). A second server beside the first takes another
+# RINGKV_NAME (and its pid goes into EXTRA_PIDS to be stopped on exit).
 start_ringkv() {
-  mkdir -p "$WORK/ringkv"
-  RUST_LOG=info "$SERVER" --data-dir "$WORK/ringkv" --listen 127.0.0.1:0 \
-    --resp-listen 127.0.0.1:0 --durability sync "$@" >"$WORK/ringkv.log" 2>&1 &
+  local name="${RINGKV_NAME:-ringkv}"
+  mkdir -p "$WORK/$name"
+  RUST_LOG=info "$SERVER" --data-dir "$WORK/$name" --listen 127.0.0.1:0 \
+    --resp-listen 127.0.0.1:0 --durability sync "$@" >"$WORK/$name.log" 2>&1 &
   RINGKV_PID=$!
   for _ in $(seq $((${READY_SECONDS:-30} * 10))); do
-    grep -q "ringkv-server ready" "$WORK/ringkv.log" && break
-    kill -0 "$RINGKV_PID" 2>/dev/null || { cat "$WORK/ringkv.log"; exit 1; }
+    grep -q "ringkv-server ready" "$WORK/$name.log" && break
+    kill -0 "$RINGKV_PID" 2>/dev/null || { cat "$WORK/$name.log"; exit 1; }
     sleep 0.1
   done
   local ready
-  ready=$(grep "ringkv-server ready" "$WORK/ringkv.log" | head -1)
+  ready=$(grep "ringkv-server ready" "$WORK/$name.log" | head -1)
   RINGKV_ADDR=$(printf '%s\n' "$ready" | sed -n 's/.*addr=\([0-9.]*:[0-9]*\).*/\1/p')
   RINGKV_RESP_PORT=$(printf '%s\n' "$ready" | sed -n 's/.* resp=127\.0\.0\.1:\([0-9]*\).*/\1/p')
-  [ -n "$RINGKV_ADDR" ] || { echo "no address in the ready line"; cat "$WORK/ringkv.log"; exit 1; }
+  [ -n "$RINGKV_ADDR" ] || { echo "no address in the ready line"; cat "$WORK/$name.log"; exit 1; }
   echo "ringkv pid $RINGKV_PID, native $RINGKV_ADDR, resp port ${RINGKV_RESP_PORT:-none}"
 }
 

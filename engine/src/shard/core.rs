@@ -900,7 +900,7 @@ impl ShardCore {
 
     /// Answers an applied batch now, or queues the answer until the LSN it
     /// waits for is durable.
-    pub(crate) fn complete(&self, applied: Applied, reply: oneshot::Sender<Vec<OpResult>>) {
+    pub(crate) fn complete(&self, applied: Applied, reply: crate::mesh::Reply) {
         self.wal.complete(applied, reply);
     }
 
@@ -910,7 +910,7 @@ impl ShardCore {
         let n = ops.len();
         let applied = self.apply(ops).await;
         let (tx, rx) = oneshot::channel();
-        self.complete(applied, tx);
+        self.complete(applied, crate::mesh::Reply::Direct(tx));
         match rx.await {
             Ok(results) => results,
             Err(_) => (0..n)

@@ -1,12 +1,14 @@
 //! The thread-per-core plumbing in one place: the messages shards receive,
-//! the bounded channels that carry them, the thread-local pointer that lets
-//! a caller on a shard thread run its own part inline, and the split /
-//! reassemble of a batch across shards.
+//! the bounded channels that carry them from outside callers (shard to
+//! shard, sub-batches go through `crate::mesh`), the thread-local pointer
+//! that lets a caller on a shard thread run its own part inline, and the
+//! split / reassemble of a batch across shards.
 //!
 //! What must hold: a batch is validated against the limits before any of
 //! it is applied (a broken limit is an error answer for that op); answers
-//! come back in op order; a full shard inbox makes the sender wait
-//! (back-pressure), nothing is queued without bound; a caller on a shard
+//! come back in op order; a full shard inbox (or a full share of the mesh
+//! to a peer) makes the sender wait (back-pressure), nothing is queued
+//! without bound; a caller on a shard
 //! thread never sends to its own shard's inbox.
 
 use crate::api::{Op, OpError, OpResult};
@@ -33,6 +35,15 @@ pub(crate) enum ShardMsg {
         ops: Vec<Op>,
         reply: oneshot::Sender<Vec<OpResult>>,
     },
+    /// A sub-batch another shard sent through the mesh (never on the
+    /// inbox channel: the serve loop takes these from the shard's port).
+    Peer {
+        ops: Vec<Op>,
+        reply: crate::mesh::Reply,
+    },
+    /// A job another shard sent through the mesh (a transaction message
+    /// on its way to [`crate::shard::txn::handle`]; never on the channel).
+    Job(crate::mesh::Job),
     /// Work for the shard's transaction side (locks, parts).
     Txn(crate::shard::txn::TxnMsg),
     /// An online backup's request for the checkpointer.
@@ -178,12 +189,18 @@ impl EngineShared {
         }
     }
 
-    /// Sends a sub-batch to `shard`'s inbox (waiting while it is full).
+    /// Sends a sub-batch to `shard`: through the mesh from another shard's
+    /// thread (it leaves at the end of this loop turn, with whatever else
+    /// this shard sends there), through the shard's inbox from any other
+    /// thread (waiting while it is full).
     async fn send(
         &self,
         shard: usize,
         ops: Vec<Op>,
     ) -> Result<oneshot::Receiver<Vec<OpResult>>, OpError> {
+        if let Some(port) = crate::mesh::port_of(self.engine_id) {
+            return port.request(shard, ops).await;
+        }
         let (reply, rx) = oneshot::channel();
         self.inboxes[shard]
             .send_async(ShardMsg::Batch { ops, reply })

@@ -101,6 +101,8 @@ pub(crate) struct ShardStart<D: Disk> {
     pub(crate) txn_floors: Arc<[std::sync::atomic::AtomicU64]>,
     pub(crate) exchange: Arc<crate::txn::recovery::Exchange>,
     pub(crate) inbox: flume::Receiver<ShardMsg>,
+    /// The queues to and from the other shards.
+    pub(crate) mesh: Arc<crate::mesh::Mesh>,
     pub(crate) control: flume::Receiver<Control>,
     pub(crate) halt: flume::Receiver<()>,
     /// Set when this thread ends (see [`crate::shard::router::EngineShared::closed`]).
@@ -162,7 +164,17 @@ pub(crate) fn run<D: Disk>(start: ShardStart<D>) {
     let halt = start.halt.clone();
     let inbox = start.inbox.clone();
     let closed = start.closed.clone();
-    runtime.block_on(async move {
+    // With other shards to talk to, the loop turns the mesh too.
+    let port = (start.mesh.shards() > 1).then(|| {
+        crate::mesh::Port::install(
+            start.mesh.clone(),
+            shard,
+            start.stats.clone(),
+            &runtime,
+            start.backend == BackendKind::Uring,
+        )
+    });
+    crate::mesh::drive(&runtime, port.as_deref(), async move {
         let main = std::pin::pin!(shard_main(start));
         let halted = std::pin::pin!(halt.recv_async());
         futures::future::select(main, halted).await;
@@ -170,12 +182,18 @@ pub(crate) fn run<D: Disk>(start: ShardStart<D>) {
     // Nothing is answered from here on: callers waiting on this shard must
     // see their answer channel close, not wait forever.
     closed.store(true, std::sync::atomic::Ordering::SeqCst);
+    if let Some(port) = &port {
+        port.close();
+    }
     if let Some(core) = clear_local() {
         core.abandon();
     }
     while inbox.try_recv().is_ok() {}
     drop(runtime);
     while inbox.try_recv().is_ok() {}
+    if let Some(port) = &port {
+        port.discard();
+    }
 }
 
 /// Until a shard has reported its transaction parts to the recovery
@@ -308,7 +326,8 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
     let _ = ready.send((shard, Ok(())));
 
     // 3. Serve the inbox.
-    serve(&core, &inbox, settings.durability, shard).await;
+    let port = crate::mesh::port_of(engine_id);
+    serve(&core, &inbox, port, settings.durability, shard).await;
 }
 
 /// The shard's core over its recovered state (a WAL appender when the
@@ -708,30 +727,39 @@ fn spawn_background(core: &Rc<ShardCore>, settings: &ShardSettings) {
     );
 }
 
-/// Serves the inbox until a shutdown message (answered once the WAL is
-/// durable through the last LSN) or until every sender is gone.
+/// Serves the inbox and the sub-batches other shards sent through the mesh,
+/// until a shutdown message (answered once the WAL is durable through the
+/// last LSN) or until every sender is gone.
 async fn serve(
     core: &Rc<ShardCore>,
     inbox: &flume::Receiver<ShardMsg>,
+    port: Option<Rc<crate::mesh::Port>>,
     durability: Durability,
     shard: usize,
 ) {
-    while let Ok(msg) = inbox.recv_async().await {
+    use futures::StreamExt;
+    let mut inbox = inbox.stream();
+    loop {
+        let next = std::future::poll_fn(|cx| {
+            match port.as_ref().and_then(|p| p.poll_request(cx)) {
+                Some(crate::mesh::Incoming::Batch(ops, reply)) => {
+                    return std::task::Poll::Ready(Some(ShardMsg::Peer { ops, reply }))
+                }
+                Some(crate::mesh::Incoming::Job(job)) => {
+                    return std::task::Poll::Ready(Some(ShardMsg::Job(job)))
+                }
+                None => {}
+            }
+            inbox.poll_next_unpin(cx)
+        })
+        .await;
+        let Some(msg) = next else { break };
         match msg {
             ShardMsg::Batch { ops, reply } => {
-                let (applied, cold) = core.apply_in_order(ops).await;
-                if cold.is_empty() {
-                    core.complete(applied, reply);
-                } else {
-                    // The device reads go on while the next batches apply.
-                    let core = core.clone();
-                    compio::runtime::spawn(async move {
-                        let applied = core.finish_reads(applied, cold).await;
-                        core.complete(applied, reply);
-                    })
-                    .detach();
-                }
+                run_batch(core, ops, crate::mesh::Reply::Direct(reply)).await
             }
+            ShardMsg::Peer { ops, reply } => run_batch(core, ops, reply).await,
+            ShardMsg::Job(job) => job(),
             ShardMsg::Txn(msg) => crate::shard::txn::handle(core, msg),
             ShardMsg::Backup(req) => core.backup.push(core, req),
             ShardMsg::Shutdown { done } => {
@@ -746,5 +774,21 @@ async fn serve(
                 break;
             }
         }
+    }
+}
+
+/// Applies a sub-batch in order and answers it (once its writes are
+/// durable); its device reads go on while the next batches apply.
+async fn run_batch(core: &Rc<ShardCore>, ops: Vec<crate::Op>, reply: crate::mesh::Reply) {
+    let (applied, cold) = core.apply_in_order(ops).await;
+    if cold.is_empty() {
+        core.complete(applied, reply);
+    } else {
+        let core = core.clone();
+        compio::runtime::spawn(async move {
+            let applied = core.finish_reads(applied, cold).await;
+            core.complete(applied, reply);
+        })
+        .detach();
     }
 }

@@ -13,13 +13,13 @@
 //!   part, so recovery of any participant that replays its part finds all
 //!   the other parts: see [`TxnShard::retain_from`].
 
+use crate::mesh::Back;
 use crate::metrics::TxnStats;
 use crate::shard::core::ShardCore;
 use crate::txn::locks::{Acquire, LockTable};
 use crate::txn::record::{encode_header, encode_writes, HeldPart, TxnWrite};
 use crate::txn::TxnError;
 use bytes::Bytes;
-use futures::channel::oneshot;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -36,12 +36,12 @@ pub(crate) enum TxnMsg {
         key: Bytes,
         read: bool,
         wait_max: Duration,
-        reply: oneshot::Sender<Result<Option<Bytes>, TxnError>>,
+        reply: Back<Result<Option<Bytes>, TxnError>>,
     },
     /// Read `key`'s committed, durable value without a lock.
     Read {
         key: Bytes,
-        reply: oneshot::Sender<Result<Option<Bytes>, TxnError>>,
+        reply: Back<Result<Option<Bytes>, TxnError>>,
     },
     /// Log this shard's part. Without `finish` (one part of several), the
     /// answer waits until it is durable (under `sync`). With `finish` (the
@@ -53,8 +53,8 @@ pub(crate) enum TxnMsg {
         participants: Arc<[u16]>,
         writes: Vec<TxnWrite>,
         finish: bool,
-        released: Option<oneshot::Sender<()>>,
-        reply: oneshot::Sender<Result<u64, TxnError>>,
+        released: Option<Back<()>>,
+        reply: Back<Result<u64, TxnError>>,
     },
     /// Every part is logged (durable under `sync`): apply this shard's
     /// writes, remember the participants' part LSNs, release the locks.
@@ -65,18 +65,15 @@ pub(crate) enum TxnMsg {
         parts: Arc<[(u16, u64)]>,
         /// `Err` if the tier failed to take the writes (the shard is
         /// poisoned; the restart decides).
-        reply: oneshot::Sender<Result<(), TxnError>>,
+        reply: Back<Result<(), TxnError>>,
     },
     /// The write marks of `keys` (WATCH, and EXEC's check), in order.
     Marks {
         keys: Vec<Bytes>,
-        reply: oneshot::Sender<Vec<crate::txn::watch::KeyMark>>,
+        reply: Back<Vec<crate::txn::watch::KeyMark>>,
     },
     /// Release `txn`'s locks here without applying anything.
-    Release {
-        txn: u64,
-        reply: Option<oneshot::Sender<()>>,
-    },
+    Release { txn: u64, reply: Option<Back<()>> },
 }
 
 /// The transaction state of one shard.
@@ -223,7 +220,7 @@ fn lock(
     key: Bytes,
     read: bool,
     wait_max: Duration,
-    reply: oneshot::Sender<Result<Option<Bytes>, TxnError>>,
+    reply: Back<Result<Option<Bytes>, TxnError>>,
 ) {
     let acquired = core.txn.locks.borrow_mut().acquire(&key, txn);
     let rx = match acquired {
@@ -281,11 +278,7 @@ fn lock(
 /// (under `sync`: the newest plain write, and the part of a transaction
 /// that released its locks before its part was durable and wrote `key`),
 /// so a transaction never sees a value a crash could take back.
-fn read_and_reply(
-    core: &Rc<ShardCore>,
-    key: Bytes,
-    reply: oneshot::Sender<Result<Option<Bytes>, TxnError>>,
-) {
+fn read_and_reply(core: &Rc<ShardCore>, key: Bytes, reply: Back<Result<Option<Bytes>, TxnError>>) {
     let value = match core.read_tier(&key) {
         Ok(v) => v,
         Err(e) => {
@@ -349,7 +342,7 @@ async fn commit_part(
     txn: u64,
     participants: &[u16],
     writes: &[TxnWrite],
-    released: Option<oneshot::Sender<()>>,
+    released: Option<Back<()>>,
 ) -> Result<u64, TxnError> {
     let shard = core.settings.shard;
     let header = encode_header(txn, participants);

@@ -16,11 +16,11 @@
 
 use crate::api::{OpError, OpResult};
 use crate::io::AlignedBuf;
+use crate::mesh::Reply;
 use crate::metrics::ShardStats;
 use crate::notify::Notify;
 use crate::wal::format::{chain_end_size, record_size_expiring, RecordKind};
 use crate::wal::writer::{Reserve, SealedFlush, WalAppender};
-use futures::channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::path::Path;
@@ -71,13 +71,13 @@ pub(crate) struct Applied {
 /// The answer to a batch, ready to go to its caller.
 pub(crate) struct Answer {
     results: Vec<OpResult>,
-    reply: oneshot::Sender<Vec<OpResult>>,
+    reply: Reply,
 }
 
 impl Answer {
     /// Sends the answer; a caller that stopped waiting is no error.
     pub(crate) fn send(self) {
-        let _ = self.reply.send(self.results);
+        self.reply.send(self.results);
     }
 }
 
@@ -85,7 +85,7 @@ impl Answer {
 pub(crate) struct Pending {
     lsn: u64,
     applied: Applied,
-    reply: oneshot::Sender<Vec<OpResult>>,
+    reply: Reply,
 }
 
 impl Pending {
@@ -334,7 +334,7 @@ impl WalState {
     pub(crate) fn complete(
         &mut self,
         applied: Applied,
-        reply: oneshot::Sender<Vec<OpResult>>,
+        reply: Reply,
     ) -> Option<Answer> {
         let pending = match applied.wait_lsn {
             None => {
@@ -562,7 +562,7 @@ impl Wal {
 
     /// Answers an applied batch now, or queues the answer until the LSN it
     /// waits for is durable.
-    pub(crate) fn complete(&self, applied: Applied, reply: oneshot::Sender<Vec<OpResult>>) {
+    pub(crate) fn complete(&self, applied: Applied, reply: Reply) {
         let answer = self.state.borrow_mut().complete(applied, reply);
         if let Some(answer) = answer {
             answer.send();
@@ -723,6 +723,7 @@ pub(crate) struct FlushDone {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::channel::oneshot;
 
     const SHARD: usize = 3;
 
@@ -747,7 +748,7 @@ mod tests {
 
     fn complete(st: &mut WalState, applied: Applied) -> oneshot::Receiver<Vec<OpResult>> {
         let (tx, rx) = oneshot::channel();
-        if let Some(answer) = st.complete(applied, tx) {
+        if let Some(answer) = st.complete(applied, Reply::Direct(tx)) {
             answer.send();
         }
         rx

@@ -501,7 +501,7 @@ mod tests {
             wait_lsn: Some(lsn),
             writes: WriteSet::All,
         };
-        wal.complete(applied, tx);
+        wal.complete(applied, crate::mesh::Reply::Direct(tx));
         rx
     }
 

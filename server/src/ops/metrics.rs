@@ -456,6 +456,18 @@ fn render_shard(p: &mut PromText, s: &ShardMetrics) {
         &l,
         s.queue_depth as f64,
     );
+    p.counter(
+        "ringkv_shard_cross_requests_total",
+        "Sub-batches the shard sent to other shards (keys another shard owns).",
+        &l,
+        s.cross_requests,
+    );
+    p.counter(
+        "ringkv_shard_wakeups_total",
+        "Parked shards this shard woke to hand them work or answers.",
+        &l,
+        s.wakeups,
+    );
     p.gauge(
         "ringkv_shard_poisoned",
         "1 if a failed write or fdatasync stopped the shard's writes until restart.",
