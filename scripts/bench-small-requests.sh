@@ -23,6 +23,10 @@
 # cross-shard request (ringkv_shard_wakeups_total over
 # ringkv_shard_cross_requests_total) are printed per row too.
 #
+# Then PutGetTx (loadgen --workload putgettx --durability sync --threads
+# 64, embedded server, 2 shards) on the nvme and unthrottled profiles, ROUNDS
+# runs of 5 s each, and their medians (PUTGETTX=0 leaves it out).
+#
 # Usage: scripts/bench-small-requests.sh [ROUNDS=3]
 # Env:   N_P1 (200000), N_P16 (1000000), CLIENTS (50), RINGKV_SHARDS (0 =
 #        one per core; the one-shard server always has 1), BIN_DIR (ringkv-server from there instead of a
@@ -111,3 +115,17 @@ for row in $ROWS; do
     'function r(a, b) {return b > 0 ? a / b : 0}
      BEGIN {printf "%-5s %-4s %10.0f %10.0f %7.2f %9.2f %9.2f %7.2f %9.2f %6.2f %8.3f %8.3f %7.2f %7.3f\n", "P=" p, op, rr, kr, r(kr, rr), rc, kc, r(kc, rc), oc, r(kc, oc), rs, ks, r(ks, rs), kw}'
 done
+
+if [ "${PUTGETTX:-1}" = 1 ]; then
+  say "PutGetTx: loadgen --workload putgettx --durability sync --threads 64 --duration 5 --warmup 1, tx/s"
+  for round in $(seq "$ROUNDS"); do
+    for device in nvme unthrottled; do
+      tx=$("$LOADGEN" --workload putgettx --durability sync --threads 64 --device "$device" \
+        --duration 5 --warmup 1 2>&1 | awk '/^ringkv putgettx/ {gsub(",", "", $5); print $5}')
+      echo "putgettx $device ${tx:-0}" | tee -a "$WORK/tx"
+    done
+  done
+  for device in nvme unthrottled; do
+    echo "median $device: $(awk -v d="$device" '$2 == d {print $3}' "$WORK/tx" | median) tx/s"
+  done
+fi

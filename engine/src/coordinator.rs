@@ -547,7 +547,22 @@ async fn commit_on_one_shard(
         let _ = released_rx.await;
         shared.txn_release(txn, others).await;
     };
-    let (logged, ()) = futures::join!(ask, release_others);
+    let mut ask = std::pin::pin!(ask);
+    let mut release_others = std::pin::pin!(release_others);
+    let logged = match futures::future::select(ask.as_mut(), release_others.as_mut()).await {
+        futures::future::Either::Left((logged, _)) => {
+            // An answer from the shard comes after its `released` (sent,
+            // or dropped with a failed commit), so the release finishes.
+            // No answer at all (`ShuttingDown`: the message may sit in the
+            // stopped shard's queue, `released` with it, for as long as the
+            // engine's handles live): nothing is left to release.
+            if logged.is_ok() {
+                release_others.await;
+            }
+            logged
+        }
+        futures::future::Either::Right(((), _)) => ask.await,
+    };
     match logged {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => {

@@ -39,7 +39,7 @@ use futures::channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -154,9 +154,14 @@ enum Envelope {
 
 /// How a parked shard is woken.
 struct Bell {
-    /// A duplicate of the shard's io_uring descriptor (kept open as long as
-    /// the mesh, so it never names another file), for MSG_RING.
-    ring: Option<OwnedFd>,
+    /// The shard's io_uring descriptor, for MSG_RING. Not a duplicate: a
+    /// ring must close when its runtime drops it (the kernel then cancels
+    /// what is in flight before the runtime frees the buffers). Senders
+    /// ring only a shard whose door is not closed; one that rings in the
+    /// instant its peer closes reaches a closed descriptor (the entry
+    /// fails) or, if the number was reused, another file: a ring then sees
+    /// one completion it ignores, anything else refuses the entry.
+    ring: Option<RawFd>,
     /// The runtime's own wake-up (an eventfd write when it sleeps).
     waker: Waker,
 }
@@ -342,14 +347,7 @@ impl Port {
         uring: bool,
     ) -> Rc<Port> {
         let rings = uring && msg_ring_supported();
-        let ring = if rings {
-            // SAFETY: the runtime's descriptor is open for as long as the
-            // runtime, which outlives this call.
-            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(runtime.as_raw_fd()) };
-            fd.try_clone_to_owned().ok()
-        } else {
-            None
-        };
+        let ring = rings.then(|| runtime.as_raw_fd());
         let _ = mesh.doors[me].bell.set(Bell {
             ring,
             waker: runtime.waker(),
@@ -436,8 +434,33 @@ impl Port {
         Ok(())
     }
 
+    /// Queues `envelope` for peer `to`. It leaves at the end of the turn,
+    /// with the rest of the turn's envelopes for `to`, unless it is the
+    /// first and `to` sleeps: then it leaves now and wakes `to` at once, so
+    /// that the peer works while this turn goes on (the wake-up is owed
+    /// either way; only its moment changes).
     fn post(&self, to: usize, envelope: Envelope) {
-        self.outbox.borrow_mut()[to].push(envelope);
+        let mut outbox = self.outbox.borrow_mut();
+        let out = &mut outbox[to];
+        out.push(envelope);
+        if out.len() > 1 || !self.mesh.doors[to].parked.load(Ordering::Relaxed) {
+            return;
+        }
+        let door = &self.mesh.doors[to];
+        if door.closed.load(Ordering::Acquire) {
+            // Dropping the envelope closes its answer channel.
+            out.clear();
+            return;
+        }
+        let batch = std::mem::take(out);
+        if let Err(batch) = self.mesh.link(to, self.me).push(batch) {
+            *out = batch;
+            return;
+        }
+        drop(outbox);
+        if handshake::must_wake(&door.parked, handshake::full_fence) {
+            self.ring(door, true);
+        }
     }
 
     /// The next sub-batch or job a peer sent, or `None` (and the serve task
@@ -517,13 +540,16 @@ impl Port {
                 left = true;
             }
             if handshake::must_wake(&door.parked, handshake::full_fence) {
-                self.ring(door);
+                self.ring(door, false);
             }
         }
         left
     }
 
-    fn ring(&self, door: &Door) {
+    /// Wakes a parked peer. With MSG_RING the entry goes to the kernel with
+    /// this shard's next submission, or at once with `now` (one
+    /// `io_uring_enter` of its own, for a wake-up in the middle of a turn).
+    fn ring(&self, door: &Door, now: bool) {
         let Some(bell) = door.bell.get() else {
             return;
         };
@@ -532,17 +558,31 @@ impl Port {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match (&bell.ring, self.rings) {
             (Some(fd), true) => {
-                let submit = compio::runtime::submit(RingBell {
-                    fd: fd.as_raw_fd(),
-                });
+                if door.closed.load(Ordering::Acquire) {
+                    return;
+                }
+                let submit = compio::runtime::submit(RingBell { fd: *fd });
                 let mut op: Pin<Box<dyn Future<Output = ()>>> = Box::pin(async move {
                     let _ = submit.await;
                 });
-                // The first poll puts the entry on this shard's ring; the
-                // loop's next submit sends it. Kept until it completes.
+                // The first poll puts the entry on this shard's ring. Kept
+                // until it completes.
                 let mut cx = Context::from_waker(Waker::noop());
                 if op.as_mut().poll(&mut cx).is_pending() {
                     self.bells.borrow_mut().push(op);
+                }
+                if now {
+                    // `flush` submits, and also takes the runtime's
+                    // "notified" mark (a wake-up from another thread seen
+                    // while this thread was awake). Taken here, that
+                    // wake-up would be lost to the loop's next sleep (the
+                    // loop's own future is woken only through it): give
+                    // it back.
+                    compio::runtime::Runtime::with_current(|rt| {
+                        if rt.flush() {
+                            rt.waker().wake_by_ref();
+                        }
+                    });
                 }
             }
             _ => bell.waker.wake_by_ref(),

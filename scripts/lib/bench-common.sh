@@ -27,19 +27,23 @@ ensure_redis() {
   # The Debian package starts a system Redis on 6379; it is not used here.
 }
 
-# ringkv binaries: $BIN_DIR if set (e.g. a saved baseline build, to compare
-# two builds in one session), else a fresh release build.
+# ringkv binaries (ringkv-server, ringkv-bench, loadgen): $BIN_DIR if set
+# (e.g. a saved baseline build, to compare two builds in one session), else
+# a fresh release build.
 ringkv_binaries() {
   if [ -n "${BIN_DIR:-}" ]; then
     SERVER="$BIN_DIR/ringkv-server"
     BENCH="$BIN_DIR/ringkv-bench"
+    LOADGEN="$BIN_DIR/loadgen"
   else
     cargo build --release -q -p ringkv-server --bin ringkv-server --example ringkv-bench
+    cargo build --release -q -p loadgen --bin loadgen
     local target_dir
     target_dir=$(cargo metadata --format-version 1 --no-deps 2>/dev/null |
       sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
     SERVER="${target_dir:-target}/release/ringkv-server"
     BENCH="${target_dir:-target}/release/examples/ringkv-bench"
+    LOADGEN="${target_dir:-target}/release/loadgen"
   fi
 }
 

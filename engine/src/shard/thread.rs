@@ -191,6 +191,9 @@ pub(crate) fn run<D: Disk>(start: ShardStart<D>) {
     while inbox.try_recv().is_ok() {}
     drop(runtime);
     while inbox.try_recv().is_ok() {}
+    // The last receiver goes now: a message sent from here on is refused
+    // (the channel is disconnected) instead of sitting in it.
+    drop(inbox);
     if let Some(port) = &port {
         port.discard();
     }
@@ -737,22 +740,23 @@ async fn serve(
     durability: Durability,
     shard: usize,
 ) {
-    use futures::StreamExt;
-    let mut inbox = inbox.stream();
     loop {
-        let next = std::future::poll_fn(|cx| {
-            match port.as_ref().and_then(|p| p.poll_request(cx)) {
-                Some(crate::mesh::Incoming::Batch(ops, reply)) => {
-                    return std::task::Poll::Ready(Some(ShardMsg::Peer { ops, reply }))
+        let next = {
+            let mut recv = std::pin::pin!(inbox.recv_async());
+            std::future::poll_fn(|cx| {
+                match port.as_ref().and_then(|p| p.poll_request(cx)) {
+                    Some(crate::mesh::Incoming::Batch(ops, reply)) => {
+                        return std::task::Poll::Ready(Some(ShardMsg::Peer { ops, reply }))
+                    }
+                    Some(crate::mesh::Incoming::Job(job)) => {
+                        return std::task::Poll::Ready(Some(ShardMsg::Job(job)))
+                    }
+                    None => {}
                 }
-                Some(crate::mesh::Incoming::Job(job)) => {
-                    return std::task::Poll::Ready(Some(ShardMsg::Job(job)))
-                }
-                None => {}
-            }
-            inbox.poll_next_unpin(cx)
-        })
-        .await;
+                recv.as_mut().poll(cx).map(Result::ok)
+            })
+            .await
+        };
         let Some(msg) = next else { break };
         match msg {
             ShardMsg::Batch { ops, reply } => {
