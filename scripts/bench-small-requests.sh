@@ -121,7 +121,7 @@ if [ "${PUTGETTX:-1}" = 1 ]; then
   for round in $(seq "$ROUNDS"); do
     for device in nvme unthrottled; do
       tx=$("$LOADGEN" --workload putgettx --durability sync --threads 64 --device "$device" \
-        --duration 5 --warmup 1 2>&1 | awk '/^ringkv putgettx/ {gsub(",", "", $5); print $5}')
+        --duration 5 --warmup 1 2>&1 | awk '/^ringkv putgettx/ {gsub(",", "", $6); print $6}')
       echo "putgettx $device ${tx:-0}" | tee -a "$WORK/tx"
     done
   done
