@@ -563,8 +563,9 @@ section! {
         /// Most operations in one frame or engine batch.
         ops_per_frame_max: u32 = 10_000,
             kind None, check Check::Range(1, 1_000_000);
-        /// Capacity of each shard's inbound request channel, in batches. A full
-        /// channel is back-pressure.
+        /// Capacity of each shard's inbound request channel, in batches, and
+        /// the most batches one shard may have unanswered at another (the
+        /// shard-to-shard queues). A full channel or share is back-pressure.
         shard_queue_depth: u32 = 1024,
             kind None, check Check::Range(1, 65_536);
     }
