@@ -446,21 +446,28 @@ impl Port {
         if out.len() > 1 || !self.mesh.doors[to].parked.load(Ordering::Relaxed) {
             return;
         }
+        self.send_out(to, out, true);
+    }
+
+    /// Puts `out` on the link to `to` (or drops it if `to` has stopped:
+    /// dropping the envelopes closes their answer channels) and wakes `to`
+    /// if it is parked (`now`: see [`Port::ring`]). Returns whether the
+    /// link was full (`out` keeps its envelopes for a later turn).
+    fn send_out(&self, to: usize, out: &mut Vec<Envelope>, now: bool) -> bool {
         let door = &self.mesh.doors[to];
         if door.closed.load(Ordering::Acquire) {
-            // Dropping the envelope closes its answer channel.
             out.clear();
-            return;
+            return false;
         }
-        let batch = std::mem::take(out);
-        if let Err(batch) = self.mesh.link(to, self.me).push(batch) {
+        let mut full = false;
+        if let Err(batch) = self.mesh.link(to, self.me).push(std::mem::take(out)) {
             *out = batch;
-            return;
+            full = true;
         }
-        drop(outbox);
         if handshake::must_wake(&door.parked, handshake::full_fence) {
-            self.ring(door, true);
+            self.ring(door, now);
         }
+        full
     }
 
     /// The next sub-batch or job a peer sent, or `None` (and the serve task
@@ -528,20 +535,7 @@ impl Port {
             if out.is_empty() {
                 continue;
             }
-            let door = &self.mesh.doors[to];
-            if door.closed.load(Ordering::Acquire) {
-                // Dropping the envelopes closes their answer channels.
-                out.clear();
-                continue;
-            }
-            let batch = std::mem::take(out);
-            if let Err(batch) = self.mesh.link(to, self.me).push(batch) {
-                *out = batch;
-                left = true;
-            }
-            if handshake::must_wake(&door.parked, handshake::full_fence) {
-                self.ring(door, false);
-            }
+            left |= self.send_out(to, out, false);
         }
         left
     }

@@ -35,15 +35,6 @@ pub(crate) enum ShardMsg {
         ops: Vec<Op>,
         reply: oneshot::Sender<Vec<OpResult>>,
     },
-    /// A sub-batch another shard sent through the mesh (never on the
-    /// inbox channel: the serve loop takes these from the shard's port).
-    Peer {
-        ops: Vec<Op>,
-        reply: crate::mesh::Reply,
-    },
-    /// A job another shard sent through the mesh (a transaction message
-    /// on its way to [`crate::shard::txn::handle`]; never on the channel).
-    Job(crate::mesh::Job),
     /// Work for the shard's transaction side (locks, parts).
     Txn(crate::shard::txn::TxnMsg),
     /// An online backup's request for the checkpointer.

@@ -744,26 +744,30 @@ async fn serve(
         let next = {
             let mut recv = std::pin::pin!(inbox.recv_async());
             std::future::poll_fn(|cx| {
-                match port.as_ref().and_then(|p| p.poll_request(cx)) {
-                    Some(crate::mesh::Incoming::Batch(ops, reply)) => {
-                        return std::task::Poll::Ready(Some(ShardMsg::Peer { ops, reply }))
-                    }
-                    Some(crate::mesh::Incoming::Job(job)) => {
-                        return std::task::Poll::Ready(Some(ShardMsg::Job(job)))
-                    }
-                    None => {}
+                if let Some(incoming) = port.as_ref().and_then(|p| p.poll_request(cx)) {
+                    return std::task::Poll::Ready(Some(Err(incoming)));
                 }
-                recv.as_mut().poll(cx).map(Result::ok)
+                recv.as_mut().poll(cx).map(|m| m.ok().map(Ok))
             })
             .await
         };
-        let Some(msg) = next else { break };
+        // `Err`: from a peer, through the mesh; `Ok`: from the inbox.
+        let msg = match next {
+            None => break,
+            Some(Err(crate::mesh::Incoming::Batch(ops, reply))) => {
+                run_batch(core, ops, reply).await;
+                continue;
+            }
+            Some(Err(crate::mesh::Incoming::Job(job))) => {
+                job();
+                continue;
+            }
+            Some(Ok(msg)) => msg,
+        };
         match msg {
             ShardMsg::Batch { ops, reply } => {
                 run_batch(core, ops, crate::mesh::Reply::Direct(reply)).await
             }
-            ShardMsg::Peer { ops, reply } => run_batch(core, ops, reply).await,
-            ShardMsg::Job(job) => job(),
             ShardMsg::Txn(msg) => crate::shard::txn::handle(core, msg),
             ShardMsg::Backup(req) => core.backup.push(core, req),
             ShardMsg::Shutdown { done } => {
