@@ -865,6 +865,25 @@ impl Handle {
     pub fn metrics(&self) -> EngineMetrics {
         self.shared.metrics()
     }
+
+    /// A snapshot of every counter in which the tier's own counters (the
+    /// hybrid tier's segments, device reads, moves) include every request
+    /// answered before this call: each shard copies them when it reaches
+    /// this call's message. [`Handle::metrics`] may show them up to one
+    /// background pause (100 ms) old. A stopped shard keeps its last copy.
+    pub async fn metrics_now(&self) -> EngineMetrics {
+        let mut waits = Vec::with_capacity(self.shared.inboxes.len());
+        for inbox in &self.shared.inboxes {
+            let (done, wait) = oneshot::channel();
+            if inbox.send(ShardMsg::Refresh { done }).is_ok() {
+                waits.push(wait);
+            }
+        }
+        for wait in waits {
+            let _ = wait.await;
+        }
+        self.shared.metrics()
+    }
 }
 
 #[cfg(test)]

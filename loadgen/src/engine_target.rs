@@ -237,7 +237,7 @@ impl Session for EngineSession {
     }
 
     async fn stats(&mut self) -> Result<Vec<(String, String)>, TargetError> {
-        Ok(stats_pairs(&self.facts, &self.handle.metrics()))
+        Ok(stats_pairs(&self.facts, &self.handle.metrics_now().await))
     }
 
     fn supports_scan(&self) -> bool {

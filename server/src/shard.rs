@@ -332,8 +332,15 @@ impl ShardContext {
         }
     }
 
-    /// The STATS answer.
+    /// The STATS answer from a snapshot whose tier counters may be up to
+    /// one background pause old (for answers that cannot wait).
     pub fn stats_pairs(&self) -> Vec<(String, String)> {
         crate::ops::stats::stats_pairs(&self.shared, &self.handle.metrics())
+    }
+
+    /// The STATS answer, with every shard's tier counters copied after
+    /// whatever was answered before it (see `Handle::metrics_now`).
+    pub async fn stats_pairs_now(&self) -> Vec<(String, String)> {
+        crate::ops::stats::stats_pairs(&self.shared, &self.handle.metrics_now().await)
     }
 }

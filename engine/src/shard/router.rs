@@ -39,6 +39,10 @@ pub(crate) enum ShardMsg {
     Txn(crate::shard::txn::TxnMsg),
     /// An online backup's request for the checkpointer.
     Backup(crate::shard::backup::BackupRequest),
+    /// Publish the tier's counters now (they are otherwise copied after
+    /// background steps, at least every 100 ms), then answer: a STATS read
+    /// after it sees every request answered before it was sent.
+    Refresh { done: oneshot::Sender<()> },
     /// Stop after everything queued before this message: flush, fdatasync,
     /// report, end the thread.
     Shutdown {

@@ -770,6 +770,10 @@ async fn serve(
             }
             ShardMsg::Txn(msg) => crate::shard::txn::handle(core, msg),
             ShardMsg::Backup(req) => core.backup.push(core, req),
+            ShardMsg::Refresh { done } => {
+                core.publish_tier_stats();
+                let _ = done.send(());
+            }
             ShardMsg::Shutdown { done } => {
                 let result = match durability {
                     Durability::None => Ok(()),

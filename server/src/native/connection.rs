@@ -31,7 +31,7 @@ use crate::native::exec::{assemble, plan, scan_room_bytes};
 use crate::native::pipe::Pipe;
 use crate::native::scan::scan_each;
 use crate::native::session::{error_frame, CloseReason, Session, Step, HANDSHAKE_BYTES_MAX};
-use crate::ops::counters::OpTally;
+use crate::ops::counters::{OpKind, OpTally};
 use crate::ops::status::for_version;
 use crate::shard::ShardContext;
 use crate::tls::{TlsConn, TlsFailure};
@@ -677,7 +677,16 @@ async fn run_in_txn(
     out: &mut BytesMut,
 ) -> OpTally {
     let mut tally = OpTally::default();
-    let mut stats = || ctx.stats_pairs();
+    let mut fresh = if request
+        .ops
+        .iter()
+        .any(|op| matches!(op, ringkv_protocol::RequestOp::Stats))
+    {
+        Some(ctx.stats_pairs_now().await)
+    } else {
+        None
+    };
+    let mut stats = || fresh.take().unwrap_or_else(|| ctx.stats_pairs());
     conn.executing.set(true);
     let response = crate::native::txn::run_request(
         &ctx.handle,
@@ -724,7 +733,12 @@ async fn run_plain(
         answers
     };
     let mut tally = OpTally::default();
-    let mut stats = || ctx.stats_pairs();
+    let mut fresh = if plan.kinds.contains(&OpKind::Stats) {
+        Some(ctx.stats_pairs_now().await)
+    } else {
+        None
+    };
+    let mut stats = || fresh.take().unwrap_or_else(|| ctx.stats_pairs());
     let response = assemble(
         &plan,
         answer,
