@@ -69,3 +69,13 @@ pub use tier::HybridStats;
 pub use tunables::Durability;
 pub use txn::watch::KeyMark;
 pub use txn::{AbortReason, TxnError, TxnSettings};
+
+#[cfg(test)]
+mod log_target_tests {
+    /// Log lines are filtered by target (`RUST_LOG=ringkv_engine=debug`);
+    /// the engine's target is its package's name, like the server's.
+    #[test]
+    fn log_targets_carry_the_package_name() {
+        assert_eq!(module_path!().split("::").next(), Some("ringkv_engine"));
+    }
+}

@@ -5,9 +5,9 @@
 //! The numbers are in docs/benchmarks.md ("Hash flooding (issue 31)").
 
 use bytes::Bytes;
-use engine::hash::TableHasher;
-use engine::tier::{MemoryTier, Tier};
-use engine::{Engine, Op, OpResult};
+use ringkv_engine::hash::TableHasher;
+use ringkv_engine::tier::{MemoryTier, Tier};
+use ringkv_engine::{Engine, Op, OpResult};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use tunables::{Config, Durability};

@@ -14,9 +14,9 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use engine::io::sim::{SimDisk, SimFaults};
-use engine::wal::format::{decode_record, Decoded, RecordKind, SEGMENT_DATA_OFFSET};
-use engine::{Engine, Op, OpResult};
+use ringkv_engine::io::sim::{SimDisk, SimFaults};
+use ringkv_engine::wal::format::{decode_record, Decoded, RecordKind, SEGMENT_DATA_OFFSET};
+use ringkv_engine::{Engine, Op, OpResult};
 use std::collections::BTreeSet;
 use std::path::Path;
 use tunables::{ByteSize, Config, Durability};
@@ -88,7 +88,7 @@ fn chain_records_on_disk(disk: &SimDisk) -> (u64, u64, BTreeSet<u64>) {
     (chunks, ends, flush_starts)
 }
 
-fn read(h: &engine::Handle, key: Bytes) -> Option<Bytes> {
+fn read(h: &ringkv_engine::Handle, key: Bytes) -> Option<Bytes> {
     let answers = h
         .batch_blocking(vec![Op::Get { key }])
         .expect("read refused");
@@ -99,7 +99,7 @@ fn read(h: &engine::Handle, key: Bytes) -> Option<Bytes> {
     }
 }
 
-fn check_small_keys(h: &engine::Handle, version: u64, what: &str) {
+fn check_small_keys(h: &ringkv_engine::Handle, version: u64, what: &str) {
     for i in 0..8 {
         let got = read(h, key(i));
         assert_eq!(got, Some(value(i, version)), "{what}: small key {i}");
@@ -321,8 +321,8 @@ fn hybrid_tier_chains_survive_checkpoints_and_crashes() {
 /// chain at that flush, and recovery refuses.
 #[test]
 fn verify_follows_chains_and_reports_broken_ones() {
-    use engine::inspect::{examine, trial_open, Depth, OverlayDisk};
-    use engine::wal::format::{chain_end_size, encode_chain_end};
+    use ringkv_engine::inspect::{examine, trial_open, Depth, OverlayDisk};
+    use ringkv_engine::wal::format::{chain_end_size, encode_chain_end};
 
     let dir = tempfile::tempdir().unwrap();
     let mut config = chain_config(false);

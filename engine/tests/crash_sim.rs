@@ -43,9 +43,9 @@ mod common;
 use bytes::Bytes;
 use common::tape::{tape_path, Tape};
 use common::*;
-use engine::io::sim::{SimDisk, SimFaults};
-use engine::rng::SplitMix64;
-use engine::{Engine, Op, OpResult, TtlUpdate, UpdateAnswer};
+use ringkv_engine::io::sim::{SimDisk, SimFaults};
+use ringkv_engine::rng::SplitMix64;
+use ringkv_engine::{Engine, Op, OpResult, TtlUpdate, UpdateAnswer};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
@@ -80,7 +80,7 @@ fn seen(state: State) -> State {
     state.filter(|&v| !expired_when_written(v))
 }
 
-fn ttl_op(apply: engine::TtlUpdateFn, k: u64, arg: Bytes, number: i64) -> Op {
+fn ttl_op(apply: ringkv_engine::TtlUpdateFn, k: u64, arg: Bytes, number: i64) -> Op {
     Op::UpdateTtl {
         key: key(k),
         update: TtlUpdate { apply, arg, number },
@@ -89,7 +89,7 @@ fn ttl_op(apply: engine::TtlUpdateFn, k: u64, arg: Bytes, number: i64) -> Op {
 
 /// Checks every key's expiry against the version it holds.
 fn check_expiries(
-    h: &engine::Handle,
+    h: &ringkv_engine::Handle,
     states: &BTreeMap<u64, State>,
     cycle: u32,
 ) -> Result<(), String> {

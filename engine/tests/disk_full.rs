@@ -11,7 +11,7 @@ mod small_fs;
 
 use bytes::Bytes;
 use common::*;
-use engine::{Engine, EngineError, Op, OpError, OpResult};
+use ringkv_engine::{Engine, EngineError, Op, OpError, OpResult};
 use small_fs::mount_small_fs;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
-use engine::io::sim::{SimDisk, SimFaults};
-use engine::{Engine, OpResult};
+use ringkv_engine::io::sim::{SimDisk, SimFaults};
+use ringkv_engine::{Engine, OpResult};
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};

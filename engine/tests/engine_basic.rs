@@ -6,8 +6,8 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use engine::io::sim::SimDisk;
-use engine::{Engine, EngineError, ManifestError, Op, OpError, OpResult};
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::{Engine, EngineError, ManifestError, Op, OpError, OpResult};
 use std::path::Path;
 use tunables::Durability;
 

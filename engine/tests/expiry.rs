@@ -8,9 +8,11 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use engine::clock::now_ms;
-use engine::io::sim::SimDisk;
-use engine::{Current, Engine, Op, OpResult, TtlUpdate, UpdateAnswer, UpdateOutcome, UpdateWrite};
+use ringkv_engine::clock::now_ms;
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::{
+    Current, Engine, Op, OpResult, TtlUpdate, UpdateAnswer, UpdateOutcome, UpdateWrite,
+};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tunables::Durability;
@@ -33,7 +35,7 @@ fn append(current: Option<Bytes>, arg: &Bytes, _: i64) -> UpdateOutcome {
     }
 }
 
-fn ttl_op(apply: engine::TtlUpdateFn, k: &Bytes, arg: &[u8], number: i64) -> Op {
+fn ttl_op(apply: ringkv_engine::TtlUpdateFn, k: &Bytes, arg: &[u8], number: i64) -> Op {
     Op::UpdateTtl {
         key: k.clone(),
         update: TtlUpdate {
@@ -44,7 +46,7 @@ fn ttl_op(apply: engine::TtlUpdateFn, k: &Bytes, arg: &[u8], number: i64) -> Op 
     }
 }
 
-fn expiry(h: &engine::Handle, k: &Bytes) -> i64 {
+fn expiry(h: &ringkv_engine::Handle, k: &Bytes) -> i64 {
     match h
         .batch_blocking(vec![ttl_op(expiry_of, k, b"", 0)])
         .expect("batch")[0]
@@ -75,7 +77,7 @@ fn expiry_times_survive_restarts_crashes_and_checkpoints() {
         })
         .collect();
     h.batch_blocking(ops).expect("batch");
-    let check = |h: &engine::Handle, what: &str| {
+    let check = |h: &ringkv_engine::Handle, what: &str| {
         for i in 0..200 {
             let want = if i % 2 == 0 { far(i) } else { -1 };
             assert_eq!(expiry(h, &key(i)), want, "key {i} after {what}");
@@ -137,7 +139,7 @@ fn updates_keep_or_clear_the_expiry_as_redis_does() {
     // An append keeps the expiry.
     h.batch_blocking(vec![Op::Update {
         key: k.clone(),
-        update: engine::Update {
+        update: ringkv_engine::Update {
             apply: append,
             arg: Bytes::from_static(b"b"),
             number: 0,

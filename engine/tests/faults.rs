@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
-use engine::io::sim::{SimDisk, SimFaults};
-use engine::{Engine, EngineError, Op, OpError, OpResult};
+use ringkv_engine::io::sim::{SimDisk, SimFaults};
+use ringkv_engine::{Engine, EngineError, Op, OpError, OpResult};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tunables::Durability;

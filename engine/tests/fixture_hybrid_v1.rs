@@ -16,8 +16,10 @@
 mod fixture;
 
 use bytes::Bytes;
-use engine::{Current, Engine, Op, OpResult, TtlUpdate, UpdateAnswer, UpdateOutcome, UpdateWrite};
 use fixture::{copy_dir, fixture_config};
+use ringkv_engine::{
+    Current, Engine, Op, OpResult, TtlUpdate, UpdateAnswer, UpdateOutcome, UpdateWrite,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -316,8 +318,8 @@ fn generate_fixture_hybrid_v1() {
 /// checkpoint, in records carrying exactly those LSNs.
 #[test]
 fn a_replayed_write_keeps_the_lsn_it_was_logged_with() {
-    use engine::io::real::RealDisk;
-    use engine::tier::hybrid::log::{SegState, ValueLog};
+    use ringkv_engine::io::real::RealDisk;
+    use ringkv_engine::tier::hybrid::log::{SegState, ValueLog};
     let tmp = tempfile::tempdir().expect("tempdir");
     let a = tmp.path().join("a");
     let mut c = config(&a);

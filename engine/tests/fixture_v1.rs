@@ -9,12 +9,12 @@
 #[path = "common/fixture.rs"]
 mod fixture;
 
-use engine::io::real::RealDisk;
-use engine::layout::ShardPaths;
-use engine::wal::format::{decode_segment_header, record_size, seal_size, BLOCK_BYTES};
-use engine::wal::recovery::{recover, RecoveryCase, RecoveryConfig};
-use engine::{Engine, Op, OpResult};
 use fixture::{copy_dir, fixture_config};
+use ringkv_engine::io::real::RealDisk;
+use ringkv_engine::layout::ShardPaths;
+use ringkv_engine::wal::format::{decode_segment_header, record_size, seal_size, BLOCK_BYTES};
+use ringkv_engine::wal::recovery::{recover, RecoveryCase, RecoveryConfig};
+use ringkv_engine::{Engine, Op, OpResult};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -80,7 +80,7 @@ fn version_1_data_directory_opens_with_exact_contents() {
     );
     assert!(r.cases.contains(&RecoveryCase::TornTail), "{:?}", r.cases);
     for (&k, &v) in &expected {
-        let got = r.tier.get(engine::hash::fnv1a64(&key(k)), &key(k));
+        let got = r.tier.get(ringkv_engine::hash::fnv1a64(&key(k)), &key(k));
         assert_eq!(got.map(|b| b.to_vec()), v.map(|v| value(k, v)), "key {k}");
     }
     assert_eq!(
@@ -111,10 +111,10 @@ fn version_1_data_directory_opens_with_exact_contents() {
     // fixture itself stays version 1.
     let rt = compio::runtime::Runtime::new().expect("runtime");
     let m = rt
-        .block_on(engine::manifest::load(&RealDisk, &dir))
+        .block_on(ringkv_engine::manifest::load(&RealDisk, &dir))
         .expect("load the manifest")
         .expect("a manifest");
-    assert_eq!(m.version, engine::manifest::MANIFEST_VERSION);
+    assert_eq!(m.version, ringkv_engine::manifest::MANIFEST_VERSION);
     assert_eq!(m.tier, tunables::Tier::Memory);
     assert_eq!(m.shard_count, 1);
     let original = std::fs::read(fixture_dir().join("data/MANIFEST")).expect("fixture manifest");
@@ -234,7 +234,7 @@ fn generate_fixture_v1() {
     assert!(r.cases.contains(&RecoveryCase::TornTail), "{:?}", r.cases);
     assert!(r.live_segments.len() >= 2, "{:?}", r.live_segments);
     for (k, v) in &model {
-        let got = r.tier.get(engine::hash::fnv1a64(&key(*k)), &key(*k));
+        let got = r.tier.get(ringkv_engine::hash::fnv1a64(&key(*k)), &key(*k));
         assert_eq!(
             got.map(|b| b.to_vec()),
             v.map(|v| value(*k, v)),

@@ -9,9 +9,9 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use engine::io::sim::SimDisk;
-use engine::wal::format::{record_size, BLOCK_BYTES, SEAL_RESERVE_BYTES};
-use engine::{Engine, Op};
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::wal::format::{record_size, BLOCK_BYTES, SEAL_RESERVE_BYTES};
+use ringkv_engine::{Engine, Op};
 use std::path::Path;
 use std::time::Instant;
 use tunables::{ByteSize, Durability};

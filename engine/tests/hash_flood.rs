@@ -22,11 +22,11 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use engine::hash::{fnv1a64, TableHasher};
-use engine::io::sim::SimDisk;
-use engine::io::{AlignedBuf, Disk, DiskFile};
-use engine::tier::{MemoryTier, Tier};
-use engine::{Engine, Op, OpResult};
+use ringkv_engine::hash::{fnv1a64, TableHasher};
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::io::{AlignedBuf, Disk, DiskFile};
+use ringkv_engine::tier::{MemoryTier, Tier};
+use ringkv_engine::{Engine, Op, OpResult};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tunables::{ByteSize, Durability, Tier as StorageTier};

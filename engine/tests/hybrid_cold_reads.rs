@@ -9,10 +9,10 @@
 
 use bytes::Bytes;
 use common::hybrid::{checkpoint, get, key, reload, run_settles, settings, value, SHARED_TAG};
-use engine::hash::fnv1a64;
-use engine::io::sim::{SimDisk, SimFaults};
-use engine::tier::{ColdAnswer, ColdGet, DeleteLookup, HybridSettings, HybridTier, Tier};
-use engine::{Engine, Op, OpResult};
+use ringkv_engine::hash::fnv1a64;
+use ringkv_engine::io::sim::{SimDisk, SimFaults};
+use ringkv_engine::tier::{ColdAnswer, ColdGet, DeleteLookup, HybridSettings, HybridTier, Tier};
+use ringkv_engine::{Engine, Op, OpResult};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -5,8 +5,8 @@
 //! from.
 
 use bytes::Bytes;
-use engine::rng::SplitMix64;
-use engine::{Engine, Op, OpResult};
+use ringkv_engine::rng::SplitMix64;
+use ringkv_engine::{Engine, Op, OpResult};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -185,7 +185,7 @@ fn overwrites_past_the_unresolved_bound_are_settled_in_the_background() {
     let engine = Engine::open(&config(&dir)).expect("reopen");
     write(&engine, &mut model, 0..KEYS, 1);
     check_all(&engine, &model, 5);
-    let hybrid = |engine: &Engine| -> Vec<engine::tier::HybridStats> {
+    let hybrid = |engine: &Engine| -> Vec<ringkv_engine::tier::HybridStats> {
         engine
             .metrics()
             .shards

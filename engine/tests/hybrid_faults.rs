@@ -15,10 +15,10 @@ use bytes::Bytes;
 use common::hybrid::{
     checkpoint, checkpoint_of, get, key, put, reload, settings, value, Entries, SHARED_TAG,
 };
-use engine::hash::fnv1a64;
-use engine::io::sim::{SimDisk, SimFaults};
-use engine::tier::{ColdAnswer, HybridSettings, HybridTier, Tier};
-use engine::{Engine, OpError, TxnError, TxnSettings};
+use ringkv_engine::hash::fnv1a64;
+use ringkv_engine::io::sim::{SimDisk, SimFaults};
+use ringkv_engine::tier::{ColdAnswer, HybridSettings, HybridTier, Tier};
+use ringkv_engine::{Engine, OpError, TxnError, TxnSettings};
 use std::path::Path;
 
 /// One hybrid shard, values up to 64 KiB, no checkpoint and no GC while a

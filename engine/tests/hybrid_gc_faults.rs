@@ -8,9 +8,9 @@
 //! dropped or kept by the crash.
 
 use common::hybrid::{key, put, settings, value};
-use engine::hash::fnv1a64;
-use engine::io::sim::{SimDisk, SimFaults};
-use engine::tier::{HybridSettings, HybridTier, Tier};
+use ringkv_engine::hash::fnv1a64;
+use ringkv_engine::io::sim::{SimDisk, SimFaults};
+use ringkv_engine::tier::{HybridSettings, HybridTier, Tier};
 use std::collections::BTreeMap;
 
 mod common;

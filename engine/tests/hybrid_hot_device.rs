@@ -7,11 +7,11 @@ mod common;
 
 use bytes::Bytes;
 use common::hybrid::{checkpoint, lsn, open, reload, settings};
-use engine::hash::fnv1a64;
-use engine::io::sim::SimDisk;
-use engine::io::throttle::{Device, Throttled};
-use engine::io::Disk;
-use engine::tier::{HotSettings, HybridSettings, HybridStats, HybridTier, Tier};
+use ringkv_engine::hash::fnv1a64;
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::io::throttle::{Device, Throttled};
+use ringkv_engine::io::Disk;
+use ringkv_engine::tier::{HotSettings, HybridSettings, HybridStats, HybridTier, Tier};
 use std::sync::Arc;
 
 const SEGMENT: u64 = 64 << 10;
@@ -296,7 +296,7 @@ fn emptied_hot_segments_ask_for_the_checkpoints_that_remove_them() {
 /// back the directory opens with every value.
 #[test]
 fn a_start_without_the_hot_device_is_refused_and_sets_nothing_aside() {
-    use engine::{Engine, Op, OpResult};
+    use ringkv_engine::{Engine, Op, OpResult};
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut with_hot = tunables::Config {
         shards: 1,

@@ -6,11 +6,11 @@
 //! read or holds a key that does not match its entry.
 
 use common::hybrid::{checkpoint, get, key, layout_buckets, put, reload, settings, value, Entries};
-use engine::hash::fnv1a64;
-use engine::io::sim::SimDisk;
-use engine::tier::hybrid::index::buckets_for;
-use engine::tier::{HybridSettings, HybridStats, HybridTier, Tier};
-use engine::{Engine, Op, OpResult};
+use ringkv_engine::hash::fnv1a64;
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::tier::hybrid::index::buckets_for;
+use ringkv_engine::tier::{HybridSettings, HybridStats, HybridTier, Tier};
+use ringkv_engine::{Engine, Op, OpResult};
 use std::collections::BTreeSet;
 
 mod common;

@@ -31,11 +31,11 @@
 
 use bytes::Bytes;
 use common::hybrid::{key, settings, SHARED_TAG};
-use engine::hash::fnv1a64;
-use engine::io::sim::SimDisk;
-use engine::io::Disk;
-use engine::rng::SplitMix64;
-use engine::tier::{ColdGet, DeleteLookup, HotSettings, HybridSettings, HybridTier, Tier};
+use ringkv_engine::hash::fnv1a64;
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::io::Disk;
+use ringkv_engine::rng::SplitMix64;
+use ringkv_engine::tier::{ColdGet, DeleteLookup, HotSettings, HybridSettings, HybridTier, Tier};
 use std::collections::BTreeMap;
 
 mod common;

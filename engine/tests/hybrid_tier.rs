@@ -8,9 +8,9 @@ use common::hybrid::{
     checkpoint, checkpoint_of, get, key, put, reload, reload_chain, run_settles, settings, value,
     CheckpointEntry, Entries, SHARED_TAG,
 };
-use engine::hash::fnv1a64;
-use engine::io::sim::{SimDisk, SimFaults};
-use engine::tier::{HybridSettings, HybridTier, Tier};
+use ringkv_engine::hash::fnv1a64;
+use ringkv_engine::io::sim::{SimDisk, SimFaults};
+use ringkv_engine::tier::{HybridSettings, HybridTier, Tier};
 use std::collections::BTreeMap;
 
 mod common;
@@ -457,8 +457,8 @@ fn key_walks_and_due_keys_read_the_records_back() {
 /// with no LSN, or another write's, fails).
 #[test]
 fn gc_copies_keep_the_lsn_of_the_write() {
-    use engine::io::real::RealDisk;
-    use engine::tier::hybrid::log::{SegState, ValueLog};
+    use ringkv_engine::io::real::RealDisk;
+    use ringkv_engine::tier::hybrid::log::{SegState, ValueLog};
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("values");
     let mut s = settings(0);

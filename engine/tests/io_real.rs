@@ -3,9 +3,9 @@
 //! round trips, alignment errors, zero-filled allocation, persistence across
 //! reopen and across runtimes, directory operations, errors naming the path.
 
-use engine::io::real::{raw_os_error, RealDisk};
-use engine::io::runtime::{build_runtime, choose_backend, uring_status, BackendKind};
-use engine::io::{AlignedBuf, Disk, DiskFile, ALIGN};
+use ringkv_engine::io::real::{raw_os_error, RealDisk};
+use ringkv_engine::io::runtime::{build_runtime, choose_backend, uring_status, BackendKind};
+use ringkv_engine::io::{AlignedBuf, Disk, DiskFile, ALIGN};
 use std::future::Future;
 use std::io::ErrorKind;
 use std::path::Path;
@@ -231,7 +231,7 @@ fn errors_name_the_path_and_keep_the_os_error() {
 #[test]
 #[ignore = "measurement; run by hand"]
 fn measure_real_disk() {
-    use engine::histogram::AtomicHistogram;
+    use ringkv_engine::histogram::AtomicHistogram;
     use std::time::{Duration, Instant};
     let mut kinds = vec![BackendKind::Fallback];
     if uring_status().is_ok() {

@@ -2,8 +2,8 @@
 //! images, directory durability, crash images (prefix + torn block, never
 //! invented data), one-shot injected faults, determinism by seed.
 
-use engine::io::sim::{SimDisk, SimFaults, SECTOR_BYTES};
-use engine::io::{AlignedBuf, Disk, DiskFile, ALIGN};
+use ringkv_engine::io::sim::{SimDisk, SimFaults, SECTOR_BYTES};
+use ringkv_engine::io::{AlignedBuf, Disk, DiskFile, ALIGN};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -470,7 +470,7 @@ fn corrupt_at_rest_hits_both_images() {
 /// The same seed and operations give the same crash images and stats.
 #[test]
 fn deterministic_by_seed() {
-    fn scenario(seed: u64) -> (Vec<u8>, engine::io::sim::SimStats) {
+    fn scenario(seed: u64) -> (Vec<u8>, ringkv_engine::io::sim::SimStats) {
         run(async {
             let disk = SimDisk::new(seed);
             disk.set_faults(SimFaults {

@@ -3,9 +3,9 @@
 //! elapsed time, whether one shard or several threads share the device.
 //! Only upper bounds (correctness of limiting) are asserted, never speed.
 
-use engine::io::sim::SimDisk;
-use engine::io::throttle::{Device, Throttled, PACING_WINDOW_NS};
-use engine::io::{AlignedBuf, Disk, DiskFile, ALIGN};
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::io::throttle::{Device, Throttled, PACING_WINDOW_NS};
+use ringkv_engine::io::{AlignedBuf, Disk, DiskFile, ALIGN};
 use std::cell::Cell;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -134,8 +134,8 @@ fn counted_after(
     seed: u64,
     ops: impl FnOnce(&Throttled<SimDisk>),
 ) -> (
-    engine::io::throttle::DeviceMetricsSnapshot,
-    engine::io::sim::SimStats,
+    ringkv_engine::io::throttle::DeviceMetricsSnapshot,
+    ringkv_engine::io::sim::SimStats,
 ) {
     // Credit for every I/O of the test: none waits. With no credit each
     // one waits for a microsecond's refill, and an async wait needs a
@@ -203,7 +203,7 @@ fn blocking_calls_count_in_device_metrics_like_async_ones() {
             disk.sync_dir(&dir).await.unwrap();
         })
     });
-    let summary = |m: &engine::io::throttle::DeviceMetricsSnapshot| {
+    let summary = |m: &ringkv_engine::io::throttle::DeviceMetricsSnapshot| {
         (
             (m.reads, m.writes, m.syncs),
             (m.bytes_read, m.bytes_written),

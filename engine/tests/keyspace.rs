@@ -5,13 +5,13 @@
 mod common;
 
 use common::*;
-use engine::io::sim::SimDisk;
-use engine::{Engine, Op, OpResult, PARTITIONS_PER_SHARD};
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::{Engine, Op, OpResult, PARTITIONS_PER_SHARD};
 use std::collections::BTreeSet;
 use std::path::Path;
 use tunables::Durability;
 
-fn all_keys(h: &engine::Handle) -> Vec<Vec<u8>> {
+fn all_keys(h: &ringkv_engine::Handle) -> Vec<Vec<u8>> {
     let mut keys = Vec::new();
     for shard in 0..h.shard_count() {
         let mut from = Some(0);

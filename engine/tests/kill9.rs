@@ -13,7 +13,7 @@
 //!
 //! Rounds: `RINGKV_KILL9_ROUNDS` (default 3) per tier. CI runs 8.
 
-use engine::{Engine, Op, OpResult};
+use ringkv_engine::{Engine, Op, OpResult};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -9,11 +9,11 @@
 mod common;
 
 use common::*;
-use engine::hash::TableHasher;
-use engine::io::sim::SimDisk;
-use engine::io::{AlignedBuf, Disk, DiskFile};
-use engine::manifest::{self, Manifest, MANIFEST_VERSION};
-use engine::{Engine, EngineError, ManifestError};
+use ringkv_engine::hash::TableHasher;
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::io::{AlignedBuf, Disk, DiskFile};
+use ringkv_engine::manifest::{self, Manifest, MANIFEST_VERSION};
+use ringkv_engine::{Engine, EngineError, ManifestError};
 use std::path::Path;
 use tunables::{Durability, Tier};
 

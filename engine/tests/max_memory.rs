@@ -9,7 +9,7 @@ mod common;
 
 use bytes::Bytes;
 use common::small_config;
-use engine::{Engine, Op, OpError, OpResult, TxnError, TxnSettings};
+use ringkv_engine::{Engine, Op, OpError, OpResult, TxnError, TxnSettings};
 use std::collections::BTreeMap;
 use std::path::Path;
 use tunables::{ByteSize, Config, Durability, Tier};

@@ -1,4 +1,4 @@
-//! The mesh's park/wake handshake (`engine::mesh::handshake`) under every
+//! The mesh's park/wake handshake (`ringkv_engine::mesh::handshake`) under every
 //! interleaving loom finds, on loom's atomics and fences: two shards that
 //! send each other work and an outside sender that sends to one of them.
 //! Each shard drains its links, and sleeps (on a bell that keeps a ring
@@ -11,9 +11,9 @@
 //! must fail (in a process of its own: loom aborts on a deadlock): that
 //! proves the model can see a lost wake-up at all.
 
-use engine::mesh::handshake::{self, Flag};
 use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Condvar, Mutex};
+use ringkv_engine::mesh::handshake::{self, Flag};
 
 /// The production flag's orderings, on loom's atomics.
 struct Parked(AtomicBool);

@@ -10,8 +10,8 @@
 mod common;
 
 use common::*;
-use engine::io::sim::SimDisk;
-use engine::{Engine, Op, OpResult};
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::{Engine, Op, OpResult};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

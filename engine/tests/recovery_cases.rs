@@ -1,5 +1,5 @@
 //! One test per row of the recovery decision table
-//! (`engine::wal::recovery::RecoveryCase`). WAL logs are built with the
+//! (`ringkv_engine::wal::recovery::RecoveryCase`). WAL logs are built with the
 //! engine's own append buffer (`WalAppender`), so they are byte-for-byte
 //! what the flusher writes, and then damaged on purpose; snapshot rows use
 //! a real engine that checkpointed.
@@ -8,13 +8,13 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use engine::io::sim::{SimDisk, SimFile};
-use engine::io::{AlignedBuf, Disk, DiskFile};
-use engine::layout::ShardPaths;
-use engine::wal::format::{record_size, RecordKind, BLOCK_BYTES};
-use engine::wal::recovery::{recover, Recovered, RecoveryCase, RecoveryConfig};
-use engine::wal::writer::{Reserve, WalAppender};
-use engine::{Damage, Engine, EngineError, SnapshotError, WalError};
+use ringkv_engine::io::sim::{SimDisk, SimFile};
+use ringkv_engine::io::{AlignedBuf, Disk, DiskFile};
+use ringkv_engine::layout::ShardPaths;
+use ringkv_engine::wal::format::{record_size, RecordKind, BLOCK_BYTES};
+use ringkv_engine::wal::recovery::{recover, Recovered, RecoveryCase, RecoveryConfig};
+use ringkv_engine::wal::writer::{Reserve, WalAppender};
+use ringkv_engine::{Damage, Engine, EngineError, SnapshotError, WalError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -118,9 +118,9 @@ impl LogBuilder {
         };
         let mut buf = flush.buf;
         if at.offset == 0 && self.recycled.contains(&at.seq) {
-            engine::wal::format::set_segment_header_flags(
+            ringkv_engine::wal::format::set_segment_header_flags(
                 &mut buf.as_mut_slice()[..BLOCK_BYTES],
-                engine::wal::format::SEGMENT_FLAG_RECYCLED,
+                ringkv_engine::wal::format::SEGMENT_FLAG_RECYCLED,
             );
         }
         let file = self.file(at.seq).await;
@@ -159,7 +159,7 @@ impl LogBuilder {
 
 fn get(r: &Recovered, k: u64) -> Option<Bytes> {
     let key = key(k);
-    r.tier.get(engine::hash::fnv1a64(&key), &key)
+    r.tier.get(ringkv_engine::hash::fnv1a64(&key), &key)
 }
 
 fn wal_corrupt(err: &EngineError) -> (&Path, u64, &Damage) {
@@ -418,13 +418,13 @@ fn damage_followed_by_a_complete_flush_refuses_naming_file_and_offset() {
         // The same through the engine: open refuses.
         let mut config = small_config(Path::new(ROOT), 1, Durability::Sync);
         config.storage.checkpoint_wal_bytes = tunables::ByteSize::mib(64);
-        engine::manifest::store(
+        ringkv_engine::manifest::store(
             &disk,
             Path::new(ROOT),
-            &engine::manifest::Manifest::current(
+            &ringkv_engine::manifest::Manifest::current(
                 1,
                 tunables::Tier::Memory,
-                engine::hash::TableHasher::LEGACY,
+                ringkv_engine::hash::TableHasher::LEGACY,
             ),
         )
         .await
@@ -786,7 +786,7 @@ fn stale_records_of_a_recycled_segment_are_never_replayed() {
         buf.extend_from_slice(&image);
         let (r, _) = f.write_at(buf, 0).await;
         r.expect("write");
-        engine::wal::segment::prepare_segment(&f, &paths().segment(2), 0, SEG)
+        ringkv_engine::wal::segment::prepare_segment(&f, &paths().segment(2), 0, SEG)
             .await
             .expect("prepare");
         // The log goes on in segment 2 (LSN 61..): newer versions of keys
@@ -910,7 +910,7 @@ fn chain(disk: &SimDisk) -> Vec<(u64, Option<u64>)> {
         .map(|p| {
             let h = block_on(async {
                 let f = disk.open(p, false).await.expect("open");
-                engine::snapshot::read_header(&f, p, 0)
+                ringkv_engine::snapshot::read_header(&f, p, 0)
                     .await
                     .expect("header")
             });
@@ -1144,7 +1144,7 @@ fn newest_used_segment(disk: &SimDisk) -> PathBuf {
         .into_iter()
         .filter_map(|p| {
             let bytes = disk.read_written(&p)?;
-            match engine::wal::format::decode_segment_header(&bytes[..BLOCK_BYTES]) {
+            match ringkv_engine::wal::format::decode_segment_header(&bytes[..BLOCK_BYTES]) {
                 Ok(Some(h)) if !h.is_prepared() => Some((h.seq, p)),
                 _ => None,
             }

@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
-use engine::io::sim::SimDisk;
-use engine::Engine;
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::Engine;
 use std::collections::BTreeMap;
 use std::path::Path;
 use tunables::Durability;

@@ -26,9 +26,9 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use engine::io::sim::SimDisk;
-use engine::rng::SplitMix64;
-use engine::{
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::rng::SplitMix64;
+use ringkv_engine::{
     Current, Engine, Handle, Op, OpResult, TtlUpdate, Update, UpdateAnswer, UpdateOutcome,
     UpdateWrite, PARTITIONS_PER_SHARD,
 };
@@ -99,7 +99,7 @@ fn set_expiry(current: Current, _now: u64, _: &Bytes, number: i64) -> UpdateOutc
     }
 }
 
-fn ttl(apply: engine::TtlUpdateFn, k: u64, arg: Bytes, number: u64) -> Op {
+fn ttl(apply: ringkv_engine::TtlUpdateFn, k: u64, arg: Bytes, number: u64) -> Op {
     Op::UpdateTtl {
         key: key(k),
         update: TtlUpdate {
@@ -237,7 +237,7 @@ fn run_batch(h: &Handle, rng: &mut SplitMix64, model: &mut Model, version: &mut 
 fn run_txn(h: &Handle, rng: &mut SplitMix64, model: &mut Model, version: &mut u64, at: &str) {
     let mut pending: BTreeMap<u64, Option<Bytes>> = BTreeMap::new();
     pollster::block_on(async {
-        let mut t = h.begin(engine::TxnSettings::default());
+        let mut t = h.begin(ringkv_engine::TxnSettings::default());
         for _ in 0..1 + rng.below(5) {
             let k = rng.below(KEYS);
             *version += 1;

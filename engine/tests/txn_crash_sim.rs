@@ -17,9 +17,9 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use engine::io::sim::{SimDisk, SimFaults};
-use engine::rng::SplitMix64;
-use engine::{Engine, Handle, TxnError, TxnSettings};
+use ringkv_engine::io::sim::{SimDisk, SimFaults};
+use ringkv_engine::rng::SplitMix64;
+use ringkv_engine::{Engine, Handle, TxnError, TxnSettings};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -310,7 +310,10 @@ fn plain_writes_on_a_locked_key_are_refused_and_lose_nothing() {
     pollster::block_on(txn.put(key(1), Bytes::from_static(b"txn"))).unwrap();
     let r = h.batch_blocking(vec![put(1, 5)]).unwrap();
     assert!(
-        matches!(r[0], engine::OpResult::Err(engine::OpError::Locked { .. })),
+        matches!(
+            r[0],
+            ringkv_engine::OpResult::Err(ringkv_engine::OpError::Locked { .. })
+        ),
         "{r:?}"
     );
     pollster::block_on(txn.commit()).unwrap();

@@ -10,8 +10,8 @@ mod common;
 
 use bytes::Bytes;
 use common::small_config;
-use engine::io::sim::{SimDisk, SimFaults};
-use engine::{Engine, Handle, OpError, TxnError, TxnSettings};
+use ringkv_engine::io::sim::{SimDisk, SimFaults};
+use ringkv_engine::{Engine, Handle, OpError, TxnError, TxnSettings};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

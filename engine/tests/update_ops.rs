@@ -7,8 +7,10 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use engine::io::sim::SimDisk;
-use engine::{Engine, Op, OpError, OpResult, Update, UpdateAnswer, UpdateOutcome, UpdateWrite};
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::{
+    Engine, Op, OpError, OpResult, Update, UpdateAnswer, UpdateOutcome, UpdateWrite,
+};
 use std::path::Path;
 use tunables::Durability;
 
@@ -58,7 +60,7 @@ fn take(current: Option<Bytes>, _arg: &Bytes, _number: i64) -> UpdateOutcome {
     }
 }
 
-fn update(key: &str, apply: engine::UpdateFn, arg: &[u8], number: i64) -> Op {
+fn update(key: &str, apply: ringkv_engine::UpdateFn, arg: &[u8], number: i64) -> Op {
     Op::Update {
         key: Bytes::copy_from_slice(key.as_bytes()),
         update: Update {

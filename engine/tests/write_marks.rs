@@ -8,8 +8,10 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use engine::io::sim::SimDisk;
-use engine::{Engine, Op, TxnError, TxnSettings, Update, UpdateAnswer, UpdateOutcome, UpdateWrite};
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::{
+    Engine, Op, TxnError, TxnSettings, Update, UpdateAnswer, UpdateOutcome, UpdateWrite,
+};
 use std::path::Path;
 use tunables::Durability;
 
@@ -114,6 +116,6 @@ fn a_restarted_transaction_keeps_its_age() {
     let got = h
         .batch_blocking(vec![Op::Get { key: b("b") }])
         .expect("get");
-    assert_eq!(got[0], engine::OpResult::Value(b("young")));
+    assert_eq!(got[0], ringkv_engine::OpResult::Value(b("young")));
     engine.shutdown().expect("shutdown");
 }

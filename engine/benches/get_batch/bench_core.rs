@@ -6,10 +6,10 @@
 //! Every answer is checked against the key it was asked for.
 
 use bytes::Bytes;
-use engine::hash::TableHasher;
-use engine::tier::{MemoryTier, Tier};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use ringkv_engine::hash::TableHasher;
+use ringkv_engine::tier::{MemoryTier, Tier};
 use std::fmt;
 use std::time::{Duration, Instant};
 

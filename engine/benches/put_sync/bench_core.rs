@@ -7,11 +7,11 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
-use engine::io::real::RealDisk;
-use engine::io::runtime::{build_runtime, choose_backend, BackendKind};
-use engine::io::{AlignedBuf, Disk, DiskFile};
-use engine::{Engine, Op, OpResult};
 use hdrhistogram::Histogram;
+use ringkv_engine::io::real::RealDisk;
+use ringkv_engine::io::runtime::{build_runtime, choose_backend, BackendKind};
+use ringkv_engine::io::{AlignedBuf, Disk, DiskFile};
+use ringkv_engine::{Engine, Op, OpResult};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -406,10 +406,10 @@ pub fn durable_puts(opts: &Options) -> PutResult {
     stop.store(true, Ordering::Relaxed);
     let elapsed = started.elapsed();
     let m1 = engine.metrics();
-    let sum = |f: &dyn Fn(&engine::ShardMetrics) -> u64, m: &engine::EngineMetrics| -> u64 {
-        m.shards.iter().map(f).sum()
-    };
-    let mut fsync = engine::HistogramSnapshot::default();
+    let sum = |f: &dyn Fn(&ringkv_engine::ShardMetrics) -> u64,
+               m: &ringkv_engine::EngineMetrics|
+     -> u64 { m.shards.iter().map(f).sum() };
+    let mut fsync = ringkv_engine::HistogramSnapshot::default();
     for s in &m1.shards {
         fsync.merge(&s.fdatasync_latency_us);
     }

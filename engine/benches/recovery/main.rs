@@ -33,7 +33,7 @@
 //! after the restart. See docs/benchmarks.md ("Performance round").
 
 use bytes::Bytes;
-use engine::{Engine, Op};
+use ringkv_engine::{Engine, Op};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -158,7 +158,7 @@ fn ram_breakdown(phase: &str, engine: &Engine, rss_before: u64) {
     if hybrid.is_empty() {
         return;
     }
-    let sum = |f: fn(&engine::HybridStats) -> u64| hybrid.iter().map(f).sum::<u64>();
+    let sum = |f: fn(&ringkv_engine::HybridStats) -> u64| hybrid.iter().map(f).sum::<u64>();
     let per = |b: u64| b as f64 / keys;
     let heap = if on_glibc() {
         let (in_use, free_kept) = heap_bytes();
@@ -311,10 +311,15 @@ fn fill(opts: &Options) {
 
 /// An update function for [`mixed`]: writes `arg` with the expiry time
 /// `number` (Unix ms), whatever the key held, as `SET key value PX` does.
-fn put_expiring(_: engine::Current, _now: u64, arg: &Bytes, number: i64) -> engine::UpdateOutcome {
-    engine::UpdateOutcome {
-        write: engine::UpdateWrite::PutExpiring(arg.clone(), Some(number as u64)),
-        answer: engine::UpdateAnswer::Ok,
+fn put_expiring(
+    _: ringkv_engine::Current,
+    _now: u64,
+    arg: &Bytes,
+    number: i64,
+) -> ringkv_engine::UpdateOutcome {
+    ringkv_engine::UpdateOutcome {
+        write: ringkv_engine::UpdateWrite::PutExpiring(arg.clone(), Some(number as u64)),
+        answer: ringkv_engine::UpdateAnswer::Ok,
     }
 }
 
@@ -326,7 +331,7 @@ fn put_expiring(_: engine::Current, _now: u64, arg: &Bytes, number: i64) -> engi
 /// 70/10/10/10 proportions.
 fn mixed_op(
     opts: &Options,
-    rng: &mut engine::rng::SplitMix64,
+    rng: &mut ringkv_engine::rng::SplitMix64,
     t: u64,
     progress: &mut [u64; 3],
     value: &Bytes,
@@ -351,7 +356,7 @@ fn mixed_op(
                 + 86_400_000;
             (k < to).then(|| Op::UpdateTtl {
                 key: key(opts, k),
-                update: engine::TtlUpdate {
+                update: ringkv_engine::TtlUpdate {
                     apply: put_expiring,
                     arg: value.clone(),
                     number: at,
@@ -392,7 +397,7 @@ fn mixed(opts: &Options, engine: &Engine, rss_before: u64) {
             let h = engine.handle();
             let value = value.clone();
             s.spawn(move || {
-                let mut rng = engine::rng::SplitMix64::new(0x313d + t);
+                let mut rng = ringkv_engine::rng::SplitMix64::new(0x313d + t);
                 let mut progress = [0u64; 3];
                 let mut left = per;
                 while left > 0 {
@@ -418,7 +423,7 @@ fn mixed(opts: &Options, engine: &Engine, rss_before: u64) {
     );
     let hybrid: Vec<_> = m.shards.iter().filter_map(|s| s.hybrid).collect();
     if !hybrid.is_empty() {
-        let sum = |f: fn(&engine::HybridStats) -> u64| hybrid.iter().map(f).sum::<u64>();
+        let sum = |f: fn(&ringkv_engine::HybridStats) -> u64| hybrid.iter().map(f).sum::<u64>();
         println!(
             "mixed: hybrid index {:.2} B per live key; unresolved entries {}, deleted keys {}, spilled keys {}; GC runs {}",
             sum(|h| h.index_bytes) as f64 / keys.max(1) as f64,
@@ -433,7 +438,7 @@ fn mixed(opts: &Options, engine: &Engine, rss_before: u64) {
 }
 
 /// Picks a key number from a random stream.
-type KeyPicker<'a> = Box<dyn Fn(&mut engine::rng::SplitMix64) -> u64 + 'a>;
+type KeyPicker<'a> = Box<dyn Fn(&mut ringkv_engine::rng::SplitMix64) -> u64 + 'a>;
 
 /// Device reads per GET, after `--mixed`, for three kinds of key: present
 /// (classes 1..=9 and the inserts), deleted (class 0) and never written.
@@ -448,7 +453,7 @@ fn cold_gets(opts: &Options, engine: &Engine) {
             .sum()
     };
     let samples = 200_000u64.min(opts.keys);
-    let mut rng = engine::rng::SplitMix64::new(0x6e7);
+    let mut rng = ringkv_engine::rng::SplitMix64::new(0x6e7);
     let total = opts.keys + opts.keys / 10;
     let kinds: [(&str, KeyPicker); 3] = [
         (
@@ -480,7 +485,7 @@ fn cold_gets(opts: &Options, engine: &Engine) {
                 .collect();
             for a in h.batch_blocking(ops).expect("get batch") {
                 match a {
-                    engine::OpResult::Value(_) => found += 1,
+                    ringkv_engine::OpResult::Value(_) => found += 1,
                     _ => missing += 1,
                 }
             }
@@ -518,7 +523,7 @@ fn update(opts: &Options, engine: &Engine) {
             let h = engine.handle();
             let value = value.clone();
             s.spawn(move || {
-                let mut rng = engine::rng::SplitMix64::new(0x5eed + t);
+                let mut rng = ringkv_engine::rng::SplitMix64::new(0x5eed + t);
                 let mut left = per;
                 while left > 0 {
                     let n = 1000.min(left);
@@ -640,7 +645,7 @@ fn count_found(opts: &Options, engine: &Engine) {
             .batch_blocking(ops)
             .expect("get batch")
             .iter()
-            .filter(|a| matches!(a, engine::OpResult::Value(_)))
+            .filter(|a| matches!(a, ringkv_engine::OpResult::Value(_)))
             .count() as u64;
         k += n;
     }

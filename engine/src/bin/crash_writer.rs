@@ -16,8 +16,8 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 use bytes::Bytes;
-use engine::rng::mix64;
-use engine::{Engine, Op, OpResult};
+use ringkv_engine::rng::mix64;
+use ringkv_engine::{Engine, Op, OpResult};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,10 +3,10 @@
 //! loaded the way the shard does.
 
 use bytes::Bytes;
-use engine::hash::fnv1a64;
-use engine::histogram::AtomicHistogram;
-use engine::io::sim::SimDisk;
-use engine::tier::{HybridSettings, HybridTier, Tier};
+use ringkv_engine::hash::fnv1a64;
+use ringkv_engine::histogram::AtomicHistogram;
+use ringkv_engine::io::sim::SimDisk;
+use ringkv_engine::tier::{HybridSettings, HybridTier, Tier};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -99,7 +99,7 @@ pub fn checkpoint_of(t: &mut dyn Tier, delta: bool) -> Entries {
 /// A new tier over `disk` with `settings`, and the hot device they name
 /// (on the same disk) if any.
 pub fn open(disk: &SimDisk, settings: HybridSettings) -> HybridTier<SimDisk> {
-    use engine::io::Disk;
+    use ringkv_engine::io::Disk;
     let hot = settings.hot.clone();
     let t = HybridTier::new(disk.clone(), settings).expect("tier");
     match hot {

@@ -8,7 +8,7 @@ pub mod hybrid;
 pub mod tape;
 
 use bytes::Bytes;
-use engine::{Current, Op, OpResult, UpdateAnswer, UpdateOutcome, UpdateWrite};
+use ringkv_engine::{Current, Op, OpResult, UpdateAnswer, UpdateOutcome, UpdateWrite};
 use std::path::Path;
 use tunables::{Backend, ByteSize, Config, Durability};
 

@@ -11,7 +11,7 @@
 //! repeat is the interleaving that produced an image, which the image
 //! itself shows.
 
-use engine::io::sim::{SimDisk, SimImage};
+use ringkv_engine::io::sim::{SimDisk, SimImage};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
