@@ -205,7 +205,7 @@ fn limits_and_server_errors_exit_3() {
     let lines = harness.run_with_stdin(&["-"], Some(b"put much-too-long v\nput ok v\n".to_vec()));
     assert_eq!(
         stdout(&lines),
-        "ERR KEY_TOO_LARGE: key of 13 bytes is over the limit of 8\nOK\n",
+        "ERR KEY_TOO_LARGE: key of 13 bytes is over the limit of 8 (the server's limits.key_bytes_max)\nOK\n",
         "{}",
         stderr(&lines)
     );

@@ -160,11 +160,11 @@ pub enum OpResult {
 pub enum OpError {
     #[error("key is empty")]
     EmptyKey,
-    #[error("key of {len} bytes is over the limit of {max}")]
+    #[error("key of {len} bytes is over the limit of {max} (limits.key_bytes_max)")]
     KeyTooLarge { len: usize, max: usize },
-    #[error("value of {len} bytes is over the limit of {max}")]
+    #[error("value of {len} bytes is over the limit of {max} (limits.value_bytes_max)")]
     ValueTooLarge { len: usize, max: usize },
-    #[error("batch of {count} operations is over the limit of {max}")]
+    #[error("batch of {count} operations is over the limit of {max} (limits.ops_per_frame_max)")]
     BatchTooLarge { count: usize, max: usize },
     #[error(
         "shard {shard} is poisoned by an earlier I/O error and accepts no writes until restart"

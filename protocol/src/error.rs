@@ -220,15 +220,15 @@ impl FrameFault {
 pub enum LimitError {
     #[error("a batch must hold at least one operation")]
     EmptyBatch,
-    #[error("batch of {count} operations is over the limit of {max}")]
+    #[error("batch of {count} operations is over the limit of {max} (the server's limits.ops_per_frame_max)")]
     TooManyOps { count: usize, max: u32 },
     #[error("op {index}: key is empty")]
     EmptyKey { index: usize },
-    #[error("op {index}: key of {len} bytes is over the limit of {max}")]
+    #[error("op {index}: key of {len} bytes is over the limit of {max} (the server's limits.key_bytes_max)")]
     KeyTooLarge { index: usize, len: usize, max: u32 },
-    #[error("op {index}: value of {len} bytes is over the limit of {max}")]
+    #[error("op {index}: value of {len} bytes is over the limit of {max} (the server's limits.value_bytes_max)")]
     ValueTooLarge { index: usize, len: usize, max: u32 },
-    #[error("encoded frame of {len} bytes is over the limit of {max}")]
+    #[error("encoded frame of {len} bytes is over the limit of {max} (the server's limits.frame_bytes_max)")]
     FrameTooLarge { len: usize, max: u32 },
     #[error("op {index}: SCAN pattern of {len} bytes is over the limit of {max}")]
     PatternTooLarge {

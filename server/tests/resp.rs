@@ -241,6 +241,39 @@ fn protocol_error_closes(addr: SocketAddr, input: &[u8], error: &str) {
     );
 }
 
+/// A client still sending a value over the limit (redis-cli -x SET of a
+/// large file writes it all before reading) is reset, as Redis does: its
+/// write fails with "connection reset" within moments, not with a broken
+/// pipe after the server closed its side, nor after a stall.
+#[test]
+fn an_oversized_upload_is_reset_while_the_client_still_sends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr) = start(dir.path(), &["--shards", "1"]);
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+    let body = 100usize << 20;
+    s.write_all(format!("*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n${body}\r\n").as_bytes())
+        .unwrap();
+    let chunk = vec![b'a'; 1 << 20];
+    let mut sent = 0;
+    let failed = loop {
+        if sent >= body {
+            break None;
+        }
+        match s.write(&chunk) {
+            Ok(n) => sent += n,
+            Err(e) => break Some(e),
+        }
+    };
+    let e = failed.unwrap_or_else(|| panic!("all {sent} bytes were taken"));
+    assert_eq!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionReset,
+        "{e} after {sent} bytes"
+    );
+    assert!(sent < body / 2, "{sent} bytes sent before the reset");
+}
+
 #[test]
 fn protocol_errors_answer_redis_text_then_close() {
     let dir = tempfile::tempdir().unwrap();
@@ -259,7 +292,8 @@ fn protocol_errors_answer_redis_text_then_close() {
     protocol_error_closes(
         addr,
         b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$2000000000\r\n",
-        "ERR Protocol error: invalid bulk length",
+        "ERR Protocol error: invalid bulk length (an argument of 2000000000 bytes is over \
+         ringkv's limit of 65536: raise limits.value_bytes_max, or limits.key_bytes_max for a key)",
     );
     protocol_error_closes(
         addr,

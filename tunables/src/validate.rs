@@ -333,6 +333,12 @@ impl Checker {
                 "server.resp_listen" => &s.resp_listen,
                 _ => &s.metrics_listen,
             };
+            // The TLS setting of this listener, named in the advice.
+            let tls = match field {
+                "server.listen" => "server.tls_native",
+                "server.resp_listen" => "server.tls_resp",
+                _ => "server.tls_metrics",
+            };
             self.rule(
                 false,
                 field,
@@ -341,7 +347,7 @@ impl Checker {
                 format!(
                     "protected mode: {addr} is reachable from other machines and no password is set, \
                      so anyone who can connect could read and delete every key. Set \
-                     server.requirepass or server.password_file (and server.tls_native = true), \
+                     server.requirepass or server.password_file (and {tls} = true), \
                      or listen on 127.0.0.1; to run open anyway, set \
                      server.dangerously_listen_without_password = true \
                      (flag --dangerously-listen-without-password)"
@@ -813,6 +819,28 @@ mod tests {
             "server.metrics_listen",
             "protected mode",
         );
+        // Each listener's advice names its own TLS setting.
+        for (field, tls) in [
+            ("server.listen", "server.tls_native"),
+            ("server.resp_listen", "server.tls_resp"),
+            ("server.metrics_listen", "server.tls_metrics"),
+        ] {
+            let mut c = open("127.0.0.1:0", "");
+            match field {
+                "server.listen" => c.server.listen = "0.0.0.0:0".to_string(),
+                "server.resp_listen" => c.server.resp_listen = "0.0.0.0:0".to_string(),
+                _ => c.server.metrics_listen = "0.0.0.0:9100".to_string(),
+            }
+            let found = problems(&c);
+            let (_, message) = found
+                .iter()
+                .find(|(f, _)| f == field)
+                .unwrap_or_else(|| panic!("{field}: {found:?}"));
+            assert!(
+                message.contains(&format!("(and {tls} = true)")),
+                "{message}"
+            );
+        }
     }
 
     #[test]

@@ -45,6 +45,13 @@ pub enum RespError {
     InvalidMultibulkLength,
     #[error("Protocol error: invalid bulk length")]
     InvalidBulkLength,
+    /// Redis's text for the same case, with what to change: an argument
+    /// longer than the largest key or value the server takes.
+    #[error(
+        "Protocol error: invalid bulk length (an argument of {len} bytes is over ringkv's \
+         limit of {max}: raise limits.value_bytes_max, or limits.key_bytes_max for a key)"
+    )]
+    BulkTooLarge { len: u64, max: usize },
     #[error("Protocol error: unauthenticated multibulk length")]
     UnauthenticatedMultibulkLength,
     #[error("Protocol error: unauthenticated bulk length")]
@@ -62,7 +69,10 @@ pub enum RespError {
     /// Not a Redis text (Redis closes such a client without a reply, after
     /// its 1 GiB query buffer limit): the command is larger than ringkv's
     /// frame limit.
-    #[error("Protocol error: command of at least {len} bytes is over the limit of {max}")]
+    #[error(
+        "Protocol error: command of at least {len} bytes is over ringkv's limit of {max} \
+         (limits.frame_bytes_max)"
+    )]
     CommandTooLarge { len: usize, max: usize },
 }
 
@@ -205,8 +215,14 @@ impl RespDecoder {
             if unauthenticated && len > UNAUTHENTICATED_BULK_BYTES_MAX as i64 {
                 return Err(RespError::UnauthenticatedBulkLength);
             }
-            if len < 0 || len as u64 > limits.bulk_bytes_max as u64 {
+            if len < 0 {
                 return Err(RespError::InvalidBulkLength);
+            }
+            if len as u64 > limits.bulk_bytes_max as u64 {
+                return Err(RespError::BulkTooLarge {
+                    len: len as u64,
+                    max: limits.bulk_bytes_max,
+                });
             }
             let len = len as usize;
             let start = cr + 2;
@@ -475,7 +491,9 @@ mod tests {
             ),
             (
                 b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$2000000000\r\n",
-                "Protocol error: invalid bulk length",
+                "Protocol error: invalid bulk length (an argument of 2000000000 bytes is over \
+                 ringkv's limit of 1024: raise limits.value_bytes_max, or \
+                 limits.key_bytes_max for a key)",
             ),
             (
                 b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$blabla\r\n",

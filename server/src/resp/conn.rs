@@ -34,7 +34,7 @@ use compio::buf::BufResult;
 use compio::io::AsyncWriteExt;
 use compio::net::{TcpListener, TcpStream};
 use engine::{Op, OpResult};
-use ringkv_protocol::resp::{Command, ReplyWriter, RespDecoder, RespLimits, Version};
+use ringkv_protocol::resp::{Command, ReplyWriter, RespDecoder, RespError, RespLimits, Version};
 
 use super::command::{
     finish, plan, plan_hello, Client, Env, Finish, MultiCommand, Planned, AUTH_NO_PASSWORD,
@@ -150,8 +150,24 @@ fn admit(ctx: &Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
 #[derive(Debug)]
 enum Work {
     Commands(Vec<Command>),
-    /// Write this error reply after everything before it, then close.
-    Close(Bytes),
+    /// Write this error reply after everything before it, then close;
+    /// `reset`: close with a reset instead of a FIN (see `oversized`).
+    Close {
+        reply: Bytes,
+        reset: bool,
+    },
+}
+
+/// A command too large to take: the client is most likely still sending
+/// it and reads nothing until it is sent, so no reply would reach it.
+/// Such a connection is reset at once, as Redis does: the client's next
+/// write fails with "connection reset by peer" instead of waiting on a
+/// server that stopped reading (or dying of SIGPIPE after a FIN).
+fn oversized(e: &RespError) -> bool {
+    matches!(
+        e,
+        RespError::BulkTooLarge { .. } | RespError::CommandTooLarge { .. }
+    )
 }
 
 async fn serve(ctx: &Rc<ShardContext>, stream: TcpStream, peer: SocketAddr) {
@@ -262,13 +278,23 @@ async fn read_loop(
                 }
             };
         let room = read_room(&decoder, &buf, authenticated.get(), &mut fatal);
-        if let Some(e) = fatal {
+        if let Some((e, reset)) = fatal {
             ctx.resp_counters().add_error();
             let mut reply = BytesMut::new();
             ReplyWriter::new(&mut reply, Version::Resp2).error(&format!("ERR {e}"));
-            let _ = pipe.push(Work::Close(reply.freeze()), 0).await;
+            let _ = pipe
+                .push(
+                    Work::Close {
+                        reply: reply.freeze(),
+                        reset,
+                    },
+                    0,
+                )
+                .await;
             pipe.close_sender();
-            linger(stream.stream(), LINGER_TIME).await;
+            if !reset {
+                linger(stream.stream(), LINGER_TIME).await;
+            }
             return (CloseReason::ProtocolError, e);
         }
         buf.reserve(room);
@@ -294,13 +320,14 @@ struct Stopped;
 
 /// Decodes every complete command in `buf` and hands them to the executor
 /// in items. Returns whether any command was handed over and the protocol
-/// error that stopped decoding, if one did.
+/// error that stopped decoding, if one did (its text, and whether the
+/// connection is to be reset: `oversized`).
 async fn hand_over(
     decoder: &mut RespDecoder,
     buf: &mut BytesMut,
     pipe: &Pipe<Work>,
     authenticated: &Cell<bool>,
-) -> Result<(bool, Option<String>), Stopped> {
+) -> Result<(bool, Option<(String, bool)>), Stopped> {
     let mut progressed = false;
     loop {
         // Until the client authenticates, Redis's limits apply and
@@ -325,7 +352,7 @@ async fn hand_over(
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    fatal = Some(e.to_string());
+                    fatal = Some((e.to_string(), oversized(&e)));
                     break;
                 }
             }
@@ -352,7 +379,7 @@ fn read_room(
     decoder: &RespDecoder,
     buf: &BytesMut,
     authenticated: bool,
-    fatal: &mut Option<String>,
+    fatal: &mut Option<(String, bool)>,
 ) -> usize {
     let wanted = decoder.bytes_wanted();
     if authenticated {
@@ -364,8 +391,11 @@ fn read_room(
     }
     let room = PREAUTH_COMMAND_BYTES_MAX.saturating_sub(buf.len());
     if fatal.is_none() && (wanted > PREAUTH_COMMAND_BYTES_MAX || room == 0) {
-        *fatal = Some(format!(
-            "Protocol error: unauthenticated command longer than {PREAUTH_COMMAND_BYTES_MAX} bytes"
+        *fatal = Some((
+            format!(
+                "Protocol error: unauthenticated command longer than {PREAUTH_COMMAND_BYTES_MAX} bytes"
+            ),
+            false,
         ));
     }
     room
@@ -378,6 +408,8 @@ enum Ended {
     ReaderDone,
     /// QUIT or a protocol error: answered, then closed.
     Closed,
+    /// A command too large to take: answered, then reset (`oversized`).
+    Reset,
 }
 
 /// Commands waiting for one engine batch.
@@ -480,10 +512,10 @@ impl<'a> Executor<'a> {
     async fn run_item(&mut self, work: &mut Work) -> std::io::Result<Option<Ended>> {
         let commands = match work {
             Work::Commands(c) => std::mem::take(c),
-            Work::Close(reply) => {
+            Work::Close { reply, reset } => {
                 self.run_batch().await?;
                 self.out.extend_from_slice(reply);
-                return Ok(Some(Ended::Closed));
+                return Ok(Some(if *reset { Ended::Reset } else { Ended::Closed }));
             }
         };
         for args in commands {
@@ -674,7 +706,11 @@ async fn execute_loop(
             pipe.complete(*bytes);
         }
         if let Some(ended) = ended {
-            shutdown_write(stream).await;
+            if matches!(ended, Ended::Reset) {
+                reset_on_close(stream.stream());
+            } else {
+                shutdown_write(stream).await;
+            }
             return Ok(ended);
         }
     }
@@ -898,4 +934,27 @@ async fn write_out(
 
 async fn shutdown_write(stream: &Wire) {
     stream.shutdown_write().await;
+}
+
+/// Makes the socket's close send a reset (SO_LINGER on with a zero time)
+/// instead of a FIN after what is queued.
+fn reset_on_close(stream: &TcpStream) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: the descriptor is the open socket `stream` owns, and the
+    // option value is a valid `linger` of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::trace!(error = %std::io::Error::last_os_error(), "SO_LINGER failed");
+    }
 }
