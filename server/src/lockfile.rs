@@ -54,6 +54,9 @@ impl std::fmt::Display for LockHolder {
 pub struct DirLock {
     file: File,
     path: PathBuf,
+    /// This lock made the file: it is removed again when the lock goes, so
+    /// a directory an offline tool checked (a backup) is left as it was.
+    created: bool,
 }
 
 impl DirLock {
@@ -66,6 +69,7 @@ impl DirLock {
             source,
         })?;
         let path = data_dir.join(LOCK_FILE_NAME);
+        let created = !path.exists();
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -101,7 +105,11 @@ impl DirLock {
             path: path.clone(),
             source,
         })?;
-        Ok(DirLock { file, path })
+        Ok(DirLock {
+            file,
+            path,
+            created,
+        })
     }
 
     /// Path of the lock file.
@@ -112,6 +120,16 @@ impl DirLock {
 
 impl Drop for DirLock {
     fn drop(&mut self) {
+        // A file this lock made goes, while still locked: a process that
+        // opens the name after this makes a new file and locks that.
+        if self.created {
+            match std::fs::remove_file(&self.path) {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::debug!(path = %self.path.display(), error = %e, "could not remove the lock file")
+                }
+            }
+        }
         // Empty the file so nobody reads our pid after we are gone; the flock
         // itself is released when `file` is closed right after.
         if let Err(e) = self.file.set_len(0) {
@@ -154,6 +172,20 @@ mod tests {
         drop(first);
         let again = DirLock::acquire(dir.path()).unwrap();
         drop(again);
+    }
+
+    /// A directory that had no lock file (a backup an offline tool checks)
+    /// has none afterwards; one that had it keeps it.
+    #[test]
+    fn a_lock_file_is_left_only_where_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LOCK_FILE_NAME);
+        drop(DirLock::acquire(dir.path()).unwrap());
+        assert!(!path.exists());
+        std::fs::write(&path, b"").unwrap();
+        drop(DirLock::acquire(dir.path()).unwrap());
+        assert!(path.exists());
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
     }
 
     #[test]

@@ -24,7 +24,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const FD_HEADROOM: u64 = 256;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { usage_exit_code() } else { 0 });
+        }
+    };
 
     if let Some(tool) = &cli.command {
         // The offline tools print their report on stdout; the engine's
@@ -66,8 +72,13 @@ fn main() -> ExitCode {
     let server = match ringkv_server::start(config) {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!("cannot start: {e}");
-            eprintln!("ringkv-server: cannot start: {e}");
+            // Once: the log goes to stderr too. Printed plainly only when
+            // RUST_LOG turned error lines off.
+            if tracing::enabled!(tracing::Level::ERROR) {
+                tracing::error!("cannot start: {e}");
+            } else {
+                eprintln!("ringkv-server: cannot start: {e}");
+            }
             return ExitCode::FAILURE;
         }
     };
@@ -88,6 +99,22 @@ fn main() -> ExitCode {
     // A stop that did not come from a signal (every shard ended) is a stop too.
     notify_logged("STOPPING=1");
     exit_after(server.shutdown())
+}
+
+/// The exit code of a command line clap refused. The offline tools keep 2
+/// for "the server would refuse to start", so their usage errors exit with
+/// their own usage code (3); the server's exit 2, as its configuration
+/// errors do.
+fn usage_exit_code() -> u8 {
+    let tools = ["verify", "inspect", "repair"];
+    let tool = std::env::args_os()
+        .skip(1)
+        .any(|a| a.to_str().is_some_and(|a| tools.contains(&a)));
+    if tool {
+        ringkv_server::ops::verify::EXIT_USAGE
+    } else {
+        2
+    }
 }
 
 /// Every connection is a descriptor: lifts the soft open-files limit to

@@ -478,4 +478,57 @@ fn the_tools_refuse_a_directory_a_server_holds_and_exit_codes_reach_the_shell() 
     );
     flip(&data.join("MANIFEST"), 13);
     assert_eq!(status(&data), Some(i32::from(EXIT_UNUSABLE)));
+    // A command line the tools cannot parse is a usage error (3), never
+    // "the server would refuse to start" (2); the server's own stays 2.
+    let code = |args: &[&str]| {
+        std::process::Command::new(bin)
+            .args(args)
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    for tool in ["verify", "inspect", "repair"] {
+        assert_eq!(code(&[tool]), Some(i32::from(EXIT_USAGE)), "{tool}");
+        assert_eq!(
+            code(&[tool, "--data-dir", "x", "--no-such-flag"]),
+            Some(i32::from(EXIT_USAGE)),
+            "{tool}"
+        );
+        assert_eq!(code(&[tool, "--help"]), Some(0), "{tool}");
+    }
+    assert_eq!(code(&["--no-such-flag"]), Some(2));
+}
+
+/// A start that fails says why once, on stderr, in the log's format.
+#[test]
+fn a_failed_start_says_why_once_in_the_logs_format() {
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("not-a-directory");
+    std::fs::write(&file, b"x").unwrap();
+    let bin = env!("CARGO_BIN_EXE_ringkv-server");
+    for json in [false, true] {
+        let config = root.path().join("ringkv.toml");
+        let format = if json { "json" } else { "text" };
+        std::fs::write(
+            &config,
+            format!("[log]\nformat = \"{format}\"\n[server]\nlisten = \"127.0.0.1:0\"\n"),
+        )
+        .unwrap();
+        let out = std::process::Command::new(bin)
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.matches("cannot start").count(), 1, "{err}");
+        if json {
+            for line in err.lines() {
+                assert!(line.starts_with('{'), "not JSON: {line}");
+            }
+        }
+    }
 }

@@ -74,10 +74,29 @@ pub(crate) trait FieldValue: FromToml + Sized {
     }
 }
 
-fn quoted_toml(s: &str) -> String {
-    // TOML basic strings accept the same escapes as Rust's debug format for
-    // the characters that occur in config values (quotes, backslashes).
-    format!("{s:?}")
+/// `s` as a TOML basic string: quotes, backslashes and control characters
+/// escaped as TOML spells them (`\"`, `\\`, `\n`, `\uXXXX`); every other
+/// character, combining marks and non-ASCII letters included, as itself.
+/// (Rust's `{:?}` is not TOML: it writes `\u{301}`.)
+pub(crate) fn quoted_toml(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => {
+                use std::fmt::Write;
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Numbers: bare in TOML, checked against a range by `$range`.
@@ -821,6 +840,21 @@ pub fn example_toml() -> String {
 mod tests {
     use super::*;
     use std::path::Path;
+
+    /// What `--print-config` writes parses back to the same values, for
+    /// strings TOML and Rust escape differently.
+    #[test]
+    fn printed_strings_parse_back_as_they_were() {
+        let mut c = Config::default();
+        let dir = "/srv/cafe\u{301}/\"quoted\" \\ tab\tbell\u{7}/\u{1F600}";
+        c.storage.data_dir = dir.into();
+        c.server.requirepass = "pa\"ss\\word\u{0}\u{9f}".to_string();
+        let text = c.to_toml_string();
+        assert!(text.contains("cafe\u{301}"), "{text}");
+        let back = Config::from_toml_str(&text).expect("printed config parses back");
+        assert_eq!(back.storage.data_dir, Path::new(dir));
+        assert_eq!(back.server.requirepass, c.server.requirepass);
+    }
 
     fn repo_path(name: &str) -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name)
