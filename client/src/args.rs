@@ -2,6 +2,7 @@
 //! mode: TLS (`--tls`, `--ca`, `--insecure`, `--tls-server-name`, `--cert`,
 //! `--key`), the user (`--user`) and the password (`--password-file`, or the
 //! `RINGKV_PASSWORD` environment variable, so it never shows in `ps`).
+//! Only with the `cli` feature (on by default), which brings in clap.
 
 use std::path::PathBuf;
 use std::time::Duration;

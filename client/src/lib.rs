@@ -4,12 +4,14 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+#[cfg(feature = "cli")]
 pub mod args;
 mod client;
 pub mod tls;
 /// The sans-IO wire codec, re-exported from `ringkv-protocol`.
 pub use ringkv_protocol as protocol;
 
+#[cfg(feature = "cli")]
 pub use args::ConnectArgs;
 pub use client::{
     expiry_time_ms, Client, ClientError, ConnectOptions, KeyTtl, ProtocolError, ScanPage,
