@@ -32,7 +32,37 @@ type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
 type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// How to connect: a user and password for the handshake, TLS, a time bound.
+///
+/// Start from [`ConnectOptions::new`] (or `Default`) and set what you need
+/// with the `with_*` methods. The struct is `#[non_exhaustive]`: other
+/// crates read its fields but cannot build it with a struct literal, so a
+/// field added later does not break them.
+///
+/// ```
+/// use std::time::Duration;
+/// use ringkv_client::{ConnectOptions, TlsOptions};
+///
+/// let options = ConnectOptions::new()
+///     .with_user("reader")
+///     .with_password("secret")
+///     .with_tls(TlsOptions::default())
+///     .with_timeout(Duration::from_secs(2));
+/// assert_eq!(options.user.as_deref(), Some(&b"reader"[..]));
+/// assert_eq!(options.timeout, Duration::from_secs(2));
+/// ```
+///
+/// A struct literal does not compile outside this crate:
+///
+/// ```compile_fail
+/// let options = ringkv_client::ConnectOptions {
+///     user: None,
+///     password: None,
+///     tls: None,
+///     timeout: std::time::Duration::from_secs(1),
+/// };
+/// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ConnectOptions {
     /// The user to authenticate as (protocol version 4); 1..=64 bytes, and
     /// only with a password. `None`: the server's `default` user.
@@ -53,6 +83,37 @@ impl Default for ConnectOptions {
             tls: None,
             timeout: CONNECT_TIMEOUT_DEFAULT,
         }
+    }
+}
+
+impl ConnectOptions {
+    /// No user, no password, no TLS, [`CONNECT_TIMEOUT_DEFAULT`].
+    pub fn new() -> ConnectOptions {
+        ConnectOptions::default()
+    }
+
+    /// Authenticates as `user` (needs a password too; protocol version 4).
+    pub fn with_user(mut self, user: impl Into<Vec<u8>>) -> ConnectOptions {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// Sends `password` in the handshake (protocol version 2).
+    pub fn with_password(mut self, password: impl Into<Vec<u8>>) -> ConnectOptions {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Connects with TLS.
+    pub fn with_tls(mut self, tls: TlsOptions) -> ConnectOptions {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Bounds resolving, connecting and both handshakes together.
+    pub fn with_timeout(mut self, timeout: Duration) -> ConnectOptions {
+        self.timeout = timeout;
+        self
     }
 }
 
@@ -263,10 +324,7 @@ impl Client {
         addr: impl ToSocketAddrs,
         timeout: Duration,
     ) -> Result<Client, ClientError> {
-        let options = ConnectOptions {
-            timeout,
-            ..ConnectOptions::default()
-        };
+        let options = ConnectOptions::new().with_timeout(timeout);
         match tokio::time::timeout(timeout, Client::connect_inner(addr, "", &options)).await {
             Ok(result) => result,
             Err(_) => Err(ClientError::Timeout {
