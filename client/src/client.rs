@@ -171,6 +171,14 @@ pub enum ClientError {
     /// The user name cannot be sent: it is 1..=64 bytes and needs a password.
     #[error("a user name is 1..={max} bytes and needs a password; this one is {len} bytes{}", if *.with_password { "" } else { ", without a password" }, max = USER_NAME_BYTES_MAX)]
     BadUser { len: usize, with_password: bool },
+    /// The connection was plain TCP and the server answered the hello with
+    /// a TLS record: it expects TLS. Connect with TLS
+    /// ([`ConnectOptions::with_tls`]).
+    #[error("the server at {peer} speaks TLS: it answered the plain-TCP hello with a TLS record (first bytes {first_bytes:02x?}); connect with TLS")]
+    TlsRequired {
+        peer: SocketAddr,
+        first_bytes: Vec<u8>,
+    },
     /// The server refused the handshake (its hello-ack carried an error).
     #[error("server refused the connection ({status}): {message} (server speaks protocol version {server_version})")]
     Refused {
@@ -468,14 +476,38 @@ impl Client {
         write.flush().await.map_err(io_error)?;
 
         let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+        // A bad magic that may be the start of a TLS record, kept while more
+        // bytes are read to tell.
+        let mut undecided = None;
         let ack = loop {
             match decode_hello_ack(&mut buf) {
                 Ok(Some(ack)) => break ack,
                 Ok(None) => {}
-                Err(error) => return Err(ClientError::Protocol(ProtocolError::Decode(error))),
+                Err(error) => {
+                    let guess = if options.tls.is_none() {
+                        tls_record_guess(&buf)
+                    } else {
+                        TlsGuess::No
+                    };
+                    match guess {
+                        TlsGuess::Yes => {
+                            return Err(ClientError::TlsRequired {
+                                peer,
+                                first_bytes: buf[..buf.len().min(TLS_RECORD_HEADER_BYTES)].to_vec(),
+                            })
+                        }
+                        TlsGuess::NeedMore => undecided = Some(error),
+                        TlsGuess::No => {
+                            return Err(ClientError::Protocol(ProtocolError::Decode(error)))
+                        }
+                    }
+                }
             }
             let read = read.read_buf(&mut buf).await.map_err(io_error)?;
             if read == 0 {
+                if let Some(error) = undecided {
+                    return Err(ClientError::Protocol(ProtocolError::Decode(error)));
+                }
                 return Err(ClientError::Closed {
                     reason: "the server closed the connection during the handshake".into(),
                 });
@@ -847,6 +879,33 @@ impl Client {
     }
 }
 
+/// A TLS record header: content type, protocol version (2 bytes), length
+/// (2 bytes).
+const TLS_RECORD_HEADER_BYTES: usize = 5;
+
+/// Whether the bytes a server sent look like a TLS record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TlsGuess {
+    Yes,
+    No,
+    /// A prefix of a TLS record header, too short to tell.
+    NeedMore,
+}
+
+/// A TLS server that reads a ringkv hello answers with a record: an alert
+/// (content type 0x15) or a handshake message (0x16), then the record's
+/// protocol version 0x03 0x00..=0x04 (SSL 3.0 to TLS 1.3).
+fn tls_record_guess(bytes: &[u8]) -> TlsGuess {
+    let fits = |index: usize, ok: fn(u8) -> bool| bytes.get(index).is_none_or(|&b| ok(b));
+    let is_record =
+        fits(0, |b| b == 0x15 || b == 0x16) && fits(1, |b| b == 0x03) && fits(2, |b| b <= 0x04);
+    match (is_record, bytes.len() >= 3) {
+        (false, _) => TlsGuess::No,
+        (true, true) => TlsGuess::Yes,
+        (true, false) => TlsGuess::NeedMore,
+    }
+}
+
 /// What TTL found for a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyTtl {
@@ -1209,5 +1268,27 @@ impl Drop for Transaction<'_> {
         if self.begun && !self.finished {
             let _ = self.client.send_detached(vec![RequestOp::Rollback]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_records_are_recognised_from_three_bytes() {
+        // A TLS 1.2 fatal alert, as a TLS server answers a ringkv hello.
+        let alert = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32];
+        assert_eq!(tls_record_guess(&alert), TlsGuess::Yes);
+        assert_eq!(tls_record_guess(&alert[..3]), TlsGuess::Yes);
+        assert_eq!(tls_record_guess(&alert[..2]), TlsGuess::NeedMore);
+        assert_eq!(tls_record_guess(&alert[..1]), TlsGuess::NeedMore);
+        // A handshake record (a ServerHello) with the TLS 1.0 record version.
+        assert_eq!(tls_record_guess(&[0x16, 0x03, 0x01, 0x00]), TlsGuess::Yes);
+        // Not TLS: ringkv's own magic, text, an unknown record version.
+        assert_eq!(tls_record_guess(b"RKV1"), TlsGuess::No);
+        assert_eq!(tls_record_guess(b"-ERR unknown"), TlsGuess::No);
+        assert_eq!(tls_record_guess(&[0x15, 0x03, 0x07]), TlsGuess::No);
+        assert_eq!(tls_record_guess(&[0x17, 0x03, 0x03]), TlsGuess::No);
     }
 }
