@@ -6,8 +6,9 @@ mod common;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+use bytes::Bytes;
 use common::{FakeServer, Options};
-use ringkv_client::Limits;
+use ringkv_client::{Limits, Status};
 
 const RINGKV: &str = env!("CARGO_BIN_EXE_ringkv");
 
@@ -46,6 +47,7 @@ fn run(global: &[&str], args: &[&str], stdin: Option<Vec<u8>>) -> Output {
     let mut child = Command::new(RINGKV)
         .args(global)
         .args(args)
+        .env_remove("RINGKV_PASSWORD")
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -246,4 +248,109 @@ fn a_connection_lost_mid_stream_exits_4_after_answering_in_order() {
         "{}",
         stderr(&output)
     );
+}
+
+#[test]
+fn a_tls_port_is_named_with_the_flag_to_use() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let (mut stream, _) = listener.accept().expect("accept");
+        let mut hello = [0u8; 8];
+        stream.read_exact(&mut hello).expect("read the hello");
+        // What a TLS server answers: an alert record (fatal, decode_error).
+        stream
+            .write_all(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32])
+            .expect("write the alert");
+        let _ = stream.read(&mut hello);
+    });
+    let output = run(&["--server", &addr], &["ping"], None);
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(message.contains("the server speaks TLS"), "{message}");
+    assert!(message.contains("--ca FILE"), "{message}");
+    assert!(!message.contains("bad magic"), "{message}");
+}
+
+#[test]
+fn a_missing_password_names_the_flag_and_the_variable_and_exits_3() {
+    let harness = Harness::start(Options {
+        refuse: Some((
+            Status::AuthRequired,
+            "authentication required: this server has a password; \
+             send it in the hello (protocol version 2, flag AUTH)"
+                .into(),
+        )),
+        ..Options::default()
+    });
+    let output = harness.run(&["ping"]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(message.contains("--password-file FILE"), "{message}");
+    assert!(message.contains("RINGKV_PASSWORD"), "{message}");
+    assert!(!message.contains("flag AUTH"), "{message}");
+}
+
+#[test]
+fn a_wrong_password_exits_3() {
+    let harness = Harness::start(Options {
+        refuse: Some((
+            Status::AuthFailed,
+            "authentication failed: wrong password (or unknown user)".into(),
+        )),
+        ..Options::default()
+    });
+    let addr = harness.server.addr.to_string();
+    let output = Command::new(RINGKV)
+        .args(["--server", &addr, "ping"])
+        .env("RINGKV_PASSWORD", "wrong")
+        .output()
+        .expect("run ringkv");
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(message.contains("AUTH_FAILED"), "{message}");
+    assert!(message.contains("wrong password"), "{message}");
+}
+
+#[test]
+fn a_closed_stdout_pipe_ends_quietly_with_141() {
+    for args in [&["scan"][..], &["-"][..]] {
+        let mut harness = Harness::start(Options {
+            hold: true,
+            ..Options::default()
+        });
+        harness
+            .server
+            .store
+            .lock()
+            .expect("store")
+            .insert(Bytes::from_static(b"a"), Bytes::from_static(b"1"));
+        let addr = harness.server.addr.to_string();
+        let mut child = Command::new(RINGKV)
+            .args(["--server", &addr, "--timeout", "20"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ringkv");
+        let mut input = child.stdin.take().expect("stdin pipe");
+        input.write_all(b"get a\n").expect("write stdin");
+        // The request is at the server, its answer held: close the reading
+        // end of stdout, then let the answer go, so the answer's write finds
+        // the pipe closed.
+        harness.runtime.block_on(harness.server.wait_received(1));
+        drop(child.stdout.take());
+        harness.server.release();
+        drop(input);
+        let output = child.wait_with_output().expect("wait for ringkv");
+        assert_eq!(
+            output.status.code(),
+            Some(141),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert_eq!(stderr(&output), "", "{args:?}");
+    }
 }

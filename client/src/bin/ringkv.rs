@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
-use ringkv_client::{Client, ClientError, ConnectArgs, KeyTtl, Limits, OpReply, RequestOp};
+use ringkv_client::args::PASSWORD_ENV;
+use ringkv_client::{Client, ClientError, ConnectArgs, KeyTtl, Limits, OpReply, RequestOp, Status};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -23,6 +24,10 @@ const EXIT_NOT_FOUND: u8 = 1;
 const EXIT_SERVER_ERROR: u8 = 3;
 /// Exit status: the server could not be reached, or the connection failed.
 const EXIT_CONNECTION: u8 = 4;
+/// Exit status when stdout is a pipe whose reader has gone (`ringkv scan |
+/// head -1`): 128 + SIGPIPE, what a shell reports for a tool that SIGPIPE
+/// killed. Nothing is printed on stderr.
+const EXIT_BROKEN_PIPE: u8 = 141;
 
 /// Most operations the `-` mode puts in one frame.
 const STDIN_OPS_PER_FRAME_MAX: usize = 1000;
@@ -41,8 +46,12 @@ const STDIN_IDLE_FLUSH: Duration = Duration::from_millis(2);
     about = "Command-line client for a ringkv server",
     after_help = "\
 Exit status: 0 success; 1 get/del/expire/ttl/persist: no such key; 2 usage error;
-3 the server answered an error (or the request breaks its limits, or the server is
-too old for the command); 4 the server cannot be reached or the connection failed.
+3 the server answered an error (including a refused handshake: a missing or wrong
+password, an unknown user; or the request breaks its limits, or the server is too
+old for the command); 4 the server cannot be reached, the connection failed, or
+reading stdin or writing stdout failed; 141 stdout was closed early (a broken pipe,
+as in `ringkv scan | head -1`): ringkv stops quietly, like a tool that SIGPIPE
+killed.
 
 With `-`, each stdin line is one command: `put KEY VALUE`, `get KEY`, `del KEY` or
 `ping`. VALUE is the rest of the line after KEY. Each command gets one output line,
@@ -175,6 +184,50 @@ struct Failure {
 }
 
 impl Failure {
+    /// A failed write to stdout. A reader that went away (a broken pipe) is
+    /// not an error to report: the program stops quietly.
+    fn stdout(error: io::Error) -> Failure {
+        if error.kind() == io::ErrorKind::BrokenPipe {
+            return Failure {
+                code: EXIT_BROKEN_PIPE,
+                message: String::new(),
+            };
+        }
+        Failure {
+            code: EXIT_CONNECTION,
+            message: format!("cannot write to stdout: {error}"),
+        }
+    }
+
+    /// A failed connection to `server`, said in terms of this program's
+    /// flags where the library's words would be the protocol's.
+    fn connect(server: &str, error: ClientError, had_password: bool) -> Failure {
+        let code = match error {
+            ClientError::Refused { .. } => EXIT_SERVER_ERROR,
+            _ => EXIT_CONNECTION,
+        };
+        let what = match &error {
+            ClientError::TlsRequired { first_bytes, .. } => format!(
+                "the server speaks TLS (it answered with a TLS record, first bytes \
+                 {first_bytes:02x?}): connect with --ca FILE (the CA that signed its \
+                 certificate), or --insecure for a self-signed test server"
+            ),
+            ClientError::Refused {
+                status: Status::AuthRequired,
+                ..
+            } if !had_password => format!(
+                "the server requires a password (AUTH_REQUIRED): give it with \
+                 --password-file FILE or the {PASSWORD_ENV} environment variable \
+                 (and --user NAME to log in as a user other than `default`)"
+            ),
+            _ => error.to_string(),
+        };
+        Failure {
+            code,
+            message: format!("cannot talk to {server}: {what}"),
+        }
+    }
+
     fn from_client(error: ClientError) -> Failure {
         let code = match &error {
             ClientError::Server { .. }
@@ -205,7 +258,9 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("ringkv: {}", failure.message);
+            if failure.code != EXIT_BROKEN_PIPE {
+                eprintln!("ringkv: {}", failure.message);
+            }
             ExitCode::from(failure.code)
         }
     }
@@ -225,10 +280,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         .map_err(|message| Failure { code: 2, message })?;
     let client = Client::connect_with(cli.server.as_str(), &options)
         .await
-        .map_err(|error| Failure {
-            code: EXIT_CONNECTION,
-            message: format!("cannot talk to {}: {error}", cli.server),
-        })?;
+        .map_err(|error| Failure::connect(&cli.server, error, options.password.is_some()))?;
     let mut out = io::stdout().lock();
     let printed = match cli.command {
         Command::Put { key, value, ex, px } => {
@@ -274,10 +326,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 for key in &page.keys {
                     out.write_all(key)
                         .and_then(|()| out.write_all(b"\n"))
-                        .map_err(|error| Failure {
-                            code: EXIT_CONNECTION,
-                            message: format!("cannot write to stdout: {error}"),
-                        })?;
+                        .map_err(Failure::stdout)?;
                 }
                 if page.cursor == 0 {
                     break Ok(());
@@ -356,10 +405,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     };
     printed
         .and_then(|()| out.flush())
-        .map_err(|error| Failure {
-            code: EXIT_CONNECTION,
-            message: format!("cannot write to stdout: {error}"),
-        })?;
+        .map_err(Failure::stdout)?;
     Ok(0)
 }
 
@@ -414,10 +460,7 @@ async fn run_tx(
     })?;
     let (ops, rollback) = parse_tx_script(&text).map_err(|message| Failure { code: 2, message })?;
     let mut out = io::stdout().lock();
-    let write_err = |error: io::Error| Failure {
-        code: EXIT_CONNECTION,
-        message: format!("cannot write to stdout: {error}"),
-    };
+    let write_err = Failure::stdout;
     for attempt in 0..=retries {
         let mut frame = Vec::with_capacity(ops.len() + 2);
         frame.push(RequestOp::Begin);
@@ -503,10 +546,14 @@ async fn within<T>(
 ) -> Result<T, Failure> {
     match tokio::time::timeout(timeout, future).await {
         Ok(result) => result.map_err(Failure::from_client),
-        Err(_) => Err(Failure {
-            code: EXIT_CONNECTION,
-            message: format!("no answer from the server within {timeout:?}"),
-        }),
+        Err(_) => Err(no_answer(timeout)),
+    }
+}
+
+fn no_answer(timeout: Duration) -> Failure {
+    Failure {
+        code: EXIT_CONNECTION,
+        message: format!("no answer from the server within {timeout:?}"),
     }
 }
 
@@ -678,10 +725,7 @@ async fn send_batch(
 async fn print_answers(mut sent: mpsc::Receiver<InFlight>) -> Result<u8, Failure> {
     let mut out = io::BufWriter::new(io::stdout());
     let mut code = 0;
-    let write_failed = |error: io::Error| Failure {
-        code: EXIT_CONNECTION,
-        message: format!("cannot write to stdout: {error}"),
-    };
+    let write_failed = Failure::stdout;
     while let Some((slots, task)) = sent.recv().await {
         let outcome = match task.await {
             Ok(outcome) => outcome,

@@ -273,7 +273,13 @@ fn answer(shared: &Shared, request: Request) -> Response {
             },
             RequestOp::Ping => OpReply::Ok,
             RequestOp::Stats => OpReply::Stats(shared.options.stats.clone()),
-            // This fake server has no transactions, expiry times nor SCAN.
+            // One step walks every key.
+            RequestOp::Scan { .. } => {
+                let mut keys: Vec<Bytes> = store.keys().cloned().collect();
+                keys.sort();
+                OpReply::Keys { cursor: 0, keys }
+            }
+            // This fake server has no transactions nor expiry times.
             RequestOp::Begin
             | RequestOp::GetForUpdate { .. }
             | RequestOp::Commit
@@ -281,10 +287,9 @@ fn answer(shared: &Shared, request: Request) -> Response {
             | RequestOp::PutExpiring { .. }
             | RequestOp::Expire { .. }
             | RequestOp::Ttl { .. }
-            | RequestOp::Scan { .. }
             | RequestOp::Backup { .. } => OpReply::Error {
                 status: ringkv_client::Status::Unsupported,
-                message: "no transactions, expiry times nor SCAN here".to_string(),
+                message: "no transactions nor expiry times here".to_string(),
             },
         })
         .collect();
