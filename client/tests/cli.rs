@@ -354,3 +354,31 @@ fn a_closed_stdout_pipe_ends_quietly_with_141() {
         assert_eq!(stderr(&output), "", "{args:?}");
     }
 }
+
+#[test]
+fn stdin_mode_answers_each_line_of_a_frame_refused_for_permission() {
+    let harness = Harness::start(Options {
+        read_only: true,
+        ..Options::default()
+    });
+    harness
+        .server
+        .store
+        .lock()
+        .expect("store")
+        .insert(Bytes::from_static(b"a"), Bytes::from_static(b"1"));
+    let input = b"put a 2\nget a\nget b\nping\ndel a\nget a\n".to_vec();
+    let output = harness.run_with_stdin(&["-"], Some(input));
+    let refused = "ERR NO_PERMISSION: NOPERM user 'reader' (read-only) has no permission \
+to run operation 0; nothing of this request was applied";
+    assert_eq!(
+        stdout(&output),
+        format!("{refused}\n1\n(nil)\nPONG\n{refused}\n1\n"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(output.status.code(), Some(3));
+    // Nothing was written.
+    let store = harness.server.store.lock().expect("store");
+    assert_eq!(store.get(&b"a"[..]), Some(&Bytes::from_static(b"1")));
+}

@@ -5,10 +5,12 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::io::{self, BufRead, Write};
 use std::os::unix::ffi::OsStringExt;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -716,8 +718,71 @@ async fn send_batch(
 ) -> bool {
     let Batch { ops, slots, .. } = std::mem::take(batch);
     let client = Arc::clone(client);
-    let task = tokio::spawn(async move { within(timeout, client.batch(ops)).await });
+    let task = tokio::spawn(async move {
+        // Cloning the ops copies no key or value bytes (they are `Bytes`).
+        match tokio::time::timeout(timeout, client.batch(ops.clone())).await {
+            Ok(Err(ClientError::Server { status, message }))
+                if refused_for_permission(status, &message) =>
+            {
+                // The server refused the whole frame because one of its
+                // operations is not allowed for this user, and applied
+                // nothing of it. Each line gets its own answer: send each
+                // operation again in a frame of its own.
+                within(timeout, one_frame_each(&client, ops)).await
+            }
+            Ok(result) => result.map_err(Failure::from_client),
+            Err(_) => Err(no_answer(timeout)),
+        }
+    });
     sent.send((slots, task)).await.is_ok()
+}
+
+/// Whether an ERROR frame refused a request because the user lacks a
+/// permission (NO_PERMISSION; servers speaking a protocol version before
+/// that status say BAD_REQUEST with a message starting `NOPERM`).
+fn refused_for_permission(status: Status, message: &str) -> bool {
+    status == Status::NoPermission
+        || (status == Status::BadRequest && message.starts_with("NOPERM "))
+}
+
+/// Sends each of `ops` in a frame of its own and returns one reply per op,
+/// in order: a frame refused as a whole becomes its op's error reply. The
+/// frames leave in the order of `ops` and are pipelined.
+async fn one_frame_each(client: &Client, ops: Vec<RequestOp>) -> Result<Vec<OpReply>, ClientError> {
+    let mut sends: Vec<_> = ops
+        .into_iter()
+        .map(|op| Box::pin(client.batch(vec![op])))
+        .collect();
+    // Poll each send once, in order, before awaiting any: that queues its
+    // frame, or, when the pipeline is full, its place in the queue for a
+    // slot, which is first come, first served. So the frames leave in line
+    // order, as many at once as the pipeline allows.
+    let mut done = Vec::with_capacity(sends.len());
+    for send in &mut sends {
+        done.push(
+            std::future::poll_fn(|cx| match send.as_mut().poll(cx) {
+                Poll::Ready(result) => Poll::Ready(Some(result)),
+                Poll::Pending => Poll::Ready(None),
+            })
+            .await,
+        );
+    }
+    let mut replies = Vec::with_capacity(sends.len());
+    for (send, done) in sends.iter_mut().zip(done) {
+        let result = match done {
+            Some(result) => result,
+            None => send.await,
+        };
+        replies.push(match result {
+            Ok(mut one) => match one.pop() {
+                Some(reply) => reply,
+                None => unreachable!("Client::batch checks one reply per op"),
+            },
+            Err(ClientError::Server { status, message }) => OpReply::Error { status, message },
+            Err(error) => return Err(error),
+        });
+    }
+    Ok(replies)
 }
 
 /// Prints every batch's answers in order. Stops at the first batch that

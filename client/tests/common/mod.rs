@@ -41,6 +41,10 @@ pub struct Options {
     /// Speak protocol versions up to this one only (an older server):
     /// later hellos are refused with UNSUPPORTED naming it.
     pub max_version: Option<u16>,
+    /// Act as a read-only user does on the real server: a frame holding a
+    /// write (PUT, DELETE, ...) is refused as a whole with an ERROR frame
+    /// NO_PERMISSION, and nothing of it is applied.
+    pub read_only: bool,
 }
 
 impl Default for Options {
@@ -59,6 +63,7 @@ impl Default for Options {
                 ("device.wal.profile".into(), "nvme".into()),
             ],
             max_version: None,
+            read_only: false,
         }
     }
 }
@@ -192,7 +197,10 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
                         return;
                     }
                     let mut frame = BytesMut::new();
-                    encode_response(&answer(&shared, request), &mut frame);
+                    match refusal(options, &request) {
+                        Some(error) => encode_error(&error, &mut frame),
+                        None => encode_response(&answer(&shared, request), &mut frame),
+                    }
                     frame
                 }
                 Ok(None) => break,
@@ -250,6 +258,33 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// The ERROR frame refusing `request` as a whole, as the real server does
+/// when an operation of it is not allowed for the user.
+fn refusal(options: &Options, request: &Request) -> Option<ErrorFrame> {
+    if !options.read_only {
+        return None;
+    }
+    let index = request.ops.iter().position(|op| {
+        !matches!(
+            op,
+            RequestOp::Get { .. }
+                | RequestOp::Ping
+                | RequestOp::Stats
+                | RequestOp::Ttl { .. }
+                | RequestOp::Scan { .. }
+        )
+    })?;
+    Some(ErrorFrame {
+        id: Some(request.id),
+        status: Status::NoPermission,
+        message: format!(
+            "NOPERM user 'reader' (read-only) has no permission to run operation {index}; \
+             nothing of this request was applied"
+        ),
+        close: false,
+    })
 }
 
 fn answer(shared: &Shared, request: Request) -> Response {
