@@ -382,3 +382,28 @@ to run operation 0; nothing of this request was applied";
     let store = harness.server.store.lock().expect("store");
     assert_eq!(store.get(&b"a"[..]), Some(&Bytes::from_static(b"1")));
 }
+
+#[test]
+fn version_names_the_commit() {
+    let output = run(&["--version"], &[], None);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let version = stdout(&output);
+    let expected_prefix = format!("ringkv {} (commit ", env!("CARGO_PKG_VERSION"));
+    assert!(version.starts_with(&expected_prefix), "{version}");
+    let commit = version[expected_prefix.len()..]
+        .trim_end()
+        .strip_suffix(')')
+        .unwrap_or_else(|| panic!("{version}"));
+    // Built from a git checkout (as this test is), the commit is git's.
+    let git = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output();
+    match git {
+        Ok(git) if git.status.success() => {
+            assert_eq!(commit, String::from_utf8_lossy(&git.stdout).trim());
+        }
+        // No git here: the build could not ask it either.
+        _ => assert_eq!(commit, "unknown"),
+    }
+}

@@ -41,10 +41,19 @@ const STDIN_LINES_QUEUED_MAX: usize = 4096;
 /// interactive use answers at once.
 const STDIN_IDLE_FLUSH: Duration = Duration::from_millis(2);
 
+/// `ringkv --version`: the package version and the git commit it was built
+/// from (`unknown` when built outside a git checkout; see build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("RINGKV_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "ringkv",
-    version,
+    version = VERSION,
     about = "Command-line client for a ringkv server",
     after_help = "\
 Exit status: 0 success; 1 get/del/expire/ttl/persist: no such key; 2 usage error;
