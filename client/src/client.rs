@@ -322,6 +322,14 @@ impl Drop for Client {
 impl Client {
     /// Connects to `addr` and does the handshake, within
     /// [`CONNECT_TIMEOUT_DEFAULT`]. Must run inside a tokio runtime.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), ringkv_client::ClientError> {
+    /// let client = ringkv_client::Client::connect("127.0.0.1:7379").await?;
+    /// println!("connected to {}", client.server_info().server_name);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(addr: impl ToSocketAddrs) -> Result<Client, ClientError> {
         Client::connect_timeout(addr, CONNECT_TIMEOUT_DEFAULT).await
     }
@@ -344,6 +352,17 @@ impl Client {
 
     /// Connects to `addr` (`host:port`) with `options`: TLS, a password, a
     /// time bound.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), ringkv_client::ClientError> {
+    /// use ringkv_client::{Client, ConnectOptions};
+    ///
+    /// let password = std::env::var("RINGKV_PASSWORD").unwrap_or_default();
+    /// let options = ConnectOptions::new().with_password(password);
+    /// let client = Client::connect_with("127.0.0.1:7379", &options).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect_with(addr: &str, options: &ConnectOptions) -> Result<Client, ClientError> {
         let timeout = options.timeout;
         let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
@@ -605,6 +624,29 @@ impl Client {
     ///
     /// Dropping the future after the frame was queued does not cancel the
     /// request on the server; its answer is discarded.
+    ///
+    /// ```no_run
+    /// # async fn run(client: ringkv_client::Client) -> Result<(), ringkv_client::ClientError> {
+    /// use ringkv_client::{OpReply, RequestOp};
+    ///
+    /// let replies = client
+    ///     .batch(vec![
+    ///         RequestOp::Put { key: "a".into(), value: "1".into() },
+    ///         RequestOp::Get { key: "a".into() },
+    ///         RequestOp::Get { key: "missing".into() },
+    ///     ])
+    ///     .await?;
+    /// for reply in &replies {
+    ///     match reply {
+    ///         OpReply::Value(value) => println!("{}", String::from_utf8_lossy(value)),
+    ///         OpReply::NotFound => println!("(nil)"),
+    ///         OpReply::Error { status, message } => eprintln!("{status}: {message}"),
+    ///         other => println!("{other:?}"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn batch(&self, ops: Vec<RequestOp>) -> Result<Vec<OpReply>, ClientError> {
         if ops.is_empty() {
             return Ok(Vec::new());
@@ -687,7 +729,16 @@ impl Client {
         }
     }
 
-    /// Sets `key` to `value`.
+    /// Sets `key` to `value`. Keys and values are bytes: anything that
+    /// converts into [`Bytes`] (`&'static str`, `Vec<u8>`, `String`, ...).
+    ///
+    /// ```no_run
+    /// # async fn run(client: ringkv_client::Client) -> Result<(), ringkv_client::ClientError> {
+    /// client.put("user:1", "Ada").await?;
+    /// client.put(b"raw".to_vec(), vec![0u8, 1, 2]).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn put(
         &self,
         key: impl Into<Bytes>,
@@ -702,6 +753,16 @@ impl Client {
     }
 
     /// Reads `key`: `None` if it does not exist.
+    ///
+    /// ```no_run
+    /// # async fn run(client: ringkv_client::Client) -> Result<(), ringkv_client::ClientError> {
+    /// match client.get("user:1").await? {
+    ///     Some(name) => println!("{}", String::from_utf8_lossy(&name)),
+    ///     None => println!("no such user"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn get(&self, key: impl Into<Bytes>) -> Result<Option<Bytes>, ClientError> {
         match self.single(RequestOp::Get { key: key.into() }).await? {
             OpReply::Value(value) => Ok(Some(value)),
