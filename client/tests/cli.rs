@@ -407,3 +407,20 @@ fn version_names_the_commit() {
         _ => assert_eq!(commit, "unknown"),
     }
 }
+
+#[test]
+fn help_lists_every_exit_status() {
+    let output = run(&["--help"], &[], None);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let help = stdout(&output);
+    let list = &help[help.find("Exit status:").expect("an exit status list")..];
+    for code in ["0", "1", "2", "3", "4", "141"] {
+        assert!(
+            list.lines()
+                .any(|line| line.trim_start().starts_with(&format!("{code} "))),
+            "exit status {code} is not listed:\n{list}"
+        );
+    }
+    assert!(list.contains("refused the handshake"), "{list}");
+    assert!(list.contains("ringkv scan | head -1"), "{list}");
+}

@@ -56,19 +56,28 @@ const VERSION: &str = concat!(
     version = VERSION,
     about = "Command-line client for a ringkv server",
     after_help = "\
-Exit status: 0 success; 1 get/del/expire/ttl/persist: no such key; 2 usage error;
-3 the server answered an error (including a refused handshake: a missing or wrong
-password, an unknown user; or the request breaks its limits, or the server is too
-old for the command); 4 the server cannot be reached, the connection failed, or
-reading stdin or writing stdout failed; 141 stdout was closed early (a broken pipe,
-as in `ringkv scan | head -1`): ringkv stops quietly, like a tool that SIGPIPE
-killed.
+Exit status:
+  0    success
+  1    get/del/expire/ttl/persist: no such key
+  2    usage error
+  3    the server answered an error: it refused the handshake (no password, a
+       wrong password, an unknown user), refused the request, or the request
+       breaks the server's limits or needs a newer server; with `-`, some
+       line was answered `ERR ...`
+  4    the server cannot be reached or the connection failed (also: stdin
+       cannot be read, or stdout cannot be written for another reason than a
+       closed pipe)
+  141  stdout was closed before everything was written (a broken pipe, as in
+       `ringkv scan | head -1`): ringkv stops without a message, like a tool
+       that SIGPIPE killed
 
 With `-`, each stdin line is one command: `put KEY VALUE`, `get KEY`, `del KEY` or
 `ping`. VALUE is the rest of the line after KEY. Each command gets one output line,
 in order: `OK`, `PONG`, the value, `(nil)` or `ERR <message>`; blank lines are
 skipped. Keys and values in this mode use backslash escapes (\\\\ \\n \\r \\t \\xHH)
 on input and output, so every answer stays on one line.
+A command the user has no permission for (a `put` by a read-only user) gets
+`ERR NO_PERMISSION: ...` on its own line; the other lines are answered as usual.
 
 A server with a password: put it in a file (--password-file FILE) or in the
 RINGKV_PASSWORD environment variable. A server with TLS: --ca FILE (the CA that
@@ -764,8 +773,10 @@ async fn one_frame_each(client: &Client, ops: Vec<RequestOp>) -> Result<Vec<OpRe
         .collect();
     // Poll each send once, in order, before awaiting any: that queues its
     // frame, or, when the pipeline is full, its place in the queue for a
-    // slot, which is first come, first served. So the frames leave in line
-    // order, as many at once as the pipeline allows.
+    // slot, which is first come, first served. A send the runtime makes
+    // wait before it queued anything (tokio's per-task budget) makes every
+    // later send of this pass wait too, and each is queued when awaited.
+    // So the frames leave in line order, many of them at once.
     let mut done = Vec::with_capacity(sends.len());
     for send in &mut sends {
         done.push(
