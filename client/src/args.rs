@@ -2,6 +2,7 @@
 //! mode: TLS (`--tls`, `--ca`, `--insecure`, `--tls-server-name`, `--cert`,
 //! `--key`), the user (`--user`) and the password (`--password-file`, or the
 //! `RINGKV_PASSWORD` environment variable, so it never shows in `ps`).
+//! Only with the `cli` feature (on by default), which brings in clap.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -84,11 +85,16 @@ impl ConnectArgs {
                 "--user needs a password: --password-file or {PASSWORD_ENV}"
             ));
         }
-        Ok(ConnectOptions {
-            user: self.user.clone().map(String::into_bytes),
-            password,
-            tls,
-            timeout,
-        })
+        let mut options = ConnectOptions::new().with_timeout(timeout);
+        if let Some(user) = &self.user {
+            options = options.with_user(user.as_bytes());
+        }
+        if let Some(password) = password {
+            options = options.with_password(password);
+        }
+        if let Some(tls) = tls {
+            options = options.with_tls(tls);
+        }
+        Ok(options)
     }
 }

@@ -32,7 +32,37 @@ type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
 type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// How to connect: a user and password for the handshake, TLS, a time bound.
+///
+/// Start from [`ConnectOptions::new`] (or `Default`) and set what you need
+/// with the `with_*` methods. The struct is `#[non_exhaustive]`: other
+/// crates read its fields but cannot build it with a struct literal, so a
+/// field added later does not break them.
+///
+/// ```
+/// use std::time::Duration;
+/// use ringkv_client::{ConnectOptions, TlsOptions};
+///
+/// let options = ConnectOptions::new()
+///     .with_user("reader")
+///     .with_password("secret")
+///     .with_tls(TlsOptions::default())
+///     .with_timeout(Duration::from_secs(2));
+/// assert_eq!(options.user.as_deref(), Some(&b"reader"[..]));
+/// assert_eq!(options.timeout, Duration::from_secs(2));
+/// ```
+///
+/// A struct literal does not compile outside this crate:
+///
+/// ```compile_fail
+/// let options = ringkv_client::ConnectOptions {
+///     user: None,
+///     password: None,
+///     tls: None,
+///     timeout: std::time::Duration::from_secs(1),
+/// };
+/// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ConnectOptions {
     /// The user to authenticate as (protocol version 4); 1..=64 bytes, and
     /// only with a password. `None`: the server's `default` user.
@@ -53,6 +83,37 @@ impl Default for ConnectOptions {
             tls: None,
             timeout: CONNECT_TIMEOUT_DEFAULT,
         }
+    }
+}
+
+impl ConnectOptions {
+    /// No user, no password, no TLS, [`CONNECT_TIMEOUT_DEFAULT`].
+    pub fn new() -> ConnectOptions {
+        ConnectOptions::default()
+    }
+
+    /// Authenticates as `user` (needs a password too; protocol version 4).
+    pub fn with_user(mut self, user: impl Into<Vec<u8>>) -> ConnectOptions {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// Sends `password` in the handshake (protocol version 2).
+    pub fn with_password(mut self, password: impl Into<Vec<u8>>) -> ConnectOptions {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Connects with TLS.
+    pub fn with_tls(mut self, tls: TlsOptions) -> ConnectOptions {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Bounds resolving, connecting and both handshakes together.
+    pub fn with_timeout(mut self, timeout: Duration) -> ConnectOptions {
+        self.timeout = timeout;
+        self
     }
 }
 
@@ -110,6 +171,14 @@ pub enum ClientError {
     /// The user name cannot be sent: it is 1..=64 bytes and needs a password.
     #[error("a user name is 1..={max} bytes and needs a password; this one is {len} bytes{}", if *.with_password { "" } else { ", without a password" }, max = USER_NAME_BYTES_MAX)]
     BadUser { len: usize, with_password: bool },
+    /// The connection was plain TCP and the server answered the hello with
+    /// a TLS record: it expects TLS. Connect with TLS
+    /// ([`ConnectOptions::with_tls`]).
+    #[error("the server at {peer} speaks TLS: it answered the plain-TCP hello with a TLS record (first bytes {first_bytes:02x?}); connect with TLS")]
+    TlsRequired {
+        peer: SocketAddr,
+        first_bytes: Vec<u8>,
+    },
     /// The server refused the handshake (its hello-ack carried an error).
     #[error("server refused the connection ({status}): {message} (server speaks protocol version {server_version})")]
     Refused {
@@ -253,6 +322,14 @@ impl Drop for Client {
 impl Client {
     /// Connects to `addr` and does the handshake, within
     /// [`CONNECT_TIMEOUT_DEFAULT`]. Must run inside a tokio runtime.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), ringkv_client::ClientError> {
+    /// let client = ringkv_client::Client::connect("127.0.0.1:7379").await?;
+    /// println!("connected to {}", client.server_info().server_name);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(addr: impl ToSocketAddrs) -> Result<Client, ClientError> {
         Client::connect_timeout(addr, CONNECT_TIMEOUT_DEFAULT).await
     }
@@ -263,10 +340,7 @@ impl Client {
         addr: impl ToSocketAddrs,
         timeout: Duration,
     ) -> Result<Client, ClientError> {
-        let options = ConnectOptions {
-            timeout,
-            ..ConnectOptions::default()
-        };
+        let options = ConnectOptions::new().with_timeout(timeout);
         match tokio::time::timeout(timeout, Client::connect_inner(addr, "", &options)).await {
             Ok(result) => result,
             Err(_) => Err(ClientError::Timeout {
@@ -278,6 +352,17 @@ impl Client {
 
     /// Connects to `addr` (`host:port`) with `options`: TLS, a password, a
     /// time bound.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), ringkv_client::ClientError> {
+    /// use ringkv_client::{Client, ConnectOptions};
+    ///
+    /// let password = std::env::var("RINGKV_PASSWORD").unwrap_or_default();
+    /// let options = ConnectOptions::new().with_password(password);
+    /// let client = Client::connect_with("127.0.0.1:7379", &options).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect_with(addr: &str, options: &ConnectOptions) -> Result<Client, ClientError> {
         let timeout = options.timeout;
         let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
@@ -410,14 +495,38 @@ impl Client {
         write.flush().await.map_err(io_error)?;
 
         let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+        // A bad magic that may be the start of a TLS record, kept while more
+        // bytes are read to tell.
+        let mut undecided = None;
         let ack = loop {
             match decode_hello_ack(&mut buf) {
                 Ok(Some(ack)) => break ack,
                 Ok(None) => {}
-                Err(error) => return Err(ClientError::Protocol(ProtocolError::Decode(error))),
+                Err(error) => {
+                    let guess = if options.tls.is_none() {
+                        tls_record_guess(&buf)
+                    } else {
+                        TlsGuess::No
+                    };
+                    match guess {
+                        TlsGuess::Yes => {
+                            return Err(ClientError::TlsRequired {
+                                peer,
+                                first_bytes: buf[..buf.len().min(TLS_RECORD_HEADER_BYTES)].to_vec(),
+                            })
+                        }
+                        TlsGuess::NeedMore => undecided = Some(error),
+                        TlsGuess::No => {
+                            return Err(ClientError::Protocol(ProtocolError::Decode(error)))
+                        }
+                    }
+                }
             }
             let read = read.read_buf(&mut buf).await.map_err(io_error)?;
             if read == 0 {
+                if let Some(error) = undecided {
+                    return Err(ClientError::Protocol(ProtocolError::Decode(error)));
+                }
                 return Err(ClientError::Closed {
                     reason: "the server closed the connection during the handshake".into(),
                 });
@@ -515,6 +624,29 @@ impl Client {
     ///
     /// Dropping the future after the frame was queued does not cancel the
     /// request on the server; its answer is discarded.
+    ///
+    /// ```no_run
+    /// # async fn run(client: ringkv_client::Client) -> Result<(), ringkv_client::ClientError> {
+    /// use ringkv_client::{OpReply, RequestOp};
+    ///
+    /// let replies = client
+    ///     .batch(vec![
+    ///         RequestOp::Put { key: "a".into(), value: "1".into() },
+    ///         RequestOp::Get { key: "a".into() },
+    ///         RequestOp::Get { key: "missing".into() },
+    ///     ])
+    ///     .await?;
+    /// for reply in &replies {
+    ///     match reply {
+    ///         OpReply::Value(value) => println!("{}", String::from_utf8_lossy(value)),
+    ///         OpReply::NotFound => println!("(nil)"),
+    ///         OpReply::Error { status, message } => eprintln!("{status}: {message}"),
+    ///         other => println!("{other:?}"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn batch(&self, ops: Vec<RequestOp>) -> Result<Vec<OpReply>, ClientError> {
         if ops.is_empty() {
             return Ok(Vec::new());
@@ -597,7 +729,16 @@ impl Client {
         }
     }
 
-    /// Sets `key` to `value`.
+    /// Sets `key` to `value`. Keys and values are bytes: anything that
+    /// converts into [`Bytes`] (`&'static str`, `Vec<u8>`, `String`, ...).
+    ///
+    /// ```no_run
+    /// # async fn run(client: ringkv_client::Client) -> Result<(), ringkv_client::ClientError> {
+    /// client.put("user:1", "Ada").await?;
+    /// client.put(b"raw".to_vec(), vec![0u8, 1, 2]).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn put(
         &self,
         key: impl Into<Bytes>,
@@ -612,6 +753,16 @@ impl Client {
     }
 
     /// Reads `key`: `None` if it does not exist.
+    ///
+    /// ```no_run
+    /// # async fn run(client: ringkv_client::Client) -> Result<(), ringkv_client::ClientError> {
+    /// match client.get("user:1").await? {
+    ///     Some(name) => println!("{}", String::from_utf8_lossy(&name)),
+    ///     None => println!("no such user"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn get(&self, key: impl Into<Bytes>) -> Result<Option<Bytes>, ClientError> {
         match self.single(RequestOp::Get { key: key.into() }).await? {
             OpReply::Value(value) => Ok(Some(value)),
@@ -786,6 +937,33 @@ impl Client {
             OpReply::Stats(entries) => Ok(entries),
             _ => unreachable!("check_replies lets only STATS replies through for BACKUP"),
         }
+    }
+}
+
+/// A TLS record header: content type, protocol version (2 bytes), length
+/// (2 bytes).
+const TLS_RECORD_HEADER_BYTES: usize = 5;
+
+/// Whether the bytes a server sent look like a TLS record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TlsGuess {
+    Yes,
+    No,
+    /// A prefix of a TLS record header, too short to tell.
+    NeedMore,
+}
+
+/// A TLS server that reads a ringkv hello answers with a record: an alert
+/// (content type 0x15) or a handshake message (0x16), then the record's
+/// protocol version 0x03 0x00..=0x04 (SSL 3.0 to TLS 1.3).
+fn tls_record_guess(bytes: &[u8]) -> TlsGuess {
+    let fits = |index: usize, ok: fn(u8) -> bool| bytes.get(index).is_none_or(|&b| ok(b));
+    let is_record =
+        fits(0, |b| b == 0x15 || b == 0x16) && fits(1, |b| b == 0x03) && fits(2, |b| b <= 0x04);
+    match (is_record, bytes.len() >= 3) {
+        (false, _) => TlsGuess::No,
+        (true, true) => TlsGuess::Yes,
+        (true, false) => TlsGuess::NeedMore,
     }
 }
 
@@ -1151,5 +1329,27 @@ impl Drop for Transaction<'_> {
         if self.begun && !self.finished {
             let _ = self.client.send_detached(vec![RequestOp::Rollback]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_records_are_recognised_from_three_bytes() {
+        // A TLS 1.2 fatal alert, as a TLS server answers a ringkv hello.
+        let alert = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32];
+        assert_eq!(tls_record_guess(&alert), TlsGuess::Yes);
+        assert_eq!(tls_record_guess(&alert[..3]), TlsGuess::Yes);
+        assert_eq!(tls_record_guess(&alert[..2]), TlsGuess::NeedMore);
+        assert_eq!(tls_record_guess(&alert[..1]), TlsGuess::NeedMore);
+        // A handshake record (a ServerHello) with the TLS 1.0 record version.
+        assert_eq!(tls_record_guess(&[0x16, 0x03, 0x01, 0x00]), TlsGuess::Yes);
+        // Not TLS: ringkv's own magic, text, an unknown record version.
+        assert_eq!(tls_record_guess(b"RKV1"), TlsGuess::No);
+        assert_eq!(tls_record_guess(b"-ERR unknown"), TlsGuess::No);
+        assert_eq!(tls_record_guess(&[0x15, 0x03, 0x07]), TlsGuess::No);
+        assert_eq!(tls_record_guess(&[0x17, 0x03, 0x03]), TlsGuess::No);
     }
 }

@@ -6,8 +6,9 @@ mod common;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+use bytes::Bytes;
 use common::{FakeServer, Options};
-use ringkv_client::Limits;
+use ringkv_client::{Limits, Status};
 
 const RINGKV: &str = env!("CARGO_BIN_EXE_ringkv");
 
@@ -46,6 +47,7 @@ fn run(global: &[&str], args: &[&str], stdin: Option<Vec<u8>>) -> Output {
     let mut child = Command::new(RINGKV)
         .args(global)
         .args(args)
+        .env_remove("RINGKV_PASSWORD")
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -246,4 +248,179 @@ fn a_connection_lost_mid_stream_exits_4_after_answering_in_order() {
         "{}",
         stderr(&output)
     );
+}
+
+#[test]
+fn a_tls_port_is_named_with_the_flag_to_use() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let (mut stream, _) = listener.accept().expect("accept");
+        let mut hello = [0u8; 8];
+        stream.read_exact(&mut hello).expect("read the hello");
+        // What a TLS server answers: an alert record (fatal, decode_error).
+        stream
+            .write_all(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32])
+            .expect("write the alert");
+        let _ = stream.read(&mut hello);
+    });
+    let output = run(&["--server", &addr], &["ping"], None);
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(message.contains("the server speaks TLS"), "{message}");
+    assert!(message.contains("--ca FILE"), "{message}");
+    assert!(!message.contains("bad magic"), "{message}");
+}
+
+#[test]
+fn a_missing_password_names_the_flag_and_the_variable_and_exits_3() {
+    let harness = Harness::start(Options {
+        refuse: Some((
+            Status::AuthRequired,
+            "authentication required: this server has a password; \
+             send it in the hello (protocol version 2, flag AUTH)"
+                .into(),
+        )),
+        ..Options::default()
+    });
+    let output = harness.run(&["ping"]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(message.contains("--password-file FILE"), "{message}");
+    assert!(message.contains("RINGKV_PASSWORD"), "{message}");
+    assert!(!message.contains("flag AUTH"), "{message}");
+}
+
+#[test]
+fn a_wrong_password_exits_3() {
+    let harness = Harness::start(Options {
+        refuse: Some((
+            Status::AuthFailed,
+            "authentication failed: wrong password (or unknown user)".into(),
+        )),
+        ..Options::default()
+    });
+    let addr = harness.server.addr.to_string();
+    let output = Command::new(RINGKV)
+        .args(["--server", &addr, "ping"])
+        .env("RINGKV_PASSWORD", "wrong")
+        .output()
+        .expect("run ringkv");
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(message.contains("AUTH_FAILED"), "{message}");
+    assert!(message.contains("wrong password"), "{message}");
+}
+
+#[test]
+fn a_closed_stdout_pipe_ends_quietly_with_141() {
+    for args in [&["scan"][..], &["-"][..]] {
+        let mut harness = Harness::start(Options {
+            hold: true,
+            ..Options::default()
+        });
+        harness
+            .server
+            .store
+            .lock()
+            .expect("store")
+            .insert(Bytes::from_static(b"a"), Bytes::from_static(b"1"));
+        let addr = harness.server.addr.to_string();
+        let mut child = Command::new(RINGKV)
+            .args(["--server", &addr, "--timeout", "20"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ringkv");
+        let mut input = child.stdin.take().expect("stdin pipe");
+        input.write_all(b"get a\n").expect("write stdin");
+        // The request is at the server, its answer held: close the reading
+        // end of stdout, then let the answer go, so the answer's write finds
+        // the pipe closed.
+        harness.runtime.block_on(harness.server.wait_received(1));
+        drop(child.stdout.take());
+        harness.server.release();
+        drop(input);
+        let output = child.wait_with_output().expect("wait for ringkv");
+        assert_eq!(
+            output.status.code(),
+            Some(141),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert_eq!(stderr(&output), "", "{args:?}");
+    }
+}
+
+#[test]
+fn stdin_mode_answers_each_line_of_a_frame_refused_for_permission() {
+    let harness = Harness::start(Options {
+        read_only: true,
+        ..Options::default()
+    });
+    harness
+        .server
+        .store
+        .lock()
+        .expect("store")
+        .insert(Bytes::from_static(b"a"), Bytes::from_static(b"1"));
+    let input = b"put a 2\nget a\nget b\nping\ndel a\nget a\n".to_vec();
+    let output = harness.run_with_stdin(&["-"], Some(input));
+    let refused = "ERR NO_PERMISSION: NOPERM user 'reader' (read-only) has no permission \
+to run operation 0; nothing of this request was applied";
+    assert_eq!(
+        stdout(&output),
+        format!("{refused}\n1\n(nil)\nPONG\n{refused}\n1\n"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(output.status.code(), Some(3));
+    // Nothing was written.
+    let store = harness.server.store.lock().expect("store");
+    assert_eq!(store.get(&b"a"[..]), Some(&Bytes::from_static(b"1")));
+}
+
+#[test]
+fn version_names_the_commit() {
+    let output = run(&["--version"], &[], None);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let version = stdout(&output);
+    let expected_prefix = format!("ringkv {} (commit ", env!("CARGO_PKG_VERSION"));
+    assert!(version.starts_with(&expected_prefix), "{version}");
+    let commit = version[expected_prefix.len()..]
+        .trim_end()
+        .strip_suffix(')')
+        .unwrap_or_else(|| panic!("{version}"));
+    // Built from a git checkout (as this test is), the commit is git's.
+    let git = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output();
+    match git {
+        Ok(git) if git.status.success() => {
+            assert_eq!(commit, String::from_utf8_lossy(&git.stdout).trim());
+        }
+        // No git here: the build could not ask it either.
+        _ => assert_eq!(commit, "unknown"),
+    }
+}
+
+#[test]
+fn help_lists_every_exit_status() {
+    let output = run(&["--help"], &[], None);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let help = stdout(&output);
+    let list = &help[help.find("Exit status:").expect("an exit status list")..];
+    for code in ["0", "1", "2", "3", "4", "141"] {
+        assert!(
+            list.lines()
+                .any(|line| line.trim_start().starts_with(&format!("{code} "))),
+            "exit status {code} is not listed:\n{list}"
+        );
+    }
+    assert!(list.contains("refused the handshake"), "{list}");
+    assert!(list.contains("ringkv scan | head -1"), "{list}");
 }

@@ -465,3 +465,61 @@ async fn an_older_server_is_spoken_to_in_its_version() {
         ringkv_client::protocol::PROTOCOL_VERSION
     );
 }
+
+/// A TLS server reading a plain ringkv hello answers with a TLS alert
+/// record; `bytes_first` is how much of it goes in the first write.
+async fn tls_alert_server(bytes_first: usize) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut hello = [0u8; 8];
+        stream.read_exact(&mut hello).await.unwrap();
+        // Alert record, TLS 1.2 record version, 2 bytes: fatal, decode_error.
+        let alert = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32];
+        stream.write_all(&alert[..bytes_first]).await.unwrap();
+        stream.flush().await.unwrap();
+        stream.write_all(&alert[bytes_first..]).await.unwrap();
+        // Keep the socket open until the client hangs up.
+        let _ = stream.read(&mut hello).await;
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_tls_server_reached_without_tls_is_named() {
+    // Whole, or split so the client first sees a single byte.
+    for bytes_first in [7, 1] {
+        let addr = tls_alert_server(bytes_first).await;
+        let error = bounded(Client::connect(addr)).await.unwrap_err();
+        match &error {
+            ClientError::TlsRequired { peer, first_bytes } => {
+                assert_eq!(*peer, addr);
+                assert_eq!(first_bytes[..3], [0x15, 0x03, 0x03]);
+            }
+            other => panic!("expected TlsRequired, got {other}"),
+        }
+        assert!(error.to_string().contains("speaks TLS"), "{error}");
+    }
+}
+
+#[test]
+fn connect_options_are_built_with_setters() {
+    let options = ringkv_client::ConnectOptions::new()
+        .with_user("app")
+        .with_password(b"pw".to_vec())
+        .with_tls(ringkv_client::TlsOptions::default())
+        .with_timeout(Duration::from_millis(1500));
+    assert_eq!(options.user.as_deref(), Some(&b"app"[..]));
+    assert_eq!(options.password.as_deref(), Some(&b"pw"[..]));
+    assert!(options.tls.is_some());
+    assert_eq!(options.timeout, Duration::from_millis(1500));
+    // Debug never shows the password.
+    assert!(format!("{options:?}").contains("<redacted>"), "{options:?}");
+    let default = ringkv_client::ConnectOptions::default();
+    assert_eq!(
+        (default.user, default.password, default.tls.is_none()),
+        (None, None, true)
+    );
+    assert_eq!(default.timeout, ringkv_client::CONNECT_TIMEOUT_DEFAULT);
+}

@@ -5,15 +5,18 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::io::{self, BufRead, Write};
 use std::os::unix::ffi::OsStringExt;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
-use ringkv_client::{Client, ClientError, ConnectArgs, KeyTtl, Limits, OpReply, RequestOp};
+use ringkv_client::args::PASSWORD_ENV;
+use ringkv_client::{Client, ClientError, ConnectArgs, KeyTtl, Limits, OpReply, RequestOp, Status};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -23,6 +26,10 @@ const EXIT_NOT_FOUND: u8 = 1;
 const EXIT_SERVER_ERROR: u8 = 3;
 /// Exit status: the server could not be reached, or the connection failed.
 const EXIT_CONNECTION: u8 = 4;
+/// Exit status when stdout is a pipe whose reader has gone (`ringkv scan |
+/// head -1`): 128 + SIGPIPE, what a shell reports for a tool that SIGPIPE
+/// killed. Nothing is printed on stderr.
+const EXIT_BROKEN_PIPE: u8 = 141;
 
 /// Most operations the `-` mode puts in one frame.
 const STDIN_OPS_PER_FRAME_MAX: usize = 1000;
@@ -34,21 +41,43 @@ const STDIN_LINES_QUEUED_MAX: usize = 4096;
 /// interactive use answers at once.
 const STDIN_IDLE_FLUSH: Duration = Duration::from_millis(2);
 
+/// `ringkv --version`: the package version and the git commit it was built
+/// from (`unknown` when built outside a git checkout; see build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("RINGKV_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "ringkv",
-    version,
+    version = VERSION,
     about = "Command-line client for a ringkv server",
     after_help = "\
-Exit status: 0 success; 1 get/del/expire/ttl/persist: no such key; 2 usage error;
-3 the server answered an error (or the request breaks its limits, or the server is
-too old for the command); 4 the server cannot be reached or the connection failed.
+Exit status:
+  0    success
+  1    get/del/expire/ttl/persist: no such key
+  2    usage error
+  3    the server answered an error: it refused the handshake (no password, a
+       wrong password, an unknown user), refused the request, or the request
+       breaks the server's limits or needs a newer server; with `-`, some
+       line was answered `ERR ...`
+  4    the server cannot be reached or the connection failed (also: stdin
+       cannot be read, or stdout cannot be written for another reason than a
+       closed pipe)
+  141  stdout was closed before everything was written (a broken pipe, as in
+       `ringkv scan | head -1`): ringkv stops without a message, like a tool
+       that SIGPIPE killed
 
 With `-`, each stdin line is one command: `put KEY VALUE`, `get KEY`, `del KEY` or
 `ping`. VALUE is the rest of the line after KEY. Each command gets one output line,
 in order: `OK`, `PONG`, the value, `(nil)` or `ERR <message>`; blank lines are
 skipped. Keys and values in this mode use backslash escapes (\\\\ \\n \\r \\t \\xHH)
 on input and output, so every answer stays on one line.
+A command the user has no permission for (a `put` by a read-only user) gets
+`ERR NO_PERMISSION: ...` on its own line; the other lines are answered as usual.
 
 A server with a password: put it in a file (--password-file FILE) or in the
 RINGKV_PASSWORD environment variable. A server with TLS: --ca FILE (the CA that
@@ -175,6 +204,50 @@ struct Failure {
 }
 
 impl Failure {
+    /// A failed write to stdout. A reader that went away (a broken pipe) is
+    /// not an error to report: the program stops quietly.
+    fn stdout(error: io::Error) -> Failure {
+        if error.kind() == io::ErrorKind::BrokenPipe {
+            return Failure {
+                code: EXIT_BROKEN_PIPE,
+                message: String::new(),
+            };
+        }
+        Failure {
+            code: EXIT_CONNECTION,
+            message: format!("cannot write to stdout: {error}"),
+        }
+    }
+
+    /// A failed connection to `server`, said in terms of this program's
+    /// flags where the library's words would be the protocol's.
+    fn connect(server: &str, error: ClientError, had_password: bool) -> Failure {
+        let code = match error {
+            ClientError::Refused { .. } => EXIT_SERVER_ERROR,
+            _ => EXIT_CONNECTION,
+        };
+        let what = match &error {
+            ClientError::TlsRequired { first_bytes, .. } => format!(
+                "the server speaks TLS (it answered with a TLS record, first bytes \
+                 {first_bytes:02x?}): connect with --ca FILE (the CA that signed its \
+                 certificate), or --insecure for a self-signed test server"
+            ),
+            ClientError::Refused {
+                status: Status::AuthRequired,
+                ..
+            } if !had_password => format!(
+                "the server requires a password (AUTH_REQUIRED): give it with \
+                 --password-file FILE or the {PASSWORD_ENV} environment variable \
+                 (and --user NAME to log in as a user other than `default`)"
+            ),
+            _ => error.to_string(),
+        };
+        Failure {
+            code,
+            message: format!("cannot talk to {server}: {what}"),
+        }
+    }
+
     fn from_client(error: ClientError) -> Failure {
         let code = match &error {
             ClientError::Server { .. }
@@ -205,7 +278,9 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("ringkv: {}", failure.message);
+            if failure.code != EXIT_BROKEN_PIPE {
+                eprintln!("ringkv: {}", failure.message);
+            }
             ExitCode::from(failure.code)
         }
     }
@@ -225,10 +300,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         .map_err(|message| Failure { code: 2, message })?;
     let client = Client::connect_with(cli.server.as_str(), &options)
         .await
-        .map_err(|error| Failure {
-            code: EXIT_CONNECTION,
-            message: format!("cannot talk to {}: {error}", cli.server),
-        })?;
+        .map_err(|error| Failure::connect(&cli.server, error, options.password.is_some()))?;
     let mut out = io::stdout().lock();
     let printed = match cli.command {
         Command::Put { key, value, ex, px } => {
@@ -274,10 +346,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 for key in &page.keys {
                     out.write_all(key)
                         .and_then(|()| out.write_all(b"\n"))
-                        .map_err(|error| Failure {
-                            code: EXIT_CONNECTION,
-                            message: format!("cannot write to stdout: {error}"),
-                        })?;
+                        .map_err(Failure::stdout)?;
                 }
                 if page.cursor == 0 {
                     break Ok(());
@@ -356,10 +425,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     };
     printed
         .and_then(|()| out.flush())
-        .map_err(|error| Failure {
-            code: EXIT_CONNECTION,
-            message: format!("cannot write to stdout: {error}"),
-        })?;
+        .map_err(Failure::stdout)?;
     Ok(0)
 }
 
@@ -414,10 +480,7 @@ async fn run_tx(
     })?;
     let (ops, rollback) = parse_tx_script(&text).map_err(|message| Failure { code: 2, message })?;
     let mut out = io::stdout().lock();
-    let write_err = |error: io::Error| Failure {
-        code: EXIT_CONNECTION,
-        message: format!("cannot write to stdout: {error}"),
-    };
+    let write_err = Failure::stdout;
     for attempt in 0..=retries {
         let mut frame = Vec::with_capacity(ops.len() + 2);
         frame.push(RequestOp::Begin);
@@ -503,10 +566,14 @@ async fn within<T>(
 ) -> Result<T, Failure> {
     match tokio::time::timeout(timeout, future).await {
         Ok(result) => result.map_err(Failure::from_client),
-        Err(_) => Err(Failure {
-            code: EXIT_CONNECTION,
-            message: format!("no answer from the server within {timeout:?}"),
-        }),
+        Err(_) => Err(no_answer(timeout)),
+    }
+}
+
+fn no_answer(timeout: Duration) -> Failure {
+    Failure {
+        code: EXIT_CONNECTION,
+        message: format!("no answer from the server within {timeout:?}"),
     }
 }
 
@@ -669,8 +736,73 @@ async fn send_batch(
 ) -> bool {
     let Batch { ops, slots, .. } = std::mem::take(batch);
     let client = Arc::clone(client);
-    let task = tokio::spawn(async move { within(timeout, client.batch(ops)).await });
+    let task = tokio::spawn(async move {
+        // Cloning the ops copies no key or value bytes (they are `Bytes`).
+        match tokio::time::timeout(timeout, client.batch(ops.clone())).await {
+            Ok(Err(ClientError::Server { status, message }))
+                if refused_for_permission(status, &message) =>
+            {
+                // The server refused the whole frame because one of its
+                // operations is not allowed for this user, and applied
+                // nothing of it. Each line gets its own answer: send each
+                // operation again in a frame of its own.
+                within(timeout, one_frame_each(&client, ops)).await
+            }
+            Ok(result) => result.map_err(Failure::from_client),
+            Err(_) => Err(no_answer(timeout)),
+        }
+    });
     sent.send((slots, task)).await.is_ok()
+}
+
+/// Whether an ERROR frame refused a request because the user lacks a
+/// permission (NO_PERMISSION; servers speaking a protocol version before
+/// that status say BAD_REQUEST with a message starting `NOPERM`).
+fn refused_for_permission(status: Status, message: &str) -> bool {
+    status == Status::NoPermission
+        || (status == Status::BadRequest && message.starts_with("NOPERM "))
+}
+
+/// Sends each of `ops` in a frame of its own and returns one reply per op,
+/// in order: a frame refused as a whole becomes its op's error reply. The
+/// frames leave in the order of `ops` and are pipelined.
+async fn one_frame_each(client: &Client, ops: Vec<RequestOp>) -> Result<Vec<OpReply>, ClientError> {
+    let mut sends: Vec<_> = ops
+        .into_iter()
+        .map(|op| Box::pin(client.batch(vec![op])))
+        .collect();
+    // Poll each send once, in order, before awaiting any: that queues its
+    // frame, or, when the pipeline is full, its place in the queue for a
+    // slot, which is first come, first served. A send the runtime makes
+    // wait before it queued anything (tokio's per-task budget) makes every
+    // later send of this pass wait too, and each is queued when awaited.
+    // So the frames leave in line order, many of them at once.
+    let mut done = Vec::with_capacity(sends.len());
+    for send in &mut sends {
+        done.push(
+            std::future::poll_fn(|cx| match send.as_mut().poll(cx) {
+                Poll::Ready(result) => Poll::Ready(Some(result)),
+                Poll::Pending => Poll::Ready(None),
+            })
+            .await,
+        );
+    }
+    let mut replies = Vec::with_capacity(sends.len());
+    for (send, done) in sends.iter_mut().zip(done) {
+        let result = match done {
+            Some(result) => result,
+            None => send.await,
+        };
+        replies.push(match result {
+            Ok(mut one) => match one.pop() {
+                Some(reply) => reply,
+                None => unreachable!("Client::batch checks one reply per op"),
+            },
+            Err(ClientError::Server { status, message }) => OpReply::Error { status, message },
+            Err(error) => return Err(error),
+        });
+    }
+    Ok(replies)
 }
 
 /// Prints every batch's answers in order. Stops at the first batch that
@@ -678,10 +810,7 @@ async fn send_batch(
 async fn print_answers(mut sent: mpsc::Receiver<InFlight>) -> Result<u8, Failure> {
     let mut out = io::BufWriter::new(io::stdout());
     let mut code = 0;
-    let write_failed = |error: io::Error| Failure {
-        code: EXIT_CONNECTION,
-        message: format!("cannot write to stdout: {error}"),
-    };
+    let write_failed = Failure::stdout;
     while let Some((slots, task)) = sent.recv().await {
         let outcome = match task.await {
             Ok(outcome) => outcome,

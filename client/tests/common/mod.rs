@@ -41,6 +41,10 @@ pub struct Options {
     /// Speak protocol versions up to this one only (an older server):
     /// later hellos are refused with UNSUPPORTED naming it.
     pub max_version: Option<u16>,
+    /// Act as a read-only user does on the real server: a frame holding a
+    /// write (PUT, DELETE, ...) is refused as a whole with an ERROR frame
+    /// NO_PERMISSION, and nothing of it is applied.
+    pub read_only: bool,
 }
 
 impl Default for Options {
@@ -59,6 +63,7 @@ impl Default for Options {
                 ("device.wal.profile".into(), "nvme".into()),
             ],
             max_version: None,
+            read_only: false,
         }
     }
 }
@@ -192,7 +197,10 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
                         return;
                     }
                     let mut frame = BytesMut::new();
-                    encode_response(&answer(&shared, request), &mut frame);
+                    match refusal(options, &request) {
+                        Some(error) => encode_error(&error, &mut frame),
+                        None => encode_response(&answer(&shared, request), &mut frame),
+                    }
                     frame
                 }
                 Ok(None) => break,
@@ -252,6 +260,33 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
     }
 }
 
+/// The ERROR frame refusing `request` as a whole, as the real server does
+/// when an operation of it is not allowed for the user.
+fn refusal(options: &Options, request: &Request) -> Option<ErrorFrame> {
+    if !options.read_only {
+        return None;
+    }
+    let index = request.ops.iter().position(|op| {
+        !matches!(
+            op,
+            RequestOp::Get { .. }
+                | RequestOp::Ping
+                | RequestOp::Stats
+                | RequestOp::Ttl { .. }
+                | RequestOp::Scan { .. }
+        )
+    })?;
+    Some(ErrorFrame {
+        id: Some(request.id),
+        status: Status::NoPermission,
+        message: format!(
+            "NOPERM user 'reader' (read-only) has no permission to run operation {index}; \
+             nothing of this request was applied"
+        ),
+        close: false,
+    })
+}
+
 fn answer(shared: &Shared, request: Request) -> Response {
     let mut store = shared.store.lock().expect("store lock");
     let results = request
@@ -273,7 +308,13 @@ fn answer(shared: &Shared, request: Request) -> Response {
             },
             RequestOp::Ping => OpReply::Ok,
             RequestOp::Stats => OpReply::Stats(shared.options.stats.clone()),
-            // This fake server has no transactions, expiry times nor SCAN.
+            // One step walks every key.
+            RequestOp::Scan { .. } => {
+                let mut keys: Vec<Bytes> = store.keys().cloned().collect();
+                keys.sort();
+                OpReply::Keys { cursor: 0, keys }
+            }
+            // This fake server has no transactions nor expiry times.
             RequestOp::Begin
             | RequestOp::GetForUpdate { .. }
             | RequestOp::Commit
@@ -281,10 +322,9 @@ fn answer(shared: &Shared, request: Request) -> Response {
             | RequestOp::PutExpiring { .. }
             | RequestOp::Expire { .. }
             | RequestOp::Ttl { .. }
-            | RequestOp::Scan { .. }
             | RequestOp::Backup { .. } => OpReply::Error {
                 status: ringkv_client::Status::Unsupported,
-                message: "no transactions, expiry times nor SCAN here".to_string(),
+                message: "no transactions nor expiry times here".to_string(),
             },
         })
         .collect();
