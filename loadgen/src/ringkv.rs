@@ -23,10 +23,7 @@ impl RingkvTarget {
     pub fn new(addr: impl Into<String>, timeout: Duration) -> RingkvTarget {
         RingkvTarget::with_options(
             addr,
-            ConnectOptions {
-                timeout,
-                ..ConnectOptions::default()
-            },
+            ConnectOptions::new().with_timeout(timeout),
         )
     }
 

@@ -283,12 +283,10 @@ async fn native(
     user: Option<&str>,
     password: &str,
 ) -> Result<Client, ClientError> {
-    let options = ConnectOptions {
-        user: user.map(|u| u.as_bytes().to_vec()),
-        password: Some(password.as_bytes().to_vec()),
-        timeout: WAIT,
-        ..ConnectOptions::default()
-    };
+    let mut options = ConnectOptions::new()
+        .with_password(password.as_bytes())
+        .with_timeout(WAIT);
+    options.user = user.map(|u| u.as_bytes().to_vec());
     Client::connect_with(&addr.to_string(), &options).await
 }
 

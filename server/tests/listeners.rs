@@ -453,15 +453,13 @@ fn a_stalled_tls_handshake_costs_little_memory() {
 }
 
 fn ping_works_tls(addr: SocketAddr, ca: &Path) {
-    let options = ringkv_client::ConnectOptions {
-        user: None,
-        password: Some(PASSWORD.as_bytes().to_vec()),
-        tls: Some(TlsOptions {
+    let options = ringkv_client::ConnectOptions::new()
+        .with_password(PASSWORD.as_bytes())
+        .with_tls(TlsOptions {
             ca_file: Some(ca.to_path_buf()),
             ..TlsOptions::default()
-        }),
-        timeout: WAIT,
-    };
+        })
+        .with_timeout(WAIT);
     with_runtime(async {
         let c = ringkv_client::Client::connect_with(&addr.to_string(), &options)
             .await
@@ -613,12 +611,9 @@ fn healthz_and_readyz() {
         let (status, body) = http_get(metrics, "/readyz", None);
         assert!(status.starts_with("HTTP/1.1 200 "), "{body}");
         assert!(scrape(metrics, None).0.starts_with("HTTP/1.1 401 "));
-        let options = ringkv_client::ConnectOptions {
-            user: None,
-            password: Some(PASSWORD.as_bytes().to_vec()),
-            tls: None,
-            timeout: WAIT,
-        };
+        let options = ringkv_client::ConnectOptions::new()
+            .with_password(PASSWORD.as_bytes())
+            .with_timeout(WAIT);
         let addr = server.addr.to_string();
         with_runtime(async {
             let c = ringkv_client::Client::connect_with(&addr, &options)

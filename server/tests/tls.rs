@@ -72,16 +72,14 @@ fn start_tls(extra: &str) -> Setup {
 }
 
 fn tls_options(ca: Option<&Path>, insecure: bool) -> ConnectOptions {
-    ConnectOptions {
-        user: None,
-        password: Some(PASSWORD.as_bytes().to_vec()),
-        tls: Some(TlsOptions {
+    ConnectOptions::new()
+        .with_password(PASSWORD.as_bytes())
+        .with_tls(TlsOptions {
             ca_file: ca.map(Path::to_path_buf),
             insecure,
             ..TlsOptions::default()
-        }),
-        timeout: WAIT,
-    }
+        })
+        .with_timeout(WAIT)
 }
 
 async fn round_trip(addr: &str, options: &ConnectOptions) -> Result<(), ClientError> {
@@ -166,10 +164,8 @@ fn bad_tls_inputs_are_refused_and_the_server_keeps_serving() {
     );
     with_runtime(async {
         // The Rust client without TLS.
-        let plain = ConnectOptions {
-            tls: None,
-            ..good.clone()
-        };
+        let mut plain = good.clone();
+        plain.tls = None;
         assert!(Client::connect_with(&addr.to_string(), &plain)
             .await
             .is_err());
@@ -233,15 +229,12 @@ fn a_tls_client_on_a_plaintext_port_gets_a_clear_error() {
     let ca = new_ca(dir.path(), "one");
     let server = start_server(&dir.path().join("d"), &["--shards", "1"]);
     with_runtime(async {
-        let options = ConnectOptions {
-            user: None,
-            password: None,
-            tls: Some(TlsOptions {
+        let options = ConnectOptions::new()
+            .with_tls(TlsOptions {
                 ca_file: Some(ca.pem.clone()),
                 ..TlsOptions::default()
-            }),
-            timeout: WAIT,
-        };
+            })
+            .with_timeout(WAIT);
         match Client::connect_with(&server.addr.to_string(), &options).await {
             Err(ClientError::TlsHandshake { .. }) => {}
             other => panic!("expected a TLS handshake error, got {other:?}"),
@@ -319,15 +312,12 @@ fn client_certificates_are_required_when_a_client_ca_is_set() {
     );
     let addr = server.addr.to_string();
     with_runtime(async {
-        let mut options = ConnectOptions {
-            user: None,
-            password: None,
-            tls: Some(TlsOptions {
+        let mut options = ConnectOptions::new()
+            .with_tls(TlsOptions {
                 ca_file: Some(ca.pem.clone()),
                 ..TlsOptions::default()
-            }),
-            timeout: WAIT,
-        };
+            })
+            .with_timeout(WAIT);
         // TLS 1.3 reports a missing client certificate after the client's
         // handshake is done: the first exchange fails either way.
         let without = match Client::connect_with(&addr, &options).await {
