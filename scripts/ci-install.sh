@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
-CARGO_DEB_VERSION=3.8.0   # builds on the stable toolchain (rust-version 1.85)
+CARGO_DEB_VERSION=3.8.0   # builds on the stable toolchain
 step() { printf '\n--- %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 fail() { echo "ci-install: $*" >&2; exit 1; }
 
@@ -26,6 +26,7 @@ need() { # need COMMAND PACKAGE
 }
 need systemd-analyze systemd
 need dpkg-deb dpkg
+need readelf binutils   # cargo-deb strips with it too
 
 work=$(mktemp -d)
 had_user=0; getent passwd ringkv >/dev/null && had_user=1
@@ -58,18 +59,28 @@ if ! cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
   cargo install cargo-deb --locked --version "$CARGO_DEB_VERSION"
 fi
 
-step "build the .deb"
-cargo deb -p ringkv-server --output "$work/deb/"
+step "build the .deb (the client first: the package ships it too)"
+cargo build --release --locked -p ringkv-client --target-dir "${CARGO_TARGET_DIR:-target}"
+cargo deb -p ringkv-server --dbgsym --output "$work/deb/"
 deb=$(ls "$work"/deb/ringkv_*.deb)
+ls "$work"/deb/ringkv-dbgsym_*.ddeb >/dev/null || fail "no -dbgsym package beside the .deb"
 dpkg-deb --info "$deb"
 dpkg-deb --contents "$deb"
 
 step "dpkg -i"
 dpkg -i "$deb"
-for f in /usr/bin/ringkv-server /lib/systemd/system/ringkv.service /etc/ringkv/ringkv.toml \
-         /usr/share/doc/ringkv/operations.md /usr/share/doc/ringkv/ringkv.toml; do
+for f in /usr/bin/ringkv-server /usr/bin/ringkv /lib/systemd/system/ringkv.service \
+         /etc/ringkv/ringkv.toml /usr/share/doc/ringkv/operations.md \
+         /usr/share/doc/ringkv/security.md /usr/share/doc/ringkv/LICENSE \
+         /usr/share/doc/ringkv/ringkv.toml; do
   [[ -f $f ]] || fail "$f is missing after dpkg -i"
 done
+# Shipped stripped: the line tables went to the -dbgsym package.
+for b in /usr/bin/ringkv-server /usr/bin/ringkv; do
+  if readelf -S "$b" | grep -q '\.debug_line'; then fail "$b ships with debug sections"; fi
+done
+ls -l /usr/bin/ringkv-server /usr/bin/ringkv
+ringkv --version
 getent passwd ringkv >/dev/null || fail "no ringkv user after dpkg -i"
 [[ $(stat -c %U:%G /var/lib/ringkv) == ringkv:ringkv ]] || fail "/var/lib/ringkv is not owned by ringkv"
 [[ $(stat -c %G /etc/ringkv/ringkv.toml) == ringkv ]] || fail "/etc/ringkv/ringkv.toml is not readable by the ringkv group"
@@ -93,6 +104,11 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 grep -q "ringkv-server ready" "$work/server.log" || { cat "$work/server.log"; fail "the server never became ready"; }
+# The installed client reaches the installed server (docs/operations.md's
+# backup procedure uses it).
+addr=$(grep -o 'ringkv-server ready addr=[0-9.:]*' "$work/server.log" | head -1 | cut -d= -f2)
+[[ $(ringkv --server "$addr" put pkg-check 1) == OK ]] || fail "the installed client could not put"
+[[ $(ringkv --server "$addr" get pkg-check) == 1 ]] || fail "the installed client could not get"
 kill -TERM "$server_pid"
 wait "$server_pid" || { cat "$work/server.log"; fail "the server did not stop cleanly"; }
 server_pid=""
