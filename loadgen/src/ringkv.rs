@@ -21,10 +21,7 @@ pub struct RingkvTarget {
 impl RingkvTarget {
     /// `timeout` bounds connecting and every request.
     pub fn new(addr: impl Into<String>, timeout: Duration) -> RingkvTarget {
-        RingkvTarget::with_options(
-            addr,
-            ConnectOptions::new().with_timeout(timeout),
-        )
+        RingkvTarget::with_options(addr, ConnectOptions::new().with_timeout(timeout))
     }
 
     /// Connects with `options` (TLS, password); `options.timeout` bounds

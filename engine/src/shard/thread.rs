@@ -490,13 +490,15 @@ impl RecoveryParts<'_> {
         self.txn_stats
             .recovered_parts_dropped
             .fetch_add(dropped, Relaxed);
-        if applied + dropped > 0 {
-            tracing::info!(
+        if dropped > 0 {
+            tracing::warn!(
                 shard,
                 applied,
                 dropped,
-                "multi-shard transaction parts recovered"
+                "multi-shard transaction parts recovered; the dropped ones belong to commits that never finished"
             );
+        } else if applied > 0 {
+            tracing::info!(shard, applied, "multi-shard transaction parts recovered");
         }
         Ok(Restored {
             tier,
@@ -542,7 +544,7 @@ impl RecoveryParts<'_> {
             bytes_replayed = r.bytes_replayed,
             bytes_read = r.bytes_read,
             last_lsn = r.last_lsn,
-            cases = ?r.cases,
+            cases = %crate::wal::recovery::cases_summary(&r.cases),
             "shard recovered"
         );
     }

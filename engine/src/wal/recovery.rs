@@ -92,6 +92,27 @@ pub enum RecoveryCase {
     UnfinishedChain,
 }
 
+/// `cases` for a log line: each case once, in the order it first happened,
+/// with its count when it happened more than once (`FlushReplayed×20000`).
+/// Its length is bounded by the number of cases, whatever the WAL held.
+pub fn cases_summary(cases: &[RecoveryCase]) -> String {
+    let mut counted: Vec<(RecoveryCase, u64)> = Vec::new();
+    for &case in cases {
+        match counted.iter_mut().find(|(c, _)| *c == case) {
+            Some((_, n)) => *n += 1,
+            None => counted.push((case, 1)),
+        }
+    }
+    let words: Vec<String> = counted
+        .iter()
+        .map(|(case, n)| match n {
+            1 => format!("{case:?}"),
+            n => format!("{case:?}×{n}"),
+        })
+        .collect();
+    words.join(" ")
+}
+
 /// What recovery hands to the shard.
 pub struct Recovered {
     pub tier: Box<dyn Tier>,
@@ -1468,4 +1489,49 @@ async fn sort_segments_after_end<D: Disk>(
         }
     }
     Ok((remove, spares, bytes_read))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The "shard recovered" line names each case once with its count: its
+    /// size does not grow with the number of flushes replayed.
+    #[test]
+    fn the_cases_summary_is_bounded_whatever_the_wal_held() {
+        let mut cases = vec![RecoveryCase::SnapshotLoaded];
+        cases.extend(std::iter::repeat_n(RecoveryCase::FlushReplayed, 20_000));
+        cases.push(RecoveryCase::Rollover);
+        cases.extend(std::iter::repeat_n(RecoveryCase::FlushReplayed, 5));
+        cases.push(RecoveryCase::CleanEnd);
+        assert_eq!(
+            cases_summary(&cases),
+            "SnapshotLoaded FlushReplayed×20005 Rollover CleanEnd"
+        );
+        assert_eq!(cases_summary(&[]), "");
+        let all = [
+            RecoveryCase::NoWal,
+            RecoveryCase::SnapshotLoaded,
+            RecoveryCase::DamagedSnapshotSkipped,
+            RecoveryCase::NoUsableSnapshot,
+            RecoveryCase::SegmentSkipped,
+            RecoveryCase::FlushReplayed,
+            RecoveryCase::LsnGap,
+            RecoveryCase::MissingHistory,
+            RecoveryCase::Rollover,
+            RecoveryCase::CleanEnd,
+            RecoveryCase::TornTail,
+            RecoveryCase::TornWindow,
+            RecoveryCase::DamageBeforeData,
+            RecoveryCase::UsedSegmentAfterUnused,
+            RecoveryCase::UnusedSegmentReused,
+            RecoveryCase::SegmentRecycled,
+            RecoveryCase::UnusedSegmentRemoved,
+            RecoveryCase::NoWalForSnapshot,
+            RecoveryCase::NewestSegmentMissing,
+            RecoveryCase::UnfinishedChain,
+        ];
+        let many: Vec<RecoveryCase> = all.iter().cycle().take(1_000_000).copied().collect();
+        assert!(cases_summary(&many).len() < 1024);
+    }
 }

@@ -185,7 +185,11 @@ impl<D: Disk> Inner<D> {
                 // A newer candidate could not be read: this one stays
                 // unresolved (GC gives up on it the same way).
                 Err(e) => {
-                    tracing::warn!(error = %e, "hybrid tier: a settling scan could not read a newer candidate; the entry stays unresolved");
+                    self.faults.warn(
+                        self.settings.shard,
+                        "a settling scan could not read a newer candidate; the entry stays unresolved",
+                        &e,
+                    );
                 }
             }
         }

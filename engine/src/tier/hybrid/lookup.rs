@@ -302,7 +302,8 @@ impl<D: Disk> Inner<D> {
     /// A read of `key` failed: kept for `take_read_errors`.
     pub(super) fn note_read_error(&mut self, key: &[u8], reason: &str) {
         self.faults.read_error_count += 1;
-        tracing::warn!(error = %reason, "hybrid tier: a key's record could not be read");
+        self.faults
+            .warn(self.settings.shard, "a key's record could not be read", &reason);
         self.faults.read_errors
             .push((Bytes::copy_from_slice(key), reason.to_string()));
     }
@@ -452,12 +453,17 @@ impl<D: Disk> Inner<D> {
                 }
                 Ok(r) => {
                     if let Err(e) = self.check_dangling(KeyHash::new(ck.hash), addr, &r) {
-                        tracing::warn!(error = %e, "hybrid tier: a candidate entry dangles");
+                        self.faults
+                            .warn(self.settings.shard, "a candidate entry dangles", &e);
                         ck.failed.get_or_insert(e.to_string());
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "hybrid tier: a candidate record could not be read");
+                    self.faults.warn(
+                        self.settings.shard,
+                        "a candidate record could not be read",
+                        &e,
+                    );
                     ck.failed.get_or_insert(e.to_string());
                 }
             }

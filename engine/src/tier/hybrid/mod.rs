@@ -348,6 +348,62 @@ struct Faults {
     /// instead ([`ReadError::Unwritten`]). Only a poisoned shard has any
     /// (it logs no more writes, so the set grows by one batch at most).
     unwritten: std::collections::HashSet<Box<[u8]>>,
+    /// Bounds the warnings failed reads log.
+    warnings: ReadWarnings,
+}
+
+impl Faults {
+    /// Logs a failed read of the device (`what` happened, because of
+    /// `error`) unless this minute already logged [`READ_WARNINGS_PER_MINUTE`]
+    /// of them; the rest are counted and said in one line when a later
+    /// minute's first failure comes. Each failure is still answered as an
+    /// error to its request, and STATS counts every one (`read_errors`).
+    fn warn(&mut self, shard: u32, what: &str, error: &dyn std::fmt::Display) {
+        if self.warnings.allow(shard) {
+            tracing::warn!(shard, error = %error, "hybrid tier: {what}");
+        }
+    }
+}
+
+/// Failed-read warnings logged per shard per minute: one damaged segment
+/// can fail thousands of reads, and the log would repeat one fact.
+const READ_WARNINGS_PER_MINUTE: u32 = 10;
+
+/// The window [`Faults::warn`] counts in.
+#[derive(Default)]
+struct ReadWarnings {
+    window_start: Option<std::time::Instant>,
+    logged: u32,
+    held_back: u64,
+}
+
+impl ReadWarnings {
+    fn allow(&mut self, shard: u32) -> bool {
+        let now = std::time::Instant::now();
+        let expired = self
+            .window_start
+            .is_none_or(|at| now.duration_since(at) >= std::time::Duration::from_secs(60));
+        if expired {
+            if self.held_back > 0 {
+                tracing::warn!(
+                    shard,
+                    not_logged = self.held_back,
+                    "hybrid tier: more reads failed than were logged one by one; STATS read_errors counts every failure"
+                );
+            }
+            *self = ReadWarnings {
+                window_start: Some(now),
+                ..ReadWarnings::default()
+            };
+        }
+        if self.logged < READ_WARNINGS_PER_MINUTE {
+            self.logged += 1;
+            true
+        } else {
+            self.held_back += 1;
+            false
+        }
+    }
 }
 
 /// Recovery's progress through a checkpoint chain.
@@ -575,6 +631,7 @@ impl<D: Disk> HybridTier<D> {
                     read_error_count: 0,
                     fault: None,
                     unwritten: Default::default(),
+                    warnings: ReadWarnings::default(),
                 },
                 loading: LoadState {
                     orphans_checked: false,
@@ -1053,7 +1110,12 @@ impl<D: Disk> Tier for HybridTier<D> {
                 Err(e) => {
                     // Kept: the key may be due, and the records may read
                     // again (a later call tries them again).
-                    tracing::warn!(error = %e, "hybrid tier: an expiring record could not be read; its key is expired once it can be");
+                    let shard = st.settings.shard;
+                    st.faults.warn(
+                        shard,
+                        "an expiring record could not be read; its key is expired once it can be",
+                        &e,
+                    );
                 }
             }
         }
@@ -1066,10 +1128,15 @@ impl<D: Disk> Tier for HybridTier<D> {
 
     /// Deletes write no record to the segments: `lsn` is not kept.
     fn delete(&mut self, hash: u64, key: &[u8], _lsn: u64) -> bool {
-        match self.inner.get_mut().delete(hash, key) {
+        let st = self.inner.get_mut();
+        match st.delete(hash, key) {
             Ok(existed) => existed,
             Err(e) => {
-                tracing::warn!(error = %e, "hybrid tier: delete could not read a candidate record");
+                st.faults.warn(
+                    st.settings.shard,
+                    "delete could not read a candidate record",
+                    &e,
+                );
                 false
             }
         }
@@ -1149,7 +1216,12 @@ impl<D: Disk> Tier for HybridTier<D> {
                 Ok(_) => {}
                 Err(e) => {
                     st.faults.read_error_count += 1;
-                    tracing::warn!(error = %e, "hybrid tier: a record could not be read during a key walk; its key is left out");
+                    let shard = st.settings.shard;
+                    st.faults.warn(
+                        shard,
+                        "a record could not be read during a key walk; its key is left out",
+                        &e,
+                    );
                 }
             }
         }
@@ -1491,7 +1563,7 @@ impl<D: Disk> Tier for HybridTier<D> {
 
 #[cfg(test)]
 mod tests {
-    use super::BlindSets;
+    use super::{BlindSets, ReadWarnings, READ_WARNINGS_PER_MINUTE};
 
     /// `unresolved_growth_bytes` bounds what the sets' RAM grows by, for
     /// one entry more and for several, through a few doublings and with
@@ -1538,5 +1610,19 @@ mod tests {
             }
         }
         assert!(grew >= 10, "the set grew only {grew} times");
+    }
+
+    /// A damaged segment fails every read of its keys: the log gets the
+    /// first few of a minute and one line for the rest, not one per read.
+    #[test]
+    fn failed_read_warnings_are_bounded_per_minute() {
+        let mut w = ReadWarnings::default();
+        let logged = (0..13_334).filter(|_| w.allow(0)).count();
+        assert_eq!(logged, READ_WARNINGS_PER_MINUTE as usize);
+        assert_eq!(w.held_back, 13_334 - u64::from(READ_WARNINGS_PER_MINUTE));
+        // A new minute: the count held back is said and a new one starts.
+        w.window_start = Some(std::time::Instant::now() - std::time::Duration::from_secs(61));
+        assert!(w.allow(0));
+        assert_eq!((w.logged, w.held_back), (1, 0));
     }
 }

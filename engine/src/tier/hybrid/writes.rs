@@ -202,7 +202,11 @@ impl<D: Disk> Inner<D> {
                 // The key may be in the unreadable record: keep that
                 // entry, but unresolved (with the others), so reads
                 // take the new record first even once it reads again.
-                tracing::warn!(error = %e, "hybrid tier: could not read a candidate record on write");
+                self.faults.warn(
+                    self.settings.shard,
+                    "could not read a candidate record on write",
+                    &e,
+                );
                 unknown = self.ordered_candidates(h);
             }
         }
@@ -258,7 +262,11 @@ impl<D: Disk> Inner<D> {
         let allowed = self.settling.blind_allowed.take() == Some(hash);
         if !self.blind_room() && !allowed {
             if let Err(e) = self.delete(hash, key) {
-                tracing::warn!(error = %e, "hybrid tier: delete could not read a candidate record; its key is deleted blind");
+                self.faults.warn(
+                    self.settings.shard,
+                    "delete could not read a candidate record; its key is deleted blind",
+                    &e,
+                );
             }
             return;
         }
