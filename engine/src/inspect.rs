@@ -462,7 +462,9 @@ async fn walk_flushes<F: DiskFile>(
 ) -> std::io::Result<()> {
     let mut pos = 0u64;
     let mut last: Option<u64> = None;
+    let mut progress = crate::progress::Progress::new("checking a WAL segment", win.path());
     loop {
+        progress.tick(pos, win.file_len(), report.flushes);
         match scan_flush(win, pos, identity).await? {
             FlushScan::Complete(info) if last.is_none_or(|l| info.first_lsn == l + 1) => {
                 let mut broken = None;
@@ -818,7 +820,9 @@ fn check_value_segment(
     let block = value_log::BLOCK;
     let mut buf = vec![0u8; block];
     let mut index = 0u64;
+    let mut progress = crate::progress::Progress::new("checking a value segment", path);
     loop {
+        progress.tick(index * block as u64, report.bytes, index);
         let mut filled = 0;
         while filled < block {
             match file.read(&mut buf[filled..]) {

@@ -34,6 +34,7 @@ mod coordinator;
 mod engine;
 mod keyspace;
 mod notify;
+mod progress;
 mod shard;
 
 /// The engine's internals: public only with the `internals` feature (the

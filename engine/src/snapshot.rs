@@ -446,8 +446,10 @@ pub async fn load<F: DiskFile>(
 
     let mut pos = ALIGN as u64;
     let mut read = BlockCounts::default();
+    let mut progress = crate::progress::Progress::new("reading a snapshot", path);
     loop {
         let file_len = win.file_len();
+        progress.tick(pos, file_len, read.entries);
         let head = win
             .get(pos, BLOCK_HEADER_BYTES)
             .await

@@ -35,7 +35,10 @@ fn main() -> ExitCode {
     if let Some(tool) = &cli.command {
         // The offline tools print their report on stdout; the engine's
         // own log lines (recovery's) stay at warnings unless RUST_LOG says.
-        init_logging(tunables::LogFormat::Text, "warn");
+        init_logging(
+            tunables::LogFormat::Text,
+            "warn,ringkv_engine::progress=info",
+        );
         return ringkv_server::ops::verify::run(tool);
     }
 

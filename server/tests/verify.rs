@@ -532,3 +532,36 @@ fn a_failed_start_says_why_once_in_the_logs_format() {
         }
     }
 }
+
+/// Long reads say how far they are: verify's checks of WAL and value
+/// segments and snapshots, and the server's recovery, print progress lines
+/// (every 5 s; here at every step, RINGKV_PROGRESS_MS=0), on stderr for
+/// the tools, whatever RUST_LOG is unset to.
+#[test]
+fn verify_and_recovery_print_progress_lines() {
+    let (root, cfg) = build(Tier::Hybrid);
+    let data = root.path().join("data");
+    let bin = env!("CARGO_BIN_EXE_ringkv-server");
+    let out = std::process::Command::new(bin)
+        .args(["verify", "--config"])
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(&data)
+        .env("RINGKV_PROGRESS_MS", "0")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(i32::from(EXIT_CLEAN)), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for what in [
+        "checking a WAL segment",
+        "checking a value segment",
+        "reading a snapshot",
+        "replaying a WAL segment",
+    ] {
+        assert!(err.contains(what), "no '{what}' line in:\n{err}");
+    }
+    // The report itself stays on stdout, without progress lines.
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(!report.contains("% of "), "{report}");
+}

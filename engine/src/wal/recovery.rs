@@ -955,7 +955,9 @@ impl ReplayPhase {
             seq: seg.seq,
         };
         let mut pos = 0u64;
+        let mut progress = crate::progress::Progress::new("replaying a WAL segment", &seg.path);
         loop {
+            progress.tick(pos, win.file_len(), self.records_replayed);
             let scan = scan_flush(win, pos, identity)
                 .await
                 .map_err(wal_io("read", &seg.path, pos))?;
