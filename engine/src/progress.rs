@@ -50,11 +50,7 @@ impl Progress {
             return;
         }
         self.next = now + interval();
-        let percent = if total == 0 {
-            100
-        } else {
-            done.saturating_mul(100) / total
-        };
+        let percent = done.saturating_mul(100).checked_div(total).unwrap_or(100);
         tracing::info!(
             file = %self.file,
             done_bytes = done,

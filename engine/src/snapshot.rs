@@ -49,7 +49,7 @@ const ENTRY_KEY_LEN_MASK: u32 = ENTRY_KEY_LEN_DELETED - 1;
 pub const BLOCK_TARGET_BYTES: usize = 256 * 1024;
 /// Size of each O_DIRECT write of a snapshot.
 pub const WRITE_CHUNK_BYTES: usize = 1 << 20;
-const _: () = assert!(WRITE_CHUNK_BYTES % ALIGN == 0);
+const _: () = assert!(WRITE_CHUNK_BYTES.is_multiple_of(ALIGN));
 const _: () = assert!(HEADER_BYTES <= ALIGN);
 
 /// What a snapshot's header and trailer say.

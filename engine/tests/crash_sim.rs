@@ -126,7 +126,7 @@ fn random_batch(rng: &mut Rng, next_version: &mut u64, max_ops: u64) -> Vec<Op> 
                     *next_version += 1;
                     let version = *next_version;
                     // Every third version carries an expiry time.
-                    if version % 3 == 0 {
+                    if version.is_multiple_of(3) {
                         ttl_op(
                             set_expiring,
                             k,
@@ -225,7 +225,7 @@ fn run_seed(seed: u64, hybrid: bool, tape: &mut Tape) -> Result<Coverage, String
             config.storage.hot_promote_reads = 1 + (seed % 2) as u32;
         }
     }
-    if seed % 4 == 0 {
+    if seed.is_multiple_of(4) {
         // Let some group commits wait for company.
         config.storage.group_commit_max_delay = tunables::Duration::from_micros(200);
     }

@@ -613,7 +613,7 @@ fn blind_writes_of_keys_that_share_a_tag_stay_apart() {
         let entries = checkpoint(&mut t);
         t = reload(&entries);
         for (i, k) in SHARED_TAG.iter().enumerate() {
-            if (i as u64 + round) % 3 != 0 {
+            if !(i as u64 + round).is_multiple_of(3) {
                 put(&mut t, k.as_bytes(), &value(i as u64, round));
                 model.insert(k.as_bytes().to_vec(), value(i as u64, round));
             }

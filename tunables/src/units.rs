@@ -205,7 +205,7 @@ impl fmt::Display for ByteSize {
             ("MiB", 1 << 20),
             ("KiB", 1 << 10),
         ] {
-            if n >= size && n % size == 0 {
+            if n >= size && n.is_multiple_of(size) {
                 return write!(f, "{}{unit}", n / size);
             }
         }
@@ -222,7 +222,7 @@ impl fmt::Display for Duration {
             return write!(f, "0s");
         }
         for (unit, size) in [("s", 1_000_000_000u128), ("ms", 1_000_000), ("us", 1_000)] {
-            if ns % size == 0 {
+            if ns.is_multiple_of(size) {
                 return write!(f, "{}{unit}", ns / size);
             }
         }

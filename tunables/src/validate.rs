@@ -210,7 +210,7 @@ impl Checker {
     /// Multiple of [`PAGE_SIZE_BYTES`].
     fn page_multiple(&mut self, field: &str, value: ByteSize) {
         self.rule(
-            value.0 % PAGE_SIZE_BYTES == 0,
+            value.0.is_multiple_of(PAGE_SIZE_BYTES),
             field,
             quoted(value),
             &[],

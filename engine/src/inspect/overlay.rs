@@ -88,7 +88,7 @@ impl FileData {
             self.base_len = self.base_len.min(len);
             let first_gone = len.div_ceil(BLOCK);
             self.blocks.split_off(&first_gone);
-            if len % BLOCK != 0 {
+            if !len.is_multiple_of(BLOCK) {
                 if let Some(data) = self.blocks.get_mut(&(len / BLOCK)) {
                     data[(len % BLOCK) as usize..].fill(0);
                 }
@@ -162,7 +162,7 @@ fn not_found(op: &str, path: &Path) -> io::Error {
 }
 
 fn check_aligned(op: &str, path: &Path, offset: u64, len: usize) -> io::Result<()> {
-    if offset % BLOCK != 0 || len % ALIGN != 0 {
+    if !offset.is_multiple_of(BLOCK) || !len.is_multiple_of(ALIGN) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(

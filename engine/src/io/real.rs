@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 /// Largest single write `allocate_zeroed` issues.
 pub const ZERO_FILL_CHUNK_BYTES: usize = 1 << 20;
 
-const _: () = assert!(ZERO_FILL_CHUNK_BYTES % ALIGN == 0);
+const _: () = assert!(ZERO_FILL_CHUNK_BYTES.is_multiple_of(ALIGN));
 
 // compio buffer traits for AlignedBuf. The allocation never moves while the
 // buffer is owned by an operation (it is a heap pointer), which is what
@@ -143,7 +143,7 @@ fn misaligned(op: &'static str, path: &Path, offset: u64, len: u64) -> io::Error
 }
 
 fn is_aligned(n: u64) -> bool {
-    n % ALIGN as u64 == 0
+    n.is_multiple_of(ALIGN as u64)
 }
 
 /// Flags every data file is opened with, by `open` and `open_blocking` alike.

@@ -56,7 +56,7 @@ use std::time::Duration;
 /// of its sectors new.
 pub const SECTOR_BYTES: usize = 512;
 
-const _: () = assert!(ALIGN % SECTOR_BYTES == 0);
+const _: () = assert!(ALIGN.is_multiple_of(SECTOR_BYTES));
 
 /// A shared simulated disk. Cloning gives another handle to the same disk
 /// (the state is behind one mutex, shared by every shard thread).
@@ -272,7 +272,7 @@ fn misaligned(what: &str, path: &Path, offset: u64, len: u64) -> io::Error {
 }
 
 fn is_aligned(n: u64) -> bool {
-    n % ALIGN as u64 == 0
+    n.is_multiple_of(ALIGN as u64)
 }
 
 fn to_usize(n: u64, path: &Path) -> io::Result<usize> {

@@ -11,7 +11,7 @@ use std::task::{Context, Poll, Waker};
 
 /// Bytes read from disk at a time.
 pub const READ_CHUNK_BYTES: usize = 1 << 20;
-const _: () = assert!(READ_CHUNK_BYTES % ALIGN == 0);
+const _: () = assert!(READ_CHUNK_BYTES.is_multiple_of(ALIGN));
 
 fn align_down(n: u64) -> u64 {
     n - n % ALIGN as u64

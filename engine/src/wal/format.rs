@@ -11,7 +11,7 @@ use crate::io::ALIGN;
 pub const BLOCK_BYTES: usize = ALIGN;
 /// Physical sector size the format assumes is written atomically (or not at all).
 pub const SECTOR_BYTES: usize = 4096;
-const _: () = assert!(BLOCK_BYTES % SECTOR_BYTES == 0);
+const _: () = assert!(BLOCK_BYTES.is_multiple_of(SECTOR_BYTES));
 
 /// The format version is shared with snapshot files, so it is defined in
 /// `crate::layout`, below both.

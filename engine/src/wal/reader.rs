@@ -227,7 +227,7 @@ fn check_seal(
         return Err(Damage::FlushBoundary);
     }
     let end = pos + rec.size as u64;
-    if end % BLOCK_BYTES as u64 != 0 {
+    if !end.is_multiple_of(BLOCK_BYTES as u64) {
         return Err(Damage::SealMismatch {
             field: "end offset alignment",
             expected: 0,

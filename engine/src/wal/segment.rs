@@ -66,7 +66,7 @@ pub async fn erase_window<F: DiskFile>(
     from: u64,
     to: u64,
 ) -> Result<(), WalError> {
-    assert!(from % BLOCK_BYTES as u64 == 0 && to % BLOCK_BYTES as u64 == 0 && from < to);
+    assert!(from.is_multiple_of(BLOCK_BYTES as u64) && to.is_multiple_of(BLOCK_BYTES as u64) && from < to);
     let mut zeros = AlignedBuf::with_capacity((to - from) as usize);
     zeros.set_len((to - from) as usize);
     zeros.as_mut_slice().fill(0);

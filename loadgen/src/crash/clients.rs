@@ -134,8 +134,8 @@ fn next_batch(mix: Mix, step: u64, picker: &mut Picker, rng: &mut Rng, batch: us
     let mut out: Vec<Sent> = Vec::with_capacity(batch);
     let mut taken: HashSet<u64> = HashSet::new();
     let puts = match mix {
-        Mix::PutGet => step % 2 == 0,
-        Mix::Sweep => (picker.cursor / picker.owned) % 2 == 0,
+        Mix::PutGet => step.is_multiple_of(2),
+        Mix::Sweep => (picker.cursor / picker.owned).is_multiple_of(2),
         Mix::YcsbA | Mix::Bank => false,
     };
     for _ in 0..batch {

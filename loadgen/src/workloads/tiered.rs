@@ -574,7 +574,7 @@ pub mod tests {
             let h = hot_bytes(data, pct, shards, mib);
             let per = h / shards.max(1);
             assert!(
-                per >= 4 * mib && per % mib == 0,
+                per >= 4 * mib && per.is_multiple_of(mib),
                 "{data} {pct} {shards}: {h}"
             );
         }

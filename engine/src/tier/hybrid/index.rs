@@ -617,7 +617,7 @@ impl Index {
             return Err(format!("partition {part} out of range"));
         };
         if first == u32::MAX {
-            if bytes.len() % 13 != 0 {
+            if !bytes.len().is_multiple_of(13) {
                 return Err("spill chunk length is not a multiple of 13".into());
             }
             // A spill chunk holds all of the partition's spilled entries

@@ -301,7 +301,7 @@ fn advance(from: u64, len: u64) -> u64 {
     let logical = (from / b) * p + in_block + len;
     let mut end = (logical / p) * b + logical % p;
     // An end exactly at a block's payload end stays in that block.
-    if logical % p == 0 && len > 0 {
+    if logical.is_multiple_of(p) && len > 0 {
         end = (logical / p - 1) * b + p;
     }
     end
@@ -427,7 +427,7 @@ pub fn parse_record(
 
 impl<D: Disk> ValueLog<D> {
     pub fn new(disk: D, dir: PathBuf, shard: u32, segment_bytes: u64) -> ValueLog<D> {
-        assert!(segment_bytes >= 2 * BLOCK as u64 && segment_bytes % BLOCK as u64 == 0);
+        assert!(segment_bytes >= 2 * BLOCK as u64 && segment_bytes.is_multiple_of(BLOCK as u64));
         let offset_bits = (segment_bytes.next_power_of_two() / RECORD_ALIGN).trailing_zeros();
         assert!(offset_bits < 32);
         ValueLog {

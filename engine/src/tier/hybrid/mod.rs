@@ -1476,14 +1476,14 @@ impl<D: Disk> Tier for HybridTier<D> {
             return st.index.decode_chunk(part, first, value);
         }
         if key == KEY_SEGMENTS {
-            if value.len() % SEGMENT_ROW_BYTES != 0 {
+            if !value.len().is_multiple_of(SEGMENT_ROW_BYTES) {
                 return Err(format!("segment table of {} bytes", value.len()));
             }
             st.loading.pending_segments = Some(value.to_vec());
             return Ok(());
         }
         if key.starts_with(KEY_UNRESOLVED) {
-            if value.len() % 4 != 0 {
+            if !value.len().is_multiple_of(4) {
                 return Err("unresolved-entry chunk of the wrong size".into());
             }
             st.blind.unresolved.extend(
@@ -1510,7 +1510,7 @@ impl<D: Disk> Tier for HybridTier<D> {
             return Ok(());
         }
         if key.starts_with(KEY_EXPIRING) {
-            if value.len() % 12 != 0 {
+            if !value.len().is_multiple_of(12) {
                 return Err("expiry chunk of the wrong size".into());
             }
             for e in value.chunks_exact(12) {

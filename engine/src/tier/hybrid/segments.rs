@@ -71,7 +71,7 @@ impl<D: Disk> Inner<D> {
     /// sequence) of the emptied segments it lists that are gone.
     pub(super) fn load_segments(&mut self, bytes: &[u8]) -> Result<Vec<(u32, u64)>, String> {
         const ROW: usize = SEGMENT_ROW_BYTES;
-        if bytes.len() % ROW != 0 {
+        if !bytes.len().is_multiple_of(ROW) {
             return Err(format!("segment table of {} bytes", bytes.len()));
         }
         let mut gone = Vec::new();
