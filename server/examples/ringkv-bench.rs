@@ -229,7 +229,9 @@ pub fn describe(p: &Phase) -> String {
     )
 }
 
-/// The command line: redis-benchmark's short flags for the same things.
+/// Runs N PUTs, then N GETs, of random keys against a ringkv server, as
+/// `redis-benchmark -t set,get` does, and prints throughput, batch latency
+/// percentiles and a RESULT line. The short flags are redis-benchmark's.
 #[derive(Debug, Parser)]
 #[command(name = "ringkv-bench", allow_negative_numbers = true)]
 pub struct Args {

@@ -10,7 +10,11 @@ use clap::Parser;
 /// Measures GETs in the memory tier: the per-key path against the batched,
 /// prefetching path, interleaved in one process.
 #[derive(Debug, Parser)]
-#[command(name = "get_batch", allow_negative_numbers = true)]
+#[command(
+    name = "get_batch",
+    bin_name = "get_batch",
+    allow_negative_numbers = true
+)]
 pub struct Args {
     /// Keys in the tier, a count of at least 1
     #[arg(long, value_name = "N", default_value_t = Options::default().keys,

@@ -14,7 +14,11 @@ use std::time::Duration;
 /// Measures the raw O_DIRECT write bandwidth of the disk under --dir, then
 /// durable (sync) puts through Handle::batch, then memory per key.
 #[derive(Debug, Parser)]
-#[command(name = "put_sync", allow_negative_numbers = true)]
+#[command(
+    name = "put_sync",
+    bin_name = "put_sync",
+    allow_negative_numbers = true
+)]
 pub struct Args {
     /// Length of the durable-put phase, in seconds (or with a unit: 500ms, 2s)
     #[arg(long, value_name = "DURATION", default_value = "10", value_parser = parse_duration)]

@@ -9,7 +9,11 @@ use std::path::PathBuf;
 /// Fills a sync engine, then restarts it in a fresh process and reports
 /// how long recovery took, what it read and the RAM before and after.
 #[derive(Debug, Parser)]
-#[command(name = "recovery", allow_negative_numbers = true)]
+#[command(
+    name = "recovery",
+    bin_name = "recovery",
+    allow_negative_numbers = true
+)]
 pub struct Args {
     /// Distinct keys the fill writes, a count of at least 1
     #[arg(long, value_name = "N", default_value_t = 1_000_000,
@@ -76,10 +80,10 @@ pub struct Args {
 /// `--key-size`: how a key number is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum KeySize {
-    /// The key number as 8 big-endian bytes
+    // The key number as 8 big-endian bytes.
     #[value(name = "8")]
     Eight,
-    /// `k` and the key number in 15 decimal digits
+    // `k` and the key number in 15 decimal digits.
     #[value(name = "16")]
     Sixteen,
 }
