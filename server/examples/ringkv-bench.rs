@@ -15,7 +15,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use clap::builder::RangedU64ValueParser;
+use clap::Parser;
 use ringkv_client::{Client, OpReply, RequestOp};
+
+// The length-of-time parser the engine's benches use too.
+#[path = "../../engine/benches/shared/duration_arg.rs"]
+mod duration_arg;
 
 /// Options of one run.
 #[derive(Debug, Clone)]
@@ -223,43 +229,72 @@ pub fn describe(p: &Phase) -> String {
     )
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: ringkv-bench --server ADDR [-c CONNECTIONS=16] [-P BATCH=1000] [-d VALUE_BYTES=1000] \
-         [-r KEYS=1000000] [-n REQUESTS=2000000] [--seed N] [--wait-secs S=30]"
-    );
-    std::process::exit(2)
+/// Runs N PUTs, then N GETs, of random keys against a ringkv server, as
+/// `redis-benchmark -t set,get` does, and prints throughput, batch latency
+/// percentiles and a RESULT line. The short flags are redis-benchmark's.
+#[derive(Debug, Parser)]
+#[command(name = "ringkv-bench", allow_negative_numbers = true)]
+pub struct Args {
+    /// Address of the server's native port, IP:PORT
+    #[arg(
+        short = 's',
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:7379"
+    )]
+    pub server: SocketAddr,
+
+    /// Connections, each with one batch in flight, a count of at least 1
+    #[arg(short = 'c', long, value_name = "N", default_value_t = 16,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub connections: usize,
+
+    /// Operations per batch (redis-benchmark's pipeline depth), a count of at least 1
+    #[arg(short = 'P', long, value_name = "N", default_value_t = 1000,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub batch: usize,
+
+    /// Size of each PUT's value, in bytes
+    #[arg(short = 'd', long, value_name = "BYTES", default_value_t = 1000)]
+    pub value_bytes: usize,
+
+    /// Distinct keys the random keys are drawn from, a count of at least 1
+    #[arg(short = 'r', long, value_name = "N", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub keys: u64,
+
+    /// Operations in each phase (PUTs, then GETs), a count rounded up to whole batches
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 2_000_000)]
+    pub requests: u64,
+
+    /// Seed of the random keys, a number
+    #[arg(long, value_name = "N", default_value_t = 42)]
+    pub seed: u64,
+
+    /// How long to retry connecting while the server starts, in seconds (or with a unit: 500ms, 2s)
+    #[arg(long, value_name = "DURATION", default_value = "30", value_parser = duration_arg::parse_duration)]
+    pub wait_secs: Duration,
+}
+
+impl Args {
+    /// The run's options and how long to wait for the server.
+    pub fn into_options(self) -> (Options, Duration) {
+        let opts = Options {
+            server: self.server,
+            connections: self.connections,
+            batch: self.batch,
+            value_bytes: self.value_bytes,
+            keys: self.keys,
+            requests: self.requests,
+            seed: self.seed,
+        };
+        (opts, self.wait_secs)
+    }
 }
 
 #[allow(dead_code)] // Also compiled as a module of the smoke test, which has its own main.
 fn main() {
-    let mut opts = Options {
-        server: "127.0.0.1:7379".parse().unwrap_or_else(|_| usage()),
-        connections: 16,
-        batch: 1000,
-        value_bytes: 1000,
-        keys: 1_000_000,
-        requests: 2_000_000,
-        seed: 42,
-    };
-    let mut wait = Duration::from_secs(30);
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| usage());
-        match flag.as_str() {
-            "--server" | "-s" => opts.server = value().parse().unwrap_or_else(|_| usage()),
-            "-c" => opts.connections = value().parse().unwrap_or_else(|_| usage()),
-            "-P" => opts.batch = value().parse().unwrap_or_else(|_| usage()),
-            "-d" => opts.value_bytes = value().parse().unwrap_or_else(|_| usage()),
-            "-r" => opts.keys = value().parse().unwrap_or_else(|_| usage()),
-            "-n" => opts.requests = value().parse().unwrap_or_else(|_| usage()),
-            "--seed" => opts.seed = value().parse().unwrap_or_else(|_| usage()),
-            "--wait-secs" => {
-                wait = Duration::from_secs(value().parse().unwrap_or_else(|_| usage()))
-            }
-            _ => usage(),
-        }
-    }
+    let (opts, wait) = Args::parse().into_options();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -306,5 +341,121 @@ mod tests {
         assert_eq!(&k, b"key:000000000042");
         write_key(&mut k, 999_999_999_999);
         assert_eq!(&k, b"key:999999999999");
+    }
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("ringkv-bench").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn command_line_is_consistent() {
+        use clap::CommandFactory;
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let (opts, wait) = parse(&[]).expect("no flags").into_options();
+        assert_eq!(opts.server, "127.0.0.1:7379".parse().unwrap());
+        assert_eq!(
+            (opts.connections, opts.batch, opts.value_bytes),
+            (16, 1000, 1000)
+        );
+        assert_eq!(
+            (opts.keys, opts.requests, opts.seed),
+            (1_000_000, 2_000_000, 42)
+        );
+        assert_eq!(wait, Duration::from_secs(30));
+    }
+
+    /// The command lines of scripts/bench-vs-redis.sh,
+    /// scripts/bench-flushes-in-flight.sh, scripts/bench-durable-writes.sh
+    /// and docs/benchmarks-history.md.
+    #[test]
+    fn the_scripts_command_lines_parse() {
+        let (opts, _) = parse(&[
+            "--server",
+            "127.0.0.1:7500",
+            "-c",
+            "16",
+            "-P",
+            "1",
+            "-d",
+            "1000",
+            "-r",
+            "1000000",
+            "-n",
+            "60000",
+            "--seed",
+            "3",
+        ])
+        .expect("bench-flushes-in-flight.sh")
+        .into_options();
+        assert_eq!(opts.server, "127.0.0.1:7500".parse().unwrap());
+        assert_eq!(
+            (opts.connections, opts.batch, opts.value_bytes),
+            (16, 1, 1000)
+        );
+        assert_eq!(
+            (opts.keys, opts.requests, opts.seed),
+            (1_000_000, 60_000, 3)
+        );
+        let (opts, wait) = parse(&["-s", "10.0.0.1:7379", "-c", "4", "--wait-secs", "5"])
+            .expect("short server flag")
+            .into_options();
+        assert_eq!(opts.server, "10.0.0.1:7379".parse().unwrap());
+        assert_eq!(opts.connections, 4);
+        assert_eq!(wait, Duration::from_secs(5));
+        let (_, wait) = parse(&["--wait-secs", "250ms"])
+            .expect("unit")
+            .into_options();
+        assert_eq!(wait, Duration::from_millis(250));
+    }
+
+    /// Each bad value is an error that names its flag (by its long name,
+    /// which `--help` shows beside the short one), never a default.
+    #[test]
+    fn bad_values_are_errors_naming_the_flag() {
+        for (args, flag) in [
+            (&["--wait-secs", "x"][..], "--wait-secs"),
+            (&["--wait-secs", "-1"][..], "--wait-secs"),
+            (&["--wait-secs", "5m"][..], "--wait-secs"),
+            (&["-c", "-1"][..], "--connections <N>"),
+            (&["-c", "0"][..], "--connections <N>"),
+            (&["-P", "many"][..], "--batch <N>"),
+            (&["-n", "1.5"][..], "--requests <N>"),
+            (&["-r", "0"][..], "--keys <N>"),
+            (&["--server", "localhost"][..], "--server"),
+        ] {
+            let err = parse(args).expect_err(&format!("{args:?} must fail"));
+            let text = err.to_string();
+            assert!(text.contains(flag), "{args:?}: {text}");
+            assert_ne!(err.exit_code(), 0, "{args:?}");
+        }
+        let err = parse(&["--connections-max", "3"]).expect_err("unknown flag");
+        assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument);
+        assert_ne!(err.exit_code(), 0);
+    }
+
+    #[test]
+    fn help_describes_every_flag() {
+        let err = parse(&["--help"]).expect_err("help is printed, not parsed");
+        assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp);
+        assert_eq!(err.exit_code(), 0);
+        let help = err.to_string();
+        for flag in [
+            "--server",
+            "-c,",
+            "-P,",
+            "-d,",
+            "-r,",
+            "-n,",
+            "--seed",
+            "--wait-secs",
+            "bytes",
+            "seconds",
+        ] {
+            assert!(help.contains(flag), "{flag} missing from:\n{help}");
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! `cargo bench -p ringkv-engine --bench recovery -- [--keys N] [--passes N]
 //! [--value-size N] [--key-size 8|16] [--shards N] [--dir PATH]
 //! [--checkpoint-wal-bytes N] [--tier memory|hybrid] [--cache-bytes N]
-//! [--updates N] [--deltas-max N] [--mixed] [--count-found]`
+//! [--updates N] [--deltas-max N] [--mixed] [--count-found]
+//! [--phase fill|recover|all]`; `-- --help` describes each flag
+//! (engine/benches/recovery/args.rs).
 //!
 //! `--mixed` adds a phase after the fill that leaves the data set the way
 //! service does (see [`mixed`]): as many operations as keys, 70% overwrites,
@@ -32,7 +34,11 @@
 //! recovery took, what it read (snapshot files, WAL replayed) and VmRSS
 //! after the restart. See docs/benchmarks.md ("Performance round").
 
+mod args;
+
+use args::Phase;
 use bytes::Bytes;
+use clap::Parser;
 use ringkv_engine::{Engine, Op};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
@@ -112,7 +118,7 @@ struct Options {
     shards: u32,
     dir: PathBuf,
     checkpoint_wal_bytes: Option<u64>,
-    phase: String,
+    phase: Phase,
     hybrid: bool,
     cache_bytes: Option<u64>,
     key_size: usize,
@@ -652,72 +658,37 @@ fn count_found(opts: &Options, engine: &Engine) {
     println!("recover: {found} of the keys read back are present; the key count says {counted}");
 }
 
-fn main() {
-    let mut opts = Options {
-        keys: 1_000_000,
-        passes: 1,
-        value_size: 1000,
-        shards: 2,
-        dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-recovery"),
-        checkpoint_wal_bytes: None,
-        phase: "all".into(),
-        hybrid: false,
-        cache_bytes: None,
-        key_size: 16,
-        updates: 0,
-        deltas_max: None,
-        mixed: false,
-        count_found: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| -> String {
-            args.next().unwrap_or_else(|| {
-                eprintln!("{name} needs a value");
-                std::process::exit(2)
-            })
-        };
-        let num = |s: String| -> u64 {
-            s.parse().unwrap_or_else(|_| {
-                eprintln!("not a number: {s}");
-                std::process::exit(2)
-            })
-        };
-        match arg.as_str() {
-            "--keys" => opts.keys = num(value("--keys")),
-            "--passes" => opts.passes = num(value("--passes")),
-            "--value-size" => opts.value_size = num(value("--value-size")) as usize,
-            "--shards" => opts.shards = num(value("--shards")) as u32,
-            "--checkpoint-wal-bytes" => {
-                opts.checkpoint_wal_bytes = Some(num(value("--checkpoint-wal-bytes")))
-            }
-            "--dir" => opts.dir = PathBuf::from(value("--dir")),
-            "--tier" => opts.hybrid = value("--tier") == "hybrid",
-            "--cache-bytes" => opts.cache_bytes = Some(num(value("--cache-bytes"))),
-            "--key-size" => opts.key_size = num(value("--key-size")) as usize,
-            "--phase" => opts.phase = value("--phase"),
-            "--updates" => opts.updates = num(value("--updates")),
-            "--deltas-max" => opts.deltas_max = Some(num(value("--deltas-max")) as u32),
-            "--mixed" => opts.mixed = true,
-            "--count-found" => opts.count_found = true,
-            "--bench" => {} // passed by `cargo bench`
-            other => {
-                eprintln!(
-                    "unknown argument {other}; see the top of engine/benches/recovery/main.rs"
-                );
-                std::process::exit(2);
-            }
-        }
+/// The bench's options from its command line.
+fn options(args: args::Args) -> Options {
+    Options {
+        keys: args.keys,
+        passes: args.passes,
+        value_size: args.value_size,
+        shards: args.shards,
+        dir: args.dir,
+        checkpoint_wal_bytes: args.checkpoint_wal_bytes,
+        phase: args.phase,
+        hybrid: args.tier == args::Tier::Hybrid,
+        cache_bytes: args.cache_bytes,
+        key_size: args.key_size.bytes(),
+        updates: args.updates,
+        deltas_max: args.deltas_max,
+        mixed: args.mixed,
+        count_found: args.count_found,
     }
-    match opts.phase.as_str() {
-        "fill" => fill(&opts),
-        "recover" => recover(&opts),
-        "all" => {
+}
+
+fn main() {
+    let opts = options(args::Args::parse());
+    match opts.phase {
+        Phase::Fill => fill(&opts),
+        Phase::Recover => recover(&opts),
+        Phase::All => {
             fill(&opts);
             // A fresh process, so VmRSS after the restart owes nothing to
-            // the filling process's heap.
+            // the filling process's heap. The last `--phase` wins.
             let me = std::env::current_exe().expect("own path");
-            let mut args: Vec<String> = std::env::args().skip(1).collect();
+            let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
             args.retain(|a| a != "--bench");
             args.extend(["--phase".into(), "recover".into()]);
             let status = std::process::Command::new(me)
@@ -725,10 +696,6 @@ fn main() {
                 .status()
                 .expect("start the recovering process");
             assert!(status.success(), "recovering process failed");
-        }
-        other => {
-            eprintln!("--phase is fill, recover or all, not {other}");
-            std::process::exit(2);
         }
     }
 }
