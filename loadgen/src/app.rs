@@ -427,6 +427,7 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
             WorkloadArg::Putgettx | WorkloadArg::PutgettxContended
         )
         .then_some(s.txn_range),
+        allocator: Some(crate::allocator::global_allocator().to_string()),
     }
 }
 

@@ -86,6 +86,9 @@ fn main_job_runs_embedded_and_reports() {
     let wal = sync_put.wal_device().expect("WAL device counters");
     assert!(wal.bytes_written > 0 && wal.ios > 0, "{wal:?}");
 
+    // The binary allocates with mimalloc, as ringkv-server does.
+    assert_eq!(report.run.allocator.as_deref(), Some("mimalloc"));
+
     let svg_text = std::fs::read_to_string(&svg).expect("svg");
     assert!(svg_text.starts_with("<svg"));
 
