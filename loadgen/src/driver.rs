@@ -44,6 +44,18 @@ pub enum Pacing {
     Open { ops_per_sec: f64 },
 }
 
+/// How a phase shows its progress on stderr while it runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Progress {
+    /// Nothing until the phase ends.
+    Off,
+    /// A bar redrawn in place; for a terminal.
+    Bar,
+    /// A line every `every`: elapsed time, operations done, current rate.
+    /// For a log or a pipe, where a bar would print nothing.
+    Lines { every: Duration },
+}
+
 /// One phase to run.
 #[derive(Debug, Clone)]
 pub struct PhasePlan {
@@ -53,8 +65,8 @@ pub struct PhasePlan {
     pub pacing: Pacing,
     /// Operations per step (for the open-loop schedule).
     pub batch: usize,
-    /// Draw a progress bar (only shown when stderr is a terminal).
-    pub progress: bool,
+    /// How progress is shown while the phase runs.
+    pub progress: Progress,
 }
 
 /// What happened to one kind of operation during a phase.
@@ -254,6 +266,7 @@ pub async fn run_phase<T: Target, W: Work>(
     };
 
     let bar = progress_bar(plan, &shared, phase_start);
+    let lines = progress_lines(plan, &shared, phase_start);
     let mut handles = Vec::with_capacity(threads);
     for (index, (work, session)) in works.into_iter().zip(sessions).enumerate() {
         let shared = shared.clone();
@@ -306,6 +319,7 @@ pub async fn run_phase<T: Target, W: Work>(
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
+    drop(lines);
     let before = before?;
     if let Some(e) = first_error {
         return Err(e);
@@ -428,14 +442,74 @@ async fn client_task<W: Work, S: Session>(
     })
 }
 
-/// A progress bar fed by a ticker task; `None` when not wanted or when stderr
-/// is not a terminal (indicatif hides itself then).
+/// Stops the progress-line ticker when the phase ends, however it ends.
+struct TickerGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for TickerGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One progress line, e.g. "loadgen: nvme put: 15 s (measuring), 3.1M ops
+/// done, 206.4K ops/s".
+fn progress_line(label: &str, elapsed: Duration, phase: &str, ops: u64, rate: f64) -> String {
+    format!(
+        "loadgen: {label}: {:.0} s ({phase}), {} ops done, {} ops/s",
+        elapsed.as_secs_f64(),
+        crate::plot::human_count(ops as f64),
+        crate::plot::human_count(rate)
+    )
+}
+
+/// With [`Progress::Lines`], a task that prints a progress line to stderr
+/// every interval until the returned guard is dropped; `None` otherwise.
+fn progress_lines(
+    plan: &PhasePlan,
+    shared: &Arc<Shared>,
+    phase_start: Instant,
+) -> Option<TickerGuard> {
+    let Progress::Lines { every } = plan.progress else {
+        return None;
+    };
+    if every.is_zero() {
+        return None;
+    }
+    let label = plan.label.clone();
+    let shared = shared.clone();
+    Some(TickerGuard(tokio::spawn(async move {
+        let mut last_ops = 0u64;
+        let mut last_at = phase_start;
+        let mut ticks = tokio::time::interval_at(phase_start + every, every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let ops = shared.ops_done.load(Ordering::Relaxed);
+            let now = Instant::now();
+            let rate = ops.saturating_sub(last_ops) as f64
+                / now.duration_since(last_at).as_secs_f64().max(1e-3);
+            (last_ops, last_at) = (ops, now);
+            let phase = if now < shared.measure_start {
+                "warm-up"
+            } else {
+                "measuring"
+            };
+            eprintln!(
+                "{}",
+                progress_line(&label, now.duration_since(phase_start), phase, ops, rate)
+            );
+        }
+    })))
+}
+
+/// With [`Progress::Bar`], a progress bar fed by a ticker task; `None`
+/// otherwise or when stderr is not a terminal (indicatif hides itself then).
 fn progress_bar(
     plan: &PhasePlan,
     shared: &Arc<Shared>,
     phase_start: Instant,
 ) -> Option<ProgressBar> {
-    if !plan.progress {
+    if plan.progress != Progress::Bar {
         return None;
     }
     let (len, by_time) = match plan.stop {
@@ -533,7 +607,7 @@ mod tests {
             stop,
             pacing,
             batch: 10,
-            progress: false,
+            progress: Progress::Off,
         }
     }
 

@@ -106,6 +106,62 @@ fn main_job_runs_embedded_and_reports() {
     );
 }
 
+/// With stderr a pipe, a phase longer than --progress-every prints
+/// progress lines while it runs, not only its result at the end.
+#[test]
+fn a_piped_run_prints_progress_lines_during_a_phase() {
+    let out = loadgen()
+        .args(["--device-profile", "nvme", "--durability", "none"])
+        .args(["--threads", "2", "--batch", "50", "--records", "1K"])
+        .args(["--warmup", "0", "--duration", "1500ms", "--timeout", "60s"])
+        .args(["--progress-every", "100ms"])
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run loadgen");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "loadgen failed: {stderr}");
+    // The put phase lasts 1.5 s, fifteen intervals: it cannot end silent.
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("loadgen: nvme put: ") && l.contains(" ops done, "))
+        .collect();
+    assert!(
+        !lines.is_empty(),
+        "no progress line for the put phase:\n{stderr}"
+    );
+    assert!(lines.iter().all(|l| l.contains("(measuring)")), "{lines:?}");
+}
+
+/// The duration flags take a bare number of seconds and a number with a
+/// unit, and a bad one is refused naming the flag.
+#[test]
+fn duration_flags_take_seconds_or_units() {
+    let out = loadgen()
+        .args([
+            "--server",
+            "127.0.0.1:1",
+            "--timeout",
+            "10s",
+            "--device",
+            "sas",
+        ])
+        .output()
+        .expect("run loadgen");
+    // Parsed (10s is fine); refused later for --device with --server.
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("embedded server only"));
+    let out = loadgen()
+        .args(["--crash-every", "10x"])
+        .output()
+        .expect("run loadgen");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--crash-every") && stderr.contains("10x"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn bad_flags_exit_2_with_a_reason() {
     let out = loadgen()
