@@ -880,18 +880,19 @@ impl LabelBox {
 }
 
 /// Vertical offsets (pixels, added to each box's `y`) that keep the label
-/// boxes from overlapping: boxes are placed from the top down, and one that
-/// would overlap a box already placed moves down until it clears it. A
-/// label that does not collide keeps offset 0, level with its point.
-fn spread_labels(boxes: &[LabelBox]) -> Vec<i32> {
+/// boxes from overlapping each other and the `obstacles` (the markers):
+/// boxes are placed from the top down, and one that would overlap a box
+/// already placed or an obstacle moves down until it clears it. A label
+/// that does not collide keeps offset 0, level with its point.
+fn spread_labels(boxes: &[LabelBox], obstacles: &[LabelBox]) -> Vec<i32> {
     let mut order: Vec<usize> = (0..boxes.len()).collect();
     order.sort_by_key(|&i| (boxes[i].y, boxes[i].x));
-    let mut placed: Vec<LabelBox> = Vec::new();
+    let mut placed: Vec<LabelBox> = obstacles.to_vec();
     let mut offsets = vec![0; boxes.len()];
     for i in order {
         let mut b = boxes[i];
-        // Each move clears one placed box, so this ends after at most
-        // `placed.len()` moves.
+        // Each move puts the box below one placed box, never back above
+        // it, so this ends after at most `placed.len()` moves.
         while let Some(hit) = placed.iter().find(|p| p.overlaps(&b)) {
             b.y = hit.y + hit.h;
         }
@@ -906,10 +907,12 @@ fn spread_labels(boxes: &[LabelBox]) -> Vec<i32> {
 const POINT_LABEL_FONT: u32 = 14;
 const POINT_LABEL_LINE: i32 = 18;
 
-/// A generous width in pixels of `text` at the point-label font: sans-serif
-/// digits and lower-case letters are narrower than 0.6 em.
+/// The width in pixels of `text` at the point-label font, on the generous
+/// side: a sans-serif label of digits and lower-case letters averages about
+/// 0.4 em a character; 0.5 em leaves room for wider fonts without pushing
+/// labels away from markers they do not reach.
 fn point_label_width(text: &str) -> i32 {
-    (text.chars().count() as f64 * POINT_LABEL_FONT as f64 * 0.6).ceil() as i32
+    (text.chars().count() as f64 * POINT_LABEL_FONT as f64 * 0.5).ceil() as i32
 }
 
 /// The tiered workload: GET p99 (y) against cost per month (x), a labelled
@@ -988,20 +991,31 @@ fn draw_tiered(report: &Report, out: &mut String) -> Result<(), String> {
             )
         })
         .collect();
-    let boxes: Vec<LabelBox> = points
+    let at: Vec<(i32, i32)> = points
+        .iter()
+        .map(|p| chart.backend_coord(&(p.cost_per_month, p.get_latency_us.p99)))
+        .collect();
+    let boxes: Vec<LabelBox> = at
         .iter()
         .zip(&labels)
-        .map(|(p, label)| {
-            let (x, y) = chart.backend_coord(&(p.cost_per_month, p.get_latency_us.p99));
-            LabelBox {
-                x: x + 14,
-                y: y - POINT_LABEL_LINE / 2,
-                w: point_label_width(label),
-                h: POINT_LABEL_LINE,
-            }
+        .map(|(&(x, y), label)| LabelBox {
+            x: x + 14,
+            y: y - POINT_LABEL_LINE / 2,
+            w: point_label_width(label),
+            h: POINT_LABEL_LINE,
         })
         .collect();
-    let offsets = spread_labels(&boxes);
+    // The markers (radius 8 or 9), which a label must not cover either.
+    let markers: Vec<LabelBox> = at
+        .iter()
+        .map(|&(x, y)| LabelBox {
+            x: x - 10,
+            y: y - 10,
+            w: 20,
+            h: 20,
+        })
+        .collect();
+    let offsets = spread_labels(&boxes, &markers);
     for (i, layout) in layouts.iter().enumerate() {
         let c = colour(i);
         let mine = points
@@ -1114,14 +1128,22 @@ mod tests {
         };
         // Apart: untouched.
         assert_eq!(
-            spread_labels(&[b(0, 0), b(0, 40), b(200, 5)]),
+            spread_labels(&[b(0, 0), b(0, 40), b(200, 5)], &[]),
             vec![0, 0, 0]
         );
         // Three on top of each other: stacked, in order of height.
         assert_eq!(
-            spread_labels(&[b(0, 3), b(0, 0), b(50, 1)]),
+            spread_labels(&[b(0, 3), b(0, 0), b(50, 1)], &[]),
             vec![33, 0, 17]
         );
+        // A marker in the way: the label goes below it.
+        let marker = LabelBox {
+            x: 30,
+            y: 5,
+            w: 20,
+            h: 20,
+        };
+        assert_eq!(spread_labels(&[b(0, 0)], &[marker]), vec![25]);
     }
 
     /// The text's `y` attribute of the first label starting with `prefix`.
