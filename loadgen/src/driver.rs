@@ -266,7 +266,16 @@ pub async fn run_phase<T: Target, W: Work>(
     };
 
     let bar = progress_bar(plan, &shared, phase_start);
-    let lines = progress_lines(plan, &shared, phase_start);
+    let lines = {
+        let shared = shared.clone();
+        progress_lines(
+            plan.progress,
+            &plan.label,
+            phase_start,
+            measure_start,
+            move || shared.ops_done.load(Ordering::Relaxed),
+        )
+    };
     let mut handles = Vec::with_capacity(threads);
     for (index, (work, session)) in works.into_iter().zip(sessions).enumerate() {
         let shared = shared.clone();
@@ -442,8 +451,8 @@ async fn client_task<W: Work, S: Session>(
     })
 }
 
-/// Stops the progress-line ticker when the phase ends, however it ends.
-struct TickerGuard(tokio::task::JoinHandle<()>);
+/// Stops a progress-line ticker when its phase ends, however it ends.
+pub struct TickerGuard(tokio::task::JoinHandle<()>);
 
 impl Drop for TickerGuard {
     fn drop(&mut self) {
@@ -452,31 +461,40 @@ impl Drop for TickerGuard {
 }
 
 /// One progress line, e.g. "loadgen: nvme put: 15 s (measuring), 3.1M ops
-/// done, 206.4K ops/s".
+/// done, 206K ops/s"; the elapsed time has a decimal below 10 s.
 fn progress_line(label: &str, elapsed: Duration, phase: &str, ops: u64, rate: f64) -> String {
+    let secs = elapsed.as_secs_f64();
+    let elapsed = if secs < 10.0 {
+        format!("{secs:.1}")
+    } else {
+        format!("{secs:.0}")
+    };
     format!(
-        "loadgen: {label}: {:.0} s ({phase}), {} ops done, {} ops/s",
-        elapsed.as_secs_f64(),
+        "loadgen: {label}: {elapsed} s ({phase}), {} ops done, {} ops/s",
         crate::plot::human_count(ops as f64),
         crate::plot::human_count(rate)
     )
 }
 
-/// With [`Progress::Lines`], a task that prints a progress line to stderr
-/// every interval until the returned guard is dropped; `None` otherwise.
-fn progress_lines(
-    plan: &PhasePlan,
-    shared: &Arc<Shared>,
+/// With [`Progress::Lines`], a task on the current tokio runtime that
+/// prints a progress line to stderr every interval, from `phase_start` on,
+/// until the returned guard is dropped; `None` otherwise. `ops_done` counts
+/// the phase's operations so far; before `measure_start` the line says
+/// "warm-up".
+pub fn progress_lines(
+    progress: Progress,
+    label: &str,
     phase_start: Instant,
+    measure_start: Instant,
+    ops_done: impl Fn() -> u64 + Send + 'static,
 ) -> Option<TickerGuard> {
-    let Progress::Lines { every } = plan.progress else {
+    let Progress::Lines { every } = progress else {
         return None;
     };
     if every.is_zero() {
         return None;
     }
-    let label = plan.label.clone();
-    let shared = shared.clone();
+    let label = label.to_string();
     Some(TickerGuard(tokio::spawn(async move {
         let mut last_ops = 0u64;
         let mut last_at = phase_start;
@@ -484,12 +502,12 @@ fn progress_lines(
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            let ops = shared.ops_done.load(Ordering::Relaxed);
+            let ops = ops_done();
             let now = Instant::now();
             let rate = ops.saturating_sub(last_ops) as f64
                 / now.duration_since(last_at).as_secs_f64().max(1e-3);
             (last_ops, last_at) = (ops, now);
-            let phase = if now < shared.measure_start {
+            let phase = if now < measure_start {
                 "warm-up"
             } else {
                 "measuring"
@@ -599,6 +617,30 @@ mod tests {
             ctx.complete("put", n);
             Ok(StepOutcome::Ran { ops: n })
         }
+    }
+
+    #[test]
+    fn a_progress_line_says_phase_time_ops_and_rate() {
+        assert_eq!(
+            progress_line(
+                "nvme put",
+                Duration::from_millis(2500),
+                "warm-up",
+                1500,
+                600.0
+            ),
+            "loadgen: nvme put: 2.5 s (warm-up), 1.5K ops done, 600 ops/s"
+        );
+        assert_eq!(
+            progress_line(
+                "nvme put",
+                Duration::from_secs(15),
+                "measuring",
+                3_100_000,
+                206_400.0
+            ),
+            "loadgen: nvme put: 15 s (measuring), 3.1M ops done, 206K ops/s"
+        );
     }
 
     fn plan(stop: Stop, pacing: Pacing) -> PhasePlan {

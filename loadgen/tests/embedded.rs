@@ -130,6 +130,23 @@ fn a_piped_run_prints_progress_lines_during_a_phase() {
         "no progress line for the put phase:\n{stderr}"
     );
     assert!(lines.iter().all(|l| l.contains("(measuring)")), "{lines:?}");
+
+    // The sweep on the in-process engine runs its own client loops, not the
+    // driver's phases: it prints progress lines too.
+    let out = loadgen()
+        .args(["--workload", "sweep", "--device", "unthrottled"])
+        .args(["--sweep-sizes", "100K", "--progress-every", "10ms"])
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run loadgen");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "loadgen failed: {stderr}");
+    assert!(
+        stderr.lines().any(
+            |l| l.starts_with("loadgen: unthrottled write 100K: ") && l.contains(" ops done, ")
+        ),
+        "no progress line for the sweep's write phase:\n{stderr}"
+    );
 }
 
 /// The duration flags take a bare number of seconds and a number with a
