@@ -86,7 +86,8 @@ fn draw_panel<DB: DrawingBackend>(
         .map_err(|x| e(&x))?;
     chart
         .configure_mesh()
-        .x_desc("seconds since start")
+        .x_desc("time since start")
+        .x_label_formatter(&|v| crate::plot::human_us(*v * 1e6))
         .y_label_formatter(&|v| tick_label(*v))
         .x_labels(12)
         .y_labels(5)
@@ -142,13 +143,13 @@ mod tests {
     }
 
     /// The p99 panel's axis is in time units: 1.5 s, not "1.5M" (µs);
-    /// the throughput panel keeps plain counts.
+    /// the throughput panel keeps plain counts; the time axis reads 10 s.
     #[test]
     fn the_latency_axis_reads_in_time_units() {
         let mut run = crate::crash::report::tests::sample(0);
         run.timeline = (0..20)
             .map(|i| crate::crash::timeline::TimelinePoint {
-                at_s: i as f64 * 0.25,
+                at_s: i as f64 * 2.0,
                 ops_per_sec: 2_000_000.0,
                 p99_us: if i == 10 { 1_500_000.0 } else { 800.0 },
             })
@@ -171,5 +172,8 @@ mod tests {
         assert!(!p99.iter().any(|l| l.ends_with('M')), "{p99:?}");
         // Throughput ticks stay counts.
         assert!(throughput.contains(&"2M"), "{throughput:?}");
+        // The time axis is in seconds too (0 to 38 s), not "10.0".
+        assert!(p99.contains(&"10 s"), "{p99:?}");
+        assert!(!p99.iter().any(|l| l.ends_with(".0")), "{p99:?}");
     }
 }
