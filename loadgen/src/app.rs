@@ -32,7 +32,6 @@ use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::Notify;
 
 #[derive(Debug, thiserror::Error)]
@@ -427,6 +426,7 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
             WorkloadArg::Putgettx | WorkloadArg::PutgettxContended
         )
         .then_some(s.txn_range),
+        allocator: Some(crate::allocator::global_allocator().to_string()),
     }
 }
 
@@ -502,7 +502,7 @@ pub async fn run_tiered(
     rows: &mut Vec<ResultRow>,
     summaries: &mut Vec<TieredSummary>,
 ) -> Result<(), AppError> {
-    let timeout = Duration::from_secs_f64(args.timeout);
+    let timeout = args.timeout;
     let plan = args.tiered_plan();
     let hot = tiered_hot_bytes(args, s);
     let mut storage = args.storage();
@@ -594,7 +594,7 @@ pub async fn run_all(
     s: &Settings,
     rows: &mut Vec<ResultRow>,
 ) -> Result<(), AppError> {
-    let timeout = Duration::from_secs_f64(args.timeout);
+    let timeout = args.timeout;
     if let Some(addr) = &args.server {
         let options = args.connect.options(timeout).map_err(AppError::Connect)?;
         let target = RingkvTarget::with_options(addr.clone(), options);

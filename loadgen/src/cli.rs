@@ -6,7 +6,7 @@
 //! `--duration` with `--ops`, a zero thread count) is refused with a message
 //! before anything runs.
 
-use crate::driver::Pacing;
+use crate::driver::{Pacing, Progress};
 use crate::record::RecordShape;
 use crate::settings::{Measure, Settings};
 use crate::workloads::{sweep, tiered, ycsb};
@@ -252,20 +252,108 @@ impl DurabilityArg {
     }
 }
 
+/// `--help` headings; flags are listed under them in this order.
+pub mod heading {
+    pub const WORKLOAD: &str = "Workload";
+    pub const DATA: &str = "Data set";
+    pub const TARGET: &str = "Target/server";
+    pub const STORAGE: &str = "Durability & devices";
+    pub const CRASH: &str = "Crash audit";
+    pub const TIERED: &str = "Tiered workload";
+    pub const OUTPUT: &str = "Output";
+    /// Every heading, in the order `--help` shows them.
+    pub const ALL: [&str; 7] = [WORKLOAD, DATA, TARGET, STORAGE, CRASH, TIERED, OUTPUT];
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// Workload to run.
-    #[arg(long, value_enum, default_value = "putget")]
+    #[arg(long, value_enum, default_value = "putget", help_heading = heading::WORKLOAD)]
     pub workload: WorkloadArg,
 
-    /// Disk profile of the embedded server's WAL device. Not with --server.
-    /// [default: nvme]
-    #[arg(long, value_enum)]
-    pub device: Option<DeviceArg>,
+    /// Measured time of each timed phase (after the warm-up): seconds, or a
+    /// number with a unit (500ms, 2m).
+    /// [default: 10]
+    #[arg(long, value_name = "DURATION", conflicts_with = "ops", value_parser = parse_duration, help_heading = heading::WORKLOAD)]
+    pub duration: Option<Duration>,
+
+    /// Measure this many operations per timed phase instead of a duration
+    /// (rounded up to whole batches; accepts K/M/G).
+    #[arg(long, value_parser = parse_count, value_name = "N", help_heading = heading::WORKLOAD)]
+    pub ops: Option<u64>,
+
+    /// Warm-up before each timed phase, not measured: seconds, or a number
+    /// with a unit (200ms).
+    #[arg(long, default_value = "2", value_parser = parse_duration, value_name = "DURATION", help_heading = heading::WORKLOAD)]
+    pub warmup: Duration,
+
+    /// Client tasks, each with its own connection.
+    /// [default: 16; sweep: 1, the document's single client]
+    #[arg(long, value_name = "N", help_heading = heading::WORKLOAD)]
+    pub threads: Option<usize>,
+
+    /// Operations per batch (one request frame).
+    /// [default: 1000; sweep: 1, the document's one call per item]
+    #[arg(long, value_name = "N", help_heading = heading::WORKLOAD)]
+    pub batch: Option<usize>,
+
+    /// Open loop: send this many operations per second in total (accepts K/M),
+    /// measuring each batch from its intended send time. Default: closed loop.
+    #[arg(long, value_parser = parse_count, value_name = "R", help_heading = heading::WORKLOAD)]
+    pub rate: Option<u64>,
+
+    /// Seed of the key sequences and record values.
+    #[arg(long, default_value_t = 1, value_name = "N", help_heading = heading::WORKLOAD)]
+    pub seed: u64,
+
+    /// PutGetTx key range: keys uniform in [0, N) (accepts K/M suffixes).
+    /// [default: 1M for putgettx (Yardstick's --range default), 64 for
+    /// putgettx-contended]
+    #[arg(long, value_parser = parse_count, value_name = "N", help_heading = heading::WORKLOAD)]
+    pub range: Option<u64>,
+
+    /// Records preloaded before the put/get and YCSB phases (accepts K/M/G
+    /// suffixes: 15M). The GridGain report used 15M; the default fits a
+    /// 2-core machine in about a minute.
+    #[arg(long, default_value = "200K", value_parser = parse_count, value_name = "N", help_heading = heading::DATA)]
+    pub records: u64,
+
+    /// Fields per record (YCSB fieldcount). With the sweep, giving this (or
+    /// --field-length) replaces the document's 8-byte key and 32-byte value
+    /// by YCSB-style records. [default: 10]
+    #[arg(long, value_name = "N", help_heading = heading::DATA)]
+    pub fields: Option<usize>,
+
+    /// Bytes per field (YCSB fieldlength). [default: 100]
+    #[arg(long, value_name = "BYTES", help_heading = heading::DATA)]
+    pub field_length: Option<usize>,
+
+    /// Largest sweep size: the sweep runs the document's 10K, 100K, 1M, 10M,
+    /// 50M (then 100M, 500M, 1G, 2G) up to this. Sizes that cannot fit in
+    /// this machine's RAM or disk are refused before anything runs.
+    #[arg(long, default_value = "50M", value_parser = parse_count, value_name = "N", help_heading = heading::DATA)]
+    pub sweep_max: u64,
+
+    /// Exact sweep sizes, comma separated (e.g. 1K,5K); overrides --sweep-max.
+    #[arg(long, value_delimiter = ',', value_parser = parse_count, value_name = "LIST", help_heading = heading::DATA)]
+    pub sweep_sizes: Option<Vec<u64>>,
+
+    /// Operations run before each sweep phase's clock starts (the
+    /// document's warm-up): writes of other keys before the write phase,
+    /// uniform reads before the read phase.
+    #[arg(long, default_value = "10K", value_parser = parse_count, value_name = "N", help_heading = heading::DATA)]
+    pub sweep_warmup: u64,
+
+    /// Reads in each sweep size's read phase: this many uniform random
+    /// reads over its N items instead of N (the document's). Every read of
+    /// a large size is one device read on the hybrid tier, so 50M reads on
+    /// sas take hours; a sample measures the same rate. [default: N]
+    #[arg(long, value_parser = parse_count, value_name = "N", help_heading = heading::DATA)]
+    pub sweep_reads: Option<u64>,
 
     /// Benchmark a running ringkv-server at this address (host:port) instead
     /// of an embedded one.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", help_heading = heading::TARGET)]
     pub server: Option<String>,
 
     /// What is measured: `engine` drives the engine library in this process
@@ -273,207 +361,144 @@ pub struct RunArgs {
     /// an embedded ringkv server over loopback TCP. `--server ADDR` measures
     /// a running server instead.
     /// [default: sweep: engine; other workloads: server]
-    #[arg(long, value_enum, value_name = "KIND")]
+    #[arg(long, value_enum, value_name = "KIND", help_heading = heading::TARGET)]
     pub target: Option<TargetArg>,
+
+    /// A request not answered within this long fails the run: seconds, or a
+    /// number with a unit (500ms, 2m).
+    #[arg(long, default_value = "60", value_parser = parse_duration, value_name = "DURATION", help_heading = heading::TARGET)]
+    pub timeout: Duration,
+
     /// With --server: TLS and password flags (--tls, --ca, --insecure,
     /// --password-file or RINGKV_PASSWORD), as the `ringkv` CLI takes them.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = heading::TARGET)]
     pub connect: ringkv_client::ConnectArgs,
 
-    /// Client tasks, each with its own connection.
-    /// [default: 16; sweep: 1, the document's single client]
-    #[arg(long, value_name = "N")]
-    pub threads: Option<usize>,
-
-    /// Operations per batch (one request frame).
-    /// [default: 1000; sweep: 1, the document's one call per item]
-    #[arg(long, value_name = "N")]
-    pub batch: Option<usize>,
-
-    /// Records preloaded before the put/get and YCSB phases (accepts K/M/G
-    /// suffixes: 15M). The GridGain report used 15M; the default fits a
-    /// 2-core machine in about a minute.
-    #[arg(long, default_value = "200K", value_parser = parse_count, value_name = "N")]
-    pub records: u64,
-
-    /// PutGetTx key range: keys uniform in [0, N) (accepts K/M suffixes).
-    /// [default: 1M for putgettx (Yardstick's --range default), 64 for
-    /// putgettx-contended]
-    #[arg(long, value_parser = parse_count, value_name = "N")]
-    pub range: Option<u64>,
-
-    /// Measured seconds of each timed phase (after the warm-up).
-    /// [default: 10]
-    #[arg(long, value_name = "SECONDS", conflicts_with = "ops")]
-    pub duration: Option<f64>,
-
-    /// Measure this many operations per timed phase instead of a duration
-    /// (rounded up to whole batches; accepts K/M/G).
-    #[arg(long, value_parser = parse_count, value_name = "N")]
-    pub ops: Option<u64>,
-
-    /// Warm-up seconds before each timed phase; not measured.
-    #[arg(long, default_value_t = DEFAULT_WARMUP_S, value_name = "SECONDS")]
-    pub warmup: f64,
+    /// Disk profile of the embedded server's WAL device; --device-profile is
+    /// the same flag under the server's name for it. Not with --server.
+    /// [default: nvme]
+    #[arg(long, value_enum, visible_alias = "device-profile", value_name = "PROFILE", help_heading = heading::STORAGE)]
+    pub device: Option<DeviceArg>,
 
     /// Durability of the embedded server or engine. Not with --server.
     /// [default: putget runs none (RAM Only) and then sync (RAM+Disk); sweep: async (the
     /// document's stores do not sync each write); YCSB: sync]
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = heading::STORAGE)]
     pub durability: Option<DurabilityArg>,
 
     /// Storage tier of the embedded server or engine (storage.tier). Not with
     /// --server. With hybrid, runs that would default to durability none use
     /// sync instead (the hybrid tier needs its WAL).
     /// [default: memory]
-    #[arg(long, value_enum, value_name = "TIER")]
+    #[arg(long, value_enum, value_name = "TIER", help_heading = heading::STORAGE)]
     pub tier: Option<TierArg>,
 
     /// The hybrid tier's read cache for the whole embedded server or engine
     /// (storage.cache_bytes, e.g. 64MiB, 1GiB). Not with --server.
     /// [default: the config's, 256MiB]
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", help_heading = heading::STORAGE)]
     pub cache_bytes: Option<tunables::ByteSize>,
 
     /// Keys the hybrid index is sized for, whole embedded server or engine
     /// (storage.index_keys; accepts K/M/G). Not with --server.
     /// [default: the config's, 16M]
-    #[arg(long, value_parser = parse_count, value_name = "N")]
+    #[arg(long, value_parser = parse_count, value_name = "N", help_heading = heading::STORAGE)]
     pub index_keys: Option<u64>,
-
-    /// Open loop: send this many operations per second in total (accepts K/M),
-    /// measuring each batch from its intended send time. Default: closed loop.
-    #[arg(long, value_parser = parse_count, value_name = "R")]
-    pub rate: Option<u64>,
-
-    /// Seed of the key sequences and record values.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub seed: u64,
-
-    /// Largest sweep size: the sweep runs the document's 10K, 100K, 1M, 10M,
-    /// 50M (then 100M, 500M, 1G, 2G) up to this. Sizes that cannot fit in
-    /// this machine's RAM or disk are refused before anything runs.
-    #[arg(long, default_value = "50M", value_parser = parse_count, value_name = "N")]
-    pub sweep_max: u64,
-
-    /// Operations run before each sweep phase's clock starts (the
-    /// document's warm-up): writes of other keys before the write phase,
-    /// uniform reads before the read phase.
-    #[arg(long, default_value = "10K", value_parser = parse_count, value_name = "N")]
-    pub sweep_warmup: u64,
-
-    /// Reads in each sweep size's read phase: this many uniform random
-    /// reads over its N items instead of N (the document's). Every read of
-    /// a large size is one device read on the hybrid tier, so 50M reads on
-    /// sas take hours; a sample measures the same rate. [default: N]
-    #[arg(long, value_parser = parse_count, value_name = "N")]
-    pub sweep_reads: Option<u64>,
-
-    /// Exact sweep sizes, comma separated (e.g. 1K,5K); overrides --sweep-max.
-    #[arg(long, value_delimiter = ',', value_parser = parse_count, value_name = "LIST")]
-    pub sweep_sizes: Option<Vec<u64>>,
 
     /// Shards of the embedded server or engine (0 = one per core). Not with --server.
     /// [default: sweep with --target engine: 1 (the client runs on that shard's own
     /// thread, every call inline: the document's single thread); otherwise 0]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = heading::STORAGE)]
     pub shards: Option<u32>,
 
-    /// Fields per record (YCSB fieldcount). With the sweep, giving this (or
-    /// --field-length) replaces the document's 8-byte key and 32-byte value
-    /// by YCSB-style records. [default: 10]
-    #[arg(long, value_name = "N")]
-    pub fields: Option<usize>,
-
-    /// Bytes per field (YCSB fieldlength). [default: 100]
-    #[arg(long, value_name = "BYTES")]
-    pub field_length: Option<usize>,
-
-    /// A request not answered within this many seconds fails the run.
-    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
-    pub timeout: f64,
-
     /// Crash run: SIGKILL the server at random moments about this far apart
-    /// (each gap uniform in [0.5, 1.5] x this, e.g. 10s), restart it on the
-    /// same data directory and audit every acknowledged write. loadgen runs
-    /// `ringkv-server` as a separate process (or --server-cmd). Workloads:
-    /// putget, sweep, ycsb-a, putgettx. [default with --crashes: the
-    /// duration / (N + 1)]
-    #[arg(long, value_name = "DURATION")]
-    pub crash_every: Option<tunables::Duration>,
+    /// (each gap uniform in [0.5, 1.5] x this; seconds, or a number with a
+    /// unit: 10, 10s, 1500ms), restart it on the same data directory and
+    /// audit every acknowledged write. loadgen runs `ringkv-server` as a
+    /// separate process (or --server-cmd). Workloads: putget, sweep,
+    /// ycsb-a, putgettx. [default with --crashes: the duration / (N + 1)]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", help_heading = heading::CRASH)]
+    pub crash_every: Option<Duration>,
 
     /// Crash run: kill the server this many times (at most; fewer if the
     /// duration ends first). [default with --crash-every: as many as fit]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = heading::CRASH)]
     pub crashes: Option<u32>,
 
     /// Crash run: the command that starts the server, e.g. "/opt/ringkv-server
     /// --config my.toml"; loadgen appends --data-dir, --listen,
     /// --metrics-listen, --durability, --tier, --device-profile and --shards.
     /// [default: ringkv-server beside loadgen, else on PATH]
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, value_name = "CMD", help_heading = heading::CRASH)]
     pub server_cmd: Option<String>,
 
     /// Crash run: read back every key after each restart up to this many
     /// keys; above it, a uniform sample of about this many (accepts K/M).
-    #[arg(long, default_value = "2M", value_parser = parse_count, value_name = "N")]
+    #[arg(long, default_value = "2M", value_parser = parse_count, value_name = "N", help_heading = heading::CRASH)]
     pub crash_audit_keys: u64,
 
     /// Crash run with --durability async: a lost write must have been
     /// acknowledged within the server's flush interval plus this before
-    /// the kill.
-    #[arg(long, default_value = "250ms", value_name = "DURATION")]
-    pub crash_async_slack: tunables::Duration,
+    /// the kill (seconds, or a number with a unit).
+    #[arg(long, default_value = "250ms", value_parser = parse_duration, value_name = "DURATION", help_heading = heading::CRASH)]
+    pub crash_async_slack: Duration,
 
     /// Tiered workload: percent of the measured operations that are updates
     /// of loaded records (0 to 50); the rest are GETs.
-    #[arg(long, default_value_t = tiered::DEFAULT_WRITE_PERCENT, value_name = "PERCENT")]
+    #[arg(long, default_value_t = tiered::DEFAULT_WRITE_PERCENT, value_name = "PERCENT", help_heading = heading::TIERED)]
     pub write_percent: u32,
 
     /// Tiered workload: the GETs' key distribution; `both` measures Zipfian
     /// and then uniform on each layout's server.
-    #[arg(long, value_enum, default_value = "both", value_name = "DIST")]
+    #[arg(long, value_enum, default_value = "both", value_name = "DIST", help_heading = heading::TIERED)]
     pub distribution: DistributionArg,
 
     /// Tiered workload: the hot device's size as a percent of the data set
     /// (records x value size), rounded up to whole 1 MiB segments and at
     /// least four a shard.
-    #[arg(long, default_value_t = tiered::DEFAULT_HOT_PERCENT, value_name = "PERCENT")]
+    #[arg(long, default_value_t = tiered::DEFAULT_HOT_PERCENT, value_name = "PERCENT", help_heading = heading::TIERED)]
     pub hot_percent: u32,
 
     /// Tiered workload: reads of a key lately that copy it up to the hot
     /// device, or keep it there (storage.hot_promote_reads, 1 to 15).
-    #[arg(long, default_value_t = tunables::Config::default().storage.hot_promote_reads, value_name = "N")]
+    #[arg(long, default_value_t = tunables::Config::default().storage.hot_promote_reads, value_name = "N", help_heading = heading::TIERED)]
     pub hot_promote_reads: u32,
 
     /// Tiered workload: the share of each device's profile that moves
     /// between the hot and the cold device may take
     /// (storage.hot_move_percent, 1 to 100).
-    #[arg(long, default_value_t = tunables::Config::default().storage.hot_move_percent, value_name = "PERCENT")]
+    #[arg(long, default_value_t = tunables::Config::default().storage.hot_move_percent, value_name = "PERCENT", help_heading = heading::TIERED)]
     pub hot_move_percent: u32,
 
     /// Tiered workload: dollars per GB-month of nvme (AWS EBS io2's list price).
-    #[arg(long, default_value_t = 0.125, value_name = "DOLLARS")]
+    #[arg(long, default_value_t = 0.125, value_name = "DOLLARS", help_heading = heading::TIERED)]
     pub price_nvme: f64,
 
     /// Tiered workload: dollars per GB-month of sas (AWS EBS st1's list price).
-    #[arg(long, default_value_t = 0.045, value_name = "DOLLARS")]
+    #[arg(long, default_value_t = 0.045, value_name = "DOLLARS", help_heading = heading::TIERED)]
     pub price_sas: f64,
 
     /// Tiered workload: dollars per GB-month of gpssd (AWS EBS gp3's list
     /// price; no layout uses it today).
-    #[arg(long, default_value_t = 0.08, value_name = "DOLLARS")]
+    #[arg(long, default_value_t = 0.08, value_name = "DOLLARS", help_heading = heading::TIERED)]
     pub price_gpssd: f64,
 
     /// Write every figure as JSON (schema ringkv-loadgen/1, docs/loadgen.md).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = heading::OUTPUT)]
     pub json: Option<PathBuf>,
 
     /// Write a chart: .svg, or .png (rendered from the SVG). put/get and YCSB:
     /// throughput and latency by percentile; sweep: time vs N with the
     /// document's published lines.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = heading::OUTPUT)]
     pub plot: Option<PathBuf>,
+
+    /// When stderr is not a terminal (CI, a pipe), print a progress line
+    /// (phase, elapsed time, operations done, current rate) this often
+    /// during each phase: seconds, or a number with a unit; 0 turns the
+    /// lines off. A terminal gets a progress bar instead.
+    #[arg(long, default_value = "5", value_parser = parse_duration, value_name = "DURATION", help_heading = heading::OUTPUT)]
+    pub progress_every: Duration,
 }
 
 /// A flag combination that cannot run.
@@ -521,6 +546,34 @@ pub fn parse_count(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text:?} is too large"))
 }
 
+/// Parses every loadgen duration flag: a bare number is seconds and may
+/// have a fraction ("10", "0.5"); otherwise a whole number with one of the
+/// config file's units ("250ms", "10s", "2m", "1h", also "us" and "ns"),
+/// read by [`tunables::Duration`], so `--crash-every 10s` means what
+/// `"10s"` means in ringkv.toml. clap puts the flag's name in front of the
+/// error.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (whole, fraction) = t.split_once('.').unwrap_or((t, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if !t.is_empty() && digits(whole) && digits(fraction) && t != "." {
+        let secs: f64 = t
+            .parse()
+            .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+        return Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("{text:?} is too many seconds"));
+    }
+    t.parse::<tunables::Duration>()
+        .map(Duration::from)
+        .map_err(|e| {
+            format!(
+                "{}; a duration is a number of seconds (10, 0.5) or a whole number with a unit \
+                 (250ms, 10s, 2m)",
+                e.message
+            )
+        })
+}
+
 /// `10000` -> "10K", `1000000` -> "1M", `1500` -> "1500".
 pub fn format_count(n: u64) -> String {
     if n >= 1_000_000_000 && n.is_multiple_of(1_000_000_000) {
@@ -550,7 +603,9 @@ pub const SWEEP_LADDER: [u64; 9] = [
 
 impl RunArgs {
     /// Checks the flags and resolves defaults into [`Settings`].
-    pub fn settings(&self, progress: bool) -> Result<Settings, CliError> {
+    /// `terminal`: stderr is a terminal, so progress is a bar; otherwise
+    /// it is a line every `--progress-every`.
+    pub fn settings(&self, terminal: bool) -> Result<Settings, CliError> {
         let tiered = self.workload == WorkloadArg::Tiered;
         if tiered {
             self.tiered_refusals()?;
@@ -611,16 +666,15 @@ impl RunArgs {
         at_least("records", self.records as f64, 1.0)?;
         at_least("fields", shape.field_count as f64, 1.0)?;
         at_least("field-length", shape.field_length as f64, 1.0)?;
-        at_least("warmup", self.warmup, 0.0)?;
-        at_least("timeout", self.timeout, 0.001)?;
+        at_least("timeout", self.timeout.as_secs_f64(), 0.001)?;
         let measure = match (self.duration, self.ops) {
             (_, Some(ops)) => {
                 at_least("ops", ops as f64, 1.0)?;
                 Measure::Ops(ops)
             }
             (Some(d), None) => {
-                at_least("duration", d, 0.001)?;
-                Measure::Time(Duration::from_secs_f64(d))
+                at_least("duration", d.as_secs_f64(), 0.001)?;
+                Measure::Time(d)
             }
             (None, None) => Measure::Time(Duration::from_secs_f64(DEFAULT_DURATION_S)),
         };
@@ -664,11 +718,15 @@ impl RunArgs {
             batch,
             records: self.records,
             measure,
-            warmup: Duration::from_secs_f64(self.warmup),
+            warmup: self.warmup,
             pacing,
             seed: self.seed,
             shape,
-            progress,
+            progress: match (terminal, self.progress_every) {
+                (true, _) => Progress::Bar,
+                (false, every) if every.is_zero() => Progress::Off,
+                (false, every) => Progress::Lines { every },
+            },
             sweep_sizes,
             sweep_items,
             sweep_warmup_ops: self.sweep_warmup,
@@ -758,7 +816,7 @@ impl RunArgs {
             return Err(CliError::CrashRefused("it runs for --duration, not --ops"));
         };
         let interval = match (self.crash_every, self.crashes) {
-            (Some(every), _) => every.0,
+            (Some(every), _) => every,
             (None, n) => duration / (n.unwrap_or(1) + 1),
         };
         if interval.is_zero() {
@@ -773,9 +831,9 @@ impl RunArgs {
                 .clone()
                 .unwrap_or_else(crate::crash::process::ServerSpec::default_command),
             audit_keys_max: self.crash_audit_keys.max(1),
-            async_slack: self.crash_async_slack.0,
-            ready_within: Duration::from_secs_f64(self.timeout),
-            timeout: Duration::from_secs_f64(self.timeout),
+            async_slack: self.crash_async_slack,
+            ready_within: self.timeout,
+            timeout: self.timeout,
             between_kill_and_restart: None,
         }))
     }
@@ -1276,5 +1334,150 @@ mod tests {
             .crash_plan(&r.settings(false).expect("settings"))
             .expect("ok")
             .is_none());
+    }
+
+    #[test]
+    fn durations_take_bare_seconds_or_a_unit() {
+        let ok: &[(&str, Duration)] = &[
+            ("10", Duration::from_secs(10)),
+            ("0.5", Duration::from_millis(500)),
+            ("0", Duration::ZERO),
+            ("10s", Duration::from_secs(10)),
+            ("250ms", Duration::from_millis(250)),
+            ("2m", Duration::from_secs(120)),
+            ("1h", Duration::from_secs(3600)),
+            ("200us", Duration::from_micros(200)),
+            (" 3 s ", Duration::from_secs(3)),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_duration(text), Ok(*want), "{text:?}");
+        }
+        for bad in ["", ".", "ten", "10x", "1.5s", "-1", "1e3", "inf", "10 sec"] {
+            let e = parse_duration(bad).expect_err(bad);
+            assert!(
+                e.contains("a duration is a number of seconds"),
+                "{bad:?}: {e}"
+            );
+        }
+        assert!(parse_duration("5d")
+            .unwrap_err()
+            .contains("unknown duration unit 'd'"));
+    }
+
+    #[test]
+    fn every_duration_flag_takes_both_forms() {
+        let r = parse(&[
+            "--timeout",
+            "10s",
+            "--crash-every",
+            "10",
+            "--duration",
+            "30",
+            "--warmup",
+            "500ms",
+            "--crash-async-slack",
+            "1",
+            "--progress-every",
+            "1m",
+        ])
+        .run;
+        assert_eq!(r.timeout, Duration::from_secs(10));
+        assert_eq!(r.crash_every, Some(Duration::from_secs(10)));
+        assert_eq!(r.crash_async_slack, Duration::from_secs(1));
+        assert_eq!(r.progress_every, Duration::from_secs(60));
+        let s = r.settings(false).expect("settings");
+        assert_eq!(s.warmup, Duration::from_millis(500));
+        assert_eq!(s.measure, Measure::Time(Duration::from_secs(30)));
+        assert_eq!(
+            s.progress,
+            Progress::Lines {
+                every: Duration::from_secs(60)
+            }
+        );
+        let plan = r.crash_plan(&s).expect("plan").expect("a crash run");
+        assert_eq!(plan.interval, Duration::from_secs(10));
+        assert_eq!(plan.timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_bad_duration_names_its_flag() {
+        for flag in ["--timeout", "--crash-every", "--warmup", "--duration"] {
+            let e = Cli::try_parse_from(["loadgen", flag, "10parsecs"]).unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains(flag), "{text}");
+            assert!(text.contains("10parsecs"), "{text}");
+        }
+    }
+
+    #[test]
+    fn progress_is_a_bar_on_a_terminal_and_lines_elsewhere() {
+        let r = parse(&[]).run;
+        assert_eq!(r.settings(true).expect("settings").progress, Progress::Bar);
+        assert_eq!(
+            r.settings(false).expect("settings").progress,
+            Progress::Lines {
+                every: Duration::from_secs(5)
+            }
+        );
+        let r = parse(&["--progress-every", "0"]).run;
+        assert_eq!(r.settings(false).expect("settings").progress, Progress::Off);
+    }
+
+    #[test]
+    fn device_profile_is_the_device_flag() {
+        let a = parse(&["--device-profile", "sas"]).run;
+        let b = parse(&["--device", "sas"]).run;
+        assert_eq!(a.device, Some(DeviceArg::Sas));
+        assert_eq!(a.devices(), b.devices());
+        // The same flag: giving both is a repeat, not two settings.
+        assert!(
+            Cli::try_parse_from(["loadgen", "--device", "sas", "--device-profile", "nvme"])
+                .is_err()
+        );
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("--device-profile"), "{help}");
+    }
+
+    #[test]
+    fn help_groups_the_flags_under_headings() {
+        let help = Cli::command().render_long_help().to_string();
+        let mut last = 0;
+        for h in heading::ALL {
+            let at = help
+                .find(&format!("\n{h}:\n"))
+                .unwrap_or_else(|| panic!("no heading {h:?} in\n{help}"));
+            assert!(at > last, "heading {h:?} out of order");
+            last = at;
+        }
+        // Every flag of the run sits under a heading, none in the default
+        // "Options" list but --help and --version.
+        let cmd = Cli::command();
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            assert!(arg.get_help_heading().is_some(), "--{id} has no heading");
+        }
+        // One flag per heading checked in the text: under its heading.
+        for (h, flag) in [
+            (heading::WORKLOAD, "--duration"),
+            (heading::DATA, "--records"),
+            (heading::TARGET, "--password-file"),
+            (heading::STORAGE, "--device"),
+            (heading::CRASH, "--crash-every"),
+            (heading::TIERED, "--hot-percent"),
+            (heading::OUTPUT, "--progress-every"),
+        ] {
+            let from = help.find(&format!("\n{h}:\n")).expect("heading") + 1;
+            let section = &help[from..];
+            // The section ends where the next heading starts.
+            let end = heading::ALL
+                .iter()
+                .filter_map(|o| section.find(&format!("\n{o}:\n")))
+                .min()
+                .unwrap_or(section.len());
+            assert!(section[..end].contains(flag), "{flag} not under {h:?}");
+        }
     }
 }

@@ -44,6 +44,18 @@ pub enum Pacing {
     Open { ops_per_sec: f64 },
 }
 
+/// How a phase shows its progress on stderr while it runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Progress {
+    /// Nothing until the phase ends.
+    Off,
+    /// A bar redrawn in place; for a terminal.
+    Bar,
+    /// A line every `every`: elapsed time, operations done, current rate.
+    /// For a log or a pipe, where a bar would print nothing.
+    Lines { every: Duration },
+}
+
 /// One phase to run.
 #[derive(Debug, Clone)]
 pub struct PhasePlan {
@@ -53,8 +65,8 @@ pub struct PhasePlan {
     pub pacing: Pacing,
     /// Operations per step (for the open-loop schedule).
     pub batch: usize,
-    /// Draw a progress bar (only shown when stderr is a terminal).
-    pub progress: bool,
+    /// How progress is shown while the phase runs.
+    pub progress: Progress,
 }
 
 /// What happened to one kind of operation during a phase.
@@ -254,6 +266,16 @@ pub async fn run_phase<T: Target, W: Work>(
     };
 
     let bar = progress_bar(plan, &shared, phase_start);
+    let lines = {
+        let shared = shared.clone();
+        progress_lines(
+            plan.progress,
+            &plan.label,
+            phase_start,
+            measure_start,
+            move || shared.ops_done.load(Ordering::Relaxed),
+        )
+    };
     let mut handles = Vec::with_capacity(threads);
     for (index, (work, session)) in works.into_iter().zip(sessions).enumerate() {
         let shared = shared.clone();
@@ -306,6 +328,7 @@ pub async fn run_phase<T: Target, W: Work>(
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
+    drop(lines);
     let before = before?;
     if let Some(e) = first_error {
         return Err(e);
@@ -428,14 +451,83 @@ async fn client_task<W: Work, S: Session>(
     })
 }
 
-/// A progress bar fed by a ticker task; `None` when not wanted or when stderr
-/// is not a terminal (indicatif hides itself then).
+/// Stops a progress-line ticker when its phase ends, however it ends.
+pub struct TickerGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for TickerGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One progress line, e.g. "loadgen: nvme put: 15 s (measuring), 3.1M ops
+/// done, 206K ops/s"; the elapsed time has a decimal below 10 s.
+fn progress_line(label: &str, elapsed: Duration, phase: &str, ops: u64, rate: f64) -> String {
+    let secs = elapsed.as_secs_f64();
+    let elapsed = if secs < 10.0 {
+        format!("{secs:.1}")
+    } else {
+        format!("{secs:.0}")
+    };
+    format!(
+        "loadgen: {label}: {elapsed} s ({phase}), {} ops done, {} ops/s",
+        crate::plot::human_count(ops as f64),
+        crate::plot::human_count(rate)
+    )
+}
+
+/// With [`Progress::Lines`], a task on the current tokio runtime that
+/// prints a progress line to stderr every interval, from `phase_start` on,
+/// until the returned guard is dropped; `None` otherwise. `ops_done` counts
+/// the phase's operations so far; before `measure_start` the line says
+/// "warm-up".
+pub fn progress_lines(
+    progress: Progress,
+    label: &str,
+    phase_start: Instant,
+    measure_start: Instant,
+    ops_done: impl Fn() -> u64 + Send + 'static,
+) -> Option<TickerGuard> {
+    let Progress::Lines { every } = progress else {
+        return None;
+    };
+    if every.is_zero() {
+        return None;
+    }
+    let label = label.to_string();
+    Some(TickerGuard(tokio::spawn(async move {
+        let mut last_ops = 0u64;
+        let mut last_at = phase_start;
+        let mut ticks = tokio::time::interval_at(phase_start + every, every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let ops = ops_done();
+            let now = Instant::now();
+            let rate = ops.saturating_sub(last_ops) as f64
+                / now.duration_since(last_at).as_secs_f64().max(1e-3);
+            (last_ops, last_at) = (ops, now);
+            let phase = if now < measure_start {
+                "warm-up"
+            } else {
+                "measuring"
+            };
+            eprintln!(
+                "{}",
+                progress_line(&label, now.duration_since(phase_start), phase, ops, rate)
+            );
+        }
+    })))
+}
+
+/// With [`Progress::Bar`], a progress bar fed by a ticker task; `None`
+/// otherwise or when stderr is not a terminal (indicatif hides itself then).
 fn progress_bar(
     plan: &PhasePlan,
     shared: &Arc<Shared>,
     phase_start: Instant,
 ) -> Option<ProgressBar> {
-    if !plan.progress {
+    if plan.progress != Progress::Bar {
         return None;
     }
     let (len, by_time) = match plan.stop {
@@ -527,13 +619,37 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_progress_line_says_phase_time_ops_and_rate() {
+        assert_eq!(
+            progress_line(
+                "nvme put",
+                Duration::from_millis(2500),
+                "warm-up",
+                1500,
+                600.0
+            ),
+            "loadgen: nvme put: 2.5 s (warm-up), 1.5K ops done, 600 ops/s"
+        );
+        assert_eq!(
+            progress_line(
+                "nvme put",
+                Duration::from_secs(15),
+                "measuring",
+                3_100_000,
+                206_400.0
+            ),
+            "loadgen: nvme put: 15 s (measuring), 3.1M ops done, 206K ops/s"
+        );
+    }
+
     fn plan(stop: Stop, pacing: Pacing) -> PhasePlan {
         PhasePlan {
             label: "test".into(),
             stop,
             pacing,
             batch: 10,
-            progress: false,
+            progress: Progress::Off,
         }
     }
 

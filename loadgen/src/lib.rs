@@ -9,6 +9,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod allocator;
 pub mod app;
 pub mod capacity;
 pub mod cli;

@@ -4,6 +4,12 @@
 
 use clap::Parser;
 
+/// The allocator `ringkv-server` uses (see server/src/main.rs), so the
+/// embedded server that loadgen measures allocates as the real one does;
+/// the JSON report's `run.allocator` says which allocator served the run.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     loadgen::app::main_with(loadgen::cli::Cli::parse())
 }

@@ -25,6 +25,7 @@
 use crate::cli::format_count;
 use crate::report::{Report, ResultRow, Status};
 use plotters::coord::types::RangedCoordf64;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -55,9 +56,11 @@ pub fn kind_of(report: &Report) -> ChartKind {
     }
 }
 
-/// Okabe-Ito: distinct hues that stay distinct with the common colour-vision
-/// deficiencies (yellow last: weak on white).
-const PALETTE: [RGBColor; 8] = [
+/// Okabe-Ito's eight hues first: they stay distinct with the common
+/// colour-vision deficiencies (yellow last of them: weak on white). Then
+/// four darker ones from Paul Tol's palettes, so twelve series (YCSB's
+/// nine operations and more) each get a colour of their own.
+pub const PALETTE: [RGBColor; 12] = [
     RGBColor(0, 114, 178),   // blue
     RGBColor(230, 159, 0),   // orange
     RGBColor(0, 158, 115),   // bluish green
@@ -66,8 +69,13 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(86, 180, 233),  // sky blue
     RGBColor(0, 0, 0),       // black
     RGBColor(240, 228, 66),  // yellow
+    RGBColor(136, 34, 85),   // wine
+    RGBColor(153, 153, 51),  // olive
+    RGBColor(51, 34, 136),   // indigo
+    RGBColor(119, 119, 119), // grey
 ];
 
+/// The colour of series `i`; past twelve series the colours repeat.
 fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
@@ -90,9 +98,12 @@ pub fn human_count(v: f64) -> String {
     trim(x, unit)
 }
 
-/// Microseconds in a human unit: "850 ns", "250 µs", "12 ms", "1.2 s".
+/// Microseconds in a human unit: "850 ns", "250 µs", "12 ms", "1.2 s";
+/// zero is "0" (an axis origin has no unit worth reading).
 pub fn human_us(us: f64) -> String {
-    let (x, unit) = if us >= 1e6 {
+    let (x, unit) = if us == 0.0 {
+        (0.0, "")
+    } else if us >= 1e6 {
         (us / 1e6, " s")
     } else if us >= 1e3 {
         (us / 1e3, " ms")
@@ -129,6 +140,9 @@ const NINES_TICKS: [(f64, &str); 5] = [
     (99.99, "99.99%"),
 ];
 const MAX_AT: f64 = 5.0;
+
+/// Length in pixels of a legend's line sample.
+const LEGEND_SAMPLE: i32 = 24;
 
 /// Line styles of the latency lines: (dash, gap) in pixels; (0, 0) = solid.
 const DASHES: [(u32, u32); 6] = [(0, 0), (9, 5), (2, 4), (14, 4), (5, 9), (1, 2)];
@@ -522,20 +536,14 @@ fn draw_operations(report: &Report, rows: &[&ResultRow], out: &mut String) -> Re
                 .map_err(|x| e(&x))?
         };
         anno.label(label).legend(move |(x, y)| {
-            // The legend sample repeats the series' dash pattern.
-            let (d, g) = if dash == 0 {
-                (24, 0)
+            // The legend sample is drawn as the series is: solid, or as
+            // separate dashes of the same length and gap.
+            let sample = vec![(x, y), (x + LEGEND_SAMPLE, y)];
+            if dash == 0 {
+                PathElement::new(sample, c.stroke_width(2)).into_dyn()
             } else {
-                (dash as i32, gap as i32)
-            };
-            let mut path = Vec::new();
-            let mut at = 0;
-            while at < 24 {
-                path.push((x + at, y));
-                path.push((x + (at + d).min(24), y));
-                at += d + g.max(1);
+                DashedPathElement::new(sample, dash, gap, c.stroke_width(2)).into_dyn()
             }
-            PathElement::new(path, c.stroke_width(2))
         });
         chart
             .draw_series(points.iter().map(|p| Circle::new(*p, 3, c.filled())))
@@ -856,8 +864,62 @@ fn short_dollars(v: f64) -> String {
     }
 }
 
+/// A label box in pixels: left, top, width, height.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct LabelBox {
+    x: i32,
+    y: i32,
+    w: i32,
+    h: i32,
+}
+
+impl LabelBox {
+    fn overlaps(&self, o: &LabelBox) -> bool {
+        self.x < o.x + o.w && o.x < self.x + self.w && self.y < o.y + o.h && o.y < self.y + self.h
+    }
+}
+
+/// Vertical offsets (pixels, added to each box's `y`) that keep the label
+/// boxes from overlapping each other and the `obstacles` (the markers):
+/// boxes are placed from the top down, and one that would overlap a box
+/// already placed or an obstacle moves down until it clears it. A label
+/// that does not collide keeps offset 0, level with its point.
+fn spread_labels(boxes: &[LabelBox], obstacles: &[LabelBox]) -> Vec<i32> {
+    let mut order: Vec<usize> = (0..boxes.len()).collect();
+    order.sort_by_key(|&i| (boxes[i].y, boxes[i].x));
+    let mut placed: Vec<LabelBox> = obstacles.to_vec();
+    let mut offsets = vec![0; boxes.len()];
+    for i in order {
+        let mut b = boxes[i];
+        // Each move puts the box below one placed box, never back above
+        // it, so this ends after at most `placed.len()` moves.
+        while let Some(hit) = placed.iter().find(|p| p.overlaps(&b)) {
+            b.y = hit.y + hit.h;
+        }
+        offsets[i] = b.y - boxes[i].y;
+        placed.push(b);
+    }
+    offsets
+}
+
+/// Font size of the tiered chart's point labels, and the pixels a line of
+/// them takes (a little more than the size, so lines do not touch).
+const POINT_LABEL_FONT: u32 = 14;
+const POINT_LABEL_LINE: i32 = 18;
+
+/// The width in pixels of `text` at the point-label font, on the generous
+/// side: a sans-serif label of digits and lower-case letters averages about
+/// 0.4 em a character; 0.5 em leaves room for wider fonts without pushing
+/// labels away from markers they do not reach.
+fn point_label_width(text: &str) -> i32 {
+    (text.chars().count() as f64 * POINT_LABEL_FONT as f64 * 0.5).ceil() as i32
+}
+
 /// The tiered workload: GET p99 (y) against cost per month (x), a labelled
-/// point per layout and read distribution.
+/// point per layout and read distribution. A layout's Zipfian and uniform
+/// points share their cost, so their labels are spread apart vertically
+/// when their latencies are close (a thin line then leads from each moved
+/// label to its point).
 fn draw_tiered(report: &Report, out: &mut String) -> Result<(), String> {
     let e = |x: &dyn std::fmt::Display| x.to_string();
     let points = &report.tiered;
@@ -915,21 +977,63 @@ fn draw_tiered(report: &Report, out: &mut String) -> Result<(), String> {
         .label_style((FONT, 14))
         .draw()
         .map_err(|x| e(&x))?;
-    for (i, layout) in layouts.iter().enumerate() {
-        let c = colour(i);
-        let mine: Vec<_> = points.iter().filter(|p| p.layout == *layout).collect();
-        for p in &mine {
-            let at = (p.cost_per_month, p.get_latency_us.p99);
-            let label = format!(
+    // Every point's label, starting right of its marker and level with it,
+    // then moved down where it would cover another.
+    let labels: Vec<String> = points
+        .iter()
+        .map(|p| {
+            format!(
                 "{} ({}): {}, {}/month",
                 p.layout,
                 p.distribution,
                 human_us(p.get_latency_us.p99),
                 crate::render::dollars(p.cost_per_month)
-            );
-            let style = (FONT, 14).into_font().color(&BLACK);
-            // The label starts right of the marker, level with it.
-            let text = Text::new(label, (14, -7), style);
+            )
+        })
+        .collect();
+    let at: Vec<(i32, i32)> = points
+        .iter()
+        .map(|p| chart.backend_coord(&(p.cost_per_month, p.get_latency_us.p99)))
+        .collect();
+    let boxes: Vec<LabelBox> = at
+        .iter()
+        .zip(&labels)
+        .map(|(&(x, y), label)| LabelBox {
+            x: x + 14,
+            y: y - POINT_LABEL_LINE / 2,
+            w: point_label_width(label),
+            h: POINT_LABEL_LINE,
+        })
+        .collect();
+    // The markers (radius 8 or 9), which a label must not cover either.
+    let markers: Vec<LabelBox> = at
+        .iter()
+        .map(|&(x, y)| LabelBox {
+            x: x - 10,
+            y: y - 10,
+            w: 20,
+            h: 20,
+        })
+        .collect();
+    let offsets = spread_labels(&boxes, &markers);
+    for (i, layout) in layouts.iter().enumerate() {
+        let c = colour(i);
+        let mine = points
+            .iter()
+            .zip(labels.iter().zip(&offsets))
+            .filter(|(p, _)| p.layout == *layout);
+        for (p, (label, &dy)) in mine {
+            let at = (p.cost_per_month, p.get_latency_us.p99);
+            let style = (FONT, POINT_LABEL_FONT).into_font().color(&BLACK);
+            let text = Text::new(label.clone(), (14, -7 + dy), style);
+            if dy != 0 {
+                chart
+                    .draw_series(std::iter::once(
+                        EmptyElement::at(at)
+                            + PathElement::new(vec![(8, 0), (13, dy)], c.stroke_width(1)),
+                    ))
+                    .map_err(|x| e(&x))?;
+            }
             if p.distribution == "uniform" {
                 chart
                     .draw_series(std::iter::once(
@@ -980,6 +1084,19 @@ mod tests {
         assert_eq!(human_us(12_000.0), "12 ms");
         assert_eq!(human_us(0.85), "850 ns");
         assert_eq!(human_us(2_000.0), "2 ms");
+        assert_eq!(human_us(0.0), "0");
+        assert_eq!(human_us(1_500_000.0), "1.5 s");
+    }
+
+    #[test]
+    fn twelve_series_get_twelve_colours() {
+        let colours: std::collections::HashSet<(u8, u8, u8)> = (0..12)
+            .map(|i| {
+                let c = colour(i);
+                (c.0, c.1, c.2)
+            })
+            .collect();
+        assert_eq!(colours.len(), 12);
     }
 
     #[test]
@@ -999,6 +1116,72 @@ mod tests {
             plot(&report, &dir.path().join("x.svg")),
             Err(PlotError::Empty)
         ));
+    }
+
+    #[test]
+    fn spread_labels_moves_only_colliding_boxes() {
+        let b = |x, y| LabelBox {
+            x,
+            y,
+            w: 100,
+            h: 18,
+        };
+        // Apart: untouched.
+        assert_eq!(
+            spread_labels(&[b(0, 0), b(0, 40), b(200, 5)], &[]),
+            vec![0, 0, 0]
+        );
+        // Three on top of each other: stacked, in order of height.
+        assert_eq!(
+            spread_labels(&[b(0, 3), b(0, 0), b(50, 1)], &[]),
+            vec![33, 0, 17]
+        );
+        // A marker in the way: the label goes below it.
+        let marker = LabelBox {
+            x: 30,
+            y: 5,
+            w: 20,
+            h: 20,
+        };
+        assert_eq!(spread_labels(&[b(0, 0)], &[marker]), vec![25]);
+    }
+
+    /// The text's `y` attribute of the first label starting with `prefix`.
+    fn label_y(svg: &str, prefix: &str) -> f64 {
+        let doc = roxmltree::Document::parse(svg).expect("xml");
+        let node = doc
+            .descendants()
+            .find(|n| {
+                n.has_tag_name("text") && n.text().is_some_and(|t| t.trim().starts_with(prefix))
+            })
+            .unwrap_or_else(|| panic!("no label {prefix:?}"));
+        node.attribute("y").and_then(|y| y.parse().ok()).expect("y")
+    }
+
+    #[test]
+    fn tiered_labels_of_one_layout_do_not_overlap() {
+        use crate::workloads::tiered::{tests::sample, Layout};
+        let mut report = crate::report::tests::sample_report(&["nvme"], &["read"], 1.0);
+        // A layout's two distributions cost the same; close latencies put
+        // their points a pixel or two apart.
+        let mut uniform = sample(Layout::AllNvme, 1010.0, 6000.0, 0, 100);
+        uniform.distribution = "uniform".to_string();
+        report.tiered = vec![
+            sample(Layout::AllNvme, 1000.0, 6000.0, 0, 100),
+            uniform,
+            sample(Layout::AllSas, 8000.0, 1500.0, 0, 100),
+            sample(Layout::Tiered, 1400.0, 5000.0, 95, 5),
+        ];
+        let text = svg_of(&report).expect("draws");
+        let zipfian = label_y(&text, "all-nvme (zipfian)");
+        let uniform = label_y(&text, "all-nvme (uniform)");
+        assert!(
+            (zipfian - uniform).abs() >= POINT_LABEL_LINE as f64,
+            "labels {zipfian} and {uniform} overlap"
+        );
+        // A label with room keeps its place, level with its point.
+        let sas = label_y(&text, "all-sas (zipfian)");
+        assert!((sas - zipfian).abs() > 100.0);
     }
 
     #[test]

@@ -70,6 +70,11 @@ pub struct RunSettings {
     /// workloads and in files from before it was recorded.
     #[serde(default)]
     pub txn_range: Option<u64>,
+    /// The allocator that served this process's heap ("mimalloc", as
+    /// `ringkv-server` uses, or "system"); null in files from before it was
+    /// recorded.
+    #[serde(default)]
+    pub allocator: Option<String>,
 }
 
 /// How a result ended.
@@ -462,6 +467,7 @@ pub mod tests {
                 shards: 0,
                 notes: vec![],
                 txn_range: None,
+                allocator: None,
             },
             results,
             crash: Vec::new(),

@@ -5,7 +5,7 @@
 //! batches of at least one operation, at least one record, a positive rate in
 //! open loop (the CLI checks these before building one; `assert`s here).
 
-use crate::driver::{Pacing, PhasePlan, Stop};
+use crate::driver::{Pacing, PhasePlan, Progress, Stop};
 use crate::record::RecordShape;
 use std::time::Duration;
 
@@ -28,7 +28,8 @@ pub struct Settings {
     pub pacing: Pacing,
     pub seed: u64,
     pub shape: RecordShape,
-    pub progress: bool,
+    /// How each phase shows its progress while it runs.
+    pub progress: Progress,
     /// The sweep's N values.
     pub sweep_sizes: Vec<u64>,
     /// What one sweep item is (the document's, or YCSB-style records).
@@ -112,7 +113,7 @@ pub mod tests {
                 field_count: 2,
                 field_length: 10,
             },
-            progress: false,
+            progress: Progress::Off,
             sweep_sizes: vec![50, 120],
             sweep_items: crate::workloads::sweep::ItemShape::Document,
             sweep_warmup_ops: 20,

@@ -135,3 +135,91 @@ fn a_png_name_gives_a_png() {
         Err(e) => assert!(e.to_string().contains("no system fonts"), "{e}"),
     }
 }
+
+/// The pieces of each legend sample line of the latency panel, by label:
+/// the polylines drawn after the legend's text (plotters draws a legend's
+/// samples last) that lie in the sample's slot left of the label.
+fn legend_samples(svg: &str) -> Vec<(String, usize)> {
+    let doc = roxmltree::Document::parse(svg).expect("xml");
+    let nodes: Vec<roxmltree::Node> = doc.descendants().filter(|n| n.is_element()).collect();
+    let num = |n: &roxmltree::Node, a: &str| -> f64 {
+        n.attribute(a)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    let mut out = Vec::new();
+    for (i, label) in nodes.iter().enumerate() {
+        let Some(text) = label.text().filter(|t| t.contains(" — ")) else {
+            continue;
+        };
+        if !label.has_tag_name("text") {
+            continue;
+        }
+        // The sample is level with the middle of its label's line.
+        let (tx, ty) = (num(label, "x"), num(label, "y"));
+        let mid = ty + num(label, "font-size") / 2.0;
+        let pieces = nodes[i + 1..]
+            .iter()
+            .filter(|n| n.has_tag_name("polyline"))
+            .filter(|n| {
+                let points: Vec<(f64, f64)> = n
+                    .attribute("points")
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .filter_map(|p| {
+                        let (x, y) = p.split_once(',')?;
+                        Some((x.parse().ok()?, y.parse().ok()?))
+                    })
+                    .collect();
+                !points.is_empty()
+                    && points
+                        .iter()
+                        .all(|&(x, y)| x >= tx - 32.0 && x < tx && (y - mid).abs() < 4.0)
+            })
+            .count();
+        out.push((text.trim().to_string(), pieces));
+    }
+    out
+}
+
+#[test]
+fn a_dashed_series_has_a_dashed_legend_sample() {
+    let report = fixture("putget.json");
+    let samples: Vec<(String, usize)> = legend_samples(&svg_of(&report).expect("chart"))
+        .into_iter()
+        .filter(|(label, _)| label.starts_with("put — ") || label.starts_with("get — "))
+        .collect();
+    assert_eq!(samples.len(), 12, "{samples:?}");
+    // The first line style (sas none, the first rows) is solid: one piece.
+    // The others are dashed, and their samples are separate dashes too.
+    for (label, pieces) in &samples {
+        if label.ends_with("sas none") {
+            assert_eq!(*pieces, 1, "{label}: {samples:?}");
+        } else {
+            assert!(*pieces >= 2, "{label} is dashed: {samples:?}");
+        }
+    }
+}
+
+#[test]
+fn ycsb_operations_each_get_their_own_colour() {
+    let report = fixture("ycsb.json");
+    let svg = svg_of(&report).expect("chart");
+    let doc = roxmltree::Document::parse(&svg).expect("xml");
+    // The latency lines (and their legend samples) are the 2-pixel lines.
+    let colours: std::collections::BTreeSet<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline") && n.attribute("stroke-width") == Some("2"))
+        .filter_map(|n| n.attribute("stroke"))
+        .collect();
+    let measured = report
+        .results
+        .iter()
+        .filter(|r| r.operation != "load" && r.status != loadgen::report::Status::Unsupported)
+        .count();
+    assert_eq!(
+        measured, 9,
+        "the fixture has YCSB's nine measured operations"
+    );
+    assert_eq!(colours.len(), measured, "{colours:?}");
+}

@@ -163,6 +163,7 @@ fn rendered(outcome: &CrashOutcome, workload: &str) -> String {
             shards: 2,
             notes: Vec::new(),
             txn_range: Some(200),
+            allocator: None,
         },
         results: outcome.rows.clone(),
         crash: vec![outcome.summary.clone()],

@@ -86,6 +86,9 @@ fn main_job_runs_embedded_and_reports() {
     let wal = sync_put.wal_device().expect("WAL device counters");
     assert!(wal.bytes_written > 0 && wal.ios > 0, "{wal:?}");
 
+    // The binary allocates with mimalloc, as ringkv-server does.
+    assert_eq!(report.run.allocator.as_deref(), Some("mimalloc"));
+
     let svg_text = std::fs::read_to_string(&svg).expect("svg");
     assert!(svg_text.starts_with("<svg"));
 
@@ -100,6 +103,79 @@ fn main_job_runs_embedded_and_reports() {
     assert!(
         cmp_out.contains("delta") && cmp_out.contains("+0%"),
         "{cmp_out}"
+    );
+}
+
+/// With stderr a pipe, a phase longer than --progress-every prints
+/// progress lines while it runs, not only its result at the end.
+#[test]
+fn a_piped_run_prints_progress_lines_during_a_phase() {
+    let out = loadgen()
+        .args(["--device-profile", "nvme", "--durability", "none"])
+        .args(["--threads", "2", "--batch", "50", "--records", "1K"])
+        .args(["--warmup", "0", "--duration", "1500ms", "--timeout", "60s"])
+        .args(["--progress-every", "100ms"])
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run loadgen");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "loadgen failed: {stderr}");
+    // The put phase lasts 1.5 s, fifteen intervals: it cannot end silent.
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("loadgen: nvme put: ") && l.contains(" ops done, "))
+        .collect();
+    assert!(
+        !lines.is_empty(),
+        "no progress line for the put phase:\n{stderr}"
+    );
+    assert!(lines.iter().all(|l| l.contains("(measuring)")), "{lines:?}");
+
+    // The sweep on the in-process engine runs its own client loops, not the
+    // driver's phases: it prints progress lines too.
+    let out = loadgen()
+        .args(["--workload", "sweep", "--device", "unthrottled"])
+        .args(["--sweep-sizes", "100K", "--progress-every", "10ms"])
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run loadgen");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "loadgen failed: {stderr}");
+    assert!(
+        stderr.lines().any(
+            |l| l.starts_with("loadgen: unthrottled write 100K: ") && l.contains(" ops done, ")
+        ),
+        "no progress line for the sweep's write phase:\n{stderr}"
+    );
+}
+
+/// The duration flags take a bare number of seconds and a number with a
+/// unit, and a bad one is refused naming the flag.
+#[test]
+fn duration_flags_take_seconds_or_units() {
+    let out = loadgen()
+        .args([
+            "--server",
+            "127.0.0.1:1",
+            "--timeout",
+            "10s",
+            "--device",
+            "sas",
+        ])
+        .output()
+        .expect("run loadgen");
+    // Parsed (10s is fine); refused later for --device with --server.
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("embedded server only"));
+    let out = loadgen()
+        .args(["--crash-every", "10x"])
+        .output()
+        .expect("run loadgen");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--crash-every") && stderr.contains("10x"),
+        "{stderr}"
     );
 }
 

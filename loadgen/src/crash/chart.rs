@@ -33,8 +33,16 @@ pub fn svg(runs: &[CrashSummary]) -> Result<String, String> {
             .map_err(|e| e.to_string())?;
         for (run, area) in runs.iter().zip(body.split_evenly((runs.len(), 1))) {
             let (top, bottom) = area.split_vertically(PANEL_HEIGHT);
-            draw_panel(&top, run, "throughput, ops/s", |p| p.ops_per_sec)?;
-            draw_panel(&bottom, run, "batch p99, µs", |p| p.p99_us)?;
+            draw_panel(
+                &top,
+                run,
+                "throughput, ops/s",
+                crate::plot::human_count,
+                |p| p.ops_per_sec,
+            )?;
+            draw_panel(&bottom, run, "batch p99", crate::plot::human_us, |p| {
+                p.p99_us
+            })?;
         }
         root.present().map_err(|e| e.to_string())?;
     }
@@ -45,6 +53,7 @@ fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     run: &CrashSummary,
     what: &str,
+    tick_label: fn(f64) -> String,
     value: impl Fn(&super::timeline::TimelinePoint) -> f64,
 ) -> Result<(), String> {
     let e = |x: &dyn std::fmt::Display| x.to_string();
@@ -77,8 +86,9 @@ fn draw_panel<DB: DrawingBackend>(
         .map_err(|x| e(&x))?;
     chart
         .configure_mesh()
-        .x_desc("seconds since start")
-        .y_label_formatter(&|v| crate::plot::human_count(*v))
+        .x_desc("time since start")
+        .x_label_formatter(&|v| crate::plot::human_us(*v * 1e6))
+        .y_label_formatter(&|v| tick_label(*v))
         .x_labels(12)
         .y_labels(5)
         .draw()
@@ -130,5 +140,40 @@ mod tests {
         assert!(kill_lines >= 4, "{kill_lines} kill lines\n{text}");
         assert!(roxmltree::Document::parse(&text).is_ok());
         assert!(svg(&[]).is_err());
+    }
+
+    /// The p99 panel's axis is in time units: 1.5 s, not "1.5M" (µs);
+    /// the throughput panel keeps plain counts; the time axis reads 10 s.
+    #[test]
+    fn the_latency_axis_reads_in_time_units() {
+        let mut run = crate::crash::report::tests::sample(0);
+        run.timeline = (0..20)
+            .map(|i| crate::crash::timeline::TimelinePoint {
+                at_s: i as f64 * 2.0,
+                ops_per_sec: 2_000_000.0,
+                p99_us: if i == 10 { 1_500_000.0 } else { 800.0 },
+            })
+            .collect();
+        let text = svg(&[run]).expect("draws");
+        let doc = roxmltree::Document::parse(&text).expect("xml");
+        let labels: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .filter_map(|n| n.text())
+            .map(str::trim)
+            .collect();
+        let p99_panel = labels
+            .iter()
+            .position(|l| l.contains("batch p99"))
+            .expect("the p99 panel's caption");
+        let (throughput, p99) = labels.split_at(p99_panel);
+        assert!(p99.contains(&"1.5 s"), "{p99:?}");
+        assert!(p99.contains(&"500 ms"), "{p99:?}");
+        assert!(!p99.iter().any(|l| l.ends_with('M')), "{p99:?}");
+        // Throughput ticks stay counts.
+        assert!(throughput.contains(&"2M"), "{throughput:?}");
+        // The time axis is in seconds too (0 to 38 s), not "10.0".
+        assert!(p99.contains(&"10 s"), "{p99:?}");
+        assert!(!p99.iter().any(|l| l.ends_with(".0")), "{p99:?}");
     }
 }

@@ -102,6 +102,18 @@ pub async fn run(
     let handles: Vec<_> = (0..s.threads)
         .map(|i| tokio::spawn(clients::client(shared.clone(), i, mix)))
         .collect();
+    // Kills come every --crash-every; a log also gets a line between them.
+    let lines = {
+        let shared = shared.clone();
+        let start = tokio::time::Instant::now();
+        crate::driver::progress_lines(
+            s.progress,
+            &format!("{} {} crash run {workload}", on.profile, on.durability),
+            start,
+            start,
+            move || shared.timeline.total_ops(),
+        )
+    };
     let mut crashes = Vec::new();
     let mut rng = Rng::new(s.seed, 0xC8A5);
     let mut active = Duration::ZERO;
@@ -115,6 +127,7 @@ pub async fn run(
     }
     tokio::time::sleep(plan.duration.saturating_sub(active)).await;
     pause(&shared, plan.timeout).await;
+    drop(lines);
     // The last life ends with the clients: its reading is exact.
     lives.end(Some(snapshot(&shared).await?));
     let final_audit = read_back(&shared, mix, None).await?;

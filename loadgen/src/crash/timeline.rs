@@ -63,6 +63,12 @@ impl Timeline {
         b[index].hist.record(latency);
     }
 
+    /// Operations recorded so far, in all buckets.
+    pub fn total_ops(&self) -> u64 {
+        let b = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        b.iter().map(|bucket| bucket.ops).sum()
+    }
+
     /// Throughput and p99 over `[from, to)` (seconds since the start).
     pub fn window(&self, from_s: f64, to_s: f64) -> Window {
         let w = self.width.as_secs_f64();
@@ -121,6 +127,7 @@ mod tests {
             30,
             Duration::from_micros(900),
         );
+        assert_eq!(t.total_ops(), 80);
         let p = t.points(0.5);
         assert_eq!(p.len(), 5);
         assert!((p[0].ops_per_sec - 500.0).abs() < 1e-6);

@@ -218,7 +218,7 @@ mod tests {
             stop,
             pacing: Pacing::Closed,
             batch: 7,
-            progress: false,
+            progress: crate::driver::Progress::Off,
         }
     }
 

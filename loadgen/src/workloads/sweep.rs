@@ -257,7 +257,7 @@ impl<T: Target> SweepTarget<'_, T> {
                 let plan = s.exhaust_plan(label, count, s.pacing);
                 run_phase(*target, &plan, works).await
             }
-            SweepTarget::Engine(target) => engine_phase(target, works).await,
+            SweepTarget::Engine(target) => engine_phase(target, s, &label, works).await,
         }
     }
 }
@@ -357,6 +357,7 @@ async fn engine_client_loop(
     mut work: SweepWork,
     handle: engine::Handle,
     stop: Arc<std::sync::atomic::AtomicBool>,
+    ops_done: Arc<std::sync::atomic::AtomicU64>,
 ) -> ClientRun {
     let mut run = ClientRun {
         op: work.op,
@@ -397,6 +398,7 @@ async fn engine_client_loop(
         t.hist.record(done - started);
         t.ops += numbers.len() as u64;
         t.steps += 1;
+        ops_done.fetch_add(numbers.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let results = match answer {
             Ok(results) => results,
             Err(e) => {
@@ -433,9 +435,20 @@ impl Drop for StopOnDrop {
 /// engine's shard threads, merged into the driver's outcome shape.
 async fn engine_phase(
     target: &crate::engine_target::EngineTarget,
+    s: &Settings,
+    label: &str,
     works: Vec<SweepWork>,
 ) -> Result<crate::driver::PhaseOutcome, DriverError> {
     let before = ServerSnapshot::parse(&target.connect().await?.stats().await?)?;
+    // Operations done by all client loops, for the progress lines.
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let start = tokio::time::Instant::now();
+    let lines = {
+        let done = done.clone();
+        crate::driver::progress_lines(s.progress, label, start, start, move || {
+            done.load(std::sync::atomic::Ordering::Relaxed)
+        })
+    };
     let slots: Vec<std::sync::Mutex<Option<SweepWork>>> = works
         .into_iter()
         .map(|w| std::sync::Mutex::new(Some(w)))
@@ -453,15 +466,17 @@ async fn engine_phase(
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .take();
             let flag = flag.clone();
+            let done = done.clone();
             async move {
                 match work {
-                    Some(work) => Some(engine_client_loop(work, handle, flag).await),
+                    Some(work) => Some(engine_client_loop(work, handle, flag, done).await),
                     None => None,
                 }
             }
         })
         .await?;
     drop(stop);
+    drop(lines);
     let after = ServerSnapshot::parse(&target.connect().await?.stats().await?)?;
     let mut tallies = crate::driver::Tallies::new();
     let mut first = None;
