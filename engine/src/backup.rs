@@ -513,7 +513,13 @@ fn copy_shard(
     let mut last_lsn = None;
     for (path, seq) in &cut.segments {
         let dst = to.segment(*seq);
-        copier.copy(path, &dst, u64::MAX)?;
+        // Only the flushes (segments are made full-size in advance: a
+        // 64 MiB file may hold a few KiB); the copy is then grown to the
+        // file's size, the rest a hole that reads as zeroes, as recovery
+        // expects of a used segment.
+        let (used, _, file_len) = flush_end(path, src.shard as u32, *seq, last_lsn)?;
+        copier.copy(path, &dst, used)?;
+        grow(&dst, file_len)?;
         match trim_segment(&dst, src.shard as u32, *seq, last_lsn)? {
             Some(last) => last_lsn = Some(last),
             None => {
@@ -559,8 +565,45 @@ fn trim_segment(
     seq: u64,
     prev_lsn: Option<u64>,
 ) -> Result<Option<u64>, BackupError> {
+    let (end, last, file_len) = flush_end(path, shard, seq, prev_lsn)?;
+    if last.is_some() && end < file_len {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(io_err("open", path))?;
+        // Cut and grow back: the rest reads as zeroes, "never written".
+        f.set_len(end).map_err(io_err("truncate", path))?;
+        f.set_len(file_len).map_err(io_err("truncate", path))?;
+        f.sync_all().map_err(io_err("fsync", path))?;
+    }
+    Ok(last)
+}
+
+/// Makes the copy at `path` `len` bytes long (a hole after what was
+/// copied), durably.
+fn grow(path: &Path, len: u64) -> Result<(), BackupError> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io_err("open", path))?;
+    if f.metadata().map_err(io_err("stat", path))?.len() < len {
+        f.set_len(len).map_err(io_err("truncate", path))?;
+        f.sync_all().map_err(io_err("fsync", path))?;
+    }
+    Ok(())
+}
+
+/// Scans a WAL segment's flushes as recovery does: returns the end of the
+/// last complete one that continues `prev_lsn`, its last LSN (`None`: no
+/// flush continues it), and the file's length.
+fn flush_end(
+    path: &Path,
+    shard: u32,
+    seq: u64,
+    prev_lsn: Option<u64>,
+) -> Result<(u64, Option<u64>, u64), BackupError> {
     let disk = OverlayDisk::new();
-    let (end, last, file_len) = pollster::block_on(async {
+    pollster::block_on(async {
         let file = disk.open(path, false).await?;
         let mut win = FileWindow::new(&file, path).await?;
         let identity = SegmentIdentity { shard, seq };
@@ -575,16 +618,5 @@ fn trim_segment(
         }
         io::Result::Ok((pos, last, win.file_len()))
     })
-    .map_err(io_err("read", path))?;
-    if last.is_some() && end < file_len {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(io_err("open", path))?;
-        // Cut and grow back: the rest reads as zeroes, "never written".
-        f.set_len(end).map_err(io_err("truncate", path))?;
-        f.set_len(file_len).map_err(io_err("truncate", path))?;
-        f.sync_all().map_err(io_err("fsync", path))?;
-    }
-    Ok(last)
+    .map_err(io_err("read", path))
 }

@@ -373,6 +373,78 @@ fn backup_refuses_a_used_directory_and_a_second_backup_at_once() {
     engine.shutdown().unwrap();
 }
 
+/// A small data set makes a small backup: of the WAL segments (made
+/// full-size in advance) only the flushes are copied, and the copies keep
+/// their size as holes, which recovery reads as zeroes.
+#[test]
+fn a_backup_copies_the_used_part_of_wal_segments() {
+    use std::os::unix::fs::MetadataExt;
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let config = engine_config(&data, Tier::Memory);
+    let segment = config.storage.wal_segment_size.0;
+    let engine = Engine::open(&config).unwrap();
+    let handle = engine.handle();
+    let ops = (0..7)
+        .map(|i| Op::Put {
+            key: Bytes::from(format!("k{i}")),
+            value: Bytes::from_static(b"v"),
+        })
+        .collect();
+    handle.batch_blocking(ops).unwrap();
+    let dest = root.path().join("backup");
+    let report = handle
+        .backup(
+            &BackupOptions {
+                dest: dest.clone(),
+                rate_bytes_per_sec: 0,
+            },
+            &mut |_| {},
+        )
+        .unwrap();
+    engine.shutdown().unwrap();
+    assert!(
+        report.progress.bytes < segment,
+        "{} bytes copied for 7 keys ({segment}-byte segments)",
+        report.progress.bytes
+    );
+    let mut segments = 0;
+    for entry in walk(&dest) {
+        if entry.extension().is_some_and(|e| e == "wal") {
+            let m = std::fs::metadata(&entry).unwrap();
+            assert_eq!(m.len(), segment, "{}", entry.display());
+            assert!(m.blocks() * 512 < segment / 2, "{}: {m:?}", entry.display());
+            segments += 1;
+        }
+    }
+    assert!(segments > 0, "no WAL segment in the copy");
+    let restored = Engine::open(&engine_config(&dest, Tier::Memory)).unwrap();
+    for i in 0..7 {
+        let got = restored
+            .handle()
+            .batch_blocking(vec![Op::Get {
+                key: Bytes::from(format!("k{i}")),
+            }])
+            .unwrap();
+        assert_eq!(got, vec![OpResult::Value(Bytes::from_static(b"v"))], "k{i}");
+    }
+    restored.shutdown().unwrap();
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
 /// The real server and CLI: `ringkv backup --to DIR` while clients write,
 /// then a server started on DIR serves every acknowledged write.
 #[test]
@@ -394,6 +466,16 @@ fn cli_backup_of_a_running_server_restores() {
             }
             acked
         });
+        // A relative path would be the server's working directory's.
+        let relative = std::process::Command::new(cli_binary())
+            .args(["--server", &addr.to_string(), "backup", "--to", "backup"])
+            .output()
+            .unwrap();
+        assert!(!relative.status.success());
+        assert!(
+            String::from_utf8_lossy(&relative.stderr).contains("must be absolute"),
+            "{relative:?}"
+        );
         let out = std::process::Command::new(cli_binary())
             .args(["--server", &addr.to_string(), "backup", "--to"])
             .arg(&dest)

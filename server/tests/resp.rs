@@ -719,7 +719,7 @@ fn resp_counters_in_stats_and_metrics() {
         "ringkv_resp_commands_total{command=\"get\"} 2",
         "ringkv_resp_command_errors_total{command=\"get\"} 1",
         "ringkv_resp_commands_total{command=\"unknown\"} 1",
-        "ringkv_resp_connections 1",
+        "ringkv_resp_connections_open 1",
         "ringkv_resp_errors_total 2",
     ] {
         assert!(page.contains(expected), "no {expected:?} in\n{page}");

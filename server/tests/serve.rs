@@ -319,9 +319,34 @@ fn metrics_endpoint_serves_prometheus_text_with_device_labels() {
         "ringkv_device_fsync_seconds_bucket{device=\"wal\",profile=\"sas\",le=\"+Inf\"}",
         "# TYPE ringkv_connections_open gauge",
         "ringkv_connections_accepted_total ",
+        // The process's own, under the names every exporter uses.
+        "# TYPE process_cpu_seconds_total counter",
+        "# TYPE process_resident_memory_bytes gauge",
+        "# TYPE process_virtual_memory_bytes gauge",
+        "# TYPE process_start_time_seconds gauge",
+        "# TYPE process_open_fds gauge",
+        "# TYPE process_max_fds gauge",
     ] {
         assert!(body.contains(needle), "missing {needle:?} in:\n{body}");
     }
+    let sample = |name: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {name} sample"))
+            .parse()
+            .unwrap()
+    };
+    assert!(sample("process_resident_memory_bytes") > 1e6);
+    assert!(sample("process_open_fds") >= 3.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = sample("process_start_time_seconds");
+    assert!(
+        started <= now + 1.0 && started > now - 600.0,
+        "{started} vs {now}"
+    );
     let info = body
         .lines()
         .find(|l| l.starts_with("ringkv_info{"))

@@ -218,6 +218,12 @@ fn a_clean_directory_verifies_and_inspect_lists_its_shards() {
             listing.contains(&format!("tier {}", tier.as_str())),
             "{listing}"
         );
+        // The two hashes by their own names: routing (shard of a key) and
+        // the tables' (keyed SipHash on a new directory).
+        assert!(
+            listing.contains("routing hash fnv1a64, table hash siphash-1-3"),
+            "{listing}"
+        );
         if tier == Tier::Hybrid {
             assert!(listing.contains("value segments:"), "{listing}");
             assert!(out.contains("% live"), "{out}");

@@ -69,6 +69,16 @@ pub async fn native_backup(handle: &engine::Handle, dest: &[u8], rate: u64) -> O
             message: "the BACKUP path is not UTF-8".into(),
         };
     };
+    // The server resolves a relative path in its own working directory,
+    // which the client neither sees nor chose: refused, never guessed.
+    if !std::path::Path::new(dest).is_absolute() {
+        return OpReply::Error {
+            status: Status::BadRequest,
+            message: format!(
+                "the BACKUP path must be absolute (got {dest:?}): the server would resolve it in its own working directory, not the client's"
+            ),
+        };
+    }
     let handle = handle.clone();
     let opts = BackupOptions {
         dest: PathBuf::from(dest),

@@ -19,6 +19,7 @@ use crate::shard::{DeviceFacts, Shared};
 /// Renders the whole page.
 pub fn render(shared: &Shared, engine: &EngineMetrics) -> String {
     let mut p = PromText::new();
+    render_process(&mut p);
     render_server(&mut p, shared);
     render_txn(&mut p, shared);
     for shard in &engine.shards {
@@ -28,6 +29,82 @@ pub fn render(shared: &Shared, engine: &EngineMetrics) -> String {
         render_device(&mut p, shared, device);
     }
     p.render()
+}
+
+/// The process's own figures under the names every Prometheus client
+/// library uses (`process_*`), read from /proc/self: CPU, memory, open
+/// descriptors and their limit, start time. A figure /proc does not give
+/// is left out.
+fn render_process(p: &mut PromText) {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok();
+    // Fields after the parenthesised command name (which may hold spaces):
+    // state is field 3, utime 14, stime 15, starttime 22, vsize 23, rss 24.
+    let fields: Vec<&str> = stat
+        .as_deref()
+        .and_then(|s| s.rsplit_once(')'))
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+    // SAFETY: sysconf only reads the named configuration value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    // SAFETY: as above.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as f64;
+    if let (Some(u), Some(s)) = (field(14), field(15)) {
+        p.counter_float(
+            "process_cpu_seconds_total",
+            "User and system CPU time the process spent, in seconds.",
+            &[],
+            (u + s) as f64 / ticks,
+        );
+    }
+    if let Some(rss) = field(24) {
+        p.gauge(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            &[],
+            rss as f64 * page,
+        );
+    }
+    if let Some(vsize) = field(23) {
+        p.gauge(
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            &[],
+            vsize as f64,
+        );
+    }
+    let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    });
+    if let (Some(boot), Some(start)) = (boot, field(22)) {
+        p.gauge(
+            "process_start_time_seconds",
+            "Start time of the process since the Unix epoch, in seconds.",
+            &[],
+            boot as f64 + start as f64 / ticks,
+        );
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        p.gauge(
+            "process_open_fds",
+            "Open file descriptors.",
+            &[],
+            fds.count() as f64,
+        );
+    }
+    // SAFETY: an all-zero rlimit is a valid value that getrlimit overwrites.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `limit` is a valid, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        p.gauge(
+            "process_max_fds",
+            "Most open file descriptors allowed (the soft limit).",
+            &[],
+            limit.rlim_cur as f64,
+        );
+    }
 }
 
 fn render_txn(p: &mut PromText, shared: &Shared) {
@@ -189,7 +266,7 @@ fn render_connections(p: &mut PromText, shared: &Shared, c: &CountersSnapshot) {
 fn render_resp(p: &mut PromText, shared: &Shared, c: &CountersSnapshot) {
     let resp = crate::resp::RespTotals::of(shared);
     p.gauge(
-        "ringkv_resp_connections",
+        "ringkv_resp_connections_open",
         "RESP (Redis-protocol) connections open now.",
         &[],
         resp.connections_open() as f64,
@@ -316,11 +393,11 @@ fn render_hybrid(
         p.gauge(name, help, l, v as f64);
     }
     render_hybrid_counters(p, l, h);
-    p.gauge(
-        "ringkv_tier_cold_read_p99_seconds",
-        "99th percentile latency of a cold read since start (upper bucket bound).",
+    p.histogram(
+        "ringkv_tier_cold_read_seconds",
+        "Latency of cold reads (records read from a value device).",
         l,
-        latency.quantile(0.99) as f64 / 1e6,
+        &latency_sample(latency, 1e6),
     );
 }
 

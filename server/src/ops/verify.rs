@@ -277,10 +277,11 @@ pub fn render(report: &Report) -> String {
         Ok(m) => {
             let _ = writeln!(
                 t,
-                "manifest: version {}, {} shard(s), hash {}, tier {}",
+                "manifest: version {}, {} shard(s), routing hash {}, table hash {}, tier {}",
                 m.version,
                 m.shard_count,
                 m.hash,
+                m.table_hasher.name(),
                 tier_name(m.tier)
             );
         }
