@@ -73,11 +73,12 @@ impl ConnectArgs {
 
     /// The options these flags describe, with `timeout` for connecting.
     pub fn options(&self, timeout: Duration) -> Result<ConnectOptions, String> {
-        let tls = self.wants_tls().then(|| TlsOptions {
-            ca_file: self.ca.clone(),
-            insecure: self.insecure,
-            server_name: self.tls_server_name.clone(),
-            client_cert: self.cert.clone().zip(self.key.clone()),
+        let tls = self.wants_tls().then(|| {
+            let mut tls = TlsOptions::new().with_insecure(self.insecure);
+            tls.ca_file = self.ca.clone();
+            tls.server_name = self.tls_server_name.clone();
+            tls.client_cert = self.cert.clone().zip(self.key.clone());
+            tls
         });
         let password = self.password()?;
         if self.user.is_some() && password.is_none() {

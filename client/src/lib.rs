@@ -51,10 +51,8 @@
 //! use std::time::Duration;
 //! use ringkv_client::{Client, ConnectOptions, TlsOptions};
 //!
-//! let mut tls = TlsOptions::default();
-//! tls.ca_file = Some("ca.pem".into());
 //! let options = ConnectOptions::new()
-//!     .with_tls(tls)
+//!     .with_tls(TlsOptions::new().with_ca_file("ca.pem"))
 //!     .with_user("app")
 //!     .with_password(std::fs::read("password").unwrap_or_default())
 //!     .with_timeout(Duration::from_secs(5));

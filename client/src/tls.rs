@@ -16,8 +16,16 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 
-/// How the client sets up TLS.
+/// How the client sets up TLS. Built with [`TlsOptions::new`] and the
+/// `with_*` setters (fields added later do not break callers):
+///
+/// ```
+/// use ringkv_client::TlsOptions;
+/// let tls = TlsOptions::new().with_ca_file("/etc/ringkv/ca.pem");
+/// assert!(!tls.insecure);
+/// ```
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct TlsOptions {
     /// PEM file of the CA certificate(s) that signed the server's certificate.
     pub ca_file: Option<PathBuf>,
@@ -86,6 +94,40 @@ pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsSetupError> {
 }
 
 impl TlsOptions {
+    /// No CA, no client certificate: give one of [`TlsOptions::with_ca_file`]
+    /// or [`TlsOptions::with_insecure`] before connecting.
+    pub fn new() -> TlsOptions {
+        TlsOptions::default()
+    }
+
+    /// Trust the CA certificate(s) in this PEM file.
+    pub fn with_ca_file(mut self, path: impl Into<PathBuf>) -> TlsOptions {
+        self.ca_file = Some(path.into());
+        self
+    }
+
+    /// Accept any server certificate (a self-signed test server only).
+    pub fn with_insecure(mut self, insecure: bool) -> TlsOptions {
+        self.insecure = insecure;
+        self
+    }
+
+    /// Check the certificate against this name (and send it as SNI).
+    pub fn with_server_name(mut self, name: impl Into<String>) -> TlsOptions {
+        self.server_name = Some(name.into());
+        self
+    }
+
+    /// Present this certificate chain and key (PEM files).
+    pub fn with_client_cert(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> TlsOptions {
+        self.client_cert = Some((cert.into(), key.into()));
+        self
+    }
+
     /// The rustls client configuration these options describe.
     pub fn client_config(&self) -> Result<ClientConfig, TlsSetupError> {
         let builder = ClientConfig::builder_with_provider(provider())

@@ -121,11 +121,8 @@ type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 /// A RESP client over TLS, trusting `ca`, with an optional client
 /// certificate.
 fn tls(addr: SocketAddr, ca: &Path, client_cert: Option<(PathBuf, PathBuf)>) -> Resp<TlsStream> {
-    let options = TlsOptions {
-        ca_file: Some(ca.to_path_buf()),
-        client_cert,
-        ..TlsOptions::default()
-    };
+    let mut options = TlsOptions::new().with_ca_file(ca);
+    options.client_cert = client_cert;
     let config = Arc::new(options.client_config().unwrap());
     let name = options.server_name("127.0.0.1").unwrap();
     let conn = rustls::ClientConnection::new(config, name).unwrap();
@@ -399,10 +396,7 @@ fn a_stalled_tls_handshake_costs_little_memory() {
             key.display()
         ),
     );
-    let options = TlsOptions {
-        ca_file: Some(ca.pem.clone()),
-        ..TlsOptions::default()
-    };
+    let options = TlsOptions::new().with_ca_file(&ca.pem);
     let config = Arc::new(options.client_config().unwrap());
     let hello = || {
         let name = options.server_name("127.0.0.1").unwrap();
@@ -455,10 +449,7 @@ fn a_stalled_tls_handshake_costs_little_memory() {
 fn ping_works_tls(addr: SocketAddr, ca: &Path) {
     let options = ringkv_client::ConnectOptions::new()
         .with_password(PASSWORD.as_bytes())
-        .with_tls(TlsOptions {
-            ca_file: Some(ca.to_path_buf()),
-            ..TlsOptions::default()
-        })
+        .with_tls(TlsOptions::new().with_ca_file(ca))
         .with_timeout(WAIT);
     with_runtime(async {
         let c = ringkv_client::Client::connect_with(&addr.to_string(), &options)

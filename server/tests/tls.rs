@@ -74,10 +74,10 @@ fn start_tls(extra: &str) -> Setup {
 fn tls_options(ca: Option<&Path>, insecure: bool) -> ConnectOptions {
     ConnectOptions::new()
         .with_password(PASSWORD.as_bytes())
-        .with_tls(TlsOptions {
-            ca_file: ca.map(Path::to_path_buf),
-            insecure,
-            ..TlsOptions::default()
+        .with_tls({
+            let mut tls = TlsOptions::new().with_insecure(insecure);
+            tls.ca_file = ca.map(Path::to_path_buf);
+            tls
         })
         .with_timeout(WAIT)
 }
@@ -230,10 +230,7 @@ fn a_tls_client_on_a_plaintext_port_gets_a_clear_error() {
     let server = start_server(&dir.path().join("d"), &["--shards", "1"]);
     with_runtime(async {
         let options = ConnectOptions::new()
-            .with_tls(TlsOptions {
-                ca_file: Some(ca.pem.clone()),
-                ..TlsOptions::default()
-            })
+            .with_tls(TlsOptions::new().with_ca_file(&ca.pem))
             .with_timeout(WAIT);
         match Client::connect_with(&server.addr.to_string(), &options).await {
             Err(ClientError::TlsHandshake { .. }) => {}
@@ -247,10 +244,7 @@ fn a_tls_client_on_a_plaintext_port_gets_a_clear_error() {
 
 /// HTTPS GET /metrics with a rustls client.
 fn https_get(addr: SocketAddr, ca: &Path, password: Option<&str>) -> String {
-    let options = TlsOptions {
-        ca_file: Some(ca.to_path_buf()),
-        ..TlsOptions::default()
-    };
+    let options = TlsOptions::new().with_ca_file(ca);
     let config = Arc::new(options.client_config().unwrap());
     let name = options.server_name("127.0.0.1").unwrap();
     let conn = rustls::ClientConnection::new(config, name).unwrap();
@@ -313,10 +307,7 @@ fn client_certificates_are_required_when_a_client_ca_is_set() {
     let addr = server.addr.to_string();
     with_runtime(async {
         let mut options = ConnectOptions::new()
-            .with_tls(TlsOptions {
-                ca_file: Some(ca.pem.clone()),
-                ..TlsOptions::default()
-            })
+            .with_tls(TlsOptions::new().with_ca_file(&ca.pem))
             .with_timeout(WAIT);
         // TLS 1.3 reports a missing client certificate after the client's
         // handshake is done: the first exchange fails either way.
