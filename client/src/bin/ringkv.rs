@@ -87,9 +87,11 @@ struct Cli {
     /// Server address (host:port).
     #[arg(long, short, default_value = "127.0.0.1:7379")]
     server: String,
-    /// Seconds to wait for the connection, and for each answer.
-    #[arg(long, default_value_t = 10.0)]
-    timeout: f64,
+    /// How long to wait for the connection, and for each answer: seconds
+    /// (10, 0.5) or a whole number with a unit (250ms, 10s, 2m), as
+    /// loadgen's duration flags and the config file's durations.
+    #[arg(long, default_value = "10", value_parser = parse_duration, value_name = "DURATION")]
+    timeout: Duration,
     #[command(flatten)]
     connect: ConnectArgs,
     #[command(subcommand)]
@@ -286,14 +288,44 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<u8, Failure> {
-    if !(cli.timeout.is_finite() && cli.timeout > 0.0) {
-        return Err(Failure {
-            code: 2,
-            message: format!("--timeout {} must be a positive number", cli.timeout),
-        });
+/// A duration flag: a number of seconds (`10`, `0.5`) or a whole number with
+/// a unit (`ns`, `us`, `ms`, `s`, `m`/`min`, `h`); more than zero.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let bad = || {
+        format!(
+            "{text:?} is not a duration: give seconds (10, 0.5) or a whole number with a unit (250ms, 10s, 2m)"
+        )
+    };
+    let d = if unit.is_empty() {
+        let secs: f64 = number.parse().map_err(|_| bad())?;
+        Duration::try_from_secs_f64(secs).map_err(|_| bad())?
+    } else {
+        let n: u64 = number.parse().map_err(|_| bad())?;
+        let per = match unit {
+            "ns" => Duration::from_nanos(1),
+            "us" => Duration::from_micros(1),
+            "ms" => Duration::from_millis(1),
+            "s" => Duration::from_secs(1),
+            "m" | "min" => Duration::from_secs(60),
+            "h" => Duration::from_secs(3600),
+            _ => return Err(bad()),
+        };
+        per.checked_mul(u32::try_from(n).map_err(|_| bad())?)
+            .ok_or_else(bad)?
+    };
+    if d.is_zero() {
+        return Err(format!("{text:?}: the timeout must be more than zero"));
     }
-    let timeout = Duration::from_secs_f64(cli.timeout);
+    Ok(d)
+}
+
+async fn run(cli: Cli) -> Result<u8, Failure> {
+    let timeout = cli.timeout;
     let options = cli
         .connect
         .options(timeout)
@@ -1017,6 +1049,27 @@ mod tests {
 
     fn key(s: &str) -> Bytes {
         Bytes::from(s.as_bytes().to_vec())
+    }
+
+    /// `--timeout` takes seconds or a unit, as loadgen and the config do.
+    #[test]
+    fn timeouts_take_seconds_or_a_unit() {
+        for (text, want) in [
+            ("10", Duration::from_secs(10)),
+            ("0.5", Duration::from_millis(500)),
+            ("10s", Duration::from_secs(10)),
+            ("250ms", Duration::from_millis(250)),
+            ("2m", Duration::from_secs(120)),
+            ("1h", Duration::from_secs(3600)),
+        ] {
+            assert_eq!(parse_duration(text), Ok(want), "{text}");
+        }
+        for bad in ["", "x", "10parsecs", "1.5s", "-1", "0", "0ms", "ms"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+        let cli = Cli::try_parse_from(["ringkv", "--timeout", "10s", "ping"]).unwrap();
+        assert_eq!(cli.timeout, Duration::from_secs(10));
+        assert!(Cli::try_parse_from(["ringkv", "--timeout", "soon", "ping"]).is_err());
     }
 
     #[test]
