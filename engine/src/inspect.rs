@@ -929,12 +929,16 @@ pub struct TailRepair {
     pub offset: u64,
     /// Bytes zeroed: `offset` up to the last non-zero block.
     pub bytes: u64,
-    /// Complete flushes (and their records) in the dropped range: data
-    /// that was acknowledged once and is given up.
+    /// Complete flushes (and their records) in the dropped range with
+    /// records the newest snapshot does not hold: data that was
+    /// acknowledged once and is given up.
     pub flushes: u64,
     pub records: u64,
     /// LSNs of those records, if any.
     pub lsns: Option<(u64, u64)>,
+    /// Records in the dropped range that the newest snapshot holds (lost
+    /// from the log, not from the data).
+    pub covered_records: u64,
     /// Why the flush at `offset` is damaged.
     pub reason: String,
 }
@@ -971,16 +975,16 @@ pub fn plan_wal_tail_repair(report: &Report) -> (Vec<TailRepair>, Vec<Problem>) 
             } else {
                 match count_dropped(
                     &s.path,
-                    shard.shard,
-                    s.seq,
-                    *flush_start,
-                    *nonzero_end,
+                    (shard.shard, s.seq),
+                    (*flush_start, *nonzero_end),
                     s.last_lsn.unwrap_or(0),
+                    shard.chain.last().copied().unwrap_or(0),
                 ) {
                     Ok(Dropped {
                         flushes,
                         records,
                         lsns,
+                        covered_records,
                     }) => repairs.push(TailRepair {
                         shard: shard.shard,
                         segment: s.path.clone(),
@@ -989,6 +993,7 @@ pub fn plan_wal_tail_repair(report: &Report) -> (Vec<TailRepair>, Vec<Problem>) 
                         flushes,
                         records,
                         lsns,
+                        covered_records,
                         reason: reason.clone(),
                     }),
                     Err(e) => refused.push(problem(
@@ -1009,44 +1014,47 @@ struct Dropped {
     flushes: u64,
     records: u64,
     lsns: Option<(u64, u64)>,
+    covered_records: u64,
 }
 
 /// Complete flushes with LSNs after `after_lsn` at the block boundaries of
-/// `[from, to)`.
+/// `[from, to)` (of segment `seq` of `shard`). A record is lost unless the
+/// newest snapshot (through `covered_lsn`) holds it; a flush's records
+/// have one LSN each, `first_lsn..=last_lsn`.
 fn count_dropped(
     path: &Path,
-    shard: u32,
-    seq: u64,
-    from: u64,
-    to: u64,
+    (shard, seq): (u32, u64),
+    (from, to): (u64, u64),
     after_lsn: u64,
+    covered_lsn: u64,
 ) -> std::io::Result<Dropped> {
     let disk = OverlayDisk::new();
     pollster::block_on(async {
         let file = disk.open(path, false).await?;
         let mut win = FileWindow::new(&file, path).await?;
         let identity = SegmentIdentity { shard, seq };
-        let (mut flushes, mut records, mut lsns) = (0u64, 0u64, None::<(u64, u64)>);
+        let mut d = Dropped::default();
         let mut at = from;
         while at < to {
             match scan_flush(&mut win, at, identity).await? {
                 FlushScan::Complete(info) if info.first_lsn > after_lsn => {
-                    flushes += 1;
-                    records += u64::from(info.records);
-                    lsns = Some(match lsns {
-                        None => (info.first_lsn, info.last_lsn),
-                        Some((a, b)) => (a.min(info.first_lsn), b.max(info.last_lsn)),
-                    });
+                    let first = info.first_lsn.max(covered_lsn + 1);
+                    let lost = info.last_lsn.saturating_add(1).saturating_sub(first);
+                    d.covered_records += u64::from(info.records).saturating_sub(lost);
+                    if lost > 0 {
+                        d.flushes += 1;
+                        d.records += lost;
+                        d.lsns = Some(match d.lsns {
+                            None => (first, info.last_lsn),
+                            Some((a, b)) => (a.min(first), b.max(info.last_lsn)),
+                        });
+                    }
                     at = info.end;
                 }
                 _ => at += BLOCK_BYTES as u64,
             }
         }
-        Ok(Dropped {
-            flushes,
-            records,
-            lsns,
-        })
+        Ok(d)
     })
 }
 

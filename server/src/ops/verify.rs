@@ -243,14 +243,22 @@ pub fn describe_drop(r: &TailRepair) -> String {
         Some((a, b)) => format!("LSNs {a}..={b}"),
         None => "no complete record".to_string(),
     };
+    let covered = if r.covered_records > 0 {
+        format!(
+            " ({} more record(s) there are held by the newest snapshot)",
+            r.covered_records
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "drop: shard {} segment {} from offset {} ({} bytes): {} complete flush(es), {} record(s), {lsns}; damage there: {}",
+        "drop: shard {} segment {} from offset {} ({} bytes): {} record(s) lost in {} complete flush(es), {lsns}{covered}; damage there: {}",
         r.shard,
         r.segment.display(),
         r.offset,
         r.bytes,
-        r.flushes,
         r.records,
+        r.flushes,
         r.reason
     )
 }
