@@ -164,11 +164,17 @@ impl Engine {
             backend,
             inbox_depth: config.limits.shard_queue_depth as usize,
             ring_depth: config.io.queue_depth,
+            placement: tunables::CpuPlacement::parse(&config.io.cpus).map_err(|reason| {
+                EngineError::Config {
+                    reason: format!("io.cpus: {reason}"),
+                }
+            })?,
         };
         let shards = launch.start()?;
         let shared = Arc::new(EngineShared {
             engine_id: shards.engine_id,
             shard_count,
+            cpus: shards.cpus,
             inboxes: shards.inboxes,
             closed: shards.closed,
             controls: shards.controls,
@@ -254,6 +260,12 @@ impl Engine {
     /// A snapshot of every counter: per shard and per device.
     pub fn metrics(&self) -> EngineMetrics {
         self.shared.metrics()
+    }
+
+    /// The CPU each shard thread is pinned to, by shard (`None`: not
+    /// pinned; `io.cpus`).
+    pub fn shard_cpus(&self) -> &[Option<usize>] {
+        &self.shared.cpus
     }
 
     pub fn backend(&self) -> BackendKind {
@@ -580,12 +592,71 @@ struct Launch<'a, D: Disk> {
     inbox_depth: usize,
     /// Entries of a shard's io_uring.
     ring_depth: u32,
+    /// `io.cpus`.
+    placement: tunables::CpuPlacement,
+}
+
+/// The CPU each shard thread is pinned to (`None`: not pinned), for
+/// `placement` among the CPUs `allowed` (the process's affinity mask).
+/// `auto` starts at a CPU chosen from the process id and `engine_id`, so
+/// processes (and engines in one process) that share CPUs do not all put
+/// their shard 0 on the first one.
+fn shard_cpus(
+    placement: &tunables::CpuPlacement,
+    allowed: &[usize],
+    shard_count: usize,
+    engine_id: u64,
+) -> Result<Vec<Option<usize>>, EngineError> {
+    match placement {
+        tunables::CpuPlacement::Off => Ok(vec![None; shard_count]),
+        tunables::CpuPlacement::Auto if allowed.is_empty() => Ok(vec![None; shard_count]),
+        tunables::CpuPlacement::Auto => {
+            let start = (u64::from(std::process::id()) + engine_id) as usize % allowed.len();
+            Ok((0..shard_count)
+                .map(|s| Some(allowed[(start + s) % allowed.len()]))
+                .collect())
+        }
+        tunables::CpuPlacement::List(cpus) => {
+            if let Some(cpu) = cpus.iter().find(|c| !allowed.contains(c)) {
+                return Err(EngineError::Config {
+                    reason: format!(
+                        "io.cpus names CPU {cpu}, which this process may not run on (its affinity mask: {})",
+                        cpu_list(allowed)
+                    ),
+                });
+            }
+            Ok((0..shard_count)
+                .map(|s| Some(cpus[s % cpus.len()]))
+                .collect())
+        }
+    }
+}
+
+/// `[0, 1, 2, 5]` as "0-2,5".
+fn cpu_list(cpus: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}-{}", cpus[i], cpus[j])
+        } else {
+            cpus[i].to_string()
+        });
+        i = j + 1;
+    }
+    out.join(",")
 }
 
 /// The shard threads, started and recovered, and what the engine keeps of
 /// each.
 struct Shards {
     engine_id: u64,
+    /// The CPU each shard thread is pinned to.
+    cpus: Vec<Option<usize>>,
     clock: Arc<CommitClock>,
     txn_stats: Arc<crate::metrics::TxnStats>,
     inboxes: Vec<flume::Sender<ShardMsg>>,
@@ -601,14 +672,30 @@ impl<D: Disk> Launch<'_, D> {
     /// recovered; on a failure, stops them all and returns the first error.
     fn start(self) -> Result<Shards, EngineError> {
         let shard_count = self.shard_count;
-        let core_ids = core_affinity::get_core_ids().unwrap_or_default();
+        let allowed: Vec<usize> = core_affinity::get_core_ids()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let txn_floors: Arc<[AtomicU64]> = (0..shard_count).map(|_| AtomicU64::new(0)).collect();
         let exchange = Arc::new(crate::txn::recovery::Exchange::new(shard_count));
         let engine_id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
         let mesh = crate::mesh::Mesh::new(engine_id, shard_count, self.inbox_depth);
+        let cpus = shard_cpus(&self.placement, &allowed, shard_count, engine_id)?;
+        tracing::info!(
+            engine = engine_id,
+            cpus = %cpus
+                .iter()
+                .map(|c| c.map_or("-".to_string(), |c| c.to_string()))
+                .collect::<Vec<_>>()
+                .join(","),
+            allowed = %cpu_list(&allowed),
+            "shard threads placed (shard i on the i-th CPU; - = not pinned)"
+        );
         let mut shards = Shards {
             engine_id,
+            cpus: cpus.clone(),
             clock: Arc::new(CommitClock::new()),
             txn_stats: Arc::new(crate::metrics::TxnStats::default()),
             inboxes: Vec::new(),
@@ -618,7 +705,7 @@ impl<D: Disk> Launch<'_, D> {
             stats: Vec::new(),
             threads: Vec::new(),
         };
-        for shard in 0..shard_count {
+        for (shard, cpu) in cpus.iter().enumerate() {
             let (inbox_tx, inbox_rx) = flume::bounded(self.inbox_depth);
             let (control_tx, control_rx) = flume::bounded(CONTROL_QUEUE_DEPTH);
             let (halt_tx, halt_rx) = flume::bounded(1);
@@ -647,7 +734,7 @@ impl<D: Disk> Launch<'_, D> {
                 ready: ready_tx.clone(),
                 backend: self.backend,
                 queue_depth: self.ring_depth,
-                core_id: (!core_ids.is_empty()).then(|| core_ids[shard % core_ids.len()]),
+                core_id: cpu.map(|id| core_affinity::CoreId { id }),
             };
             let spawned = std::thread::Builder::new()
                 // At most 15 bytes: the kernel cuts a thread's name there,
@@ -889,6 +976,39 @@ impl Handle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `auto` uses every allowed CPU, starting at one that moves from engine
+    /// to engine (and process to process), so two one-shard engines on a
+    /// two-CPU mask do not share a CPU; a list must stay inside the mask.
+    #[test]
+    fn shard_cpus_spread_within_the_mask() {
+        use tunables::CpuPlacement;
+        let allowed = [2, 3];
+        let a = shard_cpus(&CpuPlacement::Auto, &allowed, 1, 10).unwrap();
+        let b = shard_cpus(&CpuPlacement::Auto, &allowed, 1, 11).unwrap();
+        assert_ne!(a, b);
+        let mut both = shard_cpus(&CpuPlacement::Auto, &allowed, 2, 10).unwrap();
+        both.sort();
+        assert_eq!(both, [Some(2), Some(3)]);
+        assert_eq!(
+            shard_cpus(&CpuPlacement::Auto, &[], 2, 1).unwrap(),
+            [None, None]
+        );
+        assert_eq!(
+            shard_cpus(&CpuPlacement::Off, &allowed, 2, 1).unwrap(),
+            [None, None]
+        );
+        assert_eq!(
+            shard_cpus(&CpuPlacement::List(vec![3]), &allowed, 3, 1).unwrap(),
+            [Some(3), Some(3), Some(3)]
+        );
+        let e = shard_cpus(&CpuPlacement::List(vec![3, 0]), &allowed, 2, 1).unwrap_err();
+        assert!(
+            e.to_string().contains("CPU 0") && e.to_string().contains("2-3"),
+            "{e}"
+        );
+        assert_eq!(cpu_list(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
+    }
 
     #[test]
     fn hybrid_budgets_split_evenly_across_shards() {

@@ -264,6 +264,12 @@ fn server_facts(
         durability: durability_name(config.storage.durability).to_string(),
         tier: engine.tier().as_str().to_string(),
         shard_count: engine.shard_count(),
+        cpus: engine
+            .shard_cpus()
+            .iter()
+            .map(|c| c.map_or("-".to_string(), |c| c.to_string()))
+            .collect::<Vec<_>>()
+            .join(","),
         resp_listen,
         resp_flush_enabled: config.server.resp_flush_enabled,
         devices: config
@@ -356,6 +362,7 @@ fn log_ready(
         metrics = %metrics.map(|m| m.local_addr().to_string()).unwrap_or_else(|| "off".into()),
         resp = %shared.facts.resp_listen.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
         shards = shared.facts.shard_count,
+        cpus = %shared.facts.cpus,
         durability = %shared.facts.durability,
         tier = %shared.facts.tier,
         backend = %shared.facts.backend,

@@ -35,6 +35,9 @@ pub struct ServerFacts {
     /// `storage.tier`: `memory` or `hybrid`.
     pub tier: String,
     pub shard_count: usize,
+    /// Where the shard threads run: "0,1" (shard i on the i-th CPU), "-"
+    /// for a shard not pinned (`io.cpus`).
+    pub cpus: String,
     /// The RESP listener's address, when enabled.
     pub resp_listen: Option<SocketAddr>,
     /// Whether RESP FLUSHDB/FLUSHALL run (`server.resp_flush_enabled`).

@@ -12,6 +12,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+mod cpus;
 mod error;
 mod load;
 mod profiles;
@@ -20,6 +21,7 @@ mod suggest;
 mod units;
 mod validate;
 
+pub use cpus::{CpuPlacement, CPU_MAX};
 pub use error::{ConfigError, ConfigErrors};
 pub use profiles::{builtin_profile, builtin_profile_names, BURST_WINDOW_SECS};
 pub use schema::{

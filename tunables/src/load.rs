@@ -597,7 +597,7 @@ mod tests {
         let l = lines("[io]\ncompression = true\n");
         assert_eq!(
             l,
-            ["line 2: unknown key 'io.compression' — allowed here: backend, queue_depth"]
+            ["line 2: unknown key 'io.compression' — allowed here: backend, queue_depth, cpus"]
         );
         let l = lines("[devices.wal]\nprofil = \"sas\"\n[profiles.p]\niosp = 5\n");
         assert_eq!(
@@ -924,6 +924,7 @@ count_fsync = false
         want.io = IoConfig {
             backend: Backend::Fallback,
             queue_depth: 64,
+            cpus: "auto".to_string(),
         };
         want.devices.insert(
             "fast".to_string(),

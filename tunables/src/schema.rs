@@ -601,6 +601,14 @@ section! {
         /// io_uring submission queue entries per shard.
         queue_depth: u32 = 256,
             kind None, check Check::Range(8, 4096), note "a power of two";
+        /// Where shard threads run. `"auto"`: each pinned to one of the CPUs the
+        /// process may use (its affinity mask, e.g. from `taskset` or systemd's
+        /// `CPUAffinity=`), shard after shard, starting at a CPU that differs from
+        /// process to process so that servers sharing a machine spread out.
+        /// `"off"`: not pinned (the kernel places them). A list such as `"0-3,6"`:
+        /// shard i on the list's i-th CPU (round-robin); each must be in the mask.
+        cpus: String = "auto".to_string(),
+            kind Some("`\"auto\"`, `\"off\"` or a CPU list"), check Check::NotEmpty("give \"auto\", \"off\" or a CPU list such as \"0-3,6\"");
     }
 }
 

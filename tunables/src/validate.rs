@@ -359,6 +359,11 @@ impl Checker {
     /// Phase two: the rules that tie fields together.
     fn rules(&mut self, c: &Config) {
         self.access_rules(c);
+        if !self.is_bad(&["io.cpus"]) {
+            if let Err(reason) = crate::CpuPlacement::parse(&c.io.cpus) {
+                self.bad_value("io.cpus", quoted(&c.io.cpus), reason);
+            }
+        }
         let s = &c.server;
         if !s.metrics_listen.is_empty() {
             let listen = s.listen.parse::<SocketAddr>();
@@ -767,6 +772,19 @@ mod tests {
             c.io.queue_depth = out;
             assert_one(&c, "io.queue_depth", "out of range, allowed 8..=4096");
         }
+    }
+
+    #[test]
+    fn io_cpus_must_be_auto_off_or_a_cpu_list() {
+        let mut c = Config::default();
+        for good in ["auto", "off", "0", "0-1,3"] {
+            c.io.cpus = good.to_string();
+            assert_eq!(problems(&c), Vec::<(String, String)>::new(), "{good}");
+        }
+        c.io.cpus = "3-1".to_string();
+        assert_one(&c, "io.cpus", "runs backwards");
+        c.io.cpus = "all".to_string();
+        assert_one(&c, "io.cpus", "not a CPU number");
     }
 
     #[test]

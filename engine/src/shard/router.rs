@@ -113,6 +113,8 @@ impl Limits {
 pub(crate) struct EngineShared {
     pub(crate) engine_id: u64,
     pub(crate) shard_count: usize,
+    /// The CPU each shard thread is pinned to (`io.cpus`).
+    pub(crate) cpus: Vec<Option<usize>>,
     pub(crate) inboxes: Vec<flume::Sender<ShardMsg>>,
     /// Set by a shard thread as it ends, before it drains its inbox.
     pub(crate) closed: Vec<Arc<AtomicBool>>,
