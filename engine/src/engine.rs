@@ -212,6 +212,7 @@ impl Engine {
             hot_device = %hot_device.as_ref().map_or("", |d| d.name()),
             "engine open"
         );
+        crate::request_watch::spawn(Arc::downgrade(&shared));
         Ok(Engine {
             shared,
             threads: shards.threads,

@@ -35,6 +35,7 @@ mod engine;
 mod keyspace;
 mod notify;
 mod progress;
+mod request_watch;
 mod shard;
 
 /// The engine's internals: public only with the `internals` feature (the

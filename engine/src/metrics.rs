@@ -162,6 +162,10 @@ pub(crate) struct ShardStats {
     pub(crate) cross_requests: AtomicU64,
     pub(crate) wakeups: AtomicU64,
     pub(crate) cross_in_flight_peak: AtomicU64,
+    /// Messages the shard took from its inbox and from the mesh (the
+    /// request watch reads it: a shard whose inbox waits while this stands
+    /// still is not serving).
+    pub(crate) taken: AtomicU64,
     /// Published by the shard thread a few times a second (never on the
     /// request path).
     pub(crate) tier: std::sync::Mutex<crate::tier::TierStats>,
@@ -204,6 +208,7 @@ impl ShardStats {
             expired_keys: AtomicU64::new(0),
             expiring_keys: AtomicU64::new(0),
             cross_requests: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
             cross_in_flight_peak: AtomicU64::new(0),
             tier: std::sync::Mutex::new(crate::tier::TierStats::default()),

@@ -753,6 +753,7 @@ async fn serve(
             })
             .await
         };
+        core.stats.taken.fetch_add(1, Relaxed);
         // `Err`: from a peer, through the mesh; `Ok`: from the inbox.
         let msg = match next {
             None => break,
