@@ -583,7 +583,7 @@ fn draw_operations(report: &Report, rows: &[&ResultRow], out: &mut String) -> Re
 const TIMELINE_HEIGHT: u32 = 320;
 /// Captions of the timeline panels.
 pub const TIMELINE_OPS_TITLE: &str =
-    "Throughput per second of each measured phase (steady is flat; time from the window's start)";
+    "Throughput per second of each measured phase (flat is steady; time from the start of the window)";
 pub const TIMELINE_P99_TITLE: &str = "Batch p99 of each second of each measured phase";
 
 /// One timeline panel: a step line per series with a timeline (each second
