@@ -733,6 +733,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_phase_records_each_operation_per_second() {
+        let target = MemoryTarget::default();
+        let out = run_phase(
+            &target,
+            &plan(Stop::Exhausted { total_ops: 400 }, Pacing::Closed),
+            writers(4, 100),
+        )
+        .await
+        .expect("phase");
+        // A window well under a second is one point, its rate over the window.
+        let line = &out.timelines["put"];
+        assert_eq!(line.len(), 1, "{line:?}");
+        let ops = line[0].ops_per_sec * out.elapsed.as_secs_f64();
+        assert!((ops - 400.0).abs() < 1e-6, "{ops}");
+        assert!(line[0].p99_us > 0.0);
+    }
+
+    #[tokio::test]
     async fn a_phase_longer_than_the_idle_timeout_still_reads_stats_after_it() {
         // The monitor connection is quiet while the tasks run; a server
         // closes it once the phase outlasts its idle timeout.

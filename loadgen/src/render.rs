@@ -1237,4 +1237,112 @@ mod tests {
         assert_eq!(dollars(12.346), "$12.35");
         assert_eq!(dollars(0.0), "$0");
     }
+
+    /// The trimmed cells of every table row whose first cells are `prefix`.
+    fn rows_starting(text: &str, prefix: &[&str]) -> Vec<Vec<String>> {
+        text.lines()
+            .filter(|l| l.starts_with('|'))
+            .map(|l| {
+                l.trim_matches('|')
+                    .split('|')
+                    .map(|c| c.trim().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .filter(|cells| cells.len() >= prefix.len() && cells[..prefix.len()] == *prefix)
+            .collect()
+    }
+
+    #[test]
+    fn steadiness_rows_say_which_aim_was_missed() {
+        use crate::crash::timeline::TimelinePoint;
+        let mut report = sample_report(&["nvme"], &["put", "get"], 1.0);
+        assert_eq!(steadiness_section(&report.results), "", "no timelines");
+        let point = |at_s: f64, ops_per_sec: f64| TimelinePoint {
+            at_s,
+            ops_per_sec,
+            p99_us: 2_000.0,
+        };
+        // put: p50 900 µs, worst p99 2 ms (2.2x); its second second is 50%.
+        report.results[0].timeline =
+            vec![point(0.0, 1000.0), point(1.0, 500.0), point(2.0, 1000.0)];
+        // get: one second only, left out.
+        report.results[1].timeline = vec![point(0.0, 1000.0)];
+        let text = steadiness_section(&report.results);
+        let rows = rows_starting(&text, &["nvme", "sync", "putget", "put"]);
+        assert_eq!(rows.len(), 1, "{text}");
+        let row = &rows[0];
+        assert_eq!(
+            row[4..],
+            [
+                "3",
+                "1000",
+                "500",
+                "50%",
+                "2000",
+                "900",
+                "2.2x",
+                "NOT met: slowest second"
+            ]
+        );
+        assert!(!text.contains("| get"), "{text}");
+        report.results[0].timeline[1].ops_per_sec = 900.0;
+        report.results[0].latency_us.p50 = 300.0;
+        let text = render(&report);
+        let rows = rows_starting(&text, &["nvme", "sync", "putget", "put", "3"]);
+        assert_eq!(rows.len(), 1, "{text}");
+        assert_eq!(rows[0][7..], ["90%", "2000", "300", "6.7x", "NOT met: p99"]);
+    }
+
+    #[test]
+    fn the_bound_table_puts_published_rows_beside_ours() {
+        let mut report = sample_report(&["nvme"], &["put", "get"], 1.0);
+        report.published = Report::published_rows_for("putget");
+        report.results[0].device_use = Some(crate::report::DeviceUse {
+            bytes_written_per_payload_byte: Some(1.234),
+            bandwidth_share: Some(0.981),
+            iops_share: Some(0.2),
+            bound: "device bandwidth (98%)".into(),
+        });
+        let text = render(&report);
+        let ours = rows_starting(
+            &text,
+            &[
+                "ringkv (this machine)",
+                "nvme",
+                "RAM+Disk",
+                "sync",
+                "putget",
+                "put",
+            ],
+        );
+        assert_eq!(
+            ours[0][6..],
+            ["100.0", "1.23", "98.1%", "20.0%", "device bandwidth (98%)"]
+        );
+        // The get row has no device use recorded: dashes, not zeros.
+        let get = rows_starting(
+            &text,
+            &[
+                "ringkv (this machine)",
+                "nvme",
+                "RAM+Disk",
+                "sync",
+                "putget",
+                "get",
+            ],
+        );
+        assert_eq!(get[0][7..], ["—", "—", "—", "—"]);
+        let published = rows_starting(&text, &["GridGain 9.1.1 (published, 2 servers) *"]);
+        assert_eq!(published.len(), 4, "{text}");
+        assert_eq!(
+            published[0][2..7],
+            ["RAM+Disk", "n/a", "putget", "put", "366.0"]
+        );
+        assert!(
+            text.contains("* published, other hardware: GridGain"),
+            "{text}"
+        );
+        // Other workloads get no published rows.
+        assert!(Report::published_rows_for("ycsb-a").is_empty());
+    }
 }

@@ -725,4 +725,81 @@ pub mod tests {
         r.write_json(&path).expect("write");
         assert_eq!(Report::read_json(&path).expect("read"), r);
     }
+
+    #[test]
+    fn a_row_from_before_the_timeline_still_loads() {
+        let report = sample_report(&["nvme"], &["put"], 1.0);
+        let mut v = serde_json::to_value(&report).expect("value");
+        let row = v["results"][0].as_object_mut().expect("row");
+        for field in ["timeline", "payload_bytes", "device_use"] {
+            row.remove(field);
+        }
+        v.as_object_mut().expect("report").remove("published");
+        let back: Report = serde_json::from_value(v).expect("an older report loads");
+        assert!(back.results[0].timeline.is_empty());
+        assert_eq!(back.results[0].payload_bytes, 0);
+        assert!(back.published.is_empty());
+    }
+
+    #[test]
+    fn device_use_names_the_limit_a_row_ran_into() {
+        // nvme: 16,000 burst IOPS and a bandwidth cap; 10 s windows.
+        let limits = crate::stats::profile_limits("nvme").expect("nvme");
+        let cap = limits.bytes_per_sec as f64;
+        let dev = |bytes_written: f64, iops: f64| DeviceCounters {
+            profile: "nvme".into(),
+            bytes_written: bytes_written as u64,
+            iops,
+            ..DeviceCounters::default()
+        };
+        let u = DeviceUse::of(&dev(0.98 * cap * 10.0, 1_000.0), 10.0, 1_000_000_000)
+            .expect("a built-in profile");
+        assert_eq!(u.bound, "device bandwidth (98%)");
+        let per_payload = u.bytes_written_per_payload_byte.expect("puts");
+        assert!((per_payload - 0.98 * cap * 10.0 / 1e9).abs() < 1e-9);
+        let u = DeviceUse::of(&dev(0.1 * cap * 10.0, 15_200.0), 10.0, 0).expect("nvme");
+        assert_eq!(u.bound, "device IOPS (95%)");
+        assert_eq!(u.bytes_written_per_payload_byte, None, "no puts");
+        let u = DeviceUse::of(&dev(0.5 * cap * 10.0, 8_000.0), 10.0, 1).expect("nvme");
+        assert_eq!(u.bound, "—");
+        assert!((u.iops_share.expect("limited") - 0.5).abs() < 1e-9);
+        assert_eq!(
+            DeviceUse::of(&dev(1.0, 1.0), 10.0, 1).map(|u| u.bound),
+            Some("—".into())
+        );
+        let mut custom = dev(1.0, 1.0);
+        custom.profile = "custom-disk".into();
+        assert_eq!(DeviceUse::of(&custom, 10.0, 1), None, "unknown limits");
+    }
+
+    #[test]
+    fn steadiness_compares_the_slowest_second_with_the_median() {
+        use crate::crash::timeline::TimelinePoint;
+        let mut r = sample_report(&["nvme"], &["put"], 1.0).results.remove(0);
+        assert_eq!(r.steadiness(), None, "no timeline");
+        let point = |at_s: f64, ops_per_sec: f64, p99_us: f64| TimelinePoint {
+            at_s,
+            ops_per_sec,
+            p99_us,
+        };
+        r.timeline = vec![
+            point(0.0, 1000.0, 1000.0),
+            point(1.0, 700.0, 2000.0),
+            point(2.0, 1100.0, 1500.0),
+            point(3.0, 900.0, 1200.0),
+        ];
+        r.latency_us.p50 = 500.0;
+        let s = r.steadiness().expect("four seconds");
+        assert_eq!(s.seconds, 4);
+        assert_eq!(s.median_ops_per_sec, 950.0);
+        assert_eq!(s.slowest_ops_per_sec, 700.0);
+        assert!((s.slowest_share - 700.0 / 950.0).abs() < 1e-12);
+        assert_eq!(s.worst_p99_us, 2000.0);
+        assert_eq!(s.worst_p99_over_p50, 4.0);
+        assert!(!s.met(), "the slowest second is 74% of the median");
+        r.timeline[1].ops_per_sec = 800.0;
+        assert!(r.steadiness().expect("steady").met());
+        r.timeline[1].p99_us = 2600.0;
+        assert!(!r.steadiness().expect("a slow second").met(), "5.2x p50");
+    }
 }
