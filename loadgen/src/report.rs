@@ -360,7 +360,7 @@ impl ResultRow {
         let mut rates: Vec<f64> = self.timeline.iter().map(|p| p.ops_per_sec).collect();
         rates.sort_by(f64::total_cmp);
         let mid = rates.len() / 2;
-        let median = if rates.len() % 2 == 0 {
+        let median = if rates.len().is_multiple_of(2) {
             (rates[mid - 1] + rates[mid]) / 2.0
         } else {
             rates[mid]
