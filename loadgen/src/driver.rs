@@ -150,9 +150,10 @@ impl StepContext<'_> {
     }
 
     /// Records that a step of kind `op` asked to store `bytes` bytes of keys
-    /// and values (counted inside the measurement window only).
+    /// and values (counted inside the measurement window only). Zero bytes
+    /// record nothing: a kind that never ran gets no tally, so no row.
     pub fn payload(&mut self, op: &'static str, bytes: u64) {
-        if self.active {
+        if self.active && bytes > 0 {
             self.tallies.entry(op).or_default().payload_bytes += bytes;
         }
     }
