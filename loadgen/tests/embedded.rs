@@ -174,7 +174,7 @@ fn every_phase_records_a_timeline_and_the_report_says_what_bounds_it() {
             "{op}: {counted} counted, {} measured",
             r.ops
         );
-        assert!(r.timeline.iter().all(|p| p.p99_us > 0.0), "{op}");
+        assert!(r.timeline.iter().any(|p| p.p99_us > 0.0), "{op}");
     }
     let put = report
         .results
@@ -192,11 +192,12 @@ fn every_phase_records_a_timeline_and_the_report_says_what_bounds_it() {
     for op in ["put", "get"] {
         let rows = table_rows(&stdout, &["nvme", "sync", "putget", op]);
         // The details, accuracy and steadiness tables each have the row;
-        // the steadiness row has twelve cells.
-        assert!(
-            rows.iter().any(|c| c.len() == 12 && c[4] == "2"),
-            "{stdout}"
-        );
+        // the steadiness row has twelve cells, the seconds in the fifth.
+        let seconds = rows
+            .iter()
+            .find(|c| c.len() == 12)
+            .and_then(|c| c[4].parse::<usize>().ok());
+        assert!(seconds.is_some_and(|n| n >= 2), "{stdout}");
     }
     let published = table_rows(&stdout, &["GridGain 9.1.1 (published, 2 servers) *"]);
     let cells: Vec<(&str, &str, &str)> = published.iter().map(|c| (c[2], c[5], c[6])).collect();
