@@ -204,7 +204,11 @@ fn run_benchmark(args: &RunArgs) -> Result<ExitCode, AppError> {
         results: Vec::new(),
         crash: Vec::new(),
         tiered: Vec::new(),
+        published: Vec::new(),
     };
+    if crash_plan.is_none() {
+        report.published = Report::published_rows_for(&report.run.workload);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

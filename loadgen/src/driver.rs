@@ -11,7 +11,11 @@
 //!   warm-up included: correctness has no warm-up.
 //! - Every loop is bounded: by time, by a step budget, or by the work running
 //!   out; a transport error in one task stops all of them.
+//! - Each operation kind also gets a per-second timeline of the window
+//!   (operations and batch p99 of each second, by completion time), so a
+//!   report can show how steady the phase was, not only its average.
 
+use crate::crash::timeline::{Timeline, TimelinePoint};
 use crate::hist::LatencyHistogram;
 use crate::stats::{ServerSnapshot, StatsError};
 use crate::target::{Session, Target, TargetError};
@@ -86,6 +90,9 @@ pub struct OpTally {
     pub wrong_value: u64,
     /// The first refusal's text, for the report.
     pub first_failure: Option<String>,
+    /// Bytes of keys and values the puts of the window carried (what the
+    /// client asked to store; 0 for reads).
+    pub payload_bytes: u64,
 }
 
 impl OpTally {
@@ -96,6 +103,7 @@ impl OpTally {
         self.failed += other.failed;
         self.not_found += other.not_found;
         self.wrong_value += other.wrong_value;
+        self.payload_bytes += other.payload_bytes;
         if self.first_failure.is_none() {
             self.first_failure.clone_from(&other.first_failure);
         }
@@ -114,6 +122,8 @@ pub struct StepContext<'a> {
     intended: Instant,
     active: bool,
     tallies: &'a mut Tallies,
+    /// Per-second buckets of the window, by operation kind.
+    seconds: &'a BTreeMap<&'static str, Timeline>,
 }
 
 impl StepContext<'_> {
@@ -128,11 +138,24 @@ impl StepContext<'_> {
         if !self.active || ops == 0 {
             return;
         }
-        let latency = Instant::now().saturating_duration_since(self.intended);
+        let now = Instant::now();
+        let latency = now.saturating_duration_since(self.intended);
         let t = self.tallies.entry(op).or_default();
         t.hist.record(latency);
         t.ops += ops;
         t.steps += 1;
+        if let Some(timeline) = self.seconds.get(op) {
+            timeline.record(now.into_std(), ops, latency);
+        }
+    }
+
+    /// Records that a step of kind `op` asked to store `bytes` bytes of keys
+    /// and values (counted inside the measurement window only). Zero bytes
+    /// record nothing: a kind that never ran gets no tally, so no row.
+    pub fn payload(&mut self, op: &'static str, bytes: u64) {
+        if self.active && bytes > 0 {
+            self.tallies.entry(op).or_default().payload_bytes += bytes;
+        }
     }
 
     pub fn failed(&mut self, op: &'static str, reason: &str) {
@@ -186,6 +209,10 @@ pub struct PhaseOutcome {
     /// Open loop only: batches scheduled inside the window that were still
     /// unsent when it closed (the target rate was not sustained).
     pub missed_batches: u64,
+    /// Per operation kind: operations per second and batch p99 of each
+    /// second of the window ([`Timeline::window_points`]); empty for phases
+    /// not run by [`run_phase`].
+    pub timelines: BTreeMap<&'static str, Vec<TimelinePoint>>,
 }
 
 /// Why a phase could not complete.
@@ -211,6 +238,8 @@ struct Shared {
     limit_by_steps: bool,
     ops_done: AtomicU64,
     abort: AtomicBool,
+    /// One per operation kind the works declare, from the window's start.
+    seconds: BTreeMap<&'static str, Timeline>,
 }
 
 /// Runs `works` (one per client task) against `target` as described by `plan`.
@@ -246,6 +275,16 @@ pub async fn run_phase<T: Target, W: Work>(
         Stop::Steps { steps, .. } => i64::try_from(steps).unwrap_or(i64::MAX),
         _ => 0,
     };
+    let seconds: BTreeMap<&'static str, Timeline> = works
+        .iter()
+        .flat_map(|w| w.operations())
+        .map(|op| {
+            (
+                op,
+                Timeline::new(measure_start.into_std(), Duration::from_secs(1)),
+            )
+        })
+        .collect();
     let shared = Arc::new(Shared {
         measure_start,
         measure_end: measure_end_after.map(|d| phase_start + d),
@@ -253,6 +292,7 @@ pub async fn run_phase<T: Target, W: Work>(
         limit_by_steps: matches!(plan.stop, Stop::Steps { .. }),
         ops_done: AtomicU64::new(0),
         abort: AtomicBool::new(false),
+        seconds,
     });
 
     let interval = match plan.pacing {
@@ -347,6 +387,11 @@ pub async fn run_phase<T: Target, W: Work>(
     } else {
         total_ops as f64 / elapsed.as_secs_f64()
     };
+    let timelines = shared
+        .seconds
+        .iter()
+        .map(|(op, timeline)| (*op, timeline.window_points(elapsed)))
+        .collect();
     Ok(PhaseOutcome {
         tallies,
         elapsed,
@@ -354,6 +399,7 @@ pub async fn run_phase<T: Target, W: Work>(
         after,
         ops_per_sec,
         missed_batches,
+        timelines,
     })
 }
 
@@ -429,6 +475,7 @@ async fn client_task<W: Work, S: Session>(
             intended,
             active,
             tallies: &mut tallies,
+            seconds: &shared.seconds,
         };
         match work.step(&mut session, &mut ctx).await {
             Ok(StepOutcome::Ran { ops }) => {
@@ -684,6 +731,24 @@ mod tests {
             out.after.devices["wal"].ios - out.before.devices["wal"].ios,
             4
         );
+    }
+
+    #[tokio::test]
+    async fn a_phase_records_each_operation_per_second() {
+        let target = MemoryTarget::default();
+        let out = run_phase(
+            &target,
+            &plan(Stop::Exhausted { total_ops: 400 }, Pacing::Closed),
+            writers(4, 100),
+        )
+        .await
+        .expect("phase");
+        // A window well under a second is one point, its rate over the window.
+        let line = &out.timelines["put"];
+        assert_eq!(line.len(), 1, "{line:?}");
+        let ops = line[0].ops_per_sec * out.elapsed.as_secs_f64();
+        assert!((ops - 400.0).abs() < 1e-6, "{ops}");
+        assert!(line[0].p99_us > 0.0);
     }
 
     #[tokio::test]

@@ -384,7 +384,12 @@ fn draw_operations(report: &Report, rows: &[&ResultRow], out: &mut String) -> Re
         })
         .collect();
 
-    let height = 1000;
+    let timed = series.iter().any(|s| !s.row.timeline.is_empty());
+    let height = if timed {
+        1000 + 2 * TIMELINE_HEIGHT
+    } else {
+        1000
+    };
     let root = SVGBackend::with_string(out, (WIDTH, height)).into_drawing_area();
     let title = format!(
         "ringkv {} — {} client tasks × batch {}",
@@ -392,6 +397,7 @@ fn draw_operations(report: &Report, rows: &[&ResultRow], out: &mut String) -> Re
     );
     let area = header(&root, &title, &subtitle(report, &rows))?;
     let (upper, lower) = area.split_vertically(400);
+    let (lower, timeline_area) = lower.split_vertically(1000 - 64 - 400);
 
     // Throughput: one bar per series, grouped by operation.
     let per_group = styles.len();
@@ -550,7 +556,116 @@ fn draw_operations(report: &Report, rows: &[&ResultRow], out: &mut String) -> Re
             .map_err(|x| e(&x))?;
     }
     draw_legend(&mut chart, 13, SeriesLabelPosition::LowerRight)?;
+    if timed {
+        let (ops_area, p99_area) = timeline_area.split_vertically(TIMELINE_HEIGHT);
+        draw_timeline(
+            &ops_area,
+            &series,
+            TIMELINE_OPS_TITLE,
+            "operations/s",
+            human_count,
+            |p| p.ops_per_sec,
+        )?;
+        draw_timeline(
+            &p99_area,
+            &series,
+            TIMELINE_P99_TITLE,
+            "batch p99",
+            human_us,
+            |p| p.p99_us,
+        )?;
+    }
     root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+/// Height of each timeline panel.
+const TIMELINE_HEIGHT: u32 = 320;
+/// Captions of the timeline panels.
+pub const TIMELINE_OPS_TITLE: &str =
+    "Throughput per second of each measured phase (flat is steady; time from the start of the window)";
+pub const TIMELINE_P99_TITLE: &str = "Batch p99 of each second of each measured phase";
+
+/// One timeline panel: a step line per series with a timeline (each second
+/// a flat segment over its own span, a dot at its middle), in the series'
+/// colour and line style; the top left free for the legend.
+fn draw_timeline(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    series: &[OpSeries],
+    caption: &str,
+    y_desc: &str,
+    tick_label: fn(f64) -> String,
+    value: fn(&crate::crash::timeline::TimelinePoint) -> f64,
+) -> Result<(), String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let end = series
+        .iter()
+        .flat_map(|s| s.row.timeline.last().map(|p| p.at_s + 1.0))
+        .fold(1.0, f64::max);
+    let top = series
+        .iter()
+        .flat_map(|s| s.row.timeline.iter().map(value))
+        .fold(0.0, f64::max)
+        .max(1.0)
+        * 1.6;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, (FONT, 18))
+        .margin(14)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..end, 0.0..top)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("time since the measurement window opened")
+        .x_label_formatter(&|v| human_us(*v * 1e6))
+        .x_labels(12)
+        .y_labels(6)
+        .y_label_formatter(&|v| tick_label(*v))
+        .y_desc(y_desc)
+        .light_line_style(WHITE)
+        .bold_line_style(RGBColor(225, 225, 225))
+        .draw()
+        .map_err(|x| e(&x))?;
+    for s in series.iter().filter(|s| !s.row.timeline.is_empty()) {
+        let line = &s.row.timeline;
+        let points: Vec<(f64, f64)> = line
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| {
+                let next = line.get(i + 1).map_or(p.at_s + 1.0, |n| n.at_s);
+                [(p.at_s, value(p)), (next, value(p))]
+            })
+            .collect();
+        let middles: Vec<(f64, f64)> = points
+            .chunks(2)
+            .map(|c| ((c[0].0 + c[1].0) / 2.0, c[0].1))
+            .collect();
+        let c = colour(s.colour);
+        let style = c.stroke_width(2);
+        let (dash, gap) = DASHES[s.style % DASHES.len()];
+        let anno = if dash == 0 {
+            chart
+                .draw_series(LineSeries::new(points.clone(), style))
+                .map_err(|x| e(&x))?
+        } else {
+            chart
+                .draw_series(DashedLineSeries::new(points.clone(), dash, gap, style))
+                .map_err(|x| e(&x))?
+        };
+        anno.label(s.label.clone()).legend(move |(x, y)| {
+            let sample = vec![(x, y), (x + LEGEND_SAMPLE, y)];
+            if dash == 0 {
+                PathElement::new(sample, c.stroke_width(2)).into_dyn()
+            } else {
+                DashedPathElement::new(sample, dash, gap, c.stroke_width(2)).into_dyn()
+            }
+        });
+        chart
+            .draw_series(middles.iter().map(|p| Circle::new(*p, 3, c.filled())))
+            .map_err(|x| e(&x))?;
+    }
+    draw_legend(&mut chart, 12, SeriesLabelPosition::UpperRight)?;
     Ok(())
 }
 

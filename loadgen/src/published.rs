@@ -234,6 +234,48 @@ pub const PUTGETTX_LABEL: &str = "published, 4 servers";
 /// Transactions per second the document reports, by product.
 pub const PUTGETTX: [(&str, u64); 2] = [("Apache Ignite", 16_500), ("Hazelcast", 11_000)];
 
+/// Where the put/get numbers come from (seed document 000).
+pub const PUTGET_SOURCE: &str = "GridGain 9.1.1 vs 8.9.20 YCSB report (batched put/get, \
+    batches of 1,000 records of 10 x 100 B), GridGain 9.1.1 columns, 2 servers";
+/// The system the published put/get rows measured.
+pub const PUTGET_SYSTEM: &str = "GridGain 9.1.1";
+/// The label of the published put/get rows.
+pub const PUTGET_LABEL: &str = "published, 2 servers";
+
+/// One published put/get row: operations per second for a storage mode.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PutGetRow {
+    /// "RAM Only" or "RAM+Disk" (the report's words).
+    pub storage: &'static str,
+    /// "put" or "get".
+    pub operation: &'static str,
+    pub ops_per_sec: u64,
+}
+
+/// The report's throughput rows (its unit is 1000 ops/s: 366 is 366K).
+pub const PUTGET: [PutGetRow; 4] = [
+    PutGetRow {
+        storage: "RAM+Disk",
+        operation: "put",
+        ops_per_sec: 366_000,
+    },
+    PutGetRow {
+        storage: "RAM Only",
+        operation: "put",
+        ops_per_sec: 524_000,
+    },
+    PutGetRow {
+        storage: "RAM+Disk",
+        operation: "get",
+        ops_per_sec: 766_000,
+    },
+    PutGetRow {
+        storage: "RAM Only",
+        operation: "get",
+        ops_per_sec: 744_000,
+    },
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,8 @@ pub fn render(report: &Report) -> String {
         out.push_str("\nLatency is that of one batch; throughput counts operations.\n\n");
         out.push_str(&main_table(&timed).render());
     }
+    out.push_str(&bound_section(report, &timed));
+    out.push_str(&steadiness_section(&report.results));
     out.push_str(&putgettx_table(report));
     let sweep: Vec<&ResultRow> = report
         .results
@@ -430,6 +432,147 @@ fn profile_limits(iops: u64, burst: u64) -> String {
     } else {
         format!("{} IOPS, burst {}", thousands(iops), thousands(burst))
     }
+}
+
+/// "12.3%" of a share (0.123 -> "12.3%"), or "—".
+fn share(v: Option<f64>) -> String {
+    v.map_or_else(|| "—".to_string(), |v| format!("{:.1}%", 100.0 * v))
+}
+
+/// Our timed rows beside the seed document's published ones (putget: the
+/// GridGain report), and for every RAM+Disk row what it asked of the WAL
+/// device: bytes written per payload byte and the share of the profile's
+/// bandwidth and burst IOPS, with the limit it ran into ("bound").
+pub fn bound_section(report: &Report, timed: &[&ResultRow]) -> String {
+    let rows: Vec<&&ResultRow> = timed.iter().filter(|r| r.operation != "load").collect();
+    if rows.is_empty() && report.published.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\nWhat bounds each row (RAM+Disk rows: WAL device bytes written per payload byte put, and the share of the \
+         profile's bandwidth cap and burst IOPS the window used; \"bound\" names a limit used to {:.0}% or more):\n\n",
+        100.0 * crate::report::BOUND_SHARE
+    );
+    let mut t = Table::new(&[
+        ("System", Align::Left),
+        ("Device", Align::Left),
+        ("Storage", Align::Left),
+        ("Durability", Align::Left),
+        ("Workload", Align::Left),
+        ("Operation", Align::Left),
+        ("Throughput, 1000 ops/s", Align::Right),
+        ("Dev bytes / payload byte", Align::Right),
+        ("Bandwidth used", Align::Right),
+        ("IOPS used (of burst)", Align::Right),
+        ("Bound", Align::Left),
+    ]);
+    for r in &rows {
+        let disk = r.storage == "RAM+Disk";
+        let dev = r.device_use.as_ref().filter(|_| disk);
+        let figure = |v: Option<String>| at_least(r, v.unwrap_or_else(|| "—".to_string()));
+        t.push(vec![
+            "ringkv (this machine)".to_string(),
+            r.device.clone(),
+            r.storage.clone(),
+            r.durability.clone(),
+            r.workload.clone(),
+            flagged(r, &r.operation),
+            if r.ops == 0 {
+                "-".to_string()
+            } else {
+                fixed1(r.throughput_kops)
+            },
+            figure(
+                dev.and_then(|d| d.bytes_written_per_payload_byte)
+                    .map(|v| format!("{v:.2}")),
+            ),
+            figure(dev.map(|d| share(d.bandwidth_share))),
+            figure(dev.map(|d| share(d.iops_share))),
+            dev.map_or_else(|| "—".to_string(), |d| d.bound.clone()),
+        ]);
+    }
+    for p in &report.published {
+        t.push(vec![
+            format!("{} *", p.system),
+            "n/a".to_string(),
+            p.storage.clone(),
+            "n/a".to_string(),
+            report.run.workload.clone(),
+            p.operation.clone(),
+            fixed1(p.ops_per_sec / 1000.0),
+            "n/a".to_string(),
+            "n/a".to_string(),
+            "n/a".to_string(),
+            "n/a".to_string(),
+        ]);
+    }
+    out.push_str(&t.render());
+    if let Some(p) = report.published.first() {
+        out.push_str(&format!("* published, other hardware: {}.\n", p.source));
+    }
+    out
+}
+
+/// Per measured phase and operation with at least two seconds: the
+/// slowest second against the median second, and the worst second's batch
+/// p99 against the phase's p50, with the issue's aims.
+pub fn steadiness_section(results: &[ResultRow]) -> String {
+    use crate::report::{STEADY_P99_OVER_P50, STEADY_SLOWEST_SHARE};
+    let mut t = Table::new(&[
+        ("Device", Align::Left),
+        ("Durability", Align::Left),
+        ("Workload", Align::Left),
+        ("Operation", Align::Left),
+        ("Seconds", Align::Right),
+        ("Median second, ops/s", Align::Right),
+        ("Slowest second, ops/s", Align::Right),
+        ("Slowest / median", Align::Right),
+        ("Worst second p99 (µs)", Align::Right),
+        ("Phase p50 (µs)", Align::Right),
+        ("Worst p99 / p50", Align::Right),
+        ("Aims", Align::Left),
+    ]);
+    for r in results.iter().filter(|r| r.status != Status::Unsupported) {
+        let Some(s) = r.steadiness() else { continue };
+        let mut missed = Vec::new();
+        if s.slowest_share < STEADY_SLOWEST_SHARE {
+            missed.push("slowest second");
+        }
+        if s.worst_p99_over_p50 > STEADY_P99_OVER_P50 {
+            missed.push("p99");
+        }
+        t.push(vec![
+            r.device.clone(),
+            r.durability.clone(),
+            r.workload.clone(),
+            r.items.map_or_else(
+                || r.operation.clone(),
+                |n| format!("{} {}", r.operation, format_count(n)),
+            ),
+            s.seconds.to_string(),
+            fixed0(s.median_ops_per_sec),
+            fixed0(s.slowest_ops_per_sec),
+            format!("{:.0}%", 100.0 * s.slowest_share),
+            fixed0(s.worst_p99_us),
+            fixed0(s.p50_us),
+            format!("{:.1}x", s.worst_p99_over_p50),
+            if s.met() {
+                "met".to_string()
+            } else {
+                format!("NOT met: {}", missed.join(", "))
+            },
+        ]);
+    }
+    if t.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nSteadiness (per second of each measured window, by completion time; aims: slowest second >= {:.0}% of the median second, \
+         no second's batch p99 above {:.0}x the phase's p50; phases shorter than two seconds are left out):\n\n{}",
+        100.0 * STEADY_SLOWEST_SHARE,
+        STEADY_P99_OVER_P50,
+        t.render()
+    )
 }
 
 /// The GridGain table's columns, one row per operation.
@@ -1093,5 +1236,113 @@ mod tests {
         assert_eq!(dollars(0.001234567), "$0.001235");
         assert_eq!(dollars(12.346), "$12.35");
         assert_eq!(dollars(0.0), "$0");
+    }
+
+    /// The trimmed cells of every table row whose first cells are `prefix`.
+    fn rows_starting(text: &str, prefix: &[&str]) -> Vec<Vec<String>> {
+        text.lines()
+            .filter(|l| l.starts_with('|'))
+            .map(|l| {
+                l.trim_matches('|')
+                    .split('|')
+                    .map(|c| c.trim().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .filter(|cells| cells.len() >= prefix.len() && cells[..prefix.len()] == *prefix)
+            .collect()
+    }
+
+    #[test]
+    fn steadiness_rows_say_which_aim_was_missed() {
+        use crate::crash::timeline::TimelinePoint;
+        let mut report = sample_report(&["nvme"], &["put", "get"], 1.0);
+        assert_eq!(steadiness_section(&report.results), "", "no timelines");
+        let point = |at_s: f64, ops_per_sec: f64| TimelinePoint {
+            at_s,
+            ops_per_sec,
+            p99_us: 2_000.0,
+        };
+        // put: p50 900 µs, worst p99 2 ms (2.2x); its second second is 50%.
+        report.results[0].timeline =
+            vec![point(0.0, 1000.0), point(1.0, 500.0), point(2.0, 1000.0)];
+        // get: one second only, left out.
+        report.results[1].timeline = vec![point(0.0, 1000.0)];
+        let text = steadiness_section(&report.results);
+        let rows = rows_starting(&text, &["nvme", "sync", "putget", "put"]);
+        assert_eq!(rows.len(), 1, "{text}");
+        let row = &rows[0];
+        assert_eq!(
+            row[4..],
+            [
+                "3",
+                "1000",
+                "500",
+                "50%",
+                "2000",
+                "900",
+                "2.2x",
+                "NOT met: slowest second"
+            ]
+        );
+        assert!(!text.contains("| get"), "{text}");
+        report.results[0].timeline[1].ops_per_sec = 900.0;
+        report.results[0].latency_us.p50 = 300.0;
+        let text = render(&report);
+        let rows = rows_starting(&text, &["nvme", "sync", "putget", "put", "3"]);
+        assert_eq!(rows.len(), 1, "{text}");
+        assert_eq!(rows[0][7..], ["90%", "2000", "300", "6.7x", "NOT met: p99"]);
+    }
+
+    #[test]
+    fn the_bound_table_puts_published_rows_beside_ours() {
+        let mut report = sample_report(&["nvme"], &["put", "get"], 1.0);
+        report.published = Report::published_rows_for("putget");
+        report.results[0].device_use = Some(crate::report::DeviceUse {
+            bytes_written_per_payload_byte: Some(1.234),
+            bandwidth_share: Some(0.981),
+            iops_share: Some(0.2),
+            bound: "device bandwidth (98%)".into(),
+        });
+        let text = render(&report);
+        let ours = rows_starting(
+            &text,
+            &[
+                "ringkv (this machine)",
+                "nvme",
+                "RAM+Disk",
+                "sync",
+                "putget",
+                "put",
+            ],
+        );
+        assert_eq!(
+            ours[0][6..],
+            ["100.0", "1.23", "98.1%", "20.0%", "device bandwidth (98%)"]
+        );
+        // The get row has no device use recorded: dashes, not zeros.
+        let get = rows_starting(
+            &text,
+            &[
+                "ringkv (this machine)",
+                "nvme",
+                "RAM+Disk",
+                "sync",
+                "putget",
+                "get",
+            ],
+        );
+        assert_eq!(get[0][7..], ["—", "—", "—", "—"]);
+        let published = rows_starting(&text, &["GridGain 9.1.1 (published, 2 servers) *"]);
+        assert_eq!(published.len(), 4, "{text}");
+        assert_eq!(
+            published[0][2..7],
+            ["RAM+Disk", "n/a", "putget", "put", "366.0"]
+        );
+        assert!(
+            text.contains("* published, other hardware: GridGain"),
+            "{text}"
+        );
+        // Other workloads get no published rows.
+        assert!(Report::published_rows_for("ycsb-a").is_empty());
     }
 }

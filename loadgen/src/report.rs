@@ -33,6 +33,47 @@ pub struct Report {
     /// The tiered workload: one summary per layout and read distribution.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tiered: Vec<crate::workloads::tiered::TieredSummary>,
+    /// Figures a seed document published for the run's workload (putget:
+    /// the GridGain report's put and get rows), printed beside ours.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub published: Vec<PublishedRow>,
+}
+
+/// One row of a seed document's table, as published (other hardware).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PublishedRow {
+    /// Who measured it and on what, e.g. "GridGain 9.1.1 (published, 2 servers)".
+    pub system: String,
+    /// "RAM Only" or "RAM+Disk" (the document's words).
+    pub storage: String,
+    pub operation: String,
+    pub ops_per_sec: f64,
+    /// Where the figure comes from.
+    pub source: String,
+}
+
+impl Report {
+    /// The published rows that belong beside this run's results: the
+    /// GridGain report's for a putget run, none otherwise.
+    pub fn published_rows_for(workload: &str) -> Vec<PublishedRow> {
+        if workload != crate::workloads::gridgain::WORKLOAD {
+            return Vec::new();
+        }
+        crate::published::PUTGET
+            .iter()
+            .map(|p| PublishedRow {
+                system: format!(
+                    "{} ({})",
+                    crate::published::PUTGET_SYSTEM,
+                    crate::published::PUTGET_LABEL
+                ),
+                storage: p.storage.to_string(),
+                operation: p.operation.to_string(),
+                ops_per_sec: p.ops_per_sec as f64,
+                source: crate::published::PUTGET_SOURCE.to_string(),
+            })
+            .collect()
+    }
 }
 
 /// The settings the run used (after defaults).
@@ -150,6 +191,65 @@ pub struct ResultRow {
     /// not counted).
     #[serde(default)]
     pub counters_lower_bound: bool,
+    /// Bytes of keys and values the window's puts carried (0 for reads and
+    /// in files from before it was recorded).
+    #[serde(default)]
+    pub payload_bytes: u64,
+    /// How much of the WAL device's profile the window used; null when the
+    /// row has no device counters or the profile's limits are unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_use: Option<DeviceUse>,
+    /// Operations per second and batch p99 of each second of the window
+    /// (empty in files from before it was recorded and for phases not run
+    /// by the driver).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<crate::crash::timeline::TimelinePoint>,
+}
+
+/// A share at or above this (of the bandwidth cap or the burst IOPS) names
+/// the device as what bounds a row.
+pub const BOUND_SHARE: f64 = 0.9;
+
+/// What a measured window asked of the WAL device, against its profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceUse {
+    /// The device's bytes written over the payload bytes put (null when
+    /// nothing was put).
+    pub bytes_written_per_payload_byte: Option<f64>,
+    /// Achieved MB/s (read + written) over the profile's cap; null when
+    /// the profile has no bandwidth cap.
+    pub bandwidth_share: Option<f64>,
+    /// Achieved I/O units/s over the profile's burst IOPS (the rate the
+    /// throttle allows while burst credit lasts); null when unlimited.
+    pub iops_share: Option<f64>,
+    /// "device bandwidth (98%)", "device IOPS (95%)" or "—".
+    pub bound: String,
+}
+
+impl DeviceUse {
+    /// From a window's WAL-device counters, its length and payload.
+    pub fn of(dev: &DeviceCounters, seconds: f64, payload_bytes: u64) -> Option<DeviceUse> {
+        let limits = crate::stats::profile_limits(&dev.profile)?;
+        let per_payload =
+            (payload_bytes > 0).then(|| dev.bytes_written as f64 / payload_bytes as f64);
+        let bandwidth_share = (limits.bytes_per_sec > 0 && seconds > 0.0).then(|| {
+            (dev.bytes_read + dev.bytes_written) as f64 / seconds / limits.bytes_per_sec as f64
+        });
+        let iops_share = (limits.burst_iops > 0).then(|| dev.iops / limits.burst_iops as f64);
+        let bound = match (bandwidth_share, iops_share) {
+            (Some(b), i) if b >= BOUND_SHARE && i.is_none_or(|i| b >= i) => {
+                format!("device bandwidth ({:.0}%)", 100.0 * b)
+            }
+            (_, Some(i)) if i >= BOUND_SHARE => format!("device IOPS ({:.0}%)", 100.0 * i),
+            _ => "—".to_string(),
+        };
+        Some(DeviceUse {
+            bytes_written_per_payload_byte: per_payload,
+            bandwidth_share,
+            iops_share,
+            bound,
+        })
+    }
 }
 
 impl ResultRow {
@@ -214,7 +314,69 @@ impl ResultRow {
             device_counters: BTreeMap::new(),
             wal: WalCounters::default(),
             counters_lower_bound: false,
+            payload_bytes: 0,
+            device_use: None,
+            timeline: Vec::new(),
         }
+    }
+}
+
+/// The steadiness aims: the slowest second at least this share of
+/// the median second ...
+pub const STEADY_SLOWEST_SHARE: f64 = 0.8;
+/// ... and no second's batch p99 above this many times the phase's p50.
+pub const STEADY_P99_OVER_P50: f64 = 5.0;
+
+/// How even a phase's seconds were, from its timeline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Steadiness {
+    /// Points (seconds) of the timeline.
+    pub seconds: usize,
+    pub median_ops_per_sec: f64,
+    pub slowest_ops_per_sec: f64,
+    /// Slowest second over the median second (1.0 = as fast).
+    pub slowest_share: f64,
+    /// The highest per-second batch p99, µs.
+    pub worst_p99_us: f64,
+    /// The phase's batch p50, µs.
+    pub p50_us: f64,
+    /// `worst_p99_us / p50_us` (0 when p50 is 0).
+    pub worst_p99_over_p50: f64,
+}
+
+impl Steadiness {
+    /// Both aims met.
+    pub fn met(&self) -> bool {
+        self.slowest_share >= STEADY_SLOWEST_SHARE && self.worst_p99_over_p50 <= STEADY_P99_OVER_P50
+    }
+}
+
+impl ResultRow {
+    /// The row's steadiness, when its timeline has at least two seconds.
+    pub fn steadiness(&self) -> Option<Steadiness> {
+        if self.timeline.len() < 2 || self.ops == 0 {
+            return None;
+        }
+        let mut rates: Vec<f64> = self.timeline.iter().map(|p| p.ops_per_sec).collect();
+        rates.sort_by(f64::total_cmp);
+        let mid = rates.len() / 2;
+        let median = if rates.len().is_multiple_of(2) {
+            (rates[mid - 1] + rates[mid]) / 2.0
+        } else {
+            rates[mid]
+        };
+        let slowest = rates[0];
+        let worst_p99 = self.timeline.iter().map(|p| p.p99_us).fold(0.0, f64::max);
+        let p50 = self.latency_us.p50;
+        Some(Steadiness {
+            seconds: self.timeline.len(),
+            median_ops_per_sec: median,
+            slowest_ops_per_sec: slowest,
+            slowest_share: if median > 0.0 { slowest / median } else { 0.0 },
+            worst_p99_us: worst_p99,
+            p50_us: p50,
+            worst_p99_over_p50: if p50 > 0.0 { worst_p99 / p50 } else { 0.0 },
+        })
     }
 }
 
@@ -296,6 +458,12 @@ pub fn rows_from_phase(
                 device_counters: counters.clone(),
                 wal: wal.clone(),
                 counters_lower_bound: false,
+                payload_bytes: t.payload_bytes,
+                device_use: counters
+                    .get("wal")
+                    .or_else(|| counters.values().next())
+                    .and_then(|dev| DeviceUse::of(dev, seconds, t.payload_bytes)),
+                timeline: outcome.timelines.get(*kind).cloned().unwrap_or_default(),
             }
         })
         .collect())
@@ -437,6 +605,9 @@ pub mod tests {
                     device_counters: counters,
                     wal: WalCounters::default(),
                     counters_lower_bound: false,
+                    payload_bytes: 0,
+                    device_use: None,
+                    timeline: Vec::new(),
                 });
             }
         }
@@ -472,6 +643,7 @@ pub mod tests {
             results,
             crash: Vec::new(),
             tiered: Vec::new(),
+            published: Vec::new(),
         }
     }
 
@@ -552,5 +724,82 @@ pub mod tests {
         let path = dir.path().join("r.json");
         r.write_json(&path).expect("write");
         assert_eq!(Report::read_json(&path).expect("read"), r);
+    }
+
+    #[test]
+    fn a_row_from_before_the_timeline_still_loads() {
+        let report = sample_report(&["nvme"], &["put"], 1.0);
+        let mut v = serde_json::to_value(&report).expect("value");
+        let row = v["results"][0].as_object_mut().expect("row");
+        for field in ["timeline", "payload_bytes", "device_use"] {
+            row.remove(field);
+        }
+        v.as_object_mut().expect("report").remove("published");
+        let back: Report = serde_json::from_value(v).expect("an older report loads");
+        assert!(back.results[0].timeline.is_empty());
+        assert_eq!(back.results[0].payload_bytes, 0);
+        assert!(back.published.is_empty());
+    }
+
+    #[test]
+    fn device_use_names_the_limit_a_row_ran_into() {
+        // nvme: 16,000 burst IOPS and a bandwidth cap; 10 s windows.
+        let limits = crate::stats::profile_limits("nvme").expect("nvme");
+        let cap = limits.bytes_per_sec as f64;
+        let dev = |bytes_written: f64, iops: f64| DeviceCounters {
+            profile: "nvme".into(),
+            bytes_written: bytes_written as u64,
+            iops,
+            ..DeviceCounters::default()
+        };
+        let u = DeviceUse::of(&dev(0.98 * cap * 10.0, 1_000.0), 10.0, 1_000_000_000)
+            .expect("a built-in profile");
+        assert_eq!(u.bound, "device bandwidth (98%)");
+        let per_payload = u.bytes_written_per_payload_byte.expect("puts");
+        assert!((per_payload - 0.98 * cap * 10.0 / 1e9).abs() < 1e-9);
+        let u = DeviceUse::of(&dev(0.1 * cap * 10.0, 15_200.0), 10.0, 0).expect("nvme");
+        assert_eq!(u.bound, "device IOPS (95%)");
+        assert_eq!(u.bytes_written_per_payload_byte, None, "no puts");
+        let u = DeviceUse::of(&dev(0.5 * cap * 10.0, 8_000.0), 10.0, 1).expect("nvme");
+        assert_eq!(u.bound, "—");
+        assert!((u.iops_share.expect("limited") - 0.5).abs() < 1e-9);
+        assert_eq!(
+            DeviceUse::of(&dev(1.0, 1.0), 10.0, 1).map(|u| u.bound),
+            Some("—".into())
+        );
+        let mut custom = dev(1.0, 1.0);
+        custom.profile = "custom-disk".into();
+        assert_eq!(DeviceUse::of(&custom, 10.0, 1), None, "unknown limits");
+    }
+
+    #[test]
+    fn steadiness_compares_the_slowest_second_with_the_median() {
+        use crate::crash::timeline::TimelinePoint;
+        let mut r = sample_report(&["nvme"], &["put"], 1.0).results.remove(0);
+        assert_eq!(r.steadiness(), None, "no timeline");
+        let point = |at_s: f64, ops_per_sec: f64, p99_us: f64| TimelinePoint {
+            at_s,
+            ops_per_sec,
+            p99_us,
+        };
+        r.timeline = vec![
+            point(0.0, 1000.0, 1000.0),
+            point(1.0, 700.0, 2000.0),
+            point(2.0, 1100.0, 1500.0),
+            point(3.0, 900.0, 1200.0),
+        ];
+        r.latency_us.p50 = 500.0;
+        let s = r.steadiness().expect("four seconds");
+        assert_eq!(s.seconds, 4);
+        assert_eq!(s.median_ops_per_sec, 950.0);
+        assert_eq!(s.slowest_ops_per_sec, 700.0);
+        assert!((s.slowest_share - 700.0 / 950.0).abs() < 1e-12);
+        assert_eq!(s.worst_p99_us, 2000.0);
+        assert_eq!(s.worst_p99_over_p50, 4.0);
+        assert!(!s.met(), "the slowest second is 74% of the median");
+        r.timeline[1].ops_per_sec = 800.0;
+        assert!(r.steadiness().expect("steady").met());
+        r.timeline[1].p99_us = 2600.0;
+        assert!(!r.steadiness().expect("a slow second").met(), "5.2x p50");
     }
 }

@@ -63,6 +63,34 @@ fn putget_chart_has_bars_and_the_nines_axis() {
     assert!(!t.iter().any(|x| x.ends_with(".0")), "{t:?}");
 }
 
+/// A report from before the timeline has no timeline panels; once its
+/// rows carry per-second points, the chart adds both panels, one line per
+/// row in the row's legend name, and the time axis in seconds.
+#[test]
+fn putget_chart_draws_the_timeline_panels_when_rows_have_them() {
+    use loadgen::crash::timeline::TimelinePoint;
+    use loadgen::plot::{TIMELINE_OPS_TITLE, TIMELINE_P99_TITLE};
+    let mut report = fixture("putget.json");
+    let t = texts(&svg_of(&report).expect("chart"));
+    assert!(!t.iter().any(|x| x == TIMELINE_OPS_TITLE), "{t:?}");
+    for (i, r) in report.results.iter_mut().enumerate() {
+        r.timeline = (0..12)
+            .map(|s| TimelinePoint {
+                at_s: s as f64,
+                ops_per_sec: 100_000.0 + 1_000.0 * (i + s) as f64,
+                p99_us: 2_000.0 + 100.0 * s as f64,
+            })
+            .collect();
+    }
+    let t = texts(&svg_of(&report).expect("chart"));
+    assert_has(&t, TIMELINE_OPS_TITLE);
+    assert_has(&t, TIMELINE_P99_TITLE);
+    // The put/get legend names appear in the two timeline panels as well.
+    let named = t.iter().filter(|x| *x == "put — sas none").count();
+    assert!(named >= 3, "{named} legend entries for put — sas none");
+    assert_has(&t, "10 s");
+}
+
 #[test]
 fn ycsb_chart_names_each_workload_operation() {
     let report = fixture("ycsb.json");

@@ -168,6 +168,7 @@ fn rendered(outcome: &CrashOutcome, workload: &str) -> String {
         results: outcome.rows.clone(),
         crash: vec![outcome.summary.clone()],
         tiered: Vec::new(),
+        published: Vec::new(),
     };
     loadgen::render::render(&report)
 }

@@ -106,6 +106,134 @@ fn main_job_runs_embedded_and_reports() {
     );
 }
 
+/// The cells of the Markdown table row of `text` whose cells start with
+/// `prefix` (cells compared trimmed).
+fn table_rows<'t>(text: &'t str, prefix: &[&str]) -> Vec<Vec<&'t str>> {
+    text.lines()
+        .filter(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(str::trim)
+                .collect::<Vec<_>>()
+        })
+        .filter(|cells| cells.len() >= prefix.len() && cells[..prefix.len()] == *prefix)
+        .collect()
+}
+
+/// A RAM+Disk run with 2-second phases: each measured phase's JSON row
+/// holds a timeline of one point per second whose rates add up to the
+/// row's operations; the text has the Steadiness table, the GridGain
+/// report's published rows and, for the sync put, the device bytes per
+/// payload byte; the chart has the timeline panels.
+#[test]
+fn every_phase_records_a_timeline_and_the_report_says_what_bounds_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("run.json");
+    let svg = dir.path().join("run.svg");
+    let out = loadgen()
+        .args(["--device", "nvme", "--durability", "sync"])
+        .args(["--threads", "2", "--batch", "50", "--records", "2K"])
+        .args(["--warmup", "0.2", "--duration", "2", "--timeout", "60"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .expect("run loadgen");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "loadgen failed: {stdout}\n{stderr}");
+
+    let report = Report::read_json(&json).expect("json");
+    for op in ["put", "get"] {
+        let r = report
+            .results
+            .iter()
+            .find(|r| r.operation == op)
+            .unwrap_or_else(|| panic!("no {op} row"));
+        let seconds = r.elapsed_ns as f64 / 1e9;
+        // The window is cut into whole seconds; a short tail joins the last.
+        assert_eq!(r.timeline.len(), seconds.round() as usize, "{op}: {r:?}");
+        for (i, p) in r.timeline.iter().enumerate() {
+            assert_eq!(p.at_s, i as f64, "{op}: {:?}", r.timeline);
+        }
+        // Each point's rate times its span gives back every operation.
+        let last = r.timeline.len() - 1;
+        let counted: f64 = r
+            .timeline
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let span = if i == last { seconds - i as f64 } else { 1.0 };
+                p.ops_per_sec * span
+            })
+            .sum();
+        assert!(
+            (counted - r.ops as f64).abs() < 0.5,
+            "{op}: {counted} counted, {} measured",
+            r.ops
+        );
+        assert!(r.timeline.iter().any(|p| p.p99_us > 0.0), "{op}");
+    }
+    let put = report
+        .results
+        .iter()
+        .find(|r| r.operation == "put")
+        .expect("put");
+    // 2 tasks x 50 records of a "user..." key and a 1,000-byte value.
+    assert!(put.payload_bytes >= put.ops * 1_000, "{put:?}");
+    let dev = put.device_use.as_ref().expect("the sync put's device use");
+    assert!(dev.bytes_written_per_payload_byte.is_some_and(|v| v > 0.0));
+    assert!(dev.bandwidth_share.is_some() && dev.iops_share.is_some());
+    assert_eq!(report.published.len(), 4, "{:?}", report.published);
+
+    assert!(stdout.contains("Steadiness ("), "{stdout}");
+    for op in ["put", "get"] {
+        let rows = table_rows(&stdout, &["nvme", "sync", "putget", op]);
+        // The details, accuracy and steadiness tables each have the row;
+        // the steadiness row has twelve cells, the seconds in the fifth.
+        let seconds = rows
+            .iter()
+            .find(|c| c.len() == 12)
+            .and_then(|c| c[4].parse::<usize>().ok());
+        assert!(seconds.is_some_and(|n| n >= 2), "{stdout}");
+    }
+    let published = table_rows(&stdout, &["GridGain 9.1.1 (published, 2 servers) *"]);
+    let cells: Vec<(&str, &str, &str)> = published.iter().map(|c| (c[2], c[5], c[6])).collect();
+    assert_eq!(
+        cells,
+        [
+            ("RAM+Disk", "put", "366.0"),
+            ("RAM Only", "put", "524.0"),
+            ("RAM+Disk", "get", "766.0"),
+            ("RAM Only", "get", "744.0")
+        ],
+        "{stdout}"
+    );
+    let ours = table_rows(
+        &stdout,
+        &[
+            "ringkv (this machine)",
+            "nvme",
+            "RAM+Disk",
+            "sync",
+            "putget",
+            "put",
+        ],
+    );
+    assert_eq!(ours.len(), 1, "{stdout}");
+    let per_payload: f64 = ours[0][7].parse().expect("bytes per payload byte");
+    assert!(per_payload > 0.0, "{stdout}");
+
+    let svg_text = std::fs::read_to_string(&svg).expect("svg");
+    assert!(
+        svg_text.contains(loadgen::plot::TIMELINE_OPS_TITLE)
+            && svg_text.contains(loadgen::plot::TIMELINE_P99_TITLE),
+        "no timeline panel"
+    );
+}
+
 /// With stderr a pipe, a phase longer than --progress-every prints
 /// progress lines while it runs, not only its result at the end.
 #[test]

@@ -528,6 +528,7 @@ fn rows_of(
         after: crate::stats::sum_of_lives(&lives.ended)?,
         ops_per_sec: ops as f64 / active.as_secs_f64().max(1e-9),
         missed_batches: 0,
+        timelines: Default::default(),
     };
     let mut rows = rows_from_phase(
         workload,

@@ -1,5 +1,6 @@
 //! Throughput and p99 over wall-clock time in fixed buckets, for the crash
-//! report's per-crash before/after figures and its chart.
+//! report's per-crash before/after figures and its chart, and for the
+//! per-second timeline every measured phase records (`driver`).
 //!
 //! What must hold: a batch counts in the bucket of its completion time;
 //! buckets cover the whole run, downtime included (they show as zero).
@@ -109,6 +110,45 @@ impl Timeline {
     }
 }
 
+impl Timeline {
+    /// The buckets of a measurement window `elapsed` long, as report
+    /// points. The window is cut into `round(elapsed / width)` buckets (at
+    /// least one): a last fragment shorter than half a bucket joins the
+    /// bucket before it, a longer one stands alone, and the last bucket's
+    /// rate is over its own length. Empty when nothing was measured.
+    pub fn window_points(&self, elapsed: Duration) -> Vec<TimelinePoint> {
+        let w = self.width.as_secs_f64();
+        let e = elapsed.as_secs_f64();
+        if e <= 0.0 {
+            return Vec::new();
+        }
+        let count = ((e / w).round() as usize).max(1);
+        let b = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        (0..count)
+            .map(|i| {
+                // The last point takes every bucket from its own on.
+                let end = if i + 1 == count {
+                    b.len().max(i + 1)
+                } else {
+                    i + 1
+                };
+                let mut hist = LatencyHistogram::new();
+                let mut ops = 0;
+                for bucket in b.iter().take(end).skip(i) {
+                    ops += bucket.ops;
+                    hist.merge(&bucket.hist);
+                }
+                let span = if i + 1 == count { e - i as f64 * w } else { w };
+                TimelinePoint {
+                    at_s: i as f64 * w,
+                    ops_per_sec: ops as f64 / span,
+                    p99_us: hist.summary().p99,
+                }
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +176,33 @@ mod tests {
         let w = t.window(0.0, 0.2);
         assert!((w.ops_per_sec - 250.0).abs() < 1e-6);
         assert!(w.p99_us >= 199.0 && w.p99_us <= 201.0, "{}", w.p99_us);
+    }
+
+    #[test]
+    fn a_window_is_cut_into_whole_seconds_and_a_short_tail_joins_the_last() {
+        let start = Instant::now();
+        let t = Timeline::new(start, Duration::from_secs(1));
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        t.record(at(100), 100, Duration::from_micros(100));
+        t.record(at(1_500), 200, Duration::from_micros(300));
+        // 30 ms past the second second: folded into it.
+        t.record(at(2_010), 10, Duration::from_micros(5_000));
+        let p = t.window_points(Duration::from_millis(2_030));
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[0].at_s, 0.0);
+        assert!((p[0].ops_per_sec - 100.0).abs() < 1e-9);
+        assert_eq!(p[1].at_s, 1.0);
+        // 210 ops over the last 1.03 s.
+        assert!((p[1].ops_per_sec - 210.0 / 1.03).abs() < 1e-6, "{p:?}");
+        assert!(p[1].p99_us >= 4_990.0, "{p:?}");
+        // A tail of 0.7 s stands alone, its rate over its own length.
+        let p = t.window_points(Duration::from_millis(2_700));
+        assert_eq!(p.len(), 3);
+        assert!((p[2].ops_per_sec - 10.0 / 0.7).abs() < 1e-6, "{p:?}");
+        // A quiet second shows as zero.
+        let p = t.window_points(Duration::from_millis(4_000));
+        assert_eq!(p.len(), 4);
+        assert_eq!(p[3].ops_per_sec, 0.0);
+        assert!(t.window_points(Duration::ZERO).is_empty());
     }
 }

@@ -98,5 +98,14 @@ mod tests {
             .iter()
             .all(|r| r.workload == WORKLOAD && r.device == "unthrottled"));
         assert!(rows[2].latency_us.max >= rows[2].latency_us.p50);
+        // The load put every record once: its keys and 2 x 10-byte values.
+        let load_payload: u64 = (0..s.records)
+            .map(|n| crate::keys::key_name(n).len() as u64 + 20)
+            .sum();
+        assert_eq!(rows[0].payload_bytes, load_payload);
+        assert!(rows[1].payload_bytes > 300 * 20, "{:?}", rows[1]);
+        assert_eq!(rows[2].payload_bytes, 0, "gets carry no payload");
+        // Each phase has its per-second timeline (one point: under a second).
+        assert!(rows.iter().all(|r| r.timeline.len() == 1), "{rows:?}");
     }
 }

@@ -68,6 +68,17 @@ pub fn check_get(
     }
 }
 
+/// Bytes of keys and values the puts among `ops` carry (the payload a
+/// device's writes are compared with).
+pub fn put_payload(ops: &[Op]) -> u64 {
+    ops.iter()
+        .map(|op| match op {
+            Op::Put { key, value } => (key.len() + value.len()) as u64,
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Sends `ops` and insists on one reply per op.
 pub async fn send<S: Session>(session: &mut S, ops: Vec<Op>) -> Result<Vec<Reply>, TargetError> {
     let sent = ops.len();
@@ -191,8 +202,10 @@ async fn put_or_get<S: Session>(
             },
         })
         .collect();
+    let payload = put_payload(&ops);
     let replies = send(session, ops).await?;
     ctx.complete(op, replies.len() as u64);
+    ctx.payload(op, payload);
     for (&n, reply) in numbers.iter().zip(&replies) {
         match access {
             Access::Put => check_put(ctx, op, reply),

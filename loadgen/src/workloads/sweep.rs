@@ -189,8 +189,10 @@ impl Work for SweepWork {
                 },
             })
             .collect();
+        let payload = super::put_payload(&ops);
         let replies = send(session, ops).await?;
         ctx.complete(self.op, replies.len() as u64);
+        ctx.payload(self.op, payload);
         for (&i, reply) in numbers.iter().zip(&replies) {
             match self.access {
                 Access::Put => check_put(ctx, self.op, reply),
@@ -505,6 +507,7 @@ async fn engine_phase(
             total as f64 / elapsed.as_secs_f64()
         },
         missed_batches: 0,
+        timelines: Default::default(),
     })
 }
 

@@ -190,6 +190,7 @@ impl Work for YcsbWork {
         let mut kinds = Vec::with_capacity(self.batch);
         let mut keynums = Vec::with_capacity(self.batch);
         let mut ops = Vec::with_capacity(self.batch);
+        let mut payload = [0u64; 5];
         for _ in 0..self.batch {
             let kind = self.mix.pick(&mut self.rng);
             let keynum = match kind {
@@ -199,10 +200,11 @@ impl Work for YcsbWork {
             let key = super::record_key(0, keynum);
             ops.push(match kind {
                 Kind::Read | Kind::ReadModifyWrite => Op::Get { key },
-                Kind::Update | Kind::Insert => Op::Put {
-                    key,
-                    value: self.pool.value_for(keynum),
-                },
+                Kind::Update | Kind::Insert => {
+                    let value = self.pool.value_for(keynum);
+                    payload[kind as usize] += (key.len() + value.len()) as u64;
+                    Op::Put { key, value }
+                }
                 Kind::Scan => Op::Scan {
                     start: key,
                     count: 1 + self.rng.below(SCAN_LENGTH_MAX) as u32,
@@ -238,6 +240,7 @@ impl Work for YcsbWork {
         }
         for kind in [Kind::Read, Kind::Update, Kind::Insert, Kind::Scan] {
             ctx.complete(OPERATIONS[kind as usize], counts[kind as usize]);
+            ctx.payload(OPERATIONS[kind as usize], payload[kind as usize]);
         }
         if !rmw_writes.is_empty() {
             let writes: Vec<Op> = rmw_writes
@@ -247,11 +250,13 @@ impl Work for YcsbWork {
                     value: self.pool.value_for(k),
                 })
                 .collect();
+            let rmw_payload = super::put_payload(&writes);
             let replies = send(session, writes).await?;
             for reply in &replies {
                 check_put(ctx, "read-modify-write", reply);
             }
             ctx.complete("read-modify-write", rmw_writes.len() as u64);
+            ctx.payload("read-modify-write", rmw_payload);
         }
         Ok(StepOutcome::Ran {
             ops: self.batch as u64,
