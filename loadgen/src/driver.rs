@@ -281,7 +281,7 @@ pub async fn run_phase<T: Target, W: Work>(
         .map(|op| {
             (
                 op,
-                Timeline::new(measure_start.into_std(), Duration::from_secs(1)),
+                Timeline::per_phase(measure_start.into_std(), Duration::from_secs(1)),
             )
         })
         .collect();
