@@ -8,35 +8,12 @@ mod common;
 use common::*;
 use ringkv_engine::io::sim::{SimDisk, SimFaults};
 use ringkv_engine::{Engine, OpResult};
-use std::io::Write;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tunables::Durability;
 
 const STALLED: &str = "WAL: logged records are not becoming durable";
 const MOVING: &str = "WAL: the durable LSN moves again";
-
-/// Everything logged at INFO and above, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
 
 #[test]
 fn a_wal_write_that_does_not_return_is_logged_while_it_waits_and_when_it_ends() {

@@ -6,34 +6,11 @@ mod common;
 
 use common::*;
 use ringkv_engine::{Engine, OpResult};
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tunables::Durability;
 
 const STUCK: &str = "a shard has requests waiting in its inbox and has taken none";
 const MOVING: &str = "the shard takes requests again";
-
-/// Everything logged at INFO and above, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
 
 #[test]
 fn a_shard_that_takes_no_request_is_reported_and_then_its_end() {

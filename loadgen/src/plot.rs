@@ -145,6 +145,22 @@ const MAX_AT: f64 = 5.0;
 const LEGEND_SAMPLE: i32 = 24;
 
 /// Line styles of the latency lines: (dash, gap) in pixels; (0, 0) = solid.
+/// A series' legend sample at `(x, y)`, drawn as the series is: solid
+/// (`dash` 0), or as separate dashes of the same length and gap.
+fn legend_sample<DB: DrawingBackend>(
+    (x, y): (i32, i32),
+    dash: u32,
+    gap: u32,
+    style: ShapeStyle,
+) -> DynElement<'static, DB, (i32, i32)> {
+    let sample = vec![(x, y), (x + LEGEND_SAMPLE, y)];
+    if dash == 0 {
+        PathElement::new(sample, style).into_dyn()
+    } else {
+        DashedPathElement::new(sample, dash, gap, style).into_dyn()
+    }
+}
+
 const DASHES: [(u32, u32); 6] = [(0, 0), (9, 5), (2, 4), (14, 4), (5, 9), (1, 2)];
 
 /// Writes the chart of `report` to `path` (SVG, or PNG for a `.png` name).
@@ -541,16 +557,8 @@ fn draw_operations(report: &Report, rows: &[&ResultRow], out: &mut String) -> Re
                 .draw_series(DashedLineSeries::new(points.clone(), dash, gap, style))
                 .map_err(|x| e(&x))?
         };
-        anno.label(label).legend(move |(x, y)| {
-            // The legend sample is drawn as the series is: solid, or as
-            // separate dashes of the same length and gap.
-            let sample = vec![(x, y), (x + LEGEND_SAMPLE, y)];
-            if dash == 0 {
-                PathElement::new(sample, c.stroke_width(2)).into_dyn()
-            } else {
-                DashedPathElement::new(sample, dash, gap, c.stroke_width(2)).into_dyn()
-            }
-        });
+        anno.label(label)
+            .legend(move |at| legend_sample(at, dash, gap, c.stroke_width(2)));
         chart
             .draw_series(points.iter().map(|p| Circle::new(*p, 3, c.filled())))
             .map_err(|x| e(&x))?;
@@ -653,14 +661,8 @@ fn draw_timeline(
                 .draw_series(DashedLineSeries::new(points.clone(), dash, gap, style))
                 .map_err(|x| e(&x))?
         };
-        anno.label(s.label.clone()).legend(move |(x, y)| {
-            let sample = vec![(x, y), (x + LEGEND_SAMPLE, y)];
-            if dash == 0 {
-                PathElement::new(sample, c.stroke_width(2)).into_dyn()
-            } else {
-                DashedPathElement::new(sample, dash, gap, c.stroke_width(2)).into_dyn()
-            }
-        });
+        anno.label(s.label.clone())
+            .legend(move |at| legend_sample(at, dash, gap, c.stroke_width(2)));
         chart
             .draw_series(middles.iter().map(|p| Circle::new(*p, 3, c.filled())))
             .map_err(|x| e(&x))?;

@@ -122,3 +122,26 @@ pub fn use_small_hybrid_tier(config: &mut Config) {
     config.storage.index_keys = 1024;
     config.storage.gc_garbage_percent = 5;
 }
+
+/// Log lines kept for a test to read: install with
+/// `tracing_subscriber::fmt().with_writer(move || captured.clone())`.
+#[derive(Clone, Default)]
+pub struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
