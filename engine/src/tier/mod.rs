@@ -188,11 +188,6 @@ impl<D: Disk> TierConfig<D> {
     }
 }
 
-/// The interface a shard uses to keep its key-value state.
-///
-/// `hash` is always the table hash of `key` under the tier's own hasher
-/// (`self.table_hasher().hash_key(key)`, [`crate::hash::TableHasher`]);
-/// the shard computes it once per operation and passes it down.
 /// One file of a tier's own, as an online backup sees it.
 #[derive(Debug, Clone)]
 pub struct TierFile {
@@ -204,6 +199,11 @@ pub struct TierFile {
     pub sealed: bool,
 }
 
+/// The interface a shard uses to keep its key-value state.
+///
+/// `hash` is always the table hash of `key` under the tier's own hasher
+/// (`self.table_hasher().hash_key(key)`, [`crate::hash::TableHasher`]);
+/// the shard computes it once per operation and passes it down.
 pub trait Tier {
     /// How this tier hashes keys: what every `hash` argument must be made
     /// with. Fixed for the life of the tier.

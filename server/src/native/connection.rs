@@ -757,7 +757,10 @@ fn note_latency(ctx: &ShardContext, received: Instant, tally: &OpTally) {
     ctx.counters().add_request(tally, latency_us);
 }
 
-async fn write_out(
+/// Writes `out` whole to the client and counts it; returns the buffer,
+/// emptied, for the next answers (a new small one after a large answer).
+/// Both ports' connections write through it.
+pub(crate) async fn write_out(
     ctx: &ShardContext,
     conn: &ConnState,
     wire: &Wire,

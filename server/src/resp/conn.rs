@@ -43,7 +43,9 @@ use super::command::{
 use super::counters::RespCounters;
 use super::info::answer_server_command;
 use super::multi::{self, error_reply, MultiLimits, MultiState, Queued, WATCH_INSIDE_MULTI};
-use crate::native::connection::{linger, read_failure, ConnState, Wire, HANDSHAKE_READ_BYTES};
+use crate::native::connection::{
+    linger, read_failure, write_out, ConnState, Wire, HANDSHAKE_READ_BYTES,
+};
 use crate::native::pipe::Pipe;
 use crate::native::session::CloseReason;
 use crate::shard::ShardContext;
@@ -909,27 +911,6 @@ async fn run_batch(ctx: &ShardContext, conn: &ConnState, batch: &mut Batch, out:
             }
         }
     }
-}
-
-async fn write_out(
-    ctx: &ShardContext,
-    conn: &ConnState,
-    stream: &Wire,
-    out: BytesMut,
-) -> std::io::Result<BytesMut> {
-    if out.is_empty() {
-        return Ok(out);
-    }
-    let len = out.len();
-    let (result, mut out) = stream.write_all(out).await;
-    result?;
-    conn.touch();
-    ctx.counters().add_sent(len);
-    out.clear();
-    if out.capacity() > 4 * READ_CHUNK_BYTES {
-        out = BytesMut::with_capacity(READ_CHUNK_BYTES);
-    }
-    Ok(out)
 }
 
 async fn shutdown_write(stream: &Wire) {

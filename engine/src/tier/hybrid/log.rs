@@ -582,11 +582,6 @@ impl<D: Disk> ValueLog<D> {
         self.device_of_seq(seq).is_some()
     }
 
-    /// Whether `seq` is one of the open segments.
-    pub fn has_seq(&self, seq: u64) -> bool {
-        self.segs.iter().flatten().any(|s| s.seq == seq)
-    }
-
     fn start_segment(&mut self, device: Device) -> io::Result<()> {
         let slot = match self.segs.iter().position(|s| s.is_none()) {
             Some(s) => s as u32,
@@ -1032,13 +1027,6 @@ impl<D: Disk> ValueLog<D> {
         })
     }
 
-    /// Counts a device read done through a [`DeviceSource`].
-    pub fn note_read(&mut self, bytes: u64, device: Device) {
-        self.reads += 1;
-        self.hot_reads += u64::from(device == HOT);
-        self.bytes_read += bytes;
-    }
-
     /// Keeps checked blocks read through a [`DeviceSource`] among the
     /// recent ones, if segment `slot` is still the one they came from.
     pub fn remember_read(&mut self, slot: u32, seq: u64, first: u64, payloads: &[u8]) {
@@ -1151,11 +1139,6 @@ impl<D: Disk> ValueLog<D> {
             .get(slot as usize)
             .and_then(|s| s.as_ref())
             .map_or_else(|| self.dir().to_path_buf(), |s| s.path.clone())
-    }
-
-    /// The active segment of `device`, if one is open.
-    pub fn active_slot(&self, device: Device) -> Option<u32> {
-        self.heads.get(device as usize)?.active
     }
 
     /// Every open segment file for an online backup: the sealed ones (and
