@@ -17,13 +17,7 @@ const MOVING: &str = "WAL: the durable LSN moves again";
 
 #[test]
 fn a_wal_write_that_does_not_return_is_logged_while_it_waits_and_when_it_ends() {
-    let log = Captured::default();
-    let writer = log.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let log = Captured::install();
     let disk = SimDisk::new(7);
     let config = small_config(Path::new("/watch"), 1, Durability::Sync);
     let engine = Engine::open_with_disk(&config, disk.clone()).expect("open");

@@ -16,13 +16,7 @@ const MOVING: &str = "the shard takes requests again";
 fn a_shard_that_takes_no_request_is_reported_and_then_its_end() {
     // Before any engine thread exists: the watch reads it once at start.
     std::env::set_var("RINGKV_STUCK_WARN_MS", "1000");
-    let log = Captured::default();
-    let writer = log.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let log = Captured::install();
     let dir = tempfile::tempdir().expect("tempdir");
     let config = small_config(&dir.path().join("d"), 1, Durability::None);
     let engine = Engine::open(&config).expect("open");

@@ -545,20 +545,7 @@ fn draw_operations(report: &Report, rows: &[&ResultRow], out: &mut String) -> Re
     for s in &series {
         let points = spectrum_points(s.row);
         let c = colour(s.colour);
-        let style = c.stroke_width(2);
-        let label = s.label.clone();
-        let (dash, gap) = DASHES[s.style % DASHES.len()];
-        let anno = if dash == 0 {
-            chart
-                .draw_series(LineSeries::new(points.clone(), style))
-                .map_err(|x| e(&x))?
-        } else {
-            chart
-                .draw_series(DashedLineSeries::new(points.clone(), dash, gap, style))
-                .map_err(|x| e(&x))?
-        };
-        anno.label(label)
-            .legend(move |at| legend_sample(at, dash, gap, c.stroke_width(2)));
+        draw_line(&mut chart, &points, c, s.style, s.label.clone())?;
         chart
             .draw_series(points.iter().map(|p| Circle::new(*p, 3, c.filled())))
             .map_err(|x| e(&x))?;
@@ -650,24 +637,46 @@ fn draw_timeline(
             .map(|c| ((c[0].0 + c[1].0) / 2.0, c[0].1))
             .collect();
         let c = colour(s.colour);
-        let style = c.stroke_width(2);
-        let (dash, gap) = DASHES[s.style % DASHES.len()];
-        let anno = if dash == 0 {
-            chart
-                .draw_series(LineSeries::new(points.clone(), style))
-                .map_err(|x| e(&x))?
-        } else {
-            chart
-                .draw_series(DashedLineSeries::new(points.clone(), dash, gap, style))
-                .map_err(|x| e(&x))?
-        };
-        anno.label(s.label.clone())
-            .legend(move |at| legend_sample(at, dash, gap, c.stroke_width(2)));
+        draw_line(&mut chart, &points, c, s.style, s.label.clone())?;
         chart
             .draw_series(middles.iter().map(|p| Circle::new(*p, 3, c.filled())))
             .map_err(|x| e(&x))?;
     }
     draw_legend(&mut chart, 12, SeriesLabelPosition::UpperRight)?;
+    Ok(())
+}
+
+/// Draws one series as a line in `colour`, solid or dashed by `style`
+/// (an index into [`DASHES`]), with its legend entry drawn the same way.
+fn draw_line<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    points: &[(f64, f64)],
+    colour: RGBColor,
+    style: usize,
+    label: String,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate<From = (f64, f64)>,
+{
+    let stroke = colour.stroke_width(2);
+    let (dash, gap) = DASHES[style % DASHES.len()];
+    let anno = if dash == 0 {
+        chart
+            .draw_series(LineSeries::new(points.iter().copied(), stroke))
+            .map_err(|x| x.to_string())?
+    } else {
+        chart
+            .draw_series(DashedLineSeries::new(
+                points.iter().copied(),
+                dash,
+                gap,
+                stroke,
+            ))
+            .map_err(|x| x.to_string())?
+    };
+    anno.label(label)
+        .legend(move |at| legend_sample(at, dash, gap, stroke));
     Ok(())
 }
 

@@ -123,8 +123,7 @@ pub fn use_small_hybrid_tier(config: &mut Config) {
     config.storage.gc_garbage_percent = 5;
 }
 
-/// Log lines kept for a test to read: install with
-/// `tracing_subscriber::fmt().with_writer(move || captured.clone())`.
+/// Log lines kept for a test to read ([`Captured::install`]).
 #[derive(Clone, Default)]
 pub struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
@@ -140,6 +139,19 @@ impl std::io::Write for Captured {
 }
 
 impl Captured {
+    /// Makes the process's log (INFO and above, plain text) go here; once
+    /// per test binary.
+    pub fn install() -> Captured {
+        let log = Captured::default();
+        let writer = log.clone();
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        log
+    }
+
     /// Everything logged so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
