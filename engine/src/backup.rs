@@ -34,7 +34,7 @@ use crate::layout::ShardPaths;
 use crate::manifest;
 use crate::shard::backup::{unix_now, BackupRequest, Cut, Pinned};
 use crate::shard::router::ShardMsg;
-use crate::wal::head::HEAD_FILE;
+use crate::wal::head::{with_mark_at_most, HEAD_FILE};
 use crate::wal::reader::{scan_flush, FileWindow, FlushScan, SegmentIdentity};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -540,7 +540,12 @@ fn copy_shard(
         });
     }
     if let Some(head) = &cut.head {
-        write_file(&to.dir.join(HEAD_FILE), head)?;
+        // The head was read before the copy, so its durable mark is at or
+        // below what the copy holds; clamping it says so even if a flush
+        // the mark covered were ever left out of the copy.
+        let head =
+            with_mark_at_most(head, src.shard as u32, last_lsn).unwrap_or_else(|| head.clone());
+        write_file(&to.dir.join(HEAD_FILE), &head)?;
         copier.progress.files += 1;
     }
     for dir in [&to.wal_dir, &to.snapshot_dir, &to.dir] {

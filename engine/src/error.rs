@@ -59,6 +59,16 @@ pub enum Damage {
     NewestSegmentMissing { head_seq: u64, found_seq: u64 },
     /// Neither slot of the WAL head file is valid.
     BadHead,
+    /// A used segment is shorter than the size it was created with: no
+    /// crash leaves one (segments are created whole, then renamed).
+    ShortSegment { len: u64, created: u64 },
+    /// The log ends below the WAL head's durable mark: records the mark
+    /// says were durable (and may have been acknowledged) are gone.
+    MarkedRecordsMissing {
+        marked_lsn: u64,
+        last_lsn: u64,
+        found: String,
+    },
     /// A chunk chain that cannot be whole: its end names chunks that are
     /// not right before it, or it grows past `CHAIN_BYTES_MAX`.
     BadChain { lsn: u64, reason: &'static str },
@@ -124,6 +134,19 @@ impl fmt::Display for Damage {
                 "the WAL head says segment {head_seq} holds acknowledged records, but the log ends in segment {found_seq} (the newest segment was deleted or damaged)"
             ),
             Damage::BadHead => write!(f, "neither slot of the WAL head file is valid"),
+            Damage::ShortSegment { len, created } => write!(
+                f,
+                "the segment is {len} bytes but was created with {created} (cut short: damage, not a crash)"
+            ),
+            Damage::MarkedRecordsMissing {
+                marked_lsn,
+                last_lsn,
+                found,
+            } => write!(
+                f,
+                "wal.head's durable mark says every record through LSN {marked_lsn} was durable, but the log ends at LSN {last_lsn} ({found}): {} durable records are damaged or gone, not a torn write",
+                marked_lsn - last_lsn
+            ),
             Damage::BadChain { lsn, reason } => {
                 write!(f, "chunk chain ending at LSN {lsn} is broken: {reason}")
             }

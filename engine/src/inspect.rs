@@ -104,6 +104,9 @@ pub struct SegmentReport {
     pub path: PathBuf,
     pub seq: u64,
     pub bytes: u64,
+    /// The size a used segment's header says it was created with; a file
+    /// shorter than that was cut (no crash makes one).
+    pub created_bytes: Option<u64>,
     pub state: SegmentState,
     /// Full reads: the complete flushes read from the segment's start.
     pub flushes: u64,
@@ -112,6 +115,8 @@ pub struct SegmentReport {
     pub records: u64,
     /// Full reads: the last LSN of the complete flushes (None: none).
     pub last_lsn: Option<u64>,
+    /// Full reads: where those flushes end (the next flush would start).
+    pub records_end: u64,
     pub end: Option<SegmentEnd>,
     /// Full reads: a broken chunk chain in the segment (the offset of the
     /// flush holding its end record, and what is wrong).
@@ -351,7 +356,7 @@ async fn examine_shard(
     }
     check_snapshot_coverage(paths, &segments, &snapshots, problems);
     let values = examine_values(disk, paths, depth, problems);
-    ShardReport {
+    let report = ShardReport {
         shard,
         dir: paths.dir.clone(),
         head,
@@ -361,7 +366,11 @@ async fn examine_shard(
         values,
         leftovers,
         chunk_chains,
+    };
+    if depth == Depth::Full {
+        check_mark(&report, problems);
     }
+    report
 }
 
 async fn examine_segments(
@@ -421,7 +430,13 @@ async fn examine_segment(
     let mut win = FileWindow::new(&file, path).await?;
     let bytes = win.file_len();
     let block = win.get(0, BLOCK_BYTES).await?;
-    let state = match decode_segment_header(block) {
+    let header = decode_segment_header(block);
+    let created_bytes = match &header {
+        Ok(Some(h)) if !h.is_prepared() => Some(h.segment_bytes),
+        _ => None,
+    };
+    let recycled = matches!(&header, Ok(Some(h)) if h.is_recycled());
+    let state = match header {
         Ok(None) => SegmentState::Unused { recycled: false },
         Ok(Some(h)) if h.is_prepared() => SegmentState::Unused { recycled: true },
         Ok(Some(h)) if h.shard != shard || h.seq != seq => SegmentState::Damaged(format!(
@@ -437,17 +452,19 @@ async fn examine_segment(
         path: path.to_path_buf(),
         seq,
         bytes,
+        created_bytes,
         state,
         flushes: 0,
         flush_offsets: Vec::new(),
         records: 0,
         last_lsn: None,
+        records_end: 0,
         end: None,
         chain_damage: None,
     };
     if depth == Depth::Full && matches!(report.state, SegmentState::Used { .. }) {
         let identity = SegmentIdentity { shard, seq };
-        walk_flushes(&mut win, identity, &mut report, chains).await?;
+        walk_flushes(&mut win, identity, recycled, &mut report, chains).await?;
     }
     Ok(report)
 }
@@ -457,6 +474,7 @@ async fn examine_segment(
 async fn walk_flushes<F: DiskFile>(
     win: &mut FileWindow<'_, F>,
     identity: SegmentIdentity,
+    recycled: bool,
     report: &mut SegmentReport,
     chains: &mut ChainReplay,
 ) -> std::io::Result<()> {
@@ -494,7 +512,15 @@ async fn walk_flushes<F: DiskFile>(
             FlushScan::Damaged { offset, reason } => {
                 let after = last.unwrap_or(0);
                 let next_block = pos + BLOCK_BYTES as u64;
-                let tail = scan_tail(win, next_block.min(win.file_len()), after, identity).await?;
+                // A cut file may end inside a block: scan whole blocks only.
+                let whole = win.file_len() / BLOCK_BYTES as u64 * BLOCK_BYTES as u64;
+                let tail = scan_tail(win, next_block.min(whole), after, identity).await?;
+                // A recycled file holds stale bytes of its earlier use
+                // after the records: a record there that is not the next
+                // LSN is one of them, not a torn write (as recovery reads it).
+                let stale = recycled
+                    && pos > 0
+                    && !crate::wal::recovery::looks_current(win, pos, after + 1).await;
                 report.end = Some(match tail.complete_flush_at {
                     Some(at) => SegmentEnd::DamageBeforeData {
                         flush_start: pos,
@@ -503,6 +529,7 @@ async fn walk_flushes<F: DiskFile>(
                         newer_flush_at: at,
                         nonzero_end: tail.nonzero_end,
                     },
+                    None if stale => SegmentEnd::Clean { offset: pos },
                     None => SegmentEnd::Torn {
                         offset,
                         reason: reason.to_string(),
@@ -513,6 +540,7 @@ async fn walk_flushes<F: DiskFile>(
         }
     }
     report.last_lsn = last;
+    report.records_end = pos;
     Ok(())
 }
 
@@ -583,13 +611,65 @@ fn check_log(
             }
         }
     }
-    check_segment_ends(&used, problems);
+    for s in &used {
+        if let Some(created) = s.created_bytes.filter(|&c| s.bytes < c) {
+            problems.push(problem(&s.path, Some(s.bytes), format!(
+                "the segment is {} bytes but was created with {created}: cut short, which no crash does \
+                 (recovery: ShortSegment, refuses to open{})",
+                s.bytes,
+                if Some(s.seq) == used.last().map(|u| u.seq) {
+                    "; `ringkv-server repair --truncate-wal-tail` restores its size and gives up what was cut"
+                } else {
+                    ""
+                }
+            )));
+        }
+    }
+    let mark = head.map_or(0, |h| h.marked_lsn);
+    check_segment_ends(&used, mark, problems);
     check_head(paths, &used, head, problems);
+}
+
+/// Full reads: the durable mark in `wal.head` must not be above where the
+/// log (or the newest snapshot) ends (recovery's `MarkedRecordsMissing`).
+fn check_mark(shard: &ShardReport, problems: &mut Vec<Problem>) {
+    let Some(head) = shard.head.filter(|h| h.marked_lsn > 0) else {
+        return;
+    };
+    let end = log_end(shard);
+    if head.marked_lsn > end {
+        problems.push(problem(
+            &shard.dir.join(crate::wal::head::HEAD_FILE),
+            None,
+            format!(
+                "the durable mark says every record through LSN {} was durable, but the log ends at LSN {end}: \
+                 {} durable record(s) (LSNs {}..={}) are damaged or gone (recovery: MarkedRecordsMissing, refuses to open; \
+                 `ringkv-server repair --truncate-wal-tail` can give them up)",
+                head.marked_lsn,
+                head.marked_lsn - end,
+                end + 1,
+                head.marked_lsn
+            ),
+        ));
+    }
+}
+
+/// Full reads: the last LSN recovery would reach, the log's or the
+/// newest snapshot's, whichever is larger.
+fn log_end(shard: &ShardReport) -> u64 {
+    let log = shard
+        .segments
+        .iter()
+        .filter(|s| matches!(s.state, SegmentState::Used { .. }))
+        .filter_map(|s| s.last_lsn)
+        .max()
+        .unwrap_or(0);
+    log.max(shard.chain.last().copied().unwrap_or(0))
 }
 
 /// The damage rows of the used segments' ends: damage before newer data
 /// (recovery refuses), and torn flushes (recovery drops them).
-fn check_segment_ends(used: &[&SegmentReport], problems: &mut Vec<Problem>) {
+fn check_segment_ends(used: &[&SegmentReport], mark: u64, problems: &mut Vec<Problem>) {
     for (i, s) in used.iter().enumerate() {
         let is_last = i + 1 == used.len();
         match &s.end {
@@ -603,6 +683,14 @@ fn check_segment_ends(used: &[&SegmentReport], problems: &mut Vec<Problem>) {
                     "{reason}; a complete flush with newer LSNs follows at offset {newer_flush_at} \
                      (recovery: DamageBeforeData, refuses to open{})",
                     if is_last { "; `ringkv-server repair --truncate-wal-tail` can drop the damaged flush and everything after it" } else { "" }
+                )));
+            }
+            Some(SegmentEnd::Torn { offset, reason })
+                if is_last && mark > s.last_lsn.unwrap_or(0) =>
+            {
+                problems.push(problem(&s.path, Some(*offset), format!(
+                    "damaged flush: {reason}; wal.head's durable mark (LSN {mark}) says it was durable, \
+                     so this is damage, not a torn write (recovery: MarkedRecordsMissing, refuses to open)"
                 )));
             }
             Some(SegmentEnd::Torn { offset, reason }) => {
@@ -941,6 +1029,12 @@ pub struct TailRepair {
     pub covered_records: u64,
     /// Why the flush at `offset` is damaged.
     pub reason: String,
+    /// The segment was cut short: the repair grows it back to the size it
+    /// was created with (the regrown part reads as zeroes).
+    pub grow_to: Option<u64>,
+    /// `wal.head`'s durable mark is above where the log ends after the
+    /// repair: (the head file, the mark, the LSN it is lowered to).
+    pub mark: Option<(PathBuf, u64, u64)>,
 }
 
 /// The repairs [`repair_wal_tail`] can make: in each shard whose newest
@@ -957,6 +1051,113 @@ pub fn plan_wal_tail_repair(report: &Report) -> (Vec<TailRepair>, Vec<Problem>) 
             .iter()
             .filter(|s| matches!(s.state, SegmentState::Used { .. }))
             .collect();
+        let before = repairs.len();
+        plan_cut_segments(shard, &used, &mut repairs, &mut refused);
+        if repairs.len() == before {
+            plan_damage_before_data(shard, &used, &mut repairs, &mut refused);
+        }
+        if repairs.len() == before {
+            plan_mark_only(shard, &used, &mut repairs);
+        }
+    }
+    (repairs, refused)
+}
+
+/// The mark a repair leaves: `None` if `wal.head`'s durable mark is not
+/// above `end` (the last LSN the log, or the newest snapshot, holds after
+/// the repair).
+fn lowered_mark(shard: &ShardReport, end: u64) -> Option<(PathBuf, u64, u64)> {
+    let end = end.max(shard.chain.last().copied().unwrap_or(0));
+    let mark = shard.head.map_or(0, |h| h.marked_lsn);
+    (mark > end).then(|| (shard.dir.join(crate::wal::head::HEAD_FILE), mark, end))
+}
+
+/// A used segment cut short: only the shard's newest one can be repaired
+/// (it is grown back to its size and the flush the cut tore is zeroed);
+/// an older one would leave a hole in the log.
+fn plan_cut_segments(
+    shard: &ShardReport,
+    used: &[&SegmentReport],
+    repairs: &mut Vec<TailRepair>,
+    refused: &mut Vec<Problem>,
+) {
+    for (i, s) in used.iter().enumerate() {
+        let Some(created) = s.created_bytes.filter(|&c| s.bytes < c) else {
+            continue;
+        };
+        if i + 1 != used.len() {
+            refused.push(problem(&s.path, Some(s.bytes), "a segment that is not the shard's newest was cut short: the log after it cannot be trusted; not repaired"));
+            continue;
+        }
+        // Where the complete flushes stop: the cut tore the flush there
+        // (or fell after the last one).
+        let from = s.records_end;
+        let end = s.last_lsn.unwrap_or(0);
+        let mark = lowered_mark(shard, end);
+        let (records, lsns) = match &mark {
+            Some((_, m, e)) => (m - e, Some((e + 1, *m))),
+            None => (0, None),
+        };
+        repairs.push(TailRepair {
+            shard: shard.shard,
+            segment: s.path.clone(),
+            offset: from,
+            bytes: s.bytes.saturating_sub(from),
+            flushes: 0,
+            records,
+            lsns,
+            covered_records: 0,
+            reason: format!(
+                "the segment was cut to {} of its {created} bytes; whatever the cut removed after offset {} is gone",
+                s.bytes, s.bytes
+            ),
+            grow_to: Some(created),
+            mark,
+        });
+    }
+}
+
+/// The newest segment ends in a damaged flush that the durable mark says
+/// was durable: nothing is zeroed (recovery passes a torn flush by
+/// itself); the mark is lowered to where the log ends, and the records
+/// between are given up.
+fn plan_mark_only(shard: &ShardReport, used: &[&SegmentReport], repairs: &mut Vec<TailRepair>) {
+    let Some(s) = used.last() else {
+        return;
+    };
+    let end = s.last_lsn.unwrap_or(0);
+    let Some(mark) = lowered_mark(shard, end) else {
+        return;
+    };
+    let (offset, reason) = match &s.end {
+        Some(SegmentEnd::Torn { offset, reason }) => (*offset, reason.clone()),
+        Some(SegmentEnd::Clean { offset }) => (*offset, "the log ends cleanly here".to_string()),
+        _ => (0, "the log ends here".to_string()),
+    };
+    repairs.push(TailRepair {
+        shard: shard.shard,
+        segment: s.path.clone(),
+        offset,
+        bytes: 0,
+        flushes: 0,
+        records: mark.1 - mark.2,
+        lsns: Some((mark.2 + 1, mark.1)),
+        covered_records: 0,
+        reason,
+        grow_to: None,
+        mark: Some(mark),
+    });
+}
+
+/// Damage followed by newer complete flushes in the newest segment
+/// (recovery's `DamageBeforeData`): zero the damaged flush and all after.
+fn plan_damage_before_data(
+    shard: &ShardReport,
+    used: &[&SegmentReport],
+    repairs: &mut Vec<TailRepair>,
+    refused: &mut Vec<Problem>,
+) {
+    {
         for (i, s) in used.iter().enumerate() {
             let Some(SegmentEnd::DamageBeforeData {
                 flush_start,
@@ -995,6 +1196,8 @@ pub fn plan_wal_tail_repair(report: &Report) -> (Vec<TailRepair>, Vec<Problem>) 
                         lsns,
                         covered_records,
                         reason: reason.clone(),
+                        grow_to: None,
+                        mark: lowered_mark(shard, s.last_lsn.unwrap_or(0)),
                     }),
                     Err(e) => refused.push(problem(
                         &s.path,
@@ -1005,7 +1208,6 @@ pub fn plan_wal_tail_repair(report: &Report) -> (Vec<TailRepair>, Vec<Problem>) 
             }
         }
     }
-    (repairs, refused)
 }
 
 /// What lies in a range a repair drops.
@@ -1058,23 +1260,51 @@ fn count_dropped(
     })
 }
 
-/// Zeroes the ranges of `repairs` on an [`OverlayDisk`], to try a repair.
+/// Makes `repairs` on an [`OverlayDisk`], to try them: zeroes each
+/// range, grows a cut segment back, lowers the durable mark.
 fn zero_in_overlay(disk: &OverlayDisk, repairs: &[TailRepair]) -> std::io::Result<()> {
     for r in repairs {
         let file = disk.open_blocking(&r.segment, false)?;
         let mut buf = crate::io::AlignedBuf::with_capacity(BLOCK_BYTES);
         buf.set_len(BLOCK_BYTES);
         buf.as_mut_slice().fill(0);
+        // The range starts on a block; a cut segment may end inside one.
+        let end = r.offset + r.bytes;
         let mut at = r.offset;
-        while at < r.offset + r.bytes {
+        while at < end {
             file.write_at_blocking(&buf, at)?;
             at += BLOCK_BYTES as u64;
+        }
+        if let Some(len) = r.grow_to {
+            pollster::block_on(file.set_len(len))?;
+        }
+        if let Some((head, _, to)) = &r.mark {
+            let bytes = lowered_head(head, r.shard, *to)?;
+            let file = disk.open_blocking(head, false)?;
+            let mut buf = crate::io::AlignedBuf::with_capacity(bytes.len());
+            buf.set_len(bytes.len());
+            buf.as_mut_slice().copy_from_slice(&bytes);
+            file.write_at_blocking(&buf, 0)?;
         }
     }
     Ok(())
 }
 
-/// Zeroes the ranges of `repairs` in the real files, each fdatasync'ed.
+/// The head file at `path` with its durable mark lowered to `to`.
+fn lowered_head(path: &Path, shard: u32, to: u64) -> std::io::Result<Vec<u8>> {
+    let bytes = std::fs::read(path)?;
+    crate::wal::head::with_mark_at_most(&bytes, shard, to).ok_or_else(|| {
+        std::io::Error::other(format!(
+            "{}: neither slot of the WAL head is valid",
+            path.display()
+        ))
+    })
+}
+
+/// Makes `repairs` in the real files, each fdatasync'ed: the zeroed
+/// ranges, a cut segment grown back, then the lowered durable mark. The
+/// mark goes last: a crash before it leaves the old mark, which recovery
+/// still refuses, and running the repair again finishes the job.
 fn zero_in_files(repairs: &[TailRepair]) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     for r in repairs {
@@ -1087,7 +1317,16 @@ fn zero_in_files(repairs: &[TailRepair]) -> std::io::Result<()> {
             file.write_all_at(&zeroes[..n], at)?;
             at += n as u64;
         }
+        if let Some(len) = r.grow_to {
+            file.set_len(len)?;
+        }
         file.sync_data()?;
+        if let Some((head, _, to)) = &r.mark {
+            let bytes = lowered_head(head, r.shard, *to)?;
+            let file = std::fs::OpenOptions::new().write(true).open(head)?;
+            file.write_all_at(&bytes, 0)?;
+            file.sync_data()?;
+        }
     }
     Ok(())
 }

@@ -94,6 +94,9 @@ pub struct ShardMetrics {
     pub segments_created: u64,
     /// WAL segments made by recycling a retired one (this run).
     pub segments_recycled: u64,
+    /// Durable marks written to `wal.head` (this run; `docs/wal.md`,
+    /// "The durable mark").
+    pub wal_marks: u64,
     /// Expired keys deleted (by active expiry, or by a write that found
     /// its key expired), this run.
     pub expired_keys: u64,
@@ -157,6 +160,7 @@ pub(crate) struct ShardStats {
     pub(crate) wal_live_bytes: AtomicU64,
     pub(crate) segments_created: AtomicU64,
     pub(crate) segments_recycled: AtomicU64,
+    pub(crate) wal_marks: AtomicU64,
     pub(crate) expired_keys: AtomicU64,
     pub(crate) expiring_keys: AtomicU64,
     pub(crate) cross_requests: AtomicU64,
@@ -205,6 +209,7 @@ impl ShardStats {
             wal_live_bytes: AtomicU64::new(0),
             segments_created: AtomicU64::new(0),
             segments_recycled: AtomicU64::new(0),
+            wal_marks: AtomicU64::new(0),
             expired_keys: AtomicU64::new(0),
             expiring_keys: AtomicU64::new(0),
             cross_requests: AtomicU64::new(0),
@@ -253,6 +258,7 @@ impl ShardStats {
             wal_live_bytes: self.wal_live_bytes.load(Relaxed),
             segments_created: self.segments_created.load(Relaxed),
             segments_recycled: self.segments_recycled.load(Relaxed),
+            wal_marks: self.wal_marks.load(Relaxed),
             expired_keys: self.expired_keys.load(Relaxed),
             expiring_keys: self.expiring_keys.load(Relaxed),
             hybrid: self.tier.lock().unwrap_or_else(|p| p.into_inner()).hybrid(),

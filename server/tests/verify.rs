@@ -305,10 +305,42 @@ fn damage_mid_log_refuses_and_repair_drops_exactly_the_tail() {
     assert_eq!(code, EXIT_CLEAN, "{out}");
 }
 
+/// Reopens the built directory with no durable mark due for a minute,
+/// writes one more round and stops crash-like: its last flush is durable
+/// but no mark vouches for it, as after a crash right behind a write.
+fn write_unmarked_round(dir: &Path, config_file: &Path) {
+    let mut c = Config::load(config_file).unwrap();
+    c.storage.data_dir = dir.to_path_buf();
+    c.storage.wal_mark_idle = tunables::Duration::from_secs(60);
+    let engine = Engine::open(&c).unwrap();
+    // Two batches, so the last flush is not its segment's first (whose
+    // header the WAL head relies on: damage there is refused as such).
+    for round in 0..2u8 {
+        let ops = (0..40u64)
+            .map(|i| Op::Put {
+                key: Bytes::from(format!("key-{i:04}")),
+                value: Bytes::from(vec![b'w' + round; 300]),
+            })
+            .collect();
+        engine.handle().batch_blocking(ops).unwrap();
+    }
+    engine.halt();
+}
+
+fn repair_args(dir: &Path, cfg: &Path, truncate: bool) -> RepairArgs {
+    RepairArgs {
+        target: args(dir, cfg),
+        truncate_wal_tail: truncate,
+        backup_dir: None,
+        no_backup: false,
+    }
+}
+
 #[test]
 fn a_torn_tail_is_damage_the_server_accepts() {
     let (root, cfg) = build(Tier::Memory);
     let dir = copy(&root.path().join("data"));
+    write_unmarked_round(dir.path(), &cfg);
     let (segment, flushes) = newest_segment(dir.path(), &cfg);
     let last = *flushes.last().unwrap();
     flip(&segment, last + 20);
@@ -332,6 +364,101 @@ fn a_torn_tail_is_damage_the_server_accepts() {
         &mut o,
     );
     assert_eq!(code, EXIT_DAMAGED, "{}", String::from_utf8_lossy(&o));
+}
+
+#[test]
+fn a_damaged_last_flush_after_a_clean_stop_refuses_and_repair_counts_the_loss() {
+    // The build ends with a clean stop, whose durable mark vouches for the
+    // last flush: damage there is not a torn write. Before the mark the
+    // server started on it and the flush's acknowledged writes were gone.
+    let (root, cfg) = build(Tier::Memory);
+    let dir = copy(&root.path().join("data"));
+    let (segment, flushes) = newest_segment(dir.path(), &cfg);
+    let last = *flushes.last().unwrap();
+    let before = report(dir.path(), &cfg);
+    let mark = before.shards[0].head.unwrap().marked_lsn;
+    let end = before.shards[0].lsn_range().unwrap().1;
+    assert_eq!(mark, end, "a clean stop marks its last record");
+    flip(&segment, last + 20);
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert_eq!(code, EXIT_UNUSABLE, "{out}");
+    assert!(!engine_opens(dir.path(), &cfg, Tier::Memory));
+    assert!(out.contains("MarkedRecordsMissing"), "{out}");
+    assert!(
+        out.contains(&format!("{} at offset {last}", segment.display())),
+        "names the damaged flush: {out}"
+    );
+    let damaged = report(dir.path(), &cfg);
+    let reached = damaged.shards[0].lsn_range().unwrap().1;
+    assert!(reached < mark);
+
+    let mut done = Vec::new();
+    assert_eq!(
+        repair(&repair_args(dir.path(), &cfg, true), &mut done),
+        EXIT_CLEAN
+    );
+    let done = String::from_utf8(done).unwrap();
+    assert!(
+        done.contains(&format!(
+            "{} record(s) the durable mark vouched for are lost (LSNs {}..={mark})",
+            mark - reached,
+            reached + 1
+        )),
+        "{done}"
+    );
+    assert!(done.contains("wal.head"), "the head is kept too: {done}");
+    assert!(engine_opens(dir.path(), &cfg, Tier::Memory));
+    // What is left is a torn tail below nothing the mark vouches for.
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert_eq!(code, EXIT_DAMAGED, "{out}");
+    assert!(out.contains("TornTail"), "{out}");
+}
+
+#[test]
+fn a_cut_segment_refuses_and_repair_grows_it_back() {
+    // The case: the newest segment cut to half of what it holds.
+    // A crash never leaves a used segment short, so this is damage.
+    let (root, cfg) = build(Tier::Memory);
+    let dir = copy(&root.path().join("data"));
+    let (segment, flushes) = newest_segment(dir.path(), &cfg);
+    assert!(flushes.len() >= 2, "{flushes:?}");
+    let size = std::fs::metadata(&segment).unwrap().len();
+    let cut = flushes[flushes.len() / 2] + 1000;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(cut)
+        .unwrap();
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert_eq!(code, EXIT_UNUSABLE, "{out}");
+    assert!(!engine_opens(dir.path(), &cfg, Tier::Memory));
+    assert!(
+        out.contains(&format!(
+            "the segment is {cut} bytes but was created with {size}"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("ShortSegment"), "{out}");
+
+    let mut done = Vec::new();
+    assert_eq!(
+        repair(&repair_args(dir.path(), &cfg, true), &mut done),
+        EXIT_CLEAN
+    );
+    let done = String::from_utf8(done).unwrap();
+    assert!(
+        done.contains(&format!("grow it back to {size} bytes")),
+        "{done}"
+    );
+    assert!(
+        done.contains("the durable mark vouched for are lost"),
+        "{done}"
+    );
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), size);
+    assert!(engine_opens(dir.path(), &cfg, Tier::Memory));
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert_eq!(code, EXIT_CLEAN, "{out}");
 }
 
 #[test]

@@ -43,6 +43,8 @@ pub(crate) struct ShardSettings {
     pub(crate) group_commit_max_delay: Duration,
     /// `storage.wal_flushes_in_flight`.
     pub(crate) wal_flushes_in_flight: usize,
+    /// `storage.wal_mark_idle`.
+    pub(crate) wal_mark_idle: Duration,
     pub(crate) flush_interval: Duration,
     pub(crate) checkpoint_wal_bytes: u64,
     pub(crate) checkpoint_interval: Duration,
@@ -584,6 +586,7 @@ async fn start_wal<D: Disk>(
                 group_commit_max_delay: settings.group_commit_max_delay,
                 flush_interval: settings.flush_interval,
                 flushes_in_flight: settings.wal_flushes_in_flight,
+                mark_idle: settings.wal_mark_idle,
             },
         ),
     );
@@ -780,10 +783,17 @@ async fn serve(
             ShardMsg::Shutdown { done } => {
                 let result = match durability {
                     Durability::None => Ok(()),
-                    _ => core
-                        .wait_durable(core.last_lsn())
-                        .await
-                        .map_err(|()| EngineError::PoisonedAtShutdown { shard }),
+                    _ => {
+                        // Durable, then vouched for in `wal.head`: after a
+                        // clean stop, any damage to the last flush is
+                        // damage, never a torn write (`docs/wal.md`).
+                        let last = core.last_lsn();
+                        match core.wait_durable(last).await {
+                            Ok(()) => core.wal.mark_through(last).await,
+                            Err(()) => Err(()),
+                        }
+                        .map_err(|()| EngineError::PoisonedAtShutdown { shard })
+                    }
                 };
                 let _ = done.send(result);
                 break;

@@ -426,6 +426,12 @@ pub(crate) struct Wal {
     pub(crate) checkpoint_wanted: Notify,
     /// Durable LSN moved (or the shard got poisoned).
     pub(crate) durable_advanced: Notify,
+    /// The durable mark in `wal.head` (`docs/wal.md`, "The durable
+    /// mark"): the LSN it vouches for, the highest LSN someone waits to
+    /// see marked (a clean stop), and the wake-up once a mark is written.
+    marked_lsn: Cell<u64>,
+    mark_wanted: Cell<u64>,
+    pub(crate) mark_written: Notify,
 }
 
 impl Wal {
@@ -455,6 +461,44 @@ impl Wal {
             segment_rolled: Notify::new(),
             checkpoint_wanted: Notify::new(),
             durable_advanced: Notify::new(),
+            marked_lsn: Cell::new(0),
+            mark_wanted: Cell::new(0),
+            mark_written: Notify::new(),
+        }
+    }
+
+    /// The durable mark as written (0: none yet in this process).
+    pub(crate) fn marked_lsn(&self) -> u64 {
+        self.marked_lsn.get()
+    }
+
+    /// A durable mark through `lsn` was written (by the flusher).
+    pub(crate) fn set_marked(&self, lsn: u64) {
+        self.marked_lsn.set(self.marked_lsn.get().max(lsn));
+        self.mark_written.notify();
+    }
+
+    /// Whether someone waits for a mark above the one written.
+    pub(crate) fn mark_requested(&self) -> bool {
+        self.mark_wanted.get() > self.marked_lsn.get()
+    }
+
+    /// Has the flusher write the durable mark through `lsn` (already
+    /// durable) now, without waiting for the WAL to go idle, and waits
+    /// for it: a clean stop leaves a mark through its last record. `Err`
+    /// if the shard is (or gets) poisoned first.
+    pub(crate) async fn mark_through(&self, lsn: u64) -> Result<(), ()> {
+        self.mark_wanted.set(self.mark_wanted.get().max(lsn));
+        loop {
+            let written = self.mark_written.notified();
+            if self.marked_lsn.get() >= lsn {
+                return Ok(());
+            }
+            if self.is_poisoned() {
+                return Err(());
+            }
+            self.flush_wanted.notify();
+            written.await;
         }
     }
 
@@ -636,6 +680,7 @@ impl Wal {
         self.space_freed.notify();
         self.durable_advanced.notify();
         self.flush_wanted.notify();
+        self.mark_written.notify();
         self.checkpoint_wanted.notify();
     }
 

@@ -34,6 +34,9 @@ pub struct FlusherSettings {
     pub flush_interval: Duration,
     /// Most flushes on the device at once (`storage.wal_flushes_in_flight`).
     pub flushes_in_flight: usize,
+    /// Idle time after which the durable mark is written
+    /// (`storage.wal_mark_idle`).
+    pub mark_idle: Duration,
 }
 
 /// Pause between two attempts to make a segment after one failed.
@@ -176,11 +179,25 @@ pub(crate) async fn run_flusher<D: Disk>(
     let flushes_max = settings.flushes_in_flight.max(1);
     let in_flight = Rc::new(InFlight::default());
     let mut last_flush = Instant::now();
+    if let Some(head) = files.head.borrow().as_ref() {
+        wal.set_marked(head.state().marked_lsn);
+    }
     loop {
         let wanted = wal.flush_wanted.notified();
         let returned = in_flight.returned.notified();
         if !in_flight.retire(&wal) {
             return;
+        }
+        // The durable mark is written only with nothing in flight or
+        // buffered, so it never waits behind (or delays) a flush.
+        let mark_due = in_flight.flushes.borrow().is_empty()
+            && !wal.flush_state().0
+            && wal.durable_lsn() > wal.marked_lsn();
+        if mark_due && wal.mark_requested() {
+            if !write_mark(&wal, &files).await {
+                return;
+            }
+            continue;
         }
         let due = if in_flight.may_submit(&wal, flushes_max) {
             due(&wal, &settings, last_flush)
@@ -192,6 +209,17 @@ pub(crate) async fn run_flusher<D: Disk>(
             Due::Now => {}
             Due::AfterReturn => {
                 returned.await;
+                continue;
+            }
+            Due::WhenWanted if mark_due => {
+                // Idle: once nothing arrives for `mark_idle`, vouch for
+                // everything durable so far.
+                let either = futures::future::select(wanted, returned);
+                if compio::time::timeout(settings.mark_idle, either).await.is_err()
+                    && !write_mark(&wal, &files).await
+                {
+                    return;
+                }
                 continue;
             }
             Due::WhenWanted => {
@@ -364,6 +392,43 @@ async fn write_flush_bytes<D: Disk>(files: &SegmentFiles<D>, flush: SealedFlush)
     })
 }
 
+/// Writes the durable mark through the WAL's durable LSN into the head
+/// (`docs/wal.md`, "The durable mark"). A failed write poisons the shard,
+/// as a failed flush does: the device lost a write it was asked to make
+/// durable. Returns false then.
+async fn write_mark<D: Disk>(wal: &Wal, files: &SegmentFiles<D>) -> bool {
+    let lsn = wal.durable_lsn();
+    let head = files.head.borrow_mut().take();
+    let Some(mut head) = head else {
+        // Only the flusher takes the head out, and it is here: nothing to
+        // write to means a WAL without files.
+        wal.set_marked(lsn);
+        return true;
+    };
+    let written = head.mark(lsn).await;
+    *files.head.borrow_mut() = Some(head);
+    match written {
+        Ok(()) => {
+            wal.set_marked(lsn);
+            wal.stats()
+                .wal_marks
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            true
+        }
+        Err(e) => {
+            let (file, source) = match e {
+                WalError::Io { file, source, .. } => (file, source),
+                other => (
+                    files.paths.dir.join(crate::wal::head::HEAD_FILE),
+                    std::io::Error::other(other.to_string()),
+                ),
+            };
+            wal.poison("durable mark", &file, 0, &source);
+            false
+        }
+    }
+}
+
 /// Points the WAL head at segment `seq`, whose first LSN is `first_lsn`.
 async fn advance_head<D: Disk>(
     files: &SegmentFiles<D>,
@@ -477,6 +542,7 @@ mod tests {
             group_commit_max_delay: Duration::ZERO,
             flush_interval: Duration::from_millis(10),
             flushes_in_flight: in_flight,
+            mark_idle: Duration::from_secs(60),
         };
         compio::runtime::spawn(run_flusher(wal.clone(), files.clone(), settings)).detach();
         compio::runtime::spawn(run_segment_creator(wal.clone(), files)).detach();

@@ -13,6 +13,14 @@
 //! torn update leaves the other slot, naming the previous segment, valid.
 //! The file is created whole under a temporary name and renamed into
 //! place, so it never exists without a valid slot.
+//!
+//! Version 2 slots also carry the *durable mark*: an LSN through which
+//! every record was durable when the mark was written. The flusher writes
+//! it when the WAL has been idle for `storage.wal_mark_idle` and at a
+//! clean stop, so recovery can tell a damaged last flush (its LSNs are at
+//! or below the mark: acknowledged data is gone) from a torn one (above
+//! the mark: it may never have been acknowledged). Version 1 slots (no
+//! mark) read as a mark of 0.
 
 use crate::error::{Damage, WalError};
 use crate::io::{AlignedBuf, Disk, DiskFile};
@@ -23,18 +31,23 @@ use std::path::{Path, PathBuf};
 /// File name of the head file inside the shard directory.
 pub const HEAD_FILE: &str = "wal.head";
 const HEAD_MAGIC: [u8; 8] = *b"RINGKVWH";
-const HEAD_VERSION: u32 = 1;
-/// Bytes of a slot that carry data (the rest of the block is zero).
-const SLOT_BYTES: usize = 40;
+/// The version this build writes; it reads 1 and 2.
+const HEAD_VERSION: u32 = 2;
+/// Bytes of a version 1 slot that carry data (the rest of the block is zero).
+const SLOT_BYTES_V1: usize = 40;
+/// Bytes of a version 2 slot that carry data: version 1's and the mark.
+const SLOT_BYTES: usize = 48;
 const SLOTS: usize = 2;
 
 /// What the head says: segment `seq` (first LSN `first_lsn`) holds
-/// acknowledged records; `seq == 0` means no segment did yet.
+/// acknowledged records; `seq == 0` means no segment did yet. Every record
+/// through `marked_lsn` was durable when the slot was written (0: no mark).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeadState {
     pub generation: u64,
     pub seq: u64,
     pub first_lsn: u64,
+    pub marked_lsn: u64,
 }
 
 fn head_path(paths: &ShardPaths) -> PathBuf {
@@ -49,6 +62,7 @@ fn encode_slot(shard: u32, state: &HeadState, block: &mut [u8]) {
     block[16..24].copy_from_slice(&state.generation.to_le_bytes());
     block[24..32].copy_from_slice(&state.seq.to_le_bytes());
     block[32..40].copy_from_slice(&state.first_lsn.to_le_bytes());
+    block[40..48].copy_from_slice(&state.marked_lsn.to_le_bytes());
     let crc = crc32fast::hash(&block[0..SLOT_BYTES]);
     block[SLOT_BYTES..SLOT_BYTES + 4].copy_from_slice(&crc.to_le_bytes());
 }
@@ -70,11 +84,15 @@ fn decode_slot(shard: u32, block: &[u8]) -> Option<HeadState> {
     if block.len() < BLOCK_BYTES || block[0..8] != HEAD_MAGIC {
         return None;
     }
-    let stored = u32_at(block, SLOT_BYTES);
-    if stored != crc32fast::hash(&block[0..SLOT_BYTES])
-        || u32_at(block, 8) != HEAD_VERSION
+    let data = match u32_at(block, 8) {
+        1 => SLOT_BYTES_V1,
+        2 => SLOT_BYTES,
+        _ => return None,
+    };
+    let stored = u32_at(block, data);
+    if stored != crc32fast::hash(&block[0..data])
         || u32_at(block, 12) != shard
-        || block[SLOT_BYTES + 4..BLOCK_BYTES].iter().any(|&b| b != 0)
+        || block[data + 4..BLOCK_BYTES].iter().any(|&b| b != 0)
     {
         return None;
     }
@@ -82,6 +100,7 @@ fn decode_slot(shard: u32, block: &[u8]) -> Option<HeadState> {
         generation: u64_at(block, 16),
         seq: u64_at(block, 24),
         first_lsn: u64_at(block, 32),
+        marked_lsn: if data == SLOT_BYTES { u64_at(block, 40) } else { 0 },
     })
 }
 
@@ -115,12 +134,7 @@ pub async fn read_head<D: Disk>(
     let buf = AlignedBuf::with_capacity(BLOCK_BYTES * SLOTS);
     let (res, buf) = file.read_at(buf, 0).await;
     let n = res.map_err(io_err("read", &path))?;
-    let bytes = &buf.as_slice()[..n];
-    let best = bytes
-        .chunks(BLOCK_BYTES)
-        .filter_map(|slot| decode_slot(shard, slot))
-        .max_by_key(|s| s.generation);
-    match best {
+    match decode_head_bytes(shard, &buf.as_slice()[..n]) {
         Some(state) => Ok(Some(state)),
         None => Err(WalError::Corrupt {
             file: path,
@@ -128,6 +142,39 @@ pub async fn read_head<D: Disk>(
             reason: Damage::BadHead,
         }),
     }
+}
+
+/// The current slot of a head file's bytes, `None` if neither is valid.
+pub fn decode_head_bytes(shard: u32, bytes: &[u8]) -> Option<HeadState> {
+    bytes
+        .chunks(BLOCK_BYTES)
+        .filter_map(|slot| decode_slot(shard, slot))
+        .max_by_key(|s| s.generation)
+}
+
+/// A head file's bytes with its durable mark lowered to at most `lsn`, in
+/// both slots (`None` if neither slot is valid). Used where a copy or a
+/// repair holds less of the log than the live head vouched for: an online
+/// backup's cut, or `repair` after it dropped a damaged tail.
+pub fn with_mark_at_most(bytes: &[u8], shard: u32, lsn: u64) -> Option<Vec<u8>> {
+    let current = decode_head_bytes(shard, bytes)?;
+    let mut out = vec![0u8; BLOCK_BYTES * SLOTS];
+    for (i, slot) in out.chunks_mut(BLOCK_BYTES).enumerate() {
+        // Each slot keeps the parity the writer expects of it.
+        let next = current.generation + 1;
+        let generation = if next % SLOTS as u64 == i as u64 {
+            next
+        } else {
+            next + 1
+        };
+        let state = HeadState {
+            generation,
+            marked_lsn: current.marked_lsn.min(lsn),
+            ..current
+        };
+        encode_slot(shard, &state, slot);
+    }
+    Some(out)
 }
 
 /// The open head file of a running shard.
@@ -155,13 +202,36 @@ impl<F: DiskFile> WalHead<F> {
             generation: self.state.generation + 1,
             seq,
             first_lsn,
+            marked_lsn: self.state.marked_lsn,
         };
+        self.write(next).await
+    }
+
+    /// Records durably that every record through `lsn` is durable (the
+    /// durable mark): one 4 KiB write into the older slot and one
+    /// fdatasync. The caller passes an LSN whose flush's durable write
+    /// returned; a smaller mark than the current one is not written.
+    pub async fn mark(&mut self, lsn: u64) -> Result<(), WalError> {
+        if lsn <= self.state.marked_lsn {
+            return Ok(());
+        }
+        let next = HeadState {
+            generation: self.state.generation + 1,
+            marked_lsn: lsn,
+            ..self.state
+        };
+        self.write(next).await
+    }
+
+    /// Writes `next` into the slot its generation picks, durably.
+    async fn write(&mut self, next: HeadState) -> Result<(), WalError> {
         let mut block = AlignedBuf::with_capacity(BLOCK_BYTES);
         block.set_len(BLOCK_BYTES);
         encode_slot(self.shard, &next, block.as_mut_slice());
         let slot = (next.generation % SLOTS as u64) * BLOCK_BYTES as u64;
         let (res, _) = self.file.write_at(block, slot).await;
         res.map_err(io_err("write head", &self.path))?;
+        // The slot must be durable before it is relied on.
         self.file
             .sync_data()
             .await
@@ -248,6 +318,7 @@ mod tests {
             generation: 7,
             seq: 42,
             first_lsn: 1234,
+            marked_lsn: 99_000,
         };
         let mut block = vec![0u8; BLOCK_BYTES];
         encode_slot(3, &s, &mut block);
@@ -259,5 +330,52 @@ mod tests {
             assert_eq!(decode_slot(3, &b), None, "bit {bit}");
         }
         assert_eq!(decode_slot(3, &vec![0u8; BLOCK_BYTES]), None);
+    }
+
+    /// A version 1 slot (written before the durable mark) reads with a
+    /// mark of 0, so old directories open as before.
+    #[test]
+    fn a_version_1_slot_reads_with_no_mark() {
+        let mut block = vec![0u8; BLOCK_BYTES];
+        block[0..8].copy_from_slice(&HEAD_MAGIC);
+        block[8..12].copy_from_slice(&1u32.to_le_bytes());
+        block[12..16].copy_from_slice(&3u32.to_le_bytes());
+        block[16..24].copy_from_slice(&5u64.to_le_bytes());
+        block[24..32].copy_from_slice(&8u64.to_le_bytes());
+        block[32..40].copy_from_slice(&700u64.to_le_bytes());
+        let crc = crc32fast::hash(&block[0..SLOT_BYTES_V1]);
+        block[SLOT_BYTES_V1..SLOT_BYTES_V1 + 4].copy_from_slice(&crc.to_le_bytes());
+        let expect = HeadState {
+            generation: 5,
+            seq: 8,
+            first_lsn: 700,
+            marked_lsn: 0,
+        };
+        assert_eq!(decode_slot(3, &block), Some(expect));
+        block[44] = 1;
+        assert_eq!(decode_slot(3, &block), None, "bytes after a v1 slot are zero");
+    }
+
+    #[test]
+    fn lowering_the_mark_writes_a_newer_slot_and_keeps_the_rest() {
+        let s = HeadState {
+            generation: 7,
+            seq: 42,
+            first_lsn: 1234,
+            marked_lsn: 99_000,
+        };
+        let mut file = vec![0u8; BLOCK_BYTES * SLOTS];
+        encode_slot(3, &HeadState { generation: 6, ..s }, &mut file[..BLOCK_BYTES]);
+        encode_slot(3, &s, &mut file[BLOCK_BYTES..]);
+        let lowered = with_mark_at_most(&file, 3, 50_000).expect("a valid head");
+        let state = decode_head_bytes(3, &lowered).expect("valid");
+        assert_eq!(state, HeadState { generation: 9, marked_lsn: 50_000, ..s });
+        // Both slots say the same thing, so neither an old nor a new
+        // build can pick up the higher mark again.
+        for slot in lowered.chunks(BLOCK_BYTES) {
+            assert_eq!(decode_slot(3, slot).map(|h| h.marked_lsn), Some(50_000));
+        }
+        let same = with_mark_at_most(&file, 3, 100_000).expect("valid");
+        assert_eq!(decode_head_bytes(3, &same).map(|h| h.marked_lsn), Some(99_000));
     }
 }

@@ -68,6 +68,8 @@ use std::time::{Duration, Instant};
 /// | `NewestSegmentMissing` | the WAL head (`wal.head`) names a segment with acknowledged records after the segment the log ends in | refuse: [`Damage::NewestSegmentMissing`] |
 /// | (broken chain) | a chain's end record whose chunks are not the records right before it, or a chain longer than the largest value | refuse: [`Damage::BadChain`] |
 /// | `UnfinishedChain` | the log ends after chunks of a chain whose end record is missing (in a torn flush or never written) | drop the chain: its value was never acknowledged |
+/// | `ShortSegment` | a used segment shorter than the size its header says it was created with (no crash makes one: segments are created whole and renamed) | refuse: [`Damage::ShortSegment`] |
+/// | `MarkedRecordsMissing` | the log (with the snapshot) ends below the durable mark in `wal.head` (records known durable are gone: a damaged last flush, a cut segment) | refuse: [`Damage::MarkedRecordsMissing`] naming where the log stops |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecoveryCase {
     NoWal,
@@ -90,6 +92,8 @@ pub enum RecoveryCase {
     NoWalForSnapshot,
     NewestSegmentMissing,
     UnfinishedChain,
+    ShortSegment,
+    MarkedRecordsMissing,
 }
 
 /// `cases` for a log line: each case once, in the order it first happened,
@@ -203,6 +207,7 @@ async fn open_segments<D: Disk>(
     disk: &D,
     paths: &ShardPaths,
     shard: u32,
+    cases: &mut Vec<RecoveryCase>,
 ) -> Result<(Vec<Segment<D>>, u64), EngineError> {
     let mut segments = Vec::new();
     let mut max_seq = 0u64;
@@ -255,6 +260,20 @@ async fn open_segments<D: Disk>(
                                 found_shard: h.shard,
                                 expected_seq: seq,
                                 found_seq: h.seq,
+                            },
+                        ));
+                    }
+                    if len < h.segment_bytes {
+                        // Segments are created whole under a temporary
+                        // name and renamed, so no crash leaves a used one
+                        // short: its cut-off flushes were durable.
+                        cases.push(RecoveryCase::ShortSegment);
+                        return Err(corrupt(
+                            &path,
+                            len,
+                            Damage::ShortSegment {
+                                len,
+                                created: h.segment_bytes,
                             },
                         ));
                     }
@@ -316,7 +335,11 @@ fn list_snapshots<D: Disk>(
 
 /// Whether the record header at the damage point is one of the current
 /// generation's (LSN `next`), i.e. a torn write rather than stale bytes.
-async fn looks_current<F: DiskFile>(win: &mut FileWindow<'_, F>, offset: u64, next: u64) -> bool {
+pub(crate) async fn looks_current<F: DiskFile>(
+    win: &mut FileWindow<'_, F>,
+    offset: u64,
+    next: u64,
+) -> bool {
     let Ok(head) = win.get(offset, RECORD_HEADER_BYTES).await else {
         return false;
     };
@@ -359,7 +382,7 @@ pub async fn recover_into<D: Disk>(
     let started = Instant::now();
     let mut cases = Vec::new();
     let head = read_head(disk, paths, config.shard).await?;
-    let (segments, max_seq) = open_segments(disk, paths, config.shard).await?;
+    let (segments, max_seq) = open_segments(disk, paths, config.shard, &mut cases).await?;
     let mut snapshot =
         choose_snapshot(disk, paths, config.shard, &segments, new_tier, &mut cases).await?;
     snapshot.tier.replay_begin();
@@ -374,13 +397,15 @@ pub async fn recover_into<D: Disk>(
     )
     .await?;
     let head_found = check_head(paths, head, &segments, replay.newest_used, &mut cases)?;
+    let last_lsn = replay.last_lsn.unwrap_or(snapshot.lsn).max(snapshot.lsn);
+    check_mark(paths, head, &segments, &replay, last_lsn, &mut cases)?;
     let position =
         prepare_for_writes(disk, paths, config, &segments, max_seq, &replay, &mut cases).await?;
     let live_segments = replay.take_live_segments(&segments);
     Ok(Recovered {
         txn: replay.txn,
         tier: snapshot.tier,
-        last_lsn: replay.last_lsn.unwrap_or(snapshot.lsn).max(snapshot.lsn),
+        last_lsn,
         max_commit_version: replay.max_commit_version,
         live_segments,
         next_segment_seq: position.next_segment_seq,
@@ -1304,7 +1329,44 @@ fn check_head<D: Disk>(
         generation: 0,
         seq: found,
         first_lsn: newest_used.map_or(0, |(_, lsn)| lsn),
+        marked_lsn: 0,
     })
+}
+
+/// Phase: the head's durable mark says every record through it was
+/// durable; the recovered log must reach it (row `MarkedRecordsMissing`).
+/// A log that ends below the mark lost acknowledged records to damage
+/// (a flipped or zeroed last flush, a truncated segment): a crash alone
+/// never takes back a durable flush.
+fn check_mark<D: Disk>(
+    paths: &ShardPaths,
+    head: Option<HeadState>,
+    segments: &[Segment<D>],
+    replay: &ReplayPhase,
+    last_lsn: u64,
+    cases: &mut Vec<RecoveryCase>,
+) -> Result<(), EngineError> {
+    let Some(marked) = head.map(|h| h.marked_lsn).filter(|&m| m > last_lsn) else {
+        return Ok(());
+    };
+    cases.push(RecoveryCase::MarkedRecordsMissing);
+    let (file, offset, found) = match &replay.end {
+        Some((i, pos, damage)) => (
+            segments[*i].path.clone(),
+            damage.as_ref().map_or(*pos, |(o, _)| *o),
+            damage.as_ref().map(|(_, d)| d.to_string()),
+        ),
+        None => (paths.wal_dir.clone(), 0, None),
+    };
+    Err(corrupt(
+        &file,
+        offset,
+        Damage::MarkedRecordsMissing {
+            marked_lsn: marked,
+            last_lsn,
+            found: found.unwrap_or_else(|| "the log ends cleanly".into()),
+        },
+    ))
 }
 
 /// Where new writes go once recovery is done.
@@ -1532,6 +1594,8 @@ mod tests {
             RecoveryCase::NoWalForSnapshot,
             RecoveryCase::NewestSegmentMissing,
             RecoveryCase::UnfinishedChain,
+            RecoveryCase::ShortSegment,
+            RecoveryCase::MarkedRecordsMissing,
         ];
         let many: Vec<RecoveryCase> = all.iter().cycle().take(1_000_000).copied().collect();
         assert!(cases_summary(&many).len() < 1024);

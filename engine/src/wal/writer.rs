@@ -759,6 +759,7 @@ mod tests {
                     generation: 0,
                     seq: 0,
                     first_lsn: 0,
+                    marked_lsn: 0,
                 };
                 let files = SegmentFiles::open(
                     disk.clone(),

@@ -239,6 +239,9 @@ pub fn repair(args: &RepairArgs, out: &mut dyn std::io::Write) -> u8 {
 
 /// One line naming everything a repair drops.
 pub fn describe_drop(r: &TailRepair) -> String {
+    if r.flushes == 0 && (r.mark.is_some() || r.grow_to.is_some()) {
+        return describe_vouched_drop(r);
+    }
     let lsns = match r.lsns {
         Some((a, b)) => format!("LSNs {a}..={b}"),
         None => "no complete record".to_string(),
@@ -251,8 +254,15 @@ pub fn describe_drop(r: &TailRepair) -> String {
     } else {
         String::new()
     };
+    let mark = match &r.mark {
+        Some((head, from, to)) => format!(
+            "; the durable mark in {} is lowered from LSN {from} to {to}",
+            head.display()
+        ),
+        None => String::new(),
+    };
     format!(
-        "drop: shard {} segment {} from offset {} ({} bytes): {} record(s) lost in {} complete flush(es), {lsns}{covered}; damage there: {}",
+        "drop: shard {} segment {} from offset {} ({} bytes): {} record(s) lost in {} complete flush(es), {lsns}{covered}; damage there: {}{mark}",
         r.shard,
         r.segment.display(),
         r.offset,
@@ -263,16 +273,57 @@ pub fn describe_drop(r: &TailRepair) -> String {
     )
 }
 
+/// The line for a repair of a cut segment or of a damaged last flush
+/// that the durable mark vouched for: what is regrown, zeroed and given
+/// up, counted from the mark (the records after it, if any were
+/// acknowledged, cannot be counted: the damage took them).
+fn describe_vouched_drop(r: &TailRepair) -> String {
+    let mut what = Vec::new();
+    if let Some(len) = r.grow_to {
+        what.push(format!("grow it back to {len} bytes"));
+    }
+    if r.bytes > 0 {
+        what.push(format!(
+            "zero {} bytes from offset {} (the flush the damage tore)",
+            r.bytes, r.offset
+        ));
+    }
+    if let Some((head, from, to)) = &r.mark {
+        what.push(format!(
+            "lower the durable mark in {} from LSN {from} to {to}",
+            head.display()
+        ));
+    }
+    let lost = match r.lsns {
+        Some((a, b)) => format!(
+            "{} record(s) the durable mark vouched for are lost (LSNs {a}..={b}); records after LSN {b}, if any were acknowledged, are lost too and cannot be counted",
+            r.records
+        ),
+        None => "the durable mark vouched for nothing past the log's end; records in what the damage took, if any were acknowledged, cannot be counted".to_string(),
+    };
+    format!(
+        "drop: shard {} segment {}: {}; {lost}; damage there: {}",
+        r.shard,
+        r.segment.display(),
+        what.join(", "),
+        r.reason
+    )
+}
+
 fn back_up(repairs: &[TailRepair], dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut copies = Vec::new();
     for r in repairs {
         let shard_dir = dir.join(format!("shard-{:03}", r.shard));
         std::fs::create_dir_all(&shard_dir)?;
-        let name = r.segment.file_name().unwrap_or_default();
-        let copy = shard_dir.join(name);
-        std::fs::copy(&r.segment, &copy)?;
-        std::fs::File::open(&copy)?.sync_all()?;
-        copies.push(copy);
+        let mut files = vec![r.segment.clone()];
+        files.extend(r.mark.as_ref().map(|(head, _, _)| head.clone()));
+        for file in files {
+            let name = file.file_name().unwrap_or_default();
+            let copy = shard_dir.join(name);
+            std::fs::copy(&file, &copy)?;
+            std::fs::File::open(&copy)?.sync_all()?;
+            copies.push(copy);
+        }
     }
     Ok(copies)
 }
@@ -302,9 +353,13 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(t, "shard {} ({})", s.shard, s.dir.display());
         match s.head {
             Some(h) => {
+                let mark = match h.marked_lsn {
+                    0 => String::new(),
+                    m => format!(", durable through LSN {m}"),
+                };
                 let _ = writeln!(
                     t,
-                    "  wal.head: segment {} (first LSN {}), generation {}",
+                    "  wal.head: segment {} (first LSN {}), generation {}{mark}",
                     h.seq, h.first_lsn, h.generation
                 );
             }
