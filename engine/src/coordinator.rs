@@ -10,8 +10,10 @@
 //! [`Handle`](crate::Handle)); nothing below imports it.
 //!
 //! What must hold: every lock a `Txn` takes is released exactly once (on
-//! commit, rollback, abort or drop); nobody sees a transaction's writes
-//! before every part is logged (durable under `sync`); a failed commit is
+//! commit, rollback, abort or drop), except the locks of a multi-shard
+//! commit that failed with its outcome undecided, which its participants
+//! keep until the restart decides it; nobody sees a multi-shard
+//! transaction's writes before every part is durable; a failed commit is
 //! answered as failed, never as done.
 
 use crate::api::{Op, OpError};
@@ -435,12 +437,25 @@ impl Txn {
         // Several shards: log every part, then apply every part.
         let parts = match log_parts(&shared, txn, &by_shard, &participants).await {
             Ok(parts) => parts,
-            Err(e) => {
+            Err(failed) => {
                 // Parts already logged stay unresolved on their shards
                 // (their checkpoints stop short of them) until a restart
                 // decides.
-                shared.txn_release(txn, &lock_shards).await;
-                return Err(e);
+                let release = match failed.outcome {
+                    FailedOutcome::NotApplied => &lock_shards,
+                    FailedOutcome::Undecided => {
+                        tracing::warn!(
+                            txn,
+                            participants = ?participants,
+                            keys = self.locked.len(),
+                            error = %failed.error,
+                            "a multi-shard commit failed with a part that may be on disk: whether it is applied is decided at the next restart, and its keys stay locked until then (plain writes on them answer LOCKED, transactions that want them die or time out)"
+                        );
+                        &others
+                    }
+                };
+                shared.txn_release(txn, release).await;
+                return Err(failed.error);
             }
         };
         let result = apply_parts(&shared, txn, by_shard, parts).await;
@@ -565,22 +580,47 @@ async fn commit_on_one_shard(
     };
     match logged {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => {
+        // One record holds the whole transaction: on disk or not, it is
+        // all or nothing, and no reader was answered with it (they wait
+        // for its LSN), so its locks need not outlive the failure.
+        Ok(Err(failed)) => {
             shared.txn_release(txn, &[shard].into()).await;
-            Err(e)
+            Err(failed.error)
         }
         Err(e) => Err(TxnError::Op(e)),
     }
 }
 
+/// What a multi-shard commit whose parts were not all logged leaves behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FailedOutcome {
+    /// Some participant refused its part before appending it (its shard
+    /// was poisoned already): no log holds every part, so recovery never
+    /// applies the transaction. Its locks can go.
+    NotApplied,
+    /// Every participant's part may be on disk (logged, or its flush
+    /// failed after the append, or its shard gave no answer): the restart
+    /// may find every part and apply the transaction. Until then its
+    /// locks stay on every participant, so no reader of the old values
+    /// writes over keys the restart may still give the new ones; readers
+    /// see the old values, none of the new.
+    Undecided,
+}
+
+/// The first failure of a multi-shard commit's logging, and its outcome.
+struct LogFailed {
+    error: TxnError,
+    outcome: FailedOutcome,
+}
+
 /// Logs every shard's part of a multi-shard commit, all at once. Returns
-/// each part's LSN, or the first failure.
+/// each part's LSN, or the first failure with what it leaves behind.
 async fn log_parts(
     shared: &Arc<EngineShared>,
     txn: u64,
     by_shard: &BTreeMap<u16, Vec<TxnWrite>>,
     participants: &Arc<[u16]>,
-) -> Result<Arc<[(u16, u64)]>, TxnError> {
+) -> Result<Arc<[(u16, u64)]>, LogFailed> {
     let logs = by_shard.iter().map(|(&shard, writes)| {
         let shared = shared.clone();
         let participants = participants.clone();
@@ -601,19 +641,29 @@ async fn log_parts(
     });
     let mut parts = Vec::new();
     let mut failure = None;
+    let mut some_part_missing = false;
     for (shard, answer) in futures::future::join_all(logs).await {
         match answer {
             Ok(Ok(lsn)) => parts.push((shard, lsn)),
-            Ok(Err(e)) => {
-                failure.get_or_insert(e);
+            Ok(Err(f)) => {
+                some_part_missing |= !f.maybe_logged;
+                failure.get_or_insert(f.error);
             }
+            // No answer (the shard stopped): whether it logged is unknown.
             Err(e) => {
                 failure.get_or_insert(TxnError::Op(e));
             }
         }
     }
     match failure {
-        Some(e) => Err(e),
+        Some(error) => Err(LogFailed {
+            error,
+            outcome: if some_part_missing {
+                FailedOutcome::NotApplied
+            } else {
+                FailedOutcome::Undecided
+            },
+        }),
         None => Ok(parts.into()),
     }
 }

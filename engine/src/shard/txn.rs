@@ -4,8 +4,11 @@
 //! handling of transaction messages. Lives on its shard thread.
 //!
 //! What must hold:
-//! - a part's writes reach the tier only after every part of its
-//!   transaction is logged (and, under `sync`, durable);
+//! - a multi-shard part's writes reach the tier only after every part of
+//!   its transaction is logged and durable (in every mode with a WAL);
+//! - the locks of a multi-shard commit that failed with its outcome
+//!   undecided stay taken until the restart (the coordinator does not
+//!   release them), so nobody builds on the values from before it;
 //! - a snapshot never claims an LSN at or above an unresolved part (its
 //!   writes are not in the tier yet): see [`TxnShard::checkpoint_lsn_max`];
 //! - a WAL segment holding a part of a multi-shard transaction is removed
@@ -44,17 +47,18 @@ pub(crate) enum TxnMsg {
         reply: Back<Result<Option<Bytes>, TxnError>>,
     },
     /// Log this shard's part. Without `finish` (one part of several), the
-    /// answer waits until it is durable (under `sync`). With `finish` (the
-    /// only part): apply it and release `txn`'s locks here as soon as it
-    /// is in the WAL buffer (early lock release), signal `released`, and
-    /// answer once it is durable; reads of its keys wait for that too.
+    /// answer waits until it is durable (in every mode with a WAL, see
+    /// [`log_part`]). With `finish` (the only part): apply it and release
+    /// `txn`'s locks here as soon as it is in the WAL buffer (early lock
+    /// release), signal `released`, and answer once it is durable (under
+    /// `sync`); reads of its keys wait for that too.
     Log {
         txn: u64,
         participants: Arc<[u16]>,
         writes: Vec<TxnWrite>,
         finish: bool,
         released: Option<Back<()>>,
-        reply: Back<Result<u64, TxnError>>,
+        reply: Back<Result<u64, PartFailure>>,
     },
     /// Every part is logged (durable under `sync`): apply this shard's
     /// writes, remember the participants' part LSNs, release the locks.
@@ -74,6 +78,27 @@ pub(crate) enum TxnMsg {
     },
     /// Release `txn`'s locks here without applying anything.
     Release { txn: u64, reply: Option<Back<()>> },
+}
+
+/// A part that was not logged durably: the error for the committer, and
+/// whether the part may be on disk all the same. A part appended to the WAL
+/// buffer whose flush then failed may have reached the disk (a failed
+/// write can land in part, a failed fdatasync says nothing about what
+/// stayed), so only the restart knows; a part refused before it was
+/// appended (the shard was poisoned already) is in no log.
+#[derive(Debug)]
+pub(crate) struct PartFailure {
+    pub(crate) error: TxnError,
+    pub(crate) maybe_logged: bool,
+}
+
+impl PartFailure {
+    fn poisoned(shard: usize, maybe_logged: bool) -> PartFailure {
+        PartFailure {
+            error: TxnError::Poisoned { shard },
+            maybe_logged,
+        }
+    }
 }
 
 /// The transaction state of one shard.
@@ -303,28 +328,33 @@ fn read_and_reply(core: &Rc<ShardCore>, key: Bytes, reply: Back<Result<Option<By
     .detach();
 }
 
-/// Logs `writes` as one part and (under `sync`) waits for it to be
-/// durable. Returns its LSN (0 without a WAL).
+/// Logs `writes` as one part of a multi-shard transaction and waits for it
+/// to be durable, under `async` too (the wait asks for a flush at once).
+/// Returns its LSN (0 without a WAL).
+///
+/// Why `async` waits as well: a part applied before every part is durable
+/// can be taken into a snapshot of this shard, while another shard loses
+/// its own part in a crash or a failed flush; recovery then drops the
+/// transaction, but this shard's snapshot already holds its writes and
+/// nothing can take them back (a half-applied transaction for good).
 async fn log_part(
     core: &ShardCore,
     txn: u64,
     participants: &[u16],
     writes: &[TxnWrite],
-) -> Result<u64, TxnError> {
+) -> Result<u64, PartFailure> {
     let shard = core.settings.shard;
     let header = encode_header(txn, participants);
     let body = encode_writes(writes);
     let lsn = match core.log_txn_part(&header, &body).await {
-        Err(()) => return Err(TxnError::Poisoned { shard }),
+        Err(()) => return Err(PartFailure::poisoned(shard, false)),
         Ok(None) => return Ok(0),
         Ok(Some(lsn)) => lsn,
     };
     core.txn.unresolved.borrow_mut().insert(lsn, txn);
-    if core.settings.durability == tunables::Durability::Sync {
-        core.wait_durable(lsn)
-            .await
-            .map_err(|()| TxnError::Poisoned { shard })?;
-    }
+    core.wait_durable(lsn)
+        .await
+        .map_err(|()| PartFailure::poisoned(shard, true))?;
     Ok(lsn)
 }
 
@@ -343,14 +373,14 @@ async fn commit_part(
     participants: &[u16],
     writes: &[TxnWrite],
     released: Option<Back<()>>,
-) -> Result<u64, TxnError> {
+) -> Result<u64, PartFailure> {
     let shard = core.settings.shard;
     let header = encode_header(txn, participants);
     let body = encode_writes(writes);
     let lsn = match core.log_txn_part(&header, &body).await {
         Err(()) => {
             core.txn.locks.borrow_mut().release_all(txn);
-            return Err(TxnError::Poisoned { shard });
+            return Err(PartFailure::poisoned(shard, false));
         }
         Ok(None) => 0,
         Ok(Some(lsn)) => lsn,
@@ -359,7 +389,10 @@ async fn commit_part(
     if lsn > 0 {
         core.txn.unresolved.borrow_mut().insert(lsn, txn);
     }
-    apply_part(core, txn, lsn, writes, None, sync.then_some(lsn))?;
+    apply_part(core, txn, lsn, writes, None, sync.then_some(lsn)).map_err(|error| PartFailure {
+        error,
+        maybe_logged: lsn > 0,
+    })?;
     core.wake_settles();
     if let Some(released) = released {
         let _ = released.send(());
@@ -367,7 +400,7 @@ async fn commit_part(
     if sync {
         core.wait_durable(lsn)
             .await
-            .map_err(|()| TxnError::Poisoned { shard })?;
+            .map_err(|()| PartFailure::poisoned(shard, true))?;
     }
     Ok(lsn)
 }

@@ -18,8 +18,10 @@
 //! [`TxnStats`](crate::metrics::TxnStats) in `crate::metrics`.
 //!
 //! What must hold: every lock a `Txn` takes is released exactly once (on
-//! commit, rollback, abort or drop); nobody sees a transaction's writes
-//! before every part is logged (durable under `sync`); a failed commit is
+//! commit, rollback, abort or drop), except the locks of a multi-shard
+//! commit that failed with its outcome undecided, which its participants
+//! keep until the restart decides it; nobody sees a multi-shard
+//! transaction's writes before every part is durable; a failed commit is
 //! answered as failed, never as done.
 
 pub mod locks;
@@ -62,7 +64,9 @@ pub enum TxnError {
     #[error(transparent)]
     Op(#[from] OpError),
     /// The shard is poisoned: the commit's outcome is unknown until restart
-    /// (recovery applies all of it or none of it).
+    /// (recovery applies all of it or none of it). Until then nobody reads
+    /// its writes, and the keys of a multi-shard commit that may still be
+    /// applied stay locked (docs/transactions.md, "A failed commit").
     #[error(
         "shard {shard} is poisoned; the commit's outcome is decided at restart (all or nothing)"
     )]
