@@ -40,27 +40,38 @@ pub struct SegmentDamage {
     pub unresolved: u64,
 }
 
-impl std::fmt::Display for SegmentDamage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let file = self.file.display();
+impl SegmentDamage {
+    /// What is wrong with the file and what it costs, without its name.
+    pub fn loss(&self) -> String {
+        use std::fmt::Write as _;
+        let mut t = String::new();
         if self.missing {
-            write!(f, "{file} is missing (the index needs {} bytes of it)", self.needed_bytes)?;
+            let _ = write!(t, "is missing (the index needs {} bytes of it)", self.needed_bytes);
         } else {
-            write!(f, "{file} is {} bytes, the index needs {}", self.file_bytes, self.needed_bytes)?;
-            let cut = self.bad_blocks.iter().find(|r| r.end == u64::MAX);
+            let _ = write!(t, "is {} bytes, the index needs {}", self.file_bytes, self.needed_bytes);
             for r in self.bad_blocks.iter().filter(|r| r.end != u64::MAX) {
                 let (from, count) = (r.start * BLOCK as u64, r.end - r.start);
-                write!(f, ", {count} damaged block(s) at offset {from}")?;
+                let _ = write!(t, ", {count} damaged block(s) at offset {from}");
             }
-            if let Some(r) = cut {
-                write!(f, ", unreadable from offset {}", r.start * BLOCK as u64)?;
+            if let Some(r) = self.bad_blocks.iter().find(|r| r.end == u64::MAX) {
+                let _ = write!(t, ", unreadable from offset {}", r.start * BLOCK as u64);
             }
         }
-        write!(f, ": {} keys unreadable", self.keys)?;
+        let _ = write!(t, ": {} keys unreadable", self.keys);
         if self.unresolved > 0 {
-            write!(f, " (and {} unresolved entries, mostly older versions)", self.unresolved)?;
+            let _ = write!(
+                t,
+                " (and {} unresolved entries: older versions, or rarely a key sharing a tag)",
+                self.unresolved
+            );
         }
-        Ok(())
+        t
+    }
+}
+
+impl std::fmt::Display for SegmentDamage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.file.display(), self.loss())
     }
 }
 
