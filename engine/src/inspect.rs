@@ -16,6 +16,7 @@ mod overlay;
 /// Where a data directory keeps its manifest (whether a directory holds
 /// ringkv data at all).
 pub use crate::manifest::manifest_path;
+pub use crate::tier::SegmentDamage;
 pub use overlay::{OverlayDisk, OverlayFile};
 
 use crate::engine::Engine;
@@ -159,6 +160,8 @@ pub struct ValueSegmentReport {
     pub bytes: u64,
     /// Full reads: blocks whose checksum held.
     pub blocks_checked: u64,
+    /// Full reads: ranges of blocks (indexes) whose checksum failed.
+    pub bad_blocks: Vec<std::ops::Range<u64>>,
 }
 
 /// One shard's files.
@@ -178,6 +181,12 @@ pub struct ShardReport {
     pub leftovers: Vec<PathBuf>,
     /// Full reads: the chunk chains of the log.
     pub chunk_chains: ChunkChains,
+    /// Full reads, hybrid tier: the value segments the newest snapshot's
+    /// table lists that are missing, shorter than it says or hold bad
+    /// blocks, with the keys of its index each costs; and the snapshot
+    /// counted in. Empty when there is no snapshot to count from.
+    pub value_damage: Vec<SegmentDamage>,
+    pub value_damage_counted_in: Option<PathBuf>,
 }
 
 impl ShardReport {
@@ -213,6 +222,11 @@ pub struct ShardOpen {
     pub records_replayed: u64,
     /// Hybrid tier: live record bytes / record bytes in its value segments.
     pub live_ratio: Option<f64>,
+    /// Hybrid tier: value segments the open found cut short, and the keys
+    /// whose values lie past their ends (after the WAL replay: what a
+    /// start reports).
+    pub damaged_segments: u64,
+    pub unreadable_keys: u64,
 }
 
 /// Everything found.
@@ -302,7 +316,14 @@ pub fn examine(config: &Config, depth: Depth) -> Report {
             ));
             continue;
         }
-        let report = pollster::block_on(examine_shard(&disk, &paths, depth, &mut problems));
+        let mut report = pollster::block_on(examine_shard(&disk, &paths, depth, &mut problems));
+        let hybrid = manifest
+            .as_ref()
+            .is_ok_and(|m| m.tier == tunables::Tier::Hybrid);
+        if depth == Depth::Full && hybrid {
+            let counted = pollster::block_on(count_value_damage(&disk, config, &paths, &report));
+            add_value_damage(&mut report, counted, &mut problems);
+        }
         shards.push(report);
     }
     // Shard folders beyond the manifest's count.
@@ -366,6 +387,8 @@ async fn examine_shard(
         values,
         leftovers,
         chunk_chains,
+        value_damage: Vec::new(),
+        value_damage_counted_in: None,
     };
     if depth == Depth::Full {
         check_mark(&report, problems);
@@ -886,28 +909,40 @@ fn examine_values(
             seq,
             bytes: 0,
             blocks_checked: 0,
+            bad_blocks: Vec::new(),
         };
-        if let Err(p) = check_value_segment(&path, paths.shard as u32, depth, &mut report) {
-            problems.push(p);
-        }
+        problems.extend(check_value_segment(
+            &path,
+            paths.shard as u32,
+            depth,
+            &mut report,
+        ));
         out.push(report);
     }
     out
 }
 
+/// Checks one value segment file block by block (only its header for
+/// `Headers`), recording its length and its bad blocks in `report`; the
+/// problems found, at most three: the header, the first run of bad
+/// blocks (with how many there are), a partial block at the end.
 fn check_value_segment(
     path: &Path,
     shard: u32,
     depth: Depth,
     report: &mut ValueSegmentReport,
-) -> Result<(), Problem> {
+) -> Vec<Problem> {
     use std::io::Read;
-    let mut file =
-        std::fs::File::open(path).map_err(|e| problem(path, None, format!("cannot open: {e}")))?;
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => return vec![problem(path, None, format!("cannot open: {e}"))],
+    };
     report.bytes = file.metadata().map_or(0, |m| m.len());
     let block = value_log::BLOCK;
     let mut buf = vec![0u8; block];
     let mut index = 0u64;
+    let mut problems = Vec::new();
+    let mut first_bad: Option<Problem> = None;
     let mut progress = crate::progress::Progress::new("checking a value segment", path);
     loop {
         progress.tick(index * block as u64, report.bytes, index);
@@ -918,11 +953,12 @@ fn check_value_segment(
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    return Err(problem(
+                    problems.push(problem(
                         path,
                         Some(index * block as u64),
                         format!("read failed: {e}"),
-                    ))
+                    ));
+                    return problems;
                 }
             }
         }
@@ -931,28 +967,150 @@ fn check_value_segment(
             break;
         }
         if filled < block {
-            return Err(problem(path, Some(offset), format!(
+            problems.push(problem(path, Some(offset), format!(
                 "a partial block of {filled} bytes at the end (value segments are written in whole {block}-byte blocks)"
             )));
+            break;
         }
         if index == 0 {
-            value_log::check_header(&buf, shard, report.seq)
-                .map_err(|why| problem(path, Some(0), format!("value segment header: {why}")))?;
-        } else {
-            value_log::check_blocks(report.seq, index, path, &buf).map_err(|e| match e {
+            if let Err(why) = value_log::check_header(&buf, shard, report.seq) {
+                problems.push(problem(
+                    path,
+                    Some(0),
+                    format!("value segment header: {why}"),
+                ));
+                return problems;
+            }
+            report.blocks_checked += 1;
+        } else if let Err(e) = value_log::check_blocks(report.seq, index, path, &buf) {
+            // Go on: every bad block is recorded (a run of them as one
+            // range), so the keys they cost can be counted.
+            match report.bad_blocks.last_mut() {
+                Some(r) if r.end == index => r.end += 1,
+                _ => report.bad_blocks.push(index..index + 1),
+            }
+            first_bad.get_or_insert_with(|| match e {
                 value_log::ReadError::Corrupt { offset, reason, .. } => {
                     problem(path, Some(offset), reason)
                 }
                 other => problem(path, Some(offset), other.to_string()),
-            })?;
+            });
+        } else {
+            report.blocks_checked += 1;
         }
-        report.blocks_checked += 1;
         index += 1;
         if depth == Depth::Headers {
             break;
         }
     }
-    Ok(())
+    if let Some(mut p) = first_bad {
+        let bad: u64 = report.bad_blocks.iter().map(|r| r.end - r.start).sum();
+        if bad > 1 {
+            p.what += &format!(
+                " ({bad} bad blocks in {} run(s) in this file)",
+                report.bad_blocks.len()
+            );
+        }
+        problems.insert(0, p);
+    }
+    problems
+}
+
+/// Full reads, hybrid tier: the engine's own count of what the damage to
+/// value segments costs. The newest snapshot's chain is loaded into a
+/// hybrid tier as recovery loads it (over the overlay: nothing is
+/// written), without the WAL replay; the tier then checks its table
+/// against what the read of every block found. `Err` says why it could
+/// not count (no snapshot, or one that does not load: verify's other
+/// findings say why).
+async fn count_value_damage(
+    disk: &OverlayDisk,
+    config: &Config,
+    paths: &ShardPaths,
+    report: &ShardReport,
+) -> Result<(PathBuf, Vec<SegmentDamage>), String> {
+    use crate::tier::{HotSettings, HybridSettings, HybridTier, Tier};
+    let s = &config.storage;
+    let settings = HybridSettings {
+        shard: paths.shard as u32,
+        dir: paths.values_dir.clone(),
+        segment_bytes: s.value_segment_size.as_u64(),
+        index_keys: s.index_keys,
+        cache_bytes: 0,
+        gc_garbage_percent: s.gc_garbage_percent,
+        read_latency_us: std::sync::Arc::new(crate::histogram::AtomicHistogram::new()),
+        hot: paths.hot_values_dir.clone().map(|dir| HotSettings {
+            dir,
+            bytes: 0,
+            promote_reads: u8::try_from(s.hot_promote_reads).unwrap_or(u8::MAX),
+        }),
+    };
+    let hot = settings.hot.is_some();
+    let mut tier = HybridTier::in_existing_dir(disk.clone(), settings);
+    if hot {
+        tier = tier.with_hot_device(disk.clone());
+    }
+    let mut newest = None;
+    for &lsn in &report.chain {
+        let Some(snap) = report.snapshots.iter().find(|p| p.lsn == lsn) else {
+            return Err(format!("the snapshot of LSN {lsn} is not listed"));
+        };
+        let file = disk
+            .open(&snap.path, false)
+            .await
+            .map_err(|e| e.to_string())?;
+        let tier: &mut dyn Tier = &mut tier;
+        snapshot::load(&file, &snap.path, paths.shard as u32, Some(tier))
+            .await
+            .map_err(|e| e.to_string())?;
+        newest = Some(snap.path.clone());
+    }
+    let newest = newest.ok_or("no snapshot: its index is where keys are counted")?;
+    let files = report
+        .values
+        .iter()
+        .map(|v| (v.seq, (v.bytes, v.bad_blocks.clone())))
+        .collect();
+    Ok((newest, tier.inspect_damage(&files)?))
+}
+
+/// The damage [`count_value_damage`] counted, as problems (one per
+/// segment, at its first bad byte) and in the shard's report.
+fn add_value_damage(
+    report: &mut ShardReport,
+    counted: Result<(PathBuf, Vec<SegmentDamage>), String>,
+    problems: &mut Vec<Problem>,
+) {
+    let (snapshot, damage) = match counted {
+        Ok(c) => c,
+        Err(why) => {
+            // Only worth saying when there is damage to count.
+            if report.values.iter().any(|v| !v.bad_blocks.is_empty()) {
+                problems.push(problem(
+                    &report.dir,
+                    None,
+                    format!("the keys that damaged value segments cost were not counted: {why}"),
+                ));
+            }
+            return;
+        }
+    };
+    let name = snapshot.file_name().map_or_else(
+        || snapshot.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    for d in &damage {
+        let offset = d
+            .bad_blocks
+            .first()
+            .map(|r| r.start * value_log::BLOCK as u64);
+        problems.push(problem(&d.file, offset.filter(|_| !d.missing), format!(
+            "value segment damaged: it {} (counted in the index of the newest snapshot, {name}, before the WAL replay: keys written again since read fine; the start counts after it)",
+            d.loss()
+        )));
+    }
+    report.value_damage = damage;
+    report.value_damage_counted_in = Some(snapshot);
 }
 
 /// Runs the engine's real open on an [`OverlayDisk`] over the directory of
@@ -985,6 +1143,8 @@ pub fn trial_open(config: &Config, disk: OverlayDisk) -> Result<OpenSummary, Eng
                 live_ratio: s.hybrid.as_ref().and_then(|h| {
                     (h.record_bytes > 0).then(|| h.live_bytes as f64 / h.record_bytes as f64)
                 }),
+                damaged_segments: s.hybrid.map_or(0, |h| h.damaged_segments_at_start),
+                unreadable_keys: s.hybrid.map_or(0, |h| h.unreadable_keys_at_start),
             })
             .collect(),
     })

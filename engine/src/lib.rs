@@ -67,7 +67,7 @@ pub use histogram::{AtomicHistogram, HistogramSnapshot};
 pub use io::runtime::BackendKind;
 pub use keyspace::{PartitionKeys, PARTITIONS_PER_SHARD};
 pub use metrics::{DeviceMetrics, EngineMetrics, ShardMetrics, TxnStats};
-pub use tier::HybridStats;
+pub use tier::{HybridStats, SegmentDamage};
 pub use tunables::Durability;
 pub use txn::watch::KeyMark;
 pub use txn::{AbortReason, TxnError, TxnSettings};

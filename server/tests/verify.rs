@@ -698,3 +698,164 @@ fn verify_and_recovery_print_progress_lines() {
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(!report.contains("% of "), "{report}");
 }
+
+/// A hybrid directory of 3,000 keys written once, every one of them in
+/// the newest checkpoint (nothing after it in the WAL), and its config
+/// file: damage to a value segment then costs keys no replay brings back.
+fn build_hybrid_keys() -> (tempfile::TempDir, PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let config = config(&root.path().join("data"), Tier::Hybrid);
+    let engine = Engine::open(&config).unwrap();
+    let handle = engine.handle();
+    for chunk in (0..3_000u64).collect::<Vec<_>>().chunks(100) {
+        let ops = chunk
+            .iter()
+            .map(|&i| Op::Put {
+                key: hybrid_key(i),
+                value: Bytes::from(vec![b'v'; 400]),
+            })
+            .collect();
+        handle.batch_blocking(ops).unwrap();
+    }
+    handle.checkpoint_all().unwrap();
+    engine.shutdown().unwrap();
+    let file = root.path().join("ringkv.toml");
+    std::fs::write(&file, config.to_toml_string()).unwrap();
+    (root, file)
+}
+
+fn hybrid_key(i: u64) -> Bytes {
+    Bytes::from(format!("user:{i:06}"))
+}
+
+/// Shard 0's first value segment (full and sealed) in `dir`.
+fn first_value_segment(dir: &Path) -> PathBuf {
+    let seg = dir.join("shard-000/values/0000000000000001.seg");
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), 128 * 1024);
+    seg
+}
+
+/// The keys of [`build_hybrid_keys`] whose reads fail when the engine
+/// opens a copy of `dir`; every other key must read its value.
+fn unreadable_keys(dir: &Path, config_file: &Path) -> u64 {
+    let scratch = copy(dir);
+    let mut c = Config::load(config_file).unwrap();
+    c.storage.data_dir = scratch.path().to_path_buf();
+    let engine = Engine::open(&c).unwrap();
+    let h = engine.handle();
+    let mut failed = 0;
+    for i in 0..3_000u64 {
+        match h.batch_blocking(vec![Op::Get { key: hybrid_key(i) }]) {
+            Ok(answers) => match &answers[..] {
+                [engine::OpResult::Value(v)] => assert_eq!(v.len(), 400, "key {i}"),
+                [engine::OpResult::Err(engine::OpError::ValueUnreadable { .. })] => failed += 1,
+                other => panic!("key {i}: {other:?}"),
+            },
+            Err(engine::OpError::ValueUnreadable { .. }) => failed += 1,
+            Err(e) => panic!("key {i}: {e}"),
+        }
+    }
+    engine.shutdown().unwrap();
+    failed
+}
+
+/// The issue "damage is never mistaken for a crash": a value segment cut
+/// to less than half said only "a partial block at the end" while
+/// thousands of keys could not be read.
+#[test]
+fn a_truncated_value_segment_is_reported_with_its_lengths_and_the_keys_lost() {
+    let (root, cfg) = build_hybrid_keys();
+    let dir = copy(&root.path().join("data"));
+    let seg = first_value_segment(dir.path());
+    let len = 12 * 4096 + 2816;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+    let lost = unreadable_keys(dir.path(), &cfg);
+    assert!(lost > 50, "{lost} keys lost");
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert_eq!(code, EXIT_DAMAGED, "{out}");
+    let counted = format!(
+        "{} at offset 49152: value segment damaged: it is {len} bytes, the index needs 131072, unreadable from offset 49152: {lost} keys unreadable (counted in the index of the newest snapshot",
+        seg.display()
+    );
+    assert!(out.contains(&counted), "{out}");
+    // The trial open counts after the WAL replay, as a start does.
+    let at_start = format!("shard 0: {lost} keys unreadable, their values past the end of 1 value segment(s) cut short");
+    assert!(out.contains(&at_start), "{out}");
+    // repair has nothing to do for it, and says so.
+    let mut out = Vec::new();
+    let code = repair(
+        &RepairArgs {
+            target: args(dir.path(), &cfg),
+            truncate_wal_tail: false,
+            backup_dir: None,
+            no_backup: false,
+        },
+        &mut out,
+    );
+    let out = String::from_utf8(out).unwrap();
+    assert_eq!(code, EXIT_DAMAGED, "{out}");
+    assert!(
+        out.contains("not repaired (repair rewrites only WAL tails"),
+        "{out}"
+    );
+    assert!(out.contains(&format!("{lost} keys unreadable")), "{out}");
+}
+
+/// A zeroed block in the middle of a value segment: verify names it and
+/// counts its keys (a start does not read every block, so only the reads
+/// of those keys find it).
+#[test]
+fn a_zeroed_value_block_is_reported_with_the_keys_lost() {
+    let (root, cfg) = build_hybrid_keys();
+    let dir = copy(&root.path().join("data"));
+    let seg = first_value_segment(dir.path());
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[5 * 4096..6 * 4096].fill(0);
+    std::fs::write(&seg, bytes).unwrap();
+    let lost = unreadable_keys(dir.path(), &cfg);
+    assert!(lost >= 9, "{lost} keys lost");
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert_eq!(code, EXIT_DAMAGED, "{out}");
+    assert!(
+        out.contains(&format!(
+            "{} at offset 20480: block checksum mismatch",
+            seg.display()
+        )),
+        "{out}"
+    );
+    let counted = format!(
+        "{} at offset 20480: value segment damaged: it is 131072 bytes, the index needs 131072, 1 damaged block(s) at offset 20480: {lost} keys unreadable",
+        seg.display()
+    );
+    assert!(out.contains(&counted), "{out}");
+}
+
+/// A value segment that is missing: the start refuses, naming it and the
+/// keys the checkpoint's index holds there, and verify says the same.
+#[test]
+fn a_missing_value_segment_is_refused_with_the_keys_it_held() {
+    let (root, cfg) = build_hybrid_keys();
+    let dir = copy(&root.path().join("data"));
+    let seg = first_value_segment(dir.path());
+    std::fs::remove_file(&seg).unwrap();
+    let (code, out) = run_verify(dir.path(), &cfg);
+    assert!(!engine_opens(dir.path(), &cfg, Tier::Hybrid));
+    assert_eq!(code, EXIT_UNUSABLE, "{out}");
+    let refused = format!(
+        "value segment(s) missing: {} (the checkpoint's index holds ",
+        seg.display()
+    );
+    assert!(out.contains(&refused), "{out}");
+    assert!(
+        out.contains(&format!(
+            "{}: value segment damaged: it is missing",
+            seg.display()
+        )),
+        "{out}"
+    );
+}

@@ -34,7 +34,7 @@
 pub mod hybrid;
 pub mod memory;
 
-pub use hybrid::{HotSettings, HybridSettings, HybridStats, HybridTier};
+pub use hybrid::{HotSettings, HybridSettings, HybridStats, HybridTier, SegmentDamage};
 pub use memory::MemoryTier;
 
 use crate::io::Disk;

@@ -365,6 +365,11 @@ fn render_hybrid(
             h.spilled_keys,
         ),
         (
+            "ringkv_tier_unreadable_keys_at_start",
+            "Keys whose values lay past the end of value segments found cut short when the shard opened.",
+            h.unreadable_keys_at_start,
+        ),
+        (
             "ringkv_tier_unresolved_entries",
             "Index entries a blind write left unresolved (GC settles them).",
             h.unresolved_entries,

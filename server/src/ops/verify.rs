@@ -169,6 +169,7 @@ pub fn repair(args: &RepairArgs, out: &mut dyn std::io::Write) -> u8 {
     for p in &refused {
         let _ = writeln!(text, "cannot repair: {p}");
     }
+    not_repaired_values(&report, &mut text);
     if repairs.is_empty() {
         let trial = inspect::trial_open(&config, OverlayDisk::new());
         let _ = writeln!(
@@ -235,6 +236,18 @@ pub fn repair(args: &RepairArgs, out: &mut dyn std::io::Write) -> u8 {
     };
     let _ = out.write_all(text.as_bytes());
     code
+}
+
+/// Damage to value segments is never repaired: the values in them are
+/// gone, and the keys stay (reads of them fail) until written again or
+/// deleted. Says so, with the keys each damaged segment costs.
+fn not_repaired_values(report: &Report, text: &mut String) {
+    for d in report.shards.iter().flat_map(|s| &s.value_damage) {
+        let _ = writeln!(
+            text,
+            "not repaired (repair rewrites only WAL tails; these keys stay unreadable until written again or deleted): {d}"
+        );
+    }
 }
 
 /// One line naming everything a repair drops.
@@ -500,6 +513,13 @@ fn render_open(summary: &OpenSummary, t: &mut String) {
             "  shard {}: {} keys, last LSN {}, {} snapshot entries loaded, {} records replayed{ratio}",
             s.shard, s.keys, s.last_lsn, s.snapshot_entries, s.records_replayed
         );
+        if s.damaged_segments > 0 {
+            let _ = writeln!(
+                t,
+                "  shard {}: {} keys unreadable, their values past the end of {} value segment(s) cut short (counted after the WAL replay, as a start reports them; the keys stay, their reads fail)",
+                s.shard, s.unreadable_keys, s.damaged_segments
+            );
+        }
     }
 }
 

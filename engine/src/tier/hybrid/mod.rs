@@ -53,6 +53,7 @@
 //! shard thread.
 
 pub mod cache;
+mod damage;
 pub mod index;
 pub mod log;
 mod expiry_list;
@@ -64,6 +65,7 @@ mod resize;
 mod tiers;
 
 use self::cache::Cache;
+pub use self::damage::SegmentDamage;
 use self::index::{Candidate, Index, KeyHash, PARTITIONS};
 use self::log::{
     check_blocks, parse_record, DeviceSource, Parsed, ReadError, Record, RecordSpot, SegState,
@@ -180,6 +182,11 @@ pub struct HybridStats {
     /// Moves held back by `storage.hot_move_percent`: copies up skipped,
     /// and waits of GC before a step through a hot segment.
     pub move_waits: u64,
+    /// Value segments found cut short when the shard opened, and the keys
+    /// whose values lay past their ends then (after the WAL replay; keys
+    /// written or deleted since are not taken off).
+    pub damaged_segments_at_start: u64,
+    pub unreadable_keys_at_start: u64,
 }
 
 struct Inner<D: Disk> {
@@ -416,6 +423,13 @@ struct LoadState {
     /// The segment table of the checkpoint file loaded last, opened once
     /// the whole chain is loaded (`load_checkpoint_done`).
     pending_segments: Option<Vec<u8>>,
+    /// The segments that table opened, and those it lists that are gone
+    /// (not emptied by GC): (slot, sequence, end). Checked against their
+    /// files once recovery is done (`damage`).
+    loaded: Vec<(u32, u64, u64)>,
+    missing: Vec<(u32, u64, u64)>,
+    /// The damaged segments that check found (reported once, at the start).
+    damage: Vec<SegmentDamage>,
 }
 
 /// Bytes of one row of a checkpoint's segment table.
@@ -637,6 +651,9 @@ impl<D: Disk> HybridTier<D> {
                     orphans_checked: false,
                     layout_loaded: false,
                     pending_segments: None,
+                    loaded: Vec::new(),
+                    missing: Vec::new(),
+                    damage: Vec::new(),
                 },
                 tiering: None,
             }),
@@ -674,6 +691,29 @@ impl<D: Disk> HybridTier<D> {
 
     pub fn stats(&self) -> HybridStats {
         self.inner.borrow().stats()
+    }
+
+    /// The damaged value segments found when the shard opened (see
+    /// `damage`), with the keys each cost.
+    pub fn damage_at_start(&self) -> Vec<SegmentDamage> {
+        self.inner.borrow().loading.damage.clone()
+    }
+
+    /// For `verify`, in place of [`Tier::load_checkpoint_done`] on a tier
+    /// a checkpoint chain was loaded into (no WAL replay): the segments of
+    /// its table that are missing, shorter than the table says, or hold
+    /// the bad blocks a read of every block found (`files`: by sequence
+    /// number, the file's length and its bad block ranges), with the keys
+    /// of its index each costs.
+    pub fn inspect_damage(
+        &mut self,
+        files: &std::collections::BTreeMap<u64, (u64, Vec<std::ops::Range<u64>>)>,
+    ) -> Result<Vec<SegmentDamage>, String> {
+        let st = self.inner.get_mut();
+        if let Some(table) = st.loading.pending_segments.take() {
+            st.load_segments(&table)?;
+        }
+        Ok(st.inspect_damage(files))
     }
 
     /// Forgets the records kept in RAM (the cache and the recent blocks),
@@ -762,6 +802,8 @@ impl<D: Disk> Inner<D> {
             demotions: t.map_or(0, |t| t.demotions),
             demoted_bytes: t.map_or(0, |t| t.demoted_bytes),
             move_waits: t.map_or(0, |t| t.move_waits),
+            damaged_segments_at_start: self.loading.damage.len() as u64,
+            unreadable_keys_at_start: self.loading.damage.iter().map(|d| d.keys).sum(),
         }
     }
 }
@@ -1420,7 +1462,17 @@ impl<D: Disk> Tier for HybridTier<D> {
             Some(table) => st.load_segments(&table)?,
             None => Vec::new(),
         };
-        st.check_removed_segments(&gone)
+        st.check_removed_segments(&gone)?;
+        // A segment file that is gone is refused, not served as damage: a
+        // folder or device that is not the one the data was written to
+        // (a mount missing, a wrong value_device) looks just like it, and
+        // a start would then write new segments beside nothing. Recovery
+        // takes an older snapshot the WAL still covers if there is one.
+        let missing = std::mem::take(&mut st.loading.missing);
+        if !missing.is_empty() {
+            return Err(st.missing_reason(&missing));
+        }
+        Ok(())
     }
 
     fn load_checkpoint_delete(&mut self, _key: &[u8]) -> Result<(), String> {
@@ -1534,6 +1586,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         let st = self.inner.get_mut();
         st.blind.replaying = false;
         st.check_orphans();
+        st.check_loaded_segments();
         st.resize_index();
         st.reopen_zombies_in_use();
         st.forget_hot_use();

@@ -68,7 +68,9 @@ impl<D: Disk> Inner<D> {
     }
 
     /// Opens the segments of a checkpoint's table. Returns the (slot,
-    /// sequence) of the emptied segments it lists that are gone.
+    /// sequence) of the emptied segments it lists that are gone. Others
+    /// that are gone are listed in `loading.missing` (slot, sequence, end),
+    /// those opened in `loading.loaded`, for the checks of `damage`.
     pub(super) fn load_segments(&mut self, bytes: &[u8]) -> Result<Vec<(u32, u64)>, String> {
         const ROW: usize = SEGMENT_ROW_BYTES;
         if !bytes.len().is_multiple_of(ROW) {
@@ -99,12 +101,17 @@ impl<D: Disk> Inner<D> {
                 },
                 s => return Err(format!("segment state {s}")),
             };
+            if !self.log.segment_exists(seq) {
+                self.loading.missing.push((slot, seq, end));
+                continue;
+            }
             self.log
                 .open_existing(slot, seq, end, total, state)
                 .map_err(|e| e.to_string())?;
             if let Some(seg) = self.log.segs[slot as usize].as_mut() {
                 seg.live_bytes = live;
             }
+            self.loading.loaded.push((slot, seq, end));
         }
         Ok(gone)
     }
