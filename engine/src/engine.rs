@@ -918,7 +918,9 @@ impl Handle {
             local_shard(self.shared.engine_id).is_none(),
             "Handle::batch_blocking called on a shard thread; use Handle::batch (async) there"
         );
-        pollster::block_on(self.batch(ops))
+        // Waits on this thread; a wait past `RINGKV_CALL_WARN_MS` (30 s)
+        // logs every shard's state once.
+        crate::call_watch::block_on(self.batch(ops), &self.shared)
     }
 
     fn one(results: Result<Vec<OpResult>, OpError>) -> Result<OpResult, OpError> {

@@ -30,6 +30,7 @@ pub mod io;
 pub mod metrics;
 pub mod rng;
 
+mod call_watch;
 mod coordinator;
 mod engine;
 mod keyspace;

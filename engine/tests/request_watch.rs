@@ -1,6 +1,8 @@
 //! The request watch (docs/operations.md, Logs): a shard whose thread is
 //! blocked while requests wait in its inbox is reported in the log, with
 //! its counters, and so is its end; a shard that serves is never reported.
+//! The call watch says the same from the caller's side: a blocking call
+//! unanswered past its deadline logs every shard's state once.
 
 mod common;
 
@@ -11,11 +13,13 @@ use tunables::Durability;
 
 const STUCK: &str = "a shard has requests waiting in its inbox and has taken none";
 const MOVING: &str = "the shard takes requests again";
+const CALL: &str = "a blocking call has had no answer for a while";
 
 #[test]
 fn a_shard_that_takes_no_request_is_reported_and_then_its_end() {
     // Before any engine thread exists: the watch reads it once at start.
     std::env::set_var("RINGKV_STUCK_WARN_MS", "1000");
+    std::env::set_var("RINGKV_CALL_WARN_MS", "2000");
     let log = Captured::install();
     let dir = tempfile::tempdir().expect("tempdir");
     let config = small_config(&dir.path().join("d"), 1, Durability::None);
@@ -30,6 +34,7 @@ fn a_shard_that_takes_no_request_is_reported_and_then_its_end() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(!log.text().contains(STUCK), "{}", log.text());
+    assert!(!log.text().contains(CALL), "{}", log.text());
 
     // The shard's thread blocked for 8 s by a task of its own, with a
     // request waiting: said while it waits, then said to end.
@@ -52,10 +57,33 @@ fn a_shard_that_takes_no_request_is_reported_and_then_its_end() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    while !log.text().contains(CALL) {
+        assert!(
+            started.elapsed() < Duration::from_secs(7),
+            "the waiting call was not reported within 7 s:\n{}",
+            log.text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(
         !waiting.is_finished(),
         "answered while the shard was blocked"
     );
+    let call = log
+        .text()
+        .lines()
+        .find(|l| l.contains(CALL))
+        .unwrap()
+        .to_string();
+    for field in [
+        "shard=0",
+        "inbox=",
+        "durable_lsn=",
+        "current_lsn=",
+        "waited_s=",
+    ] {
+        assert!(call.contains(field), "{field} missing: {call}");
+    }
     assert_eq!(
         waiting.join().expect("join").expect("put"),
         vec![OpResult::Ok]
