@@ -407,6 +407,10 @@ fn a_damaged_last_flush_after_a_clean_stop_refuses_and_repair_counts_the_loss() 
         "{done}"
     );
     assert!(done.contains("wal.head"), "the head is kept too: {done}");
+    assert!(
+        done.contains("transactions: if what is given up held a part"),
+        "two shards: the transaction warning is printed: {done}"
+    );
     assert!(engine_opens(dir.path(), &cfg, Tier::Memory));
     // What is left is a torn tail below nothing the mark vouches for.
     let (code, out) = run_verify(dir.path(), &cfg);

@@ -190,6 +190,12 @@ pub fn repair(args: &RepairArgs, out: &mut dyn std::io::Write) -> u8 {
     for r in &repairs {
         let _ = writeln!(text, "{}", describe_drop(r));
     }
+    if report.shards.len() > 1 && repairs.iter().any(|r| r.records > 0 || r.grow_to.is_some()) {
+        let _ = writeln!(
+            text,
+            "transactions: if what is given up held a part of a multi-shard transaction, the next start drops that transaction's other parts, except where another shard's snapshot already holds its part: there the transaction stays applied (no log says which; docs/operations.md, repair)"
+        );
+    }
     if !args.truncate_wal_tail {
         let _ = writeln!(
             text,
