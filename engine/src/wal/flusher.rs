@@ -19,7 +19,7 @@ use crate::wal::format::{set_segment_header_flags, BLOCK_BYTES, SEGMENT_FLAG_REC
 use crate::wal::writer::SealedFlush;
 use crate::wal::writer::SegmentFiles;
 use crate::notify::Notify;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -99,6 +99,11 @@ pub(crate) async fn run_segment_creator<D: Disk>(wal: Rc<Wal>, files: Rc<Segment
 struct InFlight {
     flushes: RefCell<VecDeque<Slot>>,
     returned: Notify,
+    /// A durable mark is being written into the head (beside the flushes:
+    /// it must not hold them up, or `async` writes would wait unflushed
+    /// behind it). A segment's first flush, which moves the head too,
+    /// waits for it.
+    marking: Cell<bool>,
 }
 
 /// One flush on the device.
@@ -129,10 +134,12 @@ impl InFlight {
         let failed = flushes
             .iter()
             .any(|f| matches!(*f.outcome.borrow(), Some(Err(_))));
+        let starts_segment = wal.next_flush_starts_segment();
         flushes.len() < flushes_max
             && !failed
             && !flushes.iter().any(|f| f.starts_segment)
-            && (flushes.is_empty() || !wal.next_flush_starts_segment())
+            && (flushes.is_empty() || !starts_segment)
+            && !(starts_segment && self.marking.get())
     }
 
     /// Acknowledges the returned flushes at the front, oldest first: the
@@ -188,15 +195,14 @@ pub(crate) async fn run_flusher<D: Disk>(
         if !in_flight.retire(&wal) {
             return;
         }
-        // The durable mark is written only with nothing in flight or
-        // buffered, so it never waits behind (or delays) a flush.
-        let mark_due = in_flight.flushes.borrow().is_empty()
+        // The durable mark is started only with nothing in flight or
+        // buffered, and runs beside the flushes that follow it.
+        let mark_due = !in_flight.marking.get()
+            && in_flight.flushes.borrow().is_empty()
             && !wal.flush_state().0
             && wal.durable_lsn() > wal.marked_lsn();
         if mark_due && wal.mark_requested() {
-            if !write_mark(&wal, &files).await {
-                return;
-            }
+            start_mark(&wal, &files, &in_flight);
             continue;
         }
         let due = if in_flight.may_submit(&wal, flushes_max) {
@@ -215,10 +221,11 @@ pub(crate) async fn run_flusher<D: Disk>(
                 // Idle: once nothing arrives for `mark_idle`, vouch for
                 // everything durable so far.
                 let either = futures::future::select(wanted, returned);
-                if compio::time::timeout(settings.mark_idle, either).await.is_err()
-                    && !write_mark(&wal, &files).await
+                if compio::time::timeout(settings.mark_idle, either)
+                    .await
+                    .is_err()
                 {
-                    return;
+                    start_mark(&wal, &files, &in_flight);
                 }
                 continue;
             }
@@ -390,6 +397,19 @@ async fn write_flush_bytes<D: Disk>(files: &SegmentFiles<D>, flush: SealedFlush)
         sync_us,
         live_wal_bytes: files.file_count() as u64 * files.segment_bytes,
     })
+}
+
+/// Starts writing the durable mark in a task of its own; the flusher is
+/// woken when it is done (or failed, which poisons the WAL).
+fn start_mark<D: Disk>(wal: &Rc<Wal>, files: &Rc<SegmentFiles<D>>, in_flight: &Rc<InFlight>) {
+    in_flight.marking.set(true);
+    let (wal, files, in_flight) = (wal.clone(), files.clone(), in_flight.clone());
+    compio::runtime::spawn(async move {
+        write_mark(&wal, &files).await;
+        in_flight.marking.set(false);
+        in_flight.returned.notify();
+    })
+    .detach();
 }
 
 /// Writes the durable mark through the WAL's durable LSN into the head
