@@ -19,7 +19,7 @@ use crate::shard::core::CommitClock;
 use crate::shard::router::{
     local_shard, Control, EngineShared, Limits, ShardMsg, CONTROL_QUEUE_DEPTH,
 };
-use crate::shard::thread::{run, ShardSettings, ShardStart};
+use crate::shard::thread::{run, ShardSettings, ShardStart, ANOTHER_SHARD_FAILED};
 use crate::wal::format::{chain_end_size, record_size_expiring, CHAIN_BYTES_MAX};
 use crate::wal::writer::buffer_bytes_needed;
 use bytes::Bytes;
@@ -767,7 +767,13 @@ impl<D: Disk> Launch<'_, D> {
             match ready_rx.recv() {
                 Ok((_, Ok(()))) => {}
                 Ok((_, Err(e))) => {
-                    first_error.get_or_insert(e);
+                    // A shard that stopped only because another failed to
+                    // recover says so; keep the error that names the cause,
+                    // whichever came first.
+                    let consequence = |e: &EngineError| matches!(e.root(), EngineError::Config { reason } if reason == ANOTHER_SHARD_FAILED);
+                    if first_error.as_ref().is_none_or(consequence) {
+                        first_error = Some(e);
+                    }
                 }
                 Err(_) => {
                     first_error.get_or_insert(EngineError::ShardPanicked { shard: 0 });

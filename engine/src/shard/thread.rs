@@ -34,6 +34,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tunables::{Durability, Tier};
 
+/// What a shard answers when it stopped recovering only because another
+/// shard failed to: the engine reports the other shard's error instead.
+pub(crate) const ANOTHER_SHARD_FAILED: &str = "another shard failed to recover";
+
 /// Per-shard settings taken from the config.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ShardSettings {
@@ -480,7 +484,7 @@ impl RecoveryParts<'_> {
             .expect("the exchange is reported once");
         let Some(decision) = exchange.report(shard as u16, &r.txn.seen) else {
             return Err(EngineError::Config {
-                reason: "another shard failed to recover".into(),
+                reason: ANOTHER_SHARD_FAILED.into(),
             });
         };
         let mut tier = r.tier;

@@ -601,6 +601,19 @@ fn is_damaged(damaged: &[Damaged], lsn: u64) -> bool {
     damaged.iter().any(|(d, _)| d.lsn == lsn)
 }
 
+/// The LSN of the first snapshot missing from the chain `snap` builds on
+/// (each delta names its base, always below its own LSN).
+fn missing_base(snapshots: &[SnapshotFile], snap: &SnapshotFile) -> u64 {
+    let mut base = snap.base_lsn.unwrap_or(0);
+    while let Some(found) = snapshots.iter().find(|s| s.lsn == base) {
+        match found.base_lsn {
+            Some(next) if next < base => base = next,
+            _ => break,
+        }
+    }
+    base
+}
+
 /// Loads the newest snapshot whose whole chain loads, adding to `damaged`
 /// every snapshot found unusable on the way. An older snapshot only helps
 /// if the WAL reaches back to it (`first_header_lsn`: the first LSN of the
@@ -620,9 +633,12 @@ async fn load_newest_chain<D: Disk>(
             return Ok(None);
         }
         let Some(chain) = crate::snapshot::chain_of(snapshots, at) else {
+            let missing = missing_base(snapshots, snap);
             let reason = format!(
-                "it is a delta, and a snapshot it builds on (over LSN {}) is missing",
-                snap.base_lsn.unwrap_or(0)
+                "it is a delta, and a snapshot it builds on ({}, LSN {missing}) is missing",
+                snap.path
+                    .with_file_name(format!("{missing:020}{}", crate::layout::SNAPSHOT_SUFFIX))
+                    .display()
             );
             damaged.push(unusable(snap, reason));
             continue;
@@ -651,9 +667,17 @@ async fn load_newest_chain<D: Disk>(
                 }))
             }
             Err(found) => {
+                // Name the damaged file: the newest snapshot's refusal is
+                // the one an operator reads.
+                let reason = format!(
+                    "it builds on the damaged snapshot {} ({})",
+                    found.0.path.display(),
+                    found.1
+                );
+                let found_is_snap = found.0.lsn == snap.lsn;
                 damaged.push(found);
-                if !is_damaged(damaged, snap.lsn) {
-                    damaged.push(unusable(snap, "a snapshot it builds on is damaged".into()));
+                if !found_is_snap && !is_damaged(damaged, snap.lsn) {
+                    damaged.push(unusable(snap, reason));
                 }
             }
         }

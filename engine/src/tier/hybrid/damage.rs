@@ -162,8 +162,13 @@ impl<D: Disk> Inner<D> {
     fn damage_of(&mut self, (slot, seq, end): (u32, u64, u64), file_bytes: Option<u64>, bad: Vec<Range<u64>>) -> SegmentDamage {
         let (keys, unresolved) = self.count_unreadable(slot, &bad);
         SegmentDamage {
-            file: self.log.segs[slot as usize]
-                .as_ref()
+            // A missing file may have no entry at all (the table's first
+            // slot, with nothing opened yet).
+            file: self
+                .log
+                .segs
+                .get(slot as usize)
+                .and_then(|s| s.as_ref())
                 .map_or_else(|| self.log.path_of(seq), |s| s.path.clone()),
             seq,
             missing: file_bytes.is_none(),
