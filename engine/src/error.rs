@@ -43,6 +43,21 @@ pub enum Damage {
         expected_seq: u64,
         found_seq: u64,
     },
+    /// The log stops in this segment (damage, zeroes or its end) and the
+    /// next used segment, `next`, starts later than the log continues:
+    /// the records between were damaged or removed.
+    LogStopsBeforeNext {
+        next: PathBuf,
+        expected: u64,
+        found: u64,
+    },
+    /// This segment is missing: the log before it ends at `expected - 1`
+    /// and the next used segment, `next`, starts at `found`.
+    SegmentMissing {
+        next: PathBuf,
+        expected: u64,
+        found: u64,
+    },
     /// A segment header's first LSN does not continue the log.
     SegmentLsnMismatch { expected: u64, found: u64 },
     /// Damage (or a hole) sits before a complete, valid flush: acknowledged
@@ -103,6 +118,27 @@ impl fmt::Display for Damage {
             } => write!(
                 f,
                 "segment header says shard {found_shard} segment {found_seq}, but the file is shard {expected_shard} segment {expected_seq} (misplaced file?)"
+            ),
+            Damage::LogStopsBeforeNext {
+                next,
+                expected,
+                found,
+            } => write!(
+                f,
+                "the log stops here after LSN {}, but the next segment {} starts at LSN {found}: LSNs {expected}..={} are damaged or gone",
+                expected - 1,
+                next.display(),
+                found.saturating_sub(1)
+            ),
+            Damage::SegmentMissing {
+                next,
+                expected,
+                found,
+            } => write!(
+                f,
+                "this segment is missing: the log before it ends at LSN {}, and the next segment {} starts at LSN {found}",
+                expected - 1,
+                next.display()
             ),
             Damage::SegmentLsnMismatch { expected, found } => write!(
                 f,

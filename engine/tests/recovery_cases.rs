@@ -760,11 +760,14 @@ fn next_segment_starting_at_a_wrong_lsn_refuses() {
             .await
             .err()
             .expect("must refuse");
+        // Named where the log stops, with the segment that does not
+        // continue it.
         let (file, _, reason) = wal_corrupt(&err);
-        assert_eq!(file, paths().segment(2));
+        assert_eq!(file, paths().segment(1));
         assert_eq!(
             *reason,
-            Damage::LsnGap {
+            Damage::LogStopsBeforeNext {
+                next: paths().segment(2),
                 expected: 6,
                 found: 9
             }

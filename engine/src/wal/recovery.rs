@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 /// | `NoUsableSnapshot` | snapshots exist, none valid with WAL coverage, WAL does not start at LSN 1 | refuse: [`SnapshotError::NoUsableSnapshot`] |
 /// | `SegmentSkipped` | the next used segment starts at or below snapshot + 1 | do not read this one (all its records are in the snapshot) |
 /// | `FlushReplayed` | a complete flush continuing the log | replay the records above the snapshot LSN, go on after its seal |
-/// | `LsnGap` | a complete flush, or the next used segment, starting above the next LSN | refuse: [`WalError::Corrupt`] with [`Damage::LsnGap`] |
+/// | `LsnGap` | a complete flush, or the next used segment, starting above the next LSN | refuse: [`WalError::Corrupt`] with [`Damage::LsnGap`] (a flush), [`Damage::LogStopsBeforeNext`] (naming where the log stops) or [`Damage::SegmentMissing`] (a segment number skipped) |
 /// | `MissingHistory` | the first flush starts above snapshot + 1 | refuse: [`Damage::MissingHistory`] |
 /// | `Rollover` | the log stops in a segment and the next segment's header is used and starts at the next LSN | continue in the next segment |
 /// | `CleanEnd` | zeroes, or a complete flush with older LSNs (stale bytes of a recycled segment), where the next flush would start; the next segment is not used | the log ends here |
@@ -1260,15 +1260,29 @@ impl ReplayPhase {
                     return Ok(SegmentEnd::Rollover);
                 }
                 if self.last_lsn.is_some() {
+                    // Name where the records went missing: a segment
+                    // number skipped in between, else where the log stops.
                     cases.push(RecoveryCase::LsnGap);
-                    return Err(corrupt(
-                        &next.path,
-                        0,
-                        Damage::LsnGap {
+                    let skipped = next.seq > seg.seq + 1;
+                    let (file, offset, reason) = if skipped {
+                        let name = format!("{:020}{WAL_SUFFIX}", seg.seq + 1);
+                        let missing = seg.path.with_file_name(name);
+                        let reason = Damage::SegmentMissing {
+                            next: next.path.clone(),
                             expected,
                             found: h.first_lsn,
-                        },
-                    ));
+                        };
+                        (missing, 0, reason)
+                    } else {
+                        let offset = seg_end.2.as_ref().map_or(pos, |(o, _)| *o);
+                        let reason = Damage::LogStopsBeforeNext {
+                            next: next.path.clone(),
+                            expected,
+                            found: h.first_lsn,
+                        };
+                        (seg.path.clone(), offset, reason)
+                    };
+                    return Err(corrupt(&file, offset, reason));
                 }
             }
         }
