@@ -118,11 +118,13 @@ fn read_all(engine: &Engine) -> (u64, u64) {
 }
 
 /// The lines of the log written since `from` (a byte offset) that say
-/// value segments are damaged.
-fn damage_lines(from: usize) -> Vec<String> {
+/// value segments under `dir` are damaged (the tests of this file run in
+/// parallel and share the log: each looks at its own directory's lines).
+fn damage_lines(from: usize, dir: &Path) -> Vec<String> {
+    let dir = dir.display().to_string();
     log().text()[from..]
         .lines()
-        .filter(|l| l.contains("value segments are damaged"))
+        .filter(|l| l.contains("value segments are damaged") && l.contains(&dir))
         .map(str::to_string)
         .collect()
 }
@@ -147,7 +149,7 @@ fn cut_and_reopen(len: u64) {
 fn reopen_and_check(dir: &Path, seg: &Path, len: u64) {
     let from = log().text().len();
     let engine = Engine::open(&config(dir)).expect("a start with a cut segment");
-    let lines = damage_lines(from);
+    let lines = damage_lines(from, dir);
     let (ok, failed) = read_all(&engine);
     assert!(failed > 0, "cut to {len}: no read failed");
     assert!(ok >= KEYS - 1_100, "cut to {len}: only {ok} keys read");
