@@ -475,6 +475,7 @@ fn settle_losses(
         }
         shared.table.lower_acked(keynum, found);
     }
+    shared.forget_judged_acks(lost);
 }
 
 /// Writes version 1 of every bank account with the initial balance.

@@ -134,6 +134,18 @@ impl Shared {
         });
     }
 
+    /// Forgets the acknowledgements of versions an audit has judged lost
+    /// (`(keynum, acked, found)`): the next audit starts from `found`, and
+    /// a later loss of the same key must be timed by its own, newer
+    /// acknowledgements, not by these.
+    fn forget_judged_acks(&self, lost: &[(u64, u32, u32)]) {
+        let Some(log) = &self.acks else { return };
+        let judged: std::collections::HashMap<u64, u32> =
+            lost.iter().map(|&(k, acked, _)| (k, acked)).collect();
+        let mut acks = log.acks.lock().unwrap_or_else(|e| e.into_inner());
+        acks.retain(|a| judged.get(&a.keynum).is_none_or(|&acked| a.version > acked));
+    }
+
     /// For each `(keynum, found)`, when the oldest acknowledged version
     /// above `found` was acknowledged, if still remembered.
     fn oldest_lost_acks(&self, lost: &[(u64, u32)]) -> Vec<Option<Instant>> {
@@ -152,5 +164,54 @@ impl Shared {
             }
         }
         lost.iter().map(|(k, _)| oldest.get(k).copied()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared() -> Shared {
+        Shared {
+            table: VersionTable::new(100),
+            addr: RwLock::new(String::new()),
+            phase: tokio::sync::watch::Sender::new(Phase::Running),
+            parked: Default::default(),
+            timeline: Timeline::new(Instant::now(), Duration::from_secs(1)),
+            acks: Some(AckLog {
+                keep: Duration::from_secs(60),
+                acks: Mutex::new(VecDeque::new()),
+            }),
+            acknowledged: Default::default(),
+            audit_keys_max: 100,
+            keeps_nothing: false,
+            async_window: Some(Duration::from_millis(10)),
+            value_bytes: 64,
+            threads: 1,
+            batch: 1,
+            timeout: Duration::from_secs(1),
+            seed: 1,
+        }
+    }
+
+    /// A key loses version 14 at one kill (judged then) and version 15 at
+    /// the next: the second loss is timed by 15's acknowledgement, not by
+    /// 14's, which the first audit already judged. (Timing it by 14's
+    /// once failed an async crash test with a loss "outside the window".)
+    #[test]
+    fn a_loss_already_judged_does_not_time_a_later_one() {
+        let s = shared();
+        s.note_ack(96, 14);
+        let v14 = s.oldest_lost_acks(&[(96, 13)])[0].expect("remembered");
+        s.forget_judged_acks(&[(96, 14, 13)]);
+        std::thread::sleep(Duration::from_millis(5));
+        s.note_ack(96, 15);
+        let v15 = s.oldest_lost_acks(&[(96, 13)])[0].expect("remembered");
+        assert!(v15 > v14, "timed by the newer acknowledgement");
+        // Other keys keep theirs.
+        s.note_ack(7, 3);
+        s.forget_judged_acks(&[(96, 15, 13)]);
+        assert!(s.oldest_lost_acks(&[(7, 2)])[0].is_some());
+        assert!(s.oldest_lost_acks(&[(96, 13)])[0].is_none());
     }
 }
