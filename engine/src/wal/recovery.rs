@@ -195,6 +195,40 @@ impl<D: Disk> Segment<D> {
 /// there (`None` for zeroes or stale bytes).
 type LogEnd = (usize, u64, Option<(u64, Damage)>);
 
+/// Says where a log that the next used segment does not continue stops:
+/// the segment, the offset and the damage found there, and the segment
+/// files missing in between. The refusal names the next segment (whose
+/// first LSN does not follow); this line names the file to look at.
+fn log_gap_origin<D: Disk>(
+    seg: &Segment<D>,
+    offset: u64,
+    damage: Option<&(u64, Damage)>,
+    next: &Segment<D>,
+) {
+    const NAMED_MAX: u64 = 4;
+    let missing: Vec<String> = (seg.seq + 1..next.seq)
+        .take(NAMED_MAX as usize)
+        .map(|s| {
+            let path = seg.path.with_file_name(format!("{s:020}{WAL_SUFFIX}"));
+            path.display().to_string()
+        })
+        .collect();
+    let missing_count = next.seq.saturating_sub(seg.seq + 1);
+    let damage = damage.map_or_else(
+        || "none: the records end there".to_string(),
+        |(at, d)| format!("{d} at offset {at}"),
+    );
+    tracing::error!(
+        stopped_in = %seg.path.display(),
+        offset,
+        damage = %damage,
+        missing_segments = missing_count,
+        missing = %missing.join(","),
+        next = %next.path.display(),
+        "the WAL stops before the next used segment begins: acknowledged records between them are gone (damaged, cut or deleted)"
+    );
+}
+
 fn corrupt(file: &Path, offset: u64, reason: Damage) -> EngineError {
     EngineError::Wal(WalError::Corrupt {
         file: file.to_path_buf(),
@@ -597,6 +631,31 @@ async fn read_snapshot_headers<D: Disk>(
     Ok((snapshots, damaged))
 }
 
+/// Why the chain of the delta `snap` does not reach a full snapshot: the
+/// first base on the way that is not a readable snapshot, named as
+/// damaged (with why) or as missing (with the path it would have), so a
+/// refusal names the file to restore, not only the newest delta.
+fn broken_link(snapshots: &[SnapshotFile], damaged: &[Damaged], snap: &SnapshotFile) -> String {
+    let mut cur = snap;
+    while let Some(base) = cur.base_lsn {
+        if let Some(next) = snapshots.iter().find(|s| s.lsn == base) {
+            cur = next;
+            continue;
+        }
+        if let Some((d, e)) = damaged.iter().find(|(d, _)| d.lsn == base) {
+            return format!("it builds on the damaged snapshot {} ({e})", d.path.display());
+        }
+        let path = cur
+            .path
+            .with_file_name(format!("{base:020}{SNAPSHOT_SUFFIX}"));
+        return format!(
+            "it is a delta, and its chain builds on {} (over LSN {base}), which is missing",
+            path.display()
+        );
+    }
+    unreachable!("chain_of found no chain, so some base is not a readable snapshot")
+}
+
 fn is_damaged(damaged: &[Damaged], lsn: u64) -> bool {
     damaged.iter().any(|(d, _)| d.lsn == lsn)
 }
@@ -620,10 +679,7 @@ async fn load_newest_chain<D: Disk>(
             return Ok(None);
         }
         let Some(chain) = crate::snapshot::chain_of(snapshots, at) else {
-            let reason = format!(
-                "it is a delta, and a snapshot it builds on (over LSN {}) is missing",
-                snap.base_lsn.unwrap_or(0)
-            );
+            let reason = broken_link(snapshots, damaged, snap);
             damaged.push(unusable(snap, reason));
             continue;
         };
@@ -1237,6 +1293,7 @@ impl ReplayPhase {
                 }
                 if self.last_lsn.is_some() {
                     cases.push(RecoveryCase::LsnGap);
+                    log_gap_origin(seg, pos, seg_end.2.as_ref(), next);
                     return Err(corrupt(
                         &next.path,
                         0,
