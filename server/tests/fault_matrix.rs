@@ -493,46 +493,7 @@ fn targets(data: &Path, config_file: &Path, setup: Setup) -> BTreeMap<Kind, Targ
     c.storage.data_dir = data.to_path_buf();
     let report = inspect::examine(&c, Depth::Full);
     let shard = &report.shards[0];
-    let mut out = BTreeMap::new();
-    let used: Vec<_> = shard
-        .segments
-        .iter()
-        .filter(|s| matches!(s.state, SegmentState::Used { .. }))
-        .collect();
-    let snaps = files(&shard.dir.join("snapshots"), "snap");
-    let newest_snapshot = snapshot_lsn(snaps.last().expect("a snapshot"));
-    let firsts: Vec<(PathBuf, u64)> = used
-        .iter()
-        .map(|s| match s.state {
-            SegmentState::Used { first_lsn } => (s.path.clone(), first_lsn),
-            _ => unreachable!(),
-        })
-        .collect();
-    let from = replay_from(&firsts, newest_snapshot).expect("a segment to replay from");
-    assert!(
-        from >= 1 && from + 1 < used.len(),
-        "want a segment below the snapshot and two replayed: {firsts:?}, snapshot {newest_snapshot}"
-    );
-    let wal = [
-        (Kind::WalBelowSnapshot, used[0]),
-        (Kind::WalReplayed, used[from]),
-        (Kind::WalNewest, used[used.len() - 1]),
-    ];
-    for (kind, seg) in wal {
-        let flushes = &seg.flush_offsets;
-        assert!(!flushes.is_empty(), "{} has no flush", seg.path.display());
-        // The records of a flush: past block 0 (the segment header).
-        let at = |i: usize| flushes[i].max(4096);
-        let offsets = [at(0), at(flushes.len() / 2), at(flushes.len() - 1)];
-        out.insert(
-            kind,
-            Target {
-                path: seg.path.clone(),
-                flip_at: offsets.map(|o| o + 64),
-                zero_at: offsets,
-            },
-        );
-    }
+    let mut out: BTreeMap<Kind, Target> = wal_targets(shard).into_iter().collect();
     out.insert(
         Kind::Head,
         Target {
@@ -541,6 +502,7 @@ fn targets(data: &Path, config_file: &Path, setup: Setup) -> BTreeMap<Kind, Targ
             zero_at: [0, 0, 4096],
         },
     );
+    let snaps = files(&shard.dir.join("snapshots"), "snap");
     let newest_full = snaps
         .iter()
         .rev()
@@ -584,6 +546,54 @@ fn targets(data: &Path, config_file: &Path, setup: Setup) -> BTreeMap<Kind, Targ
         );
     }
     out
+}
+
+/// Shard 0's used WAL segments below the newest snapshot, replayed, and
+/// the newest, with their first, middle and last flushes.
+fn wal_targets(shard: &inspect::ShardReport) -> [(Kind, Target); 3] {
+    let used: Vec<_> = shard
+        .segments
+        .iter()
+        .filter(|s| matches!(s.state, SegmentState::Used { .. }))
+        .collect();
+    let snaps = files(&shard.dir.join("snapshots"), "snap");
+    let newest_snapshot = snapshot_lsn(snaps.last().expect("a snapshot"));
+    let firsts: Vec<(PathBuf, u64)> = used
+        .iter()
+        .map(|s| match s.state {
+            SegmentState::Used { first_lsn } => (s.path.clone(), first_lsn),
+            _ => unreachable!(),
+        })
+        .collect();
+    let from = replay_from(&firsts, newest_snapshot).expect("a segment to replay from");
+    assert!(
+        from >= 1 && from + 1 < used.len(),
+        "want a segment below the snapshot and two replayed: {firsts:?}, snapshot {newest_snapshot}"
+    );
+    let wal = [
+        (Kind::WalBelowSnapshot, used[0]),
+        (Kind::WalReplayed, used[from]),
+        (Kind::WalNewest, used[used.len() - 1]),
+    ];
+    wal.map(|(kind, seg)| {
+        let flushes = &seg.flush_offsets;
+        // First, middle and last differ where they matter.
+        assert!(
+            kind == Kind::WalBelowSnapshot || flushes.len() >= 3,
+            "{} has {} flushes",
+            seg.path.display(),
+            flushes.len()
+        );
+        // The records of a flush: past block 0 (the segment header).
+        let at = |i: usize| flushes[i].max(4096);
+        let offsets = [at(0), at(flushes.len() / 2), at(flushes.len() - 1)];
+        let target = Target {
+            path: seg.path.clone(),
+            flip_at: offsets.map(|o| o + 64),
+            zero_at: offsets,
+        };
+        (kind, target)
+    })
 }
 
 /// Header, middle and trailer of a snapshot file.
@@ -669,8 +679,9 @@ struct Row {
     stop: Stop,
 }
 
-impl fmt::Display for Row {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Row {
+    /// Tier, file, damage and stop, as the table writes them.
+    fn names(&self) -> [String; 4] {
         let setup = match self.setup {
             Setup::Memory => "memory",
             Setup::Hybrid => "hybrid",
@@ -715,7 +726,13 @@ impl fmt::Display for Row {
             Stop::Kill => "SIGKILL",
             Stop::KillIdle => "SIGKILL after idle",
         };
-        write!(f, "{setup} | {kind} | {damage} | {stop}")
+        [setup.into(), kind.into(), damage, stop.into()]
+    }
+}
+
+impl fmt::Display for Row {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.names().join(" | "))
     }
 }
 
@@ -726,6 +743,8 @@ struct Found {
     audited: usize,
     lost_reported: usize,
     lost_silently: usize,
+    /// [`Outcome::LossAtRead`]: the keys `verify` counts in the file.
+    verify_counted: u64,
 }
 
 /// Runs `ringkv-server verify` on `data`: its exit code and stdout.
@@ -847,6 +866,7 @@ fn run_row(row: Row, loaded: &Loaded, foreign: &Loaded, target: &Target, other: 
         audited: 0,
         lost_reported: 0,
         lost_silently: 0,
+        verify_counted: 0,
     };
     let scratch = tempfile::tempdir().unwrap();
     let data = scratch.path().join("data");
@@ -883,7 +903,7 @@ fn run_row(row: Row, loaded: &Loaded, foreign: &Loaded, target: &Target, other: 
             drop(proc);
             match result {
                 Ok(Outcome::LossAtRead) => {
-                    verify_counts(&data, &loaded.config_file, &name, found.lost_reported)
+                    verify_counts(&mut found, &data, &loaded.config_file, &name)
                 }
                 other => other,
             }
@@ -988,16 +1008,18 @@ fn started(
 /// at least the keys that fail (it counts in the newest snapshot's index,
 /// without the WAL replay that wrote some of them again).
 fn verify_counts(
+    found: &mut Found,
     data: &Path,
     config_file: &Path,
     name: &str,
-    failing: usize,
 ) -> Result<Outcome, String> {
     let (code, out) = run_verify(data, config_file);
-    let counted = keys_unreadable_in(&out, name);
-    if code != Some(1) || counted < failing as u64 {
+    found.verify_counted = keys_unreadable_in(&out, name);
+    let failing = found.lost_reported;
+    if code != Some(1) || found.verify_counted < failing as u64 {
         return Err(format!(
-            "{failing} keys fail; verify exit {code:?} counts {counted} in {name}:\n{out}"
+            "{failing} keys fail; verify exit {code:?} counts {} in {name}:\n{out}",
+            found.verify_counted
         ));
     }
     Ok(Outcome::LossAtRead)
@@ -1198,23 +1220,60 @@ fn storage_fault_matrix_on_a_real_disk() {
     });
     let elapsed = began.elapsed();
 
-    let acked: usize = damaged[0].acks.values().map(Vec::len).sum();
-    let mut table = String::new();
-    table.push_str(&format!(
-        "{} rows in {:.0} s ({:.0} s loading {} directories); {} keys audited per started row, each directory holding {}–{} acknowledged writes\n\n",
+    let acked: Vec<usize> = damaged
+        .iter()
+        .map(|l| l.acks.values().map(Vec::len).sum())
+        .collect();
+    let mut text = format!(
+        "{} rows in {:.0} s ({:.0} s loading {} directories); every started row reads all {KEYS} keys, the last of {}–{} acknowledged writes per directory\n\n",
         found.len(),
         elapsed.as_secs_f64(),
         load_time.as_secs_f64(),
         loads.len(),
-        KEYS,
-        damaged.iter().map(|l| l.acks.values().map(Vec::len).sum::<usize>()).min().unwrap_or(acked),
-        damaged.iter().map(|l| l.acks.values().map(Vec::len).sum::<usize>()).max().unwrap_or(acked),
-    ));
-    table.push_str("| tier | file | damage | stop | outcome | keys audited | lost, reported | lost silently |\n");
-    table.push_str("|---|---|---|---|---|---:|---:|---:|\n");
+        acked.iter().min().unwrap(),
+        acked.iter().max().unwrap(),
+    );
+    let (table, failures) = table(&found);
+    text.push_str(&summary(&found));
+    text.push_str("\nEvery row:\n\n");
+    text.push_str(&table);
+    println!("{text}");
+    let file = target_dir().join("fault-matrix.md");
+    std::fs::write(&file, &text).unwrap();
+    println!("table written to {}", file.display());
+    assert!(
+        failures.is_empty(),
+        "{} rows failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// A row's outcome in the tables: what happened, with its counts.
+fn cell(f: &Found) -> String {
+    let bug = known_bug(f.row).is_some();
+    match (&f.outcome, bug) {
+        (Ok(Outcome::Refused), _) => "refused".to_string(),
+        (Ok(Outcome::NothingLost), _) => "nothing lost".to_string(),
+        (Ok(Outcome::LossReported), _) => format!("{} reported at start", f.lost_reported),
+        (Ok(Outcome::LossAtRead), _) => format!(
+            "{} fail at read; verify counts {}",
+            f.lost_reported, f.verify_counted
+        ),
+        (Ok(Outcome::Window), _) => format!("window: {} lost", f.lost_silently),
+        (Err(_), true) => format!("**bug: {} silent**", f.lost_silently),
+        (Err(_), false) => "**FAILED**".to_string(),
+    }
+}
+
+/// Every row, and the failures: a row whose audit failed (outside
+/// [`known_bug`]) or whose outcome is not [`expected`].
+fn table(found: &[Found]) -> (String, Vec<String>) {
+    let mut table = String::from(
+        "| tier | file | damage | stop | outcome | keys audited | lost, reported | lost silently |\n|---|---|---|---|---|---:|---:|---:|\n",
+    );
     let mut failures = Vec::new();
-    let mut bugs = 0;
-    for f in &found {
+    for f in found {
         let bug = known_bug(f.row);
         let outcome = match (&f.outcome, bug) {
             (Ok(o), None) => o.to_string(),
@@ -1227,29 +1286,112 @@ fn storage_fault_matrix_on_a_real_disk() {
             f.row, f.audited, f.lost_reported, f.lost_silently
         ));
         match (&f.outcome, bug) {
-            (Err(e), Some(bug)) => {
-                bugs += 1;
-                println!("known bug ({bug}): {}: {e}", f.row);
-            }
+            (Err(e), Some(bug)) => println!("known bug ({bug}): {}: {e}", f.row),
             (Ok(_), Some(_)) => {}
             (Err(e), None) => failures.push(format!("{}: {e}", f.row)),
             (Ok(o), None) if *o == expected(f.row) => {}
             (Ok(o), None) => failures.push(format!("{}: {o}, expected {}", f.row, expected(f.row))),
         }
     }
-    if bugs > 0 {
-        table.push_str(&format!(
-            "\n{bugs} rows show the known bug of `known_bug` (a file from another data directory is read as this one's); they are not asserted.\n"
+    (table, failures)
+}
+
+/// A line of the summary: tier, file, damage, and the outcome per stop.
+type Line = (String, String, String, [String; 3]);
+
+/// The same file, damage and outcomes on both tiers: one line.
+fn merge_tiers(lines: Vec<Line>) -> Vec<Line> {
+    let mut merged: Vec<Line> = Vec::new();
+    for line in lines {
+        let twin = merged
+            .iter_mut()
+            .find(|m| m.1 == line.1 && m.2 == line.2 && m.3 == line.3 && m.0 == "memory");
+        match twin {
+            Some(m) if line.0 == "hybrid" => m.0 = "memory, hybrid".to_string(),
+            _ => merged.push(line),
+        }
+    }
+    merged
+}
+
+/// The rows folded: one line per tier, file and damage, a column per
+/// stop; positions with the same outcomes share a line, and so do tiers.
+fn summary(found: &[Found]) -> String {
+    // (setup, kind, damage class) -> positions -> cells per stop.
+    type Cells = [String; 3];
+    type Positions = Vec<(Option<Pos>, Cells)>;
+    let mut by_damage: BTreeMap<(Setup, Kind, String), Positions> = BTreeMap::new();
+    let mut cells: BTreeMap<(Setup, Kind, Damage), Cells> = BTreeMap::new();
+    for f in found {
+        let at = (f.row.setup, f.row.kind, f.row.damage);
+        let entry = cells
+            .entry(at)
+            .or_insert_with(|| ["—".into(), "—".into(), "—".into()]);
+        entry[f.row.stop as usize] = cell(f);
+    }
+    for ((setup, kind, damage), c) in cells {
+        let (class, pos) = match damage {
+            Damage::Flip(p) => ("bit flip", Some(p)),
+            Damage::Zero(p) => ("zeroed 4 KiB", Some(p)),
+            _ => ("", None),
+        };
+        let names = Row {
+            setup,
+            kind,
+            damage,
+            stop: Stop::Term,
+        }
+        .names();
+        let class = if class.is_empty() {
+            names[2].clone()
+        } else {
+            class.to_string()
+        };
+        by_damage
+            .entry((setup, kind, class))
+            .or_default()
+            .push((pos, c));
+    }
+    // Lines: (tier, file, damage label, cells).
+    let mut lines: Vec<Line> = Vec::new();
+    for ((setup, kind, class), positions) in by_damage {
+        let row = |damage| Row {
+            setup,
+            kind,
+            damage,
+            stop: Stop::Term,
+        };
+        let names = row(Damage::Missing).names();
+        let all_same = positions.iter().all(|(_, c)| *c == positions[0].1);
+        if positions.len() > 1 && all_same {
+            lines.push((
+                names[0].clone(),
+                names[1].clone(),
+                format!("{class}, any position"),
+                positions[0].1.clone(),
+            ));
+            continue;
+        }
+        for (pos, c) in positions {
+            let label = match pos {
+                Some(Pos::First) => row(Damage::Flip(Pos::First)).names()[2].clone(),
+                Some(Pos::Middle) => row(Damage::Flip(Pos::Middle)).names()[2].clone(),
+                Some(Pos::Last) => row(Damage::Flip(Pos::Last)).names()[2].clone(),
+                None => class.clone(),
+            };
+            let label = label.replacen("bit flip", &class, 1);
+            lines.push((names[0].clone(), names[1].clone(), label, c));
+        }
+    }
+    let merged = merge_tiers(lines);
+    let mut out = String::from(
+        "| tier | file | damage | SIGTERM | SIGKILL | SIGKILL after idle |\n|---|---|---|---|---|---|\n",
+    );
+    for (tier, file, damage, c) in merged {
+        out.push_str(&format!(
+            "| {tier} | {file} | {damage} | {} | {} | {} |\n",
+            c[0], c[1], c[2]
         ));
     }
-    println!("{table}");
-    let file = target_dir().join("fault-matrix.md");
-    std::fs::write(&file, &table).unwrap();
-    println!("table written to {}", file.display());
-    assert!(
-        failures.is_empty(),
-        "{} rows failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    out
 }
