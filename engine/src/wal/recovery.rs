@@ -597,21 +597,37 @@ async fn read_snapshot_headers<D: Disk>(
     Ok((snapshots, damaged))
 }
 
-fn is_damaged(damaged: &[Damaged], lsn: u64) -> bool {
-    damaged.iter().any(|(d, _)| d.lsn == lsn)
+/// Why the chain of the delta `snap` does not reach a full snapshot: the
+/// first base on the way that is not a readable snapshot, named as
+/// damaged (with why) or as missing (with the path it would have), so a
+/// refusal names the file to restore, not only the newest delta.
+fn broken_link(snapshots: &[SnapshotFile], damaged: &[Damaged], snap: &SnapshotFile) -> String {
+    let mut cur = snap;
+    // Bounded: a base naming a later snapshot (damage) must not loop.
+    for _ in 0..=snapshots.len() {
+        let Some(base) = cur.base_lsn else {
+            break;
+        };
+        if let Some(next) = snapshots.iter().find(|s| s.lsn == base && base < cur.lsn) {
+            cur = next;
+            continue;
+        }
+        if let Some((d, e)) = damaged.iter().find(|(d, _)| d.lsn == base) {
+            return format!("it builds on the damaged snapshot {} ({e})", d.path.display());
+        }
+        let path = cur
+            .path
+            .with_file_name(format!("{base:020}{SNAPSHOT_SUFFIX}"));
+        return format!(
+            "it is a delta, and its chain builds on {} (over LSN {base}), which is missing",
+            path.display()
+        );
+    }
+    "its chain of bases does not lead to a full snapshot".to_string()
 }
 
-/// The LSN of the first snapshot missing from the chain `snap` builds on
-/// (each delta names its base, always below its own LSN).
-fn missing_base(snapshots: &[SnapshotFile], snap: &SnapshotFile) -> u64 {
-    let mut base = snap.base_lsn.unwrap_or(0);
-    while let Some(found) = snapshots.iter().find(|s| s.lsn == base) {
-        match found.base_lsn {
-            Some(next) if next < base => base = next,
-            _ => break,
-        }
-    }
-    base
+fn is_damaged(damaged: &[Damaged], lsn: u64) -> bool {
+    damaged.iter().any(|(d, _)| d.lsn == lsn)
 }
 
 /// Loads the newest snapshot whose whole chain loads, adding to `damaged`
@@ -633,13 +649,7 @@ async fn load_newest_chain<D: Disk>(
             return Ok(None);
         }
         let Some(chain) = crate::snapshot::chain_of(snapshots, at) else {
-            let missing = missing_base(snapshots, snap);
-            let reason = format!(
-                "it is a delta, and a snapshot it builds on ({}, LSN {missing}) is missing",
-                snap.path
-                    .with_file_name(format!("{missing:020}{}", crate::layout::SNAPSHOT_SUFFIX))
-                    .display()
-            );
+            let reason = broken_link(snapshots, damaged, snap);
             damaged.push(unusable(snap, reason));
             continue;
         };
