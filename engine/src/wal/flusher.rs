@@ -134,12 +134,14 @@ impl InFlight {
         let failed = flushes
             .iter()
             .any(|f| matches!(*f.outcome.borrow(), Some(Err(_))));
+        // A segment's first flush goes alone: nothing else in flight, and
+        // no durable mark being written (both move the head).
+        let alone = flushes.is_empty() && !self.marking.get();
         let starts_segment = wal.next_flush_starts_segment();
         flushes.len() < flushes_max
             && !failed
             && !flushes.iter().any(|f| f.starts_segment)
-            && (flushes.is_empty() || !starts_segment)
-            && !(starts_segment && self.marking.get())
+            && (alone || !starts_segment)
     }
 
     /// Acknowledges the returned flushes at the front, oldest first: the
