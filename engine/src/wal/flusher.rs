@@ -525,6 +525,17 @@ mod tests {
         flush_bytes: usize,
         in_flight: usize,
     ) -> Rig {
+        start_marking(disk, segment_bytes, flush_bytes, in_flight, Duration::from_secs(60)).await
+    }
+
+    /// [`start_with`] writing the durable mark after `mark_idle` idle.
+    async fn start_marking(
+        disk: SimDisk,
+        segment_bytes: u64,
+        flush_bytes: usize,
+        in_flight: usize,
+        mark_idle: Duration,
+    ) -> Rig {
         let paths = ShardPaths::new(Path::new("/flusher"), SHARD as usize);
         for dir in [&paths.wal_dir, &paths.snapshot_dir] {
             disk.create_dir_all(dir).expect("dir");
@@ -564,7 +575,7 @@ mod tests {
             group_commit_max_delay: Duration::ZERO,
             flush_interval: Duration::from_millis(10),
             flushes_in_flight: in_flight,
-            mark_idle: Duration::from_secs(60),
+            mark_idle,
         };
         compio::runtime::spawn(run_flusher(wal.clone(), files.clone(), settings)).detach();
         compio::runtime::spawn(run_segment_creator(wal.clone(), files)).detach();
@@ -737,6 +748,48 @@ mod tests {
             assert_eq!(r.last_lsn, logged);
             assert_eq!(r.records_replayed, logged);
             assert!(r.live_segments.len() >= 3, "{:?}", r.live_segments);
+        });
+    }
+
+    /// A slow durable mark does not hold up the flushes after it: a write
+    /// made while the head's fdatasync is still on the device is answered
+    /// before the mark is written (in `async` mode it would otherwise sit
+    /// unflushed, past the loss window `flush_interval` promises).
+    #[test]
+    fn a_slow_durable_mark_does_not_hold_up_flushes() {
+        run(async {
+            let disk = SimDisk::new(16);
+            let rig = start_marking(disk.clone(), 1 << 20, 64 << 10, 1, Duration::from_millis(5)).await;
+            assert_eq!(answer(put(&rig.wal, b"first", 100)).await, OpResult::Ok);
+            disk.set_faults(SimFaults {
+                latency: Some(Duration::from_millis(500)),
+                path_filter: Some("wal.head".into()),
+                ..SimFaults::default()
+            });
+            // Idle past `mark_idle`: the mark (through LSN 1) starts and
+            // waits on the head's slow write.
+            compio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(answer(put(&rig.wal, b"second", 100)).await, OpResult::Ok);
+            assert_eq!(rig.wal.durable_lsn(), 2);
+            assert_eq!(
+                rig.wal.marked_lsn(),
+                0,
+                "the second write was answered while the mark was still being written"
+            );
+            // The mark started before the second write: it lands through
+            // LSN 1 first.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while rig.wal.marked_lsn() == 0 {
+                assert!(Instant::now() < deadline, "the mark never landed");
+                compio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(rig.wal.marked_lsn(), 1);
+            // The mark then lands, and the next idle spell marks the rest.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while rig.wal.marked_lsn() < 2 {
+                assert!(Instant::now() < deadline, "marked {}", rig.wal.marked_lsn());
+                compio::time::sleep(Duration::from_millis(20)).await;
+            }
         });
     }
 
