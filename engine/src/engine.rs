@@ -559,7 +559,7 @@ fn shard_settings(
         group_commit_max_bytes: s.group_commit_max_bytes.as_u64() as usize,
         group_commit_max_delay: s.group_commit_max_delay.get(),
         wal_flushes_in_flight: s.wal_flushes_in_flight as usize,
-        wal_mark_idle: s.wal_mark_idle.get(),
+        wal_mark_interval: s.wal_mark_interval.get(),
         flush_interval: s.flush_interval.get(),
         checkpoint_wal_bytes: s.checkpoint_wal_bytes.as_u64(),
         checkpoint_interval: s.checkpoint_interval.get(),

@@ -330,7 +330,7 @@ fn verify_follows_chains_and_reports_broken_ones() {
     config.storage.checkpoint_wal_bytes = ByteSize::mib(64);
     // A crash-like stop with no durable mark: the tail this test tears
     // must read as what a crash leaves (after a clean stop it is damage).
-    config.storage.wal_mark_idle = tunables::Duration::from_secs(60);
+    config.storage.wal_mark_interval = tunables::Duration::from_secs(60);
     let engine = Engine::open(&config).expect("open");
     let h = engine.handle();
     let ops = vec![

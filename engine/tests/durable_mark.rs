@@ -40,11 +40,11 @@ fn cfg() -> RecoveryConfig {
     }
 }
 
-fn config(mark_idle: Duration) -> tunables::Config {
+fn config(mark_interval: Duration) -> tunables::Config {
     let mut c = small_config(Path::new(ROOT), 1, Durability::Sync);
     // No checkpoint: the log alone holds the data.
     c.storage.checkpoint_wal_bytes = tunables::ByteSize::mib(64);
-    c.storage.wal_mark_idle = tunables::Duration::from_micros(mark_idle.as_micros() as u64);
+    c.storage.wal_mark_interval = tunables::Duration::from_micros(mark_interval.as_micros() as u64);
     c
 }
 
@@ -233,4 +233,48 @@ fn a_cut_segment_refuses_naming_its_size() {
             created: SEG
         }
     );
+}
+
+#[test]
+fn a_steady_load_is_marked_while_it_runs() {
+    // No idle spell: the mark still follows the durable LSN, once per
+    // `wal_mark_interval`, so what a crash can hide is bounded by time
+    // whatever the load.
+    let disk = SimDisk::new(6);
+    let engine =
+        Engine::open_with_disk(&config(Duration::from_millis(20)), disk.clone()).expect("open");
+    let h = engine.handle();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (h, stop) = (h.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut version = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                version += 1;
+                h.batch_blocking((0..8).map(|k| put(k, version)).collect())
+                    .expect("batch");
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = 0;
+    // Two marks that both moved while the writer kept writing.
+    while seen < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the mark did not move under load"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        let marked = marked_lsn(&disk);
+        if marked > 0 && marked < engine.metrics().shards[0].current_lsn {
+            seen += 1;
+            while marked_lsn(&disk) == marked {
+                assert!(Instant::now() < deadline, "the mark stopped at {marked}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().expect("writer");
+    engine.shutdown().expect("shutdown");
 }

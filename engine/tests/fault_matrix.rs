@@ -327,7 +327,7 @@ fn config(tier: Tier, stop: Stop) -> Config {
         Stop::CrashMarked => 5_000,
         Stop::Clean | Stop::CrashUnmarked => 60_000_000,
     };
-    c.storage.wal_mark_idle = tunables::Duration::from_micros(idle);
+    c.storage.wal_mark_interval = tunables::Duration::from_micros(idle);
     if tier != Tier::Memory {
         use_small_hybrid_tier(&mut c);
         // No GC: records stay where they were written.

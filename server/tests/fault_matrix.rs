@@ -51,7 +51,8 @@ const WAIT: Duration = Duration::from_secs(30);
 /// Batches the load ends with in the newest WAL segment (about one flush
 /// each in shard 0).
 const NEWEST_SEGMENT_BATCHES: usize = 7;
-/// Idle time before the second kind of SIGKILL: well past `wal_mark_idle`.
+/// Idle time before the second kind of SIGKILL: well past `wal_mark_interval`
+/// (the default, 100 ms: the mark covers the whole load by then).
 const IDLE_BEFORE_KILL: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -317,7 +318,14 @@ fn load(setup: Setup, stop: Stop, seed: u64) -> Loaded {
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
     let config_file = root.path().join("ringkv.toml");
-    std::fs::write(&config_file, config(setup).to_toml_string()).unwrap();
+    let mut c = config(setup);
+    if stop == Stop::Kill {
+        // The durable mark follows the load every `wal_mark_interval`; a
+        // kill "right after the last acknowledgement" must find none since
+        // the load began, or the window rows would depend on timing.
+        c.storage.wal_mark_interval = tunables::Duration::from_secs(60);
+    }
+    std::fs::write(&config_file, c.to_toml_string()).unwrap();
     let Start::Ready(mut proc, addr) = start(&data, &config_file) else {
         panic!("the server did not start on a fresh directory");
     };

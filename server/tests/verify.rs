@@ -311,7 +311,7 @@ fn damage_mid_log_refuses_and_repair_drops_exactly_the_tail() {
 fn write_unmarked_round(dir: &Path, config_file: &Path) {
     let mut c = Config::load(config_file).unwrap();
     c.storage.data_dir = dir.to_path_buf();
-    c.storage.wal_mark_idle = tunables::Duration::from_secs(60);
+    c.storage.wal_mark_interval = tunables::Duration::from_secs(60);
     let engine = Engine::open(&c).unwrap();
     // Two batches, so the last flush is not its segment's first (whose
     // header the WAL head relies on: damage there is refused as such).

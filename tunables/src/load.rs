@@ -827,7 +827,7 @@ group_commit_max_bytes = 4194304
 group_commit_max_delay = \"200us\"
 wal_flushes_in_flight = 4
 flush_interval = \"5ms\"
-wal_mark_idle = \"250ms\"
+wal_mark_interval = \"250ms\"
 checkpoint_wal_bytes = \"1GiB\"
 checkpoint_interval = 0
 checkpoint_deltas_max = 3
@@ -898,7 +898,7 @@ count_fsync = false
             group_commit_max_delay: Duration::from_micros(200),
             wal_flushes_in_flight: 4,
             flush_interval: Duration::from_millis(5),
-            wal_mark_idle: Duration::from_millis(250),
+            wal_mark_interval: Duration::from_millis(250),
             checkpoint_wal_bytes: ByteSize::gib(1),
             checkpoint_interval: Duration::ZERO,
             checkpoint_deltas_max: 3,

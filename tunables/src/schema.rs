@@ -475,13 +475,13 @@ section! {
         /// In `"async"` mode, how often buffered writes are flushed.
         flush_interval: Duration = Duration::from_millis(10),
             kind None, check Check::Range(Duration::from_micros(100), Duration::from_secs(60));
-        /// Once the WAL has been idle this long after a flush, each shard records in its
-        /// `wal.head` that every record so far is durable (one 4 KiB write and one fdatasync),
-        /// as it also does at a clean stop. Recovery then refuses a log whose last flushes
-        /// were damaged instead of reading them as a torn write: only what was written in
-        /// the last `wal_mark_idle` before a crash can be damaged unnoticed (`docs/wal.md`,
-        /// "The durable mark").
-        wal_mark_idle: Duration = Duration::from_millis(100),
+        /// How often, while records become durable, each shard records in its `wal.head` that
+        /// every record so far is durable (one 4 KiB write and one fdatasync, beside the
+        /// flushes; it also does so at a clean stop). Recovery then refuses a log whose last
+        /// flushes were damaged instead of reading them as a torn write: only what was
+        /// acknowledged in the last `wal_mark_interval` before a crash can be damaged
+        /// unnoticed (`docs/wal.md`, "The durable mark").
+        wal_mark_interval: Duration = Duration::from_millis(100),
             kind None, check Check::Range(Duration::from_millis(1), Duration::from_secs(60));
         /// Take a checkpoint once the WAL holds this many bytes past the last one (WAL
         /// replayed at a start counts too; a start that replays this much checkpoints

@@ -1197,11 +1197,11 @@ mod tests {
             ("storage.flush_interval", |c| {
                 c.storage.flush_interval = Duration::from_secs(61)
             }),
-            ("storage.wal_mark_idle", |c| {
-                c.storage.wal_mark_idle = Duration::from_micros(999)
+            ("storage.wal_mark_interval", |c| {
+                c.storage.wal_mark_interval = Duration::from_micros(999)
             }),
-            ("storage.wal_mark_idle", |c| {
-                c.storage.wal_mark_idle = Duration::from_secs(61)
+            ("storage.wal_mark_interval", |c| {
+                c.storage.wal_mark_interval = Duration::from_secs(61)
             }),
             ("storage.checkpoint_wal_bytes", |c| {
                 c.storage.checkpoint_wal_bytes = ByteSize::kib(60)
@@ -1278,7 +1278,7 @@ mod tests {
         c.server.idle_timeout = Duration::from_millis(1);
         c.storage.group_commit_max_delay = Duration::from_secs(1);
         c.storage.flush_interval = Duration::from_micros(100);
-        c.storage.wal_mark_idle = Duration::from_millis(1);
+        c.storage.wal_mark_interval = Duration::from_millis(1);
         c.storage.checkpoint_interval = Duration::ZERO;
         c.storage.checkpoint_wal_bytes = ByteSize::kib(64);
         c.limits.ops_per_frame_max = 1;

@@ -47,8 +47,8 @@ pub(crate) struct ShardSettings {
     pub(crate) group_commit_max_delay: Duration,
     /// `storage.wal_flushes_in_flight`.
     pub(crate) wal_flushes_in_flight: usize,
-    /// `storage.wal_mark_idle`.
-    pub(crate) wal_mark_idle: Duration,
+    /// `storage.wal_mark_interval`.
+    pub(crate) wal_mark_interval: Duration,
     pub(crate) flush_interval: Duration,
     pub(crate) checkpoint_wal_bytes: u64,
     pub(crate) checkpoint_interval: Duration,
@@ -590,7 +590,7 @@ async fn start_wal<D: Disk>(
                 group_commit_max_delay: settings.group_commit_max_delay,
                 flush_interval: settings.flush_interval,
                 flushes_in_flight: settings.wal_flushes_in_flight,
-                mark_idle: settings.wal_mark_idle,
+                mark_interval: settings.wal_mark_interval,
             },
         ),
     );

@@ -34,9 +34,9 @@ pub struct FlusherSettings {
     pub flush_interval: Duration,
     /// Most flushes on the device at once (`storage.wal_flushes_in_flight`).
     pub flushes_in_flight: usize,
-    /// Idle time after which the durable mark is written
-    /// (`storage.wal_mark_idle`).
-    pub mark_idle: Duration,
+    /// How often the durable mark is written while records become durable
+    /// (`storage.wal_mark_interval`).
+    pub mark_interval: Duration,
 }
 
 /// Pause between two attempts to make a segment after one failed.
@@ -188,6 +188,7 @@ pub(crate) async fn run_flusher<D: Disk>(
     let flushes_max = settings.flushes_in_flight.max(1);
     let in_flight = Rc::new(InFlight::default());
     let mut last_flush = Instant::now();
+    let mut last_mark = Instant::now();
     if let Some(head) = files.head.borrow().as_ref() {
         wal.set_marked(head.state().marked_lsn);
     }
@@ -197,13 +198,16 @@ pub(crate) async fn run_flusher<D: Disk>(
         if !in_flight.retire(&wal) {
             return;
         }
-        // The durable mark is started only with nothing in flight or
-        // buffered, and runs beside the flushes that follow it.
-        let mark_due = !in_flight.marking.get()
-            && in_flight.flushes.borrow().is_empty()
-            && !wal.flush_state().0
-            && wal.durable_lsn() > wal.marked_lsn();
-        if mark_due && wal.mark_requested() {
+        // The durable mark vouches for everything durable so far: started
+        // once per `mark_interval` while records become durable (it runs
+        // beside the flushes, never holding them up), and at once when a
+        // clean stop asks for it.
+        let mark_pending = !in_flight.marking.get() && wal.durable_lsn() > wal.marked_lsn();
+        let mark_left = settings
+            .mark_interval
+            .saturating_sub(last_mark.elapsed());
+        if mark_pending && (wal.mark_requested() || mark_left.is_zero()) {
+            last_mark = Instant::now();
             start_mark(&wal, &files, &in_flight);
             continue;
         }
@@ -219,16 +223,10 @@ pub(crate) async fn run_flusher<D: Disk>(
                 returned.await;
                 continue;
             }
-            Due::WhenWanted if mark_due => {
-                // Idle: once nothing arrives for `mark_idle`, vouch for
-                // everything durable so far.
+            Due::WhenWanted if mark_pending => {
+                // Idle with a mark to write: wake when it is due.
                 let either = futures::future::select(wanted, returned);
-                if compio::time::timeout(settings.mark_idle, either)
-                    .await
-                    .is_err()
-                {
-                    start_mark(&wal, &files, &in_flight);
-                }
+                let _ = compio::time::timeout(mark_left, either).await;
                 continue;
             }
             Due::WhenWanted => {
@@ -528,13 +526,13 @@ mod tests {
         start_marking(disk, segment_bytes, flush_bytes, in_flight, Duration::from_secs(60)).await
     }
 
-    /// [`start_with`] writing the durable mark after `mark_idle` idle.
+    /// [`start_with`] writing the durable mark every `mark_interval`.
     async fn start_marking(
         disk: SimDisk,
         segment_bytes: u64,
         flush_bytes: usize,
         in_flight: usize,
-        mark_idle: Duration,
+        mark_interval: Duration,
     ) -> Rig {
         let paths = ShardPaths::new(Path::new("/flusher"), SHARD as usize);
         for dir in [&paths.wal_dir, &paths.snapshot_dir] {
@@ -575,7 +573,7 @@ mod tests {
             group_commit_max_delay: Duration::ZERO,
             flush_interval: Duration::from_millis(10),
             flushes_in_flight: in_flight,
-            mark_idle,
+            mark_interval,
         };
         compio::runtime::spawn(run_flusher(wal.clone(), files.clone(), settings)).detach();
         compio::runtime::spawn(run_segment_creator(wal.clone(), files)).detach();
@@ -760,13 +758,15 @@ mod tests {
         run(async {
             let disk = SimDisk::new(16);
             let rig = start_marking(disk.clone(), 1 << 20, 64 << 10, 1, Duration::from_millis(5)).await;
-            assert_eq!(answer(put(&rig.wal, b"first", 100)).await, OpResult::Ok);
+            // Every write to the head is slow (the first flush's head
+            // update too, which only delays the first answer).
             disk.set_faults(SimFaults {
                 latency: Some(Duration::from_millis(500)),
                 path_filter: Some("wal.head".into()),
                 ..SimFaults::default()
             });
-            // Idle past `mark_idle`: the mark (through LSN 1) starts and
+            assert_eq!(answer(put(&rig.wal, b"first", 100)).await, OpResult::Ok);
+            // Past `mark_interval`: the mark (through LSN 1) starts and
             // waits on the head's slow write.
             compio::time::sleep(Duration::from_millis(50)).await;
             assert_eq!(answer(put(&rig.wal, b"second", 100)).await, OpResult::Ok);

@@ -16,7 +16,7 @@
 //!
 //! Version 2 slots also carry the *durable mark*: an LSN through which
 //! every record was durable when the mark was written. The flusher writes
-//! it when the WAL has been idle for `storage.wal_mark_idle` and at a
+//! it when the WAL has been idle for `storage.wal_mark_interval` and at a
 //! clean stop, so recovery can tell a damaged last flush (its LSNs are at
 //! or below the mark: acknowledged data is gone) from a torn one (above
 //! the mark: it may never have been acknowledged). Version 1 slots (no
