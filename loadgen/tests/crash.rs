@@ -244,8 +244,10 @@ fn newest_used_segment(wal: &Path) -> Option<PathBuf> {
 }
 
 /// Zeroes the last flushes of every shard's log, as a lost tail of a disk
-/// would: recovery cannot tell it from a torn write (docs/wal.md), so only
-/// the audit can see the acknowledged writes it held.
+/// would. Where no durable mark covers them, recovery cannot tell that from
+/// a torn write (docs/wal.md, "The durable mark"), so only the audit can
+/// see the acknowledged writes it held; where one does, the restart is
+/// refused.
 fn zero_the_newest_flushes(data: &Path) {
     let shards = std::fs::read_dir(data).expect("data dir");
     for shard in shards
@@ -268,10 +270,26 @@ fn zero_the_newest_flushes(data: &Path) {
     }
 }
 
+/// A server command whose config writes no durable mark for a minute:
+/// `dir` holds the config file.
+fn server_marking_once_a_minute(dir: &Path) -> String {
+    let config = dir.join("ringkv.toml");
+    std::fs::write(&config, "[storage]\nwal_mark_interval = \"60s\"\n").expect("config");
+    format!(
+        "'{}' --config '{}'",
+        server_binary().display(),
+        config.display()
+    )
+}
+
 #[test]
 fn a_lost_wal_tail_is_reported_as_loss() {
     let (s, mut plan) = plan_of(&["--records", "2K", "--duration", "2", "--crashes", "1"]);
     plan.between_kill_and_restart = Some(Arc::new(zero_the_newest_flushes));
+    // No mark since the start: the lost tail reads as a torn write, and
+    // the audit is what must see the loss.
+    let dir = tempfile::tempdir().expect("tempdir");
+    plan.server_command = server_marking_once_a_minute(dir.path());
     let summary = run(&plan, &s, Mix::PutGet, "sync", "memory");
     let audit = &summary.crashes[0].audit;
     assert!(audit.lost > 0, "{audit:#?}");

@@ -35,8 +35,16 @@ pub enum ProcessError {
         command: String,
         source: std::io::Error,
     },
-    #[error("the server exited before it was ready ({status}); its log: {log}")]
-    Exited { status: String, log: PathBuf },
+    /// `tail`: the log's last lines, read when it exited (the log lives in
+    /// the run's temporary directory, which is gone once the run ends).
+    #[error(
+        "the server exited before it was ready ({status}); the end of its log ({log}):\n{tail}"
+    )]
+    Exited {
+        status: String,
+        log: PathBuf,
+        tail: String,
+    },
     #[error("the server was not ready within {seconds:.0} s; its log: {log}")]
     NotReady { seconds: f64, log: PathBuf },
     #[error("cannot stop the server: {0}")]
@@ -114,6 +122,20 @@ impl ServerSpec {
     }
 }
 
+/// Lines of a server's log an exit at start quotes.
+const LOG_TAIL_LINES: usize = 12;
+
+/// The last `lines` lines of the file at `path` (or why it cannot be read).
+fn log_tail(path: &Path, lines: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("(cannot read it: {e})"),
+    }
+}
+
 enum WaitError {
     Exited(String),
     Timeout,
@@ -125,6 +147,7 @@ impl WaitError {
             WaitError::Exited(status) => ProcessError::Exited {
                 status,
                 log: log.to_path_buf(),
+                tail: log_tail(log, LOG_TAIL_LINES),
             },
             WaitError::Timeout => ProcessError::NotReady {
                 seconds: within.as_secs_f64(),
@@ -286,6 +309,26 @@ fn http_get_metrics(addr: &str) -> std::io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An exit at start quotes the end of the log, which goes away with
+    /// the run's temporary directory.
+    #[test]
+    fn an_exit_at_start_quotes_the_end_of_the_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("server.log");
+        let text: String = (1..=30).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&log, text).expect("write");
+        let e = WaitError::Exited("exit status: 1".into()).with_log(&log, Duration::from_secs(1));
+        let shown = e.to_string();
+        assert!(shown.contains("exit status: 1"), "{shown}");
+        assert!(
+            shown.contains("line 30") && shown.contains("line 19"),
+            "{shown}"
+        );
+        assert!(!shown.contains("line 18\n"), "{shown}");
+        let gone = WaitError::Exited("x".into()).with_log(&dir.path().join("none"), Duration::ZERO);
+        assert!(gone.to_string().contains("cannot read it"), "{gone}");
+    }
 
     #[test]
     fn the_ready_line_gives_both_addresses() {
