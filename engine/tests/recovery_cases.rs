@@ -37,6 +37,7 @@ fn cfg() -> RecoveryConfig {
     RecoveryConfig {
         shard: 0,
         segment_bytes: SEG,
+        dir_id: 0,
     }
 }
 
@@ -913,7 +914,7 @@ fn chain(disk: &SimDisk) -> Vec<(u64, Option<u64>)> {
         .map(|p| {
             let h = block_on(async {
                 let f = disk.open(p, false).await.expect("open");
-                ringkv_engine::snapshot::read_header(&f, p, 0)
+                ringkv_engine::snapshot::read_header(&f, p, (0, 0))
                     .await
                     .expect("header")
             });
