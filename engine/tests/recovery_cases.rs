@@ -790,7 +790,7 @@ fn stale_records_of_a_recycled_segment_are_never_replayed() {
         buf.extend_from_slice(&image);
         let (r, _) = f.write_at(buf, 0).await;
         r.expect("write");
-        ringkv_engine::wal::segment::prepare_segment(&f, &paths().segment(2), 0, SEG)
+        ringkv_engine::wal::segment::prepare_segment(&f, &paths().segment(2), 0, SEG, 0)
             .await
             .expect("prepare");
         // The log goes on in segment 2 (LSN 61..): newer versions of keys
