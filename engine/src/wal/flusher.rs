@@ -134,12 +134,14 @@ impl InFlight {
         let failed = flushes
             .iter()
             .any(|f| matches!(*f.outcome.borrow(), Some(Err(_))));
-        let starts_segment = wal.next_flush_starts_segment();
+        // A segment's first flush waits for every flush out and for the
+        // durable mark being written.
+        let first_flush_waits = wal.next_flush_starts_segment()
+            && (!flushes.is_empty() || self.marking.get());
         flushes.len() < flushes_max
             && !failed
             && !flushes.iter().any(|f| f.starts_segment)
-            && (flushes.is_empty() || !starts_segment)
-            && !(starts_segment && self.marking.get())
+            && !first_flush_waits
     }
 
     /// Acknowledges the returned flushes at the front, oldest first: the
