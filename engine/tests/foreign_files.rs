@@ -186,3 +186,64 @@ fn the_directorys_own_files_open() {
     assert_eq!(got, Some(value(3, 2)));
     engine.halt();
 }
+
+/// `verify`'s examination names a file of another directory, and a
+/// manifest of another directory, as problems (on real files: it reads
+/// through the operator tools' overlay of the real filesystem).
+#[test]
+fn verify_names_files_of_another_directory() {
+    use ringkv_engine::inspect::{examine, Depth};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir_of = |name: &str| {
+        let mut c = small_config(&tmp.path().join(name), 1, Durability::Sync);
+        c.storage.checkpoint_wal_bytes = ByteSize::mib(64);
+        c
+    };
+    for name in ["ours", "theirs"] {
+        let engine = Engine::open(&dir_of(name)).expect("open");
+        let h = engine.handle();
+        h.batch_blocking((0..50).map(|i| put(i, 1)).collect())
+            .expect("puts");
+        h.checkpoint_all().expect("checkpoint");
+        engine.shutdown().expect("shutdown");
+    }
+    let ours = dir_of("ours");
+    assert!(
+        examine(&ours, Depth::Full).problems.is_empty(),
+        "a directory of its own files has no problem"
+    );
+    let snaps = |name: &str| {
+        let mut v: Vec<PathBuf> =
+            std::fs::read_dir(tmp.path().join(name).join("shard-000/snapshots"))
+                .expect("list")
+                .map(|e| e.expect("entry").path())
+                .filter(|p| p.extension().is_some_and(|e| e == "snap"))
+                .collect();
+        v.sort();
+        v
+    };
+    let (snap, foreign) = (snaps("ours").remove(0), snaps("theirs").remove(0));
+    let own = std::fs::read(&snap).expect("read");
+    std::fs::copy(&foreign, &snap).expect("copy a snapshot over");
+    let report = examine(&ours, Depth::Full);
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.file == snap && p.to_string().contains("another data directory")),
+        "{:?}",
+        report.problems
+    );
+    std::fs::write(&snap, own).expect("put the snapshot back");
+    let manifest = tmp.path().join("ours/MANIFEST");
+    std::fs::copy(tmp.path().join("theirs/MANIFEST"), &manifest).expect("copy the manifest");
+    let report = examine(&ours, Depth::Headers);
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.file == manifest && p.to_string().contains("another data directory")),
+        "{:?}",
+        report.problems
+    );
+}
