@@ -12,7 +12,7 @@ use crate::io::real::RealDisk;
 use crate::io::runtime::{build_runtime, choose_backend, BackendKind};
 use crate::io::throttle::{build_devices, Device, Throttled};
 use crate::io::Disk;
-use crate::layout::ShardPaths;
+use crate::layout::{DirId, ShardPaths};
 use crate::manifest::{self, Manifest};
 use crate::metrics::{DeviceMetrics, EngineMetrics, ShardStats};
 use crate::shard::core::CommitClock;
@@ -143,13 +143,14 @@ impl Engine {
         };
 
         // The manifest decides the shard count before any shard starts.
-        let (shard_count, table_hasher) = shard_count(config, &disk, backend, &wal_root)?;
+        let (shard_count, table_hasher, dir_id) = shard_count(config, &disk, backend, &wal_root)?;
         if durability != Durability::None {
             for shard in 0..shard_count {
                 create_shard_dirs(&disk, &shard_paths(shard), tier)?;
             }
         }
-        let settings = shard_settings(config, &sizes, shard_count, table_hasher)?;
+        let mut settings = shard_settings(config, &sizes, shard_count, table_hasher)?;
+        settings.dir_id = dir_id;
         let launch = Launch {
             shard_count,
             settings,
@@ -436,14 +437,15 @@ fn device_named(
     })
 }
 
-/// The shard count: from the config in `none` durability (0 = one per
-/// core), else what the manifest records (written on first open).
+/// The shard count, table hasher and directory identity: from the config
+/// in `none` durability (0 = one per core; a fresh key, no identity: no
+/// file is kept), else what the manifest records (written on first open).
 fn shard_count<D: Disk>(
     config: &Config,
     disk: &D,
     backend: BackendKind,
     wal_root: &Path,
-) -> Result<(usize, crate::hash::TableHasher), EngineError> {
+) -> Result<(usize, crate::hash::TableHasher, DirId), EngineError> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let s = &config.storage;
     if s.durability == Durability::None {
@@ -460,7 +462,7 @@ fn shard_count<D: Disk>(
         } else {
             config.shards as usize
         };
-        return Ok((shards, crate::hash::TableHasher::keyed(key)));
+        return Ok((shards, crate::hash::TableHasher::keyed(key), 0));
     }
     let data_dir = s.data_dir.clone();
     let config_shards = config.shards;
@@ -487,7 +489,7 @@ fn shard_count<D: Disk>(
             .join()
     });
     match result {
-        Ok(r) => r.map(|(count, hasher)| (count as usize, hasher)),
+        Ok(r) => r.map(|(count, hasher, dir_id)| (count as usize, hasher, dir_id)),
         Err(_) => Err(EngineError::ShardPanicked { shard: 0 }),
     }
 }
@@ -548,6 +550,7 @@ fn shard_settings(
         durability: s.durability,
         tier: s.tier,
         table_hasher,
+        dir_id: 0,
         cache_bytes,
         value_segment_bytes: s.value_segment_size.as_u64(),
         index_keys,
@@ -807,7 +810,10 @@ fn stop_threads(halts: &[flume::Sender<()>], threads: Vec<JoinHandle<()>>) {
 }
 
 /// Reads (or writes, on first open) the manifest and returns the shard
-/// count and table hasher to run with.
+/// count, table hasher and directory identity to run with. A directory
+/// without an identity (a new one, or a manifest older than version 4) is
+/// given a fresh one; a manifest whose identity none of the directory's
+/// files carries is refused (`crate::identity`).
 async fn settle_manifest<D: Disk>(
     disk: &D,
     data_dir: &Path,
@@ -815,7 +821,7 @@ async fn settle_manifest<D: Disk>(
     config_shards: u32,
     tier: StorageTier,
     cores: usize,
-) -> Result<(u32, crate::hash::TableHasher), EngineError> {
+) -> Result<(u32, crate::hash::TableHasher, DirId), EngineError> {
     disk.create_dir_all(data_dir)
         .map_err(|source| EngineError::Io {
             op: "create data directory",
@@ -854,10 +860,33 @@ async fn settle_manifest<D: Disk>(
                 source,
             },
         )?;
-    let current = Manifest::current(count, tier, hasher);
+    let (dir_id, new_dir_id) = match existing.as_ref().map(|m| m.dir_id) {
+        Some(id) if id != 0 => (id, false),
+        _ => (
+            disk.new_dir_id().map_err(|source| EngineError::Io {
+                op: "draw a data directory identity",
+                path: data_dir.to_path_buf(),
+                source,
+            })?,
+            true,
+        ),
+    };
+    if existing.is_some() {
+        // Before anything is written: a refused open leaves the manifest
+        // as it was.
+        crate::identity::check_manifest(
+            disk,
+            &manifest::manifest_path(data_dir),
+            wal_root,
+            count,
+            dir_id,
+        )
+        .await?;
+    }
+    let current = Manifest::current(count, tier, hasher).with_dir_id(dir_id);
     match &existing {
         None => manifest::store(disk, data_dir, &current).await?,
-        Some(m) if m.is_outdated() || new_hasher => {
+        Some(m) if m.is_outdated() || new_hasher || new_dir_id => {
             // Same shard count and tier, in the layout this build writes
             // (a version 1 manifest gains its tier field, an old memory
             // directory a table hash key).
@@ -872,7 +901,7 @@ async fn settle_manifest<D: Disk>(
         }
         Some(_) => {}
     }
-    Ok((count, hasher))
+    Ok((count, hasher, dir_id))
 }
 
 impl EngineShared {

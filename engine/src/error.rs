@@ -87,6 +87,10 @@ pub enum Damage {
     /// A chunk chain that cannot be whole: its end names chunks that are
     /// not right before it, or it grows past `CHAIN_BYTES_MAX`.
     BadChain { lsn: u64, reason: &'static str },
+    /// A valid header (segment or `wal.head` slot) that carries another
+    /// data directory's identity than the manifest's: a file copied from
+    /// another directory, not damage.
+    ForeignDirectory { found: u64, expected: u64 },
 }
 
 impl fmt::Display for Damage {
@@ -186,6 +190,9 @@ impl fmt::Display for Damage {
             Damage::BadChain { lsn, reason } => {
                 write!(f, "chunk chain ending at LSN {lsn} is broken: {reason}")
             }
+            Damage::ForeignDirectory { found, expected } => {
+                f.write_str(&crate::layout::foreign_reason(*found, *expected))
+            }
         }
     }
 }
@@ -230,6 +237,12 @@ pub enum SnapshotError {
         offset: u64,
         reason: String,
     },
+    #[error("snapshot {} {}; refusing to open", file.display(), crate::layout::foreign_reason(*found, *expected))]
+    ForeignDirectory {
+        file: PathBuf,
+        found: u64,
+        expected: u64,
+    },
     #[error("snapshot {} is damaged ({reason}) and no older snapshot plus WAL covers it; refusing to open", file.display())]
     NoUsableSnapshot { file: PathBuf, reason: String },
     #[error("the WAL was poisoned while the checkpoint was being written")]
@@ -271,6 +284,16 @@ pub enum ManifestError {
         file: PathBuf,
         found: String,
         supported: &'static str,
+    },
+    #[error("manifest {} belongs to another data directory: its directory id is {expected:#018x}, but the directory's files carry {found:#018x} (e.g. {}) and none carries the manifest's; was the manifest copied from another directory or backup?", file.display(), witness.display())]
+    ForeignDirectory {
+        file: PathBuf,
+        /// The identity the files carry.
+        found: u64,
+        /// The manifest's identity.
+        expected: u64,
+        /// A file that carries `found`.
+        witness: PathBuf,
     },
     #[error("the data directory {} was written with {manifest} shards but the config asks for {config}; re-sharding is not supported: set shards = {manifest} (or 0 to follow the manifest), or start from an empty data directory", dir.display())]
     ShardCountMismatch {

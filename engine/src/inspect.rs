@@ -23,7 +23,8 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::io::{Disk, DiskFile};
 use crate::layout::{
-    parse_numbered, ShardPaths, DAMAGED_SUFFIX, SNAPSHOT_SUFFIX, TMP_SUFFIX, WAL_SUFFIX,
+    foreign_reason, is_foreign, parse_numbered, DirId, ShardPaths, DAMAGED_SUFFIX, SNAPSHOT_SUFFIX,
+    TMP_SUFFIX, WAL_SUFFIX,
 };
 use crate::manifest::{self, Manifest};
 use crate::snapshot;
@@ -295,6 +296,21 @@ pub fn examine(config: &Config, depth: Depth) -> Report {
         ));
     }
     let (wal_root, value_root, hot_root) = roots(config);
+    // The manifest's identity: every file's is checked against it (0, a
+    // manifest of before identities or none at all: nothing to check).
+    let dir_id = manifest.as_ref().map_or(0, |m| m.dir_id);
+    if let Some(m) = manifest.as_ref().ok().filter(|m| m.dir_id != 0) {
+        let check = crate::identity::check_manifest(
+            &disk,
+            &manifest_path,
+            &wal_root,
+            m.shard_count,
+            m.dir_id,
+        );
+        if let Err(e) = pollster::block_on(check) {
+            problems.push(problem(&manifest_path, None, e.to_string()));
+        }
+    }
     let shard_count = match &manifest {
         Ok(m) => m.shard_count as usize,
         // Without a manifest, look at the shard folders that exist.
@@ -316,12 +332,14 @@ pub fn examine(config: &Config, depth: Depth) -> Report {
             ));
             continue;
         }
-        let mut report = pollster::block_on(examine_shard(&disk, &paths, depth, &mut problems));
+        let mut report =
+            pollster::block_on(examine_shard(&disk, &paths, dir_id, depth, &mut problems));
         let hybrid = manifest
             .as_ref()
             .is_ok_and(|m| m.tier == tunables::Tier::Hybrid);
         if depth == Depth::Full && hybrid {
-            let counted = pollster::block_on(count_value_damage(&disk, config, &paths, &report));
+            let counted =
+                pollster::block_on(count_value_damage(&disk, config, &paths, dir_id, &report));
             add_value_damage(&mut report, counted, &mut problems);
         }
         shards.push(report);
@@ -349,11 +367,17 @@ pub fn examine(config: &Config, depth: Depth) -> Report {
 async fn examine_shard(
     disk: &OverlayDisk,
     paths: &ShardPaths,
+    dir_id: DirId,
     depth: Depth,
     problems: &mut Vec<Problem>,
 ) -> ShardReport {
     let shard = paths.shard as u32;
     let head = match read_head(disk, paths, shard).await {
+        Ok(Some(h)) if is_foreign(h.dir_id, dir_id) => {
+            let what = foreign_reason(h.dir_id, dir_id);
+            problems.push(problem(&paths.dir.join("wal.head"), Some(0), what));
+            None
+        }
         Ok(h) => h,
         Err(e) => {
             problems.push(problem(&paths.dir.join("wal.head"), Some(0), e.to_string()));
@@ -362,9 +386,9 @@ async fn examine_shard(
     };
     let mut leftovers = Vec::new();
     let (segments, chunk_chains) =
-        examine_segments(disk, paths, depth, problems, &mut leftovers).await;
+        examine_segments(disk, (paths, dir_id), depth, problems, &mut leftovers).await;
     check_log(paths, &segments, head, depth, problems);
-    let snapshots = examine_snapshots(disk, paths, depth, problems, &mut leftovers).await;
+    let snapshots = examine_snapshots(disk, (paths, dir_id), depth, problems, &mut leftovers).await;
     let chain = newest_chain(&snapshots);
     if let Some(newest) = snapshots.last() {
         if chain.is_empty() && newest.error.is_none() {
@@ -376,7 +400,7 @@ async fn examine_shard(
         }
     }
     check_snapshot_coverage(paths, &segments, &snapshots, problems);
-    let values = examine_values(disk, paths, depth, problems);
+    let values = examine_values(disk, (paths, dir_id), depth, problems);
     let report = ShardReport {
         shard,
         dir: paths.dir.clone(),
@@ -398,7 +422,7 @@ async fn examine_shard(
 
 async fn examine_segments(
     disk: &OverlayDisk,
-    paths: &ShardPaths,
+    (paths, dir_id): (&ShardPaths, DirId),
     depth: Depth,
     problems: &mut Vec<Problem>,
     leftovers: &mut Vec<PathBuf>,
@@ -422,8 +446,8 @@ async fn examine_segments(
     let mut chains = ChainReplay::counting();
     let mut out = Vec::new();
     for (seq, path) in numbered {
-        let shard = paths.shard as u32;
-        match examine_segment(disk, &path, shard, seq, depth, &mut chains).await {
+        let owner = (paths.shard as u32, dir_id);
+        match examine_segment(disk, &path, owner, seq, depth, &mut chains).await {
             Ok(r) => {
                 if let Some((offset, why)) = &r.chain_damage {
                     problems.push(problem(&path, Some(*offset), why.clone()));
@@ -444,7 +468,7 @@ async fn examine_segments(
 async fn examine_segment(
     disk: &OverlayDisk,
     path: &Path,
-    shard: u32,
+    (shard, dir_id): (u32, DirId),
     seq: u64,
     depth: Depth,
     chains: &mut ChainReplay,
@@ -460,6 +484,9 @@ async fn examine_segment(
     };
     let recycled = matches!(&header, Ok(Some(h)) if h.is_recycled());
     let state = match header {
+        Ok(Some(h)) if is_foreign(h.dir_id, dir_id) => {
+            SegmentState::Damaged(foreign_reason(h.dir_id, dir_id))
+        }
         Ok(None) => SegmentState::Unused { recycled: false },
         Ok(Some(h)) if h.is_prepared() => SegmentState::Unused { recycled: true },
         Ok(Some(h)) if h.shard != shard || h.seq != seq => SegmentState::Damaged(format!(
@@ -762,7 +789,7 @@ fn check_head(
 
 async fn examine_snapshots(
     disk: &OverlayDisk,
-    paths: &ShardPaths,
+    (paths, dir_id): (&ShardPaths, DirId),
     depth: Depth,
     problems: &mut Vec<Problem>,
     leftovers: &mut Vec<PathBuf>,
@@ -778,7 +805,7 @@ async fn examine_snapshots(
             return Vec::new();
         }
     };
-    let shard = paths.shard as u32;
+    let owner = (paths.shard as u32, dir_id);
     let mut out = Vec::new();
     for path in files {
         let Some(lsn) = parse_numbered(&path, SNAPSHOT_SUFFIX) else {
@@ -799,7 +826,7 @@ async fn examine_snapshots(
         let result: Result<(), String> = async {
             let file = disk.open(&path, false).await.map_err(|e| e.to_string())?;
             report.bytes = file.len().await.map_err(|e| e.to_string())?;
-            let header = snapshot::read_header(&file, &path, shard)
+            let header = snapshot::read_header(&file, &path, owner)
                 .await
                 .map_err(|e| e.to_string())?;
             report.base_lsn = header.base_lsn;
@@ -810,7 +837,7 @@ async fn examine_snapshots(
                 ));
             }
             if depth == Depth::Full {
-                let meta = snapshot::load(&file, &path, shard, None)
+                let meta = snapshot::load(&file, &path, owner, None)
                     .await
                     .map_err(|e| e.to_string())?;
                 report.entries = Some(meta.entries);
@@ -884,7 +911,7 @@ fn check_snapshot_coverage(
 
 fn examine_values(
     disk: &OverlayDisk,
-    paths: &ShardPaths,
+    (paths, dir_id): (&ShardPaths, DirId),
     depth: Depth,
     problems: &mut Vec<Problem>,
 ) -> Vec<ValueSegmentReport> {
@@ -913,7 +940,7 @@ fn examine_values(
         };
         problems.extend(check_value_segment(
             &path,
-            paths.shard as u32,
+            (paths.shard as u32, dir_id),
             depth,
             &mut report,
         ));
@@ -928,7 +955,7 @@ fn examine_values(
 /// blocks (with how many there are), a partial block at the end.
 fn check_value_segment(
     path: &Path,
-    shard: u32,
+    owner: (u32, DirId),
     depth: Depth,
     report: &mut ValueSegmentReport,
 ) -> Vec<Problem> {
@@ -973,7 +1000,7 @@ fn check_value_segment(
             break;
         }
         if index == 0 {
-            if let Err(why) = value_log::check_header(&buf, shard, report.seq) {
+            if let Err(why) = value_log::check_header(&buf, owner, report.seq) {
                 problems.push(problem(
                     path,
                     Some(0),
@@ -1027,6 +1054,7 @@ async fn count_value_damage(
     disk: &OverlayDisk,
     config: &Config,
     paths: &ShardPaths,
+    dir_id: DirId,
     report: &ShardReport,
 ) -> Result<(PathBuf, Vec<SegmentDamage>), String> {
     use crate::tier::{HotSettings, HybridSettings, HybridTier, Tier};
@@ -1046,7 +1074,7 @@ async fn count_value_damage(
         }),
     };
     let hot = settings.hot.is_some();
-    let mut tier = HybridTier::in_existing_dir(disk.clone(), settings);
+    let mut tier = HybridTier::in_existing_dir(disk.clone(), settings).with_dir_id(dir_id);
     if hot {
         tier = tier.with_hot_device(disk.clone());
     }
@@ -1060,7 +1088,7 @@ async fn count_value_damage(
             .await
             .map_err(|e| e.to_string())?;
         let tier: &mut dyn Tier = &mut tier;
-        snapshot::load(&file, &snap.path, paths.shard as u32, Some(tier))
+        snapshot::load(&file, &snap.path, (paths.shard as u32, dir_id), Some(tier))
             .await
             .map_err(|e| e.to_string())?;
         newest = Some(snap.path.clone());

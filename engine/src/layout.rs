@@ -7,7 +7,8 @@
 //! both devices are one, that folder sits beside `wal/` and `snapshots/`.
 //!
 //! Also here, because WAL segments and snapshot files share it: the
-//! on-disk format version.
+//! on-disk format version; and the data directory's identity, which every
+//! file header carries.
 
 use std::path::{Path, PathBuf};
 
@@ -26,7 +27,13 @@ use std::path::{Path, PathBuf};
 /// version 4 log instead of taking a nonzero field for damage and maybe
 /// cutting acknowledged records as a torn tail. Snapshot files did not
 /// change.
-pub const FORMAT_VERSION: u32 = 4;
+/// Version 5 added the data directory's identity ([`DirId`]) to the
+/// segment and snapshot headers; a build that knows only version 4 refuses
+/// a version 5 header (its version check), so it never takes another
+/// directory's file for its own without being able to tell.
+pub const FORMAT_VERSION: u32 = 5;
+/// The first format version whose headers carry the directory identity.
+pub const FORMAT_VERSION_DIR_ID: u32 = 5;
 /// Oldest format version this build reads.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 
@@ -112,6 +119,28 @@ pub fn parse_numbered(path: &Path, suffix: &str) -> Option<u64> {
         return None;
     }
     digits.parse().ok()
+}
+
+/// A data directory's identity: a random nonzero 64-bit number drawn when
+/// the directory is made and kept in its manifest, written into the header
+/// of every WAL segment, snapshot, value segment and `wal.head` slot the
+/// engine writes. 0 means "unknown": a file written before the identity
+/// existed (an older header format) or a directory not yet given one.
+pub type DirId = u64;
+
+/// Whether a file whose header carries `found` belongs to another data
+/// directory than the one whose manifest holds `expected`. A file (or a
+/// manifest) without an identity (0) is never foreign: files written
+/// before the identity existed cannot be told apart.
+pub fn is_foreign(found: DirId, expected: DirId) -> bool {
+    found != 0 && expected != 0 && found != expected
+}
+
+/// The words of a refusal of a file that belongs to another data directory.
+pub fn foreign_reason(found: DirId, expected: DirId) -> String {
+    format!(
+        "belongs to another data directory (its directory id {found:#018x}, this directory's {expected:#018x}; a file copied from another directory or backup?)"
+    )
 }
 
 /// The file whose presence in a directory marks an online backup into it

@@ -33,6 +33,7 @@ pub mod rng;
 mod call_watch;
 mod coordinator;
 mod engine;
+mod identity;
 mod keyspace;
 mod notify;
 mod progress;

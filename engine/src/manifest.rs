@@ -6,13 +6,16 @@
 //!
 //! Version 1 had no tier field; it is read as the memory tier (the only
 //! tier that build had). Versions 1 and 2 had no table hash key: they read
-//! as the unkeyed [`TableHasher::LEGACY`] table hash. The engine rewrites
-//! an older manifest in the current layout (version 3) on open; see
-//! [`settle_table_hasher`] for which table hash it then records.
+//! as the unkeyed [`TableHasher::LEGACY`] table hash. Versions 1 to 3 had
+//! no directory identity ([`DirId`]): they read as 0 ("none yet"). The
+//! engine rewrites an older manifest in the current layout (version 4) on
+//! open, with a fresh identity; see [`settle_table_hasher`] for which table
+//! hash it then records.
 
 use crate::error::ManifestError;
 use crate::hash::{TableHasher, ROUTING_HASH_NAME, TABLE_HASH_KEY_BYTES};
 use crate::io::{AlignedBuf, Disk, DiskFile, ALIGN};
+use crate::layout::DirId;
 use std::path::{Path, PathBuf};
 use tunables::Tier as StorageTier;
 
@@ -20,7 +23,7 @@ pub const MANIFEST_FILE: &str = "MANIFEST";
 const MANIFEST_TMP_FILE: &str = "MANIFEST.tmp";
 const MAGIC: [u8; 8] = *b"RINGKVMF";
 /// Manifest layout version written by this build.
-pub const MANIFEST_VERSION: u32 = 3;
+pub const MANIFEST_VERSION: u32 = 4;
 /// The oldest manifest version this build still reads.
 pub const MANIFEST_VERSION_MIN: u32 = 1;
 const HASH_NAME_BYTES: usize = 16;
@@ -38,7 +41,15 @@ const TABLE_KEY_AT: usize = TABLE_HASH_AT + 4;
 /// Bytes covered by the checksum in version 3: version 2's, then the table
 /// hash code and key.
 const BODY_BYTES_V3: usize = TABLE_KEY_AT + TABLE_HASH_KEY_BYTES;
-const MANIFEST_BYTES: usize = BODY_BYTES_V3 + 4;
+/// Where the directory identity (u64) starts, from version 4 on: after the
+/// version 3 checksum, which version 4 keeps (over bytes 0..56, where a
+/// version 3 build looks for it), so such a build reports the manifest as
+/// written by a newer build rather than as corrupt.
+const DIR_ID_AT: usize = BODY_BYTES_V3 + 4;
+/// Bytes covered by the checksum in version 4: version 3's with its
+/// checksum, then the directory identity.
+const BODY_BYTES_V4: usize = DIR_ID_AT + 8;
+const MANIFEST_BYTES: usize = BODY_BYTES_V4 + 4;
 const _: () = assert!(MANIFEST_BYTES <= ALIGN);
 /// Table hash code of the unkeyed FNV-1a table hash (its key bytes are zero).
 pub const TABLE_HASH_CODE_LEGACY: u32 = 0;
@@ -84,6 +95,10 @@ pub struct Manifest {
     /// `Debug` form prints only the hash's name). Versions 1 and 2 read as
     /// [`TableHasher::LEGACY`].
     pub table_hasher: TableHasher,
+    /// The data directory's identity ([`DirId`]), in the header of every
+    /// file the engine writes there. 0: none yet (versions 1 to 3); the
+    /// engine gives the directory one when it upgrades the manifest.
+    pub dir_id: DirId,
 }
 
 fn le_u32(bytes: &[u8], at: usize) -> u32 {
@@ -105,7 +120,8 @@ fn checksum_holds(bytes: &[u8], body: usize) -> Result<(), (u32, u32)> {
 
 impl Manifest {
     /// The manifest this build writes for `shard_count` shards of `tier`
-    /// whose tables hash keys with `table_hasher`.
+    /// whose tables hash keys with `table_hasher` (no directory identity
+    /// yet: see [`Manifest::with_dir_id`]).
     pub fn current(shard_count: u32, tier: StorageTier, table_hasher: TableHasher) -> Manifest {
         Manifest {
             version: MANIFEST_VERSION,
@@ -113,7 +129,14 @@ impl Manifest {
             hash: ROUTING_HASH_NAME.to_string(),
             tier,
             table_hasher,
+            dir_id: 0,
         }
+    }
+
+    /// This manifest with the directory identity `dir_id`.
+    pub fn with_dir_id(mut self, dir_id: DirId) -> Manifest {
+        self.dir_id = dir_id;
+        self
     }
 
     /// Whether this manifest was read in an older layout than this build
@@ -122,11 +145,12 @@ impl Manifest {
         self.version < MANIFEST_VERSION
     }
 
-    /// The manifest's bytes in the current layout (version 3): magic,
+    /// The manifest's bytes in the current layout (version 4): magic,
     /// version u32, shard count u32, hash name (16 bytes, zero padded), tier
     /// code u32, table hash code u32, table hash key (16 bytes, zero when
-    /// unkeyed), CRC32 of all of those; zero to 4 KiB. The `version` field
-    /// is written as [`MANIFEST_VERSION`] whatever it holds.
+    /// unkeyed), CRC32 of all of those, directory identity u64, CRC32 of
+    /// all before it; zero to 4 KiB. The `version` field is written as
+    /// [`MANIFEST_VERSION`] whatever it holds.
     pub fn encode(&self) -> AlignedBuf {
         assert!(self.hash.len() <= HASH_NAME_BYTES);
         let mut buf = AlignedBuf::with_capacity(ALIGN);
@@ -141,11 +165,14 @@ impl Manifest {
         b[TABLE_HASH_AT..TABLE_KEY_AT].copy_from_slice(&code.to_le_bytes());
         b[TABLE_KEY_AT..BODY_BYTES_V3].copy_from_slice(&key);
         let crc = crc32fast::hash(&b[..BODY_BYTES_V3]);
-        b[BODY_BYTES_V3..MANIFEST_BYTES].copy_from_slice(&crc.to_le_bytes());
+        b[BODY_BYTES_V3..DIR_ID_AT].copy_from_slice(&crc.to_le_bytes());
+        b[DIR_ID_AT..BODY_BYTES_V4].copy_from_slice(&self.dir_id.to_le_bytes());
+        let crc = crc32fast::hash(&b[..BODY_BYTES_V4]);
+        b[BODY_BYTES_V4..MANIFEST_BYTES].copy_from_slice(&crc.to_le_bytes());
         buf
     }
 
-    /// Parses and checks a manifest block read from `file` (version 1 to 3).
+    /// Parses and checks a manifest block read from `file` (version 1 to 4).
     pub fn decode(bytes: &[u8], file: &Path) -> Result<Manifest, ManifestError> {
         let corrupt = |reason: &str| ManifestError::Corrupt {
             file: file.to_path_buf(),
@@ -161,8 +188,9 @@ impl Manifest {
             1 => BODY_BYTES_V1,
             2 => BODY_BYTES_V2,
             3 => BODY_BYTES_V3,
+            4 => BODY_BYTES_V4,
             _ => {
-                let holds = [BODY_BYTES_V1, BODY_BYTES_V2, BODY_BYTES_V3]
+                let holds = [BODY_BYTES_V1, BODY_BYTES_V2, BODY_BYTES_V3, BODY_BYTES_V4]
                     .into_iter()
                     .any(|body| checksum_holds(bytes, body).is_ok());
                 if bytes[0..8] == MAGIC && holds {
@@ -173,7 +201,7 @@ impl Manifest {
                         newest: MANIFEST_VERSION,
                     });
                 }
-                BODY_BYTES_V3
+                BODY_BYTES_V4
             }
         };
         if let Err((stored, computed)) = checksum_holds(bytes, body) {
@@ -183,6 +211,14 @@ impl Manifest {
         }
         if bytes[0..8] != MAGIC {
             return Err(corrupt("bad magic"));
+        }
+        if version >= 4 {
+            // Version 4 keeps version 3's checksum too: both must hold.
+            if let Err((stored, computed)) = checksum_holds(bytes, BODY_BYTES_V3) {
+                return Err(corrupt(&format!(
+                    "checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+                )));
+            }
         }
         let shard_count = le_u32(bytes, 12);
         if shard_count == 0 {
@@ -223,12 +259,18 @@ impl Manifest {
                 code => return Err(corrupt(&format!("unknown table hash code {code}"))),
             }
         };
+        let dir_id = if version >= 4 {
+            u64::from_le_bytes(bytes[DIR_ID_AT..BODY_BYTES_V4].try_into().expect("8 bytes"))
+        } else {
+            0
+        };
         Ok(Manifest {
             version,
             shard_count,
             hash,
             tier,
             table_hasher,
+            dir_id,
         })
     }
 }
@@ -380,11 +422,27 @@ mod tests {
         b
     }
 
-    /// Sets the u32 at `at` and recomputes the version 3 checksum.
+    /// Sets the u32 at `at` and recomputes the version 3 and 4 checksums.
     fn patch_v3(bytes: &mut [u8], at: usize, value: u32) {
         bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
         let crc = crc32fast::hash(&bytes[..BODY_BYTES_V3]);
-        bytes[BODY_BYTES_V3..MANIFEST_BYTES].copy_from_slice(&crc.to_le_bytes());
+        bytes[BODY_BYTES_V3..DIR_ID_AT].copy_from_slice(&crc.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[..BODY_BYTES_V4]);
+        bytes[BODY_BYTES_V4..MANIFEST_BYTES].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// A version 3 manifest block (no directory identity).
+    fn encode_v3(shard_count: u32, tier: StorageTier, hasher: TableHasher) -> Vec<u8> {
+        let mut b = Manifest::current(shard_count, tier, hasher)
+            .with_dir_id(77)
+            .encode()
+            .as_slice()
+            .to_vec();
+        b[8..12].copy_from_slice(&3u32.to_le_bytes());
+        b[DIR_ID_AT..].fill(0);
+        let crc = crc32fast::hash(&b[..BODY_BYTES_V3]);
+        b[BODY_BYTES_V3..DIR_ID_AT].copy_from_slice(&crc.to_le_bytes());
+        b
     }
 
     fn keyed() -> TableHasher {
@@ -395,13 +453,20 @@ mod tests {
     fn round_trip() {
         for tier in [StorageTier::Memory, StorageTier::Hybrid] {
             for hasher in [TableHasher::LEGACY, keyed()] {
-                let m = Manifest::current(7, tier, hasher);
+                let m = Manifest::current(7, tier, hasher).with_dir_id(0x1234_5678_9abc_def0);
                 let buf = m.encode();
                 let back = Manifest::decode(buf.as_slice(), Path::new("M")).expect("decode");
                 assert_eq!(back, m);
                 assert_eq!(back.table_hasher.key(), hasher.key());
-                assert_eq!(back.version, 3);
+                assert_eq!(back.version, 4);
+                assert_eq!(back.dir_id, 0x1234_5678_9abc_def0);
                 assert!(!back.is_outdated());
+                // A version 3 manifest reads without an identity.
+                let v3 = Manifest::decode(&encode_v3(7, tier, hasher), Path::new("M"))
+                    .expect("v3 decodes");
+                assert_eq!((v3.version, v3.dir_id), (3, 0));
+                assert!(v3.is_outdated());
+                assert_eq!(v3.table_hasher.key(), hasher.key());
             }
         }
         // The layout: code 1, then the key's bytes as given.
@@ -535,29 +600,39 @@ mod tests {
             .encode()
             .as_slice()
             .to_vec();
-        patch_v3(&mut b, 8, 4);
-        let err = Manifest::decode(&b, Path::new("M")).expect_err("v4");
+        patch_v3(&mut b, 8, 5);
+        let err = Manifest::decode(&b, Path::new("M")).expect_err("v5");
         assert!(
             matches!(
                 err,
                 ManifestError::UnsupportedVersion {
-                    found: 4,
+                    found: 5,
                     oldest: 1,
-                    newest: 3,
+                    newest: 4,
                     ..
                 }
             ),
             "{err}"
         );
+        // A build that knows only version 3 finds its checksum at 56 in a
+        // version 4 manifest, so it reports a newer build, not damage.
+        let v4 = Manifest::current(2, StorageTier::Memory, keyed())
+            .with_dir_id(9)
+            .encode();
+        assert!(checksum_holds(v4.as_slice(), BODY_BYTES_V3).is_ok());
     }
 
     #[test]
     fn every_flipped_bit_is_refused() {
-        let v3 = Manifest::current(3, StorageTier::Hybrid, keyed()).encode();
+        let v4 = Manifest::current(3, StorageTier::Hybrid, keyed())
+            .with_dir_id(5)
+            .encode();
+        let v3 = encode_v3(3, StorageTier::Hybrid, keyed());
         let v2 = encode_v2(3, StorageTier::Hybrid);
         let v1 = encode_v1(3);
         for (name, buf, len) in [
-            ("v3", v3.as_slice(), MANIFEST_BYTES),
+            ("v4", v4.as_slice(), MANIFEST_BYTES),
+            ("v3", &v3[..], BODY_BYTES_V3 + 4),
             ("v2", &v2[..], BODY_BYTES_V2 + 4),
             ("v1", &v1[..], BODY_BYTES_V1 + 4),
         ] {

@@ -4,7 +4,8 @@
 //!
 //! Layout: a 4 KiB header block (magic, version, shard, covered LSN, max
 //! commit version, CRC; a delta snapshot adds the LSN of the snapshot it
-//! builds on and a second CRC), then a stream of checksummed blocks of
+//! builds on and a second CRC; format 5 adds the data directory's identity
+//! and a CRC of the whole header), then a stream of checksummed blocks of
 //! entries, then
 //! a trailer (block count, entry count, end LSN, payload bytes, CRC), zero
 //! padded to a 4 KiB boundary. A snapshot is valid only if every block and
@@ -15,7 +16,9 @@
 use crate::error::SnapshotError;
 use crate::io::window::FileWindow;
 use crate::io::{AlignedBuf, DiskFile, ALIGN};
-use crate::layout::{FORMAT_VERSION, FORMAT_VERSION_MIN};
+use crate::layout::{
+    is_foreign, DirId, FORMAT_VERSION, FORMAT_VERSION_DIR_ID, FORMAT_VERSION_MIN,
+};
 use crate::tier::Tier;
 use std::path::{Path, PathBuf};
 
@@ -27,6 +30,11 @@ const HEADER_BYTES: usize = 36;
 /// Header of a delta snapshot: the full header, then the LSN of the
 /// snapshot it builds on (never 0) and a CRC of the 44 bytes before it.
 const DELTA_HEADER_BYTES: usize = 48;
+/// Header of format 5 (full or delta): the delta header's 48 bytes (zero
+/// after byte 36 in a full snapshot), the directory identity u64 and a CRC
+/// of the 56 bytes before it.
+const DIR_HEADER_BYTES: usize = 60;
+const _: () = assert!(DIR_HEADER_BYTES <= ALIGN);
 const BLOCK_MAGIC: [u8; 4] = *b"SBLK";
 const TRAILER_MAGIC: [u8; 4] = *b"STRL";
 /// Block header: magic, crc, seq u64, payload_len u32, entry_count u32.
@@ -82,9 +90,11 @@ fn le8(b: &[u8]) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// Encodes the header block; `base_lsn` makes it a delta snapshot's.
+/// Encodes the header block of a snapshot of shard `owner.0` in the data
+/// directory whose identity is `owner.1`; `base_lsn` makes it a delta
+/// snapshot's.
 pub fn encode_header(
-    shard: u32,
+    (shard, dir_id): (u32, DirId),
     lsn: u64,
     max_commit_version: u64,
     base_lsn: Option<u64>,
@@ -108,6 +118,9 @@ pub fn encode_header(
         let crc = crc32fast::hash(&block[0..44]);
         block[44..48].copy_from_slice(&crc.to_le_bytes());
     }
+    block[48..56].copy_from_slice(&dir_id.to_le_bytes());
+    let crc = crc32fast::hash(&block[0..56]);
+    block[56..60].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Turns entries into checksummed blocks, built in place in the caller's
@@ -331,12 +344,17 @@ pub struct SnapshotHeader {
     pub max_commit_version: u64,
     /// The snapshot a delta builds on; `None` for a full snapshot.
     pub base_lsn: Option<u64>,
+    /// The identity of the data directory that wrote it (0: format 4 or
+    /// older, which has none).
+    pub dir_id: DirId,
 }
 
+/// Decodes and checks a header block, of a snapshot of shard `owner.0` in
+/// the data directory whose identity is `owner.1` (0: check no identity).
 fn decode_header(
     header: &[u8],
     path: &Path,
-    expected_shard: u32,
+    (expected_shard, expected_dir): (u32, DirId),
 ) -> Result<SnapshotHeader, SnapshotError> {
     let corrupt = |reason: String| SnapshotError::Corrupt {
         file: path.to_path_buf(),
@@ -385,14 +403,34 @@ fn decode_header(
         }
         Some(base)
     };
-    if header[DELTA_HEADER_BYTES..].iter().any(|&b| b != 0) {
+    let (data, dir_id) = if version >= FORMAT_VERSION_DIR_ID {
+        let stored = le4(&header[56..60]);
+        let computed = crc32fast::hash(&header[0..56]);
+        if stored != computed {
+            return Err(corrupt(format!(
+                "header checksum mismatch at 56 (stored {stored:#010x}, computed {computed:#010x})"
+            )));
+        }
+        (DIR_HEADER_BYTES, le8(&header[48..56]))
+    } else {
+        (DELTA_HEADER_BYTES, 0)
+    };
+    if header[data..].iter().any(|&b| b != 0) {
         return Err(corrupt("bytes after the header are not zero".into()));
+    }
+    if is_foreign(dir_id, expected_dir) {
+        return Err(SnapshotError::ForeignDirectory {
+            file: path.to_path_buf(),
+            found: dir_id,
+            expected: expected_dir,
+        });
     }
     Ok(SnapshotHeader {
         version,
         lsn,
         max_commit_version: le8(&header[24..32]),
         base_lsn,
+        dir_id,
     })
 }
 
@@ -401,7 +439,7 @@ fn decode_header(
 pub async fn read_header<F: DiskFile>(
     file: &F,
     path: &Path,
-    expected_shard: u32,
+    owner: (u32, DirId),
 ) -> Result<SnapshotHeader, SnapshotError> {
     let (res, buf) = file.read_at(AlignedBuf::with_capacity(ALIGN), 0).await;
     let n = res.map_err(|source| SnapshotError::Io {
@@ -410,7 +448,7 @@ pub async fn read_header<F: DiskFile>(
         offset: 0,
         source,
     })?;
-    decode_header(&buf.as_slice()[..n], path, expected_shard)
+    decode_header(&buf.as_slice()[..n], path, owner)
 }
 
 /// Reads and checks a whole snapshot, putting every entry into `tier`
@@ -420,7 +458,7 @@ pub async fn read_header<F: DiskFile>(
 pub async fn load<F: DiskFile>(
     file: &F,
     path: &Path,
-    expected_shard: u32,
+    owner: (u32, DirId),
     mut tier: Option<&mut dyn Tier>,
 ) -> Result<SnapshotMeta, SnapshotError> {
     let corrupt = |offset: u64, reason: String| SnapshotError::Corrupt {
@@ -438,7 +476,7 @@ pub async fn load<F: DiskFile>(
         .await
         .map_err(|e| io_err(0, e))?;
     let header = win.get(0, ALIGN).await.map_err(|e| io_err(0, e))?;
-    let file_head = decode_header(header, path, expected_shard)?;
+    let file_head = decode_header(header, path, owner)?;
     if let Some(tier) = tier.as_deref_mut() {
         tier.load_checkpoint_begin(file_head.base_lsn.is_some())
             .map_err(|reason| corrupt(0, reason))?;
@@ -462,7 +500,7 @@ pub async fn load<F: DiskFile>(
                 .get(pos, TRAILER_BYTES)
                 .await
                 .map_err(|e| io_err(pos, e))?;
-            return check_trailer(t, &file_head, expected_shard, &read)
+            return check_trailer(t, &file_head, owner.0, &read)
                 .map_err(|reason| corrupt(pos, reason));
         }
         if head.len() < BLOCK_HEADER_BYTES || head[0..4] != BLOCK_MAGIC {
@@ -709,11 +747,49 @@ mod tests {
     use crate::io::Disk;
     use crate::tier::MemoryTier;
 
+    const DIR: DirId = 0x0d12_0000_0000_0001;
+
+    /// A snapshot header carries its directory's identity: another
+    /// directory's is refused by name, one without an identity (format 4
+    /// and older) is read, and a flipped identity byte is damage.
+    #[test]
+    fn the_directory_identity_is_checked() {
+        let mut header = vec![0u8; ALIGN];
+        encode_header((1, DIR), 77, 5, Some(70), &mut header);
+        let path = Path::new("/s/77.snap");
+        let h = decode_header(&header, path, (1, DIR)).expect("own");
+        assert_eq!((h.dir_id, h.base_lsn, h.version), (DIR, Some(70), FORMAT_VERSION));
+        assert!(decode_header(&header, path, (1, 0)).is_ok(), "0 checks nothing");
+        let err = decode_header(&header, path, (1, DIR + 1)).expect_err("foreign");
+        assert!(
+            matches!(err, SnapshotError::ForeignDirectory { found: DIR, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("77.snap"), "{err}");
+        assert!(err.to_string().contains("another data directory"), "{err}");
+        let mut flipped = header.clone();
+        flipped[50] ^= 4;
+        assert!(matches!(
+            decode_header(&flipped, path, (1, DIR)),
+            Err(SnapshotError::Corrupt { .. })
+        ));
+        // Format 4: no identity, accepted by any directory.
+        let mut old = header.clone();
+        old[8..12].copy_from_slice(&4u32.to_le_bytes());
+        old[48..60].fill(0);
+        let crc = crc32fast::hash(&old[0..32]);
+        old[32..36].copy_from_slice(&crc.to_le_bytes());
+        let crc = crc32fast::hash(&old[0..44]);
+        old[44..48].copy_from_slice(&crc.to_le_bytes());
+        let h = decode_header(&old, path, (1, DIR + 1)).expect("format 4");
+        assert_eq!(h.dir_id, 0);
+    }
+
     async fn write_snapshot(disk: &SimDisk, path: &Path, n: u32) -> u64 {
         let file = disk.open(path, true).await.expect("open");
         let mut w = ChunkWriter::new(&file, path);
         let mut header = vec![0u8; ALIGN];
-        encode_header(1, 77, 5, None, &mut header);
+        encode_header((1, DIR), 77, 5, None, &mut header);
         w.write(&header).await.expect("write");
         let mut enc = BlockEncoder::new();
         let mut out = Vec::new();
@@ -752,9 +828,9 @@ mod tests {
             assert_eq!(len % ALIGN as u64, 0);
             let file = disk.open(path, false).await.expect("open");
             let mut tier = MemoryTier::new();
-            let meta = load(&file, path, 1, Some(&mut tier)).await.expect("valid");
+            let meta = load(&file, path, (1, DIR), Some(&mut tier)).await.expect("valid");
             // Checking alone reads the same metadata.
-            assert_eq!(load(&file, path, 1, None).await.expect("valid"), meta);
+            assert_eq!(load(&file, path, (1, DIR), None).await.expect("valid"), meta);
             assert_eq!(meta.lsn, 77);
             assert_eq!(meta.end_lsn, 80);
             assert_eq!(meta.max_commit_version, 6);
@@ -775,10 +851,10 @@ mod tests {
                 Some(Some(4_000_000_000_499))
             );
             // Wrong shard.
-            assert!(load(&file, path, 2, Some(&mut MemoryTier::new()))
+            assert!(load(&file, path, (2, DIR), Some(&mut MemoryTier::new()))
                 .await
                 .is_err());
-            assert!(load(&file, path, 2, None).await.is_err());
+            assert!(load(&file, path, (2, DIR), None).await.is_err());
             drop(file);
             // Any damaged byte in the data is detected.
             for offset in [0u64, 40, 4096, 4100, 4096 + 30_000, len / 2, len - 4096] {
@@ -787,9 +863,9 @@ mod tests {
                 let offset = offset.min(data_end);
                 disk.corrupt(path, offset, 1);
                 let file = disk.open(path, false).await.expect("open");
-                let res = load(&file, path, 1, Some(&mut MemoryTier::new())).await;
+                let res = load(&file, path, (1, DIR), Some(&mut MemoryTier::new())).await;
                 assert!(res.is_err(), "damage at {offset} undetected");
-                let res = load(&file, path, 1, None).await;
+                let res = load(&file, path, (1, DIR), None).await;
                 assert!(res.is_err(), "damage at {offset} undetected by a check");
                 disk.corrupt(path, offset, 1); // flip back
             }
@@ -798,10 +874,10 @@ mod tests {
             file.set_len(len / 2 / ALIGN as u64 * ALIGN as u64)
                 .await
                 .expect("truncate");
-            assert!(load(&file, path, 1, Some(&mut MemoryTier::new()))
+            assert!(load(&file, path, (1, DIR), Some(&mut MemoryTier::new()))
                 .await
                 .is_err());
-            assert!(load(&file, path, 1, None).await.is_err());
+            assert!(load(&file, path, (1, DIR), None).await.is_err());
         });
     }
 
@@ -818,7 +894,7 @@ mod tests {
             let file = disk.open(path, true).await.expect("open");
             let mut w = ChunkWriter::new(&file, path);
             let mut header = vec![0u8; ALIGN];
-            encode_header(1, 90, 7, Some(77), &mut header);
+            encode_header((1, DIR), 90, 7, Some(77), &mut header);
             w.write(&header).await.expect("write");
             let mut enc = BlockEncoder::new();
             let mut out = Vec::new();
@@ -834,16 +910,16 @@ mod tests {
             let mut tier = MemoryTier::new();
             let file = disk.open(base, false).await.expect("open");
             assert_eq!(
-                load(&file, base, 1, Some(&mut tier))
+                load(&file, base, (1, DIR), Some(&mut tier))
                     .await
                     .expect("base")
                     .base_lsn,
                 None
             );
             let file = disk.open(path, false).await.expect("open");
-            let meta = load(&file, path, 1, Some(&mut tier)).await.expect("delta");
+            let meta = load(&file, path, (1, DIR), Some(&mut tier)).await.expect("delta");
             assert_eq!((meta.lsn, meta.base_lsn, meta.entries), (90, Some(77), 3));
-            let head = read_header(&file, path, 1).await.expect("header");
+            let head = read_header(&file, path, (1, DIR)).await.expect("header");
             assert_eq!((head.lsn, head.base_lsn), (90, Some(77)));
             let get = |k: &[u8]| tier.get(crate::hash::fnv1a64(k), k);
             assert_eq!(tier.len(), 100);
@@ -854,15 +930,15 @@ mod tests {
             drop(file);
             disk.corrupt(path, 37, 1);
             let file = disk.open(path, false).await.expect("open");
-            let err = read_header(&file, path, 1).await.expect_err("damaged");
+            let err = read_header(&file, path, (1, DIR)).await.expect_err("damaged");
             assert!(err.to_string().contains("delta header checksum"), "{err}");
-            assert!(load(&file, path, 1, None).await.is_err());
+            assert!(load(&file, path, (1, DIR), None).await.is_err());
             disk.corrupt(path, 37, 1);
             // A deleted-key entry is refused in a full snapshot.
             let full = Path::new("/s/95.snap");
             let file = disk.open(full, true).await.expect("open");
             let mut w = ChunkWriter::new(&file, full);
-            encode_header(1, 95, 7, None, &mut header);
+            encode_header((1, DIR), 95, 7, None, &mut header);
             w.write(&header).await.expect("write");
             let mut enc = BlockEncoder::new();
             let mut out = Vec::new();
@@ -871,7 +947,7 @@ mod tests {
             out.extend_from_slice(&enc.trailer(95, 7));
             w.write(&out).await.expect("write");
             w.finish().await.expect("finish");
-            let err = load(&file, full, 1, None).await.expect_err("refused");
+            let err = load(&file, full, (1, DIR), None).await.expect_err("refused");
             assert!(err.to_string().contains("outside a delta"), "{err}");
         });
     }

@@ -37,6 +37,7 @@ fn cfg() -> RecoveryConfig {
     RecoveryConfig {
         shard: 0,
         segment_bytes: SEG,
+        dir_id: 0,
     }
 }
 

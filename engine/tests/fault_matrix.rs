@@ -156,7 +156,10 @@ enum Outcome {
 #[derive(Clone, Copy, Debug)]
 enum Expect {
     Is(Outcome),
-    /// A real bug: the row is skipped; the text names it.
+    /// A real bug: the row is skipped; the text names it. (No row is
+    /// marked so today: the foreign-file rows are fixed by the directory
+    /// identity. Kept for the next bug the matrix finds.)
+    #[allow(dead_code)]
     Bug(&'static str),
 }
 
@@ -169,11 +172,6 @@ const N: Expect = Expect::Is(Outcome::NothingLost);
 const L: Expect = Expect::Is(Outcome::LossReported);
 const O: Expect = Expect::Is(Outcome::LossOnRead);
 const W: Expect = Expect::Is(Outcome::Window);
-
-/// A file from another data directory is taken for this one's: nothing in
-/// a WAL segment, snapshot or value segment names the directory it
-/// belongs to.
-const FOREIGN: Expect = Expect::Bug("foreign-file");
 
 /// The matrix: (file kind, damage, position, expected outcome after a
 /// clean stop, a crash after the durable mark, a crash with no mark).
@@ -191,7 +189,7 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     (WalOldest, Cut, Middle, [R, R, R]),
     (WalOldest, Cut, Last, [R, R, R]),
     (WalOldest, Missing, Whole, [N, N, N]),
-    (WalOldest, OtherDir, Whole, [N, N, N]),
+    (WalOldest, OtherDir, Whole, [R, R, R]),
     (WalOldest, OtherShard, Whole, [R, R, R]),
     (WalMiddle, Flip, First, [R, R, R]),
     (WalMiddle, Flip, Middle, [R, R, R]),
@@ -203,7 +201,7 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     (WalMiddle, Cut, Middle, [R, R, R]),
     (WalMiddle, Cut, Last, [R, R, R]),
     (WalMiddle, Missing, Whole, [R, R, R]),
-    (WalMiddle, OtherDir, Whole, [N, N, N]),
+    (WalMiddle, OtherDir, Whole, [R, R, R]),
     (WalMiddle, OtherShard, Whole, [R, R, R]),
     (WalNewest, Flip, First, [R, R, R]),
     (WalNewest, Flip, Middle, [R, R, R]),
@@ -215,7 +213,7 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     (WalNewest, Cut, Middle, [R, R, R]),
     (WalNewest, Cut, Last, [R, R, R]),
     (WalNewest, Missing, Whole, [R, R, R]),
-    (WalNewest, OtherDir, Whole, [FOREIGN, FOREIGN, FOREIGN]),
+    (WalNewest, OtherDir, Whole, [R, R, R]),
     (WalNewest, OtherShard, Whole, [R, R, R]),
     // ---- wal.head ----
     (WalHead, Flip, Current, [N, N, N]),
@@ -224,7 +222,7 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     (WalHead, Zero, Older, [N, N, N]),
     (WalHead, Cut, Whole, [N, N, N]),
     (WalHead, Missing, Whole, [N, N, N]),
-    (WalHead, OtherDir, Whole, [N, N, N]),
+    (WalHead, OtherDir, Whole, [R, R, R]),
     // ---- snapshots (memory tier) ----
     (SnapFull, Flip, First, [R, R, R]),
     (SnapFull, Flip, Middle, [R, R, R]),
@@ -236,7 +234,7 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     (SnapFull, Cut, Middle, [R, R, R]),
     (SnapFull, Cut, Last, [R, R, R]),
     (SnapFull, Missing, Whole, [R, R, R]),
-    (SnapFull, OtherDir, Whole, [FOREIGN, FOREIGN, FOREIGN]),
+    (SnapFull, OtherDir, Whole, [R, R, R]),
     (SnapDelta, Flip, First, [N, N, N]),
     (SnapDelta, Flip, Middle, [N, N, N]),
     (SnapDelta, Flip, Last, [N, N, N]),
@@ -247,18 +245,18 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     (SnapDelta, Cut, Middle, [N, N, N]),
     (SnapDelta, Cut, Last, [N, N, N]),
     (SnapDelta, Missing, Whole, [N, N, N]),
-    (SnapDelta, OtherDir, Whole, [FOREIGN, FOREIGN, FOREIGN]),
+    (SnapDelta, OtherDir, Whole, [R, R, R]),
     // ---- MANIFEST ----
     (Manifest, Flip, Whole, [R, R, R]),
     (Manifest, Zero, Whole, [R, R, R]),
     (Manifest, Cut, Whole, [R, R, R]),
     (Manifest, Missing, Whole, [R, R, R]),
-    (Manifest, OtherDir, Whole, [N, N, N]),
+    (Manifest, OtherDir, Whole, [R, R, R]),
     (HybridManifest, Flip, Whole, [R, R, R]),
     (HybridManifest, Zero, Whole, [R, R, R]),
     (HybridManifest, Cut, Whole, [R, R, R]),
     (HybridManifest, Missing, Whole, [R, R, R]),
-    (HybridManifest, OtherDir, Whole, [FOREIGN, FOREIGN, FOREIGN]),
+    (HybridManifest, OtherDir, Whole, [R, R, R]),
     // ---- hybrid value segments ----
     (ValueSeg, Flip, First, [N, N, N]),
     (ValueSeg, Flip, Middle, [O, O, O]),
@@ -270,7 +268,7 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     (ValueSeg, Cut, Middle, [L, L, L]),
     (ValueSeg, Cut, Last, [L, L, L]),
     (ValueSeg, Missing, Whole, [R, R, R]),
-    (ValueSeg, OtherDir, Whole, [FOREIGN, FOREIGN, FOREIGN]),
+    (ValueSeg, OtherDir, Whole, [R, R, R]),
     (ValueSeg, OtherShard, Whole, [R, R, R]),
     (HotSeg, Flip, First, [N, N, N]),
     (HotSeg, Flip, Middle, [O, O, O]),
@@ -282,7 +280,7 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     (HotSeg, Cut, Middle, [L, L, L]),
     (HotSeg, Cut, Last, [L, L, L]),
     (HotSeg, Missing, Whole, [R, R, R]),
-    (HotSeg, OtherDir, Whole, [FOREIGN, FOREIGN, FOREIGN]),
+    (HotSeg, OtherDir, Whole, [R, R, R]),
     (HotSeg, OtherShard, Whole, [R, R, R]),
     // ---- the hybrid tier's checkpoints (index table) ----
     (HybridFull, Flip, First, [R, R, R]),
@@ -295,7 +293,7 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     (HybridFull, Cut, Middle, [R, R, R]),
     (HybridFull, Cut, Last, [R, R, R]),
     (HybridFull, Missing, Whole, [R, R, R]),
-    (HybridFull, OtherDir, Whole, [FOREIGN, FOREIGN, FOREIGN]),
+    (HybridFull, OtherDir, Whole, [R, R, R]),
     (HybridDelta, Flip, First, [N, N, N]),
     (HybridDelta, Flip, Middle, [N, N, N]),
     (HybridDelta, Flip, Last, [N, N, N]),
@@ -306,7 +304,7 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     (HybridDelta, Cut, Middle, [N, N, N]),
     (HybridDelta, Cut, Last, [N, N, N]),
     (HybridDelta, Missing, Whole, [N, N, N]),
-    (HybridDelta, OtherDir, Whole, [FOREIGN, FOREIGN, FOREIGN]),
+    (HybridDelta, OtherDir, Whole, [R, R, R]),
 ];
 
 // ---------------------------------------------------------------------

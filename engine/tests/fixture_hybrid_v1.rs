@@ -266,7 +266,7 @@ fn hybrid_version_1_segments_open_and_read_every_key() {
 }
 
 /// The value segment format version this build writes.
-const CURRENT_SEGMENT_VERSION: u32 = 2;
+const CURRENT_SEGMENT_VERSION: u32 = 3;
 
 /// Writes the fixture (with a build that writes version 1 segments).
 /// Deterministic operations; the file layout depends on checkpoint and GC

@@ -70,6 +70,7 @@ fn version_1_data_directory_opens_with_exact_contents() {
             RecoveryConfig {
                 shard: 0,
                 segment_bytes: SEGMENT_BYTES,
+                dir_id: 0,
             },
         ))
         .expect("recover the fixture");
@@ -223,6 +224,7 @@ fn generate_fixture_v1() {
             RecoveryConfig {
                 shard: 0,
                 segment_bytes: SEGMENT_BYTES,
+                dir_id: 0,
             },
         ))
         .expect("recover");

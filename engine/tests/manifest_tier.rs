@@ -1,7 +1,8 @@
-//! The storage tier and table hash in the manifest (format version 3): a
+//! The storage tier, table hash and directory identity in the manifest
+//! (format version 4): a
 //! fresh data directory records the configured tier and a keyed table
 //! hash, a version 1 manifest reads as the memory tier and is rewritten as
-//! version 3, a directory is never opened with another tier than it holds,
+//! version 4 with a fresh identity, a directory is never opened with another tier than it holds,
 //! and a tier code this build does not know is refused by name. Manifests of version 1 and odd tier codes are
 //! written byte by byte here from the layout in `docs/wal.md`, not with the
 //! engine's encoder, so the tests also pin the format.
@@ -42,10 +43,20 @@ fn manifest_bytes(version: u32, shards: u32, tier_code: Option<u32>) -> Vec<u8> 
     manifest_bytes_with(version, shards, tier_code, None)
 }
 
-/// A version 3 manifest block: version 2's fields, then the table hash
-/// code (1: SipHash-1-3) and its 16 key bytes, then the CRC-32.
-fn manifest_bytes_v3(shards: u32, tier_code: u32, key: [u8; 16]) -> Vec<u8> {
-    manifest_bytes_with(3, shards, Some(tier_code), Some((1, key)))
+/// A version 4 manifest block: version 3's fields (version 2's, then the
+/// table hash code and its 16 key bytes, then the CRC-32 of those), then
+/// the directory identity and the CRC-32 of everything before it.
+fn manifest_bytes_v4(
+    shards: u32,
+    tier_code: u32,
+    table_hash: (u32, [u8; 16]),
+    dir_id: u64,
+) -> Vec<u8> {
+    let mut b = manifest_bytes_with(4, shards, Some(tier_code), Some(table_hash));
+    b[60..68].copy_from_slice(&dir_id.to_le_bytes());
+    let crc = crc32fast::hash(&b[..68]);
+    b[68..72].copy_from_slice(&crc.to_le_bytes());
+    b
 }
 
 fn manifest_bytes_with(
@@ -107,7 +118,7 @@ fn tier_mismatch_text(dir_tier: &str, config_tier: &str) -> String {
 }
 
 #[test]
-fn version_1_manifest_opens_as_memory_and_is_rewritten_as_version_3() {
+fn version_1_manifest_opens_as_memory_and_is_rewritten_as_version_4() {
     let disk = SimDisk::new(1);
     write_file(&disk, &manifest_path(), &manifest_bytes(1, 2, None));
     assert_eq!(load(&disk).version, 1);
@@ -132,15 +143,23 @@ fn version_1_manifest_opens_as_memory_and_is_rewritten_as_version_3() {
             // A memory directory has nothing on disk placed by the table
             // hash: it is given a key with the rewrite.
             table_hasher: TableHasher::keyed(disk.new_table_hash_key().expect("key")),
+            // And an identity.
+            dir_id: disk.new_dir_id().expect("id"),
         }
     );
     let raw = disk
         .read_durable(&manifest_path())
         .expect("durable manifest");
-    assert_eq!(u32_at(&raw, 8), 3, "version field");
+    assert_eq!(u32_at(&raw, 8), 4, "version field");
     assert_eq!(u32_at(&raw, 32), 0, "tier code of memory");
     assert_eq!(u32_at(&raw, 36), 1, "table hash code of SipHash-1-3");
     assert_eq!(u32_at(&raw, 56), crc32fast::hash(&raw[..56]), "checksum");
+    assert_eq!(
+        u64::from_le_bytes(raw[60..68].try_into().expect("8")),
+        disk.new_dir_id().expect("id"),
+        "directory identity"
+    );
+    assert_eq!(u32_at(&raw, 68), crc32fast::hash(&raw[..68]), "checksum");
     assert!(
         !disk.files().iter().any(|p| p.ends_with("MANIFEST.tmp")),
         "the rewrite left its temporary file: {:?}",
@@ -217,9 +236,13 @@ fn fresh_directory_records_the_configured_tier() {
     assert_eq!(
         load(&disk),
         Manifest::current(1, Tier::Memory, TableHasher::keyed(key))
+            .with_dir_id(disk.new_dir_id().expect("id"))
     );
     let raw = disk.read_durable(&manifest_path()).expect("manifest");
-    assert_eq!(raw, manifest_bytes_v3(1, 0, key));
+    assert_eq!(
+        raw,
+        manifest_bytes_v4(1, 0, (1, key), disk.new_dir_id().expect("id"))
+    );
 
     // The hybrid tier.
     let disk = SimDisk::new(5);
@@ -230,13 +253,17 @@ fn fresh_directory_records_the_configured_tier() {
     assert_eq!(
         load(&disk),
         Manifest::current(1, Tier::Hybrid, TableHasher::keyed(key))
+            .with_dir_id(disk.new_dir_id().expect("id"))
     );
     let raw = disk.read_durable(&manifest_path()).expect("manifest");
-    assert_eq!(raw, manifest_bytes_v3(1, 1, key));
+    assert_eq!(
+        raw,
+        manifest_bytes_v4(1, 1, (1, key), disk.new_dir_id().expect("id"))
+    );
 }
 
 #[test]
-fn version_3_manifest_round_trips_through_a_reopen() {
+fn version_4_manifest_round_trips_through_a_reopen() {
     let disk = SimDisk::new(6);
     let engine = Engine::open_with_disk(&config(2, Tier::Memory), disk.clone()).expect("open");
     engine
@@ -246,7 +273,10 @@ fn version_3_manifest_round_trips_through_a_reopen() {
     engine.shutdown().expect("shutdown");
     let before = disk.read_durable(&manifest_path()).expect("manifest");
     let key = disk.new_table_hash_key().expect("key");
-    assert_eq!(before, manifest_bytes_v3(2, 0, key));
+    assert_eq!(
+        before,
+        manifest_bytes_v4(2, 0, (1, key), disk.new_dir_id().expect("id"))
+    );
 
     let engine = Engine::open_with_disk(&config(0, Tier::Memory), disk.clone()).expect("reopen");
     assert_eq!(engine.shard_count(), 2);
@@ -315,7 +345,7 @@ fn hybrid_tier_without_a_wal_is_refused_at_open() {
 }
 
 /// A version 2 hybrid directory keeps the unkeyed table hash its index
-/// checkpoints were built with (rewritten as version 3, table hash code 0);
+/// checkpoints were built with (rewritten as version 4, table hash code 0);
 /// a version 2 memory directory is given a key.
 #[test]
 fn version_2_directories_keep_or_gain_their_table_hash_by_tier() {
@@ -330,17 +360,20 @@ fn version_2_directories_keep_or_gain_their_table_hash_by_tier() {
             .expect("batch");
         engine.shutdown().expect("shutdown");
         let m = load(&disk);
-        assert_eq!((m.version, m.tier), (3, tier));
+        assert_eq!((m.version, m.tier), (4, tier));
+        assert_eq!(m.dir_id, disk.new_dir_id().expect("id"));
         let raw = disk.read_durable(&manifest_path()).expect("manifest");
         match tier {
             Tier::Hybrid => {
                 assert_eq!(m.table_hasher, TableHasher::LEGACY);
-                assert_eq!(raw, manifest_bytes_with(3, 1, Some(1), Some((0, [0; 16]))));
+                let id = disk.new_dir_id().expect("id");
+                assert_eq!(raw, manifest_bytes_v4(1, 1, (0, [0; 16]), id));
             }
             Tier::Memory => {
                 let key = disk.new_table_hash_key().expect("key");
                 assert_eq!(m.table_hasher, TableHasher::keyed(key));
-                assert_eq!(raw, manifest_bytes_v3(1, 0, key));
+                let id = disk.new_dir_id().expect("id");
+                assert_eq!(raw, manifest_bytes_v4(1, 0, (1, key), id));
             }
         }
         // The data is there on the next open, with the same table hash.

@@ -37,6 +37,7 @@ fn cfg() -> RecoveryConfig {
     RecoveryConfig {
         shard: 0,
         segment_bytes: SEG,
+        dir_id: 0,
     }
 }
 
@@ -789,7 +790,7 @@ fn stale_records_of_a_recycled_segment_are_never_replayed() {
         buf.extend_from_slice(&image);
         let (r, _) = f.write_at(buf, 0).await;
         r.expect("write");
-        ringkv_engine::wal::segment::prepare_segment(&f, &paths().segment(2), 0, SEG)
+        ringkv_engine::wal::segment::prepare_segment(&f, &paths().segment(2), 0, SEG, 0)
             .await
             .expect("prepare");
         // The log goes on in segment 2 (LSN 61..): newer versions of keys
@@ -913,7 +914,7 @@ fn chain(disk: &SimDisk) -> Vec<(u64, Option<u64>)> {
         .map(|p| {
             let h = block_on(async {
                 let f = disk.open(p, false).await.expect("open");
-                ringkv_engine::snapshot::read_header(&f, p, 0)
+                ringkv_engine::snapshot::read_header(&f, p, (0, 0))
                     .await
                     .expect("header")
             });

@@ -96,6 +96,21 @@ pub trait Disk: Clone + Send + Sync + 'static {
         crate::hash::random_key()
     }
 
+    /// The identity of a data directory created on this disk
+    /// ([`crate::layout::DirId`]): random and nonzero; the sim disk derives
+    /// it from its seed, so that a seed replays the same run.
+    fn new_dir_id(&self) -> io::Result<crate::layout::DirId> {
+        loop {
+            let key = crate::hash::random_key()?;
+            let id = u64::from_le_bytes([
+                key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7],
+            ]);
+            if id != 0 {
+                return Ok(id);
+            }
+        }
+    }
+
     /// How long until an I/O of `len` bytes that moves records from one
     /// device to another fits the share of this disk's device kept for
     /// such moves (`storage.hot_move_percent`); zero when it fits now.

@@ -864,6 +864,12 @@ impl Disk for SimDisk {
         Ok(key)
     }
 
+    fn new_dir_id(&self) -> io::Result<crate::layout::DirId> {
+        // A stream of its own, like the table hash key's.
+        let mut rng = SplitMix64::new(self.seed() ^ 0x6469_7269_6465_6e74);
+        Ok(rng.next_u64().max(1))
+    }
+
     async fn open(&self, path: &Path, create: bool) -> io::Result<SimFile> {
         self.open_now(path, create)
     }

@@ -251,7 +251,8 @@ pub(crate) async fn checkpoint<D: Disk>(
     let tmp = paths.snapshot_tmp(lsn);
     let file = disk.open(&tmp, true).await.map_err(io("create", &tmp))?;
     file.set_len(0).await.map_err(io("truncate", &tmp))?;
-    let result = write_snapshot(core, &file, &tmp, paths.shard as u32, lsn, base).await;
+    let owner = (paths.shard as u32, files.dir_id());
+    let result = write_snapshot(core, &file, &tmp, owner, lsn, base).await;
     drop(file);
     let (entries, file_bytes) = match result {
         Ok(n) => n,
@@ -326,13 +327,13 @@ async fn write_snapshot<F: DiskFile>(
     core: &ShardCore,
     file: &F,
     tmp: &std::path::Path,
-    shard: u32,
+    owner: (u32, crate::layout::DirId),
     lsn: u64,
     base: Option<u64>,
 ) -> Result<(u64, u64), SnapshotError> {
     let mut writer = ChunkWriter::new(file, tmp);
     let mut header = vec![0u8; ALIGN];
-    snapshot::encode_header(shard, lsn, core.clock.current(), base, &mut header);
+    snapshot::encode_header(owner, lsn, core.clock.current(), base, &mut header);
     writer.write(&header).await?;
     let mut encoder = BlockEncoder::new();
     let mut staged = Vec::new();

@@ -68,6 +68,10 @@ pub(crate) struct ShardSettings {
     /// How the tier's tables hash keys (the manifest's key, or a fresh
     /// one for an engine that keeps nothing on disk).
     pub(crate) table_hasher: crate::hash::TableHasher,
+    /// The data directory's identity (the manifest's), written into the
+    /// header of every file the shard makes and checked in every file it
+    /// opens (0 in `none` durability, which keeps no file).
+    pub(crate) dir_id: crate::layout::DirId,
     /// Hybrid tier: this shard's part of `storage.cache_bytes` (the total
     /// divided by the shard count, rounded down).
     pub(crate) cache_bytes: u64,
@@ -358,6 +362,7 @@ fn build_core(
             settings.max_record_bytes,
             w.next_segment.0,
         )
+        .with_dir_id(settings.dir_id)
         .with_flushes_in_flight(settings.wal_flushes_in_flight)
     });
     let core = Rc::new(ShardCore::new(
@@ -410,6 +415,7 @@ fn tier_config<D: Disk>(
                     promote_reads: settings.hot_promote_reads,
                 }),
             },
+            dir_id: settings.dir_id,
         },
         (Tier::Hybrid, None) => {
             return Err(EngineError::Config {
@@ -466,6 +472,7 @@ impl RecoveryParts<'_> {
         let cfg = RecoveryConfig {
             shard: shard as u32,
             segment_bytes: self.settings.segment_bytes,
+            dir_id: self.settings.dir_id,
         };
         let r = recover_into(disk, paths, cfg, make_tier).await?;
         self.clock.observe(r.max_commit_version);
@@ -570,7 +577,7 @@ async fn start_wal<D: Disk>(
     let files = SegmentFiles::open(
         disk.clone(),
         paths.clone(),
-        settings.segment_bytes,
+        (settings.segment_bytes, settings.dir_id),
         wal.live,
         wal.next_segment,
         wal.next_recycled,

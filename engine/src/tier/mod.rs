@@ -136,6 +136,9 @@ pub enum TierConfig<D: Disk> {
         /// The hot device's disk, when `settings.hot` is set.
         hot_disk: Option<D>,
         settings: HybridSettings,
+        /// The data directory's identity: in the header of every value
+        /// segment made, checked in every one opened.
+        dir_id: crate::layout::DirId,
     },
 }
 
@@ -149,6 +152,7 @@ impl<D: Disk> TierConfig<D> {
                 disk,
                 hot_disk,
                 settings,
+                ..
             } => {
                 disk.create_dir_all(&settings.dir)?;
                 match (hot_disk, &settings.hot) {
@@ -171,13 +175,15 @@ impl<D: Disk> TierConfig<D> {
                 disk,
                 hot_disk,
                 settings,
+                dir_id,
             } => {
                 let mut settings = settings.clone();
                 if hot_disk.is_none() {
                     settings.hot = None;
                 }
                 let tier = HybridTier::in_existing_dir(disk.clone(), settings)
-                    .with_table_hasher(hasher);
+                    .with_table_hasher(hasher)
+                    .with_dir_id(*dir_id);
                 Box::new(match hot_disk {
                     // Its folder was made by `prepare`.
                     Some(hot) => tier.with_hot_device(hot.clone()),

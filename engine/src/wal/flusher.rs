@@ -489,6 +489,7 @@ mod tests {
 
     const SHARD: u32 = 0;
     const RECORD_MAX: usize = 4096;
+    const DIR_ID: u64 = 0x5eed_0000_0000_0001;
 
     struct Rig {
         disk: SimDisk,
@@ -501,6 +502,7 @@ mod tests {
         RecoveryConfig {
             shard: SHARD,
             segment_bytes,
+            dir_id: DIR_ID,
         }
     }
 
@@ -542,7 +544,7 @@ mod tests {
         let files = SegmentFiles::open(
             disk.clone(),
             paths.clone(),
-            segment_bytes,
+            (segment_bytes, DIR_ID),
             r.live_segments,
             (r.next_segment_seq, r.next_segment_ready),
             r.next_segment_recycled,
@@ -559,6 +561,7 @@ mod tests {
             RECORD_MAX,
             r.next_segment_seq,
         )
+        .with_dir_id(DIR_ID)
         .with_flushes_in_flight(in_flight);
         let stats = Arc::new(ShardStats::new());
         let wal = Rc::new(Wal::new(

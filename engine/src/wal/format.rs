@@ -15,12 +15,18 @@ const _: () = assert!(BLOCK_BYTES.is_multiple_of(SECTOR_BYTES));
 
 /// The format version is shared with snapshot files, so it is defined in
 /// `crate::layout`, below both.
-pub use crate::layout::{FORMAT_VERSION, FORMAT_VERSION_MIN};
+pub use crate::layout::{FORMAT_VERSION, FORMAT_VERSION_DIR_ID, FORMAT_VERSION_MIN};
+use crate::layout::DirId;
 
 /// First bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"RINGKVWL";
 /// Bytes of the segment header that carry data; the rest of block 0 is zero.
-pub const SEGMENT_HEADER_BYTES: usize = 48;
+/// Format 5: the format 4 header (its CRC at 44 over bytes 0..44, where a
+/// format 4 build checks it before it refuses the version), the directory
+/// identity u64 at 48 and a CRC-32 of bytes 0..56 at 56.
+pub const SEGMENT_HEADER_BYTES: usize = 60;
+/// Bytes of a segment header before format 5 (no directory identity).
+const SEGMENT_HEADER_BYTES_V4: usize = 48;
 /// Segment header flag: the file was recycled from an older segment, so the
 /// bytes after the end of its log may be stale records of an older
 /// generation (all with LSNs below this segment's first LSN).
@@ -551,17 +557,20 @@ pub struct SegmentHeader {
     pub first_lsn: u64,
     pub segment_bytes: u64,
     pub flags: u32,
+    /// The data directory's identity (format 5); 0 in an older header.
+    pub dir_id: DirId,
 }
 
 impl SegmentHeader {
     /// The header of a recycled segment waiting for its first flush.
-    pub fn prepared(shard: u32, segment_bytes: u64) -> SegmentHeader {
+    pub fn prepared(shard: u32, segment_bytes: u64, dir_id: DirId) -> SegmentHeader {
         SegmentHeader {
             shard,
             seq: 0,
             first_lsn: 0,
             segment_bytes,
             flags: SEGMENT_FLAG_RECYCLED,
+            dir_id,
         }
     }
 
@@ -588,6 +597,9 @@ pub fn encode_segment_header(header: &SegmentHeader, block: &mut [u8]) {
     block[40..44].copy_from_slice(&header.flags.to_le_bytes());
     let crc = crc32fast::hash(&block[0..44]);
     block[44..48].copy_from_slice(&crc.to_le_bytes());
+    block[48..56].copy_from_slice(&header.dir_id.to_le_bytes());
+    let crc = crc32fast::hash(&block[0..56]);
+    block[56..60].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Re-encodes a valid header block with `flags` set (the flusher marks the
@@ -635,7 +647,20 @@ pub fn decode_segment_header(block: &[u8]) -> Result<Option<SegmentHeader>, Dama
             reason: "unsupported format version",
         });
     }
-    if block[SEGMENT_HEADER_BYTES..].iter().any(|&b| b != 0) {
+    let (data, dir_id) = if version >= FORMAT_VERSION_DIR_ID {
+        let stored = u32::from_le_bytes(le4(&block[56..60]));
+        let computed = crc32fast::hash(&block[0..56]);
+        if stored != computed {
+            return Err(Damage::ChecksumMismatch {
+                expected: stored,
+                found: computed,
+            });
+        }
+        (SEGMENT_HEADER_BYTES, u64::from_le_bytes(le8(&block[48..56])))
+    } else {
+        (SEGMENT_HEADER_BYTES_V4, 0)
+    };
+    if block[data..].iter().any(|&b| b != 0) {
         return Err(Damage::BadSegmentHeader {
             reason: "bytes after the header are not zero",
         });
@@ -652,6 +677,7 @@ pub fn decode_segment_header(block: &[u8]) -> Result<Option<SegmentHeader>, Dama
         first_lsn: u64::from_le_bytes(le8(&block[24..32])),
         segment_bytes: u64::from_le_bytes(le8(&block[32..40])),
         flags,
+        dir_id,
     }))
 }
 
@@ -745,6 +771,7 @@ mod tests {
             first_lsn: 1000,
             segment_bytes: 1 << 20,
             flags: SEGMENT_FLAG_RECYCLED,
+            dir_id: 0xfeed_beef_0000_0001,
         };
         let mut block = vec![0u8; BLOCK_BYTES];
         encode_segment_header(&h, &mut block);
@@ -872,27 +899,42 @@ mod tests {
     }
 
     #[test]
-    fn segment_headers_of_versions_1_to_4_are_read_and_others_refused() {
+    fn segment_headers_of_versions_1_to_5_are_read_and_others_refused() {
         let h = SegmentHeader {
             shard: 1,
             seq: 2,
             first_lsn: 3,
             segment_bytes: 1 << 20,
             flags: 0,
+            dir_id: 0x0123_4567_89ab_cdef,
         };
         let mut block = vec![0u8; BLOCK_BYTES];
         encode_segment_header(&h, &mut block);
         assert_eq!(u32::from_le_bytes(le4(&block[8..12])), FORMAT_VERSION);
-        for (version, ok) in [(1u32, true), (2, true), (3, true), (4, true), (5, false), (0, false)] {
-            block[8..12].copy_from_slice(&version.to_le_bytes());
-            let crc = crc32fast::hash(&block[0..44]);
-            block[44..48].copy_from_slice(&crc.to_le_bytes());
-            assert_eq!(
-                decode_segment_header(&block).is_ok(),
-                ok,
-                "version {version}"
-            );
+        assert_eq!(decode_segment_header(&block), Ok(Some(h)));
+        // Versions 1 to 4: the header ends at byte 48 and has no identity.
+        let mut old = block.clone();
+        old[48..60].fill(0);
+        for (version, ok) in [(1u32, true), (2, true), (3, true), (4, true), (6, false), (0, false)] {
+            old[8..12].copy_from_slice(&version.to_le_bytes());
+            let crc = crc32fast::hash(&old[0..44]);
+            old[44..48].copy_from_slice(&crc.to_le_bytes());
+            let decoded = decode_segment_header(&old);
+            assert_eq!(decoded.is_ok(), ok, "version {version}");
+            if ok {
+                assert_eq!(decoded.ok().flatten().map(|h| h.dir_id), Some(0));
+            }
         }
+        // A format 4 build checks the CRC at 44 first, then the version: it
+        // refuses a format 5 header by its version, not as damage.
+        assert_eq!(
+            u32::from_le_bytes(le4(&block[44..48])),
+            crc32fast::hash(&block[0..44])
+        );
+        // A format 5 header whose identity is damaged is refused.
+        let mut bad = block.clone();
+        bad[50] ^= 1;
+        assert!(decode_segment_header(&bad).is_err());
     }
 
     #[test]

@@ -21,33 +21,44 @@
 //! or below the mark: acknowledged data is gone) from a torn one (above
 //! the mark: it may never have been acknowledged). Version 1 slots (no
 //! mark) read as a mark of 0.
+//!
+//! Version 3 slots also carry the data directory's identity
+//! ([`crate::layout::DirId`]), so a head copied from another directory is
+//! refused by recovery instead of vouching for another log; version 1 and
+//! 2 slots read with identity 0 (none: they cannot be told apart).
 
 use crate::error::{Damage, WalError};
 use crate::io::{AlignedBuf, Disk, DiskFile};
-use crate::layout::ShardPaths;
+use crate::layout::{DirId, ShardPaths};
 use crate::wal::format::BLOCK_BYTES;
 use std::path::{Path, PathBuf};
 
 /// File name of the head file inside the shard directory.
 pub const HEAD_FILE: &str = "wal.head";
 const HEAD_MAGIC: [u8; 8] = *b"RINGKVWH";
-/// The version this build writes; it reads 1 and 2.
-const HEAD_VERSION: u32 = 2;
+/// The version this build writes; it reads 1 to 3.
+const HEAD_VERSION: u32 = 3;
 /// Bytes of a version 1 slot that carry data (the rest of the block is zero).
 const SLOT_BYTES_V1: usize = 40;
 /// Bytes of a version 2 slot that carry data: version 1's and the mark.
-const SLOT_BYTES: usize = 48;
+const SLOT_BYTES_V2: usize = 48;
+/// Bytes of a version 3 slot that carry data: version 2's and the
+/// directory identity.
+const SLOT_BYTES: usize = 56;
 const SLOTS: usize = 2;
 
 /// What the head says: segment `seq` (first LSN `first_lsn`) holds
 /// acknowledged records; `seq == 0` means no segment did yet. Every record
 /// through `marked_lsn` was durable when the slot was written (0: no mark).
+/// `dir_id` is the identity of the data directory that wrote the slot (0:
+/// a slot of version 1 or 2, which has none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeadState {
     pub generation: u64,
     pub seq: u64,
     pub first_lsn: u64,
     pub marked_lsn: u64,
+    pub dir_id: DirId,
 }
 
 fn head_path(paths: &ShardPaths) -> PathBuf {
@@ -63,6 +74,7 @@ fn encode_slot(shard: u32, state: &HeadState, block: &mut [u8]) {
     block[24..32].copy_from_slice(&state.seq.to_le_bytes());
     block[32..40].copy_from_slice(&state.first_lsn.to_le_bytes());
     block[40..48].copy_from_slice(&state.marked_lsn.to_le_bytes());
+    block[48..56].copy_from_slice(&state.dir_id.to_le_bytes());
     let crc = crc32fast::hash(&block[0..SLOT_BYTES]);
     block[SLOT_BYTES..SLOT_BYTES + 4].copy_from_slice(&crc.to_le_bytes());
 }
@@ -86,7 +98,8 @@ fn decode_slot(shard: u32, block: &[u8]) -> Option<HeadState> {
     }
     let data = match u32_at(block, 8) {
         1 => SLOT_BYTES_V1,
-        2 => SLOT_BYTES,
+        2 => SLOT_BYTES_V2,
+        3 => SLOT_BYTES,
         _ => return None,
     };
     let stored = u32_at(block, data);
@@ -100,7 +113,8 @@ fn decode_slot(shard: u32, block: &[u8]) -> Option<HeadState> {
         generation: u64_at(block, 16),
         seq: u64_at(block, 24),
         first_lsn: u64_at(block, 32),
-        marked_lsn: if data == SLOT_BYTES { u64_at(block, 40) } else { 0 },
+        marked_lsn: if data >= SLOT_BYTES_V2 { u64_at(block, 40) } else { 0 },
+        dir_id: if data >= SLOT_BYTES { u64_at(block, 48) } else { 0 },
     })
 }
 
@@ -182,6 +196,8 @@ pub struct WalHead<F: DiskFile> {
     file: F,
     path: PathBuf,
     shard: u32,
+    /// The directory identity every slot written from now on carries.
+    dir_id: DirId,
     state: HeadState,
 }
 
@@ -203,6 +219,7 @@ impl<F: DiskFile> WalHead<F> {
             seq,
             first_lsn,
             marked_lsn: self.state.marked_lsn,
+            dir_id: self.dir_id,
         };
         self.write(next).await
     }
@@ -218,6 +235,7 @@ impl<F: DiskFile> WalHead<F> {
         let next = HeadState {
             generation: self.state.generation + 1,
             marked_lsn: lsn,
+            dir_id: self.dir_id,
             ..self.state
         };
         self.write(next).await
@@ -243,11 +261,12 @@ impl<F: DiskFile> WalHead<F> {
 
 /// Opens the head file after recovery, creating it (whole, under a
 /// temporary name, then renamed and the directory fsync'ed) when it does
-/// not exist yet, naming `state`.
+/// not exist yet, naming `state`. Every slot written carries `dir_id`.
 pub async fn open_head<D: Disk>(
     disk: &D,
     paths: &ShardPaths,
     shard: u32,
+    dir_id: DirId,
     existing: Option<HeadState>,
     state: HeadState,
 ) -> Result<WalHead<D::File>, WalError> {
@@ -261,6 +280,7 @@ pub async fn open_head<D: Disk>(
             file,
             path,
             shard,
+            dir_id,
             state: existing,
         });
     }
@@ -277,6 +297,7 @@ pub async fn open_head<D: Disk>(
         for (i, slot) in buf.as_mut_slice().chunks_mut(BLOCK_BYTES).enumerate() {
             let s = HeadState {
                 generation: i as u64,
+                dir_id,
                 ..state
             };
             encode_slot(shard, &s, slot);
@@ -301,8 +322,10 @@ pub async fn open_head<D: Disk>(
         file,
         path,
         shard,
+        dir_id,
         state: HeadState {
             generation: 1,
+            dir_id,
             ..state
         },
     })
@@ -319,6 +342,7 @@ mod tests {
             seq: 42,
             first_lsn: 1234,
             marked_lsn: 99_000,
+            dir_id: 0xabcd_0000_0000_0001,
         };
         let mut block = vec![0u8; BLOCK_BYTES];
         encode_slot(3, &s, &mut block);
@@ -350,10 +374,37 @@ mod tests {
             seq: 8,
             first_lsn: 700,
             marked_lsn: 0,
+            dir_id: 0,
         };
         assert_eq!(decode_slot(3, &block), Some(expect));
         block[44] = 1;
         assert_eq!(decode_slot(3, &block), None, "bytes after a v1 slot are zero");
+    }
+
+    /// A version 2 slot (written before the directory identity) reads
+    /// with identity 0; a version 4 slot (a newer build) is not read.
+    #[test]
+    fn a_version_2_slot_reads_with_no_identity() {
+        let s = HeadState {
+            generation: 4,
+            seq: 8,
+            first_lsn: 700,
+            marked_lsn: 900,
+            dir_id: 0,
+        };
+        let mut block = vec![0u8; BLOCK_BYTES];
+        encode_slot(3, &s, &mut block);
+        block[8..12].copy_from_slice(&2u32.to_le_bytes());
+        block[SLOT_BYTES_V2..].fill(0);
+        let crc = crc32fast::hash(&block[0..SLOT_BYTES_V2]);
+        block[SLOT_BYTES_V2..SLOT_BYTES_V2 + 4].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_slot(3, &block), Some(s));
+        let mut newer = vec![0u8; BLOCK_BYTES];
+        encode_slot(3, &HeadState { dir_id: 9, ..s }, &mut newer);
+        newer[8..12].copy_from_slice(&4u32.to_le_bytes());
+        let crc = crc32fast::hash(&newer[0..SLOT_BYTES]);
+        newer[SLOT_BYTES..SLOT_BYTES + 4].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_slot(3, &newer), None);
     }
 
     #[test]
@@ -363,6 +414,7 @@ mod tests {
             seq: 42,
             first_lsn: 1234,
             marked_lsn: 99_000,
+            dir_id: 55,
         };
         let mut file = vec![0u8; BLOCK_BYTES * SLOTS];
         encode_slot(3, &HeadState { generation: 6, ..s }, &mut file[..BLOCK_BYTES]);

@@ -14,7 +14,7 @@
 use crate::error::{Damage, EngineError, SnapshotError, WalError};
 use crate::io::{Disk, DiskFile};
 use crate::layout::{
-    parse_numbered, ShardPaths, DAMAGED_SUFFIX, SNAPSHOT_SUFFIX, TMP_SUFFIX, WAL_SUFFIX,
+    is_foreign, parse_numbered, DirId, ShardPaths, DAMAGED_SUFFIX, SNAPSHOT_SUFFIX, TMP_SUFFIX, WAL_SUFFIX,
 };
 use crate::snapshot::{self, SnapshotFile, SnapshotMeta};
 use crate::tier::{MemoryTier, Tier};
@@ -161,6 +161,9 @@ pub struct Recovered {
 pub struct RecoveryConfig {
     pub shard: u32,
     pub segment_bytes: u64,
+    /// The data directory's identity (the manifest's): a segment, snapshot
+    /// or head carrying another nonzero one is refused. 0: check nothing.
+    pub dir_id: DirId,
 }
 
 /// What block 0 of a segment says.
@@ -206,7 +209,7 @@ fn corrupt(file: &Path, offset: u64, reason: Damage) -> EngineError {
 async fn open_segments<D: Disk>(
     disk: &D,
     paths: &ShardPaths,
-    shard: u32,
+    (shard, dir_id): (u32, DirId),
     cases: &mut Vec<RecoveryCase>,
 ) -> Result<(Vec<Segment<D>>, u64), EngineError> {
     let mut segments = Vec::new();
@@ -248,6 +251,16 @@ async fn open_segments<D: Disk>(
                 .await
                 .map_err(wal_io("read", &path, 0))?;
             let header = match decode_segment_header(block) {
+                Ok(Some(h)) if is_foreign(h.dir_id, dir_id) => {
+                    return Err(corrupt(
+                        &path,
+                        0,
+                        Damage::ForeignDirectory {
+                            found: h.dir_id,
+                            expected: dir_id,
+                        },
+                    ));
+                }
                 Ok(None) => HeaderState::Unused { recycled: false },
                 Ok(Some(h)) if h.is_prepared() => HeaderState::Unused { recycled: true },
                 Ok(Some(h)) => {
@@ -382,9 +395,20 @@ pub async fn recover_into<D: Disk>(
     let started = Instant::now();
     let mut cases = Vec::new();
     let head = read_head(disk, paths, config.shard).await?;
-    let (segments, max_seq) = open_segments(disk, paths, config.shard, &mut cases).await?;
+    if let Some(h) = head.filter(|h| is_foreign(h.dir_id, config.dir_id)) {
+        return Err(corrupt(
+            &paths.dir.join(crate::wal::head::HEAD_FILE),
+            0,
+            Damage::ForeignDirectory {
+                found: h.dir_id,
+                expected: config.dir_id,
+            },
+        ));
+    }
+    let owner = (config.shard, config.dir_id);
+    let (segments, max_seq) = open_segments(disk, paths, owner, &mut cases).await?;
     let mut snapshot =
-        choose_snapshot(disk, paths, config.shard, &segments, new_tier, &mut cases).await?;
+        choose_snapshot(disk, paths, owner, &segments, new_tier, &mut cases).await?;
     snapshot.tier.replay_begin();
     let mut replay = replay_log(
         paths,
@@ -469,25 +493,25 @@ struct Chosen {
 async fn choose_snapshot<D: Disk>(
     disk: &D,
     paths: &ShardPaths,
-    shard: u32,
+    owner: (u32, DirId),
     segments: &[Segment<D>],
     new_tier: &TierFactory<'_>,
     cases: &mut Vec<RecoveryCase>,
 ) -> Result<SnapshotPhase, EngineError> {
     let (listed, leftovers) = list_snapshots(disk, paths)?;
     let mut dir_changed = remove_unfinished_snapshots(disk, leftovers).await?;
-    let (snapshots, mut damaged) = read_snapshot_headers(disk, listed, shard).await?;
+    let (snapshots, mut damaged) = read_snapshot_headers(disk, listed, owner).await?;
     let first_header_lsn = segments.iter().find_map(|s| s.used().map(|h| h.first_lsn));
     let chosen = load_newest_chain(
         disk,
         &snapshots,
         &mut damaged,
         first_header_lsn,
-        shard,
+        owner,
         new_tier,
     )
     .await?;
-    let kept = kept_snapshots(disk, &snapshots, chosen.as_ref(), shard).await?;
+    let kept = kept_snapshots(disk, &snapshots, chosen.as_ref(), owner).await?;
 
     // Snapshots newer than the one chosen cannot be used: rename them.
     let chosen_lsn = chosen.as_ref().map_or(0, |c| snapshots[c.at].lsn);
@@ -574,14 +598,14 @@ async fn remove_unfinished_snapshots<D: Disk>(
 async fn read_snapshot_headers<D: Disk>(
     disk: &D,
     listed: Vec<SnapshotFile>,
-    shard: u32,
+    owner: (u32, DirId),
 ) -> Result<(Vec<SnapshotFile>, Vec<Damaged>), EngineError> {
     let mut snapshots = Vec::new();
     let mut damaged = Vec::new();
     for mut snap in listed {
         let file = open_snapshot(disk, &snap).await?;
         snap.bytes = file.len().await.unwrap_or(0);
-        match snapshot::read_header(&file, &snap.path, shard).await {
+        match snapshot::read_header(&file, &snap.path, owner).await {
             Ok(h) if h.lsn == snap.lsn => {
                 snap.base_lsn = h.base_lsn;
                 snapshots.push(snap);
@@ -590,7 +614,10 @@ async fn read_snapshot_headers<D: Disk>(
                 let reason = format!("header covers LSN {} but the name says {}", h.lsn, snap.lsn);
                 damaged.push(unusable(&snap, reason));
             }
-            Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
+            // A file of another directory is not damage to fall back from.
+            Err(e @ (SnapshotError::Io { .. } | SnapshotError::ForeignDirectory { .. })) => {
+                return Err(e.into())
+            }
             Err(e) => damaged.push((snap, e)),
         }
     }
@@ -639,7 +666,7 @@ async fn load_newest_chain<D: Disk>(
     snapshots: &[SnapshotFile],
     damaged: &mut Vec<Damaged>,
     first_header_lsn: Option<u64>,
-    shard: u32,
+    owner: (u32, DirId),
     new_tier: &TierFactory<'_>,
 ) -> Result<Option<Chosen>, EngineError> {
     for at in (0..snapshots.len()).rev() {
@@ -666,7 +693,7 @@ async fn load_newest_chain<D: Disk>(
             }
             continue;
         }
-        match load_chain(disk, snapshots, &chain, shard, new_tier).await? {
+        match load_chain(disk, snapshots, &chain, owner, new_tier).await? {
             Ok((tier, meta, entries)) => {
                 return Ok(Some(Chosen {
                     at,
@@ -703,7 +730,7 @@ async fn load_chain<D: Disk>(
     disk: &D,
     snapshots: &[SnapshotFile],
     chain: &[usize],
-    shard: u32,
+    owner: (u32, DirId),
     new_tier: &TierFactory<'_>,
 ) -> Result<Result<(Box<dyn Tier>, SnapshotMeta, u64), Damaged>, EngineError> {
     // The tier is sized from the full snapshot's entry count up front, so
@@ -715,12 +742,15 @@ async fn load_chain<D: Disk>(
     let mut last = None;
     for &i in chain {
         let file = open_snapshot(disk, &snapshots[i]).await?;
-        match snapshot::load(&file, &snapshots[i].path, shard, Some(&mut *tier)).await {
+        match snapshot::load(&file, &snapshots[i].path, owner, Some(&mut *tier)).await {
             Ok(meta) => {
                 entries += meta.entries;
                 last = Some(meta);
             }
-            Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
+            // A file of another directory is not damage to fall back from.
+            Err(e @ (SnapshotError::Io { .. } | SnapshotError::ForeignDirectory { .. })) => {
+                return Err(e.into())
+            }
             Err(e) => {
                 tracing::warn!(file = %snapshots[i].path.display(), error = %e, "snapshot is damaged");
                 return Ok(Err((snapshots[i].clone(), e)));
@@ -746,7 +776,7 @@ async fn kept_snapshots<D: Disk>(
     disk: &D,
     snapshots: &[SnapshotFile],
     chosen: Option<&Chosen>,
-    shard: u32,
+    owner: (u32, DirId),
 ) -> Result<Vec<SnapshotFile>, EngineError> {
     let mut kept: Vec<usize> = chosen.map(|c| c.chain.clone()).unwrap_or_default();
     if let Some(at) = chosen.map(|c| c.at).filter(|&at| at > 0) {
@@ -754,9 +784,12 @@ async fn kept_snapshots<D: Disk>(
             let mut all_valid = true;
             for &i in chain.iter().filter(|i| !kept.contains(i)) {
                 let file = open_snapshot(disk, &snapshots[i]).await?;
-                match snapshot::load(&file, &snapshots[i].path, shard, None).await {
+                match snapshot::load(&file, &snapshots[i].path, owner, None).await {
                     Ok(_) => {}
-                    Err(e @ SnapshotError::Io { .. }) => return Err(e.into()),
+                    // A file of another directory is not damage to fall back from.
+            Err(e @ (SnapshotError::Io { .. } | SnapshotError::ForeignDirectory { .. })) => {
+                return Err(e.into())
+            }
                     Err(e) => {
                         tracing::warn!(file = %snapshots[i].path.display(), error = %e, "snapshot is damaged");
                         all_valid = false;
@@ -1378,6 +1411,8 @@ fn check_head<D: Disk>(
         seq: found,
         first_lsn: newest_used.map_or(0, |(_, lsn)| lsn),
         marked_lsn: 0,
+        // Filled in by the head's writer (`open_head`), which writes its own.
+        dir_id: 0,
     })
 }
 
@@ -1473,6 +1508,7 @@ async fn prepare_for_writes<D: Disk>(
                     &segments[j].path,
                     config.shard,
                     config.segment_bytes,
+                    config.dir_id,
                 )
                 .await?;
             }

@@ -37,18 +37,19 @@ pub(crate) fn wal_io(
 }
 
 /// Overwrites block 0 of a segment with a prepared header (recycled,
-/// waiting for its first flush) and makes it durable. After this nothing
-/// in the file belongs to the log.
+/// waiting for its first flush, carrying the directory identity `dir_id`)
+/// and makes it durable. After this nothing in the file belongs to the log.
 pub async fn prepare_segment<F: DiskFile>(
     file: &F,
     path: &Path,
     shard: u32,
     segment_bytes: u64,
+    dir_id: crate::layout::DirId,
 ) -> Result<(), WalError> {
     let mut block = AlignedBuf::with_capacity(BLOCK_BYTES);
     block.set_len(BLOCK_BYTES);
     encode_segment_header(
-        &SegmentHeader::prepared(shard, segment_bytes),
+        &SegmentHeader::prepared(shard, segment_bytes, dir_id),
         block.as_mut_slice(),
     );
     let (res, _) = file.write_at(block, 0).await;

@@ -10,7 +10,7 @@
 
 use crate::error::WalError;
 use crate::io::{AlignedBuf, Disk, DiskFile, ALIGN};
-use crate::layout::ShardPaths;
+use crate::layout::{DirId, ShardPaths};
 use crate::wal::format::{
     chain_end_size, chunk_record_size, encode_chain_end, encode_chunk, encode_record_expiring,
     encode_seal, encode_segment_header, record_size_expiring, seal_size, RecordKind, SealInfo,
@@ -58,6 +58,8 @@ pub struct SealedFlush {
 #[derive(Debug)]
 pub struct WalAppender {
     shard: u32,
+    /// The data directory's identity, written into every segment header.
+    dir_id: DirId,
     segment_bytes: u64,
     flush_threshold: usize,
     open: AlignedBuf,
@@ -103,6 +105,7 @@ impl WalAppender {
         assert_eq!(segment_bytes % ALIGN as u64, 0);
         WalAppender {
             shard,
+            dir_id: 0,
             segment_bytes,
             flush_threshold,
             open: AlignedBuf::with_capacity(capacity),
@@ -120,6 +123,13 @@ impl WalAppender {
 
     /// Lets up to `flushes` flushes be out at once (sealed and not given
     /// back): the appender then owns `flushes + 1` buffers.
+    /// This appender writing `dir_id` (the data directory's identity) into
+    /// the header of every segment it starts (0 until set: tests only).
+    pub fn with_dir_id(mut self, dir_id: DirId) -> WalAppender {
+        self.dir_id = dir_id;
+        self
+    }
+
     pub fn with_flushes_in_flight(mut self, flushes: usize) -> WalAppender {
         assert!(flushes >= 1);
         while self.buffers < flushes + 1 {
@@ -372,6 +382,7 @@ impl WalAppender {
                 first_lsn: self.open_first_lsn,
                 segment_bytes: self.segment_bytes,
                 flags: 0,
+                dir_id: self.dir_id,
             };
             encode_segment_header(&header, &mut buf.as_mut_slice()[..BLOCK_BYTES]);
         }
@@ -422,6 +433,9 @@ pub struct SegmentFiles<D: Disk> {
     disk: D,
     pub(super) paths: ShardPaths,
     pub(super) segment_bytes: u64,
+    /// The data directory's identity, in the prepared header of every
+    /// segment recycled.
+    dir_id: DirId,
     files: RefCell<BTreeMap<u64, Rc<D::File>>>,
     live: RefCell<Vec<LiveSegment>>,
     /// Files with a prepared (or zero) header, ready to be renamed into place.
@@ -444,6 +458,11 @@ pub struct SegmentFiles<D: Disk> {
 }
 
 impl<D: Disk> SegmentFiles<D> {
+    /// The data directory's identity, which every file of the shard carries.
+    pub(crate) fn dir_id(&self) -> DirId {
+        self.dir_id
+    }
+
     /// Files after recovery: `live` segments hold records, `next_seq` exists
     /// (unused header) and receives the next flush, `spares` may be recycled.
     /// The WAL head is opened (`head` as read by recovery), or created
@@ -454,14 +473,14 @@ impl<D: Disk> SegmentFiles<D> {
     pub async fn open(
         disk: D,
         paths: ShardPaths,
-        segment_bytes: u64,
+        (segment_bytes, dir_id): (u64, DirId),
         live: Vec<LiveSegment>,
         (next_seq, next_ready): (u64, bool),
         next_recycled: bool,
         spares: Vec<PathBuf>,
         head: (Option<HeadState>, HeadState),
     ) -> Result<SegmentFiles<D>, WalError> {
-        let head = open_head(&disk, &paths, paths.shard as u32, head.0, head.1).await?;
+        let head = open_head(&disk, &paths, paths.shard as u32, dir_id, head.0, head.1).await?;
         let mut files = BTreeMap::new();
         if next_ready {
             let path = paths.segment(next_seq);
@@ -484,6 +503,7 @@ impl<D: Disk> SegmentFiles<D> {
             disk,
             paths,
             segment_bytes,
+            dir_id,
             files: RefCell::new(files),
             live: RefCell::new(live),
             pool: RefCell::new(spares),
@@ -700,6 +720,7 @@ impl<D: Disk> SegmentFiles<D> {
                     &seg.path,
                     self.paths.shard as u32,
                     self.segment_bytes,
+                    self.dir_id,
                 )
                 .await?;
                 self.pool.borrow_mut().push(seg.path.clone());
@@ -760,11 +781,12 @@ mod tests {
                     seq: 0,
                     first_lsn: 0,
                     marked_lsn: 0,
+                    dir_id: 0,
                 };
                 let files = SegmentFiles::open(
                     disk.clone(),
                     paths.clone(),
-                    seg,
+                    (seg, 7),
                     Vec::new(),
                     (10, true),
                     false,

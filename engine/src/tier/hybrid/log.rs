@@ -6,7 +6,8 @@
 //! ```text
 //! segment file (value_segment_size bytes at most):
 //!   block 0       header: "RKVSEGV1", version u32, shard u32, seq u64,
-//!                 segment bytes u64, zero padding, CRC32 (last 4 bytes)
+//!                 segment bytes u64, directory identity u64 (version 3),
+//!                 zero padding, CRC32 (last 4 bytes)
 //!   block 1..     payload[4092] crc32[4]  (records run across blocks)
 //! record (starts 16-byte aligned, may cross block ends; the CRC words are
 //! skipped):
@@ -17,8 +18,11 @@
 //! ```
 //!
 //! The header's version says which record layout the segment holds: this
-//! build writes version 2 and reads 1 and 2 (a version 1 record has no
-//! LSN; see [`Record::lsn`]).
+//! build writes version 3 and reads 1 to 3 (a version 1 record has no
+//! LSN; see [`Record::lsn`]; versions 2 and 3 hold the same records).
+//! Version 3 added the data directory's identity to the header: a segment
+//! carrying another directory's is refused when it is opened; one of
+//! version 1 or 2 carries none and cannot be told apart.
 //!
 //! A record's address is `slot << offset_bits | file_offset / 16`, where a
 //! slot names one segment file among the shard's open ones: 32 bits address
@@ -42,7 +46,9 @@ pub const PAYLOAD: usize = BLOCK - 4;
 pub const RECORD_ALIGN: u64 = 16;
 const SEGMENT_MAGIC: [u8; 8] = *b"RKVSEGV1";
 /// The format version new segments are written in.
-pub const SEGMENT_VERSION: u32 = 2;
+pub const SEGMENT_VERSION: u32 = 3;
+/// The first format version whose header carries the directory identity.
+const SEGMENT_VERSION_DIR_ID: u32 = 3;
 /// The oldest format version this build reads (records without an LSN).
 pub const SEGMENT_VERSION_MIN: u32 = 1;
 /// The file in the main device's segment folder that says some segments
@@ -260,6 +266,9 @@ impl<D: Disk> Head<D> {
 /// not say which device holds its record; the segment does.
 pub struct ValueLog<D: Disk> {
     shard: u32,
+    /// The data directory's identity: written into every segment header,
+    /// checked in every segment opened (0: none checked).
+    dir_id: crate::layout::DirId,
     segment_bytes: u64,
     offset_bits: u32,
     pub segs: Vec<Option<Segment<D::File>>>,
@@ -432,6 +441,7 @@ impl<D: Disk> ValueLog<D> {
         assert!(offset_bits < 32);
         ValueLog {
             shard,
+            dir_id: 0,
             segment_bytes,
             offset_bits,
             segs: Vec::new(),
@@ -447,6 +457,12 @@ impl<D: Disk> ValueLog<D> {
             bytes_written: 0,
             removed: 0,
         }
+    }
+
+    /// Sets the data directory's identity, before any segment is opened.
+    pub fn set_dir_id(&mut self, dir_id: crate::layout::DirId) {
+        assert!(self.segs.is_empty());
+        self.dir_id = dir_id;
     }
 
     /// Adds the hot device: segments in `dir` on `disk` (the folder must
@@ -561,7 +577,7 @@ impl<D: Disk> ValueLog<D> {
         let version = if n < BLOCK {
             SEGMENT_VERSION
         } else {
-            check_header(buf.as_slice(), self.shard, seq).map_err(|reason| ReadError::Corrupt {
+            check_header(buf.as_slice(), (self.shard, self.dir_id), seq).map_err(|reason| ReadError::Corrupt {
                 file: path.clone(),
                 offset: 0,
                 reason,
@@ -618,7 +634,12 @@ impl<D: Disk> ValueLog<D> {
         let file = head.disk.open_blocking(&path, true)?;
         let mut header = AlignedBuf::with_capacity(BLOCK);
         header.set_len(BLOCK);
-        encode_header(header.as_mut_slice(), self.shard, seq, self.segment_bytes);
+        encode_header(
+            header.as_mut_slice(),
+            (self.shard, self.dir_id),
+            seq,
+            self.segment_bytes,
+        );
         file.write_at_blocking(&header, 0)?;
         head.disk.sync_dir_blocking(&head.dir)?;
         self.bytes_written += BLOCK as u64;
@@ -1220,19 +1241,31 @@ impl<D: Disk> ValueLog<D> {
     }
 }
 
-fn encode_header(block: &mut [u8], shard: u32, seq: u64, segment_bytes: u64) {
+fn encode_header(
+    block: &mut [u8],
+    (shard, dir_id): (u32, crate::layout::DirId),
+    seq: u64,
+    segment_bytes: u64,
+) {
     block.fill(0);
     block[0..8].copy_from_slice(&SEGMENT_MAGIC);
     block[8..12].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
     block[12..16].copy_from_slice(&shard.to_le_bytes());
     block[16..24].copy_from_slice(&seq.to_le_bytes());
     block[24..32].copy_from_slice(&segment_bytes.to_le_bytes());
+    block[32..40].copy_from_slice(&dir_id.to_le_bytes());
     let crc = block_crc(seq, 0, &block[..PAYLOAD]);
     block[PAYLOAD..].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Checks a segment's header block; returns its format version.
-pub(crate) fn check_header(block: &[u8], shard: u32, seq: u64) -> Result<u32, String> {
+/// Checks a segment's header block, of segment `seq` of shard `owner.0` in
+/// the data directory whose identity is `owner.1` (0: checks none);
+/// returns its format version.
+pub(crate) fn check_header(
+    block: &[u8],
+    (shard, dir_id): (u32, crate::layout::DirId),
+    seq: u64,
+) -> Result<u32, String> {
     if block.len() < BLOCK {
         return Err("shorter than its header block".into());
     }
@@ -1252,6 +1285,14 @@ pub(crate) fn check_header(block: &[u8], shard: u32, seq: u64) -> Result<u32, St
     let owner = u32::from_le_bytes(block[12..16].try_into().expect("4 bytes"));
     if owner != shard {
         return Err(format!("segment of shard {owner}, opened by shard {shard}"));
+    }
+    let found = if version >= SEGMENT_VERSION_DIR_ID {
+        u64::from_le_bytes(block[32..40].try_into().expect("8 bytes"))
+    } else {
+        0
+    };
+    if crate::layout::is_foreign(found, dir_id) {
+        return Err(crate::layout::foreign_reason(found, dir_id));
     }
     Ok(version)
 }
@@ -1297,7 +1338,7 @@ mod tests {
         for &(slot, seq, end, total) in &seqs {
             r.open_existing(slot, seq, end, total, SegState::Sealed)
                 .expect("open");
-            assert_eq!(r.segs[slot as usize].as_ref().expect("open").version, 2);
+            assert_eq!(r.segs[slot as usize].as_ref().expect("open").version, SEGMENT_VERSION);
         }
         for (addr, span, key, value, at, lsn) in &written {
             let rec = r.read(*addr, *span).expect("read");
@@ -1335,7 +1376,7 @@ mod tests {
         let mut l = log(&disk);
         let seq = 7;
         let mut file = vec![0u8; 2 * BLOCK];
-        encode_header(&mut file[..BLOCK], 0, seq, SEG);
+        encode_header(&mut file[..BLOCK], (0, 0), seq, SEG);
         file[8..12].copy_from_slice(&1u32.to_le_bytes());
         let crc = block_crc(seq, 0, &file[..PAYLOAD]);
         file[PAYLOAD..BLOCK].copy_from_slice(&crc.to_le_bytes());
@@ -1378,14 +1419,33 @@ mod tests {
         );
 
         let mut header = vec![0u8; BLOCK];
-        encode_header(&mut header, 0, 9, SEG);
-        header[8..12].copy_from_slice(&3u32.to_le_bytes());
+        encode_header(&mut header, (0, 0), 9, SEG);
+        header[8..12].copy_from_slice(&4u32.to_le_bytes());
         let crc = block_crc(9, 0, &header[..PAYLOAD]);
         header[PAYLOAD..].copy_from_slice(&crc.to_le_bytes());
-        let err = check_header(&header, 0, 9).expect_err("version 3 refused");
-        assert!(err.contains("version 3"), "{err}");
-        encode_header(&mut header, 0, 9, SEG);
-        assert_eq!(check_header(&header, 0, 9), Ok(SEGMENT_VERSION));
+        let err = check_header(&header, (0, 0), 9).expect_err("version 4 refused");
+        assert!(err.contains("version 4"), "{err}");
+        encode_header(&mut header, (0, 0), 9, SEG);
+        assert_eq!(check_header(&header, (0, 0), 9), Ok(SEGMENT_VERSION));
+    }
+
+    /// A version 3 header carries the directory identity: another
+    /// directory's is refused, naming both; a version 2 header (none) is
+    /// read by any directory.
+    #[test]
+    fn the_directory_identity_is_checked() {
+        let mut header = vec![0u8; BLOCK];
+        encode_header(&mut header, (0, 0xaaaa), 9, SEG);
+        assert_eq!(check_header(&header, (0, 0xaaaa), 9), Ok(SEGMENT_VERSION));
+        assert_eq!(check_header(&header, (0, 0), 9), Ok(SEGMENT_VERSION));
+        let err = check_header(&header, (0, 0xbbbb), 9).expect_err("foreign");
+        assert!(err.contains("another data directory"), "{err}");
+        assert!(err.contains("aaaa") && err.contains("bbbb"), "{err}");
+        header[8..12].copy_from_slice(&2u32.to_le_bytes());
+        header[32..40].fill(0);
+        let crc = block_crc(9, 0, &header[..PAYLOAD]);
+        header[PAYLOAD..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(check_header(&header, (0, 0xbbbb), 9), Ok(2));
     }
 
     #[test]

@@ -679,6 +679,14 @@ impl<D: Disk> HybridTier<D> {
     /// [`TableHasher::LEGACY`] the constructors start with. Only for a
     /// fresh tier (before any entry or checkpoint is loaded); a checkpoint
     /// must be loaded with the hasher it was written with.
+    /// This tier writing `dir_id` (the data directory's identity) into the
+    /// header of every value segment it makes, and refusing a segment
+    /// whose header carries another (0: checks nothing; tests only).
+    pub fn with_dir_id(mut self, dir_id: crate::layout::DirId) -> HybridTier<D> {
+        self.inner.get_mut().log.set_dir_id(dir_id);
+        self
+    }
+
     pub fn with_table_hasher(mut self, hasher: TableHasher) -> HybridTier<D> {
         let st = self.inner.get_mut();
         assert!(
