@@ -162,12 +162,25 @@ fn reopen_and_check(dir: &Path, seg: &Path, len: u64) {
         "{line}"
     );
     assert!(line.contains("the index needs 1048576"), "{line}");
+    // The count is exact up to the unresolved entries the line names
+    // separately: an index entry past the cut whose key cannot be told
+    // (an older version, or, rarely, another key sharing its tag, which
+    // depends on the directory's random table hash key).
+    let number = |field: &str| -> u64 {
+        let at = line.find(field).unwrap_or_else(|| panic!("{field} in {line}"));
+        line[at + field.len()..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{field} in {line}"))
+    };
+    let (unreadable, unresolved) = (number("unreadable_keys="), number("unresolved_entries="));
     assert!(
-        line.contains(&format!("unreadable_keys={failed}")),
-        "{line}"
+        unreadable <= failed && failed <= unreadable + unresolved,
+        "{failed} reads failed: {line}"
     );
     let stats = engine.metrics().shards[0].hybrid.expect("hybrid stats");
-    assert_eq!(stats.unreadable_keys_at_start, failed, "cut to {len}");
+    assert_eq!(stats.unreadable_keys_at_start, unreadable, "cut to {len}");
     assert_eq!(stats.damaged_segments_at_start, 1, "cut to {len}");
     engine.shutdown().expect("shutdown");
 }

@@ -1033,30 +1033,12 @@ fn verify_counts(
     Ok(Outcome::LossAtRead)
 }
 
-/// Rows that show a known bug: run and printed, not asserted.
-///
-/// No file says which data directory it belongs to: a WAL segment, a
-/// snapshot or a value segment copied from another directory of the same
-/// config is read as this one's when its name, shard and LSNs fit (the
-/// other directory here took the same keys in the same order, so they
-/// do), and a hybrid directory's MANIFEST from another directory brings a
-/// different table hash key, under which the checkpoint's index finds
-/// other keys' tags. Either way acknowledged keys read values never
-/// written to them, older values, or nothing, with no refusal and no
-/// report. A fix needs a directory identity in the manifest, checked in
-/// every segment, snapshot and value segment header (a format change).
-fn known_bug(row: Row) -> Option<&'static str> {
-    let foreign_read = matches!(
-        row.kind,
-        Kind::WalReplayed
-            | Kind::WalNewest
-            | Kind::SnapFull
-            | Kind::SnapDelta
-            | Kind::ValueSeg
-            | Kind::HotSeg
-    ) || (row.kind == Kind::Manifest && row.setup != Setup::Memory);
-    (row.damage == Damage::Foreign && foreign_read)
-        .then_some("a file from another data directory is read as this one's")
+/// Rows that show a known bug: run and printed, not asserted. None now:
+/// the matrix's first run found files from another data directory read
+/// as this one's; every file now carries the directory's id, and such a
+/// file is refused (the rows below expect that). Kept for the next one.
+fn known_bug(_row: Row) -> Option<&'static str> {
+    None
 }
 
 /// The outcome each row must have (rows of [`known_bug`] excepted).
@@ -1066,6 +1048,11 @@ fn expected(row: Row) -> Outcome {
         row.damage,
         Damage::Flip(Pos::Last) | Damage::Zero(Pos::Last)
     );
+    if row.damage == Damage::Foreign {
+        // Its header carries another directory's id (`ForeignDirectory`);
+        // a MANIFEST from another directory matches no file's id.
+        return Refused;
+    }
     match (row.kind, row.damage) {
         // Its records are in the newest snapshot: the start skips it. No
         // crash cuts a used segment, so a cut one is refused all the same
@@ -1091,10 +1078,8 @@ fn expected(row: Row) -> Outcome {
         (Kind::SnapFull, _) => Refused,
         // The newest delta: the snapshot before it plus the WAL cover it.
         (Kind::SnapDelta, _) => NothingLost,
-        // Its fields sit in the first 60 bytes: a cut block still reads.
+        // Its fields sit in the first 72 bytes: a cut block still reads.
         (Kind::Manifest, Damage::Truncate) => NothingLost,
-        // The memory tier rebuilds its tables under the key it is given.
-        (Kind::Manifest, Damage::Foreign) => NothingLost,
         (Kind::Manifest, _) => Refused,
         // The segment's last block holds only records of keys written
         // again later: no index entry points there.
