@@ -167,7 +167,9 @@ fn reopen_and_check(dir: &Path, seg: &Path, len: u64) {
     // (an older version, or, rarely, another key sharing its tag, which
     // depends on the directory's random table hash key).
     let number = |field: &str| -> u64 {
-        let at = line.find(field).unwrap_or_else(|| panic!("{field} in {line}"));
+        let at = line
+            .find(field)
+            .unwrap_or_else(|| panic!("{field} in {line}"));
         line[at + field.len()..]
             .split(|c: char| !c.is_ascii_digit())
             .next()
