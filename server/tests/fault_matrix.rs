@@ -24,16 +24,17 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{connect, field, server_binary, with_runtime};
+use common::{
+    connect, copy_tree, field, server_binary, start_server_or_exit, with_runtime, ServerProcess,
+    Started,
+};
 use engine::inspect::{self, Depth, SegmentState};
 use ringkv_client::OpReply;
 use ringkv_protocol::{RequestOp, Status};
@@ -205,112 +206,10 @@ struct Loaded {
     batches: usize,
 }
 
-/// A `ringkv-server` process this test started; killed on drop.
-struct Proc {
-    child: Option<Child>,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-enum Start {
-    Ready(Proc, SocketAddr),
-    Exited(ExitStatus, Vec<String>),
-    Hung(Vec<String>),
-}
-
-impl Proc {
-    fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        let pid = self.child.as_ref().expect("running").id();
-        // SAFETY: plain kill(2) on our own child's pid.
-        let rc = unsafe { libc::kill(pid as libc::pid_t, signal) };
-        assert_eq!(rc, 0, "kill({signal}) failed");
-    }
-
-    /// Waits (bounded) for the exit; `None` if it did not exit in time.
-    fn wait_exit(&mut self) -> Option<ExitStatus> {
-        let child = self.child.as_mut().expect("running");
-        let deadline = Instant::now() + WAIT;
-        while Instant::now() < deadline {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                self.child = None;
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        None
-    }
-
-    fn alive(&mut self) -> bool {
-        let child = self.child.as_mut().expect("running");
-        child.try_wait().expect("try_wait").is_none()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 /// Starts the server on `data` and waits for its ready line or its exit.
-fn start(data: &Path, config_file: &Path) -> Start {
-    let mut child = Command::new(server_binary())
-        .arg("--config")
-        .arg(config_file)
-        .arg("--data-dir")
-        .arg(data)
-        .args(["--listen", "127.0.0.1:0"])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ringkv-server");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let (ready_tx, ready_rx) = mpsc::channel::<Option<String>>();
-    let thread_log = Arc::clone(&log);
-    std::thread::spawn(move || {
-        let mut ready_tx = Some(ready_tx);
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if line.contains("ringkv-server ready") {
-                if let Some(tx) = ready_tx.take() {
-                    let _ = tx.send(Some(line.clone()));
-                }
-            }
-            thread_log.lock().unwrap().push(line);
-        }
-        if let Some(tx) = ready_tx.take() {
-            let _ = tx.send(None);
-        }
-    });
-    let mut proc = Proc {
-        child: Some(child),
-        log,
-    };
-    match ready_rx.recv_timeout(WAIT) {
-        Ok(Some(line)) => {
-            let addr = field(&line, "addr")
-                .parse()
-                .expect("addr in the ready line");
-            Start::Ready(proc, addr)
-        }
-        Ok(None) => match proc.wait_exit() {
-            Some(status) => {
-                // The reader thread has seen the end of stderr: the log is whole.
-                Start::Exited(status, proc.log())
-            }
-            None => Start::Hung(proc.log()),
-        },
-        Err(_) => Start::Hung(proc.log()),
-    }
+fn start(data: &Path, config_file: &Path) -> Started {
+    let config = config_file.to_str().expect("a UTF-8 path");
+    start_server_or_exit(data, &["--config", config])
 }
 
 /// Starts a server on a fresh directory, drives the load, stops it `stop`.
@@ -326,14 +225,14 @@ fn load(setup: Setup, stop: Stop, seed: u64) -> Loaded {
         c.storage.wal_mark_interval = tunables::Duration::from_secs(60);
     }
     std::fs::write(&config_file, c.to_toml_string()).unwrap();
-    let Start::Ready(mut proc, addr) = start(&data, &config_file) else {
+    let Started::Ready(mut proc) = start(&data, &config_file) else {
         panic!("the server did not start on a fresh directory");
     };
-    let (acks, batches) = with_runtime(drive(addr, seed, data.clone(), setup));
+    let (acks, batches) = with_runtime(drive(proc.addr, seed, data.clone(), setup));
     match stop {
         Stop::Term => {
             proc.signal(libc::SIGTERM);
-            let status = proc.wait_exit().expect("SIGTERM stops the server");
+            let status = proc.try_wait_exit().expect("SIGTERM stops the server");
             assert!(status.success(), "{status}:\n{}", proc.log().join("\n"));
         }
         Stop::Kill | Stop::KillIdle => {
@@ -341,7 +240,7 @@ fn load(setup: Setup, stop: Stop, seed: u64) -> Loaded {
                 std::thread::sleep(IDLE_BEFORE_KILL);
             }
             proc.signal(libc::SIGKILL);
-            proc.wait_exit().expect("SIGKILL ends the server");
+            proc.try_wait_exit().expect("SIGKILL ends the server");
         }
     }
     Loaded {
@@ -665,19 +564,6 @@ fn apply(target: &Target, path: &Path, damage: Damage, foreign: &Path) {
     }
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else if entry.file_name() != "LOCK" {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 /// One row of the matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Row {
@@ -891,13 +777,13 @@ fn run_row(row: Row, loaded: &Loaded, foreign: &Loaded, target: &Target, other: 
     apply(target, &path, row.damage, &foreign_file);
     let name = relative.file_name().unwrap().to_string_lossy().to_string();
     found.outcome = match start(&data, &loaded.config_file) {
-        Start::Hung(log) => Err(format!(
+        Started::Hung(log) => Err(format!(
             "no ready line and no exit in {WAIT:?}:\n{}",
             tail(&log)
         )),
-        Start::Exited(status, log) => refused(status, &log, &data, &loaded.config_file, &name),
-        Start::Ready(mut proc, addr) => {
-            let result = started(&mut found, loaded, &proc, addr);
+        Started::Exited(status, log) => refused(status, &log, &data, &loaded.config_file, &name),
+        Started::Ready(mut proc) => {
+            let result = started(&mut found, loaded, &proc, proc.addr);
             let result = if let Some(line) = panicked(&proc.log()) {
                 Err(format!("the server panicked: {line}"))
             } else if !proc.alive() {
@@ -951,7 +837,7 @@ fn refused(
 fn started(
     found: &mut Found,
     loaded: &Loaded,
-    proc: &Proc,
+    proc: &ServerProcess,
     addr: SocketAddr,
 ) -> Result<Outcome, String> {
     let a = audit(loaded, addr);

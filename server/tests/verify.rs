@@ -5,10 +5,13 @@
 //! with the engine's own open, and (`repair`) make a refused directory
 //! open again, saying what was dropped.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::copy_tree;
 use engine::inspect::{self, Depth, SegmentState};
 use engine::{Engine, Op};
 use ringkv_server::cli::{RepairArgs, ToolArgs};
@@ -97,19 +100,6 @@ fn copy(from: &Path) -> tempfile::TempDir {
     let to = tempfile::tempdir().unwrap();
     copy_tree(from, to.path());
     to
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else if entry.file_name() != "LOCK" {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// Every file under `dir` but the lock, with its contents.

@@ -66,6 +66,23 @@ pub fn start_server(data_dir: &Path, args: &[&str]) -> ServerProcess {
 
 /// Like [`start_server`]; on failure returns the process's log (it exited).
 pub fn try_start_server(data_dir: &Path, args: &[&str]) -> Result<ServerProcess, Vec<String>> {
+    match start_server_or_exit(data_dir, args) {
+        Started::Ready(server) => Ok(server),
+        Started::Exited(_, log) | Started::Hung(log) => Err(log),
+    }
+}
+
+/// How a start ended: ready, exited before it was (with its status and
+/// log), or neither within the wait (killed; its log).
+pub enum Started {
+    Ready(ServerProcess),
+    Exited(ExitStatus, Vec<String>),
+    Hung(Vec<String>),
+}
+
+/// Like [`start_server`], telling a refused start (the process exited)
+/// from one that hung.
+pub fn start_server_or_exit(data_dir: &Path, args: &[&str]) -> Started {
     let mut cmd = Command::new(server_binary());
     cmd.arg("--data-dir").arg(data_dir);
     if !args.contains(&"--listen") {
@@ -99,27 +116,43 @@ pub fn try_start_server(data_dir: &Path, args: &[&str]) -> Result<ServerProcess,
             let _ = tx.send(None);
         }
     });
-    match ready_rx.recv_timeout(WAIT) {
+    let ready = ready_rx.recv_timeout(WAIT);
+    let mut server = ServerProcess {
+        child: Some(child),
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        metrics_addr: None,
+        data_dir: data_dir.to_path_buf(),
+        log,
+    };
+    match ready {
         Ok(Some(line)) => {
-            let addr = field(&line, "addr")
+            server.addr = field(&line, "addr")
                 .parse()
                 .expect("addr in the ready line");
-            let metrics_addr = field(&line, "metrics").parse().ok();
-            Ok(ServerProcess {
-                child: Some(child),
-                addr,
-                metrics_addr,
-                data_dir: data_dir.to_path_buf(),
-                log,
-            })
+            server.metrics_addr = field(&line, "metrics").parse().ok();
+            Started::Ready(server)
         }
-        _ => {
-            let _ = child.kill();
-            let _ = child.wait();
-            // Let the reader thread collect the last lines.
-            std::thread::sleep(Duration::from_millis(100));
-            let lines = log.lock().unwrap().clone();
-            Err(lines)
+        // Its stderr closed before the ready line: it is exiting, and the
+        // reader thread has its whole log.
+        Ok(None) => match server.try_wait_exit() {
+            Some(status) => Started::Exited(status, server.log()),
+            None => Started::Hung(server.log()),
+        },
+        Err(_) => Started::Hung(server.log()),
+    }
+}
+
+/// Copies the data directory `from` to `to`, file by file, leaving out
+/// the lock file (the copy is opened by another process).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else if entry.file_name() != "LOCK" {
+            std::fs::copy(entry.path(), &target).unwrap();
         }
     }
 }
@@ -165,23 +198,39 @@ impl ServerProcess {
         assert_eq!(rc, 0, "kill({signal}) failed");
     }
 
-    /// Waits for the process to exit (bounded) and returns its status.
-    pub fn wait_exit(&mut self) -> ExitStatus {
+    /// Waits (bounded) for the exit; `None` if it did not exit in time.
+    pub fn try_wait_exit(&mut self) -> Option<ExitStatus> {
         let child = self.child.as_mut().expect("running");
         let deadline = Instant::now() + WAIT;
-        loop {
+        while Instant::now() < deadline {
             if let Some(status) = child.try_wait().expect("try_wait") {
                 self.child = None;
-                return status;
+                return Some(status);
             }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        let child = self.child.as_mut().expect("running");
+        child.try_wait().expect("try_wait").is_none()
+    }
+
+    /// Waits for the process to exit (bounded) and returns its status.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        match self.try_wait_exit() {
+            Some(status) => status,
+            None => {
+                if let Some(child) = self.child.as_mut() {
+                    let _ = child.kill();
+                }
                 panic!(
                     "server did not exit within {WAIT:?}:\n{}",
                     self.log().join("\n")
                 );
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
