@@ -23,12 +23,6 @@ use tunables::Durability;
 const ROOT: &str = "/m";
 const SEG: u64 = 64 * 1024;
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    compio::runtime::Runtime::new()
-        .expect("runtime")
-        .block_on(f)
-}
-
 fn paths() -> ShardPaths {
     ShardPaths::new(Path::new(ROOT), 0)
 }

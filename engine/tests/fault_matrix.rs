@@ -30,7 +30,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{key, small_config, use_small_hybrid_tier, Captured};
+use common::{block_on, key, small_config, use_small_hybrid_tier, Captured};
 use ringkv_engine::io::sim::{SimDisk, SimImage};
 use ringkv_engine::io::{AlignedBuf, Disk, DiskFile, ALIGN};
 use ringkv_engine::layout::ShardPaths;
@@ -310,12 +310,6 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
 // ---------------------------------------------------------------------
 // Building a data directory: the same operations for every tier, beside
 // a model of every acknowledged write.
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    compio::runtime::Runtime::new()
-        .expect("runtime")
-        .block_on(f)
-}
 
 fn config(tier: Tier, stop: Stop) -> Config {
     let mut c = small_config(Path::new(ROOT), SHARDS, Durability::Sync);

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{key, put, small_config, use_small_hybrid_tier, value};
+use common::{block_on, key, put, small_config, use_small_hybrid_tier, value};
 use ringkv_engine::io::sim::SimDisk;
 use ringkv_engine::io::{AlignedBuf, Disk, DiskFile, ALIGN};
 use ringkv_engine::{Engine, EngineError};
@@ -17,12 +17,6 @@ use std::path::{Path, PathBuf};
 use tunables::{ByteSize, Config, Durability};
 
 const ROOT: &str = "/ff";
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    compio::runtime::Runtime::new()
-        .expect("runtime")
-        .block_on(f)
-}
 
 fn config(hybrid: bool) -> Config {
     let mut c = small_config(Path::new(ROOT), 1, Durability::Sync);

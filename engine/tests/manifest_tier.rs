@@ -20,12 +20,6 @@ use tunables::{Durability, Tier};
 
 const DIR: &str = "/d";
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    compio::runtime::Runtime::new()
-        .expect("runtime")
-        .block_on(f)
-}
-
 fn config(shards: u32, tier: Tier) -> tunables::Config {
     let mut c = small_config(Path::new(DIR), shards, Durability::Sync);
     c.storage.tier = tier;

@@ -78,6 +78,14 @@ pub fn value_of(r: &OpResult) -> Option<Bytes> {
     }
 }
 
+/// Runs `f` to its end on a fresh engine-style runtime (the simulated
+/// disk's and recovery's futures need one).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    compio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(f)
+}
+
 /// Installs a test log subscriber once (RUST_LOG picks the level).
 pub fn init_log() {
     let _ = tracing_subscriber::fmt()
