@@ -66,7 +66,13 @@ pub enum Damage {
     /// A complete, valid flush sits in a segment after an unused one.
     UsedSegmentAfterUnused { file: PathBuf },
     /// The WAL does not reach back to the snapshot (or to LSN 1).
-    MissingHistory { needed_lsn: u64, first_lsn: u64 },
+    /// `segment_before`: the segment number before the one the log
+    /// starts in (0: it starts in the first), which would hold the records.
+    MissingHistory {
+        needed_lsn: u64,
+        first_lsn: u64,
+        segment_before: u64,
+    },
     /// A snapshot exists but the WAL directory holds no used segment.
     NoWalForSnapshot { snapshot_lsn: u64 },
     /// The WAL head names a segment holding acknowledged records that is
@@ -161,10 +167,24 @@ impl fmt::Display for Damage {
             Damage::MissingHistory {
                 needed_lsn,
                 first_lsn,
-            } => write!(
-                f,
-                "the log must reach back to LSN {needed_lsn} but starts at {first_lsn}"
-            ),
+                segment_before,
+            } => {
+                write!(
+                    f,
+                    "the log must reach back to LSN {needed_lsn} but starts at {first_lsn}: "
+                )?;
+                if *segment_before > 0 {
+                    write!(
+                        f,
+                        "segment {segment_before:020}.wal, which would hold the records between, is missing, or "
+                    )?;
+                }
+                write!(
+                    f,
+                    "a snapshot covering LSN {} or later is (missing from the snapshots directory, or unusable)",
+                    first_lsn.saturating_sub(1)
+                )
+            }
             Damage::NoWalForSnapshot { snapshot_lsn } => write!(
                 f,
                 "snapshot covers LSN {snapshot_lsn} but no WAL segment holds data"

@@ -674,8 +674,11 @@ pub struct SnapshotFile {
 
 // Chains: which snapshot files a state is loaded from and which are kept.
 
-/// Snapshots kept on disk (the newest and one older fallback).
-pub(crate) const SNAPSHOTS_KEPT: usize = 2;
+/// Snapshots whose chains are kept on disk: the newest only. Disk use is
+/// bounded by live data (`docs/wal.md`, "Disk bounded by live data"), and
+/// an older chain would double it; a damaged newest chain is refused at
+/// recovery, never read as an older state.
+pub(crate) const SNAPSHOTS_KEPT: usize = 1;
 
 /// The snapshots a snapshot's state is loaded from, the full one first:
 /// `Some(indexes into snapshots)`, or `None` if a base is missing.
@@ -712,7 +715,8 @@ pub(crate) fn delta_base(
     (deltas < deltas_max as usize && delta_bytes < full_bytes).then_some(snapshots[newest].lsn)
 }
 
-/// The snapshots to keep (sorted by LSN): the chains of the two newest.
+/// The snapshots to keep (sorted by LSN): the chains of the
+/// SNAPSHOTS_KEPT newest.
 pub(crate) fn retained(snapshots: &[SnapshotFile]) -> Vec<bool> {
     let mut keep = vec![false; snapshots.len()];
     let n = snapshots.len();
@@ -734,8 +738,19 @@ pub(crate) fn full_bytes(snapshots: &[SnapshotFile]) -> u64 {
     chain_of(snapshots, newest).map_or(snapshots[newest].bytes, |c| snapshots[c[0]].bytes)
 }
 
-/// The LSN of the oldest snapshot a recovery may load: the older of the
-/// two newest. The WAL is kept from there on.
+/// The bytes of the newest snapshot's chain: what a checkpoint keeps on
+/// disk (0 without one).
+pub(crate) fn chain_bytes(snapshots: &[SnapshotFile]) -> u64 {
+    let Some(newest) = snapshots.len().checked_sub(1) else {
+        return 0;
+    };
+    chain_of(snapshots, newest).map_or(snapshots[newest].bytes, |c| {
+        c.iter().map(|&i| snapshots[i].bytes).sum()
+    })
+}
+
+/// The LSN of the oldest snapshot a recovery may load: the oldest of the
+/// SNAPSHOTS_KEPT newest. The WAL is kept from there on.
 pub(crate) fn fallback_lsn(snapshots: &[SnapshotFile]) -> u64 {
     snapshots[snapshots.len().saturating_sub(SNAPSHOTS_KEPT)].lsn
 }

@@ -179,16 +179,16 @@ const W: Expect = Expect::Is(Outcome::Window);
 #[rustfmt::skip]
 const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     // ---- WAL segments (memory tier) ----
-    (WalOldest, Flip, First, [N, N, N]),
-    (WalOldest, Flip, Middle, [N, N, N]),
-    (WalOldest, Flip, Last, [N, N, N]),
-    (WalOldest, Zero, First, [N, N, N]),
-    (WalOldest, Zero, Middle, [N, N, N]),
-    (WalOldest, Zero, Last, [N, N, N]),
+    (WalOldest, Flip, First, [R, R, R]),
+    (WalOldest, Flip, Middle, [R, R, R]),
+    (WalOldest, Flip, Last, [R, R, R]),
+    (WalOldest, Zero, First, [R, R, R]),
+    (WalOldest, Zero, Middle, [R, R, R]),
+    (WalOldest, Zero, Last, [R, R, R]),
     (WalOldest, Cut, First, [R, R, R]),
     (WalOldest, Cut, Middle, [R, R, R]),
     (WalOldest, Cut, Last, [R, R, R]),
-    (WalOldest, Missing, Whole, [N, N, N]),
+    (WalOldest, Missing, Whole, [R, R, R]),
     (WalOldest, OtherDir, Whole, [R, R, R]),
     (WalOldest, OtherShard, Whole, [R, R, R]),
     (WalMiddle, Flip, First, [R, R, R]),
@@ -235,16 +235,16 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     (SnapFull, Cut, Last, [R, R, R]),
     (SnapFull, Missing, Whole, [R, R, R]),
     (SnapFull, OtherDir, Whole, [R, R, R]),
-    (SnapDelta, Flip, First, [N, N, N]),
-    (SnapDelta, Flip, Middle, [N, N, N]),
-    (SnapDelta, Flip, Last, [N, N, N]),
-    (SnapDelta, Zero, First, [N, N, N]),
-    (SnapDelta, Zero, Middle, [N, N, N]),
-    (SnapDelta, Zero, Last, [N, N, N]),
-    (SnapDelta, Cut, First, [N, N, N]),
-    (SnapDelta, Cut, Middle, [N, N, N]),
-    (SnapDelta, Cut, Last, [N, N, N]),
-    (SnapDelta, Missing, Whole, [N, N, N]),
+    (SnapDelta, Flip, First, [R, R, R]),
+    (SnapDelta, Flip, Middle, [R, R, R]),
+    (SnapDelta, Flip, Last, [R, R, R]),
+    (SnapDelta, Zero, First, [R, R, R]),
+    (SnapDelta, Zero, Middle, [R, R, R]),
+    (SnapDelta, Zero, Last, [R, R, R]),
+    (SnapDelta, Cut, First, [R, R, R]),
+    (SnapDelta, Cut, Middle, [R, R, R]),
+    (SnapDelta, Cut, Last, [R, R, R]),
+    (SnapDelta, Missing, Whole, [R, R, R]),
     (SnapDelta, OtherDir, Whole, [R, R, R]),
     // ---- MANIFEST ----
     (Manifest, Flip, Whole, [R, R, R]),
@@ -294,16 +294,16 @@ const MATRIX: &[(Kind, Damage, Pos, [Expect; 3])] = &[
     (HybridFull, Cut, Last, [R, R, R]),
     (HybridFull, Missing, Whole, [R, R, R]),
     (HybridFull, OtherDir, Whole, [R, R, R]),
-    (HybridDelta, Flip, First, [N, N, N]),
-    (HybridDelta, Flip, Middle, [N, N, N]),
-    (HybridDelta, Flip, Last, [N, N, N]),
-    (HybridDelta, Zero, First, [N, N, N]),
-    (HybridDelta, Zero, Middle, [N, N, N]),
-    (HybridDelta, Zero, Last, [N, N, N]),
-    (HybridDelta, Cut, First, [N, N, N]),
-    (HybridDelta, Cut, Middle, [N, N, N]),
-    (HybridDelta, Cut, Last, [N, N, N]),
-    (HybridDelta, Missing, Whole, [N, N, N]),
+    (HybridDelta, Flip, First, [R, R, R]),
+    (HybridDelta, Flip, Middle, [R, R, R]),
+    (HybridDelta, Flip, Last, [R, R, R]),
+    (HybridDelta, Zero, First, [R, R, R]),
+    (HybridDelta, Zero, Middle, [R, R, R]),
+    (HybridDelta, Zero, Last, [R, R, R]),
+    (HybridDelta, Cut, First, [R, R, R]),
+    (HybridDelta, Cut, Middle, [R, R, R]),
+    (HybridDelta, Cut, Last, [R, R, R]),
+    (HybridDelta, Missing, Whole, [R, R, R]),
     (HybridDelta, OtherDir, Whole, [R, R, R]),
 ];
 
@@ -408,10 +408,12 @@ fn build(tier: Tier, stop: Stop, dir: u8) -> Built {
     h.checkpoint_all().expect("first delta");
     rounds(&h, &mut model, dir, 40..80, &[3, 4]);
     h.checkpoint_all().expect("second delta");
-    rounds(&h, &mut model, dir, 80..120, &[5, 6]);
+    // Enough after the last checkpoint for three used segments (only the
+    // WAL after the newest snapshot is kept).
+    rounds(&h, &mut model, dir, 80..120, &[5, 6, 7, 8]);
     let prev = model.clone();
     let last_batch: BTreeSet<u64> = (0..8).collect();
-    puts(&h, &mut model, dir, &(0..8).collect::<Vec<_>>(), 7);
+    puts(&h, &mut model, dir, &(0..8).collect::<Vec<_>>(), 9);
     match stop {
         Stop::Clean => engine.shutdown().expect("shutdown"),
         Stop::CrashMarked => {
@@ -515,15 +517,22 @@ fn used_segments(disk: &SimDisk, shard: usize) -> Vec<PathBuf> {
 }
 
 /// The flushes of a WAL segment as (start, end) offsets: each ends after
-/// its seal (record kind 3), on a block boundary.
+/// its seal (record kind 3), on a block boundary. They stop where the LSNs
+/// stop rising: what follows is a recycled file's stale flushes.
 fn wal_flushes(bytes: &[u8]) -> Vec<(u64, u64)> {
     let mut flushes = Vec::new();
     let (mut start, mut at) = (0usize, ALIGN);
+    let mut last_lsn = 0u64;
     while at + 32 <= bytes.len() {
         let size = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().expect("4")) as usize;
         if size < 32 || at + size > bytes.len() {
             break;
         }
+        let lsn = u64::from_le_bytes(bytes[at + 8..at + 16].try_into().expect("8"));
+        if lsn < last_lsn {
+            break;
+        }
+        last_lsn = lsn;
         let kind = bytes[at + 24];
         at += size;
         if kind == 3 {
@@ -793,7 +802,7 @@ fn error_kind(e: &EngineError) -> String {
 }
 
 fn reopen(
-    kind: Kind,
+    (kind, damage): (Kind, Damage),
     stop: Stop,
     disk: SimDisk,
     file: &Path,
@@ -809,7 +818,13 @@ fn reopen(
                 .expect("a name")
                 .to_string_lossy()
                 .into_owned();
-            let outcome = if text.contains(&name) {
+            // A missing newest snapshot is named by nothing left on disk:
+            // the refusal must then say that a snapshot is missing.
+            let missing_snapshot = damage == Missing
+                && matches!(kind, SnapFull | SnapDelta | HybridFull | HybridDelta);
+            let outcome = if text.contains(&name)
+                || (missing_snapshot && text.contains("a snapshot covering LSN"))
+            {
                 Ok(Outcome::Refused)
             } else {
                 Err(format!("refused without naming {name}: {text}"))
@@ -892,7 +907,7 @@ fn run_cell(kind: Kind, dmg: Damage, pos: Pos, stop: Stop) -> Observed {
                     && kind == WalNewest
                     && pos == Last
                     && matches!(dmg, Flip | Zero);
-                reopen(kind, stop, disk, &file, b, window_allowed)
+                reopen((kind, dmg), stop, disk, &file, b, window_allowed)
             }
             Err(why) => Observed {
                 outcome: Err(why),

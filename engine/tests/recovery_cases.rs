@@ -680,7 +680,8 @@ fn missing_history_refuses() {
             *reason,
             Damage::MissingHistory {
                 needed_lsn: 1,
-                first_lsn: 5
+                first_lsn: 5,
+                segment_before: 0,
             }
         );
     });
@@ -920,14 +921,16 @@ fn chain(disk: &SimDisk) -> Vec<(u64, Option<u64>)> {
 }
 
 #[test]
-fn snapshot_is_loaded_and_covered_segments_are_skipped() {
+fn snapshot_is_loaded_and_only_the_wal_after_it_is_kept() {
     let disk = SimDisk::new(13);
     let model = engine_with_checkpoints(&disk, 3);
-    // The two newest snapshots are kept, with what each builds on.
+    // Only the newest snapshot's chain is kept: one full snapshot and the
+    // deltas over it, each building on the one before.
     let chain = chain(&disk);
-    assert!((2..=4).contains(&chain.len()), "{chain:?}");
-    for (_, base) in chain.iter().filter_map(|(l, b)| b.map(|b| (l, b))) {
-        assert!(chain.iter().any(|(l, _)| *l == base), "{chain:?}");
+    assert!(!chain.is_empty(), "{chain:?}");
+    assert_eq!(chain[0].1, None, "{chain:?}");
+    for pair in chain.windows(2) {
+        assert_eq!(pair[1].1, Some(pair[0].0), "{chain:?}");
     }
     block_on(async {
         let r = recover(&disk, &paths(), cfg()).await.expect("recover");
@@ -936,8 +939,9 @@ fn snapshot_is_loaded_and_covered_segments_are_skipped() {
             "{:?}",
             r.cases
         );
+        // Retention kept no segment the snapshot covers whole.
         assert!(
-            r.cases.contains(&RecoveryCase::SegmentSkipped),
+            !r.cases.contains(&RecoveryCase::SegmentSkipped),
             "{:?}",
             r.cases
         );
@@ -947,27 +951,27 @@ fn snapshot_is_loaded_and_covered_segments_are_skipped() {
 }
 
 #[test]
-fn damaged_newest_snapshot_falls_back_to_the_older_one() {
+fn a_damaged_newest_snapshot_refuses_naming_it() {
+    // Only the newest chain is kept, and the WAL only from it on: there
+    // is no older state to fall back to, and recovery must not serve one.
     let disk = SimDisk::new(14);
-    let model = engine_with_checkpoints(&disk, 3);
+    engine_with_checkpoints(&disk, 3);
     let snaps = snapshots(&disk);
     let newest = snaps.last().expect("snapshot").clone();
     let len = disk.file_len(&newest).expect("len");
     disk.corrupt(&newest, len / 2, 4);
-    block_on(async {
-        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
-        assert!(
-            r.cases.contains(&RecoveryCase::DamagedSnapshotSkipped),
-            "{:?}",
-            r.cases
-        );
-        assert!(r.cases.contains(&RecoveryCase::SnapshotLoaded));
-        check_model(&r, &model);
-    });
-    // The damaged file is set aside, not deleted.
-    let damaged = PathBuf::from(format!("{}.damaged", newest.display()));
-    assert!(disk.file_len(&damaged).is_some());
-    assert!(disk.file_len(&newest).is_none());
+    let err = block_on(recover(&disk, &paths(), cfg()))
+        .err()
+        .expect("must refuse");
+    match err.root() {
+        EngineError::Snapshot(SnapshotError::NoUsableSnapshot { file, reason }) => {
+            assert_eq!(file, &newest, "{err}");
+            assert!(reason.contains("is corrupt at offset"), "{err}");
+        }
+        other => panic!("{other}"),
+    }
+    // Nothing was renamed or removed.
+    assert!(disk.file_len(&newest).is_some());
 }
 
 #[test]
@@ -1020,8 +1024,10 @@ fn engine_with_deletes(disk: &SimDisk, deltas_max: u32, checkpoints: u64) -> BTr
     while engine.metrics().shards[0].checkpoints < checkpoints {
         assert!(Instant::now() < deadline, "checkpoints never happened");
         version += 1;
-        // Each round writes a window of 64 keys and deletes a few below it.
-        let first = version * 67 % KEYS;
+        // Each round writes a window of 64 keys and deletes a few below it,
+        // all in the first 300 keys: between two checkpoints less than half
+        // the data changes, so the checkpointer takes deltas.
+        let first = version * 67 % 236;
         let mut ops: Vec<_> = (first..first + 64).map(|k| put(k, version)).collect();
         ops.extend((0..5).map(|i| del((first + KEYS - 3 * i) % KEYS)));
         h.batch_blocking(ops).expect("batch");
@@ -1060,7 +1066,7 @@ fn without_deltas_every_snapshot_is_full() {
     let disk = SimDisk::new(22);
     let model = engine_with_deletes(&disk, 0, 6);
     let chain = chain(&disk);
-    assert_eq!(chain.len(), 2, "{chain:?}");
+    assert_eq!(chain.len(), 1, "{chain:?}");
     assert!(chain.iter().all(|(_, base)| base.is_none()), "{chain:?}");
     block_on(async {
         let r = recover(&disk, &paths(), cfg()).await.expect("recover");

@@ -26,7 +26,8 @@ use crate::notify::yield_now;
 use crate::shard::backup::BackupRequest;
 use crate::shard::core::ShardCore;
 use crate::snapshot::{
-    self, delta_base, fallback_lsn, full_bytes, retained, BlockEncoder, ChunkWriter, SnapshotFile,
+    self, chain_bytes, delta_base, fallback_lsn, full_bytes, retained, BlockEncoder, ChunkWriter,
+    SnapshotFile,
 };
 use crate::wal::writer::SegmentFiles;
 use std::rc::Rc;
@@ -48,6 +49,33 @@ pub(crate) struct CheckpointSettings {
     /// Most deltas in a row over one full snapshot; 0: every snapshot is
     /// full.
     pub(crate) deltas_max: u32,
+}
+
+/// The WAL bytes after which a checkpoint keeps disk use within twice the
+/// live data plus `wal_bytes`: what the kept chain leaves of twice the
+/// tier's estimate of a full copy, and never less than `wal_bytes`. `None`
+/// when the tier does not estimate its copies.
+pub(crate) fn bounded_threshold(
+    core: &ShardCore,
+    snapshots: &[SnapshotFile],
+    wal_bytes: u64,
+) -> Option<u64> {
+    let e = core.with_tier(|t| t.checkpoint_estimate())?;
+    Some(
+        e.full_bytes
+            .saturating_mul(2)
+            .saturating_sub(chain_bytes(snapshots))
+            .max(wal_bytes),
+    )
+}
+
+/// Segment files a shard keeps at most, whatever checkpoints retire: the
+/// WAL between two checkpoints (the threshold; it starts inside a segment
+/// and is passed by up to a flush, so one segment more than its whole
+/// segments), and the spare ahead of the open segment. The log grows past
+/// it only while a checkpoint runs late.
+pub(crate) fn wal_files_max(core: &ShardCore, segment_bytes: u64) -> usize {
+    core.wal.checkpoint_threshold().div_ceil(segment_bytes) as usize + 3
 }
 
 /// The checkpoint loop of one shard; it also answers an online backup's
@@ -96,7 +124,7 @@ impl ChainState {
         let base = if full {
             None
         } else {
-            delta_base(&self.snapshots, self.marks_valid, deltas_max)
+            self.base(core, deltas_max)
         };
         self.last_checkpoint = Instant::now();
         match checkpoint(core, files, disk, paths, &mut self.snapshots, base).await {
@@ -119,12 +147,41 @@ impl ChainState {
         }
     }
 
-    /// The WAL bytes after which the next checkpoint is due. A delta costs
-    /// about what the WAL since the last checkpoint holds. A full snapshot
+    /// What the next checkpoint builds on (`None`: a full one). Beyond
+    /// the chain's own limits ([`delta_base`]), a tier that estimates its
+    /// copies gets a delta only when it writes at most half of a full copy
+    /// and keeps the chain within twice the live data: a delta of nearly
+    /// everything writes about what a full copy does and leaves both on
+    /// disk.
+    fn base(&self, core: &ShardCore, deltas_max: u32) -> Option<u64> {
+        let base = delta_base(&self.snapshots, self.marks_valid, deltas_max)?;
+        let Some(e) = core.with_tier(|t| t.checkpoint_estimate()) else {
+            return Some(base);
+        };
+        let chain = chain_bytes(&self.snapshots);
+        let cheap = e.delta_bytes.saturating_mul(2) <= e.full_bytes;
+        let fits = chain.saturating_add(e.delta_bytes) <= e.full_bytes.saturating_mul(2);
+        (cheap && fits).then_some(base)
+    }
+
+    /// The WAL bytes after which the next checkpoint is due.
+    ///
+    /// With the tier's estimate of a full copy (about the live data L):
+    /// the kept chain plus the WAL since it stay within `2 × L` plus the
+    /// allowance `wal_bytes`, so the threshold is what the chain leaves of
+    /// `2 × L`, and never below the allowance (`docs/wal.md`, "Disk bounded
+    /// by live data"). After a full copy that is `max(L, wal_bytes)` of WAL
+    /// per checkpoint.
+    ///
+    /// Without one: a delta costs about what the WAL since the last
+    /// checkpoint holds, so it comes every `wal_bytes`; a full snapshot
     /// waits until the WAL written since the last full one began has grown
     /// by its size: a full copy is never taken more often than the log it
     /// replaces is written.
-    fn threshold(&self, settings: &CheckpointSettings) -> u64 {
+    fn threshold(&self, core: &ShardCore, settings: &CheckpointSettings) -> u64 {
+        if let Some(bound) = bounded_threshold(core, &self.snapshots, settings.wal_bytes) {
+            return bound;
+        }
         match delta_base(&self.snapshots, self.marks_valid, settings.deltas_max) {
             Some(_) => settings.wal_bytes,
             None => full_bytes(&self.snapshots)
@@ -173,7 +230,7 @@ async fn checkpoint_loop<D: Disk>(
             continue;
         }
         let (bytes, writes) = core.wal.since_checkpoint();
-        let threshold = chain.threshold(&settings);
+        let threshold = chain.threshold(core, &settings);
         // The shard wakes this loop once its WAL passes the threshold.
         core.wal.set_checkpoint_threshold(threshold);
         let by_bytes = bytes >= threshold;
@@ -393,9 +450,8 @@ fn release(staged: &mut Vec<u8>) {
 }
 
 /// After a new snapshot: removes the snapshots retention no longer keeps
-/// (the chains of the newest SNAPSHOTS_KEPT stay; the WAL reaches back to
-/// the older of those) and the WAL segments every kept snapshot covers.
-/// Returns how many segments went.
+/// (only the newest one's chain stays, and the WAL from its LSN on) and
+/// the WAL segments it covers. Returns how many segments went.
 async fn retire_covered<D: Disk>(
     core: &ShardCore,
     files: &SegmentFiles<D>,
@@ -427,7 +483,10 @@ async fn retire_covered<D: Disk>(
         Some(lsn) => fallback_lsn(snapshots).min(lsn.saturating_sub(1)),
         None => fallback_lsn(snapshots),
     };
-    // Keep enough spares for the WAL the next checkpoint interval writes.
-    let pool_max = (core.wal.checkpoint_threshold() / files.segment_bytes()) as usize + 1;
-    Ok(files.remove_covered(keep_from, pool_max).await?)
+    // The WAL's files stay within its allowance: the log one checkpoint
+    // interval writes (in whole segments), the open segment and the spare
+    // ahead of it. Retired segments are recycled up to that, not beyond.
+    Ok(files
+        .remove_covered(keep_from, wal_files_max(core, files.segment_bytes()))
+        .await?)
 }

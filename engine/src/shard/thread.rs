@@ -230,6 +230,9 @@ struct WalStart {
     next_segment: (u64, bool),
     /// Whether that segment was recycled.
     next_recycled: bool,
+    /// The live segment new writes continue in, and where (see
+    /// [`crate::wal::recovery::Recovered::resume`]).
+    resume: Option<(u64, u64)>,
     /// Unused segments kept for recycling.
     spares: Vec<PathBuf>,
     /// Valid snapshots kept, oldest first.
@@ -355,13 +358,15 @@ fn build_core(
     txn: impl FnOnce(Vec<HeldPart>) -> crate::shard::txn::TxnShard,
 ) -> (Rc<ShardCore>, Option<WalStart>) {
     let appender = restored.wal.as_ref().map(|w| {
+        let (seq, offset) = w.resume.unwrap_or((w.next_segment.0, 0));
         WalAppender::new(
             shard as u32,
             settings.segment_bytes,
             settings.group_commit_max_bytes,
             settings.max_record_bytes,
-            w.next_segment.0,
+            seq,
         )
+        .resuming_at(offset)
         .with_dir_id(settings.dir_id)
         .with_flushes_in_flight(settings.wal_flushes_in_flight)
     });
@@ -520,6 +525,7 @@ impl RecoveryParts<'_> {
                 live: r.live_segments,
                 next_segment: (r.next_segment_seq, r.next_segment_ready),
                 next_recycled: r.next_segment_recycled,
+                resume: r.resume,
                 spares: r.spares,
                 snapshots: r.snapshots,
                 head: (r.head, r.head_found),
@@ -580,7 +586,7 @@ async fn start_wal<D: Disk>(
         (settings.segment_bytes, settings.dir_id),
         wal.live,
         wal.next_segment,
-        wal.next_recycled,
+        (wal.next_recycled, wal.resume.map(|(seq, _)| seq)),
         wal.spares,
         wal.head,
     )
@@ -613,9 +619,16 @@ async fn start_wal<D: Disk>(
     let mut snapshots = wal.snapshots;
     // The WAL replayed counts toward the next checkpoint, whatever the
     // restart pattern. The first checkpoint is a full one: due once the WAL
-    // has grown by the size of the full snapshot recovery loaded.
-    core.wal
-        .set_checkpoint_threshold(crate::snapshot::full_bytes(&snapshots));
+    // reaches what the disk bound allows beside the chain recovery loaded
+    // (a tier without estimates: once the WAL has grown by the size of the
+    // full snapshot recovery loaded).
+    let threshold = crate::shard::checkpoint::bounded_threshold(
+        core,
+        &snapshots,
+        settings.checkpoint_wal_bytes,
+    )
+    .unwrap_or_else(|| crate::snapshot::full_bytes(&snapshots));
+    core.wal.set_checkpoint_threshold(threshold);
     core.wal.carry_over(replayed.0, replayed.1);
     // The first checkpoint of a process is a full one (the tier's change
     // marks are not relative to any snapshot yet).

@@ -115,6 +115,15 @@ impl TierStats {
     }
 }
 
+/// What a checkpoint taken now would write ([`Tier::checkpoint_estimate`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckpointEstimate {
+    /// Payload bytes of a full copy: about the live data.
+    pub full_bytes: u64,
+    /// Payload bytes of a delta over the last copy.
+    pub delta_bytes: u64,
+}
+
 /// The background tasks a tier needs its shard to run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TierTasks {
@@ -436,6 +445,14 @@ pub trait Tier {
     /// a full snapshot and one more checkpoint are published after their
     /// GC, and until then they keep the device from taking records.)
     fn checkpoint_wanted(&self) -> Option<bool> {
+        None
+    }
+    /// What a checkpoint taken now would write, from the tier's own
+    /// counts (`None`: the tier does not know, and the checkpointer goes by
+    /// the WAL alone). The checkpointer sizes its threshold and picks a
+    /// full copy or a delta by it (`docs/wal.md`, "Disk bounded by live
+    /// data").
+    fn checkpoint_estimate(&self) -> Option<CheckpointEstimate> {
         None
     }
     /// Background work (GC) in one bounded step; returns whether there was

@@ -547,7 +547,7 @@ mod tests {
             (segment_bytes, DIR_ID),
             r.live_segments,
             (r.next_segment_seq, r.next_segment_ready),
-            r.next_segment_recycled,
+            (r.next_segment_recycled, None),
             r.spares,
             (r.head, r.head_found),
         )

@@ -135,6 +135,11 @@ pub struct Recovered {
     pub next_segment_ready: bool,
     /// Whether that segment was recycled (may hold stale bytes).
     pub next_segment_recycled: bool,
+    /// `Some((seq, offset))`: new writes continue in segment `seq` (the
+    /// newest used one) at `offset`, the end of the log, and the next
+    /// segment is the spare ahead of it; `None`: they start the next
+    /// segment.
+    pub resume: Option<(u64, u64)>,
     /// Unused segments of the right size kept for recycling.
     pub spares: Vec<PathBuf>,
     /// Valid snapshots kept, oldest first.
@@ -435,6 +440,7 @@ pub async fn recover_into<D: Disk>(
         next_segment_seq: position.next_segment_seq,
         next_segment_ready: position.next_segment_ready,
         next_segment_recycled: position.next_segment_recycled,
+        resume: position.resume,
         spares: position.spares,
         snapshots: snapshot.kept,
         records_replayed: replay.records_replayed,
@@ -1095,6 +1101,7 @@ impl ReplayPhase {
                     Damage::MissingHistory {
                         needed_lsn: need,
                         first_lsn: flush.first_lsn,
+                        segment_before: seg.seq.saturating_sub(1),
                     },
                 ))
             }
@@ -1463,6 +1470,9 @@ struct WritePosition {
     spares: Vec<PathBuf>,
     /// Bytes read checking damaged headers after the end of the log.
     bytes_read: u64,
+    /// The newest used segment and the offset where the log ends in it,
+    /// when new writes continue there (see [`Recovered::resume`]).
+    resume: Option<(u64, u64)>,
 }
 
 /// Phase: ready the directory for new writes. No used segment may follow
@@ -1559,7 +1569,30 @@ async fn prepare_for_writes<D: Disk>(
         next_segment_ready,
         spares: kept_spares,
         bytes_read,
+        resume: resume_position(config, segments, replay),
     })
+}
+
+/// Where new writes continue in the newest used segment: right after the
+/// last flush of the log (a torn flush or erased window after it is
+/// overwritten), when that segment has the configured size and room left.
+/// A restart then fills the segment the last run left half empty instead
+/// of leaving its free tail on disk. Safe because every flush is read back
+/// only through a seal that names its own start offset and LSNs: bytes a
+/// new flush does not overwrite can never pass for part of it, and after
+/// it they read as the end of the log, as they did before.
+fn resume_position<D: Disk>(
+    config: RecoveryConfig,
+    segments: &[Segment<D>],
+    replay: &ReplayPhase,
+) -> Option<(u64, u64)> {
+    let (i, pos, _) = replay.end.as_ref()?;
+    let seg = &segments[*i];
+    let header = seg.used()?;
+    let newest = replay.used.last() == Some(i);
+    let sized = seg.len == config.segment_bytes && header.segment_bytes == config.segment_bytes;
+    (newest && sized && *pos > 0 && *pos < config.segment_bytes && replay.last_lsn.is_some())
+        .then_some((seg.seq, *pos))
 }
 
 /// Sorts the segments against the end of the log: returns the indexes to

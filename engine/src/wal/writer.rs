@@ -22,11 +22,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-/// Segment files kept for recycling, at least (see
-/// [`SegmentFiles::remove_covered`] for the bound). Recycling a segment
-/// costs one 4 KiB write, a rename and two fsyncs, instead of zero-filling
-/// a new one (which doubles the bytes the disk writes).
-pub const SPARE_SEGMENTS_MIN: usize = 2;
 use std::rc::Rc;
 
 /// Bytes a flush buffer needs so that a segment header, one record of
@@ -127,6 +122,15 @@ impl WalAppender {
     /// the header of every segment it starts (0 until set: tests only).
     pub fn with_dir_id(mut self, dir_id: DirId) -> WalAppender {
         self.dir_id = dir_id;
+        self
+    }
+
+    /// This appender's first flush continuing its segment at `offset` (a
+    /// restart fills the segment the log ended in; `offset` is where it
+    /// ended, a block boundary after a seal).
+    pub fn resuming_at(mut self, offset: u64) -> WalAppender {
+        assert!(offset.is_multiple_of(ALIGN as u64) && offset < self.segment_bytes);
+        self.open_offset = offset;
         self
     }
 
@@ -464,7 +468,9 @@ impl<D: Disk> SegmentFiles<D> {
     }
 
     /// Files after recovery: `live` segments hold records, `next_seq` exists
-    /// (unused header) and receives the next flush, `spares` may be recycled.
+    /// (unused header) and receives the next flush, or, with `resume`, that
+    /// live segment receives it and `next_seq` is the spare ahead; `spares`
+    /// may be recycled.
     /// The WAL head is opened (`head` as read by recovery), or created
     /// naming `head_found` when there was none. `next_ready` is false when
     /// recovery could not make the next segment (a full disk): the creator
@@ -476,14 +482,15 @@ impl<D: Disk> SegmentFiles<D> {
         (segment_bytes, dir_id): (u64, DirId),
         live: Vec<LiveSegment>,
         (next_seq, next_ready): (u64, bool),
-        next_recycled: bool,
+        (next_recycled, resume): (bool, Option<u64>),
         spares: Vec<PathBuf>,
         head: (Option<HeadState>, HeadState),
     ) -> Result<SegmentFiles<D>, WalError> {
         let head = open_head(&disk, &paths, paths.shard as u32, dir_id, head.0, head.1).await?;
         let mut files = BTreeMap::new();
-        if next_ready {
-            let path = paths.segment(next_seq);
+        let ready = next_ready.then_some(next_seq);
+        for seq in resume.into_iter().chain(ready) {
+            let path = paths.segment(seq);
             let file = disk
                 .open(&path, false)
                 .await
@@ -493,7 +500,7 @@ impl<D: Disk> SegmentFiles<D> {
                     offset: 0,
                     source,
                 })?;
-            files.insert(next_seq, Rc::new(file));
+            files.insert(seq, Rc::new(file));
         }
         let mut recycled = BTreeSet::new();
         if next_recycled {
@@ -666,11 +673,6 @@ impl<D: Disk> SegmentFiles<D> {
         });
     }
 
-    /// Retires every segment all of whose records are at or below
-    /// `covered_lsn` (the next live segment starts at or below
-    /// `covered_lsn + 1`): while the pool holds fewer than `pool_max`
-    /// files they get a prepared header and join it (enough spares for the
-    /// WAL written between two checkpoints), the rest are removed.
     /// Whether segment `seq` exists (open, or made ahead).
     pub(crate) fn has_segment(&self, seq: u64) -> bool {
         self.has(seq)
@@ -682,12 +684,18 @@ impl<D: Disk> SegmentFiles<D> {
         self.create_ahead(seq).await
     }
 
+    /// Retires every segment all of whose records are at or below
+    /// `covered_lsn` (the next live segment starts at or below
+    /// `covered_lsn + 1`). The shard's segment files (live, open, the
+    /// spare ahead, the pool) stay at most `files_max`, or what is live and
+    /// open if that is more: retired files get a prepared header and join
+    /// the pool while there is room, the rest are removed, and so are
+    /// pooled files beyond it. Returns how many segments were retired.
     pub async fn remove_covered(
         &self,
         covered_lsn: u64,
-        pool_max: usize,
+        files_max: usize,
     ) -> Result<usize, WalError> {
-        let pool_max = pool_max.max(SPARE_SEGMENTS_MIN);
         let doomed: Vec<LiveSegment> = {
             let live = self.live.borrow();
             let mut n = 0;
@@ -696,10 +704,17 @@ impl<D: Disk> SegmentFiles<D> {
             }
             live[..n].to_vec()
         };
+        // What stays whatever happens: the live segments after the doomed
+        // ones, the open one and the spare ahead.
+        let staying = self.file_count() - self.pool.borrow().len() - doomed.len();
+        let pool_max = files_max.saturating_sub(staying);
+        let mut removed = self.trim_pool(pool_max).await?;
         if doomed.is_empty() {
+            if removed {
+                self.sync_wal_dir().await?;
+            }
             return Ok(0);
         }
-        let mut removed = false;
         for seg in &doomed {
             self.files.borrow_mut().remove(&seg.seq);
             self.recycled.borrow_mut().remove(&seg.seq);
@@ -733,17 +748,48 @@ impl<D: Disk> SegmentFiles<D> {
             }
         }
         if removed {
+            self.sync_wal_dir().await?;
+        }
+        Ok(doomed.len())
+    }
+
+    /// Removes pooled files beyond `pool_max` (the directory is not
+    /// fsync'ed: the caller does). Returns whether it removed any.
+    async fn trim_pool(&self, pool_max: usize) -> Result<bool, WalError> {
+        let mut removed = false;
+        loop {
+            let extra = {
+                let mut pool = self.pool.borrow_mut();
+                if pool.len() <= pool_max {
+                    break;
+                }
+                pool.pop()
+            };
+            let Some(path) = extra else { break };
             self.disk
-                .sync_dir(&self.paths.wal_dir)
+                .remove_file(&path)
                 .await
                 .map_err(|source| WalError::Io {
-                    op: "fsync directory",
-                    file: self.paths.wal_dir.clone(),
+                    op: "remove",
+                    file: path.clone(),
                     offset: 0,
                     source,
                 })?;
+            removed = true;
         }
-        Ok(doomed.len())
+        Ok(removed)
+    }
+
+    async fn sync_wal_dir(&self) -> Result<(), WalError> {
+        self.disk
+            .sync_dir(&self.paths.wal_dir)
+            .await
+            .map_err(|source| WalError::Io {
+                op: "fsync directory",
+                file: self.paths.wal_dir.clone(),
+                offset: 0,
+                source,
+            })
     }
 
     /// Forgets the file handle of a segment that is full and flushed.
@@ -789,7 +835,7 @@ mod tests {
                     (seg, 7),
                     Vec::new(),
                     (10, true),
-                    false,
+                    (false, None),
                     spares,
                     (None, head),
                 )
