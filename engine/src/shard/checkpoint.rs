@@ -6,9 +6,10 @@
 //! What must hold: a snapshot named `S.snap` reflects every record with an
 //! LSN <= S and possibly some records in (S, E]; it is renamed into place
 //! only after the WAL is durable through E and the snapshot itself is
-//! fdatasync'ed; WAL segments are removed only when every record in them is
-//! at or below the LSN of the *older* of the two newest snapshots, so a
-//! damaged newest snapshot can always fall back to the older one.
+//! fdatasync'ed; WAL segments are retired only when every record in them is
+//! at or below the LSN of the newest snapshot, and older snapshots only
+//! once a newer one is published. Disk use stays within twice the live
+//! data plus an allowance (`docs/wal.md`, "Disk bounded by live data").
 //!
 //! **Deltas.** A snapshot is either full or a delta: what changed since the
 //! snapshot it builds on (its base), loaded over that base's own state. A
@@ -16,8 +17,8 @@
 //! published it and no checkpoint failed since: the tier's change marks are
 //! cleared as partitions are copied, so they describe the changes since the
 //! last *published* copy only then. A start therefore takes a full one
-//! first. The files kept are the chains (a full snapshot and the deltas
-//! over it, in order) of the two newest snapshots.
+//! first. The files kept are the newest snapshot's chain (a full snapshot
+//! and the deltas over it, in order).
 
 use crate::error::{EngineError, SnapshotError};
 use crate::io::{Disk, DiskFile, ALIGN};
