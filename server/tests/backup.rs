@@ -70,6 +70,22 @@ fn config_file(dir: &Path, tier: Tier) -> PathBuf {
     path
 }
 
+/// [`config_file`] with segments large enough that the WAL a backup
+/// copies (it links snapshots, and copies the used part of every segment
+/// from the one its checkpoint falls in) is several MiB: at `--rate-mib 1`
+/// the copy then takes seconds.
+fn slow_backup_config_file(dir: &Path) -> PathBuf {
+    let path = config_file(dir, Tier::Memory);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.replace(
+        "wal_segment_size = \"256KiB\"",
+        "wal_segment_size = \"16MiB\"",
+    );
+    assert!(text.contains("16MiB"), "{text}");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 fn run_verify(dir: &Path, config: &Path) -> (u8, String) {
     let mut out = Vec::new();
     let code = verify(
@@ -521,7 +537,7 @@ fn cli_backup_prints_progress_from_stats() {
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
     let dest = root.path().join("backup");
-    let config_path = config_file(root.path(), Tier::Memory);
+    let config_path = slow_backup_config_file(root.path());
     let cfg = config_path.to_str().unwrap().to_string();
     let mut server = start_server(&data, &["--config", &cfg]);
     let addr = server.addr;
@@ -582,7 +598,7 @@ fn kill_mid_backup_leaves_live_data_and_a_refused_copy() {
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
     let dest = root.path().join("backup");
-    let config_path = config_file(root.path(), Tier::Memory);
+    let config_path = slow_backup_config_file(root.path());
     let cfg = config_path.to_str().unwrap().to_string();
     let mut server = start_server(&data, &["--config", &cfg]);
     let addr = server.addr;

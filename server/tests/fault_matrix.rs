@@ -40,9 +40,11 @@ use ringkv_client::OpReply;
 use ringkv_protocol::{RequestOp, Status};
 use tunables::{ByteSize, Config, Durability, Tier};
 
-/// Keys written. Round 0 writes all of them; later rounds overwrite the
-/// even ones only, so the odd ones keep their first record (in the hybrid
-/// tier's oldest value segments) and the even ones make the WAL grow.
+/// Keys written. Round 0 writes all of them; later rounds overwrite every
+/// fourth one only, so the others keep their first record (in the hybrid
+/// tier's oldest value segments), the overwritten ones make the WAL grow,
+/// and a memory-tier delta (a quarter of the data) is cheaper than a full
+/// copy, so the checkpointer takes deltas.
 const KEYS: u64 = 240;
 /// Puts per client batch: one flush per shard (a batch is far below
 /// `group_commit_max_bytes`), so the final batch is the final flush.
@@ -76,10 +78,8 @@ enum Stop {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
-    /// The oldest used segment: wholly below the newest snapshot (kept for
-    /// the older one).
-    WalBelowSnapshot,
-    /// The segment a start replays from, not the newest.
+    /// The segment a start replays from (the oldest kept: only the WAL
+    /// after the newest snapshot is), not the newest.
     WalReplayed,
     WalNewest,
     Head,
@@ -273,7 +273,7 @@ async fn drive(
     let mut newest: Option<PathBuf> = None;
     let mut batches_in_newest = 0;
     for round in 0u64.. {
-        let step = if round == 0 { 1 } else { 2 };
+        let step = if round == 0 { 1 } else { 4 };
         let round_keys: Vec<u64> = (0..KEYS).step_by(step).collect();
         for chunk in round_keys.chunks(BATCH_KEYS as usize) {
             let writes: Vec<(Bytes, Bytes)> = chunk
@@ -363,9 +363,9 @@ fn replay_from(segments: &[(PathBuf, u64)], snapshot: u64) -> Option<usize> {
 }
 
 /// The newest used WAL segment of shard 0 if it has a delta snapshot over
-/// a full one, (hybrid) three value segments, a used segment wholly below
-/// the newest snapshot, and a start would replay two or three segments
-/// (fewer than the four a checkpoint waits for, so none is under way).
+/// a full one, (hybrid) three value segments, and a start would replay two
+/// or three segments (fewer than the four a checkpoint waits for, so none
+/// is under way).
 fn laid_out(data: &Path, setup: Setup) -> Option<PathBuf> {
     let shard = data.join("shard-000");
     let snaps = files(&shard.join("snapshots"), "snap");
@@ -382,7 +382,9 @@ fn laid_out(data: &Path, setup: Setup) -> Option<PathBuf> {
     let segments = used_segments(&shard);
     let from = replay_from(&segments, snapshot_lsn(snaps.last()?))?;
     let replayed = segments.len() - from;
-    (from >= 1 && (2..=3).contains(&replayed)).then(|| segments.last().unwrap().0.clone())
+    (2..=3)
+        .contains(&replayed)
+        .then(|| segments.last().unwrap().0.clone())
 }
 
 /// The file of each kind in shard 0 of a stopped directory, with the byte
@@ -457,7 +459,7 @@ fn targets(data: &Path, config_file: &Path, setup: Setup) -> BTreeMap<Kind, Targ
 
 /// Shard 0's used WAL segments below the newest snapshot, replayed, and
 /// the newest, with their first, middle and last flushes.
-fn wal_targets(shard: &inspect::ShardReport) -> [(Kind, Target); 3] {
+fn wal_targets(shard: &inspect::ShardReport) -> [(Kind, Target); 2] {
     let used: Vec<_> = shard
         .segments
         .iter()
@@ -474,11 +476,10 @@ fn wal_targets(shard: &inspect::ShardReport) -> [(Kind, Target); 3] {
         .collect();
     let from = replay_from(&firsts, newest_snapshot).expect("a segment to replay from");
     assert!(
-        from >= 1 && from + 1 < used.len(),
-        "want a segment below the snapshot and two replayed: {firsts:?}, snapshot {newest_snapshot}"
+        from + 1 < used.len(),
+        "want two replayed segments: {firsts:?}, snapshot {newest_snapshot}"
     );
     let wal = [
-        (Kind::WalBelowSnapshot, used[0]),
         (Kind::WalReplayed, used[from]),
         (Kind::WalNewest, used[used.len() - 1]),
     ];
@@ -486,7 +487,7 @@ fn wal_targets(shard: &inspect::ShardReport) -> [(Kind, Target); 3] {
         let flushes = &seg.flush_offsets;
         // First, middle and last differ where they matter.
         assert!(
-            kind == Kind::WalBelowSnapshot || flushes.len() >= 3,
+            flushes.len() >= 3,
             "{} has {} flushes",
             seg.path.display(),
             flushes.len()
@@ -582,7 +583,6 @@ impl Row {
             Setup::HybridHot => "hybrid+hot",
         };
         let kind = match self.kind {
-            Kind::WalBelowSnapshot => "WAL segment below the snapshot",
             Kind::WalReplayed => "WAL segment replayed, not the newest",
             Kind::WalNewest => "WAL segment, newest",
             Kind::Head => "wal.head",
@@ -775,7 +775,13 @@ fn run_row(row: Row, loaded: &Loaded, foreign: &Loaded, target: &Target, other: 
         other.path.clone()
     };
     apply(target, &path, row.damage, &foreign_file);
-    let name = relative.file_name().unwrap().to_string_lossy().to_string();
+    // A missing newest snapshot is named by nothing left on disk: the
+    // refusal must then say that a snapshot is missing instead.
+    let name = if row.kind == Kind::SnapDelta && row.damage == Damage::Missing {
+        MISSING_SNAPSHOT.to_string()
+    } else {
+        relative.file_name().unwrap().to_string_lossy().to_string()
+    };
     found.outcome = match start(&data, &loaded.config_file) {
         Started::Hung(log) => Err(format!(
             "no ready line and no exit in {WAIT:?}:\n{}",
@@ -805,6 +811,10 @@ fn run_row(row: Row, loaded: &Loaded, foreign: &Loaded, target: &Target, other: 
     };
     found
 }
+
+/// What a refusal says when the file it would name is a missing newest
+/// snapshot (`Damage::MissingHistory`'s text).
+const MISSING_SNAPSHOT: &str = "a snapshot covering LSN";
 
 /// A start that exited: it must be a refusal naming the file, and
 /// `verify` must exit 2 naming it.
@@ -940,11 +950,6 @@ fn expected(row: Row) -> Outcome {
         return Refused;
     }
     match (row.kind, row.damage) {
-        // Its records are in the newest snapshot: the start skips it. No
-        // crash cuts a used segment, so a cut one is refused all the same
-        // (`ShortSegment`).
-        (Kind::WalBelowSnapshot, Damage::Truncate) => Refused,
-        (Kind::WalBelowSnapshot, _) => NothingLost,
         // Damage with newer flushes after it (`DamageBeforeData`), a log
         // the next segment does not continue (`LsnGap`), `ShortSegment`.
         (Kind::WalReplayed, _) => Refused,
@@ -962,8 +967,10 @@ fn expected(row: Row) -> Outcome {
         // The full snapshot every delta builds on: no chain loads and the
         // WAL does not start at LSN 1 (`NoUsableSnapshot`).
         (Kind::SnapFull, _) => Refused,
-        // The newest delta: the snapshot before it plus the WAL cover it.
-        (Kind::SnapDelta, _) => NothingLost,
+        // The newest delta: only the newest chain and the WAL after it
+        // are kept, so nothing older stands in (`NoUsableSnapshot`, or
+        // `MissingHistory` saying a snapshot is missing).
+        (Kind::SnapDelta, _) => Refused,
         // Its fields sit in the first 72 bytes: a cut block still reads.
         (Kind::Manifest, Damage::Truncate) => NothingLost,
         (Kind::Manifest, _) => Refused,
@@ -981,7 +988,6 @@ fn expected(row: Row) -> Outcome {
 fn rows(setup: Setup, stop: Stop) -> Vec<Row> {
     let kinds: &[Kind] = match setup {
         Setup::Memory => &[
-            Kind::WalBelowSnapshot,
             Kind::WalReplayed,
             Kind::WalNewest,
             Kind::Head,
@@ -990,7 +996,6 @@ fn rows(setup: Setup, stop: Stop) -> Vec<Row> {
             Kind::Manifest,
         ],
         Setup::Hybrid => &[
-            Kind::WalBelowSnapshot,
             Kind::WalReplayed,
             Kind::WalNewest,
             Kind::Head,
