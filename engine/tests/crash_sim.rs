@@ -239,7 +239,7 @@ fn run_seed(seed: u64, hybrid: bool, tape: &mut Tape) -> Result<Coverage, String
     // the writes then change a small part of the live data between two
     // checkpoints, and the checkpointer takes deltas (when they change
     // most of it, a full copy is cheaper and it takes those).
-    let ballast = if !hybrid && (seed / 3) % 2 == 0 {
+    let ballast = if !hybrid && (seed / 3).is_multiple_of(2) {
         BALLAST_KEYS
     } else {
         0
