@@ -32,25 +32,6 @@ fn value_of_run(k: u64, run: u64) -> Bytes {
     Bytes::from(v)
 }
 
-/// (WAL bytes, snapshot bytes, snapshot files) on disk for shard 0.
-fn disk_use(disk: &SimDisk) -> (u64, u64, u64) {
-    let (mut wal, mut snaps, mut files) = (0, 0, 0);
-    for p in disk.files() {
-        let Some(len) = disk.file_len(&p) else {
-            continue;
-        };
-        match p.extension().and_then(|e| e.to_str()) {
-            Some("wal") => wal += len,
-            Some("snap") => {
-                snaps += len;
-                files += 1;
-            }
-            _ => {}
-        }
-    }
-    (wal, snaps, files)
-}
-
 fn run_loop(seed: u64, growing: bool) {
     init_log();
     let disk = SimDisk::new(seed);
@@ -101,7 +82,9 @@ fn run_loop(seed: u64, growing: bool) {
             .keys()
             .map(|&k| ENTRY_HEADER + key(k).len() as u64 + VALUE_BYTES as u64)
             .sum();
-        let (wal, snaps, files) = disk_use(&disk);
+        let wal: u64 = file_lens(&disk, "wal").iter().sum();
+        let snap_lens = file_lens(&disk, "snap");
+        let (snaps, files) = (snap_lens.iter().sum::<u64>(), snap_lens.len() as u64);
         let bound = 2 * live + allowance + files * FILE_FRAMING;
         assert!(
             wal + snaps <= bound,

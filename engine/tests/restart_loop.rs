@@ -17,14 +17,6 @@ const RUNS: u64 = 40;
 const KEYS: u64 = 200;
 const PUTS_PER_RUN: u64 = 20;
 
-fn wal_bytes_on_disk(disk: &SimDisk) -> u64 {
-    disk.files()
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "wal"))
-        .filter_map(|p| disk.file_len(p))
-        .sum()
-}
-
 #[test]
 fn restart_loop_keeps_the_wal_and_the_replay_bounded() {
     init_log();
@@ -66,7 +58,7 @@ fn restart_loop_keeps_the_wal_and_the_replay_bounded() {
         } else {
             engine.halt();
         }
-        max_wal = max_wal.max(wal_bytes_on_disk(&disk));
+        max_wal = max_wal.max(file_lens(&disk, "wal").iter().sum());
     }
     eprintln!(
         "runs {RUNS}: WAL written {total_written} B in all, max replayed at a start {max_replayed} B, \

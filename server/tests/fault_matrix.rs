@@ -986,28 +986,22 @@ fn expected(row: Row) -> Outcome {
 /// The rows: every kind the setup has, each damage, each stop (the
 /// manifest, written once when the directory is made, only after SIGTERM).
 fn rows(setup: Setup, stop: Stop) -> Vec<Row> {
-    let kinds: &[Kind] = match setup {
-        Setup::Memory => &[
-            Kind::WalReplayed,
-            Kind::WalNewest,
-            Kind::Head,
-            Kind::SnapFull,
-            Kind::SnapDelta,
-            Kind::Manifest,
-        ],
-        Setup::Hybrid => &[
-            Kind::WalReplayed,
-            Kind::WalNewest,
-            Kind::Head,
-            Kind::SnapFull,
-            Kind::SnapDelta,
-            Kind::Manifest,
-            Kind::ValueSeg,
-        ],
-        Setup::HybridHot => &[Kind::HotSeg],
+    // The files every tier has; the hybrid tier adds its value segments.
+    const LOG_AND_SNAPSHOTS: [Kind; 6] = [
+        Kind::WalReplayed,
+        Kind::WalNewest,
+        Kind::Head,
+        Kind::SnapFull,
+        Kind::SnapDelta,
+        Kind::Manifest,
+    ];
+    let kinds: Vec<Kind> = match setup {
+        Setup::Memory => LOG_AND_SNAPSHOTS.to_vec(),
+        Setup::Hybrid => [&LOG_AND_SNAPSHOTS[..], &[Kind::ValueSeg]].concat(),
+        Setup::HybridHot => vec![Kind::HotSeg],
     };
     let mut out = Vec::new();
-    for &kind in kinds {
+    for kind in kinds {
         if kind == Kind::Manifest && stop != Stop::Term {
             continue;
         }

@@ -165,3 +165,13 @@ impl Captured {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 }
+
+/// The lengths of the files on `disk` whose name ends in `.ext` (WAL
+/// segments: "wal", snapshots: "snap").
+pub fn file_lens(disk: &ringkv_engine::io::sim::SimDisk, ext: &str) -> Vec<u64> {
+    disk.files()
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .filter_map(|p| disk.file_len(p))
+        .collect()
+}
