@@ -486,8 +486,10 @@ section! {
         /// The WAL allowance: a checkpoint is due once the WAL past the last one reaches
         /// this, or, with the memory tier, what twice the live data leaves beside the kept
         /// snapshots if that is more. Disk use stays within 2 x live data + this + 3
-        /// segments per shard (`docs/wal.md`, "Disk bounded by live data"). WAL replayed at
-        /// a start counts too; a start that replays the threshold checkpoints before ready.
+        /// segments per shard, plus up to this again of segments kept for the next
+        /// checkpoint while checkpoints run long (`docs/wal.md`, "Disk bounded by live
+        /// data"). WAL replayed at a start counts too; a start that replays the threshold
+        /// checkpoints before ready.
         checkpoint_wal_bytes: ByteSize = ByteSize::mib(256),
             kind None, check Check::Range(ByteSize::kib(64), ByteSize::gib(1024));
         /// Also take a checkpoint this often if anything was written; `"0s"` disables the timer.

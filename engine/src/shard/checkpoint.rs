@@ -73,10 +73,19 @@ pub(crate) fn bounded_threshold(
 /// Segment files a shard keeps at most, whatever checkpoints retire: the
 /// WAL between two checkpoints (the threshold; it starts inside a segment
 /// and is passed by up to a flush, so one segment more than its whole
-/// segments), and the spare ahead of the open segment. The log grows past
-/// it only while a checkpoint runs late.
-pub(crate) fn wal_files_max(core: &ShardCore, segment_bytes: u64) -> usize {
-    core.wal.checkpoint_threshold().div_ceil(segment_bytes) as usize + 3
+/// segments), the spare ahead of the open segment, and the segments the
+/// WAL started while a recent checkpoint ran (`ran_over`, the most of the
+/// last four), up to the
+/// allowance's worth (`checkpoint_wal_bytes`). The next checkpoint runs
+/// over about as many: a file kept for it is recycled, where a removed one
+/// would be zero-filled again through the device the WAL is waiting on
+/// (at the device's cap that was a third of its bytes and the longest
+/// waits; docs/wal.md). The log grows past it only while a checkpoint
+/// runs later than the one before.
+pub(crate) fn wal_files_max(core: &ShardCore, segment_bytes: u64, ran_over: usize) -> usize {
+    let threshold = core.wal.checkpoint_threshold().div_ceil(segment_bytes) as usize;
+    let allowance = core.wal.checkpoint_allowance().div_ceil(segment_bytes) as usize;
+    threshold + 3 + ran_over.min(allowance)
 }
 
 /// The checkpoint loop of one shard; it also answers an online backup's
@@ -486,8 +495,15 @@ async fn retire_covered<D: Disk>(
     };
     // The WAL's files stay within its allowance: the log one checkpoint
     // interval writes (in whole segments), the open segment and the spare
-    // ahead of it. Retired segments are recycled up to that, not beyond.
-    Ok(files
-        .remove_covered(keep_from, wal_files_max(core, files.segment_bytes()))
-        .await?)
+    // ahead of it, and what the WAL wrote past the snapshot's LSN while
+    // this checkpoint ran. Retired segments are recycled up to that, not
+    // beyond.
+    let ran_over = files
+        .live_segments()
+        .iter()
+        .filter(|s| s.first_lsn > keep_from + 1)
+        .count();
+    let ran_over = core.wal.checkpoint_ran_over(ran_over);
+    let files_max = wal_files_max(core, files.segment_bytes(), ran_over);
+    Ok(files.remove_covered(keep_from, files_max).await?)
 }

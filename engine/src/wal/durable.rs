@@ -395,6 +395,10 @@ impl WalState {
     }
 }
 
+/// Checkpoints whose run-over segments the WAL's files are sized for
+/// ([`Wal::checkpoint_ran_over`]).
+const RAN_OVER_KEPT: usize = 4;
+
 /// WAL bytes and writes since the last checkpoint, and the threshold that
 /// makes the next one due: the checkpointer reads and resets it, the
 /// flusher adds to it.
@@ -405,6 +409,9 @@ struct CheckpointCounter {
     threshold: Cell<u64>,
     wal_bytes: Cell<u64>,
     writes: Cell<u64>,
+    /// Segments the WAL started while each of the last checkpoints ran,
+    /// the newest first.
+    ran_over: Cell<[usize; RAN_OVER_KEPT]>,
 }
 
 /// One shard's write-ahead log as its tasks share it (single-threaded:
@@ -455,6 +462,7 @@ impl Wal {
                 threshold: Cell::new(checkpoint_wal_bytes),
                 wal_bytes: Cell::new(0),
                 writes: Cell::new(0),
+                ran_over: Cell::new([0; RAN_OVER_KEPT]),
             },
             flush_wanted: Notify::new(),
             space_freed: Notify::new(),
@@ -727,6 +735,24 @@ impl Wal {
     /// WAL bytes after which the next checkpoint is due.
     pub(crate) fn checkpoint_threshold(&self) -> u64 {
         self.checkpoint.threshold.get()
+    }
+
+    /// The least WAL between checkpoints (`storage.checkpoint_wal_bytes`).
+    pub(crate) fn checkpoint_allowance(&self) -> u64 {
+        self.checkpoint.wal_bytes_min
+    }
+
+    /// Records that the checkpoint just taken ran over `segments` segments
+    /// (the WAL started them after its LSN); returns the most that any of
+    /// the last [`RAN_OVER_KEPT`] ran over, so that a cycle running over a
+    /// segment fewer than the ones before does not remove a file the next
+    /// one makes again.
+    pub(crate) fn checkpoint_ran_over(&self, segments: usize) -> usize {
+        let mut last = self.checkpoint.ran_over.get();
+        last.rotate_right(1);
+        last[0] = segments;
+        self.checkpoint.ran_over.set(last);
+        last.into_iter().max().unwrap_or(segments)
     }
 
     /// Sets the WAL bytes after which the next checkpoint is due (the
