@@ -330,3 +330,41 @@ fn a_write_is_admitted_between_the_pieces_of_a_zero_fill() {
         );
     });
 }
+
+/// A fill from a length that is not on a block bound (after a `set_len`)
+/// to several pieces' worth: every piece the backend is asked for ends on
+/// a block bound, and the whole file reads as zeroes; an unaligned target
+/// is refused as the backend refuses it, and nothing is charged for it.
+#[test]
+fn a_zero_fill_from_an_unaligned_length_is_pieced_on_block_bounds() {
+    use ringkv_engine::io::throttle::ZERO_FILL_PIECE_BYTES;
+    let profile = ProfileConfig {
+        iops: 0,
+        burst_iops: 0,
+        burst_credit: 0,
+        bytes_per_sec: ByteSize::gib(64),
+        io_unit: ByteSize::kib(256),
+        count_fsync: false,
+    };
+    let device = Arc::new(Device::new("d", "", "fast", profile).unwrap());
+    let sim = SimDisk::new(22);
+    let disk = Throttled::new(sim.clone(), device.clone());
+    let dir = PathBuf::from("/u");
+    disk.create_dir_all(&dir).unwrap();
+    let path = dir.join("f");
+    let target = 2 * ZERO_FILL_PIECE_BYTES + ALIGN as u64;
+    compio::runtime::Runtime::new().unwrap().block_on(async {
+        let f = disk.open(&path, true).await.unwrap();
+        f.write_at(block(), 0).await.0.unwrap();
+        f.set_len(1000).await.unwrap();
+        f.allocate_zeroed(target).await.unwrap();
+        assert_eq!(f.len().await.unwrap(), target);
+        let charged = device.metrics().bytes_written;
+        assert!(f.allocate_zeroed(target + 100).await.is_err());
+        assert_eq!(device.metrics().bytes_written, charged);
+    });
+    let written = sim.read_written(&path).unwrap();
+    assert_eq!(written.len() as u64, target);
+    assert!(written[..1000].iter().all(|&b| b == 0xA5));
+    assert!(written[1000..].iter().all(|&b| b == 0));
+}

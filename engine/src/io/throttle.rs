@@ -43,6 +43,8 @@ mod limiter;
 /// 174 ms on `nvme`.
 pub const ZERO_FILL_PIECE_BYTES: u64 = 4 << 20;
 
+const _: () = assert!(ZERO_FILL_PIECE_BYTES.is_multiple_of(super::ALIGN as u64));
+
 pub use crate::histogram::{AtomicHistogram, HistogramSnapshot, HISTOGRAM_BUCKETS};
 pub use limiter::{Limiter, PACING_WINDOW_NS};
 
@@ -618,18 +620,30 @@ impl<F: DiskFile> DiskFile for ThrottledFile<F> {
 
     async fn allocate_zeroed(&self, len: u64) -> io::Result<()> {
         let device = &self.device;
+        if !len.is_multiple_of(super::ALIGN as u64) {
+            // The backend refuses it, naming the file.
+            let result = self.inner.allocate_zeroed(len).await;
+            device.count_result(&result);
+            return result;
+        }
         let current = self.inner.len().await?;
         // Paid for and written a piece at a time: I/O reserved meanwhile
         // is admitted between the pieces, as a device serves a large write
-        // beside its other commands, instead of waiting for all of it.
+        // beside its other commands, instead of waiting for all of it. The
+        // pieces end on multiples of the piece size (so on block bounds,
+        // whatever the file's length now) and at `len`, which the backend
+        // checks.
         let mut done = current;
         while done < len {
-            let piece = (len - done).min(ZERO_FILL_PIECE_BYTES);
+            let end = (done / ZERO_FILL_PIECE_BYTES + 1)
+                .saturating_mul(ZERO_FILL_PIECE_BYTES)
+                .min(len);
+            let piece = end - done;
             device.acquire(device.ios_for_len(piece), piece).await;
-            let result = self.inner.allocate_zeroed(done + piece).await;
+            let result = self.inner.allocate_zeroed(end).await;
             device.count_result(&result);
             result?;
-            done += piece;
+            done = end;
             device
                 .counters
                 .bytes_written
