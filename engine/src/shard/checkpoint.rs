@@ -75,13 +75,12 @@ pub(crate) fn bounded_threshold(
 /// and is passed by up to a flush, so one segment more than its whole
 /// segments), the spare ahead of the open segment, and the segments the
 /// WAL started while a recent checkpoint ran (`ran_over`, the most of the
-/// last four), up to the
-/// allowance's worth (`checkpoint_wal_bytes`). The next checkpoint runs
-/// over about as many: a file kept for it is recycled, where a removed one
-/// would be zero-filled again through the device the WAL is waiting on
-/// (at the device's cap that was a third of its bytes and the longest
-/// waits; docs/wal.md). The log grows past it only while a checkpoint
-/// runs later than the one before.
+/// last four), up to the allowance's worth (`checkpoint_wal_bytes`). The
+/// next checkpoint runs over about as many: a file kept for it is
+/// recycled, where a removed one would be zero-filled again through the
+/// device the WAL is waiting on (at the device's cap that was a quarter
+/// of its bytes and the longest waits; docs/wal.md). The log grows past
+/// it only while a checkpoint runs later than the ones before.
 pub(crate) fn wal_files_max(core: &ShardCore, segment_bytes: u64, ran_over: usize) -> usize {
     let threshold = core.wal.checkpoint_threshold().div_ceil(segment_bytes) as usize;
     let allowance = core.wal.checkpoint_allowance().div_ceil(segment_bytes) as usize;
