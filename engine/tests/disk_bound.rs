@@ -129,7 +129,8 @@ fn segments_a_checkpoint_runs_over_are_recycled_not_made_again() {
     let disk = SimDisk::new(93);
     // 64 KiB segments, a checkpoint every 2 MiB of WAL (32 segments),
     // 512 KiB of live data; each snapshot write or sync takes 50 ms and
-    // the writer puts about 8 MB/s, so a checkpoint runs over about 25.
+    // the writer puts up to about 8 MB/s: a checkpoint runs over about 13
+    // (measured here).
     let mut config = small_config(Path::new("/ranover"), 1, Durability::Sync);
     config.storage.checkpoint_wal_bytes = tunables::ByteSize::mib(2);
     disk.set_faults(ringkv_engine::io::sim::SimFaults {
