@@ -45,22 +45,11 @@ fn lookup(t: &dyn Tier, keys: &[Vec<u8>]) -> (Vec<ColdAnswer>, Vec<ColdGet>) {
     (out.into_iter().map(Ok).collect(), cold)
 }
 
-/// Reads and answers the cold GETs (the second step); returns how many
-/// rounds of reads it took.
-fn read_cold(t: &dyn Tier, answers: &mut [ColdAnswer], mut cold: Vec<ColdGet>) -> usize {
-    let mut rounds = 0;
-    while !cold.is_empty() {
-        rounds += 1;
-        assert!(rounds < 1_000, "cold reads do not converge");
-        let read = pollster::block_on(t.fetch_cold(cold));
-        let (mut done, mut again) = (Vec::new(), Vec::new());
-        t.finish_cold(read, &mut done, &mut again);
-        for (i, a) in done {
-            answers[i] = a;
-        }
-        cold = again;
+/// Reads and answers the cold GETs (the second step).
+fn read_cold(t: &dyn Tier, answers: &mut [ColdAnswer], cold: Vec<ColdGet>) {
+    for (i, a) in pollster::block_on(t.read_cold(cold)) {
+        answers[i] = a;
     }
-    rounds
 }
 
 fn get_split(t: &dyn Tier, keys: &[Vec<u8>]) -> (Vec<ColdAnswer>, usize) {

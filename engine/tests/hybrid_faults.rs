@@ -427,14 +427,8 @@ fn get_split(t: &dyn Tier, keys: &[Vec<u8>]) -> (Vec<ColdAnswer>, usize) {
     assert_eq!(answered, keys.len());
     let mut answers: Vec<ColdAnswer> = out.into_iter().map(Ok).collect();
     let n = cold.len();
-    while !cold.is_empty() {
-        let read = pollster::block_on(t.fetch_cold(cold));
-        let (mut done, mut again) = (Vec::new(), Vec::new());
-        t.finish_cold(read, &mut done, &mut again);
-        for (i, a) in done {
-            answers[i] = a;
-        }
-        cold = again;
+    for (i, a) in pollster::block_on(t.read_cold(cold)) {
+        answers[i] = a;
     }
     (answers, n)
 }

@@ -57,16 +57,10 @@ fn get_all<D: Disk>(t: &mut HybridTier<D>, keys: &[u64], round: u64) {
     let (mut out, mut cold) = (Vec::new(), Vec::new());
     let mut left = usize::MAX;
     t.get_many_split(&hashes, &ks, &mut out, &mut left, &mut cold);
-    while !cold.is_empty() {
-        // A compio runtime drives the reads: a limited device waits on
-        // its timer.
-        let read = RUNTIME.with(|rt| rt.block_on(t.fetch_cold(cold)));
-        let (mut done, mut again) = (Vec::new(), Vec::new());
-        t.finish_cold(read, &mut done, &mut again);
-        for (i, a) in done {
-            out[i] = a.expect("the record reads");
-        }
-        cold = again;
+    // A compio runtime drives the reads: a limited device waits on its
+    // timer.
+    for (i, a) in RUNTIME.with(|rt| rt.block_on(t.read_cold(cold))) {
+        out[i] = a.expect("the record reads");
     }
     for (&i, got) in keys.iter().zip(out) {
         assert_eq!(

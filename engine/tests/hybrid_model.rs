@@ -31,11 +31,14 @@
 
 use bytes::Bytes;
 use common::hybrid::{key, settings, SHARED_TAG};
+use futures::FutureExt;
 use ringkv_engine::hash::fnv1a64;
 use ringkv_engine::io::sim::SimDisk;
 use ringkv_engine::io::Disk;
 use ringkv_engine::rng::SplitMix64;
-use ringkv_engine::tier::{ColdGet, DeleteLookup, HotSettings, HybridSettings, HybridTier, Tier};
+use ringkv_engine::tier::{
+    ColdGet, ColdRead, DeleteLookup, HotSettings, HybridSettings, HybridTier, ReadHold, Tier,
+};
 use std::collections::BTreeMap;
 
 mod common;
@@ -132,51 +135,55 @@ fn answer_deletes(
         cold.push(g);
         want.push((k, existed));
     }
-    while !cold.is_empty() {
-        let read = pollster::block_on(t.fetch_cold(cold));
-        let (mut done, mut again) = (Vec::new(), Vec::new());
-        t.finish_cold(read, &mut done, &mut again);
-        for (i, a) in done {
-            let (k, existed) = &want[i];
-            if a.as_ref().map(|v| v.is_some()) != Ok(*existed) {
-                return Err(format!(
-                    "{what}: the blind delete of {} answers {:?}, want existed = {existed}",
-                    String::from_utf8_lossy(k),
-                    a.map(|v| v.is_some())
-                ));
-            }
+    for (i, a) in pollster::block_on(t.read_cold(cold)) {
+        let (k, existed) = &want[i];
+        if a.as_ref().map(|v| v.is_some()) != Ok(*existed) {
+            return Err(format!(
+                "{what}: the blind delete of {} answers {:?}, want existed = {existed}",
+                String::from_utf8_lossy(k),
+                a.map(|v| v.is_some())
+            ));
         }
-        cold = again;
     }
     Ok(())
 }
 
 /// Settling reads at their three stages: queued in the tier, taken (not
-/// read yet), read (not applied yet).
+/// read yet), read (their device reads done, held before their records
+/// are tried; writes, GC and checkpoints run meanwhile).
 #[derive(Default)]
 struct Settles {
     taken: Vec<ColdGet>,
-    read: Vec<ColdGet>,
+    read: Vec<(ReadHold, ColdRead)>,
     finished: u64,
 }
 
 impl Settles {
     /// One stage further for some of them, as the dice say: take what the
     /// tier queued, read what was taken, or apply what was read (a record
-    /// longer than its first read goes back to be read again).
-    fn step(&mut self, t: &mut dyn Tier, rng: &mut SplitMix64) {
+    /// longer than its first read is read again then).
+    fn step(&mut self, t: &mut HybridTier<SimDisk>, rng: &mut SplitMix64) {
         match rng.below(3) {
             0 => t.take_settles(1 + rng.below(4) as usize, &mut self.taken),
             1 if !self.taken.is_empty() => {
                 let n = (1 + rng.below(4) as usize).min(self.taken.len());
                 let batch: Vec<ColdGet> = self.taken.drain(..n).collect();
-                self.read.extend(pollster::block_on(t.fetch_cold(batch)));
+                let hold = t.hold_next_cold_read();
+                let mut read = t.read_cold(batch);
+                // The simulated disk answers at once: one poll makes the
+                // device reads and stops at the hold.
+                let polled = (&mut read).now_or_never();
+                assert!(
+                    polled.is_none() && hold.reached(),
+                    "the read stops at its hold"
+                );
+                self.read.push((hold, read));
             }
             _ if !self.read.is_empty() => {
-                let (mut answers, mut again) = (Vec::new(), Vec::new());
-                t.finish_cold(std::mem::take(&mut self.read), &mut answers, &mut again);
-                self.finished += answers.len() as u64;
-                self.taken.extend(again);
+                for (hold, read) in std::mem::take(&mut self.read) {
+                    hold.release();
+                    self.finished += pollster::block_on(read).len() as u64;
+                }
             }
             _ => {}
         }
@@ -192,14 +199,8 @@ fn split_gets(t: &mut dyn Tier, model: &Model, what: &str) -> Result<(), String>
     let mut left = usize::MAX;
     t.get_many_split(&hashes, &all, &mut out, &mut left, &mut cold);
     let mut answers: Vec<Result<Option<Bytes>, String>> = out.into_iter().map(Ok).collect();
-    while !cold.is_empty() {
-        let read = pollster::block_on(t.fetch_cold(cold));
-        let (mut done, mut again) = (Vec::new(), Vec::new());
-        t.finish_cold(read, &mut done, &mut again);
-        for (i, a) in done {
-            answers[i] = a.map_err(|e| format!("{e:?}"));
-        }
-        cold = again;
+    for (i, a) in pollster::block_on(t.read_cold(cold)) {
+        answers[i] = a.map_err(|e| format!("{e:?}"));
     }
     for (k, a) in all.iter().zip(answers) {
         let want = model.get(&k[..]).map(|(v, _)| Bytes::from(v.clone()));

@@ -14,7 +14,7 @@ use crate::clock::now_ms;
 use crate::hash::TableHasher;
 use crate::metrics::ShardStats;
 use crate::notify::Notify;
-use crate::tier::{ColdAnswer, ColdGet, DeleteLookup, Tier};
+use crate::tier::{ColdGet, DeleteLookup, Tier, TierRoom};
 use crate::txn::watch::{KeyMark, WriteMarks};
 use crate::wal::durable::{Append, Applied, Wal, WriteSet};
 use crate::wal::format::{record_size, RecordKind};
@@ -101,8 +101,7 @@ pub(crate) struct ShardCore {
     pub(crate) clock: Arc<CommitClock>,
     state: RefCell<CoreState>,
     /// The shard's WAL: durability, the flusher's wake-ups, the checkpoint
-    /// trigger. Its `space_freed` also wakes writes held back for room in
-    /// the tier ([`Tier::write_room`]: settling reads finished). The WAL
+    /// trigger. The WAL
     /// bytes after which a checkpoint is due are the configured
     /// `checkpoint_wal_bytes`, or the size of the last snapshot if larger
     /// (a checkpoint never costs more than the log it replaces; like Redis's
@@ -110,6 +109,9 @@ pub(crate) struct ShardCore {
     pub(crate) wal: Rc<Wal>,
     /// The tier queued settling reads ([`Tier::take_settles`]).
     pub(crate) settle_wanted: Notify,
+    /// Raised by the tier when writes it held back ([`Tier::write_room`])
+    /// may go on.
+    tier_room: TierRoom,
     /// An online backup's requests to the checkpointer, and its pin.
     pub(crate) backup: crate::shard::backup::BackupSide,
 }
@@ -213,6 +215,9 @@ impl ShardCore {
         clock: Arc<CommitClock>,
         txn: crate::shard::txn::TxnShard,
     ) -> ShardCore {
+        let mut tier = tier;
+        let tier_room = TierRoom::new();
+        tier.set_room_signal(tier_room.clone());
         assert_eq!(wal.is_some(), settings.durability != Durability::None);
         let wal = Rc::new(Wal::new(
             settings.shard,
@@ -251,6 +256,7 @@ impl ShardCore {
             }),
             wal,
             settle_wanted: Notify::new(),
+            tier_room,
             backup: Default::default(),
         }
     }
@@ -283,9 +289,9 @@ impl ShardCore {
     }
 
     /// Makes up to `max` of the settling reads the tier queued, all
-    /// submitted together (the shard serves other requests meanwhile),
-    /// then wakes writes held back for them. Returns whether there were
-    /// any.
+    /// submitted together (the shard serves other requests meanwhile;
+    /// the tier wakes writes held back for them). Returns whether there
+    /// were any.
     pub(crate) async fn settle_some(&self, max: usize) -> bool {
         let mut cold = Vec::new();
         self.state.borrow_mut().tier.take_settles(max, &mut cold);
@@ -293,29 +299,9 @@ impl ShardCore {
             return false;
         }
         // Nobody waits for their answers.
-        self.read_cold(cold).await;
+        let read = self.state.borrow().tier.read_cold(cold);
+        read.await;
         true
-    }
-
-    /// Reads `cold` (all at once; the shard serves other requests
-    /// meanwhile), again for those that need another read, until each
-    /// has its answer: `(index, answer)`. Then wakes writes held back for
-    /// room in the tier: settling reads and the answer reads of deletes
-    /// past the tier's bound both count toward it.
-    async fn read_cold(&self, mut cold: Vec<ColdGet>) -> Vec<(usize, ColdAnswer)> {
-        let mut answers = Vec::with_capacity(cold.len());
-        while !cold.is_empty() {
-            let fetch = self.state.borrow().tier.fetch_cold(cold);
-            let read = fetch.await;
-            let mut again = Vec::new();
-            self.state
-                .borrow()
-                .tier
-                .finish_cold(read, &mut answers, &mut again);
-            cold = again;
-        }
-        self.wal.space_freed.notify();
-        answers
     }
 
     /// Wakes the settling task if the tier queued reads outside a batch
@@ -806,13 +792,15 @@ impl ShardCore {
         };
         let mut ops = ops.into_iter().peekable();
         loop {
+            // A step stops for room in the WAL buffer or in the tier.
             let space = self.wal.space_freed.notified();
+            let room = self.tier_room.freed();
             let all = self.apply_some(&mut ops, &mut out);
             self.check_tier_fault();
             if all {
                 break;
             }
-            space.await;
+            futures::future::select(space, room).await;
         }
         let BatchOut {
             results,
@@ -866,7 +854,8 @@ impl ShardCore {
         let shard = self.settings.shard;
         let deletes: std::collections::HashSet<usize> =
             cold.iter().filter(|g| g.delete).map(|g| g.index).collect();
-        for (i, answer) in self.read_cold(cold).await {
+        let read = self.state.borrow().tier.read_cold(cold);
+        for (i, answer) in read.await {
             results[i] = match answer {
                 // A delete's: whether its key was there, live.
                 Ok(Some(_)) if deletes.contains(&i) => OpResult::Ok,

@@ -8,15 +8,18 @@
 //! trait gives a tier that keeps values on a device:
 //! - **GETs in two steps.** [`Tier::get_many_split`] looks a run of keys up
 //!   and answers from RAM; the keys that need a device read come back as
-//!   [`ColdGet`]s, which [`Tier::fetch_cold`] reads together (a future that
-//!   holds no borrow of the tier, so the shard serves other requests while
-//!   it waits) and [`Tier::finish_cold`] answers. A memory tier answers
-//!   everything in the first step.
+//!   [`ColdGet`]s, and [`Tier::read_cold`] answers them all with one future
+//!   (it holds no borrow of the tier, so the shard serves other requests
+//!   while it waits, and runs every read a key takes inside). A memory tier
+//!   answers everything in the first step.
 //! - **Deletes that do not read.** [`Tier::delete_lookup`] tells a delete
 //!   whether its key is there before it is logged, from RAM when it can;
 //!   when that needs a device read it hands back a [`ColdGet`] whose
 //!   answer is read like a GET's, and [`Tier::delete_blind`] removes the
 //!   key at once without reading.
+//! - **Room to write.** A tier that holds writes back ([`Tier::write_room`])
+//!   says when there is room again through the [`TierRoom`] its shard gives
+//!   it, not through the WAL's signals.
 //! - **Writes that append.** The WAL record stays the commit point; a tier
 //!   may write values to its own files in the background and makes them
 //!   durable in [`Tier::checkpoint_finish`], before the checkpoint that
@@ -26,20 +29,23 @@
 //!   not use; a checkpoint copies one partition at a time, so the shard
 //!   never stops for a whole-dataset copy.
 //! - **Faults and read errors** reach the shard through
-//!   [`Tier::take_fault`] (poison) and [`Tier::take_read_errors`] (an error
-//!   answer for that key).
+//!   [`Tier::take_fault`] (poison), in the answers of [`Tier::read_cold`],
+//!   and, for reads made on the shard thread (RAM lookups, updates,
+//!   deletes), through [`Tier::take_read_errors`] (an error answer for that
+//!   key).
 //! - **Memory accounting** ([`Tier::memory_bytes`]) so metrics and limits see
 //!   what the process really uses.
 
 pub mod hybrid;
 pub mod memory;
 
-pub use hybrid::{HotSettings, HybridSettings, HybridStats, HybridTier, SegmentDamage};
+pub use hybrid::{
+    HotSettings, HybridSettings, HybridStats, HybridTier, ReadHold, SegmentDamage,
+};
 pub use memory::MemoryTier;
 
 use crate::io::Disk;
 use bytes::Bytes;
-use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -53,8 +59,11 @@ pub type CheckpointVisitor<'a> = dyn FnMut(&[u8], Option<&[u8]>, Option<u64>) + 
 pub type EntryVisitor<'a> = dyn FnMut(&[u8], &[u8], Option<u64>) + 'a;
 
 /// A GET whose answer needs a device read: made by
-/// [`Tier::get_many_split`], read by [`Tier::fetch_cold`], answered by
-/// [`Tier::finish_cold`]. What the read is, is the tier's own business.
+/// [`Tier::get_many_split`] (and [`Tier::delete_lookup`],
+/// [`Tier::take_settles`]), answered by [`Tier::read_cold`] of the tier
+/// that made it. What the read is stays with that tier: the `ColdGet`
+/// holds a ticket for it, and a ticket dropped unread lets the tier
+/// forget the read.
 pub struct ColdGet {
     /// Where the answer goes: an index into the caller's answers (the
     /// tier sets it to the key's place in its run; the caller may move it).
@@ -62,15 +71,82 @@ pub struct ColdGet {
     /// The read answers a DELETE (whether its key was there, live), not a
     /// GET; the delete itself was applied already.
     pub delete: bool,
-    pub state: Box<dyn Any>,
+    pub ticket: ColdTicket,
 }
 
-/// The reads of a set of [`ColdGet`]s in flight; yields them, read.
-pub type ColdFetch = Pin<Box<dyn Future<Output = Vec<ColdGet>>>>;
+/// A tier's claim on one of the reads it holds for a [`ColdGet`]: the
+/// read's number in the tier's set of reads not made yet. Dropping it
+/// unread tells the set to forget the read (a delete looked up again
+/// after its WAL record did not fit drops its first lookup's).
+pub struct ColdTicket {
+    id: u64,
+    set: Option<std::rc::Rc<dyn ColdReads>>,
+}
+
+/// A tier's set of the reads its [`ColdTicket`]s name.
+pub trait ColdReads {
+    /// The ticket of read `id` was dropped unread.
+    fn forget(&self, id: u64);
+}
+
+impl ColdTicket {
+    /// A ticket for read `id` of `set`.
+    pub fn new(id: u64, set: std::rc::Rc<dyn ColdReads>) -> ColdTicket {
+        ColdTicket { id, set: Some(set) }
+    }
+
+    /// The read's number, for the set that made the ticket: the read is
+    /// now the set's to make, and dropping the ticket no longer forgets
+    /// it. Panics when `set` did not make it (a [`ColdGet`] handed to
+    /// another tier is a bug of the caller).
+    pub fn redeem(mut self, set: &std::rc::Rc<dyn ColdReads>) -> u64 {
+        let made_by = self.set.take().expect("a ticket is redeemed once");
+        assert!(
+            std::ptr::addr_eq(std::rc::Rc::as_ptr(&made_by), std::rc::Rc::as_ptr(set)),
+            "a cold read is answered by the tier that made it"
+        );
+        self.id
+    }
+}
+
+impl Drop for ColdTicket {
+    fn drop(&mut self) {
+        if let Some(set) = self.set.take() {
+            set.forget(self.id);
+        }
+    }
+}
+
+/// The answers of the cold reads [`Tier::read_cold`] was given: `(index,
+/// answer)` for each, in any order.
+pub type ColdRead = Pin<Box<dyn Future<Output = Vec<(usize, ColdAnswer)>>>>;
 
 /// The answer to a [`ColdGet`]: the value (`None`: absent or expired), or
 /// why its record could not be read (naming file and offset).
 pub type ColdAnswer = Result<Option<Bytes>, String>;
+
+/// How a tier tells its shard that writes it held back
+/// ([`Tier::write_room`]) may go on: the shard's own signal, which the
+/// tier raises when reads it counted against its bound finish.
+#[derive(Clone, Default)]
+pub struct TierRoom(std::rc::Rc<crate::notify::Notify>);
+
+impl TierRoom {
+    pub fn new() -> TierRoom {
+        TierRoom::default()
+    }
+
+    /// There may be room again: wakes whoever waits in [`TierRoom::freed`].
+    pub fn notify(&self) {
+        self.0.notify();
+    }
+
+    /// Resolves after the next [`TierRoom::notify`] (one made after this
+    /// call; take it before checking for room).
+    pub(crate) fn freed(&self) -> crate::notify::Notified<'_> {
+        self.0.notified()
+    }
+}
 
 /// What [`Tier::presence`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,24 +358,26 @@ pub trait Tier {
         let _ = cold;
         self.get_many_within(hashes, keys, out, read_left)
     }
-    /// Starts the device reads of `gets` all at once (adjacent ones merged)
-    /// and yields them when every read is done. Holds no borrow of the
-    /// tier: the shard serves other requests while it waits.
-    fn fetch_cold(&self, gets: Vec<ColdGet>) -> ColdFetch {
-        Box::pin(std::future::ready(gets))
-    }
-    /// Answers the read `gets`: pushes `(index, answer)` to `answers`, and
-    /// to `again` those that need one more read (their first candidate
-    /// record was another key's, or the record is longer than was read).
-    fn finish_cold(
-        &self,
-        gets: Vec<ColdGet>,
-        answers: &mut Vec<(usize, ColdAnswer)>,
-        again: &mut Vec<ColdGet>,
-    ) {
-        let _ = again;
+    /// Answers `gets` (made by this tier): reads every record they need,
+    /// all at once (reads of adjacent blocks merged), again for those whose
+    /// first record was another key's or longer than was read, until each
+    /// has its answer. The future holds no borrow of the tier between
+    /// reads: the shard serves other requests while it waits, and writes
+    /// applied meanwhile do not change the answers (records are never
+    /// changed in place). A read that fails answers an error for its key.
+    /// Reads counted against [`Tier::write_room`] signal the tier's
+    /// [`TierRoom`] when done.
+    fn read_cold(&self, gets: Vec<ColdGet>) -> ColdRead {
         debug_assert!(gets.is_empty(), "this tier makes no cold reads");
-        answers.extend(gets.into_iter().map(|g| (g.index, Ok(None))));
+        Box::pin(std::future::ready(
+            gets.into_iter().map(|g| (g.index, Ok(None))).collect(),
+        ))
+    }
+    /// The signal the tier raises when writes it held back
+    /// ([`Tier::write_room`]) may go on; the shard sets it once, before
+    /// the first write. A tier that never holds writes back ignores it.
+    fn set_room_signal(&mut self, room: TierRoom) {
+        let _ = room;
     }
     /// Whether `key` has an entry, and whether it has expired, in one
     /// lookup (what a delete needs to know before it is logged).
@@ -336,8 +414,8 @@ pub trait Tier {
     /// Moves up to `max` of the reads the tier wants made after writes it
     /// applied without them to `out` (the hybrid tier: the older records
     /// of keys put while its unresolved set was full). The caller reads
-    /// them with [`Tier::fetch_cold`] and [`Tier::finish_cold`] whenever
-    /// it likes (no write waits for them) and drops their answers.
+    /// them with [`Tier::read_cold`] whenever it likes (no write waits for
+    /// them) and drops their answers.
     fn take_settles(&mut self, max: usize, out: &mut Vec<ColdGet>) {
         let _ = (max, out);
     }
@@ -348,7 +426,7 @@ pub trait Tier {
     /// Whether a put or a delete applied now would go without a device
     /// read. False while too many settling reads are open: the caller
     /// holds writes back until some finish (one applied anyway reads,
-    /// blocking).
+    /// blocking; the tier's [`TierRoom`] says when to look again).
     fn write_room(&self) -> bool {
         true
     }

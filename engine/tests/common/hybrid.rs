@@ -64,15 +64,7 @@ pub fn get(t: &dyn Tier, k: &[u8]) -> Option<Bytes> {
 pub fn run_settles(t: &mut dyn Tier) -> usize {
     let mut cold = Vec::new();
     t.take_settles(usize::MAX, &mut cold);
-    let mut finished = 0;
-    while !cold.is_empty() {
-        let read = pollster::block_on(t.fetch_cold(cold));
-        let (mut answers, mut again) = (Vec::new(), Vec::new());
-        t.finish_cold(read, &mut answers, &mut again);
-        finished += answers.len();
-        cold = again;
-    }
-    finished
+    pollster::block_on(t.read_cold(cold)).len()
 }
 
 pub fn checkpoint(t: &mut dyn Tier) -> Entries {

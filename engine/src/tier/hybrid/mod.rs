@@ -53,6 +53,7 @@
 //! shard thread.
 
 pub mod cache;
+mod cold;
 mod damage;
 pub mod index;
 pub mod log;
@@ -65,13 +66,14 @@ mod resize;
 mod tiers;
 
 use self::cache::Cache;
+use self::cold::{CandState, ColdCand, ColdKey, OpenSettle, PendingCold, Where};
+pub use self::cold::ReadHold;
 pub use self::damage::SegmentDamage;
 use self::index::{Candidate, Index, KeyHash, PARTITIONS};
-use self::log::{
-    check_blocks, parse_record, DeviceSource, Parsed, ReadError, Record, RecordSpot, SegState,
+use self::log::{ReadError, Record, SegState,
     ValueLog, BLOCK,
 };
-use super::{CheckpointVisitor, ColdAnswer, ColdFetch, ColdGet, EntryVisitor, Tier};
+use super::{CheckpointVisitor, ColdGet, ColdRead, EntryVisitor, Tier, TierRoom};
 use crate::hash::TableHasher;
 use crate::io::{AlignedBuf, Disk, DiskFile};
 use bytes::Bytes;
@@ -217,6 +219,9 @@ struct Inner<D: Disk> {
     loading: LoadState,
     /// Placement across a hot and a cold device, if a hot one is set.
     tiering: Option<tiers::Tiering>,
+    /// Raised when cold reads finish: settling reads counted against the
+    /// bound [`Tier::write_room`] checks are done.
+    room: TierRoom,
 }
 
 /// What blind writes and deletes leave behind: entries that may hold an
@@ -439,9 +444,6 @@ const SEGMENT_ROW_BYTES: usize = 4 + 8 * 4 + 2 + 8;
 /// is about one read of this size plus rewriting its live records.
 const GC_STEP_BLOCKS: u64 = 64;
 
-/// Most blocks one merged GET read covers (256 KiB).
-const MERGE_BLOCKS: u64 = 64;
-
 /// Two ascending sequences as one, each pair once.
 fn merge_sorted<T: Ord + Copy>(
     a: impl Iterator<Item = T>,
@@ -487,87 +489,6 @@ fn oldest_kept_epoch(published: &mut Vec<(u64, bool)>) -> Option<u64> {
 /// ([`Tier::write_room`]).
 const SETTLES_MAX: usize = 4096;
 
-/// A candidate record of a cold GET.
-struct ColdCand<F> {
-    addr: u32,
-    span: u8,
-    /// An unresolved entry: the answer only if every candidate before it
-    /// was read and is another key's.
-    unresolved: bool,
-    state: CandState<F>,
-}
-
-enum CandState<F> {
-    /// On the device: `blocks` are the checked payloads once read.
-    Read {
-        spot: RecordSpot,
-        src: DeviceSource<F>,
-        blocks: Option<Result<Vec<u8>, ReadError>>,
-    },
-    /// Found in RAM, but tried only after the candidates before it.
-    Known(Result<Record, ReadError>),
-}
-
-/// Where a candidate's record is.
-enum Where<F> {
-    Ram(Result<Record, ReadError>),
-    Device(RecordSpot, DeviceSource<F>),
-}
-
-/// A GET waiting for device reads (what a [`ColdGet`] holds).
-struct ColdKey<F> {
-    key: Bytes,
-    hash: u64,
-    /// The tier's clock when the GET was looked up.
-    now_ms: u64,
-    /// Candidates still to try, in order; the first is the one read next.
-    cands: VecDeque<ColdCand<F>>,
-    /// Why an earlier candidate could not be read (the key may be there).
-    failed: Option<String>,
-    /// Device reads done for this GET and their bytes, not counted yet (a
-    /// merged read counts once, for the first GET it served).
-    reads: u64,
-    /// Of `reads`, those of hot segments.
-    hot_reads: u64,
-    bytes: u64,
-    /// The read answers a delete that was applied blind, or settles a
-    /// put's candidates: the key's record it finds is dead (older than
-    /// the delete or the put), and its entry goes.
-    settle: bool,
-    /// A settling read of a put; no one waits for its answer.
-    background: bool,
-    /// The newest record of the key found so far among unresolved
-    /// candidates (by LSN, see `Inner::is_newer`), its address and whether
-    /// it may be cached: the answer once every candidate is read. A
-    /// settling read keeps it from any candidate (every record of the key
-    /// it finds is dead; the newest tells whether the key was live).
-    best: Option<(u32, Record, bool)>,
-    /// Counted in `settles_open` (a put's settling read, or the answer
-    /// read of a delete applied blind past the sets' bound) until dropped.
-    counted: Option<OpenSettle>,
-}
-
-/// One open settling read, counted until dropped (finished, or abandoned:
-/// a delete looked up again when its WAL record did not fit).
-struct OpenSettle(std::rc::Rc<std::cell::Cell<usize>>);
-
-impl OpenSettle {
-    fn new(open: &std::rc::Rc<std::cell::Cell<usize>>) -> OpenSettle {
-        open.set(open.get() + 1);
-        OpenSettle(open.clone())
-    }
-}
-
-impl Drop for OpenSettle {
-    fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
-    }
-}
-
-/// Where a cold read's answer goes: (its index, whether it answers a
-/// delete), as in [`ColdGet`].
-type Placed = (usize, bool);
-
 /// What a lookup found.
 enum Lookup<F> {
     /// The record, from RAM (or none).
@@ -580,7 +501,13 @@ enum Lookup<F> {
 
 /// The hybrid tier of one shard.
 pub struct HybridTier<D: Disk> {
-    inner: RefCell<Inner<D>>,
+    /// Shared with the futures of cold reads, which borrow it between
+    /// their device reads.
+    inner: std::rc::Rc<RefCell<Inner<D>>>,
+    /// The cold reads handed out and not read yet.
+    pending: std::rc::Rc<PendingCold<D::File>>,
+    /// A test's hold for the next cold read ([`HybridTier::hold_next_cold_read`]).
+    hold: RefCell<Option<ReadHold>>,
 }
 
 impl<D: Disk> HybridTier<D> {
@@ -602,7 +529,9 @@ impl<D: Disk> HybridTier<D> {
             settings.segment_bytes,
         );
         HybridTier {
-            inner: RefCell::new(Inner {
+            pending: PendingCold::new(),
+            hold: RefCell::new(None),
+            inner: std::rc::Rc::new(RefCell::new(Inner {
                 hasher: TableHasher::LEGACY,
                 index: Index::new(settings.index_keys),
                 cache: Cache::new(settings.cache_bytes),
@@ -656,15 +585,18 @@ impl<D: Disk> HybridTier<D> {
                     damage: Vec::new(),
                 },
                 tiering: None,
-            }),
+                room: TierRoom::new(),
+            })),
         }
     }
 
     /// Puts the hot device `settings.hot` names in front of the value
     /// device: `disk` is its disk (its profile throttles its I/O), and the
     /// folder `settings.hot` names must exist. Before anything is loaded.
-    pub fn with_hot_device(mut self, disk: D) -> HybridTier<D> {
-        let st = self.inner.get_mut();
+    pub fn with_hot_device(self, disk: D) -> HybridTier<D> {
+        {
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         let hot = st
             .settings
             .hot
@@ -672,6 +604,7 @@ impl<D: Disk> HybridTier<D> {
             .expect("settings.hot names the hot device's folder");
         st.log.add_hot(disk, hot.dir);
         st.tiering = Some(tiers::Tiering::new(hot.bytes, hot.promote_reads));
+        }
         self
     }
 
@@ -682,18 +615,21 @@ impl<D: Disk> HybridTier<D> {
     /// This tier writing `dir_id` (the data directory's identity) into the
     /// header of every value segment it makes, and refusing a segment
     /// whose header carries another (0: checks nothing; tests only).
-    pub fn with_dir_id(mut self, dir_id: crate::layout::DirId) -> HybridTier<D> {
-        self.inner.get_mut().log.set_dir_id(dir_id);
+    pub fn with_dir_id(self, dir_id: crate::layout::DirId) -> HybridTier<D> {
+        self.inner.borrow_mut().log.set_dir_id(dir_id);
         self
     }
 
-    pub fn with_table_hasher(mut self, hasher: TableHasher) -> HybridTier<D> {
-        let st = self.inner.get_mut();
+    pub fn with_table_hasher(self, hasher: TableHasher) -> HybridTier<D> {
+        {
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         assert!(
             st.index.is_empty() && !st.loading.layout_loaded,
             "the table hasher is chosen before the tier holds anything"
         );
         st.hasher = hasher;
+        }
         self
     }
 
@@ -717,7 +653,8 @@ impl<D: Disk> HybridTier<D> {
         &mut self,
         files: &std::collections::BTreeMap<u64, (u64, Vec<std::ops::Range<u64>>)>,
     ) -> Result<Vec<SegmentDamage>, String> {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         if let Some(table) = st.loading.pending_segments.take() {
             st.load_segments(&table)?;
         }
@@ -729,23 +666,34 @@ impl<D: Disk> HybridTier<D> {
     /// reach the paths of records on the device.
     #[doc(hidden)]
     pub fn forget_cached(&mut self) {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         st.cache = Cache::new(st.settings.cache_bytes);
         st.log.forget_recent();
+    }
+
+    /// A test hook: the next [`Tier::read_cold`] waits, once its first
+    /// device reads are done, until the returned hold is released (see
+    /// [`ReadHold`]).
+    #[doc(hidden)]
+    pub fn hold_next_cold_read(&self) -> ReadHold {
+        let hold = ReadHold::default();
+        *self.hold.borrow_mut() = Some(hold.clone());
+        hold
     }
 
     /// Allows `max` settling reads open instead of [`SETTLES_MAX`], so
     /// tests reach the limit with few keys.
     #[doc(hidden)]
     pub fn set_settles_max(&mut self, max: usize) {
-        self.inner.get_mut().settling.settles_max = max;
+        self.inner.borrow_mut().settling.settles_max = max;
     }
 
     /// Bounds the unresolved entries at `max` instead of the size
     /// `index_keys` gives, so tests reach a full set with few keys.
     #[doc(hidden)]
     pub fn set_unresolved_max(&mut self, max: usize) {
-        self.inner.get_mut().blind.unresolved_max = max;
+        self.inner.borrow_mut().blind.unresolved_max = max;
     }
 }
 
@@ -816,63 +764,14 @@ impl<D: Disk> Inner<D> {
     }
 }
 
-/// One device read a batch of cold GETs shares: blocks `first..end` of one
-/// segment, for the GETs (indexes into the batch) whose next blocks lie in
-/// it.
-struct MergedRead {
-    first: u64,
-    end: u64,
-    gets: Vec<usize>,
-}
-
-/// The reads a batch of cold GETs makes next: the blocks each needs, in
-/// order; reads of the same segment whose blocks touch or overlap go as one
-/// read, up to MERGE_BLOCKS blocks.
-fn merge_reads<F>(keys: &[(Placed, Box<ColdKey<F>>)]) -> Vec<MergedRead> {
-    // The blocks each GET needs next: (segment, first, end, GET).
-    let mut wanted: Vec<(u64, u64, u64, usize)> = keys
-        .iter()
-        .enumerate()
-        .filter_map(|(i, (_, ck))| match &ck.cands.front()?.state {
-            CandState::Read {
-                spot,
-                src,
-                blocks: None,
-            } => Some((src.seq, spot.first, spot.first + spot.count, i)),
-            _ => None,
-        })
-        .collect();
-    wanted.sort_unstable();
-    let mut merged: Vec<MergedRead> = Vec::new();
-    let mut last_seq = None;
-    for (seq, first, end, i) in wanted {
-        match merged.last_mut() {
-            Some(m)
-                if last_seq == Some(seq)
-                    && first <= m.end
-                    && end.max(m.end) - m.first <= MERGE_BLOCKS =>
-            {
-                m.end = m.end.max(end);
-                m.gets.push(i);
-            }
-            _ => merged.push(MergedRead {
-                first,
-                end,
-                gets: vec![i],
-            }),
-        }
-        last_seq = Some(seq);
-    }
-    merged
-}
-
 impl<D: Disk> Tier for HybridTier<D> {
     fn table_hasher(&self) -> TableHasher {
         self.inner.borrow().hasher
     }
 
     fn get(&self, hash: u64, key: &[u8]) -> Option<Bytes> {
-        let mut st = self.inner.borrow_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         st.note_get(hash);
         let r = st.find_for_read(hash, key)?;
         st.live(&r).then_some(r.value)
@@ -887,7 +786,8 @@ impl<D: Disk> Tier for HybridTier<D> {
         cold: &mut Vec<ColdGet>,
     ) -> usize {
         assert_eq!(hashes.len(), keys.len());
-        let mut st = self.inner.borrow_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         let mut answered = 0;
         for (i, (&h, k)) in hashes.iter().zip(keys).enumerate() {
             if *read_left == 0 {
@@ -906,11 +806,7 @@ impl<D: Disk> Tier for HybridTier<D> {
                 }
                 Lookup::Cold(ck) => {
                     out.push(None);
-                    cold.push(ColdGet {
-                        index: i,
-                        delete: false,
-                        state: Box::new(ck),
-                    });
+                    cold.push(self.pending.hold(ck, i, false));
                 }
             }
             answered += 1;
@@ -918,119 +814,25 @@ impl<D: Disk> Tier for HybridTier<D> {
         answered
     }
 
-    fn fetch_cold(&self, gets: Vec<ColdGet>) -> ColdFetch {
-        let latency = self.inner.borrow().settings.read_latency_us.clone();
-        Box::pin(async move {
-            let mut keys: Vec<(Placed, Box<ColdKey<D::File>>)> = gets
-                .into_iter()
-                .map(|g| {
-                    let ck = g
-                        .state
-                        .downcast::<ColdKey<D::File>>()
-                        .expect("a cold GET of this tier");
-                    ((g.index, g.delete), ck)
-                })
-                .collect();
-            let merged = merge_reads(&keys);
-            let reads = merged.iter().map(|m| {
-                let file = match keys[m.gets[0]].1.cands.front().map(|c| &c.state) {
-                    Some(CandState::Read { src, .. }) => std::rc::Rc::clone(&src.file),
-                    _ => unreachable!("only reads were wanted"),
-                };
-                let (offset, len) = (m.first * BLOCK as u64, (m.end - m.first) as usize * BLOCK);
-                async move {
-                    let started = std::time::Instant::now();
-                    let (res, buf) = file.read_at(AlignedBuf::with_capacity(len), offset).await;
-                    (res, buf, started.elapsed())
-                }
-            });
-            let done = futures::future::join_all(reads).await;
-            for (m, (res, buf, took)) in merged.iter().zip(done) {
-                latency.record(took.as_micros() as u64);
-                let n = res.as_ref().map_or(0, |&n| n);
-                if res.is_ok() {
-                    let first = &mut keys[m.gets[0]].1;
-                    first.reads += 1;
-                    first.bytes += n as u64;
-                    if let Some(CandState::Read { src, .. }) = first.cands.front().map(|c| &c.state) {
-                        first.hot_reads += u64::from(src.device == log::HOT);
-                    }
-                }
-                for &i in &m.gets {
-                    let Some(CandState::Read { spot, src, blocks }) =
-                        keys[i].1.cands.front_mut().map(|c| &mut c.state)
-                    else {
-                        unreachable!("only reads were wanted");
-                    };
-                    let lo = (spot.first - m.first) as usize * BLOCK;
-                    let hi = lo + spot.count as usize * BLOCK;
-                    let at = m.first * BLOCK as u64;
-                    *blocks = Some(match &res {
-                        Err(e) => Err(ReadError::Io {
-                            file: src.path.clone(),
-                            offset: at,
-                            source: std::io::Error::new(e.kind(), e.to_string()),
-                        }),
-                        Ok(_) if n < hi => Err(ReadError::Corrupt {
-                            file: src.path.clone(),
-                            offset: at + n as u64,
-                            reason: format!(
-                                "the file ends {n} bytes into a {}-byte read",
-                                buf.capacity()
-                            ),
-                        }),
-                        Ok(_) => {
-                            check_blocks(src.seq, spot.first, &src.path, &buf.as_slice()[lo..hi])
-                        }
-                    });
-                }
-            }
-            keys.into_iter()
-                .map(|((index, delete), ck)| ColdGet {
-                    index,
-                    delete,
-                    state: ck as Box<dyn std::any::Any>,
-                })
-                .collect()
-        })
+    fn read_cold(&self, gets: Vec<ColdGet>) -> ColdRead {
+        let keys = self.pending.take(gets);
+        let hold = self.hold.borrow_mut().take();
+        Box::pin(cold::read_cold(std::rc::Rc::clone(&self.inner), keys, hold))
     }
 
-    fn finish_cold(
-        &self,
-        gets: Vec<ColdGet>,
-        answers: &mut Vec<(usize, ColdAnswer)>,
-        again: &mut Vec<ColdGet>,
-    ) {
-        let mut st = self.inner.borrow_mut();
-        for g in gets {
-            let ck = g
-                .state
-                .downcast::<ColdKey<D::File>>()
-                .expect("a cold GET of this tier");
-            let background = ck.background;
-            match st.finish_one(ck) {
-                Ok(answer) => {
-                    if background {
-                        st.settling.settles_done += 1;
-                    }
-                    answers.push((g.index, answer));
-                }
-                Err(ck) => again.push(ColdGet {
-                    index: g.index,
-                    delete: g.delete,
-                    state: ck,
-                }),
-            }
-        }
+    fn set_room_signal(&mut self, room: TierRoom) {
+        self.inner.borrow_mut().room = room;
     }
 
     fn contains(&self, hash: u64, key: &[u8]) -> bool {
-        let mut st = self.inner.borrow_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         st.find_for_read(hash, key).is_some_and(|r| st.live(&r))
     }
 
     fn presence(&self, hash: u64, key: &[u8]) -> super::Presence {
-        let mut st = self.inner.borrow_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         match st.find_for_read(hash, key) {
             None => super::Presence::Absent,
             Some(r) if st.live(&r) => super::Presence::Live,
@@ -1049,7 +851,8 @@ impl<D: Disk> Tier for HybridTier<D> {
     /// reads ([`SETTLES_MAX`]); past those, the delete reads now, blocking.
     fn delete_lookup(&self, hash: u64, key: &[u8]) -> super::DeleteLookup {
         use super::DeleteLookup;
-        let mut st = self.inner.borrow_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         // Past the sets' bound the delete still goes blind while settling
         // reads have room: its answer's read settles what it leaves.
         let past_bound = !st.blind_room();
@@ -1066,11 +869,7 @@ impl<D: Disk> Tier for HybridTier<D> {
                         ck.counted = Some(OpenSettle::new(&st.settling.settles_open));
                         st.settling.blind_allowed = Some(hash);
                     }
-                    return DeleteLookup::Cold(ColdGet {
-                        index: 0,
-                        delete: true,
-                        state: Box::new(ck),
-                    });
+                    return DeleteLookup::Cold(self.pending.hold(ck, 0, true));
                 }
             }
         } else {
@@ -1085,17 +884,19 @@ impl<D: Disk> Tier for HybridTier<D> {
 
     /// Deletes write no record to the segments: `lsn` is not kept.
     fn delete_blind(&mut self, hash: u64, key: &[u8], _lsn: u64) {
-        self.inner.get_mut().delete_blind(hash, key);
+        self.inner.borrow_mut().delete_blind(hash, key);
     }
 
     fn take_settles(&mut self, max: usize, out: &mut Vec<ColdGet>) {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         let n = st.settling.settles.len().min(max);
-        out.extend(st.settling.settles.drain(..n).map(|ck| ColdGet {
-            index: 0,
-            delete: false,
-            state: Box::new(ck),
-        }));
+        out.extend(
+            st.settling
+                .settles
+                .drain(..n)
+                .map(|ck| self.pending.hold(ck, 0, false)),
+        );
     }
 
     fn settles_waiting(&self) -> bool {
@@ -1108,7 +909,8 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn get_expiring(&self, hash: u64, key: &[u8]) -> Option<(Bytes, Option<u64>)> {
-        let mut st = self.inner.borrow_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         let r = st.find_for_read(hash, key)?;
         st.live(&r).then_some((r.value, r.expires_at_ms))
     }
@@ -1121,15 +923,16 @@ impl<D: Disk> Tier for HybridTier<D> {
         expires_at_ms: Option<u64>,
         lsn: u64,
     ) -> bool {
-        self.inner.get_mut().put(hash, key, value, expires_at_ms, lsn)
+        self.inner.borrow_mut().put(hash, key, value, expires_at_ms, lsn)
     }
 
     fn set_now_ms(&mut self, now_ms: u64) {
-        self.inner.get_mut().now_ms = now_ms;
+        self.inner.borrow_mut().now_ms = now_ms;
     }
 
     fn due_keys(&self, max: usize) -> Vec<Bytes> {
-        let mut st = self.inner.borrow_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         let now = st.now_ms;
         let due: Vec<(u64, u32)> = st
             .expiring
@@ -1178,7 +981,8 @@ impl<D: Disk> Tier for HybridTier<D> {
 
     /// Deletes write no record to the segments: `lsn` is not kept.
     fn delete(&mut self, hash: u64, key: &[u8], _lsn: u64) -> bool {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         match st.delete(hash, key) {
             Ok(existed) => existed,
             Err(e) => {
@@ -1247,7 +1051,8 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn visit_partition(&self, partition: usize, f: &mut EntryVisitor<'_>) {
-        let mut st = self.inner.borrow_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         let mut entries = st.index.entries(partition);
         entries.sort_unstable();
         entries.dedup_by_key(|e| e.0);
@@ -1278,11 +1083,11 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn take_read_errors(&mut self) -> Vec<(Bytes, String)> {
-        std::mem::take(&mut self.inner.get_mut().faults.read_errors)
+        std::mem::take(&mut self.inner.borrow_mut().faults.read_errors)
     }
 
     fn take_fault(&mut self) -> Option<String> {
-        self.inner.get_mut().faults.fault.take()
+        self.inner.borrow_mut().faults.fault.take()
     }
 
     fn background_tasks(&self) -> super::TierTasks {
@@ -1297,7 +1102,8 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn background_step(&mut self) -> bool {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         st.gc_step() || st.settle_step()
     }
 
@@ -1309,7 +1115,8 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn checkpoint_begin(&mut self) {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         st.epoch += 1;
         st.blind.checkpoint_unresolved = st.blind.unresolved.iter().copied().collect();
         st.blind.checkpoint_deleted = st.blind.deleted.iter().cloned().collect();
@@ -1322,7 +1129,8 @@ impl<D: Disk> Tier for HybridTier<D> {
         delta: bool,
         f: &mut CheckpointVisitor<'_>,
     ) {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         st.gc.checkpoint_full = !delta;
         if partition == 0 {
             let mut layout = Vec::new();
@@ -1346,7 +1154,8 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn checkpoint_finish(&mut self, f: &mut CheckpointVisitor<'_>) -> Result<(), String> {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         st.check_orphans();
         if let Err(e) = st.log.flush() {
             st.note_fault("fdatasync", &e);
@@ -1409,7 +1218,8 @@ impl<D: Disk> Tier for HybridTier<D> {
     /// chain whose full snapshot was copied before the GC can point into
     /// it until a newer full snapshot and one more replace that chain.
     fn checkpoint_published(&mut self) {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         let epoch = st.epoch;
         st.gc.published.push((epoch, st.gc.checkpoint_full));
         let oldest_kept = oldest_kept_epoch(&mut st.gc.published);
@@ -1450,7 +1260,8 @@ impl<D: Disk> Tier for HybridTier<D> {
     /// table is only kept until the chain is loaded: an older file's table
     /// may list segments removed since.)
     fn load_checkpoint_begin(&mut self, delta: bool) -> Result<(), String> {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         if !delta {
             return Ok(());
         }
@@ -1465,7 +1276,8 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn load_checkpoint_done(&mut self) -> Result<(), String> {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         let gone = match st.loading.pending_segments.take() {
             Some(table) => st.load_segments(&table)?,
             None => Vec::new(),
@@ -1493,7 +1305,8 @@ impl<D: Disk> Tier for HybridTier<D> {
         value: &[u8],
         _expires_at_ms: Option<u64>,
     ) -> Result<(), String> {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         if key == KEY_LAYOUT {
             if value.len() != 28 {
                 return Err("hybrid layout entry of the wrong size".into());
@@ -1587,11 +1400,12 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn replay_begin(&mut self) {
-        self.inner.get_mut().blind.replaying = true;
+        self.inner.borrow_mut().blind.replaying = true;
     }
 
     fn recovery_done(&mut self) {
-        let st = self.inner.get_mut();
+        let mut guard = self.inner.borrow_mut();
+        let st = &mut *guard;
         st.blind.replaying = false;
         st.check_orphans();
         st.check_loaded_segments();
