@@ -9,6 +9,7 @@
 
 use bytes::Bytes;
 use common::hybrid::{checkpoint, get, key, reload, run_settles, settings, value, SHARED_TAG};
+use futures::FutureExt;
 use ringkv_engine::hash::fnv1a64;
 use ringkv_engine::io::sim::{SimDisk, SimFaults};
 use ringkv_engine::tier::{ColdAnswer, ColdGet, DeleteLookup, HybridSettings, HybridTier, Tier};
@@ -185,6 +186,70 @@ fn a_segment_gc_removes_during_the_read_still_answers_and_its_slot_is_reused_saf
     let (after, _) = get_split(&t, &keys);
     for (a, i) in after.into_iter().zip(0..) {
         assert_eq!(a, want(fixed(i, 7)), "key {i}");
+    }
+}
+
+#[test]
+fn a_cold_get_held_after_its_device_read_across_a_put_a_delete_and_gc_answers_the_value_it_looked_up(
+) {
+    let disk = SimDisk::new(15);
+    let small = HybridSettings {
+        segment_bytes: 64 << 10,
+        ..settings(1 << 20)
+    };
+    let mut t = HybridTier::new(disk.clone(), small.clone()).expect("tier");
+    // Round 0 and round 1 of every key: round 0's records are the older
+    // ones a wrong answer would come from.
+    for round in 0..2 {
+        for i in 0..800 {
+            put(&mut t, &key(i), &fixed(i, round));
+        }
+        checkpoint(&mut t);
+    }
+    let entries = checkpoint(&mut t);
+    let mut t = reload(&disk, small, &entries);
+    let k = key(3);
+    let (mut answers, cold) = lookup(&t, std::slice::from_ref(&k));
+    assert_eq!(cold.len(), 1, "key 3's record is on the device");
+    let before = t.stats();
+    let hold = t.hold_next_cold_read();
+    let mut read = t.read_cold(cold);
+    assert!(
+        (&mut read).now_or_never().is_none() && hold.reached(),
+        "the read stops at its hold once its device read is done"
+    );
+    // While the GET is open: the key is overwritten, deleted, every other
+    // key rewritten twice, and GC collects what that left behind (the
+    // segments of both older rounds among them).
+    put(&mut t, &k, &fixed(3, 2));
+    assert!(t.delete(fnv1a64(&k), &k, common::hybrid::lsn()));
+    for round in 2..4 {
+        for i in (0..800).filter(|&i| i != 3) {
+            put(&mut t, &key(i), &fixed(i, round));
+        }
+        while t.background_step() {}
+        checkpoint(&mut t);
+    }
+    assert!(
+        t.stats().gc_runs > before.gc_runs,
+        "GC ran while the GET was open"
+    );
+    hold.release();
+    for (i, a) in pollster::block_on(read) {
+        answers[i] = a;
+    }
+    assert_eq!(
+        answers[0],
+        want(fixed(3, 1)),
+        "the value the key held when the GET was looked up, not round 0's"
+    );
+    // Nothing stale was cached: the key stays deleted, the others read
+    // their newest round.
+    let keys: Vec<Vec<u8>> = (0..800).map(key).collect();
+    let (after, _) = get_split(&t, &keys);
+    for (a, i) in after.into_iter().zip(0..) {
+        let wanted = if i == 3 { Ok(None) } else { want(fixed(i, 3)) };
+        assert_eq!(a, wanted, "key {i}");
     }
 }
 
