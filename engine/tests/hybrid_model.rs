@@ -36,8 +36,9 @@ use ringkv_engine::hash::fnv1a64;
 use ringkv_engine::io::sim::SimDisk;
 use ringkv_engine::io::Disk;
 use ringkv_engine::rng::SplitMix64;
+use ringkv_engine::tier::hybrid::ReadHold;
 use ringkv_engine::tier::{
-    ColdGet, ColdRead, DeleteLookup, HotSettings, HybridSettings, HybridTier, ReadHold, Tier,
+    ColdGet, ColdRead, DeleteLookup, HotSettings, HybridSettings, HybridTier, Tier,
 };
 use std::collections::BTreeMap;
 

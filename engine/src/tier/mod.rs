@@ -39,9 +39,7 @@
 pub mod hybrid;
 pub mod memory;
 
-pub use hybrid::{
-    HotSettings, HybridSettings, HybridStats, HybridTier, ReadHold, SegmentDamage,
-};
+pub use hybrid::{HotSettings, HybridSettings, HybridStats, HybridTier, SegmentDamage};
 pub use memory::MemoryTier;
 
 use crate::io::Disk;

@@ -21,6 +21,40 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
+/// Most settling reads queued or in flight per shard. Past it a put
+/// reads its candidates itself; the shard holds writes back before that
+/// ([`Tier::write_room`]).
+pub(super) const SETTLES_MAX: usize = 4096;
+
+/// The reads that settle blind writes made past the sets' bound.
+pub(super) struct Settling<F> {
+    /// Reads that settle the candidates of puts made past the unresolved
+    /// set's bound, waiting for [`Tier::take_settles`].
+    pub(super) settles: Vec<ColdKey<F>>,
+    /// Settling reads queued or in flight (not finished yet): each holds
+    /// an [`OpenSettle`], which counts it until it is dropped.
+    pub(super) settles_open: std::rc::Rc<std::cell::Cell<usize>>,
+    /// The last delete looked up past the sets' bound with an answer read
+    /// counted among the settling reads: it may go blind.
+    pub(super) blind_allowed: Option<u64>,
+    /// Most settling reads open ([`SETTLES_MAX`]).
+    pub(super) settles_max: usize,
+    /// Settling reads finished.
+    pub(super) settles_done: u64,
+}
+
+impl<F> Default for Settling<F> {
+    fn default() -> Self {
+        Settling {
+            settles: Vec::new(),
+            settles_open: Rc::new(Cell::new(0)),
+            blind_allowed: None,
+            settles_max: SETTLES_MAX,
+            settles_done: 0,
+        }
+    }
+}
+
 /// A candidate record of a cold GET.
 pub(super) struct ColdCand<F> {
     pub(super) addr: u32,

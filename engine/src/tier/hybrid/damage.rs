@@ -11,8 +11,15 @@
 //! `VALUE_UNREADABLE` naming the file and offset, as they always did; only
 //! now the start says so once, instead of each read on its own.
 
-use super::*;
+use crate::io::AlignedBuf;
+use crate::io::Disk;
+use super::Inner;
+use super::log::BLOCK;
+use super::log::ReadError;
+use super::log::ValueLog;
+use crate::io::DiskFile;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::ops::Range;
 
 /// One damaged value segment and what it costs.

@@ -2,7 +2,73 @@
 //! bounded step of copying its live records forward; and the settling
 //! scan that brings an overfull unresolved set back within its bound.
 
-use super::*;
+
+use crate::io::Disk;
+use super::Inner;
+use super::log;
+use super::index::KeyHash;
+use super::log::ReadError;
+use super::log::Record;
+use super::log::SegState;
+/// Where a settling scan is (`settle_step`).
+#[derive(Clone, Copy)]
+pub(super) struct SettleScan {
+    pub(super) slot: u32,
+    pub(super) seq: u64,
+    /// Where the scan goes on.
+    pub(super) from: u64,
+    /// Where it stops: the segment's end when the scan began (the active
+    /// segment grows meanwhile; what is appended after, the scan leaves).
+    pub(super) until: u64,
+}
+
+/// Garbage collection's place and counters.
+#[derive(Default)]
+pub(super) struct GcState {
+    pub(super) runs: u64,
+    pub(super) bytes_read: u64,
+    pub(super) bytes_written: u64,
+    /// The segment GC is working through, and where it goes on.
+    pub(super) victim: Option<(u32, u64)>,
+    /// The segment a settling scan is working through (`settle_step`).
+    pub(super) settling: Option<SettleScan>,
+    /// Sequence numbers of the segments settling scans went through since
+    /// the unresolved set was last within its bound: each is scanned once
+    /// (what it could not settle, a later scan would not either).
+    pub(super) settled_segments: Vec<u64>,
+    /// Set when the round of settling scans went through every segment
+    /// holding unresolved entries: the log's next segment number then.
+    /// Until the set is back within its bound, a scan starts again only
+    /// for a segment started since (looking for one counts the whole set).
+    pub(super) settle_round_ended: Option<u64>,
+    /// Sequence numbers of the segments GC gave up on (a read failed):
+    /// eviction from the hot device passes them by too.
+    pub(super) gave_up: Vec<u64>,
+    /// Whether the running checkpoint is a full one (not a delta).
+    pub(super) checkpoint_full: bool,
+    /// (epoch, full) of the checkpoints published since this tier was
+    /// made, oldest first, from the full one the second newest builds on:
+    /// the snapshots kept (`snapshot::retained`) as far as this tier
+    /// knows. Snapshots from before a restart are not in it.
+    pub(super) published: Vec<(u64, bool)>,
+}
+
+/// Blocks one GC step reads (256 KiB): the longest the shard pauses for GC
+/// is about one read of this size plus rewriting its live records.
+pub(super) const GC_STEP_BLOCKS: u64 = 64;
+
+/// The epoch of the oldest snapshot kept, from the checkpoints published
+/// (`(epoch, full)`, oldest first): the full snapshot the second newest
+/// builds on. `None` when that is not known (it was written before this
+/// tier was made: recovery may still load it). Drops the entries older
+/// than it.
+pub(super) fn oldest_kept_epoch(published: &mut Vec<(u64, bool)>) -> Option<u64> {
+    let second = published.len().checked_sub(2)?;
+    let start = published[..=second].iter().rposition(|&(_, full)| full)?;
+    published.drain(..start);
+    Some(published[0].0)
+}
+
 
 impl<D: Disk> Inner<D> {
     /// One GC step: picks a victim if none is in progress and garbage is

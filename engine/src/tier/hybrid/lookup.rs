@@ -2,7 +2,29 @@
 //! order, the records they point at (cache, unwritten tail or device), and
 //! the cold GETs that finish once their reads are back.
 
-use super::*;
+
+use bytes::Bytes;
+use crate::io::Disk;
+use crate::tier::EntryVisitor;
+use std::collections::VecDeque;
+use super::Inner;
+use super::cold::CandState;
+use super::cold::ColdCand;
+use super::cold::ColdKey;
+use super::cold::Where;
+use super::index::Candidate;
+use super::index::KeyHash;
+use super::log::ReadError;
+use super::log::Record;
+/// What a lookup found.
+pub(super) enum Lookup<F> {
+    /// The record, from RAM (or none).
+    Found(Option<Record>),
+    /// No candidate matched and one could not be read.
+    Failed(ReadError),
+    /// Candidates to read from the device.
+    Cold(ColdKey<F>),
+}
 
 impl<D: Disk> Inner<D> {
     /// The record at a candidate: cache first, then the log (RAM tail or
@@ -401,5 +423,115 @@ impl<D: Disk> Inner<D> {
 
     pub(super) fn live(&self, r: &Record) -> bool {
         r.expires_at_ms.is_none_or(|at| at > self.now_ms)
+    }
+
+    pub(super) fn due_keys(&mut self, max: usize) -> Vec<Bytes> {
+        let now = self.now_ms;
+        let due: Vec<(u64, u32)> = self
+            .expiring
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .take(max * 2)
+            .collect();
+        let mut keys = Vec::new();
+        for (at, addr) in due {
+            if keys.len() >= max {
+                break;
+            }
+            // An unresolved older version must not delete the key its
+            // newer record holds; whether it is one may take a read of
+            // the newer candidates.
+            let checked = self.record_for_walk(addr, 1).and_then(|r| {
+                let h = self.key_hash(&r.key);
+                let listed = self.index.find_addr(h, addr).is_some() && r.expires_at_ms == Some(at);
+                let current = listed && self.current(addr, &r)?;
+                Ok((r, current))
+            });
+            match checked {
+                Ok((r, true)) => keys.push(r.key),
+                Ok((_, false)) => {
+                    // Stale (from a fuzzy checkpoint): the key moved on.
+                    self.expiring.remove(at, addr);
+                }
+                Err(e) => {
+                    // Kept: the key may be due, and the records may read
+                    // again (a later call tries them again).
+                    let shard = self.settings.shard;
+                    self.faults.warn(
+                        shard,
+                        "an expiring record could not be read; its key is expired once it can be",
+                        &e,
+                    );
+                }
+            }
+        }
+        keys
+    }
+
+    pub(super) fn visit_partition(&mut self, partition: usize, f: &mut EntryVisitor<'_>) {
+        let mut entries = self.index.entries(partition);
+        entries.sort_unstable();
+        entries.dedup_by_key(|e| e.0);
+        for (addr, span) in entries {
+            let record = self
+                .record_for_walk(addr, span)
+                .and_then(|r| Ok((self.current(addr, &r)?, r)));
+            match record {
+                // Listed only through its own entry: one that dangles (a
+                // record of another partition, or one whose key no longer
+                // points at it) is not the key's.
+                Ok((true, r)) if !self.own_entry(partition, addr, &r) => {
+                    tracing::warn!(partition, addr, "hybrid tier: an index entry dangles; a key walk leaves it out");
+                }
+                Ok((true, r)) if self.live(&r) => f(&r.key, &r.value, r.expires_at_ms),
+                Ok(_) => {}
+                Err(e) => {
+                    self.faults.read_error_count += 1;
+                    let shard = self.settings.shard;
+                    self.faults.warn(
+                        shard,
+                        "a record could not be read during a key walk; its key is left out",
+                        &e,
+                    );
+                }
+            }
+        }
+    }
+
+    /// [`Tier::get_many_split`]'s lookups: answers from RAM what it can and
+    /// leaves in `cold` the keys to read, each with its place in the run.
+    pub(super) fn get_many_split(
+        &mut self,
+        hashes: &[u64],
+        keys: &[Bytes],
+        out: &mut Vec<Option<Bytes>>,
+        read_left: &mut usize,
+        cold: &mut Vec<(usize, ColdKey<D::File>)>,
+    ) -> usize {
+        assert_eq!(hashes.len(), keys.len());
+        let mut answered = 0;
+        for (i, (&h, k)) in hashes.iter().zip(keys).enumerate() {
+            if *read_left == 0 {
+                break;
+            }
+            self.note_get(h);
+            match self.lookup(h, k) {
+                Lookup::Found(r) => {
+                    let v = r.filter(|r| self.live(r)).map(|r| r.value);
+                    *read_left = read_left.saturating_sub(v.as_ref().map_or(0, |v| v.len()));
+                    out.push(v);
+                }
+                Lookup::Failed(e) => {
+                    self.note_read_error(k, &e.to_string());
+                    out.push(None);
+                }
+                Lookup::Cold(ck) => {
+                    out.push(None);
+                    cold.push((i, ck));
+                }
+            }
+            answered += 1;
+        }
+        answered
     }
 }

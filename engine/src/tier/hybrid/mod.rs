@@ -52,54 +52,39 @@
 //! deletes past [`SETTLES_MAX`] open settling reads) is blocking, on the
 //! shard thread.
 
+mod blind;
 pub mod cache;
+mod checkpoint;
 mod cold;
 mod damage;
+mod expiry_list;
+mod faults;
+mod gc;
 pub mod index;
 pub mod log;
-mod expiry_list;
-mod gc;
 mod lookup;
-mod segments;
-mod writes;
 mod resize;
+mod segments;
 mod tiers;
+mod writes;
 
+use self::blind::BlindSets;
 use self::cache::Cache;
-use self::cold::{CandState, ColdCand, ColdKey, OpenSettle, PendingCold, Where};
+use self::checkpoint::LoadState;
+use self::cold::{PendingCold, Settling};
 pub use self::cold::ReadHold;
 pub use self::damage::SegmentDamage;
-use self::index::{Candidate, Index, KeyHash, PARTITIONS};
-use self::log::{ReadError, Record, SegState,
-    ValueLog, BLOCK,
-};
+use self::expiry_list::ExpiryList;
+use self::faults::Faults;
+use self::gc::GcState;
+use self::index::{Index, KeyHash, PARTITIONS};
+use self::log::{Record, ValueLog};
 use super::{CheckpointVisitor, ColdGet, ColdRead, EntryVisitor, Tier, TierRoom};
 use crate::hash::TableHasher;
-use crate::io::{AlignedBuf, Disk, DiskFile};
+use crate::io::Disk;
 use bytes::Bytes;
 use std::cell::RefCell;
-use self::expiry_list::ExpiryList;
-use std::collections::VecDeque;
 use std::path::PathBuf;
-
-const KEY_LAYOUT: &[u8] = b"\0hybrid/layout";
-const KEY_INDEX: &[u8] = b"\0hybrid/index/";
-const KEY_SEGMENTS: &[u8] = b"\0hybrid/segments";
-const KEY_EXPIRING: &[u8] = b"\0hybrid/expiring/";
-const KEY_UNRESOLVED: &[u8] = b"\0hybrid/unresolved/";
-const KEY_DELETED: &[u8] = b"\0hybrid/deleted/";
-/// 2: checkpoints may list unresolved entries (version 1 has none).
-/// 3: checkpoints may list deleted keys (versions 1 and 2 have none).
-const LAYOUT_VERSION: u32 = 3;
-/// Buckets per index chunk in a checkpoint (~400 KB).
-const CHECKPOINT_BUCKETS: usize = 8192;
-/// Expiry entries per checkpoint chunk.
-const EXPIRING_CHUNK: usize = 32 * 1024;
-/// What one deleted key costs in RAM beyond its bytes (its box and its
-/// place in the set).
-const DELETED_KEY_BYTES: u64 = 40;
-/// Bytes of deleted keys per checkpoint chunk.
-const DELETED_CHUNK_BYTES: usize = 256 * 1024;
 
 /// Settings of one shard's hybrid tier.
 #[derive(Clone)]
@@ -224,281 +209,6 @@ struct Inner<D: Disk> {
     room: TierRoom,
 }
 
-/// What blind writes and deletes leave behind: entries that may hold an
-/// older version of a key, and keys deleted without reading.
-struct BlindSets {
-    /// Entries a blind write left behind: the addresses of records that
-    /// may hold an older version of a key written since (a write whose
-    /// candidates were not in RAM did not read them). Reads try them last,
-    /// newest first; GC, deletes and walks settle them.
-    unresolved: hashbrown::HashSet<u32>,
-    /// Most entries `unresolved` may hold; past it writes read their
-    /// candidates again.
-    unresolved_max: usize,
-    /// A recovery replays the WAL (`replay_begin` until `recovery_done`):
-    /// blind writes are not bounded by `unresolved_max`.
-    replaying: bool,
-    /// `unresolved` as it was when the running checkpoint began: what the
-    /// checkpoint lists. Entries made unresolved later come back with the
-    /// replay of the writes that made them so; entries GC settles later
-    /// (no WAL record) must stay listed, or an index partition copied
-    /// before GC settled them would have two current entries for one key.
-    checkpoint_unresolved: Vec<u32>,
-    /// Keys a delete removed without reading (see the module doc): every
-    /// entry of such a key is unresolved and dead. Bounded by
-    /// `unresolved_max`; past it deletes read.
-    deleted: std::collections::HashSet<Box<[u8]>>,
-    /// Bytes of the keys in `deleted`.
-    deleted_bytes: u64,
-    /// `deleted` as it was when the running checkpoint began (see
-    /// `checkpoint_unresolved`; a put or a delete after it comes back with
-    /// the replay).
-    checkpoint_deleted: Vec<Box<[u8]>>,
-}
-
-impl BlindSets {
-    /// RAM of the sets: the unresolved entries' table as allocated, the
-    /// deleted keys with their boxes, and the copies a running checkpoint
-    /// holds.
-    fn memory_bytes(&self) -> u64 {
-        let unresolved = self.unresolved.allocation_size() as u64;
-        let deleted = self.deleted_bytes + self.deleted.capacity() as u64 * DELETED_KEY_BYTES;
-        let copies = self.checkpoint_unresolved.capacity() as u64 * 4
-            + self.checkpoint_deleted.capacity() as u64 * 16;
-        unresolved + deleted + copies
-    }
-
-    /// At least what [`BlindSets::memory_bytes`] grows by when
-    /// `unresolved` takes up to `more` new entries: nothing while they fit
-    /// its capacity, else a new table. hashbrown sizes that table for the
-    /// entries (a power of two of buckets, at least 8 for 4-byte entries,
-    /// keeping an eighth free) or, when they would fit the old one, at
-    /// most doubles it.
-    fn unresolved_growth_bytes(&self, more: usize) -> u64 {
-        let needed = self.unresolved.len() + more;
-        if needed <= self.unresolved.capacity() {
-            return 0;
-        }
-        let now = self.unresolved.allocation_size() as u64;
-        let buckets = (needed.max(7) * 8 / 7).next_power_of_two() as u64;
-        // 4-byte slots, a control byte each and a group of spare ones.
-        let for_needed = buckets * 5 + 32;
-        for_needed.max(2 * now) - now
-    }
-}
-
-/// The reads that settle blind writes made past the sets' bound.
-struct Settling<F> {
-    /// Reads that settle the candidates of puts made past the unresolved
-    /// set's bound, waiting for [`Tier::take_settles`].
-    settles: Vec<ColdKey<F>>,
-    /// Settling reads queued or in flight (not finished yet): each holds
-    /// an [`OpenSettle`], which counts it until it is dropped.
-    settles_open: std::rc::Rc<std::cell::Cell<usize>>,
-    /// The last delete looked up past the sets' bound with an answer read
-    /// counted among the settling reads: it may go blind.
-    blind_allowed: Option<u64>,
-    /// Most settling reads open ([`SETTLES_MAX`]).
-    settles_max: usize,
-    /// Settling reads finished.
-    settles_done: u64,
-}
-
-/// Where a settling scan is (`settle_step`).
-#[derive(Clone, Copy)]
-struct SettleScan {
-    slot: u32,
-    seq: u64,
-    /// Where the scan goes on.
-    from: u64,
-    /// Where it stops: the segment's end when the scan began (the active
-    /// segment grows meanwhile; what is appended after, the scan leaves).
-    until: u64,
-}
-
-/// Garbage collection's place and counters.
-struct GcState {
-    runs: u64,
-    bytes_read: u64,
-    bytes_written: u64,
-    /// The segment GC is working through, and where it goes on.
-    victim: Option<(u32, u64)>,
-    /// The segment a settling scan is working through (`settle_step`).
-    settling: Option<SettleScan>,
-    /// Sequence numbers of the segments settling scans went through since
-    /// the unresolved set was last within its bound: each is scanned once
-    /// (what it could not settle, a later scan would not either).
-    settled_segments: Vec<u64>,
-    /// Set when the round of settling scans went through every segment
-    /// holding unresolved entries: the log's next segment number then.
-    /// Until the set is back within its bound, a scan starts again only
-    /// for a segment started since (looking for one counts the whole set).
-    settle_round_ended: Option<u64>,
-    /// Sequence numbers of the segments GC gave up on (a read failed):
-    /// eviction from the hot device passes them by too.
-    gave_up: Vec<u64>,
-    /// Whether the running checkpoint is a full one (not a delta).
-    checkpoint_full: bool,
-    /// (epoch, full) of the checkpoints published since this tier was
-    /// made, oldest first, from the full one the second newest builds on:
-    /// the snapshots kept (`snapshot::retained`) as far as this tier
-    /// knows. Snapshots from before a restart are not in it.
-    published: Vec<(u64, bool)>,
-}
-
-/// What went wrong: read errors to report, a failed write that poisons
-/// the shard, keys whose newest put was not written.
-struct Faults {
-    /// Errors of reads since the last `take_read_errors`: (key, message).
-    read_errors: Vec<(Bytes, String)>,
-    read_error_count: u64,
-    /// A write or fdatasync of a segment failed: the shard must stop
-    /// taking writes.
-    fault: Option<String>,
-    /// Keys whose newest put failed to append (after a fault): their
-    /// entries point at older records, so reads answer an error for them
-    /// instead ([`ReadError::Unwritten`]). Only a poisoned shard has any
-    /// (it logs no more writes, so the set grows by one batch at most).
-    unwritten: std::collections::HashSet<Box<[u8]>>,
-    /// Bounds the warnings failed reads log.
-    warnings: ReadWarnings,
-}
-
-impl Faults {
-    /// Logs a failed read of the device (`what` happened, because of
-    /// `error`) unless this minute already logged [`READ_WARNINGS_PER_MINUTE`]
-    /// of them; the rest are counted and said in one line when a later
-    /// minute's first failure comes. Each failure is still answered as an
-    /// error to its request, and STATS counts every one (`read_errors`).
-    fn warn(&mut self, shard: u32, what: &str, error: &dyn std::fmt::Display) {
-        if self.warnings.allow(shard) {
-            tracing::warn!(shard, error = %error, "hybrid tier: {what}");
-        }
-    }
-}
-
-/// Failed-read warnings logged per shard per minute: one damaged segment
-/// can fail thousands of reads, and the log would repeat one fact.
-const READ_WARNINGS_PER_MINUTE: u32 = 10;
-
-/// The window [`Faults::warn`] counts in.
-#[derive(Default)]
-struct ReadWarnings {
-    window_start: Option<std::time::Instant>,
-    logged: u32,
-    held_back: u64,
-}
-
-impl ReadWarnings {
-    fn allow(&mut self, shard: u32) -> bool {
-        let now = std::time::Instant::now();
-        let expired = self
-            .window_start
-            .is_none_or(|at| now.duration_since(at) >= std::time::Duration::from_secs(60));
-        if expired {
-            if self.held_back > 0 {
-                tracing::warn!(
-                    shard,
-                    not_logged = self.held_back,
-                    "hybrid tier: more reads failed than were logged one by one; STATS read_errors counts every failure"
-                );
-            }
-            *self = ReadWarnings {
-                window_start: Some(now),
-                ..ReadWarnings::default()
-            };
-        }
-        if self.logged < READ_WARNINGS_PER_MINUTE {
-            self.logged += 1;
-            true
-        } else {
-            self.held_back += 1;
-            false
-        }
-    }
-}
-
-/// Recovery's progress through a checkpoint chain.
-struct LoadState {
-    /// Segment files not checked against the loaded checkpoint yet.
-    orphans_checked: bool,
-    /// A checkpoint's layout entry was loaded (recovery): the index has
-    /// the size a delta loaded over it must have.
-    layout_loaded: bool,
-    /// The segment table of the checkpoint file loaded last, opened once
-    /// the whole chain is loaded (`load_checkpoint_done`).
-    pending_segments: Option<Vec<u8>>,
-    /// The segments that table opened, and those it lists that are gone
-    /// (not emptied by GC): (slot, sequence, end). Checked against their
-    /// files once recovery is done (`damage`).
-    loaded: Vec<(u32, u64, u64)>,
-    missing: Vec<(u32, u64, u64)>,
-    /// The damaged segments that check found (reported once, at the start).
-    damage: Vec<SegmentDamage>,
-}
-
-/// Bytes of one row of a checkpoint's segment table.
-const SEGMENT_ROW_BYTES: usize = 4 + 8 * 4 + 2 + 8;
-
-/// Blocks one GC step reads (256 KiB): the longest the shard pauses for GC
-/// is about one read of this size plus rewriting its live records.
-const GC_STEP_BLOCKS: u64 = 64;
-
-/// Two ascending sequences as one, each pair once.
-fn merge_sorted<T: Ord + Copy>(
-    a: impl Iterator<Item = T>,
-    b: impl Iterator<Item = T>,
-) -> impl Iterator<Item = T> {
-    let mut a = a.peekable();
-    let mut b = b.peekable();
-    let mut last: Option<T> = None;
-    std::iter::from_fn(move || loop {
-        let next = match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) if x <= y => a.next(),
-            (Some(_), Some(_)) | (None, Some(_)) => b.next(),
-            (Some(_), None) => a.next(),
-            (None, None) => return None,
-        }?;
-        if last != Some(next) {
-            last = Some(next);
-            return Some(next);
-        }
-    })
-}
-
-/// Most unresolved entries per shard: an 32nd of the keys the index is
-/// sized for (about 0.3 bytes of RAM per key at most), at least 4096.
-fn unresolved_max(index_keys: u64) -> usize {
-    (index_keys / 32).max(4096) as usize
-}
-
-/// The epoch of the oldest snapshot kept, from the checkpoints published
-/// (`(epoch, full)`, oldest first): the full snapshot the second newest
-/// builds on. `None` when that is not known (it was written before this
-/// tier was made: recovery may still load it). Drops the entries older
-/// than it.
-fn oldest_kept_epoch(published: &mut Vec<(u64, bool)>) -> Option<u64> {
-    let second = published.len().checked_sub(2)?;
-    let start = published[..=second].iter().rposition(|&(_, full)| full)?;
-    published.drain(..start);
-    Some(published[0].0)
-}
-
-/// Most settling reads queued or in flight per shard. Past it a put
-/// reads its candidates itself; the shard holds writes back before that
-/// ([`Tier::write_room`]).
-const SETTLES_MAX: usize = 4096;
-
-/// What a lookup found.
-enum Lookup<F> {
-    /// The record, from RAM (or none).
-    Found(Option<Record>),
-    /// No candidate matched and one could not be read.
-    Failed(ReadError),
-    /// Candidates to read from the device.
-    Cold(ColdKey<F>),
-}
-
 /// The hybrid tier of one shard.
 pub struct HybridTier<D: Disk> {
     /// Shared with the futures of cold reads, which borrow it between
@@ -541,49 +251,11 @@ impl<D: Disk> HybridTier<D> {
                 now_ms: 0,
                 epoch: 0,
                 checkpoint_expiring_moved: None,
-                blind: BlindSets {
-                    unresolved: hashbrown::HashSet::new(),
-                    unresolved_max: unresolved_max(settings_index_keys),
-                    replaying: false,
-                    checkpoint_unresolved: Vec::new(),
-                    deleted: std::collections::HashSet::new(),
-                    deleted_bytes: 0,
-                    checkpoint_deleted: Vec::new(),
-                },
-                settling: Settling {
-                    settles: Vec::new(),
-                    settles_open: std::rc::Rc::new(std::cell::Cell::new(0)),
-                    blind_allowed: None,
-                    settles_max: SETTLES_MAX,
-                    settles_done: 0,
-                },
-                gc: GcState {
-                    runs: 0,
-                    bytes_read: 0,
-                    bytes_written: 0,
-                    victim: None,
-                    settling: None,
-                    settled_segments: Vec::new(),
-                    settle_round_ended: None,
-                    gave_up: Vec::new(),
-                    checkpoint_full: false,
-                    published: Vec::new(),
-                },
-                faults: Faults {
-                    read_errors: Vec::new(),
-                    read_error_count: 0,
-                    fault: None,
-                    unwritten: Default::default(),
-                    warnings: ReadWarnings::default(),
-                },
-                loading: LoadState {
-                    orphans_checked: false,
-                    layout_loaded: false,
-                    pending_segments: None,
-                    loaded: Vec::new(),
-                    missing: Vec::new(),
-                    damage: Vec::new(),
-                },
+                blind: BlindSets::new(settings_index_keys),
+                settling: Settling::default(),
+                gc: GcState::default(),
+                faults: Faults::default(),
+                loading: LoadState::default(),
                 tiering: None,
                 room: TierRoom::new(),
             })),
@@ -785,32 +457,19 @@ impl<D: Disk> Tier for HybridTier<D> {
         read_left: &mut usize,
         cold: &mut Vec<ColdGet>,
     ) -> usize {
-        assert_eq!(hashes.len(), keys.len());
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        let mut answered = 0;
-        for (i, (&h, k)) in hashes.iter().zip(keys).enumerate() {
-            if *read_left == 0 {
-                break;
-            }
-            st.note_get(h);
-            match st.lookup(h, k) {
-                Lookup::Found(r) => {
-                    let v = r.filter(|r| st.live(r)).map(|r| r.value);
-                    *read_left = read_left.saturating_sub(v.as_ref().map_or(0, |v| v.len()));
-                    out.push(v);
-                }
-                Lookup::Failed(e) => {
-                    st.note_read_error(k, &e.to_string());
-                    out.push(None);
-                }
-                Lookup::Cold(ck) => {
-                    out.push(None);
-                    cold.push(self.pending.hold(ck, i, false));
-                }
-            }
-            answered += 1;
-        }
+        let mut found_cold = Vec::new();
+        let answered = self.inner.borrow_mut().get_many_split(
+            hashes,
+            keys,
+            out,
+            read_left,
+            &mut found_cold,
+        );
+        cold.extend(
+            found_cold
+                .into_iter()
+                .map(|(i, ck)| self.pending.hold(ck, i, false)),
+        );
         answered
     }
 
@@ -844,41 +503,14 @@ impl<D: Disk> Tier for HybridTier<D> {
         self.inner.borrow_mut().find_for_read(hash, key).is_some()
     }
 
-    /// Tells from RAM when it can (a key deleted blind is absent; a
-    /// candidate in RAM that matches answers); otherwise the answer is
-    /// read like a cold GET's, after the delete was applied blind. With
-    /// `deleted` or `unresolved` full that read counts among the settling
-    /// reads ([`SETTLES_MAX`]); past those, the delete reads now, blocking.
     fn delete_lookup(&self, hash: u64, key: &[u8]) -> super::DeleteLookup {
-        use super::DeleteLookup;
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        // Past the sets' bound the delete still goes blind while settling
-        // reads have room: its answer's read settles what it leaves.
-        let past_bound = !st.blind_room();
-        let found = if !past_bound || st.settling.settles_open.get() < st.settling.settles_max {
-            match st.lookup(hash, key) {
-                Lookup::Found(r) => r,
-                Lookup::Failed(e) => {
-                    st.note_read_error(key, &e.to_string());
-                    None
-                }
-                Lookup::Cold(mut ck) => {
-                    ck.settle = true;
-                    if past_bound {
-                        ck.counted = Some(OpenSettle::new(&st.settling.settles_open));
-                        st.settling.blind_allowed = Some(hash);
-                    }
-                    return DeleteLookup::Cold(self.pending.hold(ck, 0, true));
-                }
-            }
-        } else {
-            st.find_for_read(hash, key)
-        };
+        use super::{DeleteLookup, Presence};
+        let found = self.inner.borrow_mut().delete_lookup(hash, key);
         match found {
-            None => DeleteLookup::Absent,
-            Some(r) if st.live(&r) => DeleteLookup::Live,
-            Some(_) => DeleteLookup::Expired,
+            Ok(Presence::Absent) => DeleteLookup::Absent,
+            Ok(Presence::Live) => DeleteLookup::Live,
+            Ok(Presence::Expired) => DeleteLookup::Expired,
+            Err(ck) => DeleteLookup::Cold(self.pending.hold(ck, 0, true)),
         }
     }
 
@@ -931,48 +563,7 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn due_keys(&self, max: usize) -> Vec<Bytes> {
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        let now = st.now_ms;
-        let due: Vec<(u64, u32)> = st
-            .expiring
-            .iter()
-            .take_while(|(at, _)| *at <= now)
-            .take(max * 2)
-            .collect();
-        let mut keys = Vec::new();
-        for (at, addr) in due {
-            if keys.len() >= max {
-                break;
-            }
-            // An unresolved older version must not delete the key its
-            // newer record holds; whether it is one may take a read of
-            // the newer candidates.
-            let checked = st.record_for_walk(addr, 1).and_then(|r| {
-                let h = st.key_hash(&r.key);
-                let listed = st.index.find_addr(h, addr).is_some() && r.expires_at_ms == Some(at);
-                let current = listed && st.current(addr, &r)?;
-                Ok((r, current))
-            });
-            match checked {
-                Ok((r, true)) => keys.push(r.key),
-                Ok((_, false)) => {
-                    // Stale (from a fuzzy checkpoint): the key moved on.
-                    st.expiring.remove(at, addr);
-                }
-                Err(e) => {
-                    // Kept: the key may be due, and the records may read
-                    // again (a later call tries them again).
-                    let shard = st.settings.shard;
-                    st.faults.warn(
-                        shard,
-                        "an expiring record could not be read; its key is expired once it can be",
-                        &e,
-                    );
-                }
-            }
-        }
-        keys
+        self.inner.borrow_mut().due_keys(max)
     }
 
     fn expiring_count(&self) -> u64 {
@@ -1051,35 +642,7 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn visit_partition(&self, partition: usize, f: &mut EntryVisitor<'_>) {
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        let mut entries = st.index.entries(partition);
-        entries.sort_unstable();
-        entries.dedup_by_key(|e| e.0);
-        for (addr, span) in entries {
-            let record = st
-                .record_for_walk(addr, span)
-                .and_then(|r| Ok((st.current(addr, &r)?, r)));
-            match record {
-                // Listed only through its own entry: one that dangles (a
-                // record of another partition, or one whose key no longer
-                // points at it) is not the key's.
-                Ok((true, r)) if !st.own_entry(partition, addr, &r) => {
-                    tracing::warn!(partition, addr, "hybrid tier: an index entry dangles; a key walk leaves it out");
-                }
-                Ok((true, r)) if st.live(&r) => f(&r.key, &r.value, r.expires_at_ms),
-                Ok(_) => {}
-                Err(e) => {
-                    st.faults.read_error_count += 1;
-                    let shard = st.settings.shard;
-                    st.faults.warn(
-                        shard,
-                        "a record could not be read during a key walk; its key is left out",
-                        &e,
-                    );
-                }
-            }
-        }
+        self.inner.borrow_mut().visit_partition(partition, f)
     }
 
     fn take_read_errors(&mut self) -> Vec<(Bytes, String)> {
@@ -1115,12 +678,7 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn checkpoint_begin(&mut self) {
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        st.epoch += 1;
-        st.blind.checkpoint_unresolved = st.blind.unresolved.iter().copied().collect();
-        st.blind.checkpoint_deleted = st.blind.deleted.iter().cloned().collect();
-        st.checkpoint_expiring_moved = Some(Vec::new());
+        self.inner.borrow_mut().checkpoint_begin()
     }
 
     fn visit_checkpoint_partition(
@@ -1129,170 +687,27 @@ impl<D: Disk> Tier for HybridTier<D> {
         delta: bool,
         f: &mut CheckpointVisitor<'_>,
     ) {
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        st.gc.checkpoint_full = !delta;
-        if partition == 0 {
-            let mut layout = Vec::new();
-            layout.extend_from_slice(&LAYOUT_VERSION.to_le_bytes());
-            layout.extend_from_slice(&(st.index.buckets_per_partition() as u64).to_le_bytes());
-            layout.extend_from_slice(&st.settings.segment_bytes.to_le_bytes());
-            layout.extend_from_slice(&st.epoch.to_le_bytes());
-            f(KEY_LAYOUT, Some(&layout), None);
-        }
-        let chunks = if delta {
-            st.index.encode_changed(partition, CHECKPOINT_BUCKETS)
-        } else {
-            st.index.encode_partition(partition, CHECKPOINT_BUCKETS)
-        };
-        for (first, bytes) in chunks {
-            let mut key = KEY_INDEX.to_vec();
-            key.extend_from_slice(&(partition as u32).to_le_bytes());
-            key.extend_from_slice(&first.to_le_bytes());
-            f(&key, Some(&bytes), None);
-        }
+        self.inner.borrow_mut().checkpoint_partition(partition, delta, f)
     }
 
     fn checkpoint_finish(&mut self, f: &mut CheckpointVisitor<'_>) -> Result<(), String> {
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        st.check_orphans();
-        if let Err(e) = st.log.flush() {
-            st.note_fault("fdatasync", &e);
-            return Err(format!("value segments could not be made durable: {e}"));
-        }
-        f(KEY_SEGMENTS, Some(&st.encode_segments()), None);
-        // The list and the pairs moved away during the checkpoint, merged
-        // in order a chunk at a time (no copy of the whole list).
-        let mut moved = st.checkpoint_expiring_moved.take().unwrap_or_default();
-        moved.sort_unstable();
-        let mut pairs = merge_sorted(st.expiring.iter(), moved.into_iter()).peekable();
-        let mut i = 0u32;
-        while pairs.peek().is_some() {
-            let mut key = KEY_EXPIRING.to_vec();
-            key.extend_from_slice(&i.to_le_bytes());
-            let mut v = Vec::with_capacity(EXPIRING_CHUNK * 12);
-            for (at, addr) in pairs.by_ref().take(EXPIRING_CHUNK) {
-                v.extend_from_slice(&at.to_le_bytes());
-                v.extend_from_slice(&addr.to_le_bytes());
-            }
-            f(&key, Some(&v), None);
-            i += 1;
-        }
-        // Which entries are unresolved is part of the index: without it a
-        // read could take a key's older record for its current one.
-        let unresolved = std::mem::take(&mut st.blind.checkpoint_unresolved);
-        for (i, chunk) in unresolved.chunks(EXPIRING_CHUNK).enumerate() {
-            let mut key = KEY_UNRESOLVED.to_vec();
-            key.extend_from_slice(&(i as u32).to_le_bytes());
-            let v: Vec<u8> = chunk.iter().flat_map(|a| a.to_le_bytes()).collect();
-            f(&key, Some(&v), None);
-        }
-        // So are the keys deleted blind: without them their dead entries
-        // would read as current.
-        let deleted = std::mem::take(&mut st.blind.checkpoint_deleted);
-        let mut chunk = Vec::new();
-        let mut chunks = 0u32;
-        for (i, k) in deleted.iter().enumerate() {
-            chunk.extend_from_slice(&(k.len() as u32).to_le_bytes());
-            chunk.extend_from_slice(k);
-            if chunk.len() >= DELETED_CHUNK_BYTES || i + 1 == deleted.len() {
-                let mut key = KEY_DELETED.to_vec();
-                key.extend_from_slice(&chunks.to_le_bytes());
-                f(&key, Some(&chunk), None);
-                chunk.clear();
-                chunks += 1;
-            }
-        }
-        Ok(())
+        self.inner.borrow_mut().checkpoint_finish(f)
     }
 
     fn backup_files(&self) -> Vec<crate::tier::TierFile> {
         self.inner.borrow().log.backup_files()
     }
 
-    /// A segment GC emptied goes once two checkpoints that started after
-    /// its GC are published and no snapshot kept is older than its GC:
-    /// the chains of the two newest snapshots are kept, and a recovery
-    /// whose newer files are damaged may load any of them, so a delta
-    /// chain whose full snapshot was copied before the GC can point into
-    /// it until a newer full snapshot and one more replace that chain.
     fn checkpoint_published(&mut self) {
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        let epoch = st.epoch;
-        st.gc.published.push((epoch, st.gc.checkpoint_full));
-        let oldest_kept = oldest_kept_epoch(&mut st.gc.published);
-        let mut gone = Vec::new();
-        for (slot, seg) in st.log.segs.iter_mut().enumerate() {
-            let Some(seg) = seg else { continue };
-            if let SegState::Zombie { gc_epoch, confirms } = &mut seg.state {
-                if *gc_epoch < epoch {
-                    *confirms = confirms.saturating_add(1);
-                    if *confirms >= 2 && oldest_kept.is_some_and(|e| e > *gc_epoch) {
-                        gone.push(slot as u32);
-                    }
-                }
-            }
-        }
-        let removed_any = !gone.is_empty();
-        for slot in gone {
-            // GC settled every unresolved entry in it; none may outlive it
-            // and name a record of the segment that takes its slot.
-            let log = &st.log;
-            st.blind.unresolved.retain(|&a| log.decode_addr(a).slot != slot);
-            if let Err(e) = st.log.remove(slot) {
-                tracing::warn!(error = %e, "could not remove a value segment emptied by GC");
-            }
-        }
-        // A hot device emptied (`hot_bytes = 0`): the folder no longer
-        // needs it to start.
-        if removed_any && st.log.has_hot() {
-            if let Err(e) = st.log.unmark_hot_if_empty() {
-                tracing::warn!(error = %e, "could not remove the hot-device marker");
-            }
-        }
+        self.inner.borrow_mut().checkpoint_published()
     }
 
-    /// A delta carries the segment table, the expiry list and the
-    /// unresolved and deleted lists whole: those loaded before it go. Its
-    /// index chunks are loaded over the index loaded so far. (The segment
-    /// table is only kept until the chain is loaded: an older file's table
-    /// may list segments removed since.)
     fn load_checkpoint_begin(&mut self, delta: bool) -> Result<(), String> {
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        if !delta {
-            return Ok(());
-        }
-        if !st.loading.layout_loaded {
-            return Err("a delta checkpoint with no full checkpoint before it".into());
-        }
-        st.expiring.clear();
-        st.blind.unresolved.clear();
-        st.blind.deleted.clear();
-        st.blind.deleted_bytes = 0;
-        Ok(())
+        self.inner.borrow_mut().load_begin(delta)
     }
 
     fn load_checkpoint_done(&mut self) -> Result<(), String> {
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        let gone = match st.loading.pending_segments.take() {
-            Some(table) => st.load_segments(&table)?,
-            None => Vec::new(),
-        };
-        st.check_removed_segments(&gone)?;
-        // A segment file that is gone is refused, not served as damage: a
-        // folder or device that is not the one the data was written to
-        // (a mount missing, a wrong value_device) looks just like it, and
-        // a start would then write new segments beside nothing. Recovery
-        // takes an older snapshot the WAL still covers if there is one.
-        let missing = std::mem::take(&mut st.loading.missing);
-        if !missing.is_empty() {
-            return Err(st.missing_reason(&missing));
-        }
-        Ok(())
+        self.inner.borrow_mut().load_done()
     }
 
     fn load_checkpoint_delete(&mut self, _key: &[u8]) -> Result<(), String> {
@@ -1305,98 +720,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         value: &[u8],
         _expires_at_ms: Option<u64>,
     ) -> Result<(), String> {
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        if key == KEY_LAYOUT {
-            if value.len() != 28 {
-                return Err("hybrid layout entry of the wrong size".into());
-            }
-            let version = u32::from_le_bytes(value[0..4].try_into().expect("4 bytes"));
-            if !(1..=LAYOUT_VERSION).contains(&version) {
-                return Err(format!("hybrid index layout version {version}"));
-            }
-            let buckets = u64::from_le_bytes(value[4..12].try_into().expect("8 bytes"));
-            let seg_bytes = u64::from_le_bytes(value[12..20].try_into().expect("8 bytes"));
-            if seg_bytes != st.settings.segment_bytes {
-                return Err(format!(
-                    "the checkpoint's value segments are {seg_bytes} bytes; storage.value_segment_size is {} (it cannot change on an existing data directory)",
-                    st.settings.segment_bytes
-                ));
-            }
-            if buckets == 0 || buckets > u32::MAX as u64 {
-                return Err(format!("hybrid index of {buckets} buckets per partition"));
-            }
-            if buckets as usize != st.index.buckets_per_partition() {
-                if st.loading.layout_loaded {
-                    return Err(format!(
-                        "a delta checkpoint of {buckets} buckets per partition over one of {}",
-                        st.index.buckets_per_partition()
-                    ));
-                }
-                // Loaded at the size it was written with; `recovery_done`
-                // resizes it to `index_keys` (see `resize`).
-                st.index = Index::with_buckets(buckets as usize);
-            }
-            st.loading.layout_loaded = true;
-            return Ok(());
-        }
-        if let Some(rest) = key.strip_prefix(KEY_INDEX) {
-            if rest.len() != 8 {
-                return Err("index chunk key of the wrong size".into());
-            }
-            let part = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
-            let first = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-            return st.index.decode_chunk(part, first, value);
-        }
-        if key == KEY_SEGMENTS {
-            if !value.len().is_multiple_of(SEGMENT_ROW_BYTES) {
-                return Err(format!("segment table of {} bytes", value.len()));
-            }
-            st.loading.pending_segments = Some(value.to_vec());
-            return Ok(());
-        }
-        if key.starts_with(KEY_UNRESOLVED) {
-            if !value.len().is_multiple_of(4) {
-                return Err("unresolved-entry chunk of the wrong size".into());
-            }
-            st.blind.unresolved.extend(
-                value
-                    .chunks_exact(4)
-                    .map(|a| u32::from_le_bytes(a.try_into().expect("4 bytes"))),
-            );
-            return Ok(());
-        }
-        if key.starts_with(KEY_DELETED) {
-            let mut rest = value;
-            while !rest.is_empty() {
-                let len = rest
-                    .get(..4)
-                    .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize);
-                let Some(k) = len.and_then(|len| rest.get(4..4 + len)) else {
-                    return Err("deleted-key chunk cut short".into());
-                };
-                if st.blind.deleted.insert(k.into()) {
-                    st.blind.deleted_bytes += k.len() as u64;
-                }
-                rest = &rest[4 + k.len()..];
-            }
-            return Ok(());
-        }
-        if key.starts_with(KEY_EXPIRING) {
-            if !value.len().is_multiple_of(12) {
-                return Err("expiry chunk of the wrong size".into());
-            }
-            for e in value.chunks_exact(12) {
-                let at = u64::from_le_bytes(e[0..8].try_into().expect("8 bytes"));
-                let addr = u32::from_le_bytes(e[8..12].try_into().expect("4 bytes"));
-                st.expiring.insert(at, addr);
-            }
-            return Ok(());
-        }
-        Err(format!(
-            "entry {:?} is not part of a hybrid checkpoint (was this directory written by the memory tier?)",
-            String::from_utf8_lossy(&key[..key.len().min(32)])
-        ))
+        self.inner.borrow_mut().load_entry(key, value)
     }
 
     fn replay_begin(&mut self) {
@@ -1404,31 +728,7 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 
     fn recovery_done(&mut self) {
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        st.blind.replaying = false;
-        st.check_orphans();
-        st.check_loaded_segments();
-        st.resize_index();
-        st.reopen_zombies_in_use();
-        st.forget_hot_use();
-        // A checkpoint lists the entries unresolved when it began; some of
-        // them may be gone from the index copied after (GC settled them).
-        // An address no entry holds must not stay listed: a record written
-        // there later would be taken for an older version.
-        if !st.blind.unresolved.is_empty() {
-            let mut present = hashbrown::HashSet::new();
-            let unresolved = &st.blind.unresolved;
-            st.index.for_each_addr(|a| {
-                if unresolved.contains(&a) {
-                    present.insert(a);
-                }
-            });
-            st.blind.unresolved = present;
-        }
-        // A key deleted blind whose dead entries are all gone need not
-        // stay listed.
-        st.prune_deleted();
+        self.inner.borrow_mut().recovery_done()
     }
 
     fn stats(&self) -> super::TierStats {
@@ -1436,68 +736,3 @@ impl<D: Disk> Tier for HybridTier<D> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::{BlindSets, ReadWarnings, READ_WARNINGS_PER_MINUTE};
-
-    /// `unresolved_growth_bytes` bounds what the sets' RAM grows by, for
-    /// one entry more and for several, through a few doublings and with
-    /// removals in between (which leave tombstones in the table).
-    #[test]
-    fn unresolved_growth_bounds_the_set_growth() {
-        let mut sets = BlindSets {
-            unresolved: hashbrown::HashSet::new(),
-            unresolved_max: usize::MAX,
-            replaying: false,
-            checkpoint_unresolved: Vec::new(),
-            deleted: std::collections::HashSet::new(),
-            deleted_bytes: 0,
-            checkpoint_deleted: Vec::new(),
-        };
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
-        let mut grew = 0;
-        for step in 0..20_000u32 {
-            let more = 1 + (next() % 4) as usize;
-            let bound = sets.unresolved_growth_bytes(more);
-            let before = sets.memory_bytes();
-            for _ in 0..more {
-                sets.unresolved.insert(next() as u32 | 1);
-            }
-            let after = sets.memory_bytes();
-            assert!(
-                after <= before + bound,
-                "step {step}: grew {} bytes, bound {bound}",
-                after - before
-            );
-            grew += u32::from(after > before);
-            // Take one out about every third step: the table keeps
-            // tombstones.
-            if next() % 3 == 0 {
-                if let Some(&a) = sets.unresolved.iter().next() {
-                    sets.unresolved.remove(&a);
-                }
-            }
-        }
-        assert!(grew >= 10, "the set grew only {grew} times");
-    }
-
-    /// A damaged segment fails every read of its keys: the log gets the
-    /// first few of a minute and one line for the rest, not one per read.
-    #[test]
-    fn failed_read_warnings_are_bounded_per_minute() {
-        let mut w = ReadWarnings::default();
-        let logged = (0..13_334).filter(|_| w.allow(0)).count();
-        assert_eq!(logged, READ_WARNINGS_PER_MINUTE as usize);
-        assert_eq!(w.held_back, 13_334 - u64::from(READ_WARNINGS_PER_MINUTE));
-        // A new minute: the count held back is said and a new one starts.
-        w.window_start = Some(std::time::Instant::now() - std::time::Duration::from_secs(61));
-        assert!(w.allow(0));
-        assert_eq!((w.logged, w.held_back), (1, 0));
-    }
-}

@@ -1,8 +1,11 @@
 //! The hybrid tier's segment table in a checkpoint: encoded, loaded, and
 //! checked against the segments on disk (zombies and removed segments).
 
-use super::*;
 
+use crate::io::Disk;
+use super::Inner;
+use super::checkpoint::SEGMENT_ROW_BYTES;
+use super::log::SegState;
 impl<D: Disk> Inner<D> {
     pub(super) fn encode_segments(&self) -> Vec<u8> {
         let mut v = Vec::new();

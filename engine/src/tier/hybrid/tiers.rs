@@ -34,8 +34,12 @@
 //! segment is removed only once no snapshot kept is older than its GC.
 //! Which device holds a segment is where its file is.
 
+use crate::io::Disk;
+use super::Inner;
+use super::index::KeyHash;
+use super::log::Record;
+use super::log::SegState;
 use super::log::{Device, HOT, MAIN};
-use super::*;
 
 /// Rows of the sketch (independent hashes per key).
 const ROWS: usize = 4;

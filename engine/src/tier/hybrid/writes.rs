@@ -2,8 +2,22 @@
 //! unresolved entries and deleted keys blind writes leave, and the byte
 //! counts they move.
 
-use super::*;
 
+use crate::tier::Presence;
+use super::lookup::Lookup;
+use bytes::Bytes;
+use crate::io::Disk;
+use super::Inner;
+use super::log;
+use super::cold::CandState;
+use super::cold::ColdCand;
+use super::cold::ColdKey;
+use super::cold::OpenSettle;
+use super::cold::Where;
+use super::index::Candidate;
+use super::index::KeyHash;
+use super::log::ReadError;
+use super::log::Record;
 /// What a put found of its key's entries (see `Inner::put_candidates`).
 struct PutCandidates<F> {
     /// The key's records in RAM.
@@ -407,5 +421,44 @@ impl<D: Disk> Inner<D> {
             self.blind.deleted_bytes -= key.len() as u64;
         }
         was
+    }
+    /// Tells from RAM when it can (a key deleted blind is absent; a
+    /// candidate in RAM that matches answers); otherwise the answer is
+    /// read like a cold GET's, after the delete was applied blind. With
+    /// `deleted` or `unresolved` full that read counts among the settling
+    /// reads ([`SETTLES_MAX`]); past those, the delete reads now, blocking.
+    /// `Err`: the key whose answer is to read.
+    pub(super) fn delete_lookup(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+    ) -> Result<Presence, ColdKey<D::File>> {
+        // Past the sets' bound the delete still goes blind while settling
+        // reads have room: its answer's read settles what it leaves.
+        let past_bound = !self.blind_room();
+        let found = if !past_bound || self.settling.settles_open.get() < self.settling.settles_max {
+            match self.lookup(hash, key) {
+                Lookup::Found(r) => r,
+                Lookup::Failed(e) => {
+                    self.note_read_error(key, &e.to_string());
+                    None
+                }
+                Lookup::Cold(mut ck) => {
+                    ck.settle = true;
+                    if past_bound {
+                        ck.counted = Some(OpenSettle::new(&self.settling.settles_open));
+                        self.settling.blind_allowed = Some(hash);
+                    }
+                    return Err(ck);
+                }
+            }
+        } else {
+            self.find_for_read(hash, key)
+        };
+        Ok(match found {
+            None => Presence::Absent,
+            Some(r) if self.live(&r) => Presence::Live,
+            Some(_) => Presence::Expired,
+        })
     }
 }
