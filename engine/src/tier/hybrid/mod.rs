@@ -42,15 +42,15 @@
 //!   a wrong value; a failed segment write or fdatasync poisons the shard.
 //!
 //! GETs of cold keys read asynchronously: [`Tier::get_many_split`] looks a
-//! run of keys up and answers what RAM holds; the records of the others
-//! are read together by [`Tier::fetch_cold`] (one read per record, reads of
-//! adjacent blocks merged, no borrow of the tier held meanwhile, so the
-//! shard keeps serving) and answered by [`Tier::finish_cold`]; so are the
+//! run of keys up and answers what RAM holds; the others are answered by
+//! the one future [`Tier::read_cold`] returns (`cold.rs`: one read per
+//! record, reads of adjacent blocks merged, no borrow of the tier held
+//! while a read is on the device, so the shard keeps serving); so are the
 //! answers of blind deletes, and the settling reads puts queue once the
 //! unresolved set is at its bound ([`Tier::take_settles`]). Every other
 //! device I/O here (appends, GC, key walks, read-modify-writes, puts and
-//! deletes past [`SETTLES_MAX`] open settling reads) is blocking, on the
-//! shard thread.
+//! deletes past `SETTLES_MAX` open settling reads) is blocking, on
+//! the shard thread.
 
 mod blind;
 pub mod cache;
