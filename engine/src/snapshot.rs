@@ -1,6 +1,7 @@
 //! Snapshot files (checkpoints of one shard's tier): the byte format, a
 //! streaming writer that turns blocks of entries into large O_DIRECT
-//! writes, and the loader used by recovery.
+//! writes, and the loader used by recovery. `chain` picks and loads the
+//! snapshot chain recovery starts from.
 //!
 //! Layout: a 4 KiB header block (magic, version, shard, covered LSN, max
 //! commit version, CRC; a delta snapshot adds the LSN of the snapshot it
@@ -21,6 +22,8 @@ use crate::layout::{
 };
 use crate::tier::Tier;
 use std::path::{Path, PathBuf};
+
+pub mod chain;
 
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RINGKVSN";
 /// Header of a full snapshot: magic, version, shard, LSN, max commit
