@@ -18,24 +18,25 @@
 use crate::error::{Damage, EngineError, SnapshotError, WalError};
 use crate::io::{Disk, DiskFile};
 use crate::layout::{is_foreign, parse_numbered, DirId, ShardPaths, WAL_SUFFIX};
+pub use crate::snapshot::chain::TierFactory;
 use crate::snapshot::chain::{
     kept_snapshots, list_snapshots, load_newest_chain, read_snapshot_headers,
     remove_unfinished_snapshots, set_aside_damaged, unusable_after,
 };
-pub use crate::snapshot::chain::TierFactory;
 use crate::snapshot::SnapshotFile;
 use crate::tier::{MemoryTier, Tier};
 use crate::txn::recovery::TxnReplay;
+use crate::wal::chain::ChainReplay;
 use crate::wal::format::{
     decode_segment_header, RecordKind, SegmentHeader, BLOCK_BYTES, RECORD_HEADER_BYTES,
 };
-use crate::wal::chain::ChainReplay;
 use crate::wal::head::{read_head, HeadState};
 use crate::wal::reader::{
     replay_flush, scan_flush, scan_tail, FileWindow, FlushInfo, FlushScan, SegmentIdentity,
 };
 use crate::wal::segment::{
-    create_segment, erase_window, prepare_segment, recycle_into, wal_io, LiveSegment, SEGMENT_TMP_SUFFIX,
+    create_segment, erase_window, prepare_segment, recycle_into, wal_io, LiveSegment,
+    SEGMENT_TMP_SUFFIX,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -384,8 +385,7 @@ pub async fn recover_into<D: Disk>(
     }
     let owner = (config.shard, config.dir_id);
     let (segments, max_seq) = open_segments(disk, paths, owner, &mut cases).await?;
-    let mut snapshot =
-        choose_snapshot(disk, paths, owner, &segments, new_tier, &mut cases).await?;
+    let mut snapshot = choose_snapshot(disk, paths, owner, &segments, new_tier, &mut cases).await?;
     snapshot.tier.replay_begin();
     let mut replay = replay_log(
         paths,
@@ -638,8 +638,13 @@ async fn replay_log<D: Disk>(
         }
     }
     if let Some(c) = phase.chain.unfinished() {
-        tracing::warn!(shard, first_lsn = c.first_lsn, last_lsn = c.last_lsn, bytes = c.bytes,
-            "the WAL ends inside a chunk chain (its value was never acknowledged); it is dropped");
+        tracing::warn!(
+            shard,
+            first_lsn = c.first_lsn,
+            last_lsn = c.last_lsn,
+            bytes = c.bytes,
+            "the WAL ends inside a chunk chain (its value was never acknowledged); it is dropped"
+        );
         cases.push(RecoveryCase::UnfinishedChain);
     }
     Ok(phase)
