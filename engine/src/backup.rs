@@ -28,6 +28,7 @@
 //! marker, or without the manifest, is refused by a start and by verify.
 
 use crate::engine::Handle;
+use crate::error::IoFailure;
 use crate::inspect::OverlayDisk;
 use crate::io::Disk;
 use crate::layout::ShardPaths;
@@ -70,9 +71,10 @@ pub enum BackupError {
     },
 }
 
-fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> BackupError {
-    let path = path.to_path_buf();
-    move |source| BackupError::Io { op, path, source }
+impl IoFailure for BackupError {
+    fn from_io(op: &'static str, path: PathBuf, _offset: u64, source: io::Error) -> Self {
+        BackupError::Io { op, path, source }
+    }
 }
 
 /// What a backup is told.
@@ -321,13 +323,13 @@ impl Handle {
         write_file(&dest.join(BACKUP_SUMMARY), summary.as_bytes())?;
         // The manifest last: without it no server starts on the copy.
         let src_manifest = manifest::manifest_path(&self.shared.backup.data_dir);
-        let bytes = std::fs::read(&src_manifest).map_err(io_err("read", &src_manifest))?;
+        let bytes = std::fs::read(&src_manifest).map_err(BackupError::io("read", &src_manifest))?;
         let dst_manifest = manifest::manifest_path(dest);
         let tmp = dst_manifest.with_extension("tmp");
         write_file(&tmp, &bytes)?;
-        std::fs::rename(&tmp, &dst_manifest).map_err(io_err("rename", &tmp))?;
+        std::fs::rename(&tmp, &dst_manifest).map_err(BackupError::io("rename", &tmp))?;
         sync_dir(dest)?;
-        std::fs::remove_file(&marker).map_err(io_err("remove", &marker))?;
+        std::fs::remove_file(&marker).map_err(BackupError::io("remove", &marker))?;
         sync_dir(dest)?;
         run.ok = true;
         drop(run);
@@ -375,12 +377,13 @@ fn prepare_dest(dest: &Path, data_dir: &Path) -> Result<(), BackupError> {
         reason: reason.to_string(),
     };
     if dest.exists() {
-        let mut entries = std::fs::read_dir(dest).map_err(io_err("read directory", dest))?;
+        let mut entries =
+            std::fs::read_dir(dest).map_err(BackupError::io("read directory", dest))?;
         if entries.next().is_some() {
             return Err(target("the backup directory must not exist or be empty"));
         }
     }
-    std::fs::create_dir_all(dest).map_err(io_err("create directory", dest))?;
+    std::fs::create_dir_all(dest).map_err(BackupError::io("create directory", dest))?;
     let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
@@ -392,15 +395,15 @@ fn prepare_dest(dest: &Path, data_dir: &Path) -> Result<(), BackupError> {
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BackupError> {
-    let mut f = File::create(path).map_err(io_err("create", path))?;
-    f.write_all(bytes).map_err(io_err("write", path))?;
-    f.sync_data().map_err(io_err("fdatasync", path))
+    let mut f = File::create(path).map_err(BackupError::io("create", path))?;
+    f.write_all(bytes).map_err(BackupError::io("write", path))?;
+    f.sync_data().map_err(BackupError::io("fdatasync", path))
 }
 
 fn sync_dir(dir: &Path) -> Result<(), BackupError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(io_err("fsync directory", dir))
+        .map_err(BackupError::io("fsync directory", dir))
 }
 
 /// Copies (or links) files, counting, at a bounded rate.
@@ -439,8 +442,8 @@ impl Copier {
     /// Copies the first `limit` bytes of `src` to `dst` and makes them
     /// durable.
     fn copy(&mut self, src: &Path, dst: &Path, limit: u64) -> Result<(), BackupError> {
-        let mut from = File::open(src).map_err(io_err("open", src))?;
-        let mut to = File::create(dst).map_err(io_err("create", dst))?;
+        let mut from = File::open(src).map_err(BackupError::io("open", src))?;
+        let mut to = File::create(dst).map_err(BackupError::io("create", dst))?;
         let mut left = limit;
         while left > 0 {
             let want = (self.buf.len() as u64).min(left) as usize;
@@ -448,15 +451,16 @@ impl Copier {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_err("read", src)(e)),
+                Err(e) => return Err(BackupError::io("read", src)(e)),
             };
-            to.write_all(&self.buf[..n]).map_err(io_err("write", dst))?;
+            to.write_all(&self.buf[..n])
+                .map_err(BackupError::io("write", dst))?;
             left -= n as u64;
             self.progress.bytes += n as u64;
             self.copied += n as u64;
             self.pace();
         }
-        to.sync_data().map_err(io_err("fdatasync", dst))?;
+        to.sync_data().map_err(BackupError::io("fdatasync", dst))?;
         self.progress.files += 1;
         Ok(())
     }
@@ -485,11 +489,11 @@ fn copy_shard(
     progress: &mut dyn FnMut(&BackupProgress),
 ) -> Result<u64, BackupError> {
     for dir in [&to.wal_dir, &to.snapshot_dir] {
-        std::fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+        std::fs::create_dir_all(dir).map_err(BackupError::io("create directory", dir))?;
     }
     if hybrid {
         std::fs::create_dir_all(&to.values_dir)
-            .map_err(io_err("create directory", &to.values_dir))?;
+            .map_err(BackupError::io("create directory", &to.values_dir))?;
     }
     for snap in &pin.snapshots {
         copier.link_or_copy(&snap.path, &to.snapshot(snap.lsn))?;
@@ -523,7 +527,7 @@ fn copy_shard(
         match trim_segment(&dst, src.shard as u32, *seq, last_lsn)? {
             Some(last) => last_lsn = Some(last),
             None => {
-                std::fs::remove_file(&dst).map_err(io_err("remove", &dst))?;
+                std::fs::remove_file(&dst).map_err(BackupError::io("remove", &dst))?;
                 break;
             }
         }
@@ -575,11 +579,12 @@ fn trim_segment(
         let f = std::fs::OpenOptions::new()
             .write(true)
             .open(path)
-            .map_err(io_err("open", path))?;
+            .map_err(BackupError::io("open", path))?;
         // Cut and grow back: the rest reads as zeroes, "never written".
-        f.set_len(end).map_err(io_err("truncate", path))?;
-        f.set_len(file_len).map_err(io_err("truncate", path))?;
-        f.sync_all().map_err(io_err("fsync", path))?;
+        f.set_len(end).map_err(BackupError::io("truncate", path))?;
+        f.set_len(file_len)
+            .map_err(BackupError::io("truncate", path))?;
+        f.sync_all().map_err(BackupError::io("fsync", path))?;
     }
     Ok(last)
 }
@@ -590,10 +595,10 @@ fn grow(path: &Path, len: u64) -> Result<(), BackupError> {
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(path)
-        .map_err(io_err("open", path))?;
-    if f.metadata().map_err(io_err("stat", path))?.len() < len {
-        f.set_len(len).map_err(io_err("truncate", path))?;
-        f.sync_all().map_err(io_err("fsync", path))?;
+        .map_err(BackupError::io("open", path))?;
+    if f.metadata().map_err(BackupError::io("stat", path))?.len() < len {
+        f.set_len(len).map_err(BackupError::io("truncate", path))?;
+        f.sync_all().map_err(BackupError::io("fsync", path))?;
     }
     Ok(())
 }
@@ -623,5 +628,5 @@ fn flush_end(
         }
         io::Result::Ok((pos, last, win.file_len()))
     })
-    .map_err(io_err("read", path))
+    .map_err(BackupError::io("read", path))
 }

@@ -4,7 +4,28 @@
 
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// An error type with a variant for a failed I/O call, naming the
+/// operation, the file and (where the type keeps one) the offset. The
+/// `map_err` closures that build it come from here, so the WAL, snapshot,
+/// manifest and backup code need no helper of their own.
+pub(crate) trait IoFailure: Sized {
+    /// The error for `source`, which `op` on `file` at `offset` returned;
+    /// a type that keeps no offset ignores it.
+    fn from_io(op: &'static str, file: PathBuf, offset: u64, source: io::Error) -> Self;
+
+    /// Maps an I/O error of `op` on `file` (at offset 0) to this type.
+    fn io(op: &'static str, file: &Path) -> impl FnOnce(io::Error) -> Self {
+        Self::io_at(op, file, 0)
+    }
+
+    /// Maps an I/O error of `op` on `file` at `offset` to this type.
+    fn io_at(op: &'static str, file: &Path, offset: u64) -> impl FnOnce(io::Error) -> Self {
+        let file = file.to_path_buf();
+        move |source| Self::from_io(op, file, offset, source)
+    }
+}
 
 /// Why a WAL record, flush or segment was judged damaged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -321,6 +342,34 @@ pub enum ManifestError {
         manifest: u32,
         config: u32,
     },
+}
+
+impl IoFailure for WalError {
+    fn from_io(op: &'static str, file: PathBuf, offset: u64, source: io::Error) -> Self {
+        WalError::Io {
+            op,
+            file,
+            offset,
+            source,
+        }
+    }
+}
+
+impl IoFailure for SnapshotError {
+    fn from_io(op: &'static str, file: PathBuf, offset: u64, source: io::Error) -> Self {
+        SnapshotError::Io {
+            op,
+            file,
+            offset,
+            source,
+        }
+    }
+}
+
+impl IoFailure for ManifestError {
+    fn from_io(op: &'static str, file: PathBuf, _offset: u64, source: io::Error) -> Self {
+        ManifestError::Io { op, file, source }
+    }
 }
 
 /// Everything that can stop [`crate::Engine::open`] or

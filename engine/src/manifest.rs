@@ -12,7 +12,7 @@
 //! open, with a fresh identity; see [`settle_table_hasher`] for which table
 //! hash it then records.
 
-use crate::error::ManifestError;
+use crate::error::{IoFailure, ManifestError};
 use crate::hash::{TableHasher, ROUTING_HASH_NAME, TABLE_HASH_KEY_BYTES};
 use crate::io::{AlignedBuf, Disk, DiskFile, ALIGN};
 use crate::layout::DirId;
@@ -275,11 +275,6 @@ impl Manifest {
     }
 }
 
-fn io_err(op: &'static str, file: &Path) -> impl FnOnce(std::io::Error) -> ManifestError {
-    let file = file.to_path_buf();
-    move |source| ManifestError::Io { op, file, source }
-}
-
 /// Path of the manifest in `data_dir`.
 pub fn manifest_path(data_dir: &Path) -> PathBuf {
     data_dir.join(MANIFEST_FILE)
@@ -294,9 +289,9 @@ pub async fn load<D: Disk>(disk: &D, data_dir: &Path) -> Result<Option<Manifest>
     let file = disk
         .open(&path, false)
         .await
-        .map_err(io_err("open", &path))?;
+        .map_err(ManifestError::io("open", &path))?;
     let (res, buf) = file.read_at(AlignedBuf::with_capacity(ALIGN), 0).await;
-    res.map_err(io_err("read", &path))?;
+    res.map_err(ManifestError::io("read", &path))?;
     Manifest::decode(buf.as_slice(), &path).map(Some)
 }
 
@@ -311,18 +306,22 @@ pub async fn store<D: Disk>(
     let file = disk
         .open(&tmp, true)
         .await
-        .map_err(io_err("create", &tmp))?;
-    file.set_len(0).await.map_err(io_err("truncate", &tmp))?;
+        .map_err(ManifestError::io("create", &tmp))?;
+    file.set_len(0)
+        .await
+        .map_err(ManifestError::io("truncate", &tmp))?;
     let (res, _) = file.write_at(manifest.encode(), 0).await;
-    res.map_err(io_err("write", &tmp))?;
-    file.sync_data().await.map_err(io_err("fdatasync", &tmp))?;
+    res.map_err(ManifestError::io("write", &tmp))?;
+    file.sync_data()
+        .await
+        .map_err(ManifestError::io("fdatasync", &tmp))?;
     drop(file);
     disk.rename(&tmp, &path)
         .await
-        .map_err(io_err("rename", &tmp))?;
+        .map_err(ManifestError::io("rename", &tmp))?;
     disk.sync_dir(data_dir)
         .await
-        .map_err(io_err("fsync directory", data_dir))?;
+        .map_err(ManifestError::io("fsync directory", data_dir))?;
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! Snapshot files (checkpoints of one shard's tier): the byte format, a
 //! streaming writer that turns blocks of entries into large O_DIRECT
-//! writes, and the loader used by recovery.
+//! writes, and the loader used by recovery. `chain` picks and loads the
+//! snapshot chain recovery starts from.
 //!
 //! Layout: a 4 KiB header block (magic, version, shard, covered LSN, max
 //! commit version, CRC; a delta snapshot adds the LSN of the snapshot it
@@ -13,14 +14,14 @@
 //! `LSN.snap` after it was written in full and fdatasync'ed. Diagrams in
 //! `docs/wal.md`.
 
-use crate::error::SnapshotError;
+use crate::error::{IoFailure, SnapshotError};
 use crate::io::window::FileWindow;
 use crate::io::{AlignedBuf, DiskFile, ALIGN};
-use crate::layout::{
-    is_foreign, DirId, FORMAT_VERSION, FORMAT_VERSION_DIR_ID, FORMAT_VERSION_MIN,
-};
+use crate::layout::{is_foreign, DirId, FORMAT_VERSION, FORMAT_VERSION_DIR_ID, FORMAT_VERSION_MIN};
 use crate::tier::Tier;
 use std::path::{Path, PathBuf};
+
+pub mod chain;
 
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RINGKVSN";
 /// Header of a full snapshot: magic, version, shard, LSN, max commit
@@ -257,15 +258,6 @@ impl<'a, F: DiskFile> ChunkWriter<'a, F> {
         }
     }
 
-    fn io_err(&self, op: &'static str, offset: u64, source: std::io::Error) -> SnapshotError {
-        SnapshotError::Io {
-            op,
-            file: self.path.to_path_buf(),
-            offset,
-            source,
-        }
-    }
-
     async fn write_out(&mut self) -> Result<(), SnapshotError> {
         let Some(mut buf) = self.buf.take() else {
             unreachable!("chunk buffer always returned");
@@ -276,7 +268,7 @@ impl<'a, F: DiskFile> ChunkWriter<'a, F> {
         let (res, mut buf) = self.file.write_at(buf, offset).await;
         buf.set_len(0);
         self.buf = Some(buf);
-        res.map_err(|e| self.io_err("write", offset, e))?;
+        res.map_err(SnapshotError::io_at("write", self.path, offset))?;
         self.file_offset += len;
         Ok(())
     }
@@ -466,16 +458,13 @@ pub async fn load<F: DiskFile>(
         offset,
         reason,
     };
-    let io_err = |offset: u64, source| SnapshotError::Io {
-        op: "read",
-        file: path.to_path_buf(),
-        offset,
-        source,
-    };
     let mut win = FileWindow::new(file, path)
         .await
-        .map_err(|e| io_err(0, e))?;
-    let header = win.get(0, ALIGN).await.map_err(|e| io_err(0, e))?;
+        .map_err(SnapshotError::io_at("read", path, 0))?;
+    let header = win
+        .get(0, ALIGN)
+        .await
+        .map_err(SnapshotError::io_at("read", path, 0))?;
     let file_head = decode_header(header, path, owner)?;
     if let Some(tier) = tier.as_deref_mut() {
         tier.load_checkpoint_begin(file_head.base_lsn.is_some())
@@ -491,7 +480,7 @@ pub async fn load<F: DiskFile>(
         let head = win
             .get(pos, BLOCK_HEADER_BYTES)
             .await
-            .map_err(|e| io_err(pos, e))?;
+            .map_err(SnapshotError::io_at("read", path, pos))?;
         if head.len() < 4 {
             return Err(corrupt(pos, "ends before its trailer".into()));
         }
@@ -499,7 +488,7 @@ pub async fn load<F: DiskFile>(
             let t = win
                 .get(pos, TRAILER_BYTES)
                 .await
-                .map_err(|e| io_err(pos, e))?;
+                .map_err(SnapshotError::io_at("read", path, pos))?;
             return check_trailer(t, &file_head, owner.0, &read)
                 .map_err(|reason| corrupt(pos, reason));
         }
@@ -520,7 +509,7 @@ pub async fn load<F: DiskFile>(
         let block = win
             .get(pos, block_len as usize)
             .await
-            .map_err(|e| io_err(pos, e))?;
+            .map_err(SnapshotError::io_at("read", path, pos))?;
         let computed = crc32fast::hash(&block[8..]);
         if stored != computed {
             return Err(corrupt(
@@ -773,8 +762,14 @@ mod tests {
         encode_header((1, DIR), 77, 5, Some(70), &mut header);
         let path = Path::new("/s/77.snap");
         let h = decode_header(&header, path, (1, DIR)).expect("own");
-        assert_eq!((h.dir_id, h.base_lsn, h.version), (DIR, Some(70), FORMAT_VERSION));
-        assert!(decode_header(&header, path, (1, 0)).is_ok(), "0 checks nothing");
+        assert_eq!(
+            (h.dir_id, h.base_lsn, h.version),
+            (DIR, Some(70), FORMAT_VERSION)
+        );
+        assert!(
+            decode_header(&header, path, (1, 0)).is_ok(),
+            "0 checks nothing"
+        );
         let err = decode_header(&header, path, (1, DIR + 1)).expect_err("foreign");
         assert!(
             matches!(err, SnapshotError::ForeignDirectory { found: DIR, .. }),
@@ -843,9 +838,14 @@ mod tests {
             assert_eq!(len % ALIGN as u64, 0);
             let file = disk.open(path, false).await.expect("open");
             let mut tier = MemoryTier::new();
-            let meta = load(&file, path, (1, DIR), Some(&mut tier)).await.expect("valid");
+            let meta = load(&file, path, (1, DIR), Some(&mut tier))
+                .await
+                .expect("valid");
             // Checking alone reads the same metadata.
-            assert_eq!(load(&file, path, (1, DIR), None).await.expect("valid"), meta);
+            assert_eq!(
+                load(&file, path, (1, DIR), None).await.expect("valid"),
+                meta
+            );
             assert_eq!(meta.lsn, 77);
             assert_eq!(meta.end_lsn, 80);
             assert_eq!(meta.max_commit_version, 6);
@@ -932,7 +932,9 @@ mod tests {
                 None
             );
             let file = disk.open(path, false).await.expect("open");
-            let meta = load(&file, path, (1, DIR), Some(&mut tier)).await.expect("delta");
+            let meta = load(&file, path, (1, DIR), Some(&mut tier))
+                .await
+                .expect("delta");
             assert_eq!((meta.lsn, meta.base_lsn, meta.entries), (90, Some(77), 3));
             let head = read_header(&file, path, (1, DIR)).await.expect("header");
             assert_eq!((head.lsn, head.base_lsn), (90, Some(77)));
@@ -945,7 +947,9 @@ mod tests {
             drop(file);
             disk.corrupt(path, 37, 1);
             let file = disk.open(path, false).await.expect("open");
-            let err = read_header(&file, path, (1, DIR)).await.expect_err("damaged");
+            let err = read_header(&file, path, (1, DIR))
+                .await
+                .expect_err("damaged");
             assert!(err.to_string().contains("delta header checksum"), "{err}");
             assert!(load(&file, path, (1, DIR), None).await.is_err());
             disk.corrupt(path, 37, 1);
@@ -962,7 +966,9 @@ mod tests {
             out.extend_from_slice(&enc.trailer(95, 7));
             w.write(&out).await.expect("write");
             w.finish().await.expect("finish");
-            let err = load(&file, full, (1, DIR), None).await.expect_err("refused");
+            let err = load(&file, full, (1, DIR), None)
+                .await
+                .expect_err("refused");
             assert!(err.to_string().contains("outside a delta"), "{err}");
         });
     }

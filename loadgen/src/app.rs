@@ -579,8 +579,8 @@ pub async fn run_crashes(
         for durability in &durabilities {
             let on = crate::crash::RunOn {
                 profile: device,
-                durability: durability.name(),
-                tier: args.tier_kind().name(),
+                durability: durability.as_str(),
+                tier: args.tier_kind().as_str(),
                 shards: args.shard_count(),
             };
             let got = crate::crash::run(plan, s, mix, args.workload.name(), on).await?;
@@ -798,9 +798,9 @@ async fn start_embedded_with(
     .map_err(|e| AppError::Join(e.to_string()))??;
     eprintln!(
         "[{profile} {}] embedded ringkv server on {} (tier {})",
-        durability.name(),
+        durability.as_str(),
         server.addr(),
-        storage.tier.name()
+        storage.tier.as_str()
     );
     Ok(server)
 }
@@ -818,8 +818,8 @@ async fn start_engine(
     .map_err(|e| AppError::Join(e.to_string()))??;
     eprintln!(
         "[{profile} {}] in-process ringkv engine (no TCP, tier {})",
-        durability.name(),
-        storage.tier.name()
+        durability.as_str(),
+        storage.tier.as_str()
     );
     Ok(target)
 }

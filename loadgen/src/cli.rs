@@ -209,48 +209,10 @@ impl TargetArg {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DurabilityArg {
-    /// Acknowledge a write after the fdatasync that covers it (RAM+Disk).
-    Sync,
-    /// Acknowledge once in memory, flush in the background (RAM+Disk).
-    Async,
-    /// RAM only, no write-ahead log (RAM Only).
-    None,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TierArg {
-    /// Every key and value in RAM (persisted through the WAL and snapshots).
-    Memory,
-    /// Index in RAM, values in segment files on the value device, hot values
-    /// cached (needs a WAL: not with --durability none).
-    Hybrid,
-}
-
-impl TierArg {
-    pub fn name(&self) -> &'static str {
-        self.tier().as_str()
-    }
-
-    /// The config's tier.
-    pub fn tier(&self) -> tunables::Tier {
-        match self {
-            TierArg::Memory => tunables::Tier::Memory,
-            TierArg::Hybrid => tunables::Tier::Hybrid,
-        }
-    }
-}
-
-impl DurabilityArg {
-    pub fn name(&self) -> &'static str {
-        match self {
-            DurabilityArg::Sync => "sync",
-            DurabilityArg::Async => "async",
-            DurabilityArg::None => "none",
-        }
-    }
-}
+/// `--durability` and `--tier` take the config's own enums (their flag
+/// values and help lines are in `tunables`, shared with the server); the
+/// names below are loadgen's for them.
+pub use tunables::{Durability as DurabilityArg, Tier as TierArg};
 
 /// `--help` headings; flags are listed under them in this order.
 pub mod heading {
@@ -380,7 +342,8 @@ pub struct RunArgs {
     #[arg(long, value_enum, visible_alias = "device-profile", value_name = "PROFILE", help_heading = heading::STORAGE)]
     pub device: Option<DeviceArg>,
 
-    /// Durability of the embedded server or engine. Not with --server.
+    /// Durability of the embedded server or engine. Not with --server. The
+    /// report calls none "RAM Only" and sync and async "RAM+Disk".
     /// [default: putget runs none (RAM Only) and then sync (RAM+Disk); sweep: async (the
     /// document's stores do not sync each write); YCSB: sync]
     #[arg(long, value_enum, help_heading = heading::STORAGE)]

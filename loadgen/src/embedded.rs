@@ -9,7 +9,7 @@
 use crate::cli::{DurabilityArg, TierArg};
 use std::net::SocketAddr;
 use tempfile::TempDir;
-use tunables::{ByteSize, Config, Durability};
+use tunables::{ByteSize, Config};
 
 /// Failure to start or stop the embedded server.
 #[derive(Debug, thiserror::Error)]
@@ -77,18 +77,14 @@ pub fn embedded_config(
     };
     config.storage.data_dir = data_dir.to_path_buf();
     config.server.listen = "127.0.0.1:0".to_string();
-    config.storage.durability = match durability {
-        DurabilityArg::Sync => Durability::Sync,
-        DurabilityArg::Async => Durability::Async,
-        DurabilityArg::None => Durability::None,
-    };
+    config.storage.durability = durability;
     let wal_device = config.storage.wal_device.clone();
     match config.devices.get_mut(&wal_device) {
         Some(device) => device.profile = profile.to_string(),
         None => return Err(EmbeddedError::NoWalDevice { device: wal_device }),
     }
     config.storage.value_device = wal_device;
-    config.storage.tier = storage.tier.tier();
+    config.storage.tier = storage.tier;
     if let Some(bytes) = storage.cache_bytes {
         config.storage.cache_bytes = bytes;
     }
@@ -127,8 +123,8 @@ impl EmbeddedServer {
         edit(&mut config);
         let server = ringkv_server::start(config).map_err(|e| EmbeddedError::Start {
             profile: profile.to_string(),
-            durability: durability.name(),
-            tier: storage.tier.name(),
+            durability: durability.as_str(),
+            tier: storage.tier.as_str(),
             reason: e.to_string(),
         })?;
         let addr = server.local_addr();
@@ -160,6 +156,7 @@ impl EmbeddedServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tunables::Durability;
 
     #[test]
     fn config_points_everything_at_the_temp_dir_and_loopback() {

@@ -61,13 +61,13 @@ impl EngineTarget {
         let config = embedded_config(dir.path(), profile, durability, shards, storage)?;
         let engine = Engine::open(&config).map_err(|e| EmbeddedError::Start {
             profile: profile.to_string(),
-            durability: durability.name(),
-            tier: storage.tier.name(),
+            durability: durability.as_str(),
+            tier: storage.tier.as_str(),
             reason: e.to_string(),
         })?;
         let facts = Arc::new(Facts {
             backend: engine.backend().name().to_string(),
-            durability: durability.name().to_string(),
+            durability: durability.as_str().to_string(),
             tier: engine.tier().as_str().to_string(),
             limits: device_limits(&config),
         });

@@ -59,15 +59,18 @@ pub struct Cli {
     #[arg(long, value_name = "N")]
     pub shards: Option<u32>,
 
+    // `--durability` and `--tier` take the config's own enums: their flag
+    // values and help lines are in `tunables` (its `clap` feature), shared
+    // with loadgen.
     /// When a write is acknowledged.
     #[arg(long, value_enum, value_name = "MODE")]
-    pub durability: Option<DurabilityArg>,
+    pub durability: Option<Durability>,
 
     /// Storage tier (storage.tier). A data directory keeps the tier it was
     /// created with; the hybrid tier's other settings (value_device,
     /// cache_bytes, index_keys, ...) are set in the config file.
     #[arg(long, value_enum, value_name = "TIER")]
-    pub tier: Option<TierArg>,
+    pub tier: Option<Tier>,
 
     /// Disk profile of the WAL device (sas, gpssd, nvme, unthrottled, or a
     /// profile from the file).
@@ -170,33 +173,6 @@ pub struct RepairArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DurabilityArg {
-    /// Acknowledge after the fdatasync that covers the write.
-    Sync,
-    /// Acknowledge once applied in memory; flush periodically.
-    Async,
-    /// RAM only, no WAL.
-    None,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TierArg {
-    /// Every key and value in RAM.
-    Memory,
-    /// Index in RAM, values in segment files on storage.value_device.
-    Hybrid,
-}
-
-impl From<TierArg> for Tier {
-    fn from(t: TierArg) -> Tier {
-        match t {
-            TierArg::Memory => Tier::Memory,
-            TierArg::Hybrid => Tier::Hybrid,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendArg {
     /// io_uring when allowed, else the fallback.
     Auto,
@@ -204,16 +180,6 @@ pub enum BackendArg {
     Uring,
     /// Always the fallback.
     Fallback,
-}
-
-impl From<DurabilityArg> for Durability {
-    fn from(d: DurabilityArg) -> Durability {
-        match d {
-            DurabilityArg::Sync => Durability::Sync,
-            DurabilityArg::Async => Durability::Async,
-            DurabilityArg::None => Durability::None,
-        }
-    }
 }
 
 impl From<BackendArg> for Backend {
@@ -256,10 +222,10 @@ impl Cli {
             config.shards = shards;
         }
         if let Some(d) = self.durability {
-            config.storage.durability = d.into();
+            config.storage.durability = d;
         }
         if let Some(t) = self.tier {
-            config.storage.tier = t.into();
+            config.storage.tier = t;
         }
         if let Some(profile) = &self.device_profile {
             // The WAL device may not be declared in the file yet: create it on

@@ -12,6 +12,8 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+#[cfg(feature = "clap")]
+mod cli_values;
 mod cpus;
 mod error;
 mod load;

@@ -27,11 +27,11 @@
 //! refused by recovery instead of vouching for another log; version 1 and
 //! 2 slots read with identity 0 (none: they cannot be told apart).
 
-use crate::error::{Damage, WalError};
+use crate::error::{Damage, IoFailure, WalError};
 use crate::io::{AlignedBuf, Disk, DiskFile};
 use crate::layout::{DirId, ShardPaths};
 use crate::wal::format::BLOCK_BYTES;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// File name of the head file inside the shard directory.
 pub const HEAD_FILE: &str = "wal.head";
@@ -113,19 +113,17 @@ fn decode_slot(shard: u32, block: &[u8]) -> Option<HeadState> {
         generation: u64_at(block, 16),
         seq: u64_at(block, 24),
         first_lsn: u64_at(block, 32),
-        marked_lsn: if data >= SLOT_BYTES_V2 { u64_at(block, 40) } else { 0 },
-        dir_id: if data >= SLOT_BYTES { u64_at(block, 48) } else { 0 },
+        marked_lsn: if data >= SLOT_BYTES_V2 {
+            u64_at(block, 40)
+        } else {
+            0
+        },
+        dir_id: if data >= SLOT_BYTES {
+            u64_at(block, 48)
+        } else {
+            0
+        },
     })
-}
-
-fn io_err(op: &'static str, file: &Path) -> impl FnOnce(std::io::Error) -> WalError {
-    let file = file.to_path_buf();
-    move |source| WalError::Io {
-        op,
-        file,
-        offset: 0,
-        source,
-    }
 }
 
 /// Reads the head of a shard. `Ok(None)`: there is no head file (a data
@@ -144,10 +142,10 @@ pub async fn read_head<D: Disk>(
     let file = disk
         .open(&path, false)
         .await
-        .map_err(io_err("open", &path))?;
+        .map_err(WalError::io("open", &path))?;
     let buf = AlignedBuf::with_capacity(BLOCK_BYTES * SLOTS);
     let (res, buf) = file.read_at(buf, 0).await;
-    let n = res.map_err(io_err("read", &path))?;
+    let n = res.map_err(WalError::io("read", &path))?;
     match decode_head_bytes(shard, &buf.as_slice()[..n]) {
         Some(state) => Ok(Some(state)),
         None => Err(WalError::Corrupt {
@@ -248,12 +246,12 @@ impl<F: DiskFile> WalHead<F> {
         encode_slot(self.shard, &next, block.as_mut_slice());
         let slot = (next.generation % SLOTS as u64) * BLOCK_BYTES as u64;
         let (res, _) = self.file.write_at(block, slot).await;
-        res.map_err(io_err("write head", &self.path))?;
+        res.map_err(WalError::io("write head", &self.path))?;
         // The slot must be durable before it is relied on.
         self.file
             .sync_data()
             .await
-            .map_err(io_err("fdatasync head", &self.path))?;
+            .map_err(WalError::io("fdatasync head", &self.path))?;
         self.state = next;
         Ok(())
     }
@@ -275,7 +273,7 @@ pub async fn open_head<D: Disk>(
         let file = disk
             .open(&path, false)
             .await
-            .map_err(io_err("open", &path))?;
+            .map_err(WalError::io("open", &path))?;
         return Ok(WalHead {
             file,
             path,
@@ -289,7 +287,7 @@ pub async fn open_head<D: Disk>(
         let file = disk
             .open(&tmp, true)
             .await
-            .map_err(io_err("create", &tmp))?;
+            .map_err(WalError::io("create", &tmp))?;
         let mut buf = AlignedBuf::with_capacity(BLOCK_BYTES * SLOTS);
         buf.set_len(BLOCK_BYTES * SLOTS);
         // Both slots valid from the start (generations 0 and 1); the next
@@ -303,21 +301,21 @@ pub async fn open_head<D: Disk>(
             encode_slot(shard, &s, slot);
         }
         let (res, _) = file.write_at(buf, 0).await;
-        res.map_err(io_err("write head", &tmp))?;
+        res.map_err(WalError::io("write head", &tmp))?;
         file.sync_data()
             .await
-            .map_err(io_err("fdatasync head", &tmp))?;
+            .map_err(WalError::io("fdatasync head", &tmp))?;
     }
     disk.rename(&tmp, &path)
         .await
-        .map_err(io_err("rename head", &tmp))?;
+        .map_err(WalError::io("rename head", &tmp))?;
     disk.sync_dir(&paths.dir)
         .await
-        .map_err(io_err("fsync directory", &paths.dir))?;
+        .map_err(WalError::io("fsync directory", &paths.dir))?;
     let file = disk
         .open(&path, false)
         .await
-        .map_err(io_err("open", &path))?;
+        .map_err(WalError::io("open", &path))?;
     Ok(WalHead {
         file,
         path,
@@ -378,7 +376,11 @@ mod tests {
         };
         assert_eq!(decode_slot(3, &block), Some(expect));
         block[44] = 1;
-        assert_eq!(decode_slot(3, &block), None, "bytes after a v1 slot are zero");
+        assert_eq!(
+            decode_slot(3, &block),
+            None,
+            "bytes after a v1 slot are zero"
+        );
     }
 
     /// A version 2 slot (written before the directory identity) reads
@@ -417,17 +419,31 @@ mod tests {
             dir_id: 55,
         };
         let mut file = vec![0u8; BLOCK_BYTES * SLOTS];
-        encode_slot(3, &HeadState { generation: 6, ..s }, &mut file[..BLOCK_BYTES]);
+        encode_slot(
+            3,
+            &HeadState { generation: 6, ..s },
+            &mut file[..BLOCK_BYTES],
+        );
         encode_slot(3, &s, &mut file[BLOCK_BYTES..]);
         let lowered = with_mark_at_most(&file, 3, 50_000).expect("a valid head");
         let state = decode_head_bytes(3, &lowered).expect("valid");
-        assert_eq!(state, HeadState { generation: 9, marked_lsn: 50_000, ..s });
+        assert_eq!(
+            state,
+            HeadState {
+                generation: 9,
+                marked_lsn: 50_000,
+                ..s
+            }
+        );
         // Both slots say the same thing, so neither an old nor a new
         // build can pick up the higher mark again.
         for slot in lowered.chunks(BLOCK_BYTES) {
             assert_eq!(decode_slot(3, slot).map(|h| h.marked_lsn), Some(50_000));
         }
         let same = with_mark_at_most(&file, 3, 100_000).expect("valid");
-        assert_eq!(decode_head_bytes(3, &same).map(|h| h.marked_lsn), Some(99_000));
+        assert_eq!(
+            decode_head_bytes(3, &same).map(|h| h.marked_lsn),
+            Some(99_000)
+        );
     }
 }

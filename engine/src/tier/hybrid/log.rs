@@ -487,11 +487,6 @@ impl<D: Disk> ValueLog<D> {
         &self.heads[MAIN as usize].dir
     }
 
-    /// The segment folder of `device`.
-    pub fn dir_of(&self, device: Device) -> &Path {
-        &self.heads[device as usize].dir
-    }
-
     pub fn segment_bytes(&self) -> u64 {
         self.segment_bytes
     }
