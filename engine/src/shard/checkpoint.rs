@@ -20,6 +20,7 @@
 //! first. The files kept are the newest snapshot's chain (a full snapshot
 //! and the deltas over it, in order).
 
+use crate::error::IoFailure;
 use crate::error::{EngineError, SnapshotError};
 use crate::io::{Disk, DiskFile, ALIGN};
 use crate::layout::ShardPaths;
@@ -315,8 +316,13 @@ pub(crate) async fn checkpoint<D: Disk>(
     core.wal.checkpoint_started();
     core.with_tier_mut(|t| t.checkpoint_begin());
     let tmp = paths.snapshot_tmp(lsn);
-    let file = disk.open(&tmp, true).await.map_err(io("create", &tmp))?;
-    file.set_len(0).await.map_err(io("truncate", &tmp))?;
+    let file = disk
+        .open(&tmp, true)
+        .await
+        .map_err(SnapshotError::io("create", &tmp))?;
+    file.set_len(0)
+        .await
+        .map_err(SnapshotError::io("truncate", &tmp))?;
     let owner = (paths.shard as u32, files.dir_id());
     let result = write_snapshot(core, &file, &tmp, owner, lsn, base).await;
     drop(file);
@@ -338,10 +344,12 @@ pub(crate) async fn checkpoint<D: Disk>(
         "snapshot {lsn} claims an unapplied transaction part"
     );
     let path = paths.snapshot(lsn);
-    disk.rename(&tmp, &path).await.map_err(io("rename", &tmp))?;
+    disk.rename(&tmp, &path)
+        .await
+        .map_err(SnapshotError::io("rename", &tmp))?;
     disk.sync_dir(&paths.snapshot_dir)
         .await
-        .map_err(io("fsync directory", &paths.snapshot_dir))?;
+        .map_err(SnapshotError::io("fsync directory", &paths.snapshot_dir))?;
     let snap = SnapshotFile {
         lsn,
         path,
@@ -371,17 +379,6 @@ pub(crate) async fn checkpoint<D: Disk>(
         "checkpoint written"
     );
     Ok(Some(snap))
-}
-
-/// A snapshot file's I/O error, for `op` on `file`.
-fn io(op: &'static str, file: &std::path::Path) -> impl FnOnce(std::io::Error) -> SnapshotError {
-    let file = file.to_path_buf();
-    move |source| SnapshotError::Io {
-        op,
-        file,
-        offset: 0,
-        source,
-    }
 }
 
 /// Writes the snapshot of LSN `lsn` into `file` (at `tmp`) and makes it
@@ -442,7 +439,9 @@ async fn write_snapshot<F: DiskFile>(
     staged.extend_from_slice(&encoder.trailer(end_lsn, core.clock.current()));
     writer.write(&staged).await?;
     let file_bytes = writer.finish().await?;
-    file.sync_data().await.map_err(io("fdatasync", tmp))?;
+    file.sync_data()
+        .await
+        .map_err(SnapshotError::io("fdatasync", tmp))?;
     Ok((encoder.entries(), file_bytes))
 }
 
@@ -478,12 +477,12 @@ async fn retire_covered<D: Disk>(
     for (old, _) in gone {
         disk.remove_file(&old.path)
             .await
-            .map_err(io("remove", &old.path))?;
+            .map_err(SnapshotError::io("remove", &old.path))?;
     }
     if removed {
         disk.sync_dir(&paths.snapshot_dir)
             .await
-            .map_err(io("fsync directory", &paths.snapshot_dir))?;
+            .map_err(SnapshotError::io("fsync directory", &paths.snapshot_dir))?;
     }
     core.txn.publish_floor(fallback_lsn(snapshots));
     // Segments with parts of multi-shard transactions stay until every

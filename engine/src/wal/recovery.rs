@@ -15,6 +15,7 @@
 //! headers, loading the newest chain that checks out) is in
 //! `snapshot::chain`; this file keeps the decision table and the replay.
 
+use crate::error::IoFailure;
 use crate::error::{Damage, EngineError, SnapshotError, WalError};
 use crate::io::{Disk, DiskFile};
 use crate::layout::{is_foreign, parse_numbered, DirId, ShardPaths, WAL_SUFFIX};
@@ -35,7 +36,7 @@ use crate::wal::reader::{
     replay_flush, scan_flush, scan_tail, FileWindow, FlushInfo, FlushScan, SegmentIdentity,
 };
 use crate::wal::segment::{
-    create_segment, erase_window, prepare_segment, recycle_into, wal_io, LiveSegment,
+    create_segment, erase_window, prepare_segment, recycle_into, LiveSegment,
     SEGMENT_TMP_SUFFIX,
 };
 use std::path::{Path, PathBuf};
@@ -237,7 +238,7 @@ async fn open_segments<D: Disk>(
             tracing::info!(file = %path.display(), "removing an unfinished WAL segment");
             disk.remove_file(&path)
                 .await
-                .map_err(wal_io("remove unfinished segment", &path, 0))?;
+                .map_err(WalError::io_at("remove unfinished segment", &path, 0))?;
             removed_tmp = true;
             continue;
         }
@@ -249,16 +250,16 @@ async fn open_segments<D: Disk>(
         let file = disk
             .open(&path, false)
             .await
-            .map_err(wal_io("open", &path, 0))?;
+            .map_err(WalError::io_at("open", &path, 0))?;
         let (header, len) = {
             let mut win = FileWindow::new(&file, &path)
                 .await
-                .map_err(wal_io("stat", &path, 0))?;
+                .map_err(WalError::io_at("stat", &path, 0))?;
             let len = win.file_len();
             let block = win
                 .get(0, BLOCK_BYTES)
                 .await
-                .map_err(wal_io("read", &path, 0))?;
+                .map_err(WalError::io_at("read", &path, 0))?;
             let header = match decode_segment_header(block) {
                 Ok(Some(h)) if is_foreign(h.dir_id, dir_id) => {
                     return Err(corrupt(
@@ -314,7 +315,7 @@ async fn open_segments<D: Disk>(
         });
     }
     if removed_tmp {
-        disk.sync_dir(&paths.wal_dir).await.map_err(wal_io(
+        disk.sync_dir(&paths.wal_dir).await.map_err(WalError::io_at(
             "fsync directory",
             &paths.wal_dir,
             0,
@@ -622,7 +623,7 @@ async fn replay_log<D: Disk>(
         let seg = &segments[i];
         let mut win = FileWindow::new(&seg.file, &seg.path)
             .await
-            .map_err(wal_io("stat", &seg.path, 0))?;
+            .map_err(WalError::io_at("stat", &seg.path, 0))?;
         let (pos, damage) = phase
             .replay_segment(seg, &mut win, tier, shard, cases)
             .await?;
@@ -669,12 +670,12 @@ async fn read_skipped_txn_parts<D: Disk>(
         };
         let mut win = FileWindow::new(&seg.file, &seg.path)
             .await
-            .map_err(wal_io("stat", &seg.path, 0))?;
+            .map_err(WalError::io_at("stat", &seg.path, 0))?;
         let mut pos = 0u64;
         let mut last: Option<u64> = None;
         while let FlushScan::Complete(flush) = scan_flush(&mut win, pos, identity)
             .await
-            .map_err(wal_io("read", &seg.path, pos))?
+            .map_err(WalError::io_at("read", &seg.path, pos))?
         {
             if last.is_some_and(|l| flush.first_lsn <= l) {
                 break; // stale bytes of a recycled segment
@@ -687,7 +688,7 @@ async fn read_skipped_txn_parts<D: Disk>(
                 }
             })
             .await
-            .map_err(wal_io("read", &seg.path, pos))?;
+            .map_err(WalError::io_at("read", &seg.path, pos))?;
             last = Some(flush.last_lsn);
             pos = flush.end;
         }
@@ -724,7 +725,7 @@ impl ReplayPhase {
             progress.tick(pos, win.file_len(), self.records_replayed);
             let scan = scan_flush(win, pos, identity)
                 .await
-                .map_err(wal_io("read", &seg.path, pos))?;
+                .map_err(WalError::io_at("read", &seg.path, pos))?;
             match scan {
                 FlushScan::Complete(flush) => {
                     if !self.continues_log(&flush, seg, pos, cases)? {
@@ -863,7 +864,7 @@ impl ReplayPhase {
             replayed += 1;
         })
         .await
-        .map_err(wal_io("read", &seg.path, pos))?;
+        .map_err(WalError::io_at("read", &seg.path, pos))?;
         if let Some(d) = chain_damage {
             return Err(corrupt(&seg.path, pos, d));
         }
@@ -898,7 +899,7 @@ impl ReplayPhase {
         let after = self.after_lsn();
         let tail = scan_tail(win, pos, after, identity)
             .await
-            .map_err(wal_io("read", &seg.path, pos))?;
+            .map_err(WalError::io_at("read", &seg.path, pos))?;
         if let Some(at) = tail.complete_flush_at {
             cases.push(RecoveryCase::DamageBeforeData);
             let offset = seg_end.2.as_ref().map_or(pos, |(o, _)| *o);
@@ -1197,11 +1198,11 @@ async fn prepare_for_writes<D: Disk>(
         tracing::info!(file = %seg.path.display(), "removing a WAL segment that holds nothing");
         disk.remove_file(&seg.path)
             .await
-            .map_err(wal_io("remove", &seg.path, 0))?;
+            .map_err(WalError::io_at("remove", &seg.path, 0))?;
         cases.push(RecoveryCase::UnusedSegmentRemoved);
     }
     if !remove.is_empty() {
-        disk.sync_dir(&paths.wal_dir).await.map_err(wal_io(
+        disk.sync_dir(&paths.wal_dir).await.map_err(WalError::io_at(
             "fsync directory",
             &paths.wal_dir,
             0,
@@ -1301,7 +1302,7 @@ async fn sort_segments_after_end<D: Disk>(
                 if after_end {
                     let mut win = FileWindow::new(&seg.file, &seg.path)
                         .await
-                        .map_err(wal_io("stat", &seg.path, 0))?;
+                        .map_err(WalError::io_at("stat", &seg.path, 0))?;
                     let tail = scan_tail(
                         &mut win,
                         0,
@@ -1312,7 +1313,7 @@ async fn sort_segments_after_end<D: Disk>(
                         },
                     )
                     .await
-                    .map_err(wal_io("read", &seg.path, 0))?;
+                    .map_err(WalError::io_at("read", &seg.path, 0))?;
                     bytes_read += win.bytes_read();
                     if let Some(at) = tail.complete_flush_at {
                         cases.push(RecoveryCase::DamageBeforeData);

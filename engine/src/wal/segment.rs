@@ -6,6 +6,7 @@
 //! length and its name is durable before anything is written to it; a
 //! prepared (recycled) segment holds nothing that belongs to the log.
 
+use crate::error::IoFailure;
 use crate::error::WalError;
 use crate::io::{AlignedBuf, Disk, DiskFile};
 use crate::layout::{ShardPaths, TMP_SUFFIX};
@@ -21,20 +22,6 @@ pub struct LiveSegment {
     pub bytes: u64,
 }
 
-/// Maps an I/O error on `file` at `offset` to the WAL's error.
-pub(crate) fn wal_io(
-    op: &'static str,
-    file: &Path,
-    offset: u64,
-) -> impl FnOnce(std::io::Error) -> WalError {
-    let file = file.to_path_buf();
-    move |source| WalError::Io {
-        op,
-        file,
-        offset,
-        source,
-    }
-}
 
 /// Overwrites block 0 of a segment with a prepared header (recycled,
 /// waiting for its first flush, carrying the directory identity `dir_id`)
@@ -53,8 +40,8 @@ pub async fn prepare_segment<F: DiskFile>(
         block.as_mut_slice(),
     );
     let (res, _) = file.write_at(block, 0).await;
-    res.map_err(wal_io("write prepared header", path, 0))?;
-    file.sync_data().await.map_err(wal_io("fdatasync", path, 0))
+    res.map_err(WalError::io_at("write prepared header", path, 0))?;
+    file.sync_data().await.map_err(WalError::io_at("fdatasync", path, 0))
 }
 
 /// Overwrites `[from, to)` of a segment with zeroes and makes them
@@ -72,10 +59,10 @@ pub async fn erase_window<F: DiskFile>(
     zeros.set_len((to - from) as usize);
     zeros.as_mut_slice().fill(0);
     let (res, _) = file.write_at(zeros, from).await;
-    res.map_err(wal_io("erase torn in-flight window", path, from))?;
+    res.map_err(WalError::io_at("erase torn in-flight window", path, from))?;
     file.sync_data()
         .await
-        .map_err(wal_io("fdatasync", path, from))
+        .map_err(WalError::io_at("fdatasync", path, from))
 }
 
 /// Renames a prepared (or never written) segment file to segment `seq`
@@ -89,10 +76,10 @@ pub async fn recycle_into<D: Disk>(
     let to = paths.segment(seq);
     disk.rename(from, &to)
         .await
-        .map_err(wal_io("rename (recycle)", from, 0))?;
+        .map_err(WalError::io_at("rename (recycle)", from, 0))?;
     disk.sync_dir(&paths.wal_dir)
         .await
-        .map_err(wal_io("fsync directory", &paths.wal_dir, 0))
+        .map_err(WalError::io_at("fsync directory", &paths.wal_dir, 0))
 }
 
 /// Suffix of a segment being created (`SEQ.wal.tmp`); recovery removes
@@ -115,12 +102,12 @@ pub async fn create_segment<D: Disk>(
     let file = disk
         .open(&tmp, true)
         .await
-        .map_err(wal_io("create", &tmp, 0))?;
+        .map_err(WalError::io_at("create", &tmp, 0))?;
     let filled = async {
         file.allocate_zeroed(segment_bytes)
             .await
-            .map_err(wal_io("preallocate", &tmp, 0))?;
-        file.sync_data().await.map_err(wal_io("fdatasync", &tmp, 0))
+            .map_err(WalError::io_at("preallocate", &tmp, 0))?;
+        file.sync_data().await.map_err(WalError::io_at("fdatasync", &tmp, 0))
     }
     .await;
     if let Err(e) = filled {
@@ -132,9 +119,9 @@ pub async fn create_segment<D: Disk>(
     }
     disk.rename(&tmp, &path)
         .await
-        .map_err(wal_io("rename (new segment)", &tmp, 0))?;
+        .map_err(WalError::io_at("rename (new segment)", &tmp, 0))?;
     disk.sync_dir(&paths.wal_dir)
         .await
-        .map_err(wal_io("fsync directory", &paths.wal_dir, 0))?;
+        .map_err(WalError::io_at("fsync directory", &paths.wal_dir, 0))?;
     Ok(file)
 }
