@@ -31,6 +31,7 @@
 //! - **Memory accounting** ([`Tier::memory_bytes`]) so metrics and limits see
 //!   what the process really uses.
 
+pub(crate) mod config;
 pub mod hybrid;
 pub mod memory;
 
