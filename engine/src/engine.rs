@@ -541,7 +541,7 @@ struct Launch<'a, D: Disk> {
     settings: ShardSettings,
     /// The WAL's disk, throttled by its device (`None` in `none`).
     wal_disk: Option<Throttled<D>>,
-    /// The value segments' disk (hybrid tier only).
+    /// The disk of the tier's own files (a tier that keeps some).
     value_disk: Option<Throttled<D>>,
     /// The hot device's disk (`storage.hot_device`), if set.
     hot_disk: Option<Throttled<D>>,
