@@ -35,6 +35,7 @@ use crate::layout::ShardPaths;
 use crate::manifest;
 use crate::shard::backup::{unix_now, BackupRequest, Cut, Pinned};
 use crate::shard::router::ShardMsg;
+use crate::tier::config::TierDirs;
 use crate::wal::head::{with_mark_at_most, HEAD_FILE};
 use crate::wal::reader::{scan_flush, FileWindow, FlushScan, SegmentIdentity};
 use std::fs::File;
@@ -293,7 +294,7 @@ impl Handle {
                 &to,
                 pin,
                 cut,
-                self.shared.backup.hybrid,
+                self.shared.backup.tier_dirs,
                 progress,
             )?;
             shards.push(ShardCutReport {
@@ -485,15 +486,14 @@ fn copy_shard(
     to: &ShardPaths,
     pin: &Pinned,
     cut: &Cut,
-    hybrid: bool,
+    tier_dirs: TierDirs,
     progress: &mut dyn FnMut(&BackupProgress),
 ) -> Result<u64, BackupError> {
-    for dir in [&to.wal_dir, &to.snapshot_dir] {
+    for dir in [&to.wal_dir, &to.snapshot_dir]
+        .into_iter()
+        .chain(tier_dirs.of(to))
+    {
         std::fs::create_dir_all(dir).map_err(BackupError::io("create directory", dir))?;
-    }
-    if hybrid {
-        std::fs::create_dir_all(&to.values_dir)
-            .map_err(BackupError::io("create directory", &to.values_dir))?;
     }
     for snap in &pin.snapshots {
         copier.link_or_copy(&snap.path, &to.snapshot(snap.lsn))?;
@@ -552,11 +552,11 @@ fn copy_shard(
         write_file(&to.dir.join(HEAD_FILE), &head)?;
         copier.progress.files += 1;
     }
-    for dir in [&to.wal_dir, &to.snapshot_dir, &to.dir] {
+    for dir in [&to.wal_dir, &to.snapshot_dir, &to.dir]
+        .into_iter()
+        .chain(tier_dirs.of(to))
+    {
         sync_dir(dir)?;
-    }
-    if hybrid {
-        sync_dir(&to.values_dir)?;
     }
     if let Some(parent) = to.dir.parent() {
         sync_dir(parent)?;

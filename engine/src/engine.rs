@@ -20,6 +20,9 @@ use crate::shard::router::{
     local_shard, Control, EngineShared, Limits, ShardMsg, CONTROL_QUEUE_DEPTH,
 };
 use crate::shard::thread::{run, ShardSettings, ShardStart, ANOTHER_SHARD_FAILED};
+#[cfg(test)]
+use crate::tier::config::per_shard_budgets;
+use crate::tier::config::{TierDirs, TierPlan};
 use crate::wal::format::{chain_end_size, record_size_expiring, CHAIN_BYTES_MAX};
 use crate::wal::writer::buffer_bytes_needed;
 use bytes::Bytes;
@@ -117,21 +120,17 @@ impl Engine {
         let sizes = RecordSizes::from_config(config)?;
         let devices = build_devices(config)?;
         let wal_device = device_named(&devices, "storage.wal_device", &s.wal_device)?;
-        // The hybrid tier's value segments: on their own device, which may
-        // be the WAL's (then the two share its throttle).
+        // The tier's own files (the hybrid tier's value segments): on their
+        // own device, which may be the WAL's (then the two share its
+        // throttle).
         let value_device = device_named(&devices, "storage.value_device", &s.value_device)?;
-        if tier == StorageTier::Hybrid {
-            sizes.check_value_segment(s.value_segment_size.as_u64())?;
-        }
+        let plan = TierPlan::new(s, sizes.key_max, sizes.value_max)?;
         let wal_root = wal_device.dir().to_path_buf();
         let value_root = value_device.dir().to_path_buf();
-        // A hot device in front of it, if set.
-        let hot_device = match s.hot_device.as_str() {
-            "" => None,
-            name if tier == StorageTier::Hybrid => {
-                Some(device_named(&devices, "storage.hot_device", name)?)
-            }
-            _ => None,
+        // A hot device in front of it, if the tier uses one.
+        let hot_device = match plan.hot_device() {
+            Some(name) => Some(device_named(&devices, "storage.hot_device", name)?),
+            None => None,
         };
         let hot_root = hot_device.as_ref().map(|d| d.dir().to_path_buf());
         let shard_paths = |shard: usize| {
@@ -146,10 +145,10 @@ impl Engine {
         let (shard_count, table_hasher, dir_id) = shard_count(config, &disk, backend, &wal_root)?;
         if durability != Durability::None {
             for shard in 0..shard_count {
-                create_shard_dirs(&disk, &shard_paths(shard), tier)?;
+                create_shard_dirs(&disk, &shard_paths(shard), plan.dirs())?;
             }
         }
-        let mut settings = shard_settings(config, &sizes, shard_count, table_hasher)?;
+        let mut settings = shard_settings(config, &plan, &sizes, shard_count, table_hasher)?;
         settings.dir_id = dir_id;
         let launch = Launch {
             shard_count,
@@ -159,7 +158,8 @@ impl Engine {
             hot_disk: hot_device
                 .as_ref()
                 .map(|d| Throttled::new(disk.clone(), d.clone())),
-            value_disk: (tier == StorageTier::Hybrid)
+            value_disk: plan
+                .keeps_files()
                 .then(|| Throttled::new(disk, value_device.clone())),
             shard_paths: &shard_paths,
             backend,
@@ -190,7 +190,7 @@ impl Engine {
             },
             clock: shards.clock,
             txn_stats: shards.txn_stats,
-            values_in_ram: tier == StorageTier::Memory,
+            values_in_ram: plan.values_in_ram(),
             backup: crate::shard::backup::BackupShared::new(
                 if durability == Durability::None {
                     Vec::new()
@@ -198,7 +198,7 @@ impl Engine {
                     (0..shard_count).map(shard_paths).collect()
                 },
                 s.data_dir.clone(),
-                tier == StorageTier::Hybrid,
+                plan.dirs(),
             ),
         });
         tracing::info!(
@@ -351,10 +351,6 @@ impl Drop for Engine {
     }
 }
 
-/// One shard's part of the server-wide hybrid-tier budgets, as
-/// (`cache_bytes`, `index_keys`): split evenly, the cache rounded down (the
-/// shards together stay within `storage.cache_bytes`), the index rounded up
-/// (together they are sized for at least `storage.index_keys`).
 /// The size limits of keys, values and records the config sets.
 struct RecordSizes {
     key_max: usize,
@@ -408,18 +404,6 @@ impl RecordSizes {
             value_max,
             max_record_bytes,
         })
-    }
-
-    /// The hybrid tier: the largest record must fit one value segment.
-    fn check_value_segment(&self, segment_bytes: u64) -> Result<(), EngineError> {
-        let needed = crate::tier::hybrid::log::segment_bytes_needed(self.key_max, self.value_max);
-        if segment_bytes < needed {
-            return Err(config_err(format!(
-                "storage.value_segment_size = {segment_bytes} bytes cannot hold a record of the largest key and value (limits.key_bytes_max + limits.value_bytes_max = {} bytes); it needs at least {needed} bytes",
-                self.key_max + self.value_max
-            )));
-        }
-        Ok(())
     }
 }
 
@@ -494,17 +478,15 @@ fn shard_count<D: Disk>(
     }
 }
 
-/// Makes a shard's WAL and snapshot folders (and its value segment folder
-/// on the hybrid tier).
+/// Makes a shard's WAL and snapshot folders, and the tier's own.
 fn create_shard_dirs<D: Disk>(
     disk: &D,
     paths: &ShardPaths,
-    tier: StorageTier,
+    tier_dirs: TierDirs,
 ) -> Result<(), EngineError> {
-    let values = (tier == StorageTier::Hybrid).then_some(&paths.values_dir);
     for dir in [&paths.wal_dir, &paths.snapshot_dir]
         .into_iter()
-        .chain(values)
+        .chain(tier_dirs.of(paths))
     {
         disk.create_dir_all(dir).map_err(|source| EngineError::Io {
             op: "create directory",
@@ -515,48 +497,20 @@ fn create_shard_dirs<D: Disk>(
     Ok(())
 }
 
-/// Each shard's part of `storage.hot_bytes` (0 with no hot device); a
-/// part under four value segments is refused (eviction keeps two segments
-/// free, and needs a sealed one to empty), except 0, which empties the hot
-/// device.
-fn hot_bytes_per_shard(
-    s: &tunables::StorageConfig,
-    shard_count: usize,
-) -> Result<u64, EngineError> {
-    if s.hot_device.is_empty() || s.tier != StorageTier::Hybrid {
-        return Ok(0);
-    }
-    let per_shard = s.hot_bytes.as_u64() / (shard_count as u64).max(1);
-    let least = 4 * s.value_segment_size.as_u64();
-    if per_shard != 0 && per_shard < least {
-        return Err(config_err(format!(
-            "storage.hot_bytes = \"{}\" gives each of the {shard_count} shards {per_shard} bytes of the hot device; each needs at least four storage.value_segment_size ({least} bytes), or 0 to empty the hot device",
-            s.hot_bytes
-        )));
-    }
-    Ok(per_shard)
-}
-
 /// Every shard's settings, from the config.
 fn shard_settings(
     config: &Config,
+    plan: &TierPlan<'_>,
     sizes: &RecordSizes,
     shard_count: usize,
     table_hasher: crate::hash::TableHasher,
 ) -> Result<ShardSettings, EngineError> {
     let s = &config.storage;
-    let (cache_bytes, index_keys) = per_shard_budgets(s, shard_count);
     Ok(ShardSettings {
         durability: s.durability,
-        tier: s.tier,
+        tier: plan.shard_settings(shard_count)?,
         table_hasher,
         dir_id: 0,
-        cache_bytes,
-        value_segment_bytes: s.value_segment_size.as_u64(),
-        index_keys,
-        gc_garbage_percent: s.gc_garbage_percent,
-        hot_bytes: hot_bytes_per_shard(s, shard_count)?,
-        hot_promote_reads: s.hot_promote_reads.min(15) as u8,
         segment_bytes: s.wal_segment_size.as_u64(),
         // Checked to fit by `RecordSizes::from_config`.
         group_commit_max_bytes: s.group_commit_max_bytes.as_u64() as usize,
@@ -587,7 +541,7 @@ struct Launch<'a, D: Disk> {
     settings: ShardSettings,
     /// The WAL's disk, throttled by its device (`None` in `none`).
     wal_disk: Option<Throttled<D>>,
-    /// The value segments' disk (hybrid tier only).
+    /// The disk of the tier's own files (a tier that keeps some).
     value_disk: Option<Throttled<D>>,
     /// The hot device's disk (`storage.hot_device`), if set.
     hot_disk: Option<Throttled<D>>,
@@ -790,14 +744,6 @@ impl<D: Disk> Launch<'_, D> {
         }
         Ok(shards)
     }
-}
-
-fn per_shard_budgets(s: &tunables::StorageConfig, shard_count: usize) -> (u64, u64) {
-    let shards = (shard_count as u64).max(1);
-    (
-        s.cache_bytes.as_u64() / shards,
-        s.index_keys.div_ceil(shards),
-    )
 }
 
 fn stop_threads(halts: &[flume::Sender<()>], threads: Vec<JoinHandle<()>>) {

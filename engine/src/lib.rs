@@ -86,7 +86,7 @@ pub use histogram::{AtomicHistogram, HistogramSnapshot};
 pub use io::runtime::BackendKind;
 pub use keyspace::{PartitionKeys, PARTITIONS_PER_SHARD};
 pub use metrics::{DeviceMetrics, EngineMetrics, ShardMetrics, TxnStats};
-pub use tier::{HybridStats, SegmentDamage};
+pub use tier::{CounterKind, HybridStats, SegmentDamage, TierCounter};
 pub use tunables::Durability;
 pub use txn::watch::KeyMark;
 pub use txn::{AbortReason, TxnError, TxnSettings};

@@ -127,6 +127,23 @@ pub struct EngineMetrics {
     pub devices: Vec<DeviceMetrics>,
 }
 
+impl EngineMetrics {
+    /// The hybrid tier's counters summed over the shards (`None` on the
+    /// memory tier), and the shards' cold read latencies merged: what
+    /// [`crate::HybridStats::counters`] turns into the server-wide values.
+    pub fn hybrid_total(&self) -> (Option<crate::tier::HybridStats>, HistogramSnapshot) {
+        let mut latency = HistogramSnapshot::default();
+        let mut total: Option<crate::tier::HybridStats> = None;
+        for s in &self.shards {
+            latency.merge(&s.cold_read_latency_us);
+            if let Some(h) = &s.hybrid {
+                total.get_or_insert_with(Default::default).add(h);
+            }
+        }
+        (total, latency)
+    }
+}
+
 /// The atomics behind [`ShardMetrics`], shared by a shard thread (writer)
 /// and every handle (readers).
 pub(crate) struct ShardStats {

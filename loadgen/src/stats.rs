@@ -25,8 +25,36 @@ pub struct ServerSnapshot {
     pub wal_flushes: u64,
     pub wal_fsync_p99_us: u64,
     pub devices: BTreeMap<String, DeviceSnapshot>,
-    /// The `tier.*` group (all zero on the memory tier).
-    pub hybrid: TierStats,
+    /// The `tier.*` values loadgen uses (all zero on the memory tier).
+    pub hybrid: TierSnapshot,
+}
+
+/// The `tier.*` values the `tiered` workload reads (STATS carries more:
+/// the tier names them, `docs/protocol.md` lists them); 0 when absent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TierSnapshot {
+    pub segment_bytes: u64,
+    pub hot_segment_bytes: u64,
+    pub cold_reads: u64,
+    pub hot_reads: u64,
+    pub promotions: u64,
+    pub demotions: u64,
+    pub move_waits: u64,
+}
+
+impl TierSnapshot {
+    fn of(tier: &TierStats) -> TierSnapshot {
+        let get = |name: &str| tier.get(name).unwrap_or(0);
+        TierSnapshot {
+            segment_bytes: get("segment_bytes"),
+            hot_segment_bytes: get("hot_segment_bytes"),
+            cold_reads: get("cold_reads"),
+            hot_reads: get("hot_reads"),
+            promotions: get("promotions"),
+            demotions: get("demotions"),
+            move_waits: get("move_waits"),
+        }
+    }
 }
 
 /// One device's STATS counters, as the server sends them.
@@ -114,7 +142,7 @@ impl ServerSnapshot {
             wal_flushes: stats.wal.flushes,
             wal_fsync_p99_us: stats.wal.fsync_p99_us,
             devices: stats.devices,
-            hybrid: stats.tier,
+            hybrid: TierSnapshot::of(&stats.tier),
         })
     }
 

@@ -1,8 +1,11 @@
 //! The STATS answer, typed. A STATS reply carries `(name, value)` text pairs;
-//! this module is the one place their names, meanings and units are declared.
-//! The server fills a [`Stats`] and sends [`Stats::to_pairs`]; a client reads
-//! the pairs back with [`Stats::from_pairs`]. `docs/protocol.md` lists every
-//! name (a test keeps its table equal to [`docs_table`]).
+//! this module declares their names, meanings and units, except those of the
+//! `tier.*` group, which the storage tier declares and which travel here as
+//! plain names and values ([`TierStats`]). The server fills a [`Stats`] and
+//! sends [`Stats::to_pairs`]; a client reads the pairs back with
+//! [`Stats::from_pairs`]. `docs/protocol.md` lists every name (a test keeps
+//! its main table equal to [`docs_table`], and the server's tests keep the
+//! `tier.*` table equal to the tier's list).
 //!
 //! Names are `group.field` for server-wide values, `device.NAME.field` for
 //! each storage device and `shard.N.field` for each shard. Values are decimal
@@ -192,67 +195,44 @@ stats_group! {
     }
 }
 
-stats_group! {
-    /// `tier.*`: the hybrid tier, all shards (all zero on the memory tier).
-    pub struct TierStats at "tier" {
-        /// Bytes of RAM the hybrid index holds (slots, overflow marks, spilled keys).
-        index_bytes: u64, "gauge", "bytes";
-        /// Bytes of RAM the read cache holds (records and their bookkeeping).
-        cache_bytes: u64, "gauge", "bytes";
-        /// Index RAM per key, in thousandths of a byte (7100 = 7.1 bytes per key).
-        index_millibytes_per_key: u64, "gauge", "millibytes";
-        /// Cache RAM per key, in thousandths of a byte.
-        cache_millibytes_per_key: u64, "gauge", "millibytes";
-        /// Value segment files.
-        segments: u64, "gauge", "segments";
-        /// Bytes of value segment files that hold records.
-        segment_bytes: u64, "gauge", "bytes";
-        /// Record bytes the index points to (the rest is garbage GC reclaims).
-        live_bytes: u64, "gauge", "bytes";
-        /// Live record bytes as a percent of record bytes in segments.
-        live_percent: u64, "gauge", "percent";
-        /// GC passes (one victim segment each) since start.
-        gc_runs: u64, "count", "passes";
-        /// Bytes GC read from victim segments since start.
-        gc_bytes_read: u64, "count", "bytes";
-        /// Bytes of live records GC wrote again since start.
-        gc_bytes_written: u64, "count", "bytes";
-        /// Reads answered by the read cache since start.
-        cache_hits: u64, "count", "reads";
-        /// Reads the read cache could not answer since start.
-        cache_misses: u64, "count", "reads";
-        /// Cache hits as a percent of cache lookups since start.
-        cache_hit_percent: u64, "gauge", "percent";
-        /// Device reads of value segments since start (cold GETs, key checks, GC).
-        cold_reads: u64, "count", "reads";
-        /// Median latency of a cold read since start (upper bucket bound).
-        cold_read_p50_us: u64, "gauge", "microseconds";
-        /// 99th percentile latency of a cold read since start (upper bucket bound).
-        cold_read_p99_us: u64, "gauge", "microseconds";
-        /// Reads answered VALUE_UNREADABLE (device error or checksum mismatch) since start.
-        read_errors: u64, "count", "reads";
-        /// Keys past the index's sized capacity (storage.index_keys), at ~40 bytes each.
-        spilled_keys: u64, "gauge", "keys";
-        /// Index entries a blind write left unresolved (nearly all older versions of keys written since; GC settles them). `keys` leaves them out.
-        unresolved_entries: u64, "gauge", "entries";
-        /// Keys deleted without a device read whose older entries are still in the index (unresolved, dead; the delete's answer read or GC settles them). Bounded at a 32nd of storage.index_keys per shard, plus the deletes whose answer reads are open.
-        deleted_keys: u64, "gauge", "keys";
-        /// Settling reads finished since start: after a put made while the unresolved entries were at their bound, a read of its key's older record, which then goes.
-        settles_done: u64, "count", "reads";
-        /// Value segment files on the hot device (storage.hot_device; part of `segments`, 0 without one).
-        hot_segments: u64, "gauge", "segments";
-        /// Bytes of value segment files on the hot device (emptied ones too, until removed).
-        hot_segment_bytes: u64, "gauge", "bytes";
-        /// Record bytes on the hot device the index points to (part of `live_bytes`).
-        hot_live_bytes: u64, "gauge", "bytes";
-        /// Device reads of hot segments since start (part of `cold_reads`; the rest read the value device).
-        hot_reads: u64, "count", "reads";
-        /// Records copied from the value device to the hot device since start (read often lately).
-        promotions: u64, "count", "records";
-        /// Records GC moved from the hot device to the value device since start (not read lately).
-        demotions: u64, "count", "records";
-        /// Moves held back by storage.hot_move_percent since start: copies up skipped, and GC waits before a step through a hot segment.
-        move_waits: u64, "count", "waits";
+/// `tier.*`: the storage tier's values, all shards. Unlike the groups
+/// above they are not declared here: the tier names them itself (the
+/// hybrid tier in `engine/src/tier/hybrid/stats.rs`), the server sends what
+/// its tier lists, in that order, and `docs/protocol.md` has their table
+/// apart from the one of [`docs_table`]. A reader keeps every `tier.*` name
+/// whose value is a number, known to it or not.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TierStats {
+    /// `(name after "tier.", value)`, in the order of the answer.
+    pub values: Vec<(String, u64)>,
+}
+
+impl TierStats {
+    /// The value named `tier.NAME`, if the answer has it.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.values.iter().find(|(n, _)| n == name).map(|&(_, v)| v)
+    }
+
+    /// Sets `tier.NAME` (added at the end if new).
+    pub fn set(&mut self, name: &str, value: u64) {
+        match self.values.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.values.push((name.to_string(), value)),
+        }
+    }
+
+    fn push_pairs(&self, prefix: &str, out: &mut Vec<(String, String)>) {
+        for (name, value) in &self.values {
+            out.push((format!("{prefix}.{name}"), value.render()));
+        }
+    }
+}
+
+impl FromIterator<(String, u64)> for TierStats {
+    fn from_iter<I: IntoIterator<Item = (String, u64)>>(iter: I) -> TierStats {
+        TierStats {
+            values: iter.into_iter().collect(),
+        }
     }
 }
 
@@ -357,7 +337,9 @@ pub struct Stats {
 impl Stats {
     /// The pairs of a STATS answer, in a stable order.
     pub fn to_pairs(&self) -> Vec<(String, String)> {
-        let mut out = Vec::with_capacity(32 + 12 * self.devices.len() + 4 * self.shards.len());
+        let mut out = Vec::with_capacity(
+            64 + self.tier.values.len() + 12 * self.devices.len() + 4 * self.shards.len(),
+        );
         self.server.push_pairs("server", &mut out);
         self.ops.push_pairs("ops", &mut out);
         self.resp.push_pairs("resp", &mut out);
@@ -396,7 +378,11 @@ impl Stats {
                     stats.engine.set(name, rest, value)?;
                 }
                 "tier" => {
-                    stats.tier.set(name, rest, value)?;
+                    // Every tier value is a number; one that is not is left
+                    // out, as a name this version does not know would be.
+                    if let Ok(v) = <u64 as StatValue>::parse(name, value) {
+                        stats.tier.set(rest, v);
+                    }
                 }
                 "wal" => {
                     stats.wal.set(name, rest, value)?;
@@ -427,14 +413,14 @@ impl Stats {
         Ok(stats)
     }
 
-    /// Every declared field, in the order of an answer.
+    /// Every declared field, in the order of an answer (the `tier.*` ones,
+    /// which the tier declares, between `engine.*` and `wal.*`, left out).
     pub fn fields() -> impl Iterator<Item = &'static StatInfo> {
         ServerStats::FIELDS
             .iter()
             .chain(OpsStats::FIELDS)
             .chain(RespStats::FIELDS)
             .chain(EngineStats::FIELDS)
-            .chain(TierStats::FIELDS)
             .chain(WalStats::FIELDS)
             .chain(TxnStats::FIELDS)
             .chain(DeviceStats::FIELDS)
@@ -442,7 +428,9 @@ impl Stats {
     }
 }
 
-/// The Markdown table of every STATS field, as `docs/protocol.md` lists it.
+/// The Markdown table of every STATS field declared here, as
+/// `docs/protocol.md` lists it (the `tier.*` names have a table of their
+/// own there).
 pub fn docs_table() -> String {
     let mut out = String::from("| name | kind | unit | meaning |\n| --- | --- | --- | --- |\n");
     for f in Stats::fields() {

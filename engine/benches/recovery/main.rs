@@ -160,11 +160,9 @@ fn heap_bytes() -> (u64, u64) {
 fn ram_breakdown(phase: &str, engine: &Engine, rss_before: u64) {
     let m = engine.metrics();
     let keys = m.shards.iter().map(|s| s.keys).sum::<u64>().max(1) as f64;
-    let hybrid: Vec<_> = m.shards.iter().filter_map(|s| s.hybrid).collect();
-    if hybrid.is_empty() {
+    let Some(h) = m.hybrid_total().0 else {
         return;
-    }
-    let sum = |f: fn(&ringkv_engine::HybridStats) -> u64| hybrid.iter().map(f).sum::<u64>();
+    };
     let per = |b: u64| b as f64 / keys;
     let heap = if on_glibc() {
         let (in_use, free_kept) = heap_bytes();
@@ -180,11 +178,11 @@ fn ram_breakdown(phase: &str, engine: &Engine, rss_before: u64) {
     println!(
         "{phase}: RAM per live key: index {:.2} B, cache {:.2} B, expiry list {:.2} B ({} pairs), \
          unresolved/deleted sets {:.2} B; {heap}; VmRSS growth {:.2} B",
-        per(sum(|h| h.index_bytes)),
-        per(sum(|h| h.cache_bytes)),
-        per(sum(|h| h.expiry_bytes)),
-        sum(|h| h.expiry_pairs),
-        per(sum(|h| h.blind_sets_bytes)),
+        per(h.index_bytes),
+        per(h.cache_bytes),
+        per(h.expiry_bytes),
+        h.expiry_pairs,
+        per(h.blind_sets_bytes),
         per(rss),
     );
     for (i, s) in m.shards.iter().enumerate() {
@@ -290,11 +288,8 @@ fn fill(opts: &Options) {
         rss.saturating_sub(rss_before) >> 20,
         rss.saturating_sub(rss_before) as f64 / keys.max(1) as f64
     );
-    let hybrid: Vec<_> = m.shards.iter().filter_map(|s| s.hybrid).collect();
-    if !hybrid.is_empty() {
-        let index: u64 = hybrid.iter().map(|h| h.index_bytes).sum();
-        let cache: u64 = hybrid.iter().map(|h| h.cache_bytes).sum();
-        let segs: u64 = hybrid.iter().map(|h| h.segment_bytes).sum();
+    if let Some(h) = m.hybrid_total().0 {
+        let (index, cache, segs) = (h.index_bytes, h.cache_bytes, h.segment_bytes);
         println!(
             "fill: hybrid index {} MiB = {:.2} B per key; cache {} MiB; value segments {} MiB",
             index >> 20,
@@ -427,16 +422,14 @@ fn mixed(opts: &Options, engine: &Engine, rss_before: u64) {
         rss.saturating_sub(rss_before) >> 20,
         rss.saturating_sub(rss_before) as f64 / keys.max(1) as f64
     );
-    let hybrid: Vec<_> = m.shards.iter().filter_map(|s| s.hybrid).collect();
-    if !hybrid.is_empty() {
-        let sum = |f: fn(&ringkv_engine::HybridStats) -> u64| hybrid.iter().map(f).sum::<u64>();
+    if let Some(h) = m.hybrid_total().0 {
         println!(
             "mixed: hybrid index {:.2} B per live key; unresolved entries {}, deleted keys {}, spilled keys {}; GC runs {}",
-            sum(|h| h.index_bytes) as f64 / keys.max(1) as f64,
-            sum(|h| h.unresolved_entries),
-            sum(|h| h.deleted_keys),
-            sum(|h| h.spilled_keys),
-            sum(|h| h.gc_runs),
+            h.index_bytes as f64 / keys.max(1) as f64,
+            h.unresolved_entries,
+            h.deleted_keys,
+            h.spilled_keys,
+            h.gc_runs,
         );
         ram_breakdown("mixed", engine, rss_before);
         cold_gets(opts, engine);

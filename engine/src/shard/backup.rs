@@ -189,7 +189,9 @@ pub(crate) struct BackupShared {
     pub(crate) paths: Vec<ShardPaths>,
     /// Where the manifest lives (`storage.data_dir`).
     pub(crate) data_dir: std::path::PathBuf,
-    pub(crate) hybrid: bool,
+    /// The folders of a shard where its tier keeps files of its own: a
+    /// backup makes them in its copy of each shard.
+    pub(crate) tier_dirs: crate::tier::config::TierDirs,
     pub(crate) running: std::sync::atomic::AtomicBool,
     pub(crate) last_save_unix: std::sync::atomic::AtomicU64,
     pub(crate) last_failed: std::sync::atomic::AtomicBool,
@@ -204,12 +206,12 @@ impl BackupShared {
     pub(crate) fn new(
         paths: Vec<ShardPaths>,
         data_dir: std::path::PathBuf,
-        hybrid: bool,
+        tier_dirs: crate::tier::config::TierDirs,
     ) -> BackupShared {
         BackupShared {
             paths,
             data_dir,
-            hybrid,
+            tier_dirs,
             running: std::sync::atomic::AtomicBool::new(false),
             // What recovery loaded is on disk: the start counts as a save
             // (as Redis's load of its dump does).

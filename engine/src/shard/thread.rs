@@ -17,7 +17,8 @@ use crate::shard::checkpoint::{checkpoint, run_checkpointer, CheckpointSettings}
 use crate::shard::core::{CommitClock, CoreSettings, ShardCore};
 use crate::shard::router::{clear_local, set_local, Control, ShardMsg};
 use crate::snapshot::SnapshotFile;
-use crate::tier::{HotSettings, HybridSettings, Tier as TierStore, TierConfig};
+use crate::tier::config::{ShardTier, TierSettings};
+use crate::tier::Tier as TierStore;
 use crate::txn::record::HeldPart;
 use crate::wal::flusher::{run_flusher, run_segment_creator, FlusherSettings};
 use crate::wal::head::HeadState;
@@ -32,7 +33,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
-use tunables::{Durability, Tier};
+use tunables::Durability;
 
 /// What a shard answers when it stopped recovering only because another
 /// shard failed to: the engine reports the other shard's error instead.
@@ -63,8 +64,9 @@ pub(crate) struct ShardSettings {
     pub(crate) read_bytes_max: usize,
     /// This shard's share of `storage.max_memory` (0: no limit).
     pub(crate) memory_bytes_max: u64,
-    /// `storage.tier`: which tier this shard runs.
-    pub(crate) tier: Tier,
+    /// `storage.tier`: which tier this shard runs, and this shard's part of
+    /// its settings.
+    pub(crate) tier: TierSettings,
     /// How the tier's tables hash keys (the manifest's key, or a fresh
     /// one for an engine that keeps nothing on disk).
     pub(crate) table_hasher: crate::hash::TableHasher,
@@ -72,21 +74,6 @@ pub(crate) struct ShardSettings {
     /// header of every file the shard makes and checked in every file it
     /// opens (0 in `none` durability, which keeps no file).
     pub(crate) dir_id: crate::layout::DirId,
-    /// Hybrid tier: this shard's part of `storage.cache_bytes` (the total
-    /// divided by the shard count, rounded down).
-    pub(crate) cache_bytes: u64,
-    /// Hybrid tier: `storage.value_segment_size`, a multiple of 4096.
-    pub(crate) value_segment_bytes: u64,
-    /// Hybrid tier: this shard's part of `storage.index_keys` (the total
-    /// divided by the shard count, rounded up).
-    pub(crate) index_keys: u64,
-    /// Hybrid tier: `storage.gc_garbage_percent`, 5..=95.
-    pub(crate) gc_garbage_percent: u32,
-    /// Hybrid tier with a hot device: this shard's part of
-    /// `storage.hot_bytes`.
-    pub(crate) hot_bytes: u64,
-    /// `storage.hot_promote_reads`, 1..=15.
-    pub(crate) hot_promote_reads: u8,
 }
 
 /// Everything a shard thread starts with.
@@ -289,7 +276,14 @@ async fn shard_main<D: Disk>(start: ShardStart<D>) {
     };
 
     // 0. The tier: recovery loads a checkpoint into tiers made here.
-    let tier_config = match tier_config(shard, &settings, value_disk, hot_disk, &paths, &stats) {
+    let tier_config = match settings.tier.config(ShardTier {
+        shard,
+        paths: &paths,
+        value_disk,
+        hot_disk,
+        read_latency_us: stats.cold_read_latency_us.clone(),
+        dir_id: settings.dir_id,
+    }) {
         Ok(t) => t,
         Err(e) => return fail(e),
     };
@@ -389,69 +383,6 @@ fn build_core(
     ));
     core.txn.publish_floor(restored.floor);
     (core, restored.wal)
-}
-
-/// How this shard builds its tier (`storage.tier`), with what the tier
-/// needs on disk made.
-fn tier_config<D: Disk>(
-    shard: usize,
-    settings: &ShardSettings,
-    value_disk: Option<D>,
-    hot_disk: Option<D>,
-    paths: &ShardPaths,
-    stats: &ShardStats,
-) -> Result<TierConfig<D>, EngineError> {
-    let config = match (settings.tier, value_disk) {
-        (Tier::Memory, _) => TierConfig::Memory,
-        (Tier::Hybrid, Some(disk)) => TierConfig::Hybrid {
-            disk,
-            hot_disk: hot_disk.filter(|_| paths.hot_values_dir.is_some()),
-            settings: HybridSettings {
-                shard: shard as u32,
-                dir: paths.values_dir.clone(),
-                segment_bytes: settings.value_segment_bytes,
-                index_keys: settings.index_keys,
-                cache_bytes: settings.cache_bytes,
-                gc_garbage_percent: settings.gc_garbage_percent,
-                read_latency_us: stats.cold_read_latency_us.clone(),
-                hot: paths.hot_values_dir.clone().map(|dir| HotSettings {
-                    dir,
-                    bytes: settings.hot_bytes,
-                    promote_reads: settings.hot_promote_reads,
-                }),
-            },
-            dir_id: settings.dir_id,
-        },
-        (Tier::Hybrid, None) => {
-            return Err(EngineError::Config {
-                reason: "storage.tier = \"hybrid\" needs a value device (and a WAL)".into(),
-            })
-        }
-    };
-    // Segments on a hot device this start does not know of: their
-    // checkpoints could not be loaded (and would be set aside as damaged).
-    if let TierConfig::Hybrid {
-        disk,
-        hot_disk: None,
-        ..
-    } = &config
-    {
-        let marker = paths.values_dir.join(crate::tier::hybrid::log::HOT_MARKER);
-        if disk.exists(&marker) {
-            return Err(EngineError::Config {
-                reason: format!(
-                    "{} says value segments of shard {shard} are on a hot device, and storage.hot_device is not set: set it (and its [devices] entry) as before; to stop using the hot device, start with it and storage.hot_bytes = \"0B\" until STATS tier.hot_segments is 0",
-                    marker.display()
-                ),
-            });
-        }
-    }
-    config.prepare().map_err(|source| EngineError::Io {
-        op: "create the value segment directory",
-        path: paths.values_dir.clone(),
-        source,
-    })?;
-    Ok(config)
 }
 
 /// What recovering a shard with a WAL reads and reports to.

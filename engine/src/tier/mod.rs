@@ -36,6 +36,7 @@
 //! - **Memory accounting** ([`Tier::memory_bytes`]) so metrics and limits see
 //!   what the process really uses.
 
+pub(crate) mod config;
 pub mod hybrid;
 pub mod memory;
 
@@ -187,6 +188,67 @@ impl TierStats {
             TierStats::Memory => None,
         }
     }
+
+    /// The tier's values, named (none on the memory tier); see
+    /// [`HybridStats::counters`].
+    pub fn counters(
+        &self,
+        cold_read_latency_us: &crate::histogram::HistogramSnapshot,
+    ) -> Vec<TierCounter> {
+        match self {
+            TierStats::Hybrid(h) => h.counters(cold_read_latency_us),
+            TierStats::Memory => Vec::new(),
+        }
+    }
+}
+
+/// Whether a tier value only grows while the shard runs (a count) or goes
+/// up and down (a gauge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterKind {
+    Counter,
+    Gauge,
+}
+
+impl CounterKind {
+    /// The kind as the STATS table writes it (`count` or `gauge`).
+    pub fn stat_kind(self) -> &'static str {
+        match self {
+            CounterKind::Counter => "count",
+            CounterKind::Gauge => "gauge",
+        }
+    }
+}
+
+/// How a tier value shows in STATS: as `tier.NAME`, with its unit and
+/// meaning (`docs/protocol.md` lists them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatName {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub meaning: &'static str,
+}
+
+/// How a tier value shows on `/metrics`: one sample per shard, labelled
+/// with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricName {
+    pub name: &'static str,
+    pub help: &'static str,
+}
+
+/// One of a tier's values, named, so that STATS, `/metrics` and loadgen
+/// show a tier's counters without naming each one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierCounter {
+    /// The tier's own name for it (its field), unique in the tier's list.
+    pub name: &'static str,
+    pub kind: CounterKind,
+    pub value: u64,
+    /// Its STATS name, if STATS shows it.
+    pub stat: Option<StatName>,
+    /// Its metric, if `/metrics` shows it.
+    pub metric: Option<MetricName>,
 }
 
 /// What a checkpoint taken now would write ([`Tier::checkpoint_estimate`]).

@@ -325,163 +325,30 @@ fn render_resp(p: &mut PromText, shared: &Shared, c: &CountersSnapshot) {
     );
 }
 
-/// The hybrid tier's gauges and counters of one shard.
-fn render_hybrid(
+/// The tier's values of one shard that `/metrics` shows (gauges first,
+/// then counters, each kind in the tier's order), and its cold read
+/// latencies.
+fn render_tier(
     p: &mut PromText,
     l: &[(&str, &str)],
-    h: &engine::HybridStats,
+    values: &[engine::TierCounter],
     latency: &engine::histogram::HistogramSnapshot,
 ) {
-    for (name, help, v) in [
-        (
-            "ringkv_tier_index_bytes",
-            "Bytes of RAM the hybrid index holds.",
-            h.index_bytes,
-        ),
-        (
-            "ringkv_tier_cache_bytes",
-            "Bytes of RAM the hybrid read cache holds.",
-            h.cache_bytes,
-        ),
-        ("ringkv_tier_segments", "Value segment files.", h.segments),
-        (
-            "ringkv_tier_segment_bytes",
-            "Bytes of value segment files that hold records.",
-            h.segment_bytes,
-        ),
-        (
-            "ringkv_tier_live_bytes",
-            "Record bytes the index points to.",
-            h.live_bytes,
-        ),
-        (
-            "ringkv_tier_record_bytes",
-            "Record bytes in value segments, live or not.",
-            h.record_bytes,
-        ),
-        (
-            "ringkv_tier_spilled_keys",
-            "Keys past the index's sized capacity.",
-            h.spilled_keys,
-        ),
-        (
-            "ringkv_tier_unreadable_keys_at_start",
-            "Keys whose values lay past the end of value segments found cut short when the shard opened.",
-            h.unreadable_keys_at_start,
-        ),
-        (
-            "ringkv_tier_unresolved_entries",
-            "Index entries a blind write left unresolved (GC settles them).",
-            h.unresolved_entries,
-        ),
-        (
-            "ringkv_tier_deleted_keys",
-            "Keys deleted without a device read whose older entries GC has not settled yet.",
-            h.deleted_keys,
-        ),
-        (
-            "ringkv_tier_hot_segments",
-            "Value segment files on the hot device.",
-            h.hot_segments,
-        ),
-        (
-            "ringkv_tier_hot_segment_bytes",
-            "Bytes of value segment files on the hot device.",
-            h.hot_segment_bytes,
-        ),
-        (
-            "ringkv_tier_hot_live_bytes",
-            "Record bytes on the hot device the index points to.",
-            h.hot_live_bytes,
-        ),
-    ] {
-        p.gauge(name, help, l, v as f64);
+    for kind in [engine::CounterKind::Gauge, engine::CounterKind::Counter] {
+        for c in values.iter().filter(|c| c.kind == kind) {
+            let Some(m) = c.metric else { continue };
+            match kind {
+                engine::CounterKind::Gauge => p.gauge(m.name, m.help, l, c.value as f64),
+                engine::CounterKind::Counter => p.counter(m.name, m.help, l, c.value),
+            }
+        }
     }
-    render_hybrid_counters(p, l, h);
     p.histogram(
         "ringkv_tier_cold_read_seconds",
         "Latency of cold reads (records read from a value device).",
         l,
         &latency_sample(latency, 1e6),
     );
-}
-
-/// The hybrid tier's counters of one shard.
-fn render_hybrid_counters(p: &mut PromText, l: &[(&str, &str)], h: &engine::HybridStats) {
-    for (name, help, v) in [
-        (
-            "ringkv_tier_gc_runs_total",
-            "GC passes (one victim segment each).",
-            h.gc_runs,
-        ),
-        (
-            "ringkv_tier_hot_reads_total",
-            "Device reads of value segments on the hot device.",
-            h.hot_reads,
-        ),
-        (
-            "ringkv_tier_promotions_total",
-            "Records copied from the value device to the hot device.",
-            h.promotions,
-        ),
-        (
-            "ringkv_tier_promoted_bytes_total",
-            "Bytes of records copied from the value device to the hot device.",
-            h.promoted_bytes,
-        ),
-        (
-            "ringkv_tier_demotions_total",
-            "Records GC moved from the hot device to the value device.",
-            h.demotions,
-        ),
-        (
-            "ringkv_tier_demoted_bytes_total",
-            "Bytes of records GC moved from the hot device to the value device.",
-            h.demoted_bytes,
-        ),
-        (
-            "ringkv_tier_move_waits_total",
-            "Moves between devices held back by storage.hot_move_percent.",
-            h.move_waits,
-        ),
-        (
-            "ringkv_tier_gc_read_bytes_total",
-            "Bytes GC read from victim segments.",
-            h.gc_bytes_read,
-        ),
-        (
-            "ringkv_tier_gc_written_bytes_total",
-            "Bytes of live records GC wrote again.",
-            h.gc_bytes_written,
-        ),
-        (
-            "ringkv_tier_cache_hits_total",
-            "Reads answered by the read cache.",
-            h.cache_hits,
-        ),
-        (
-            "ringkv_tier_cache_misses_total",
-            "Reads the read cache could not answer.",
-            h.cache_misses,
-        ),
-        (
-            "ringkv_tier_cold_reads_total",
-            "Device reads of value segments.",
-            h.device_reads,
-        ),
-        (
-            "ringkv_tier_read_errors_total",
-            "Reads answered VALUE_UNREADABLE.",
-            h.read_errors,
-        ),
-        (
-            "ringkv_tier_settles_total",
-            "Settling reads finished (the older records of keys put past the unresolved bound).",
-            h.settles_done,
-        ),
-    ] {
-        p.counter(name, help, l, v);
-    }
 }
 
 fn render_shard(p: &mut PromText, s: &ShardMetrics) {
@@ -530,7 +397,8 @@ fn render_shard(p: &mut PromText, s: &ShardMetrics) {
         s.ops_failed,
     );
     if let Some(h) = &s.hybrid {
-        render_hybrid(p, &l, h, &s.cold_read_latency_us);
+        let values = h.counters(&s.cold_read_latency_us);
+        render_tier(p, &l, &values, &s.cold_read_latency_us);
     }
     p.gauge(
         "ringkv_shard_queue_depth",

@@ -93,54 +93,18 @@ pub fn stats(shared: &Shared, engine: &EngineMetrics) -> Stats {
     }
 }
 
-/// The `tier.*` group: the hybrid tier's counters summed over the shards.
+/// The `tier.*` group: the tier's values summed over the shards, each
+/// under the STATS name the tier gives it. The memory tier keeps no
+/// values of its own; its answer carries the hybrid tier's names, all
+/// zero (as `docs/protocol.md` says).
 pub fn tier_stats(engine: &EngineMetrics) -> TierStats {
-    let mut t = TierStats::default();
-    let mut latency = HistogramSnapshot::default();
-    let mut keys = 0;
-    let mut record_bytes = 0;
-    for s in &engine.shards {
-        latency.merge(&s.cold_read_latency_us);
-        let Some(h) = &s.hybrid else { continue };
-        keys += h.keys;
-        t.index_bytes += h.index_bytes;
-        t.cache_bytes += h.cache_bytes;
-        t.segments += h.segments;
-        t.segment_bytes += h.segment_bytes;
-        t.live_bytes += h.live_bytes;
-        record_bytes += h.record_bytes;
-        t.gc_runs += h.gc_runs;
-        t.gc_bytes_read += h.gc_bytes_read;
-        t.gc_bytes_written += h.gc_bytes_written;
-        t.cache_hits += h.cache_hits;
-        t.cache_misses += h.cache_misses;
-        t.cold_reads += h.device_reads;
-        t.read_errors += h.read_errors;
-        t.spilled_keys += h.spilled_keys;
-        t.unresolved_entries += h.unresolved_entries;
-        t.deleted_keys += h.deleted_keys;
-        t.settles_done += h.settles_done;
-        t.hot_segments += h.hot_segments;
-        t.hot_segment_bytes += h.hot_segment_bytes;
-        t.hot_live_bytes += h.hot_live_bytes;
-        t.hot_reads += h.hot_reads;
-        t.promotions += h.promotions;
-        t.demotions += h.demotions;
-        t.move_waits += h.move_waits;
-    }
-    t.index_millibytes_per_key = (t.index_bytes * 1000).checked_div(keys).unwrap_or(0);
-    t.cache_millibytes_per_key = (t.cache_bytes * 1000).checked_div(keys).unwrap_or(0);
-    t.live_percent = (t.live_bytes * 100)
-        .checked_div(record_bytes)
-        .map_or(0, |p| p.min(100));
-    t.cache_hit_percent = (t.cache_hits * 100)
-        .checked_div(t.cache_hits + t.cache_misses)
-        .unwrap_or(0);
-    if latency.count() > 0 {
-        t.cold_read_p50_us = latency.quantile(0.5);
-        t.cold_read_p99_us = latency.quantile(0.99);
-    }
-    t
+    let (total, latency) = engine.hybrid_total();
+    total
+        .unwrap_or_default()
+        .counters(&latency)
+        .into_iter()
+        .filter_map(|c| c.stat.map(|s| (s.name.to_string(), c.value)))
+        .collect()
 }
 
 /// The `txn.*` group from the engine's transaction counters.
@@ -162,4 +126,52 @@ pub fn txn_stats(t: &engine::TxnStats) -> TxnStats {
 /// The STATS pairs for this server and engine snapshot.
 pub fn stats_pairs(shared: &Shared, engine: &EngineMetrics) -> Vec<(String, String)> {
     stats(shared, engine).to_pairs()
+}
+
+/// The Markdown table of the `tier.*` names, from the tier's own list, as
+/// `docs/protocol.md` has it below the table of the other names.
+pub fn tier_docs_table() -> String {
+    let mut out = String::from("| name | kind | unit | meaning |\n| --- | --- | --- | --- |\n");
+    let list = engine::HybridStats::default().counters(&HistogramSnapshot::default());
+    for c in list {
+        let Some(s) = c.stat else { continue };
+        out.push_str(&format!(
+            "| `tier.{}` | {} | {} | {} |\n",
+            s.name,
+            c.kind.stat_kind(),
+            s.unit,
+            s.meaning
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_md_lists_every_tier_name() {
+        let doc = include_str!("../../../docs/protocol.md");
+        assert!(
+            doc.contains(&tier_docs_table()),
+            "docs/protocol.md's tier.* table differs from the hybrid tier's list (engine/src/tier/hybrid/stats.rs); paste the output of `tier_docs_table()`:\n{}",
+            tier_docs_table()
+        );
+    }
+
+    #[test]
+    fn a_memory_tier_answer_has_every_tier_name_at_zero() {
+        let engine = EngineMetrics {
+            shards: Vec::new(),
+            devices: Vec::new(),
+        };
+        let tier = tier_stats(&engine);
+        let table = tier_docs_table();
+        assert_eq!(tier.values.len(), table.lines().count() - 2);
+        for (name, value) in &tier.values {
+            assert!(table.contains(&format!("| `tier.{name}` |")), "{name}");
+            assert_eq!(*value, 0, "{name}");
+        }
+    }
 }

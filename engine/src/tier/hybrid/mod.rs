@@ -65,6 +65,7 @@ pub mod log;
 mod lookup;
 mod resize;
 mod segments;
+mod stats;
 mod tiers;
 mod writes;
 
@@ -80,6 +81,7 @@ use self::gc::GcState;
 use self::index::{Index, KeyHash, PARTITIONS};
 use self::log::{Record, ValueLog};
 use super::{CheckpointVisitor, ColdGet, ColdRead, EntryVisitor, Tier, TierRoom};
+pub use self::stats::HybridStats;
 use crate::hash::TableHasher;
 use crate::io::Disk;
 use bytes::Bytes;
@@ -112,68 +114,6 @@ pub struct HotSettings {
     /// Reads lately that move a cold record up or keep a hot one
     /// (`storage.hot_promote_reads`).
     pub promote_reads: u8,
-}
-
-/// Counters of the hybrid tier (for STATS and `/metrics`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HybridStats {
-    pub keys: u64,
-    pub index_bytes: u64,
-    pub cache_bytes: u64,
-    pub cache_records: u64,
-    pub cache_hits: u64,
-    pub cache_misses: u64,
-    pub segments: u64,
-    pub segment_bytes: u64,
-    /// Record bytes appended to the open segments (live or not).
-    pub record_bytes: u64,
-    pub live_bytes: u64,
-    pub device_reads: u64,
-    pub device_bytes_read: u64,
-    pub device_bytes_written: u64,
-    pub gc_runs: u64,
-    pub gc_bytes_read: u64,
-    pub gc_bytes_written: u64,
-    pub read_errors: u64,
-    pub spilled_keys: u64,
-    /// Entries blind writes left unresolved.
-    pub unresolved_entries: u64,
-    /// Keys deleted without reading whose older entries are still in the
-    /// index (unresolved, dead; GC settles them).
-    pub deleted_keys: u64,
-    /// Settling reads finished: reads of the older records of keys put
-    /// while the unresolved set was full, made after the put.
-    pub settles_done: u64,
-    /// RAM of the expiry list (an (expiry, address) pair per record with
-    /// an expiry time the index may point at).
-    pub expiry_bytes: u64,
-    /// Pairs in the expiry list.
-    pub expiry_pairs: u64,
-    /// RAM of the unresolved entries' and deleted keys' sets.
-    pub blind_sets_bytes: u64,
-    /// Segment files on the hot device (a part of `segments`; 0 with no
-    /// hot device), their bytes, and the live record bytes in them.
-    pub hot_segments: u64,
-    pub hot_segment_bytes: u64,
-    pub hot_live_bytes: u64,
-    /// Device reads of hot segments (a part of `device_reads`).
-    pub hot_reads: u64,
-    /// Records copied from the cold device to the hot one on a read, and
-    /// their bytes.
-    pub promotions: u64,
-    pub promoted_bytes: u64,
-    /// Records GC moved from the hot device to the cold one, and their
-    /// bytes.
-    pub demotions: u64,
-    pub demoted_bytes: u64,
-    /// Moves held back by `storage.hot_move_percent`: copies up skipped,
-    /// and waits of GC before a step through a hot segment.
-    pub move_waits: u64,
-    /// Value segments found cut short when the shard opened, and the keys
-    /// whose values lay past their ends then (after the WAL replay; keys
-    /// written or deleted since are not taken off).
-    pub damaged_segments_at_start: u64,
-    pub unreadable_keys_at_start: u64,
 }
 
 struct Inner<D: Disk> {
