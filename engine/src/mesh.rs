@@ -373,7 +373,9 @@ impl Port {
     /// everything queued for it dropped (its callers see `ShuttingDown`).
     pub(crate) fn close(&self) {
         PORT.with(|p| p.borrow_mut().take());
-        self.mesh.doors[self.me].closed.store(true, Ordering::SeqCst);
+        self.mesh.doors[self.me]
+            .closed
+            .store(true, Ordering::SeqCst);
         self.bells.borrow_mut().clear();
         self.discard();
     }

@@ -183,7 +183,10 @@ pub(crate) struct ShardTier<'a, D: Disk> {
 impl TierSettings {
     /// How shard `at.shard` builds its tier, with what the tier needs on
     /// disk made.
-    pub(crate) fn config<D: Disk>(&self, at: ShardTier<'_, D>) -> Result<TierConfig<D>, EngineError> {
+    pub(crate) fn config<D: Disk>(
+        &self,
+        at: ShardTier<'_, D>,
+    ) -> Result<TierConfig<D>, EngineError> {
         let ShardTier {
             shard,
             paths,

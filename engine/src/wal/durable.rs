@@ -331,11 +331,7 @@ impl WalState {
     /// (nothing to wait for, its LSN is durable already, or it fails
     /// because the shard is poisoned); otherwise queues it until a flush
     /// makes its LSN durable.
-    pub(crate) fn complete(
-        &mut self,
-        applied: Applied,
-        reply: Reply,
-    ) -> Option<Answer> {
+    pub(crate) fn complete(&mut self, applied: Applied, reply: Reply) -> Option<Answer> {
         let pending = match applied.wait_lsn {
             None => {
                 return Some(Answer {

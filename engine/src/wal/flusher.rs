@@ -14,11 +14,11 @@
 
 use crate::error::WalError;
 use crate::io::{Disk, DiskFile};
+use crate::notify::Notify;
 use crate::wal::durable::{FlushDone, Wal};
 use crate::wal::format::{set_segment_header_flags, BLOCK_BYTES, SEGMENT_FLAG_RECYCLED};
 use crate::wal::writer::SealedFlush;
 use crate::wal::writer::SegmentFiles;
-use crate::notify::Notify;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -203,9 +203,7 @@ pub(crate) async fn run_flusher<D: Disk>(
         // beside the flushes, never holding them up), and at once when a
         // clean stop asks for it.
         let mark_pending = !in_flight.marking.get() && wal.durable_lsn() > wal.marked_lsn();
-        let mark_left = settings
-            .mark_interval
-            .saturating_sub(last_mark.elapsed());
+        let mark_left = settings.mark_interval.saturating_sub(last_mark.elapsed());
         if mark_pending && (wal.mark_requested() || mark_left.is_zero()) {
             last_mark = Instant::now();
             start_mark(&wal, &files, &in_flight);
@@ -525,7 +523,14 @@ mod tests {
         flush_bytes: usize,
         in_flight: usize,
     ) -> Rig {
-        start_marking(disk, segment_bytes, flush_bytes, in_flight, Duration::from_secs(60)).await
+        start_marking(
+            disk,
+            segment_bytes,
+            flush_bytes,
+            in_flight,
+            Duration::from_secs(60),
+        )
+        .await
     }
 
     /// [`start_with`] writing the durable mark every `mark_interval`.
@@ -760,7 +765,8 @@ mod tests {
     fn a_slow_durable_mark_does_not_hold_up_flushes() {
         run(async {
             let disk = SimDisk::new(16);
-            let rig = start_marking(disk.clone(), 1 << 20, 64 << 10, 1, Duration::from_millis(5)).await;
+            let rig =
+                start_marking(disk.clone(), 1 << 20, 64 << 10, 1, Duration::from_millis(5)).await;
             // Every write to the head is slow (the first flush's head
             // update too, which only delays the first answer).
             disk.set_faults(SimFaults {
@@ -897,7 +903,10 @@ mod tests {
                 for lsn in 1..=r.last_lsn {
                     let key = lsn.to_le_bytes();
                     let h = r.tier.table_hasher().hash_key(&key);
-                    assert!(r.tier.get(h, &key).is_some(), "seed {seed}: LSN {lsn} missing");
+                    assert!(
+                        r.tier.get(h, &key).is_some(),
+                        "seed {seed}: LSN {lsn} missing"
+                    );
                 }
                 if r.cases.contains(&RecoveryCase::TornWindow) {
                     windows += 1;

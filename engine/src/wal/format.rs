@@ -13,10 +13,10 @@ pub const BLOCK_BYTES: usize = ALIGN;
 pub const SECTOR_BYTES: usize = 4096;
 const _: () = assert!(BLOCK_BYTES.is_multiple_of(SECTOR_BYTES));
 
+use crate::layout::DirId;
 /// The format version is shared with snapshot files, so it is defined in
 /// `crate::layout`, below both.
 pub use crate::layout::{FORMAT_VERSION, FORMAT_VERSION_DIR_ID, FORMAT_VERSION_MIN};
-use crate::layout::DirId;
 
 /// First bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"RINGKVWL";
@@ -147,7 +147,10 @@ pub fn encode_record_expiring(
     expires_at_ms: Option<u64>,
 ) -> usize {
     assert!(kind != RecordKind::Seal, "seals are written by encode_seal");
-    assert!(kind != RecordKind::Chunk, "chunks are written by encode_chunk");
+    assert!(
+        kind != RecordKind::Chunk,
+        "chunks are written by encode_chunk"
+    );
     assert!(matches!(kind, RecordKind::Put | RecordKind::TxnPart) || value.is_empty());
     assert!(kind == RecordKind::Put || expires_at_ms.is_none());
     encode_fields(
@@ -179,7 +182,13 @@ pub fn chain_end_size(key_len: usize, tail_len: usize, expires_at_ms: Option<u64
 
 /// Writes a `Chunk` record holding `piece` at the start of `out` and
 /// returns its size.
-pub fn encode_chunk(out: &mut [u8], lsn: u64, commit_version: u64, flags: u8, piece: &[u8]) -> usize {
+pub fn encode_chunk(
+    out: &mut [u8],
+    lsn: u64,
+    commit_version: u64,
+    flags: u8,
+    piece: &[u8],
+) -> usize {
     let head = RecordHead {
         lsn,
         commit_version,
@@ -203,7 +212,10 @@ pub fn encode_chain_end(
     expires_at_ms: Option<u64>,
     chain_first_lsn: u64,
 ) -> usize {
-    assert!(chain_first_lsn > 0 && chain_first_lsn < lsn, "a chain ends after its chunks");
+    assert!(
+        chain_first_lsn > 0 && chain_first_lsn < lsn,
+        "a chain ends after its chunks"
+    );
     let head = RecordHead {
         lsn,
         commit_version,
@@ -656,7 +668,10 @@ pub fn decode_segment_header(block: &[u8]) -> Result<Option<SegmentHeader>, Dama
                 found: computed,
             });
         }
-        (SEGMENT_HEADER_BYTES, u64::from_le_bytes(le8(&block[48..56])))
+        (
+            SEGMENT_HEADER_BYTES,
+            u64::from_le_bytes(le8(&block[48..56])),
+        )
     } else {
         (SEGMENT_HEADER_BYTES_V4, 0)
     };
@@ -915,7 +930,14 @@ mod tests {
         // Versions 1 to 4: the header ends at byte 48 and has no identity.
         let mut old = block.clone();
         old[48..60].fill(0);
-        for (version, ok) in [(1u32, true), (2, true), (3, true), (4, true), (6, false), (0, false)] {
+        for (version, ok) in [
+            (1u32, true),
+            (2, true),
+            (3, true),
+            (4, true),
+            (6, false),
+            (0, false),
+        ] {
             old[8..12].copy_from_slice(&version.to_le_bytes());
             let crc = crc32fast::hash(&old[0..44]);
             old[44..48].copy_from_slice(&crc.to_le_bytes());

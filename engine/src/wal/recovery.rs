@@ -36,8 +36,7 @@ use crate::wal::reader::{
     replay_flush, scan_flush, scan_tail, FileWindow, FlushInfo, FlushScan, SegmentIdentity,
 };
 use crate::wal::segment::{
-    create_segment, erase_window, prepare_segment, recycle_into, LiveSegment,
-    SEGMENT_TMP_SUFFIX,
+    create_segment, erase_window, prepare_segment, recycle_into, LiveSegment, SEGMENT_TMP_SUFFIX,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -236,9 +235,11 @@ async fn open_segments<D: Disk>(
         if path.to_string_lossy().ends_with(SEGMENT_TMP_SUFFIX) {
             // A segment whose creation did not finish (crash, full disk).
             tracing::info!(file = %path.display(), "removing an unfinished WAL segment");
-            disk.remove_file(&path)
-                .await
-                .map_err(WalError::io_at("remove unfinished segment", &path, 0))?;
+            disk.remove_file(&path).await.map_err(WalError::io_at(
+                "remove unfinished segment",
+                &path,
+                0,
+            ))?;
             removed_tmp = true;
             continue;
         }
@@ -315,11 +316,9 @@ async fn open_segments<D: Disk>(
         });
     }
     if removed_tmp {
-        disk.sync_dir(&paths.wal_dir).await.map_err(WalError::io_at(
-            "fsync directory",
-            &paths.wal_dir,
-            0,
-        ))?;
+        disk.sync_dir(&paths.wal_dir)
+            .await
+            .map_err(WalError::io_at("fsync directory", &paths.wal_dir, 0))?;
     }
     segments.sort_by_key(|s| s.seq);
     Ok((segments, max_seq))
@@ -1202,11 +1201,9 @@ async fn prepare_for_writes<D: Disk>(
         cases.push(RecoveryCase::UnusedSegmentRemoved);
     }
     if !remove.is_empty() {
-        disk.sync_dir(&paths.wal_dir).await.map_err(WalError::io_at(
-            "fsync directory",
-            &paths.wal_dir,
-            0,
-        ))?;
+        disk.sync_dir(&paths.wal_dir)
+            .await
+            .map_err(WalError::io_at("fsync directory", &paths.wal_dir, 0))?;
     }
     let (next_segment_seq, next_segment_recycled, next_segment_ready) = match next {
         Some((seq, recycled)) => (seq, recycled, true),

@@ -22,7 +22,6 @@ pub struct LiveSegment {
     pub bytes: u64,
 }
 
-
 /// Overwrites block 0 of a segment with a prepared header (recycled,
 /// waiting for its first flush, carrying the directory identity `dir_id`)
 /// and makes it durable. After this nothing in the file belongs to the log.
@@ -41,7 +40,9 @@ pub async fn prepare_segment<F: DiskFile>(
     );
     let (res, _) = file.write_at(block, 0).await;
     res.map_err(WalError::io_at("write prepared header", path, 0))?;
-    file.sync_data().await.map_err(WalError::io_at("fdatasync", path, 0))
+    file.sync_data()
+        .await
+        .map_err(WalError::io_at("fdatasync", path, 0))
 }
 
 /// Overwrites `[from, to)` of a segment with zeroes and makes them
@@ -54,7 +55,11 @@ pub async fn erase_window<F: DiskFile>(
     from: u64,
     to: u64,
 ) -> Result<(), WalError> {
-    assert!(from.is_multiple_of(BLOCK_BYTES as u64) && to.is_multiple_of(BLOCK_BYTES as u64) && from < to);
+    assert!(
+        from.is_multiple_of(BLOCK_BYTES as u64)
+            && to.is_multiple_of(BLOCK_BYTES as u64)
+            && from < to
+    );
     let mut zeros = AlignedBuf::with_capacity((to - from) as usize);
     zeros.set_len((to - from) as usize);
     zeros.as_mut_slice().fill(0);
@@ -77,9 +82,11 @@ pub async fn recycle_into<D: Disk>(
     disk.rename(from, &to)
         .await
         .map_err(WalError::io_at("rename (recycle)", from, 0))?;
-    disk.sync_dir(&paths.wal_dir)
-        .await
-        .map_err(WalError::io_at("fsync directory", &paths.wal_dir, 0))
+    disk.sync_dir(&paths.wal_dir).await.map_err(WalError::io_at(
+        "fsync directory",
+        &paths.wal_dir,
+        0,
+    ))
 }
 
 /// Suffix of a segment being created (`SEQ.wal.tmp`); recovery removes
@@ -107,7 +114,9 @@ pub async fn create_segment<D: Disk>(
         file.allocate_zeroed(segment_bytes)
             .await
             .map_err(WalError::io_at("preallocate", &tmp, 0))?;
-        file.sync_data().await.map_err(WalError::io_at("fdatasync", &tmp, 0))
+        file.sync_data()
+            .await
+            .map_err(WalError::io_at("fdatasync", &tmp, 0))
     }
     .await;
     if let Err(e) = filled {

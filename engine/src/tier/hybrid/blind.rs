@@ -89,7 +89,6 @@ impl BlindSets {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::BlindSets;

@@ -3,13 +3,13 @@
 //! the keys deleted blind; never the values), what publishing one lets GC
 //! remove, and loading a chain of them back at recovery.
 
-use crate::io::Disk;
-use crate::tier::CheckpointVisitor;
-use super::Inner;
 use super::damage::SegmentDamage;
 use super::gc::oldest_kept_epoch;
 use super::index::Index;
 use super::log::SegState;
+use super::Inner;
+use crate::io::Disk;
+use crate::tier::CheckpointVisitor;
 pub(super) const KEY_LAYOUT: &[u8] = b"\0hybrid/layout";
 pub(super) const KEY_INDEX: &[u8] = b"\0hybrid/index/";
 pub(super) const KEY_SEGMENTS: &[u8] = b"\0hybrid/segments";
@@ -71,7 +71,6 @@ fn merge_sorted<T: Ord + Copy>(
     })
 }
 
-
 impl<D: Disk> Inner<D> {
     pub(super) fn checkpoint_begin(&mut self) {
         self.epoch += 1;
@@ -80,7 +79,12 @@ impl<D: Disk> Inner<D> {
         self.checkpoint_expiring_moved = Some(Vec::new());
     }
 
-    pub(super) fn checkpoint_partition(&mut self, partition: usize, delta: bool, f: &mut CheckpointVisitor<'_>) {
+    pub(super) fn checkpoint_partition(
+        &mut self,
+        partition: usize,
+        delta: bool,
+        f: &mut CheckpointVisitor<'_>,
+    ) {
         self.gc.checkpoint_full = !delta;
         if partition == 0 {
             let mut layout = Vec::new();
@@ -103,7 +107,10 @@ impl<D: Disk> Inner<D> {
         }
     }
 
-    pub(super) fn checkpoint_finish(&mut self, f: &mut CheckpointVisitor<'_>) -> Result<(), String> {
+    pub(super) fn checkpoint_finish(
+        &mut self,
+        f: &mut CheckpointVisitor<'_>,
+    ) -> Result<(), String> {
         self.check_orphans();
         if let Err(e) = self.log.flush() {
             self.note_fault("fdatasync", &e);
@@ -182,7 +189,9 @@ impl<D: Disk> Inner<D> {
             // GC settled every unresolved entry in it; none may outlive it
             // and name a record of the segment that takes its slot.
             let log = &self.log;
-            self.blind.unresolved.retain(|&a| log.decode_addr(a).slot != slot);
+            self.blind
+                .unresolved
+                .retain(|&a| log.decode_addr(a).slot != slot);
             if let Err(e) = self.log.remove(slot) {
                 tracing::warn!(error = %e, "could not remove a value segment emptied by GC");
             }

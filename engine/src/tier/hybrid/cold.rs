@@ -274,7 +274,10 @@ pub(super) async fn read_cold<D: Disk>(
 /// merged into as few reads as [`merge_reads`] makes, all at once, and
 /// leaves each key's checked blocks (or why they could not be read) in
 /// its candidate.
-async fn read_blocks<F: DiskFile>(keys: &mut [(Placed, Box<ColdKey<F>>)], latency: &AtomicHistogram) {
+async fn read_blocks<F: DiskFile>(
+    keys: &mut [(Placed, Box<ColdKey<F>>)],
+    latency: &AtomicHistogram,
+) {
     let merged = merge_reads(&keys);
     let reads = merged.iter().map(|m| {
         let file = match keys[m.gets[0]].1.cands.front().map(|c| &c.state) {
@@ -323,9 +326,7 @@ async fn read_blocks<F: DiskFile>(keys: &mut [(Placed, Box<ColdKey<F>>)], latenc
                         buf.capacity()
                     ),
                 }),
-                Ok(_) => {
-                    check_blocks(src.seq, spot.first, &src.path, &buf.as_slice()[lo..hi])
-                }
+                Ok(_) => check_blocks(src.seq, spot.first, &src.path, &buf.as_slice()[lo..hi]),
             });
         }
     }
@@ -407,7 +408,12 @@ impl<D: Disk> Inner<D> {
                 continue;
             };
             match record {
-                Ok(r) if r.key == ck.key && unresolved && ck.failed.is_some() && ck.best.is_none() => {
+                Ok(r)
+                    if r.key == ck.key
+                        && unresolved
+                        && ck.failed.is_some()
+                        && ck.best.is_none() =>
+                {
                     // An earlier candidate could not be read and may be
                     // the key's newer record.
                     break;

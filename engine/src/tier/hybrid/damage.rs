@@ -11,16 +11,16 @@
 //! `VALUE_UNREADABLE` naming the file and offset, as they always did; only
 //! now the start says so once, instead of each read on its own.
 
-use crate::io::AlignedBuf;
-use crate::io::Disk;
-use super::Inner;
-use super::log::BLOCK;
 use super::log::ReadError;
 use super::log::ValueLog;
+use super::log::BLOCK;
+use super::Inner;
+use crate::io::AlignedBuf;
+use crate::io::Disk;
 use crate::io::DiskFile;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::ops::Range;
+use std::path::PathBuf;
 
 /// One damaged value segment and what it costs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,9 +53,17 @@ impl SegmentDamage {
         use std::fmt::Write as _;
         let mut t = String::new();
         if self.missing {
-            let _ = write!(t, "is missing (the index needs {} bytes of it)", self.needed_bytes);
+            let _ = write!(
+                t,
+                "is missing (the index needs {} bytes of it)",
+                self.needed_bytes
+            );
         } else {
-            let _ = write!(t, "is {} bytes, the index needs {}", self.file_bytes, self.needed_bytes);
+            let _ = write!(
+                t,
+                "is {} bytes, the index needs {}",
+                self.file_bytes, self.needed_bytes
+            );
             for r in self.bad_blocks.iter().filter(|r| r.end != u64::MAX) {
                 let (from, count) = (r.start * BLOCK as u64, r.end - r.start);
                 let _ = write!(t, ", {count} damaged block(s) at offset {from}");
@@ -149,7 +157,14 @@ impl<D: Disk> Inner<D> {
             let first = addrs.partition_point(|&a| block_of(&self.log, a) < range.start);
             let end = addrs.partition_point(|&a| block_of(&self.log, a) < range.end);
             lost[first..end].iter_mut().for_each(|l| *l = true);
-            if first > 0 && !lost[first - 1] && self.log.segs.get(slot as usize).is_some_and(|s| s.is_some()) {
+            if first > 0
+                && !lost[first - 1]
+                && self
+                    .log
+                    .segs
+                    .get(slot as usize)
+                    .is_some_and(|s| s.is_some())
+            {
                 lost[first - 1] = self.log.read(addrs[first - 1], 0).is_err();
             }
         }
@@ -166,7 +181,12 @@ impl<D: Disk> Inner<D> {
 
     /// The damage of segment `slot` (`seq`, records up to `end` by its
     /// table entry) given its bad blocks, counted.
-    fn damage_of(&mut self, (slot, seq, end): (u32, u64, u64), file_bytes: Option<u64>, bad: Vec<Range<u64>>) -> SegmentDamage {
+    fn damage_of(
+        &mut self,
+        (slot, seq, end): (u32, u64, u64),
+        file_bytes: Option<u64>,
+        bad: Vec<Range<u64>>,
+    ) -> SegmentDamage {
         let (keys, unresolved) = self.count_unreadable(slot, &bad);
         SegmentDamage {
             // A missing file may have no entry at all (the table's first
@@ -259,7 +279,10 @@ impl<D: Disk> Inner<D> {
     /// checksum failed, with the keys of the loaded index it costs.
     /// `files` holds what a read of every block found, by sequence
     /// number: the file's length and its bad blocks.
-    pub(super) fn inspect_damage(&mut self, files: &BTreeMap<u64, (u64, Vec<Range<u64>>)>) -> Vec<SegmentDamage> {
+    pub(super) fn inspect_damage(
+        &mut self,
+        files: &BTreeMap<u64, (u64, Vec<Range<u64>>)>,
+    ) -> Vec<SegmentDamage> {
         let mut out = Vec::new();
         for seg in std::mem::take(&mut self.loading.missing) {
             out.push(self.damage_of(seg, None, vec![cut_from(0)]));
@@ -269,7 +292,8 @@ impl<D: Disk> Inner<D> {
                 continue;
             };
             let whole = bytes / BLOCK as u64;
-            let mut bad: Vec<Range<u64>> = bad.iter().filter(|r| r.start < whole).cloned().collect();
+            let mut bad: Vec<Range<u64>> =
+                bad.iter().filter(|r| r.start < whole).cloned().collect();
             if whole < end.div_ceil(BLOCK as u64) {
                 bad.push(cut_from(whole));
             }

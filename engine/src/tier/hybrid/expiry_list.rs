@@ -169,11 +169,18 @@ impl ExpiryList {
     /// it into this one, when the two fit in one leaf.
     fn merge_small(&mut self, key: Packed) {
         let len = self.leaves[&key].len();
-        let before = self.leaves.range(..key).next_back().map(|(k, l)| (*k, l.len()));
+        let before = self
+            .leaves
+            .range(..key)
+            .next_back()
+            .map(|(k, l)| (*k, l.len()));
         if let Some((bk, blen)) = before {
             if blen + len <= LEAF {
                 let leaf = self.leaves.remove(&key).expect("leaf exists");
-                self.leaves.get_mut(&bk).expect("leaf exists").extend_from_slice(&leaf);
+                self.leaves
+                    .get_mut(&bk)
+                    .expect("leaf exists")
+                    .extend_from_slice(&leaf);
                 return;
             }
         }
@@ -185,7 +192,10 @@ impl ExpiryList {
         if let Some((ak, alen)) = after {
             if alen + len <= LEAF {
                 let next = self.leaves.remove(&ak).expect("leaf exists");
-                self.leaves.get_mut(&key).expect("leaf exists").extend_from_slice(&next);
+                self.leaves
+                    .get_mut(&key)
+                    .expect("leaf exists")
+                    .extend_from_slice(&next);
             }
         }
     }
@@ -234,7 +244,10 @@ mod tests {
     fn same(list: &ExpiryList, model: &BTreeSet<(u64, u32)>) {
         list.check();
         assert_eq!(list.len(), model.len());
-        assert!(list.iter().eq(model.iter().copied()), "pairs differ from the model");
+        assert!(
+            list.iter().eq(model.iter().copied()),
+            "pairs differ from the model"
+        );
     }
 
     #[test]
@@ -258,13 +271,26 @@ mod tests {
                     let added = list.insert(at, addr);
                     assert_eq!(added, model.insert((at, addr)), "insert, seed {seed}");
                     let grew = list.memory_bytes() - before;
-                    assert!(grew <= growth, "insert grew {grew} bytes, checked for {growth}, seed {seed}");
+                    assert!(
+                        grew <= growth,
+                        "insert grew {grew} bytes, checked for {growth}, seed {seed}"
+                    );
                     inserts += 1;
                     exact += u32::from(grew == growth);
                 } else if op < 9 {
-                    assert_eq!(list.remove(at, addr), model.remove(&(at, addr)), "remove, seed {seed}");
-                } else if let Some(&(at, addr)) = model.iter().nth((rng.next() % (model.len() as u64 + 1)) as usize) {
-                    assert!(list.remove(at, addr), "remove of a present pair, seed {seed}");
+                    assert_eq!(
+                        list.remove(at, addr),
+                        model.remove(&(at, addr)),
+                        "remove, seed {seed}"
+                    );
+                } else if let Some(&(at, addr)) = model
+                    .iter()
+                    .nth((rng.next() % (model.len() as u64 + 1)) as usize)
+                {
+                    assert!(
+                        list.remove(at, addr),
+                        "remove of a present pair, seed {seed}"
+                    );
                     model.remove(&(at, addr));
                 }
                 if step % 997 == 0 {
@@ -272,7 +298,10 @@ mod tests {
                 }
             }
             same(&list, &model);
-            assert!(exact * 10 >= inserts * 9, "{exact} of {inserts} growth estimates exact, seed {seed}");
+            assert!(
+                exact * 10 >= inserts * 9,
+                "{exact} of {inserts} growth estimates exact, seed {seed}"
+            );
             // Drain from the front, as active expiry does.
             while let Some(&(at, addr)) = model.iter().next() {
                 assert!(list.remove(at, addr));
@@ -292,7 +321,10 @@ mod tests {
         }
         list.check();
         let per_pair = list.memory_bytes() as f64 / n as f64;
-        assert!(per_pair < 12.2, "{per_pair:.2} bytes per pair for growing times");
+        assert!(
+            per_pair < 12.2,
+            "{per_pair:.2} bytes per pair for growing times"
+        );
     }
 
     #[test]
@@ -305,7 +337,10 @@ mod tests {
         }
         list.check();
         let per_pair = list.memory_bytes() as f64 / list.len() as f64;
-        assert!(per_pair < 20.0, "{per_pair:.2} bytes per pair for random times");
+        assert!(
+            per_pair < 20.0,
+            "{per_pair:.2} bytes per pair for random times"
+        );
         // Removing three quarters at random keeps leaves merged.
         let all: Vec<(u64, u32)> = list.iter().collect();
         for (i, (at, addr)) in all.iter().enumerate() {
@@ -315,6 +350,9 @@ mod tests {
         }
         list.check();
         let per_pair = list.memory_bytes() as f64 / list.len() as f64;
-        assert!(per_pair < 40.0, "{per_pair:.2} bytes per pair after removals");
+        assert!(
+            per_pair < 40.0,
+            "{per_pair:.2} bytes per pair after removals"
+        );
     }
 }

@@ -76,7 +76,6 @@ impl ReadWarnings {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::{ReadWarnings, READ_WARNINGS_PER_MINUTE};

@@ -2,14 +2,13 @@
 //! bounded step of copying its live records forward; and the settling
 //! scan that brings an overfull unresolved set back within its bound.
 
-
-use crate::io::Disk;
-use super::Inner;
-use super::log;
 use super::index::KeyHash;
+use super::log;
 use super::log::ReadError;
 use super::log::Record;
 use super::log::SegState;
+use super::Inner;
+use crate::io::Disk;
 /// Where a settling scan is (`settle_step`).
 #[derive(Clone, Copy)]
 pub(super) struct SettleScan {
@@ -69,7 +68,6 @@ pub(super) fn oldest_kept_epoch(published: &mut Vec<(u64, bool)>) -> Option<u64>
     Some(published[0].0)
 }
 
-
 impl<D: Disk> Inner<D> {
     /// One GC step: picks a victim if none is in progress and garbage is
     /// over the bound, then rewrites the live records of the next
@@ -93,8 +91,12 @@ impl<D: Disk> Inner<D> {
         // for the moves' share of both (it is remembered as the victim).
         if from_device == log::HOT {
             self.gc.victim = Some((victim, from));
-            let end = self.log.segs[victim as usize].as_ref().map_or(from, |s| s.end);
-            let len = (GC_STEP_BLOCKS * log::BLOCK as u64).min(end.saturating_sub(from)).max(1);
+            let end = self.log.segs[victim as usize]
+                .as_ref()
+                .map_or(from, |s| s.end);
+            let len = (GC_STEP_BLOCKS * log::BLOCK as u64)
+                .min(end.saturating_sub(from))
+                .max(1);
             if !self.gc_move_allowed(len) {
                 return false;
             }
@@ -213,11 +215,18 @@ impl<D: Disk> Inner<D> {
                 }
             },
         };
-        let SettleScan { slot, seq, from, until } = scan;
+        let SettleScan {
+            slot,
+            seq,
+            from,
+            until,
+        } = scan;
         // GC may have emptied the segment since (its slot may hold a new
         // one): what was unresolved there, GC settled.
         let seg = self.log.segs.get(slot as usize).and_then(|s| s.as_ref());
-        if !seg.is_some_and(|s| s.seq == seq && matches!(s.state, SegState::Sealed | SegState::Active)) {
+        if !seg
+            .is_some_and(|s| s.seq == seq && matches!(s.state, SegState::Sealed | SegState::Active))
+        {
             self.gc.settling = None;
             return true;
         }
@@ -318,10 +327,14 @@ impl<D: Disk> Inner<D> {
         let (slot, (_, from)) = per_slot
             .into_iter()
             .filter(|&(slot, _)| {
-                self.log.segs.get(slot as usize).and_then(|s| s.as_ref()).is_some_and(|s| {
-                    matches!(s.state, SegState::Sealed | SegState::Active)
-                        && !self.gc.settled_segments.contains(&s.seq)
-                })
+                self.log
+                    .segs
+                    .get(slot as usize)
+                    .and_then(|s| s.as_ref())
+                    .is_some_and(|s| {
+                        matches!(s.state, SegState::Sealed | SegState::Active)
+                            && !self.gc.settled_segments.contains(&s.seq)
+                    })
             })
             .max_by_key(|&(slot, (n, _))| (n, std::cmp::Reverse(slot)))?;
         let seg = self.log.segs.get(slot as usize)?.as_ref()?;

@@ -238,7 +238,11 @@ impl Partition {
         let n = self.buckets();
         let mut b = h.home(n);
         let value = slot_tag(h.tag(), span);
-        let probe = if (self.len as usize) < self.addrs.len() { n.min(PROBE_MAX) } else { 0 };
+        let probe = if (self.len as usize) < self.addrs.len() {
+            n.min(PROBE_MAX)
+        } else {
+            0
+        };
         for _ in 0..probe {
             let base = b * SLOTS;
             if let Some(s) = (base..base + SLOTS).find(|&s| self.addrs[s] == 0) {
@@ -738,7 +742,9 @@ mod tests {
         // then the first half removed (settled older entries).
         let mut ix = Index::with_buckets(4);
         let n = 256 * 32 * 2;
-        let locs: Vec<Loc> = (0..n).map(|i| ix.insert(h(i), (i + 1) as u32, (i % 2) as u8)).collect();
+        let locs: Vec<Loc> = (0..n)
+            .map(|i| ix.insert(h(i), (i + 1) as u32, (i % 2) as u8))
+            .collect();
         let spilled = ix.spilled();
         assert!(spilled > n / 3, "{spilled} spilled");
         for loc in &locs[..n as usize / 2] {
@@ -747,7 +753,9 @@ mod tests {
         let spilled = ix.spilled();
         let before = ix.memory_bytes();
         // A checkpoint's copy from before the move, for a delta over it.
-        let base: Vec<Vec<(u32, Vec<u8>)>> = (0..ix.parts.len()).map(|part| ix.encode_partition(part, 4)).collect();
+        let base: Vec<Vec<(u32, Vec<u8>)>> = (0..ix.parts.len())
+            .map(|part| ix.encode_partition(part, 4))
+            .collect();
         let moved = ix.unspill();
         assert!(moved > spilled / 2, "{moved} of {spilled} moved");
         assert_eq!(ix.spilled(), spilled - moved);
@@ -760,7 +768,10 @@ mod tests {
             assert_eq!(hit.span, (i % 2) as u8, "key {i}");
         }
         for i in 0..n / 2 {
-            assert!(ix.find_addr(h(i), (i + 1) as u32).is_none(), "removed key {i}");
+            assert!(
+                ix.find_addr(h(i), (i + 1) as u32).is_none(),
+                "removed key {i}"
+            );
         }
         // A delta over the copy from before the move, and a full copy of
         // the moved entries, each load back the same index.
@@ -780,7 +791,10 @@ mod tests {
             assert_eq!(back.len(), n / 2);
             assert_eq!(back.spilled(), ix.spilled());
             for i in n / 2..n {
-                assert!(back.find_addr(h(i), (i + 1) as u32).is_some(), "key {i} after a reload");
+                assert!(
+                    back.find_addr(h(i), (i + 1) as u32).is_some(),
+                    "key {i} after a reload"
+                );
             }
         }
     }
@@ -814,7 +828,11 @@ mod tests {
                 "key {i}: the estimate and the insert disagree"
             );
         }
-        assert!(ix.spilled() * 1000 < keys, "{} of {keys} spilled", ix.spilled());
+        assert!(
+            ix.spilled() * 1000 < keys,
+            "{} of {keys} spilled",
+            ix.spilled()
+        );
     }
 
     #[test]

@@ -171,7 +171,10 @@ pub fn record_size_in(version: u32, key: usize, value: usize, expires: bool) -> 
 /// format `version`: (flags, key length, value length, LSN, expiry, header
 /// bytes). `None` if `h` is too short for it.
 #[allow(clippy::type_complexity)]
-fn decode_header(h: &[u8], version: u32) -> Option<(u8, usize, usize, Option<u64>, Option<u64>, usize)> {
+fn decode_header(
+    h: &[u8],
+    version: u32,
+) -> Option<(u8, usize, usize, Option<u64>, Option<u64>, usize)> {
     let fixed = h.get(..RECORD_HEADER)?;
     let flags = fixed[0];
     let key_len = u32::from_le_bytes([fixed[1], fixed[2], fixed[3], 0]) as usize;
@@ -474,7 +477,11 @@ impl<D: Disk> ValueLog<D> {
 
     /// The disk of `device` (the main one when `device` is not configured).
     pub fn disk(&self, device: Device) -> &D {
-        &self.heads.get(device as usize).unwrap_or(&self.heads[MAIN as usize]).disk
+        &self
+            .heads
+            .get(device as usize)
+            .unwrap_or(&self.heads[MAIN as usize])
+            .disk
     }
 
     /// Whether a hot device is configured.
@@ -505,7 +512,9 @@ impl<D: Disk> ValueLog<D> {
 
     /// The path segment `seq` has on `device`.
     pub fn path_on(&self, device: Device, seq: u64) -> PathBuf {
-        self.heads[device as usize].dir.join(format!("{seq:016}.seg"))
+        self.heads[device as usize]
+            .dir
+            .join(format!("{seq:016}.seg"))
     }
 
     /// The device whose folder holds the file of segment `seq`: the hot
@@ -572,10 +581,12 @@ impl<D: Disk> ValueLog<D> {
         let version = if n < BLOCK {
             SEGMENT_VERSION
         } else {
-            check_header(buf.as_slice(), (self.shard, self.dir_id), seq).map_err(|reason| ReadError::Corrupt {
-                file: path.clone(),
-                offset: 0,
-                reason,
+            check_header(buf.as_slice(), (self.shard, self.dir_id), seq).map_err(|reason| {
+                ReadError::Corrupt {
+                    file: path.clone(),
+                    offset: 0,
+                    reason,
+                }
             })?
         };
         if self.segs.len() <= slot as usize {
@@ -932,7 +943,11 @@ impl<D: Disk> ValueLog<D> {
         }
         for b in first + disk_count..first + count {
             let at = ((b - in_ram_from) * BLOCK as u64) as usize;
-            let chunk = self.head_of_active(slot).expect("an active segment").chunk.as_slice();
+            let chunk = self
+                .head_of_active(slot)
+                .expect("an active segment")
+                .chunk
+                .as_slice();
             let mut block = [0u8; PAYLOAD];
             if at < chunk.len() {
                 let n = (chunk.len() - at).min(PAYLOAD);
@@ -1318,7 +1333,9 @@ mod tests {
             let value = vec![i as u8; (i as usize * 37) % 700];
             let at = (i % 3 == 0).then_some(1_000 + i);
             let lsn = 10 + i * 2;
-            let (addr, span) = w.append(MAIN, key.as_bytes(), &value, at, lsn).expect("append");
+            let (addr, span) = w
+                .append(MAIN, key.as_bytes(), &value, at, lsn)
+                .expect("append");
             written.push((addr, span, key, value, at, lsn));
         }
         w.flush().expect("flush");
@@ -1326,14 +1343,20 @@ mod tests {
             .segs
             .iter()
             .enumerate()
-            .filter_map(|(slot, s)| s.as_ref().map(|s| (slot as u32, s.seq, s.end, s.total_bytes)))
+            .filter_map(|(slot, s)| {
+                s.as_ref()
+                    .map(|s| (slot as u32, s.seq, s.end, s.total_bytes))
+            })
             .collect();
         assert!(seqs.len() > 1, "several segments");
         let mut r = log(&disk);
         for &(slot, seq, end, total) in &seqs {
             r.open_existing(slot, seq, end, total, SegState::Sealed)
                 .expect("open");
-            assert_eq!(r.segs[slot as usize].as_ref().expect("open").version, SEGMENT_VERSION);
+            assert_eq!(
+                r.segs[slot as usize].as_ref().expect("open").version,
+                SEGMENT_VERSION
+            );
         }
         for (addr, span, key, value, at, lsn) in &written {
             let rec = r.read(*addr, *span).expect("read");
@@ -1356,8 +1379,7 @@ mod tests {
             }
         }
         scanned.sort();
-        let mut want: Vec<(u32, Option<u64>)> =
-            written.iter().map(|w| (w.0, Some(w.5))).collect();
+        let mut want: Vec<(u32, Option<u64>)> = written.iter().map(|w| (w.0, Some(w.5))).collect();
         want.sort();
         assert_eq!(scanned, want);
     }
@@ -1397,9 +1419,15 @@ mod tests {
         l.open_existing(0, seq, BLOCK as u64 + 35, 35, SegState::Sealed)
             .expect("a version 1 segment opens");
         assert_eq!(l.segs[0].as_ref().expect("open").version, 1);
-        let a = l.encode_addr(Addr { slot: 0, offset: BLOCK as u64 });
+        let a = l.encode_addr(Addr {
+            slot: 0,
+            offset: BLOCK as u64,
+        });
         let rec = l.read(a, 0).expect("read");
-        assert_eq!((&rec.key[..], &rec.value[..], rec.lsn, rec.size), (&b"a"[..], &b"xyz"[..], None, 12));
+        assert_eq!(
+            (&rec.key[..], &rec.value[..], rec.lsn, rec.size),
+            (&b"a"[..], &b"xyz"[..], None, 12)
+        );
         let (recs, _) = l.scan_from(0, 0, 4).expect("scan");
         let got: Vec<_> = recs
             .iter()

@@ -2,12 +2,6 @@
 //! order, the records they point at (cache, unwritten tail or device), and
 //! the cold GETs that finish once their reads are back.
 
-
-use bytes::Bytes;
-use crate::io::Disk;
-use crate::tier::EntryVisitor;
-use std::collections::VecDeque;
-use super::Inner;
 use super::cold::CandState;
 use super::cold::ColdCand;
 use super::cold::ColdKey;
@@ -16,6 +10,11 @@ use super::index::Candidate;
 use super::index::KeyHash;
 use super::log::ReadError;
 use super::log::Record;
+use super::Inner;
+use crate::io::Disk;
+use crate::tier::EntryVisitor;
+use bytes::Bytes;
+use std::collections::VecDeque;
 /// What a lookup found.
 pub(super) enum Lookup<F> {
     /// The record, from RAM (or none).
@@ -138,7 +137,11 @@ impl<D: Disk> Inner<D> {
 
     /// The entry and record of `key`. `Err` when no candidate matched and
     /// at least one could not be read (the key may be in it).
-    pub(super) fn find(&mut self, h: KeyHash, key: &[u8]) -> Result<Option<(Candidate, Record)>, ReadError> {
+    pub(super) fn find(
+        &mut self,
+        h: KeyHash,
+        key: &[u8],
+    ) -> Result<Option<(Candidate, Record)>, ReadError> {
         self.check_written(key)?;
         if self.is_deleted(key) {
             return Ok(None);
@@ -161,7 +164,12 @@ impl<D: Disk> Inner<D> {
     /// cannot be that entry's record: its key's partition or tag differs.
     /// Such an entry dangles; it may have been the key's newest, so what
     /// comes after it must not be taken for the key's current record.
-    pub(super) fn check_dangling(&self, h: KeyHash, addr: u32, r: &Record) -> Result<(), ReadError> {
+    pub(super) fn check_dangling(
+        &self,
+        h: KeyHash,
+        addr: u32,
+        r: &Record,
+    ) -> Result<(), ReadError> {
         if self.key_hash(&r.key).could_share_entry(h) {
             return Ok(());
         }
@@ -227,7 +235,11 @@ impl<D: Disk> Inner<D> {
     /// Every entry of `key` (its newest first: the one that counts), for a
     /// delete, which must leave none behind. `Err` if a candidate that may
     /// hold the key could not be read.
-    pub(super) fn find_all(&mut self, h: KeyHash, key: &[u8]) -> Result<Vec<(Candidate, Record)>, ReadError> {
+    pub(super) fn find_all(
+        &mut self,
+        h: KeyHash,
+        key: &[u8],
+    ) -> Result<Vec<(Candidate, Record)>, ReadError> {
         let mut found = Vec::new();
         if self.is_deleted(key) {
             // Every entry of it is dead already.
@@ -324,9 +336,13 @@ impl<D: Disk> Inner<D> {
     /// A read of `key` failed: kept for `take_read_errors`.
     pub(super) fn note_read_error(&mut self, key: &[u8], reason: &str) {
         self.faults.read_error_count += 1;
+        self.faults.warn(
+            self.settings.shard,
+            "a key's record could not be read",
+            &reason,
+        );
         self.faults
-            .warn(self.settings.shard, "a key's record could not be read", &reason);
-        self.faults.read_errors
+            .read_errors
             .push((Bytes::copy_from_slice(key), reason.to_string()));
     }
 
@@ -481,7 +497,11 @@ impl<D: Disk> Inner<D> {
                 // record of another partition, or one whose key no longer
                 // points at it) is not the key's.
                 Ok((true, r)) if !self.own_entry(partition, addr, &r) => {
-                    tracing::warn!(partition, addr, "hybrid tier: an index entry dangles; a key walk leaves it out");
+                    tracing::warn!(
+                        partition,
+                        addr,
+                        "hybrid tier: an index entry dangles; a key walk leaves it out"
+                    );
                 }
                 Ok((true, r)) if self.live(&r) => f(&r.key, &r.value, r.expires_at_ms),
                 Ok(_) => {}

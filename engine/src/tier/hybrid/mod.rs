@@ -72,16 +72,16 @@ mod writes;
 use self::blind::BlindSets;
 use self::cache::Cache;
 use self::checkpoint::LoadState;
-use self::cold::{PendingCold, Settling};
 pub use self::cold::ReadHold;
+use self::cold::{PendingCold, Settling};
 pub use self::damage::SegmentDamage;
 use self::expiry_list::ExpiryList;
 use self::faults::Faults;
 use self::gc::GcState;
 use self::index::{Index, KeyHash, PARTITIONS};
 use self::log::{Record, ValueLog};
-use super::{CheckpointVisitor, ColdGet, ColdRead, EntryVisitor, Tier, TierRoom};
 pub use self::stats::HybridStats;
+use super::{CheckpointVisitor, ColdGet, ColdRead, EntryVisitor, Tier, TierRoom};
 use crate::hash::TableHasher;
 use crate::io::Disk;
 use bytes::Bytes;
@@ -207,15 +207,15 @@ impl<D: Disk> HybridTier<D> {
     /// folder `settings.hot` names must exist. Before anything is loaded.
     pub fn with_hot_device(self, disk: D) -> HybridTier<D> {
         {
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        let hot = st
-            .settings
-            .hot
-            .clone()
-            .expect("settings.hot names the hot device's folder");
-        st.log.add_hot(disk, hot.dir);
-        st.tiering = Some(tiers::Tiering::new(hot.bytes, hot.promote_reads));
+            let mut guard = self.inner.borrow_mut();
+            let st = &mut *guard;
+            let hot = st
+                .settings
+                .hot
+                .clone()
+                .expect("settings.hot names the hot device's folder");
+            st.log.add_hot(disk, hot.dir);
+            st.tiering = Some(tiers::Tiering::new(hot.bytes, hot.promote_reads));
         }
         self
     }
@@ -234,13 +234,13 @@ impl<D: Disk> HybridTier<D> {
 
     pub fn with_table_hasher(self, hasher: TableHasher) -> HybridTier<D> {
         {
-        let mut guard = self.inner.borrow_mut();
-        let st = &mut *guard;
-        assert!(
-            st.index.is_empty() && !st.loading.layout_loaded,
-            "the table hasher is chosen before the tier holds anything"
-        );
-        st.hasher = hasher;
+            let mut guard = self.inner.borrow_mut();
+            let st = &mut *guard;
+            assert!(
+                st.index.is_empty() && !st.loading.layout_loaded,
+                "the table hasher is chosen before the tier holds anything"
+            );
+            st.hasher = hasher;
         }
         self
     }
@@ -322,58 +322,6 @@ impl<D: Disk> Inner<D> {
         let h = self.key_hash(&r.key);
         h.partition() == partition && self.index.find_addr(h, addr).is_some()
     }
-    fn stats(&self) -> HybridStats {
-        let segs = self.log.segs.iter().flatten();
-        let (mut segments, mut bytes, mut records, mut live) = (0, 0, 0, 0);
-        for s in segs {
-            segments += 1;
-            bytes += s.end;
-            records += s.total_bytes;
-            live += s.live_bytes.min(s.total_bytes);
-        }
-        let hot = self.device_use(log::HOT);
-        let t = self.tiering.as_ref();
-        HybridStats {
-            keys: self
-                .index
-                .len()
-                .saturating_sub(self.blind.unresolved.len() as u64),
-            index_bytes: self.index.memory_bytes(),
-            cache_bytes: self.cache.bytes(),
-            cache_records: self.cache.len() as u64,
-            cache_hits: self.cache.hits,
-            cache_misses: self.cache.misses,
-            segments,
-            segment_bytes: bytes,
-            record_bytes: records,
-            live_bytes: live,
-            device_reads: self.log.reads,
-            device_bytes_read: self.log.bytes_read,
-            device_bytes_written: self.log.bytes_written,
-            gc_runs: self.gc.runs,
-            gc_bytes_read: self.gc.bytes_read,
-            gc_bytes_written: self.gc.bytes_written,
-            read_errors: self.faults.read_error_count,
-            spilled_keys: self.index.spilled(),
-            unresolved_entries: self.blind.unresolved.len() as u64,
-            deleted_keys: self.blind.deleted.len() as u64,
-            settles_done: self.settling.settles_done,
-            expiry_bytes: self.expiring.memory_bytes(),
-            expiry_pairs: self.expiring.len() as u64,
-            blind_sets_bytes: self.blind.memory_bytes(),
-            hot_segments: hot.segments,
-            hot_segment_bytes: hot.file_bytes,
-            hot_live_bytes: hot.live_bytes,
-            hot_reads: self.log.hot_reads,
-            promotions: t.map_or(0, |t| t.promotions),
-            promoted_bytes: t.map_or(0, |t| t.promoted_bytes),
-            demotions: t.map_or(0, |t| t.demotions),
-            demoted_bytes: t.map_or(0, |t| t.demoted_bytes),
-            move_waits: t.map_or(0, |t| t.move_waits),
-            damaged_segments_at_start: self.loading.damage.len() as u64,
-            unreadable_keys_at_start: self.loading.damage.iter().map(|d| d.keys).sum(),
-        }
-    }
 }
 
 impl<D: Disk> Tier for HybridTier<D> {
@@ -398,13 +346,10 @@ impl<D: Disk> Tier for HybridTier<D> {
         cold: &mut Vec<ColdGet>,
     ) -> usize {
         let mut found_cold = Vec::new();
-        let answered = self.inner.borrow_mut().get_many_split(
-            hashes,
-            keys,
-            out,
-            read_left,
-            &mut found_cold,
-        );
+        let answered =
+            self.inner
+                .borrow_mut()
+                .get_many_split(hashes, keys, out, read_left, &mut found_cold);
         cold.extend(
             found_cold
                 .into_iter()
@@ -495,7 +440,9 @@ impl<D: Disk> Tier for HybridTier<D> {
         expires_at_ms: Option<u64>,
         lsn: u64,
     ) -> bool {
-        self.inner.borrow_mut().put(hash, key, value, expires_at_ms, lsn)
+        self.inner
+            .borrow_mut()
+            .put(hash, key, value, expires_at_ms, lsn)
     }
 
     fn set_now_ms(&mut self, now_ms: u64) {
@@ -532,30 +479,15 @@ impl<D: Disk> Tier for HybridTier<D> {
     /// left out of the count until GC settles it).
     fn len(&self) -> u64 {
         let st = self.inner.borrow();
-        st.index.len().saturating_sub(st.blind.unresolved.len() as u64)
+        st.index
+            .len()
+            .saturating_sub(st.blind.unresolved.len() as u64)
     }
 
-    /// The read cache counts at its bound, full or not: reads fill it with
-    /// no check against a memory limit, so a write must not take its room.
     fn memory_bytes(&self) -> u64 {
-        let st = self.inner.borrow();
-        st.index.memory_bytes()
-            + st.tiering.as_ref().map_or(0, |t| t.sketch.memory_bytes())
-            + st.cache.budget()
-            + st.expiring.memory_bytes()
-            + st.blind.memory_bytes()
-            // The write buffer of each device's open segment.
-            + (1 << 20) * (1 + u64::from(st.log.has_hot()))
-            + (log::RECENT_BLOCKS * log::BLOCK) as u64
+        self.inner.borrow().memory_bytes()
     }
 
-    /// The value goes to a segment on the device, not to RAM. A put may add
-    /// an index entry (a blind write keeps the older ones unresolved until
-    /// GC settles them), which costs RAM only once its partition's fixed
-    /// slots are all taken (a spilled entry); an expiry time adds its
-    /// pair to the expiry list. Overwrites count the same (whether the key is there
-    /// may need a device read). A blind write leaves the entries it could
-    /// not tell apart in the unresolved set, which may have to grow.
     fn put_growth_bytes(
         &self,
         hash: u64,
@@ -563,18 +495,7 @@ impl<D: Disk> Tier for HybridTier<D> {
         _value_len: usize,
         expires_at_ms: Option<u64>,
     ) -> i64 {
-        let st = self.inner.borrow();
-        let h = KeyHash::new(hash);
-        let spill = if st.index.insert_would_spill(h) {
-            index::SPILL_KEY_BYTES
-        } else {
-            0
-        };
-        let expiry = expires_at_ms.map_or(0, |at| st.expiring.insert_growth_bytes(at));
-        let unresolved = st
-            .blind
-            .unresolved_growth_bytes(st.index.candidate_count(h));
-        (spill + expiry) as i64 + unresolved as i64
+        self.inner.borrow().put_growth_bytes(hash, expires_at_ms)
     }
 
     fn partition_count(&self) -> usize {
@@ -627,7 +548,9 @@ impl<D: Disk> Tier for HybridTier<D> {
         delta: bool,
         f: &mut CheckpointVisitor<'_>,
     ) {
-        self.inner.borrow_mut().checkpoint_partition(partition, delta, f)
+        self.inner
+            .borrow_mut()
+            .checkpoint_partition(partition, delta, f)
     }
 
     fn checkpoint_finish(&mut self, f: &mut CheckpointVisitor<'_>) -> Result<(), String> {
@@ -675,4 +598,3 @@ impl<D: Disk> Tier for HybridTier<D> {
         super::TierStats::Hybrid(HybridTier::stats(self))
     }
 }
-

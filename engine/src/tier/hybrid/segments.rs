@@ -1,11 +1,10 @@
 //! The hybrid tier's segment table in a checkpoint: encoded, loaded, and
 //! checked against the segments on disk (zombies and removed segments).
 
-
-use crate::io::Disk;
-use super::Inner;
 use super::checkpoint::SEGMENT_ROW_BYTES;
 use super::log::SegState;
+use super::Inner;
+use crate::io::Disk;
 impl<D: Disk> Inner<D> {
     pub(super) fn encode_segments(&self) -> Vec<u8> {
         let mut v = Vec::new();

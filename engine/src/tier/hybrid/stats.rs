@@ -9,7 +9,11 @@
 //! answer (`docs/protocol.md`); fields shown only on `/metrics`, or
 //! nowhere, may sit anywhere.
 
+use super::index::{KeyHash, SPILL_KEY_BYTES};
+use super::log::{BLOCK, HOT, RECENT_BLOCKS};
+use super::Inner;
 use crate::histogram::HistogramSnapshot;
+use crate::io::Disk;
 use crate::tier::{CounterKind, MetricName, StatName, TierCounter};
 
 /// Declares [`HybridStats`]: its fields (all `u64`), what each shows as,
@@ -304,12 +308,107 @@ impl HybridStats {
     }
 }
 
+impl<D: Disk> Inner<D> {
+    /// The counters now (see the list above: a counter added there gets
+    /// its value here).
+    pub(super) fn stats(&self) -> HybridStats {
+        let segs = self.log.segs.iter().flatten();
+        let (mut segments, mut bytes, mut records, mut live) = (0, 0, 0, 0);
+        for s in segs {
+            segments += 1;
+            bytes += s.end;
+            records += s.total_bytes;
+            live += s.live_bytes.min(s.total_bytes);
+        }
+        let hot = self.device_use(HOT);
+        let t = self.tiering.as_ref();
+        HybridStats {
+            keys: self
+                .index
+                .len()
+                .saturating_sub(self.blind.unresolved.len() as u64),
+            index_bytes: self.index.memory_bytes(),
+            cache_bytes: self.cache.bytes(),
+            cache_records: self.cache.len() as u64,
+            cache_hits: self.cache.hits,
+            cache_misses: self.cache.misses,
+            segments,
+            segment_bytes: bytes,
+            record_bytes: records,
+            live_bytes: live,
+            device_reads: self.log.reads,
+            device_bytes_read: self.log.bytes_read,
+            device_bytes_written: self.log.bytes_written,
+            gc_runs: self.gc.runs,
+            gc_bytes_read: self.gc.bytes_read,
+            gc_bytes_written: self.gc.bytes_written,
+            read_errors: self.faults.read_error_count,
+            spilled_keys: self.index.spilled(),
+            unresolved_entries: self.blind.unresolved.len() as u64,
+            deleted_keys: self.blind.deleted.len() as u64,
+            settles_done: self.settling.settles_done,
+            expiry_bytes: self.expiring.memory_bytes(),
+            expiry_pairs: self.expiring.len() as u64,
+            blind_sets_bytes: self.blind.memory_bytes(),
+            hot_segments: hot.segments,
+            hot_segment_bytes: hot.file_bytes,
+            hot_live_bytes: hot.live_bytes,
+            hot_reads: self.log.hot_reads,
+            promotions: t.map_or(0, |t| t.promotions),
+            promoted_bytes: t.map_or(0, |t| t.promoted_bytes),
+            demotions: t.map_or(0, |t| t.demotions),
+            demoted_bytes: t.map_or(0, |t| t.demoted_bytes),
+            move_waits: t.map_or(0, |t| t.move_waits),
+            damaged_segments_at_start: self.loading.damage.len() as u64,
+            unreadable_keys_at_start: self.loading.damage.iter().map(|d| d.keys).sum(),
+        }
+    }
+
+    /// The read cache counts at its bound, full or not: reads fill it with
+    /// no check against a memory limit, so a write must not take its room.
+    /// RAM the tier holds ([`Tier::memory_bytes`]).
+    pub(super) fn memory_bytes(&self) -> u64 {
+        self.index.memory_bytes()
+            + self.tiering.as_ref().map_or(0, |t| t.sketch.memory_bytes())
+            + self.cache.budget()
+            + self.expiring.memory_bytes()
+            + self.blind.memory_bytes()
+            // The write buffer of each device's open segment.
+            + (1 << 20) * (1 + u64::from(self.log.has_hot()))
+            + (RECENT_BLOCKS * BLOCK) as u64
+    }
+
+    /// The value goes to a segment on the device, not to RAM. A put may add
+    /// an index entry (a blind write keeps the older ones unresolved until
+    /// GC settles them), which costs RAM only once its partition's fixed
+    /// slots are all taken (a spilled entry); an expiry time adds its
+    /// pair to the expiry list. Overwrites count the same (whether the key is there
+    /// may need a device read). A blind write leaves the entries it could
+    /// not tell apart in the unresolved set, which may have to grow.
+    pub(super) fn put_growth_bytes(&self, hash: u64, expires_at_ms: Option<u64>) -> i64 {
+        let h = KeyHash::new(hash);
+        let spill = if self.index.insert_would_spill(h) {
+            SPILL_KEY_BYTES
+        } else {
+            0
+        };
+        let expiry = expires_at_ms.map_or(0, |at| self.expiring.insert_growth_bytes(at));
+        let unresolved = self
+            .blind
+            .unresolved_growth_bytes(self.index.candidate_count(h));
+        (spill + expiry) as i64 + unresolved as i64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashSet;
 
-    fn names(list: &[TierCounter], f: impl Fn(&TierCounter) -> Option<&'static str>) -> Vec<&'static str> {
+    fn names(
+        list: &[TierCounter],
+        f: impl Fn(&TierCounter) -> Option<&'static str>,
+    ) -> Vec<&'static str> {
         list.iter().filter_map(f).collect()
     }
 

@@ -34,12 +34,12 @@
 //! segment is removed only once no snapshot kept is older than its GC.
 //! Which device holds a segment is where its file is.
 
-use crate::io::Disk;
-use super::Inner;
 use super::index::KeyHash;
 use super::log::Record;
 use super::log::SegState;
 use super::log::{Device, HOT, MAIN};
+use super::Inner;
+use crate::io::Disk;
 
 /// Rows of the sketch (independent hashes per key).
 const ROWS: usize = 4;
@@ -200,7 +200,13 @@ impl<D: Disk> Inner<D> {
     /// What the segments of `device` take.
     pub(super) fn device_use(&self, device: Device) -> DeviceUse {
         let mut u = DeviceUse::default();
-        for s in self.log.segs.iter().flatten().filter(|s| s.device == device) {
+        for s in self
+            .log
+            .segs
+            .iter()
+            .flatten()
+            .filter(|s| s.device == device)
+        {
             u.segments += 1;
             u.file_bytes += s.end;
             u.record_bytes += s.total_bytes;
@@ -322,7 +328,11 @@ impl<D: Disk> Inner<D> {
     /// ([`crate::tier::Tier::background_wait`]).
     pub(super) fn gc_move_allowed(&mut self, len: u64) -> bool {
         let now = std::time::Instant::now();
-        let wait = self.log.disk(HOT).move_wait(len).max(self.log.disk(MAIN).move_wait(len));
+        let wait = self
+            .log
+            .disk(HOT)
+            .move_wait(len)
+            .max(self.log.disk(MAIN).move_wait(len));
         let Some(t) = self.tiering.as_mut() else {
             return true;
         };
@@ -371,14 +381,24 @@ impl<D: Disk> Inner<D> {
     /// copies, and copies up to the hot device; `by` names which, for a
     /// fault). Returns whether it did: not if no entry points at `addr`
     /// any more, or the write failed (which poisons the shard).
-    pub(super) fn move_record(&mut self, h: KeyHash, addr: u32, r: &Record, device: Device, by: &str) -> bool {
+    pub(super) fn move_record(
+        &mut self,
+        h: KeyHash,
+        addr: u32,
+        r: &Record,
+        device: Device,
+        by: &str,
+    ) -> bool {
         let Some(loc) = self.index.find_addr(h, addr) else {
             return false;
         };
         // The copy keeps the record's LSN (0: a version 1 record's copy,
         // whose write is not known).
         let lsn = r.lsn.unwrap_or(0);
-        let (new, span) = match self.log.append(device, &r.key, &r.value, r.expires_at_ms, lsn) {
+        let (new, span) = match self
+            .log
+            .append(device, &r.key, &r.value, r.expires_at_ms, lsn)
+        {
             Ok(a) => a,
             Err(e) => {
                 self.note_fault(by, &e);
@@ -429,7 +449,13 @@ impl<D: Disk> Inner<D> {
             return;
         }
         hot.take_move(r.size);
-        if self.move_record(KeyHash::new(hash), addr, r, HOT, "write (copy to the hot device)") {
+        if self.move_record(
+            KeyHash::new(hash),
+            addr,
+            r,
+            HOT,
+            "write (copy to the hot device)",
+        ) {
             if let Some(t) = self.tiering.as_mut() {
                 t.promotions += 1;
                 t.promoted_bytes += r.size;

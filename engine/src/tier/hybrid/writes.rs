@@ -2,13 +2,6 @@
 //! unresolved entries and deleted keys blind writes leave, and the byte
 //! counts they move.
 
-
-use crate::tier::Presence;
-use super::lookup::Lookup;
-use bytes::Bytes;
-use crate::io::Disk;
-use super::Inner;
-use super::log;
 use super::cold::CandState;
 use super::cold::ColdCand;
 use super::cold::ColdKey;
@@ -16,8 +9,14 @@ use super::cold::OpenSettle;
 use super::cold::Where;
 use super::index::Candidate;
 use super::index::KeyHash;
+use super::log;
 use super::log::ReadError;
 use super::log::Record;
+use super::lookup::Lookup;
+use super::Inner;
+use crate::io::Disk;
+use crate::tier::Presence;
+use bytes::Bytes;
 /// What a put found of its key's entries (see `Inner::put_candidates`).
 struct PutCandidates<F> {
     /// The key's records in RAM.
@@ -176,55 +175,55 @@ impl<D: Disk> Inner<D> {
     /// those on the device. With every settling read open, reads the
     /// candidates itself.
     fn put_candidates(&mut self, h: KeyHash, key: &[u8]) -> PutCandidates<D::File> {
-    let mut mine: Vec<(Candidate, Record)> = Vec::new();
-    let mut unknown: Vec<Candidate> = Vec::new();
-    let mut settle: Vec<ColdCand<D::File>> = Vec::new();
-    let full = !self.unresolved_room();
-    if !full || self.settling.settles_open.get() < self.settling.settles_max {
-        for c in self.ordered_candidates(h) {
-            match self.where_is(&c) {
-                Where::Ram(Ok(r)) if r.key == key => mine.push((c, r)),
-                Where::Ram(Ok(_)) => {}
-                // Unreadable: it may be the key's; keep it, unresolved
-                // (reads find the new record first).
-                Where::Ram(Err(_)) => unknown.push(c),
-                Where::Device(spot, src) => {
-                    unknown.push(c);
-                    // Any record of the key among these is older than
-                    // the one this put appends: whichever the read
-                    // finds is dead.
-                    if full {
-                        settle.push(ColdCand {
-                            addr: c.addr,
-                            span: c.span,
-                            // All of them are, once this put is applied.
-                            unresolved: true,
-                            state: CandState::Read {
-                                spot,
-                                src,
-                                blocks: None,
-                            },
-                        });
+        let mut mine: Vec<(Candidate, Record)> = Vec::new();
+        let mut unknown: Vec<Candidate> = Vec::new();
+        let mut settle: Vec<ColdCand<D::File>> = Vec::new();
+        let full = !self.unresolved_room();
+        if !full || self.settling.settles_open.get() < self.settling.settles_max {
+            for c in self.ordered_candidates(h) {
+                match self.where_is(&c) {
+                    Where::Ram(Ok(r)) if r.key == key => mine.push((c, r)),
+                    Where::Ram(Ok(_)) => {}
+                    // Unreadable: it may be the key's; keep it, unresolved
+                    // (reads find the new record first).
+                    Where::Ram(Err(_)) => unknown.push(c),
+                    Where::Device(spot, src) => {
+                        unknown.push(c);
+                        // Any record of the key among these is older than
+                        // the one this put appends: whichever the read
+                        // finds is dead.
+                        if full {
+                            settle.push(ColdCand {
+                                addr: c.addr,
+                                span: c.span,
+                                // All of them are, once this put is applied.
+                                unresolved: true,
+                                state: CandState::Read {
+                                    spot,
+                                    src,
+                                    blocks: None,
+                                },
+                            });
+                        }
                     }
                 }
             }
-        }
-    } else {
-        match self.find_entry(h, key) {
-            Ok(found) => mine.extend(found),
-            Err(e) => {
-                // The key may be in the unreadable record: keep that
-                // entry, but unresolved (with the others), so reads
-                // take the new record first even once it reads again.
-                self.faults.warn(
-                    self.settings.shard,
-                    "could not read a candidate record on write",
-                    &e,
-                );
-                unknown = self.ordered_candidates(h);
+        } else {
+            match self.find_entry(h, key) {
+                Ok(found) => mine.extend(found),
+                Err(e) => {
+                    // The key may be in the unreadable record: keep that
+                    // entry, but unresolved (with the others), so reads
+                    // take the new record first even once it reads again.
+                    self.faults.warn(
+                        self.settings.shard,
+                        "could not read a candidate record on write",
+                        &e,
+                    );
+                    unknown = self.ordered_candidates(h);
+                }
             }
         }
-    }
         PutCandidates {
             mine,
             unknown,
@@ -346,7 +345,8 @@ impl<D: Disk> Inner<D> {
     /// Whether a delete may go without reading: room in both `unresolved`
     /// and `deleted` (a put needs room in `unresolved` only).
     pub(super) fn blind_room(&self) -> bool {
-        self.unresolved_room() && (self.blind.replaying || self.blind.deleted.len() < self.blind.unresolved_max)
+        self.unresolved_room()
+            && (self.blind.replaying || self.blind.deleted.len() < self.blind.unresolved_max)
     }
 
     /// Whether a put may go without reading: room in `unresolved`. A WAL
@@ -395,7 +395,10 @@ impl<D: Disk> Inner<D> {
         }
         let mut cands = Vec::new();
         self.index.candidates(h, &mut cands);
-        if cands.iter().all(|c| !self.blind.unresolved.contains(&c.addr)) {
+        if cands
+            .iter()
+            .all(|c| !self.blind.unresolved.contains(&c.addr))
+        {
             self.take_deleted(key);
         }
     }
