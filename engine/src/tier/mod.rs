@@ -188,18 +188,6 @@ impl TierStats {
             TierStats::Memory => None,
         }
     }
-
-    /// The tier's values, named (none on the memory tier); see
-    /// [`HybridStats::counters`].
-    pub fn counters(
-        &self,
-        cold_read_latency_us: &crate::histogram::HistogramSnapshot,
-    ) -> Vec<TierCounter> {
-        match self {
-            TierStats::Hybrid(h) => h.counters(cold_read_latency_us),
-            TierStats::Memory => Vec::new(),
-        }
-    }
 }
 
 /// Whether a tier value only grows while the shard runs (a count) or goes

@@ -278,7 +278,7 @@ async fn read_blocks<F: DiskFile>(
     keys: &mut [(Placed, Box<ColdKey<F>>)],
     latency: &AtomicHistogram,
 ) {
-    let merged = merge_reads(&keys);
+    let merged = merge_reads(keys);
     let reads = merged.iter().map(|m| {
         let file = match keys[m.gets[0]].1.cands.front().map(|c| &c.state) {
             Some(CandState::Read { src, .. }) => std::rc::Rc::clone(&src.file),

@@ -26,6 +26,19 @@ pub(super) enum Lookup<F> {
 }
 
 impl<D: Disk> Inner<D> {
+    /// The index hash of `key` (recomputed from a record's key).
+    pub(super) fn key_hash(&self, key: &[u8]) -> KeyHash {
+        KeyHash::new(self.hasher.hash_key(key))
+    }
+
+    /// Whether the record `r` at `addr`, reached through an entry of
+    /// `partition`, is that entry's: its key falls in the partition and
+    /// an entry of its own points at it.
+    pub(super) fn own_entry(&self, partition: usize, addr: u32, r: &Record) -> bool {
+        let h = self.key_hash(&r.key);
+        h.partition() == partition && self.index.find_addr(h, addr).is_some()
+    }
+
     /// The record at a candidate: cache first, then the log (RAM tail or
     /// device), which fills the cache.
     pub(super) fn record(&mut self, c: &Candidate) -> Result<Record, ReadError> {

@@ -78,8 +78,8 @@ pub use self::damage::SegmentDamage;
 use self::expiry_list::ExpiryList;
 use self::faults::Faults;
 use self::gc::GcState;
-use self::index::{Index, KeyHash, PARTITIONS};
-use self::log::{Record, ValueLog};
+use self::index::{Index, PARTITIONS};
+use self::log::ValueLog;
 pub use self::stats::HybridStats;
 use super::{CheckpointVisitor, ColdGet, ColdRead, EntryVisitor, Tier, TierRoom};
 use crate::hash::TableHasher;
@@ -309,21 +309,6 @@ impl<D: Disk> HybridTier<D> {
     }
 }
 
-impl<D: Disk> Inner<D> {
-    /// The index hash of `key` (recomputed from a record's key).
-    fn key_hash(&self, key: &[u8]) -> KeyHash {
-        KeyHash::new(self.hasher.hash_key(key))
-    }
-
-    /// Whether the record `r` at `addr`, reached through an entry of
-    /// `partition`, is that entry's: its key falls in the partition and
-    /// an entry of its own points at it.
-    fn own_entry(&self, partition: usize, addr: u32, r: &Record) -> bool {
-        let h = self.key_hash(&r.key);
-        h.partition() == partition && self.index.find_addr(h, addr).is_some()
-    }
-}
-
 impl<D: Disk> Tier for HybridTier<D> {
     fn table_hasher(&self) -> TableHasher {
         self.inner.borrow().hasher
@@ -395,7 +380,7 @@ impl<D: Disk> Tier for HybridTier<D> {
             Ok(Presence::Absent) => DeleteLookup::Absent,
             Ok(Presence::Live) => DeleteLookup::Live,
             Ok(Presence::Expired) => DeleteLookup::Expired,
-            Err(ck) => DeleteLookup::Cold(self.pending.hold(ck, 0, true)),
+            Err(ck) => DeleteLookup::Cold(self.pending.hold(*ck, 0, true)),
         }
     }
 

@@ -435,7 +435,7 @@ impl<D: Disk> Inner<D> {
         &mut self,
         hash: u64,
         key: &[u8],
-    ) -> Result<Presence, ColdKey<D::File>> {
+    ) -> Result<Presence, Box<ColdKey<D::File>>> {
         // Past the sets' bound the delete still goes blind while settling
         // reads have room: its answer's read settles what it leaves.
         let past_bound = !self.blind_room();
@@ -452,7 +452,7 @@ impl<D: Disk> Inner<D> {
                         ck.counted = Some(OpenSettle::new(&self.settling.settles_open));
                         self.settling.blind_allowed = Some(hash);
                     }
-                    return Err(ck);
+                    return Err(Box::new(ck));
                 }
             }
         } else {
