@@ -10,16 +10,16 @@
 # Usage: A_DIR=<dir> B_DIR=<dir> scripts/bench-tier-seam.sh
 #   each dir holds `loadgen` and `put_sync` (the bench binary, copied from
 #   target/release/deps/put_sync-*) of one build.
-# Env:   ROUNDS (3), RECORDS (1M), DEVICE (unthrottled), SECONDS (10)
+# Env:   ROUNDS (3), RECORDS (1M), DEVICE (unthrottled), PHASE_SECONDS (10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-: "${A_DIR:?A_DIR: the first build's binaries}"
-: "${B_DIR:?B_DIR: the second build's binaries}"
+: "${A_DIR:?A_DIR: the binaries of the first build}"
+: "${B_DIR:?B_DIR: the binaries of the second build}"
 ROUNDS="${ROUNDS:-3}"
 RECORDS="${RECORDS:-1M}"
 DEVICE="${DEVICE:-unthrottled}"
-SECONDS_PER_PHASE="${SECONDS:-10}"
+SECONDS_PER_PHASE="${PHASE_SECONDS:-10}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/ringkv-seam.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
