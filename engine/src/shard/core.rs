@@ -101,11 +101,10 @@ pub(crate) struct ShardCore {
     pub(crate) clock: Arc<CommitClock>,
     state: RefCell<CoreState>,
     /// The shard's WAL: durability, the flusher's wake-ups, the checkpoint
-    /// trigger. The WAL
-    /// bytes after which a checkpoint is due are the configured
-    /// `checkpoint_wal_bytes`, or the size of the last snapshot if larger
-    /// (a checkpoint never costs more than the log it replaces; like Redis's
-    /// `auto-aof-rewrite-percentage 100`).
+    /// trigger. The WAL bytes after which a checkpoint is due are the
+    /// configured `checkpoint_wal_bytes`, or the size of the last snapshot
+    /// if larger (a checkpoint never costs more than the log it replaces;
+    /// like Redis's `auto-aof-rewrite-percentage 100`).
     pub(crate) wal: Rc<Wal>,
     /// The tier queued settling reads ([`Tier::take_settles`]).
     pub(crate) settle_wanted: Notify,
@@ -208,14 +207,13 @@ fn update_write(
 impl ShardCore {
     pub(crate) fn new(
         settings: CoreSettings,
-        tier: Box<dyn Tier>,
+        mut tier: Box<dyn Tier>,
         last_lsn: u64,
         wal: Option<WalAppender>,
         stats: Arc<ShardStats>,
         clock: Arc<CommitClock>,
         txn: crate::shard::txn::TxnShard,
     ) -> ShardCore {
-        let mut tier = tier;
         let tier_room = TierRoom::new();
         tier.set_room_signal(tier_room.clone());
         assert_eq!(wal.is_some(), settings.durability != Durability::None);

@@ -265,8 +265,8 @@ pub(super) async fn read_cold<D: Disk>(
         }
         keys = again;
     }
-    let room = inner.borrow().room.clone();
-    room.notify();
+    // Only wakes: no waiting task runs inside this borrow.
+    inner.borrow().room.notify();
     answers
 }
 
