@@ -19,7 +19,7 @@ use crate::shard::core::CommitClock;
 use crate::shard::router::{
     local_shard, Control, EngineShared, Limits, ShardMsg, CONTROL_QUEUE_DEPTH,
 };
-use crate::shard::thread::{run, ShardSettings, ShardStart, ANOTHER_SHARD_FAILED};
+use crate::shard::thread::{run, InlineShard, ShardSettings, ShardStart, ANOTHER_SHARD_FAILED};
 #[cfg(test)]
 use crate::tier::config::per_shard_budgets;
 use crate::tier::config::{TierDirs, TierPlan};
@@ -110,6 +110,28 @@ impl Engine {
     /// The WAL and snapshots go through the device named by
     /// `config.storage.wal_device`, paying its disk profile.
     pub fn open_with_disk<D: Disk>(config: &Config, disk: D) -> Result<Engine, EngineError> {
+        Self::open_parts(config, disk, false).map(|(engine, _)| engine)
+    }
+
+    /// Opens the engine with its one shard run by this thread (the
+    /// embedded [`crate::Db`]): the shard's runtime turns only inside
+    /// [`InlineShard::drive`]. The config must ask for one shard.
+    pub(crate) fn open_inline<D: Disk>(
+        config: &Config,
+        disk: D,
+    ) -> Result<(Engine, InlineShard), EngineError> {
+        let (engine, inline) = Self::open_parts(config, disk, true)?;
+        Ok((
+            engine,
+            inline.expect("an inline open runs its shard inline"),
+        ))
+    }
+
+    fn open_parts<D: Disk>(
+        config: &Config,
+        disk: D,
+        inline: bool,
+    ) -> Result<(Engine, Option<InlineShard>), EngineError> {
         config
             .validate()
             .map_err(|errors| config_err(errors.to_string()))?;
@@ -170,8 +192,10 @@ impl Engine {
                     reason: format!("io.cpus: {reason}"),
                 }
             })?,
+            inline,
         };
-        let shards = launch.start()?;
+        let mut shards = launch.start()?;
+        let inline = shards.inline.take();
         let shared = Arc::new(EngineShared {
             engine_id: shards.engine_id,
             shard_count,
@@ -214,14 +238,15 @@ impl Engine {
             "engine open"
         );
         crate::request_watch::spawn(Arc::downgrade(&shared));
-        Ok(Engine {
+        let engine = Engine {
             shared,
             threads: shards.threads,
             halts: shards.halts,
             backend,
             durability,
             tier,
-        })
+        };
+        Ok((engine, inline))
     }
 
     /// A handle for running operations (cheap to clone, usable anywhere).
@@ -299,6 +324,35 @@ impl Engine {
         self.shared.shutting_down.store(true, Ordering::Release);
         let threads = std::mem::take(&mut self.threads);
         stop_threads(&self.halts, threads);
+    }
+
+    /// [`Engine::shutdown`] of an inline engine, whose shard `inline` runs
+    /// on this thread: the shutdown is driven here, then the shard ends.
+    pub(crate) fn shutdown_inline(self, inline: &mut InlineShard) -> Result<(), EngineError> {
+        self.shared.shutting_down.store(true, Ordering::Release);
+        let (done, rx) = oneshot::channel();
+        let answer = if self.shared.inboxes[0]
+            .send(ShardMsg::Shutdown { done })
+            .is_ok()
+            && !inline.ended()
+        {
+            let answer = inline.drive(rx);
+            inline.join();
+            answer
+        } else {
+            Err(oneshot::Canceled)
+        };
+        inline.end();
+        match answer {
+            Ok(result) => result,
+            Err(_) => Err(EngineError::ShardPanicked { shard: 0 }),
+        }
+    }
+
+    /// Crash-like stop of an inline engine (see [`Engine::halt`]).
+    pub(crate) fn halt_inline(self, inline: &mut InlineShard) {
+        self.shared.shutting_down.store(true, Ordering::Release);
+        inline.halt();
     }
 
     fn stop_gracefully(&mut self) -> Result<(), EngineError> {
@@ -553,6 +607,8 @@ struct Launch<'a, D: Disk> {
     ring_depth: u32,
     /// `io.cpus`.
     placement: tunables::CpuPlacement,
+    /// The one shard runs on the opening thread (see [`InlineShard`]).
+    inline: bool,
 }
 
 /// The CPU each shard thread is pinned to (`None`: not pinned), for
@@ -624,6 +680,8 @@ struct Shards {
     closed: Vec<Arc<AtomicBool>>,
     stats: Vec<Arc<ShardStats>>,
     threads: Vec<JoinHandle<()>>,
+    /// The shard run by the opening thread (an inline open).
+    inline: Option<InlineShard>,
 }
 
 impl<D: Disk> Launch<'_, D> {
@@ -636,7 +694,11 @@ impl<D: Disk> Launch<'_, D> {
             .into_iter()
             .map(|c| c.id)
             .collect();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        assert!(
+            !self.inline || shard_count == 1,
+            "an inline engine runs one shard"
+        );
+        let (ready_tx, ready_rx) = flume::unbounded();
         let txn_floors: Arc<[AtomicU64]> = (0..shard_count).map(|_| AtomicU64::new(0)).collect();
         let exchange = Arc::new(crate::txn::recovery::Exchange::new(shard_count));
         let engine_id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
@@ -663,6 +725,7 @@ impl<D: Disk> Launch<'_, D> {
             closed: Vec::new(),
             stats: Vec::new(),
             threads: Vec::new(),
+            inline: None,
         };
         for (shard, cpu) in cpus.iter().enumerate() {
             let (inbox_tx, inbox_rx) = flume::bounded(self.inbox_depth);
@@ -695,6 +758,20 @@ impl<D: Disk> Launch<'_, D> {
                 queue_depth: self.ring_depth,
                 core_id: cpu.map(|id| core_affinity::CoreId { id }),
             };
+            if self.inline {
+                // No thread: the shard's task waits in a runtime on this
+                // one, which turns below until the shard is ready.
+                shards.inboxes.push(inbox_tx);
+                shards.controls.push(control_tx);
+                shards.halts.push(halt_tx.clone());
+                shards.closed.push(shard_closed);
+                shards.stats.push(shard_stats);
+                let Some(inline) = InlineShard::start(start, halt_tx) else {
+                    break;
+                };
+                shards.inline = Some(inline);
+                continue;
+            }
             let spawned = std::thread::Builder::new()
                 // At most 15 bytes: the kernel cuts a thread's name there,
                 // and ps, top and perf show that name.
@@ -721,7 +798,11 @@ impl<D: Disk> Launch<'_, D> {
         drop(ready_tx);
         let mut first_error = None;
         for _ in 0..shard_count {
-            match ready_rx.recv() {
+            let ready = match &shards.inline {
+                Some(inline) => inline.drive(ready_rx.recv_async()),
+                None => ready_rx.recv(),
+            };
+            match ready {
                 Ok((_, Ok(()))) => {}
                 Ok((_, Err(e))) => {
                     // A shard that stopped only because another failed to

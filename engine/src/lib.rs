@@ -4,7 +4,9 @@
 //! a core, running its own compio (io_uring) runtime, owning its slice of the
 //! keyspace, its own write-ahead log and its own storage tier.
 //!
-//! Start with [`Engine::open`] and [`Handle::batch`]. The on-disk formats
+//! A program that links the engine and calls it from one thread starts
+//! with [`Db::open`] (`docs/embedding.md`); a server, or a program with a
+//! runtime and many threads, with [`Engine::open`] and [`Handle::batch`]. The on-disk formats
 //! and the durability rules are described in `docs/wal.md`.
 //!
 //! Layers, bottom up (`docs/architecture.md`, "Layers"): `io` and the
@@ -27,11 +29,13 @@ pub mod hash;
 pub mod histogram;
 pub mod inspect;
 pub mod io;
+pub mod lockfile;
 pub mod metrics;
 pub mod rng;
 
 mod call_watch;
 mod coordinator;
+mod db;
 mod engine;
 mod identity;
 mod keyspace;
@@ -80,6 +84,7 @@ pub use api::{
     UpdateOutcome, UpdateWrite,
 };
 pub use coordinator::{RetryTicket, Txn};
+pub use db::{Db, DbError, DbTxn};
 pub use engine::{Engine, Handle};
 pub use error::{Damage, EngineError, ManifestError, SnapshotError, WalError};
 pub use histogram::{AtomicHistogram, HistogramSnapshot};

@@ -23,6 +23,9 @@ impl Notify {
 
     pub(crate) fn notify(&self) {
         self.epoch.set(self.epoch.get().wrapping_add(1));
+        if self.waiters.borrow().is_empty() {
+            return;
+        }
         let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
         for w in waiters {
             w.wake();

@@ -15,7 +15,8 @@ pub mod acl;
 pub mod auth;
 pub mod cli;
 pub mod glob;
-pub mod lockfile;
+/// The data directory's lock (the engine's, which the embedded API takes too).
+pub use engine::lockfile;
 pub mod native;
 pub mod ops;
 pub mod resp;

@@ -26,6 +26,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use tunables::Durability;
 
+/// Adds `n` to one of the counters only the shard's own thread writes
+/// (operations, WAL records, expired keys): a load and a store, which
+/// other threads may read at any time. A locked add would cost more than
+/// its own cycles: it waits for every earlier store (the tier's, to cold
+/// cache lines) to land first.
+fn bump(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
+}
+
 /// The engine-wide commit-version clock (monotonic across shards).
 #[derive(Debug, Default)]
 pub(crate) struct CommitClock {
@@ -808,19 +817,7 @@ impl ShardCore {
             cold,
             ..
         } = out;
-        let s = &self.stats;
-        s.ops_get.fetch_add(counts.get, Relaxed);
-        s.ops_put.fetch_add(counts.put, Relaxed);
-        s.ops_delete.fetch_add(counts.delete, Relaxed);
-        if counts.failed > 0 {
-            s.ops_failed.fetch_add(counts.failed, Relaxed);
-        }
-        if counts.records > 0 {
-            s.wal_records.fetch_add(counts.records, Relaxed);
-        }
-        if counts.expired > 0 {
-            s.expired_keys.fetch_add(counts.expired, Relaxed);
-        }
+        self.count(&counts);
         let wait_lsn = (had_write && self.settings.durability == Durability::Sync)
             .then(|| self.wal.last_lsn());
         let applied = Applied {
@@ -831,12 +828,116 @@ impl ShardCore {
         (applied, cold)
     }
 
+    /// Adds a batch's operation counts to the shard's counters.
+    fn count(&self, counts: &Counts) {
+        let s = &self.stats;
+        if counts.get > 0 {
+            bump(&s.ops_get, counts.get);
+        }
+        if counts.put > 0 {
+            bump(&s.ops_put, counts.put);
+        }
+        if counts.delete > 0 {
+            bump(&s.ops_delete, counts.delete);
+        }
+        if counts.failed > 0 {
+            bump(&s.ops_failed, counts.failed);
+        }
+        if counts.records > 0 {
+            bump(&s.wal_records, counts.records);
+        }
+        if counts.expired > 0 {
+            bump(&s.expired_keys, counts.expired);
+        }
+    }
+
+    /// One PUT (`value: Some`) or DELETE applied now, on the calling
+    /// thread, with nothing to wait for first: the embedded API's path for
+    /// a single write. `None` when it cannot be applied at once (no room in
+    /// the WAL buffer or the tier, a chunk chain, or a delete whose answer
+    /// needs a device read): nothing was applied, and the caller takes the
+    /// batch path, which waits. Otherwise the answer and, under `sync`, the
+    /// LSN it may be given at (once durable). The same steps, checks and
+    /// counts as a one-operation batch.
+    pub(crate) fn write_now(
+        &self,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Option<(OpResult, Option<u64>)> {
+        let shard = self.settings.shard;
+        let mut out = BatchOut {
+            results: Vec::with_capacity(1),
+            writes: WriteSet::None,
+            had_write: false,
+            counts: Counts::default(),
+            read_left: 0,
+            cold: Vec::new(),
+        };
+        {
+            let mut st = self.state.borrow_mut();
+            let st = &mut *st;
+            let mut step = StepLog::default();
+            let delete = value.is_none();
+            let next = if self.wal.is_poisoned() {
+                out.failed_write(0, delete, OpError::Poisoned { shard });
+                OpStep::Done
+            } else if self.txn.is_locked(key) {
+                out.counts.failed += 1;
+                out.results.push(OpResult::Err(OpError::Locked { shard }));
+                OpStep::Done
+            } else {
+                if value.is_none() || st.tier.puts_read_clock() {
+                    st.tier.set_now_ms(now_ms());
+                }
+                match value {
+                    Some(value) => self.apply_put(st, &mut step, 0, key, value, &mut out),
+                    None => self.apply_delete(st, &mut step, 0, key, &mut out),
+                }
+            };
+            let done = matches!(next, OpStep::Done);
+            self.finish_step(st, &step, done, &mut out.counts);
+            if !done || !out.cold.is_empty() {
+                // A delete logged and applied whose answer waits for a
+                // read cannot go back: `cold` is only ever filled by the
+                // hybrid tier, whose deletes the caller sends the batch way.
+                assert!(out.cold.is_empty(), "write_now: a delete needed a read");
+                return None;
+            }
+        }
+        self.check_tier_fault();
+        self.count(&out.counts);
+        let wait_lsn = (out.had_write && self.settings.durability == Durability::Sync)
+            .then(|| self.wal.last_lsn());
+        let answer = out.results.pop().expect("one answer");
+        Some((answer, wait_lsn))
+    }
+
+    /// One GET answered now from RAM, on the calling thread: the embedded
+    /// API's path for a single read of a tier that holds every value in
+    /// RAM. `None` when the answer must wait (a transaction's write to the
+    /// key that is not durable yet): the caller takes the batch path.
+    pub(crate) fn get_now(&self, key: &[u8]) -> Option<OpResult> {
+        let mut st = self.state.borrow_mut();
+        let st = &mut *st;
+        if !st.txn_undurable.is_empty() {
+            return None;
+        }
+        st.tier.set_now_ms(now_ms());
+        let hash = st.table_hasher.hash_key(key);
+        let value = st.tier.get(hash, key);
+        bump(&self.stats.ops_get, 1);
+        Some(match value {
+            Some(v) => OpResult::Value(v),
+            None => OpResult::NotFound,
+        })
+    }
+
     /// Reads the records of a batch's cold GETs and puts their answers in
     /// place (see [`ShardCore::answer_cold`]).
     pub(crate) async fn finish_reads(&self, mut applied: Applied, cold: Vec<ColdGet>) -> Applied {
         let failed = self.answer_cold(cold, &mut applied.results).await;
         if failed > 0 {
-            self.stats.ops_failed.fetch_add(failed, Relaxed);
+            bump(&self.stats.ops_failed, failed);
         }
         applied
     }
@@ -1011,7 +1112,7 @@ impl ShardCore {
                 Append::NoWal => return Ok(None),
                 Append::Full => self.wal.appended(0, true, false),
                 Append::Logged { lsn, rolled } => {
-                    self.stats.wal_records.fetch_add(1, Relaxed);
+                    bump(&self.stats.wal_records, 1);
                     self.stats.current_lsn.store(lsn, Relaxed);
                     self.wal.appended(1, true, rolled);
                     return Ok(Some(lsn));

@@ -70,6 +70,26 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
+    /// [`Limits::check`] of a PUT (`value: Some`) or a GET or DELETE.
+    pub(crate) fn check_slices(&self, key: &[u8], value: Option<&[u8]>) -> Result<(), OpError> {
+        if key.is_empty() {
+            return Err(OpError::EmptyKey);
+        }
+        if key.len() > self.key_bytes_max {
+            return Err(OpError::KeyTooLarge {
+                len: key.len(),
+                max: self.key_bytes_max,
+            });
+        }
+        match value {
+            Some(v) if v.len() > self.value_bytes_max => Err(OpError::ValueTooLarge {
+                len: v.len(),
+                max: self.value_bytes_max,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn check(&self, op: &Op) -> Result<(), OpError> {
         let key = op.key();
         if key.is_empty() {
@@ -152,6 +172,11 @@ pub(crate) fn set_local(engine_id: u64, shard: usize, core: Rc<ShardCore>) {
             core,
         })
     });
+}
+
+/// Whether this thread runs a shard of any engine.
+pub(crate) fn thread_runs_a_shard() -> bool {
+    LOCAL.with(|l| l.borrow().is_some())
 }
 
 /// Unmarks the current thread, returning the core it pointed to.

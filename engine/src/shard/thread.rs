@@ -104,7 +104,7 @@ pub(crate) struct ShardStart<D: Disk> {
     pub(crate) halt: flume::Receiver<()>,
     /// Set when this thread ends (see [`crate::shard::router::EngineShared::closed`]).
     pub(crate) closed: Arc<std::sync::atomic::AtomicBool>,
-    pub(crate) ready: std::sync::mpsc::Sender<(usize, Result<(), EngineError>)>,
+    pub(crate) ready: flume::Sender<(usize, Result<(), EngineError>)>,
     pub(crate) backend: BackendKind,
     pub(crate) queue_depth: u32,
     pub(crate) core_id: Option<core_affinity::CoreId>,
@@ -144,19 +144,9 @@ pub(crate) fn run<D: Disk>(start: ShardStart<D>) {
             );
         }
     }
-    let runtime = match build_runtime(start.backend, start.queue_depth) {
-        Ok(rt) => rt,
-        Err(source) => {
-            let _ = start.ready.send((
-                shard,
-                Err(EngineError::Io {
-                    op: "build the shard's I/O runtime",
-                    path: start.paths.dir.clone(),
-                    source,
-                }),
-            ));
-            return;
-        }
+    let runtime = match shard_runtime(&start) {
+        Some(rt) => rt,
+        None => return,
     };
     let halt = start.halt.clone();
     let inbox = start.inbox.clone();
@@ -176,10 +166,38 @@ pub(crate) fn run<D: Disk>(start: ShardStart<D>) {
         let halted = std::pin::pin!(halt.recv_async());
         futures::future::select(main, halted).await;
     });
-    // Nothing is answered from here on: callers waiting on this shard must
-    // see their answer channel close, not wait forever.
+    end_shard(runtime, &closed, &inbox, port.as_deref());
+}
+
+/// The shard's runtime, or `None` after reporting why it could not be built.
+fn shard_runtime<D: Disk>(start: &ShardStart<D>) -> Option<compio::runtime::Runtime> {
+    match build_runtime(start.backend, start.queue_depth) {
+        Ok(rt) => Some(rt),
+        Err(source) => {
+            let _ = start.ready.send((
+                start.shard,
+                Err(EngineError::Io {
+                    op: "build the shard's I/O runtime",
+                    path: start.paths.dir.clone(),
+                    source,
+                }),
+            ));
+            None
+        }
+    }
+}
+
+/// What a shard does once its loop has ended, on its own thread: nothing
+/// is answered from here on, so callers waiting on it see their answer
+/// channel close instead of waiting forever.
+fn end_shard(
+    runtime: compio::runtime::Runtime,
+    closed: &std::sync::atomic::AtomicBool,
+    inbox: &flume::Receiver<ShardMsg>,
+    port: Option<&crate::mesh::Port>,
+) {
     closed.store(true, std::sync::atomic::Ordering::SeqCst);
-    if let Some(port) = &port {
+    if let Some(port) = port {
         port.close();
     }
     if let Some(core) = clear_local() {
@@ -188,11 +206,137 @@ pub(crate) fn run<D: Disk>(start: ShardStart<D>) {
     while inbox.try_recv().is_ok() {}
     drop(runtime);
     while inbox.try_recv().is_ok() {}
-    // The last receiver goes now: a message sent from here on is refused
-    // (the channel is disconnected) instead of sitting in it.
-    drop(inbox);
-    if let Some(port) = &port {
+    if let Some(port) = port {
         port.discard();
+    }
+}
+
+/// A shard run by the thread that opened it, not by a thread of its own
+/// (the embedded [`crate::Db`]): its runtime turns only while that thread
+/// drives it ([`InlineShard::drive`]), inside each call.
+pub(crate) struct InlineShard {
+    /// `None` once ended.
+    runtime: Option<compio::runtime::Runtime>,
+    /// The shard's main task (recovery, then the inbox), ended by `halt`.
+    main: Option<compio::runtime::JoinHandle<()>>,
+    halt: flume::Sender<()>,
+    closed: Arc<std::sync::atomic::AtomicBool>,
+    inbox: flume::Receiver<ShardMsg>,
+    /// The coarse clock when the runtime last looked for finished I/O and
+    /// due timers.
+    looked: std::cell::Cell<u64>,
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds: a few nanoseconds to read,
+/// moving once per kernel tick.
+fn coarse_now() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl InlineShard {
+    /// Builds the runtime on this thread and starts the shard's task on it;
+    /// the caller drives it until the shard reports ready.
+    pub(crate) fn start<D: Disk>(
+        start: ShardStart<D>,
+        halt: flume::Sender<()>,
+    ) -> Option<InlineShard> {
+        let runtime = shard_runtime(&start)?;
+        let halted = start.halt.clone();
+        let closed = start.closed.clone();
+        let inbox = start.inbox.clone();
+        let main = runtime.spawn(async move {
+            let main = std::pin::pin!(shard_main(start));
+            let halted = std::pin::pin!(halted.recv_async());
+            futures::future::select(main, halted).await;
+        });
+        Some(InlineShard {
+            runtime: Some(runtime),
+            main: Some(main),
+            halt,
+            closed,
+            inbox,
+            looked: std::cell::Cell::new(0),
+        })
+    }
+
+    /// Runs `future` to its end on this thread, turning the shard's
+    /// runtime meanwhile (its other tasks run too), then
+    /// [`InlineShard::after_call`].
+    pub(crate) fn drive<F: Future>(&self, future: F) -> F::Output {
+        let runtime = self.runtime.as_ref().expect("drive after end");
+        let out = runtime.block_on(future);
+        self.after_call();
+        out
+    }
+
+    /// After a call: once per tick of the coarse clock (1-4 ms), looks
+    /// for finished I/O and due timers and runs the tasks waiting for
+    /// them and the ones calls woke meanwhile (the WAL's flusher with new
+    /// records), so the background work goes on while the caller keeps
+    /// calling, at a cost spread over many calls. Nothing a call answers
+    /// waits for this: a write that finds no room in the WAL buffer, and
+    /// every `sync` write, waits in [`InlineShard::drive`], which turns
+    /// the runtime until it is done.
+    pub(crate) fn after_call(&self) {
+        let now = coarse_now();
+        if now != self.looked.get() {
+            self.looked.set(now);
+            self.look();
+        }
+    }
+
+    /// Looks for finished I/O and due timers without blocking and runs
+    /// the tasks they wake.
+    pub(crate) fn look(&self) {
+        if let Some(runtime) = &self.runtime {
+            runtime.enter(|| {
+                runtime.poll_with(Some(Duration::ZERO));
+                while runtime.run() {}
+            });
+        }
+    }
+
+    /// Turns the runtime until the shard's main task has ended (after
+    /// its answer to a shutdown it still has to leave its loop).
+    pub(crate) fn join(&mut self) {
+        if let (Some(main), Some(runtime)) = (self.main.take(), &self.runtime) {
+            let _ = runtime.block_on(main);
+        }
+    }
+
+    /// Whether the shard's task has ended (shut down, halted or failed).
+    pub(crate) fn ended(&self) -> bool {
+        self.main.as_ref().is_none_or(|m| m.is_finished())
+    }
+
+    /// Stops the shard where it is (no flush): what a crash leaves.
+    pub(crate) fn halt(&mut self) {
+        let _ = self.halt.try_send(());
+        self.join();
+        self.end();
+    }
+
+    /// Ends the shard once its task has ended (or drops the task).
+    pub(crate) fn end(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            if let Some(main) = self.main.take() {
+                runtime.enter(|| drop(main));
+            }
+            end_shard(runtime, &self.closed, &self.inbox, None);
+        }
+    }
+}
+
+impl Drop for InlineShard {
+    fn drop(&mut self) {
+        let _ = self.halt.try_send(());
+        self.end();
     }
 }
 

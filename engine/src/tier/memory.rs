@@ -460,6 +460,12 @@ impl Tier for MemoryTier {
         self.now_ms = now_ms;
     }
 
+    fn puts_read_clock(&self) -> bool {
+        // A put replaces whatever entry is there, expired or not, and its
+        // memory accounting does not look at expiry either.
+        false
+    }
+
     fn due_keys(&self, max: usize) -> Vec<Bytes> {
         let mut keys = Vec::new();
         for (&(at, hash), _) in self.expiring.range(..=(self.now_ms, u64::MAX)) {

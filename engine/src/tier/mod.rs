@@ -513,6 +513,12 @@ pub trait Tier {
     /// absent for every read (`get*`, `contains`, `visit_partition`) until
     /// they are deleted. The shard sets it before every step that reads.
     fn set_now_ms(&mut self, now_ms: u64);
+    /// Whether a put without an expiry time reads the tier's clock. When
+    /// it does not, a step of such puts alone may skip setting the clock
+    /// (a clock read is a good part of a put's cost embedded).
+    fn puts_read_clock(&self) -> bool {
+        true
+    }
     /// Up to `max` keys that have expired by the tier's clock, oldest
     /// expiry first (active expiry deletes them through logged deletes).
     fn due_keys(&self, max: usize) -> Vec<Bytes>;

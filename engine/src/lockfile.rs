@@ -1,6 +1,7 @@
 //! The data directory's lock file, `DATA/LOCK`: held with
 //! `flock(LOCK_EX | LOCK_NB)` for the whole life of the server and holding the
-//! holder's pid, so two servers never run on one directory.
+//! holder's pid, so two processes (servers, or programs embedding the engine
+//! with [`crate::Db`]) never run on one directory.
 //!
 //! The kernel lock is the truth; the pid in the file is only there to tell a
 //! person which process holds it. The lock goes away with the process (even
