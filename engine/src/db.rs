@@ -486,6 +486,11 @@ impl Db {
         });
     }
 
+    /// The I/O backend the shard runs on (io_uring, or the fallback).
+    pub fn backend(&self) -> crate::BackendKind {
+        self.engine.as_ref().map_or(crate::BackendKind::Fallback, Engine::backend)
+    }
+
     /// Every counter of the database: operations, the WAL's writes and
     /// flushes, keys and memory, the tier's own counters, the devices'.
     pub fn metrics(&self) -> EngineMetrics {

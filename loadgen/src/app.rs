@@ -16,7 +16,7 @@ use crate::cli::{
 };
 use crate::driver::DriverError;
 use crate::embedded::{EmbeddedError, EmbeddedServer, EmbeddedStorage};
-use crate::engine_target::EngineTarget;
+use crate::engine_target::{DbTarget, EngineTarget};
 use crate::keys::InsertSequence;
 use crate::machine::{utc_now_rfc3339, Machine};
 use crate::plot::{plot, PlotError};
@@ -320,6 +320,9 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
             "{} records preloaded (the GridGain report used 15M; raise with --records); keys uniform over them",
             format_count(s.records)
         )),
+        WorkloadArg::Sweep if args.server.is_none() && args.target_kind() == TargetArg::Engine && s.pacing == crate::driver::Pacing::Closed && s.threads == 1 && args.shard_count() == 1 => notes.push(
+            "in-process through the embedded API (ringkv_engine::Db, docs/embedding.md): the one shard runs on the client's own thread, one call per item (Db::put, Db::get; Db::batch with --batch above 1); each call is also timed and checked, which a bare loop does not pay (scripts/bench-embedded.sh runs one)".to_string()
+        ),
         WorkloadArg::Sweep if args.server.is_none() && args.target_kind() == TargetArg::Engine && s.pacing == crate::driver::Pacing::Closed => notes.push(format!(
             "in-process: each client loop runs on one of the engine's {} shard thread(s), calling the engine as an embedding application does (operations of that shard run inline; with more shards, other shards' operations cross threads)",
             args.shard_count()
@@ -631,6 +634,29 @@ pub async fn run_all(
                     storage.index_keys = Some(default.max(items + items / 8));
                 }
                 match kind {
+                    // The sweep's single client on one shard: the embedded
+                    // API, the way a program that links ringkv calls it.
+                    TargetArg::Engine
+                        if size.is_some()
+                            && s.pacing == crate::driver::Pacing::Closed
+                            && s.threads == 1
+                            && args.shard_count() == 1 =>
+                    {
+                        let Some(n) = size else {
+                            unreachable!("a sweep size")
+                        };
+                        let target = start_db(device, durability, storage).await?;
+                        let on = sweep::SweepTarget::<EngineTarget>::Db(&target);
+                        let got = sweep::run_size_on(on, s, n, 0, device).await;
+                        if let Ok(got) = &got {
+                            announce(got);
+                        }
+                        let stopped = tokio::task::spawn_blocking(move || target.stop())
+                            .await
+                            .map_err(|e| AppError::Join(e.to_string()))?;
+                        rows.extend(got?);
+                        stopped?;
+                    }
                     TargetArg::Engine => {
                         let target =
                             start_engine(device, durability, args.shard_count(), storage).await?;
@@ -818,6 +844,23 @@ async fn start_engine(
     .map_err(|e| AppError::Join(e.to_string()))??;
     eprintln!(
         "[{profile} {}] in-process ringkv engine (no TCP, tier {})",
+        durability.as_str(),
+        storage.tier.as_str()
+    );
+    Ok(target)
+}
+
+async fn start_db(
+    profile: &'static str,
+    durability: DurabilityArg,
+    storage: EmbeddedStorage,
+) -> Result<DbTarget, AppError> {
+    let target =
+        tokio::task::spawn_blocking(move || DbTarget::start(profile, durability, storage))
+            .await
+            .map_err(|e| AppError::Join(e.to_string()))??;
+    eprintln!(
+        "[{profile} {}] in-process ringkv engine through its embedded API (one shard on the client's thread, tier {})",
         durability.as_str(),
         storage.tier.as_str()
     );

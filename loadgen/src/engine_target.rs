@@ -304,3 +304,122 @@ fn stats_pairs(facts: &Facts, m: &EngineMetrics) -> Vec<(String, String)> {
     }
     out
 }
+
+/// `--target engine` for the sweep's single client: the engine opened
+/// through its embedded API ([`engine::Db`]) on a thread of its own, which
+/// runs the client loop itself (a `Db` stays on the thread that opened it,
+/// and its calls run there, as in a program that embeds ringkv). Each engine
+/// gets a fresh temporary data directory, removed when it stops.
+pub struct DbTarget {
+    jobs: std::sync::mpsc::Sender<DbJob>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+    facts: Arc<Facts>,
+    profile: String,
+    // Removed after the engine has stopped (the thread is joined first).
+    _dir: TempDir,
+}
+
+/// Work for the `Db`'s thread.
+type DbJob = Box<dyn FnOnce(&engine::Db) + Send>;
+
+impl DbTarget {
+    /// Opens a `Db` on a new thread (blocking: call from a blocking context).
+    pub fn start(
+        profile: &str,
+        durability: DurabilityArg,
+        storage: EmbeddedStorage,
+    ) -> Result<DbTarget, EmbeddedError> {
+        let dir = tempfile::Builder::new()
+            .prefix("loadgen-db-")
+            .tempdir()
+            .map_err(EmbeddedError::TempDir)?;
+        let config = embedded_config(dir.path(), profile, durability, 1, storage)?;
+        let limits = device_limits(&config);
+        let (jobs, inbox) = std::sync::mpsc::channel::<DbJob>();
+        let (opened_tx, opened) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("loadgen-db".to_string())
+            .spawn(move || {
+                let db = match engine::Db::open_with(config) {
+                    Ok(db) => {
+                        let _ = opened_tx.send(Ok(db.backend().name().to_string()));
+                        db
+                    }
+                    Err(e) => {
+                        let _ = opened_tx.send(Err(e.to_string()));
+                        return Ok(());
+                    }
+                };
+                while let Ok(job) = inbox.recv() {
+                    job(&db);
+                }
+                db.close().map_err(|e| e.to_string())
+            })
+            .map_err(EmbeddedError::TempDir)?;
+        let start_error = |reason: String| EmbeddedError::Start {
+            profile: profile.to_string(),
+            durability: durability.as_str(),
+            tier: storage.tier.as_str(),
+            reason,
+        };
+        let backend = match opened.recv() {
+            Ok(Ok(backend)) => backend,
+            Ok(Err(reason)) => return Err(start_error(reason)),
+            Err(_) => return Err(start_error("the Db thread ended".to_string())),
+        };
+        let facts = Arc::new(Facts {
+            backend,
+            durability: durability.as_str().to_string(),
+            tier: storage.tier.as_str().to_string(),
+            limits,
+        });
+        Ok(DbTarget {
+            jobs,
+            thread: Some(thread),
+            facts,
+            profile: profile.to_string(),
+            _dir: dir,
+        })
+    }
+
+    /// Runs `f` on the `Db`'s thread and returns its output.
+    pub async fn run<R, F>(&self, f: F) -> Result<R, TargetError>
+    where
+        F: FnOnce(&engine::Db) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let gone = || TargetError::Request {
+            addr: "in-process engine (Db)".to_string(),
+            reason: "the Db's thread has ended".to_string(),
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.jobs
+            .send(Box::new(move |db| {
+                let _ = tx.send(f(db));
+            }))
+            .map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())
+    }
+
+    /// STATS pairs, as [`EngineSession::stats`] gives them.
+    pub async fn stats(&self) -> Result<Vec<(String, String)>, TargetError> {
+        let facts = self.facts.clone();
+        self.run(move |db| stats_pairs(&facts, &db.metrics())).await
+    }
+
+    /// Closes the `Db` (flushing its WAL) and removes its directory
+    /// (blocking).
+    pub fn stop(mut self) -> Result<(), EmbeddedError> {
+        let (jobs, _) = std::sync::mpsc::channel();
+        drop(std::mem::replace(&mut self.jobs, jobs));
+        let stop_error = |reason: String| EmbeddedError::Stop {
+            profile: self.profile.clone(),
+            reason,
+        };
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(Ok(()))) | None => Ok(()),
+            Some(Ok(Err(reason))) => Err(stop_error(reason)),
+            Some(Err(_)) => Err(stop_error("the Db's thread panicked".to_string())),
+        }
+    }
+}

@@ -244,6 +244,8 @@ const STREAM_READ: u64 = 0x5357_1000;
 pub enum SweepTarget<'a, T: Target> {
     Driver(&'a T),
     Engine(&'a crate::engine_target::EngineTarget),
+    /// The embedded API's `Db`, one client on its thread.
+    Db(&'a crate::engine_target::DbTarget),
 }
 
 impl<T: Target> SweepTarget<'_, T> {
@@ -260,6 +262,7 @@ impl<T: Target> SweepTarget<'_, T> {
                 run_phase(*target, &plan, works).await
             }
             SweepTarget::Engine(target) => engine_phase(target, s, &label, works).await,
+            SweepTarget::Db(target) => db_phase(target, s, &label, works).await,
         }
     }
 }
@@ -361,42 +364,110 @@ async fn engine_client_loop(
     stop: Arc<std::sync::atomic::AtomicBool>,
     ops_done: Arc<std::sync::atomic::AtomicU64>,
 ) -> ClientRun {
-    let mut run = ClientRun {
-        op: work.op,
-        tally: crate::driver::OpTally::default(),
-        first_start: None,
-        last_done: None,
-    };
-    let op = work.op;
-    let fail = |t: &mut crate::driver::OpTally, reason: String| {
-        t.failed += 1;
-        if t.first_failure.is_none() {
-            t.first_failure = Some(reason);
-        }
-    };
+    let mut run = ClientRun::new(work.op);
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let numbers = work.next_items();
         if numbers.is_empty() {
             break;
         }
-        let ops: Vec<engine::Op> = numbers
-            .iter()
-            .map(|&i| match work.access {
-                Access::Put => engine::Op::Put {
-                    key: work.items.key(work.base, i),
-                    value: work.items.value(i),
-                },
-                Access::Get => engine::Op::Get {
-                    key: work.items.key(work.base, i),
-                },
-            })
-            .collect();
+        let ops = engine_ops(&work, &numbers);
         let started = std::time::Instant::now();
-        let answer = handle.batch(ops).await;
+        let answer = handle.batch(ops).await.map_err(|e| e.to_string());
+        run.step(&work, &numbers, started, answer, &ops_done);
+    }
+    run
+}
+
+/// The engine operations of one step.
+fn engine_ops(work: &SweepWork, numbers: &[u64]) -> Vec<engine::Op> {
+    numbers
+        .iter()
+        .map(|&i| match work.access {
+            Access::Put => engine::Op::Put {
+                key: work.items.key(work.base, i),
+                value: work.items.value(i),
+            },
+            Access::Get => engine::Op::Get {
+                key: work.items.key(work.base, i),
+            },
+        })
+        .collect()
+}
+
+/// [`engine_client_loop`] on the embedded API, on the `Db`'s own thread:
+/// a step of one item is one `put` or `get` call (the document's one call
+/// per item), a longer step one `batch` call.
+fn db_client_loop(
+    mut work: SweepWork,
+    db: &engine::Db,
+    stop: &std::sync::atomic::AtomicBool,
+    ops_done: &std::sync::atomic::AtomicU64,
+) -> ClientRun {
+    let mut run = ClientRun::new(work.op);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let numbers = work.next_items();
+        let answer = match numbers[..] {
+            [] => break,
+            [i] => {
+                let key = work.items.key(work.base, i);
+                let started = std::time::Instant::now();
+                let answer = match work.access {
+                    Access::Put => db
+                        .put(&key, work.items.value(i))
+                        .map(|()| engine::OpResult::Ok),
+                    Access::Get => db.get(&key).map(|v| match v {
+                        Some(v) => engine::OpResult::Value(v),
+                        None => engine::OpResult::NotFound,
+                    }),
+                };
+                let answer = match answer {
+                    Ok(r) => Ok(vec![r]),
+                    Err(engine::DbError::Op(e)) => Ok(vec![engine::OpResult::Err(e)]),
+                    Err(e) => Err(e.to_string()),
+                };
+                (started, answer)
+            }
+            _ => {
+                let ops = engine_ops(&work, &numbers);
+                let started = std::time::Instant::now();
+                (started, db.batch(ops).map_err(|e| e.to_string()))
+            }
+        };
+        run.step(&work, &numbers, answer.0, answer.1, ops_done);
+    }
+    run
+}
+
+impl ClientRun {
+    fn new(op: &'static str) -> ClientRun {
+        ClientRun {
+            op,
+            tally: crate::driver::OpTally::default(),
+            first_start: None,
+            last_done: None,
+        }
+    }
+
+    /// Times one step that started at `started` and checks its answers.
+    fn step(
+        &mut self,
+        work: &SweepWork,
+        numbers: &[u64],
+        started: std::time::Instant,
+        answer: Result<Vec<engine::OpResult>, String>,
+        ops_done: &std::sync::atomic::AtomicU64,
+    ) {
         let done = std::time::Instant::now();
-        run.first_start.get_or_insert(started);
-        run.last_done = Some(done);
-        let t = &mut run.tally;
+        let op = work.op;
+        let fail = |t: &mut crate::driver::OpTally, reason: String| {
+            t.failed += 1;
+            if t.first_failure.is_none() {
+                t.first_failure = Some(reason);
+            }
+        };
+        self.first_start.get_or_insert(started);
+        self.last_done = Some(done);
+        let t = &mut self.tally;
         t.hist.record(done - started);
         t.ops += numbers.len() as u64;
         t.steps += 1;
@@ -404,10 +475,10 @@ async fn engine_client_loop(
         let results = match answer {
             Ok(results) => results,
             Err(e) => {
-                for _ in &numbers {
+                for _ in numbers {
                     fail(t, format!("{op}: {e}"));
                 }
-                continue;
+                return;
             }
         };
         for (&i, result) in numbers.iter().zip(results) {
@@ -421,7 +492,6 @@ async fn engine_client_loop(
             }
         }
     }
-    run
 }
 
 /// Sets its flag when dropped.
@@ -480,10 +550,59 @@ async fn engine_phase(
     drop(stop);
     drop(lines);
     let after = ServerSnapshot::parse(&target.connect().await?.stats().await?)?;
+    Ok(phase_outcome(runs.into_iter().flatten(), before, after))
+}
+
+/// One phase on the embedded API: the single client loop on the `Db`'s
+/// thread.
+async fn db_phase(
+    target: &crate::engine_target::DbTarget,
+    s: &Settings,
+    label: &str,
+    works: Vec<SweepWork>,
+) -> Result<crate::driver::PhaseOutcome, DriverError> {
+    let [work]: [SweepWork; 1] = works.try_into().map_err(|w: Vec<SweepWork>| {
+        DriverError::Target(TargetError::Unsupported {
+            addr: "in-process engine (Db)".to_string(),
+            what: if w.len() > 1 {
+                "more than one client thread on the embedded API (a Db is called from one thread; use --shards 2 or more for the engine's own threads)"
+            } else {
+                "a phase without a client"
+            },
+        })
+    })?;
+    let before = ServerSnapshot::parse(&target.stats().await?)?;
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let start = tokio::time::Instant::now();
+    let lines = {
+        let done = done.clone();
+        crate::driver::progress_lines(s.progress, label, start, start, move || {
+            done.load(std::sync::atomic::Ordering::Relaxed)
+        })
+    };
+    // If this phase is dropped (SIGINT/SIGTERM), the loop stops at its
+    // next call.
+    let stop = StopOnDrop(Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    let flag = stop.0.clone();
+    let run = target
+        .run(move |db| db_client_loop(work, db, &flag, &done))
+        .await?;
+    drop(stop);
+    drop(lines);
+    let after = ServerSnapshot::parse(&target.stats().await?)?;
+    Ok(phase_outcome(std::iter::once(run), before, after))
+}
+
+/// A phase's outcome from its client loops' runs.
+fn phase_outcome(
+    runs: impl Iterator<Item = ClientRun>,
+    before: ServerSnapshot,
+    after: ServerSnapshot,
+) -> crate::driver::PhaseOutcome {
     let mut tallies = crate::driver::Tallies::new();
     let mut first = None;
     let mut last = None;
-    for run in runs.into_iter().flatten() {
+    for run in runs {
         tallies.entry(run.op).or_default().merge(&run.tally);
         first = match (first, run.first_start) {
             (Some(a), Some(b)) => Some(std::cmp::min(a, b)),
@@ -496,7 +615,7 @@ async fn engine_phase(
         _ => std::time::Duration::ZERO,
     };
     let total: u64 = tallies.values().map(|t| t.ops).sum();
-    Ok(crate::driver::PhaseOutcome {
+    crate::driver::PhaseOutcome {
         tallies,
         elapsed,
         before,
@@ -508,7 +627,7 @@ async fn engine_phase(
         },
         missed_batches: 0,
         timelines: Default::default(),
-    })
+    }
 }
 
 /// Namespace for size index `i` on a shared server: sizes never share keys.
