@@ -103,6 +103,7 @@ fn main() {
         .expect("the WAL device")
         .profile = args.profile.clone();
     config.storage.value_device = wal;
+    let limits = config.profile(&args.profile).unwrap_or_default();
     let db = Db::open_with(config).expect("open");
 
     let mut rng = Rng(args.seed.max(1));
@@ -158,10 +159,10 @@ fn main() {
     let per = |d: Duration, k: u64| d.as_nanos() as f64 / k.max(1) as f64;
     if args.json {
         println!(
-            "{{\"store\":\"ringkv\",\"items\":{n},\"reads\":{reads},\"durability\":\"{}\",\"tier\":\"{}\",\"batch\":{},\"write_s\":{:.4},\"read_s\":{:.4},\"write_ns\":{:.1},\"read_ns\":{:.1},\"write_cpu_s\":{:.4},\"read_cpu_s\":{:.4}}}",
+            "{{\"store\":\"ringkv\",\"items\":{n},\"reads\":{reads},\"durability\":\"{}\",\"tier\":\"{}\",\"batch\":{},\"write_s\":{:.4},\"read_s\":{:.4},\"write_ns\":{:.1},\"read_ns\":{:.1},\"write_cpu_s\":{:.4},\"read_cpu_s\":{:.4},\"profile_iops\":{},\"profile_burst_iops\":{}}}",
             args.durability, args.tier, args.batch,
             write.as_secs_f64(), read.as_secs_f64(), per(write, n), per(read, reads),
-            cpu1 - cpu0, cpu2 - cpu1
+            cpu1 - cpu0, cpu2 - cpu1, limits.iops, limits.burst_iops
         );
     } else {
         println!(
