@@ -315,7 +315,8 @@ impl Db {
         value: impl AsRef<[u8]>,
         ttl: Duration,
     ) -> Result<(), DbError> {
-        let at = unix_ms(SystemTime::now()).saturating_add(ttl.as_millis() as u64);
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let at = unix_ms(SystemTime::now()).saturating_add(ttl_ms);
         self.one(Op::UpdateTtl {
             key: Bytes::copy_from_slice(key.as_ref()),
             update: TtlUpdate {
@@ -488,7 +489,9 @@ impl Db {
 
     /// The I/O backend the shard runs on (io_uring, or the fallback).
     pub fn backend(&self) -> crate::BackendKind {
-        self.engine.as_ref().map_or(crate::BackendKind::Fallback, Engine::backend)
+        self.engine
+            .as_ref()
+            .map_or(crate::BackendKind::Fallback, Engine::backend)
     }
 
     /// Every counter of the database: operations, the WAL's writes and
@@ -525,6 +528,21 @@ impl Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Turning the runtime now could finish one of its tasks while
+            // the thread unwinds, which compio answers by aborting the
+            // process. Stop as a crash would instead: `sync` writes are on
+            // the device already; `async` ones not yet flushed are lost,
+            // as after a crash.
+            drop(self.core.take());
+            if let Some(engine) = self.engine.take() {
+                engine.abandon_inline(&mut self.shard);
+            }
+            tracing::warn!(
+                "a Db dropped while its thread panics stops without a flush, as after a crash"
+            );
+            return;
+        }
         if let Err(e) = self.stop() {
             tracing::error!(error = %e, "a Db dropped without close did not close cleanly");
         }
@@ -575,11 +593,12 @@ impl DbTxn<'_> {
 }
 
 impl Drop for DbTxn<'_> {
-    /// A transaction whose body panicked is rolled back.
+    /// A transaction whose body panicked is rolled back: dropping it
+    /// queues the release of its locks, which the next call (or the
+    /// `Db`'s close) carries out. The runtime is not turned here: it must
+    /// not run while the thread unwinds.
     fn drop(&mut self) {
-        if let Some(t) = self.txn.take() {
-            self.db.shard.drive(t.rollback());
-        }
+        drop(self.txn.take());
     }
 }
 

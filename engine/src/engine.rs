@@ -349,6 +349,14 @@ impl Engine {
         }
     }
 
+    /// Stop of an inline engine that turns its runtime no more: its tasks
+    /// are dropped where they are (a thread that unwinds must not run
+    /// them). What it leaves is what a crash leaves.
+    pub(crate) fn abandon_inline(self, inline: &mut InlineShard) {
+        self.shared.shutting_down.store(true, Ordering::Release);
+        inline.end();
+    }
+
     /// Crash-like stop of an inline engine (see [`Engine::halt`]).
     pub(crate) fn halt_inline(self, inline: &mut InlineShard) {
         self.shared.shutting_down.store(true, Ordering::Release);

@@ -18,11 +18,9 @@
 //!   panic or a hang.
 //! - `async` writes reach the device while the program keeps calling,
 //!   without a `sync()`.
-//! - Ignored tests show engine bugs found here (run them with
-//!   `--ignored`): a panic while a `Db` or a transaction is open aborts
-//!   the process, and a huge time to live wraps. Because of the first, a
-//!   failing assertion in a test below while its `Db` is open aborts the
-//!   whole binary (the assertion's message is printed first).
+//! - A panic while a `Db` or a transaction is open unwinds (each in a
+//!   child process, so an abort could not take the other tests down), and
+//!   a huge time to live saturates.
 
 mod common;
 
@@ -1769,11 +1767,9 @@ fn expiring_keys_expire_and_stay_gone() {
 }
 
 // Guards: a time to live of centuries stays one (`put_expiring` turns it
-// into Unix ms; it must saturate, not wrap). Today
-// `ttl.as_millis() as u64` truncates: a time to live of 2^64 ms plus a
-// little wraps to that little, and the key expires within a second.
+// into Unix ms; it must saturate, not wrap: a truncating cast made a time
+// to live of 2^64 ms plus a little expire within a second).
 #[test]
-#[ignore = "engine bug: put_expiring wraps a time to live over 2^64 ms (see the comment)"]
 fn a_huge_time_to_live_does_not_wrap() {
     let db = Db::open_with_disk(
         sim_config("/ttlmax", Tier::Memory, Durability::Sync),
@@ -1890,13 +1886,12 @@ fn in_child(name: &str, body: fn()) {
 }
 
 // Guards: a panic in the program while a `Db` is open unwinds as usual;
-// the `Db` is closed on the way (its writes are kept) and the process
-// goes on. Today it aborts: `Db::drop` turns the shard's compio runtime
-// while the thread is panicking, and compio-executor aborts the process
-// when a task finishes during a panic (its `AbortOnPanic` guard checks
+// the `Db` stops on the way (its `sync` writes are kept) and the process
+// goes on. It aborted when `Db::drop` turned the shard's compio runtime
+// while the thread was panicking: compio-executor aborts the process when
+// a task finishes during a panic (its `AbortOnPanic` guard checks
 // `std::thread::panicking()`).
 #[test]
-#[ignore = "engine bug: a Db dropped during a panic aborts the process (see the comment)"]
 fn a_panic_while_a_db_is_open_unwinds() {
     in_child("a_panic_while_a_db_is_open_unwinds", || {
         let disk = SimDisk::new(31);
@@ -1916,10 +1911,9 @@ fn a_panic_while_a_db_is_open_unwinds() {
 
 // Guards: a transaction whose body panics is rolled back (`DbTxn`'s drop
 // says so): nothing of it applied, its keys free again, the `Db` usable.
-// Today the process aborts in that rollback, for the reason above
-// (`DbTxn::drop` drives the runtime during the panic).
+// The process aborted in that rollback for the reason above, when
+// `DbTxn::drop` turned the runtime during the panic.
 #[test]
-#[ignore = "engine bug: a transaction body that panics aborts the process (see the comment)"]
 fn a_transaction_body_that_panics_is_rolled_back() {
     in_child("a_transaction_body_that_panics_is_rolled_back", || {
         let disk = SimDisk::new(32);

@@ -855,10 +855,9 @@ async fn start_db(
     durability: DurabilityArg,
     storage: EmbeddedStorage,
 ) -> Result<DbTarget, AppError> {
-    let target =
-        tokio::task::spawn_blocking(move || DbTarget::start(profile, durability, storage))
-            .await
-            .map_err(|e| AppError::Join(e.to_string()))??;
+    let target = tokio::task::spawn_blocking(move || DbTarget::start(profile, durability, storage))
+        .await
+        .map_err(|e| AppError::Join(e.to_string()))??;
     eprintln!(
         "[{profile} {}] in-process ringkv engine through its embedded API (one shard on the client's thread, tier {})",
         durability.as_str(),
