@@ -67,7 +67,10 @@ pub enum DbError {
 }
 
 /// An embedded ringkv database: one shard, run by the thread that opened
-/// it. See the [module docs](self) and `docs/embedding.md`.
+/// it. A call applies its operation on that thread, with no other thread
+/// to wake; the shard's background work (WAL flushes, checkpoints, expiry,
+/// the hybrid tier's GC) runs there too, inside calls (`docs/embedding.md`,
+/// "What runs when").
 ///
 /// ```
 /// # fn main() -> Result<(), ringkv_engine::DbError> {

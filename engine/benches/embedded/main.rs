@@ -15,7 +15,7 @@ use clap::Parser;
 // own; the report of scripts/bench-embedded.sh names this one).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use ringkv_engine::{Db, Op};
+use ringkv_engine::{Db, Op, OpResult};
 use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug)]
@@ -47,6 +47,13 @@ struct Args {
     /// Seed of the values and the read order.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// How the calls reach the engine: `db` (the embedded API, on this
+    /// thread), `shard` (`Handle::batch` of one operation, run on the
+    /// shard's own thread: the way loadgen's sweep called before `Db`), or
+    /// `thread` (`Handle::batch_blocking` from this plain thread: each call
+    /// crosses to the shard's thread and back).
+    #[arg(long, default_value = "db")]
+    api: String,
     /// Print one JSON line instead of text.
     #[arg(long)]
     json: bool,
@@ -68,11 +75,15 @@ impl Rng {
 }
 
 fn value(rng: &mut Rng) -> [u8; 32] {
+    // The state in a local for the eight draws (a register), as the C
+    // driver's compiler keeps it: the generator should cost both the same.
+    let mut local = Rng(rng.0);
     let mut v = [0u8; 32];
     for c in v.chunks_exact_mut(4) {
-        let f = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
+        let f = (local.next() >> 40) as f32 / (1u64 << 24) as f32;
         c.copy_from_slice(&f.to_le_bytes());
     }
+    rng.0 = local.0;
     v
 }
 
@@ -104,8 +115,48 @@ fn main() {
         .profile = args.profile.clone();
     config.storage.value_device = wal;
     let limits = config.profile(&args.profile).unwrap_or_default();
-    let db = Db::open_with(config).expect("open");
+    let n = args.items;
+    let reads = args.reads.unwrap_or(n);
+    let run = match args.api.as_str() {
+        "db" => run_db(&args, config),
+        "shard" | "thread" => run_handle(&args, config),
+        other => panic!("--api db, shard or thread, not {other}"),
+    };
+    let Run {
+        write,
+        read,
+        write_cpu,
+        read_cpu,
+    } = run;
+    let per = |d: Duration, k: u64| d.as_nanos() as f64 / k.max(1) as f64;
+    if args.json {
+        println!(
+            "{{\"store\":\"ringkv\",\"api\":\"{}\",\"items\":{n},\"reads\":{reads},\"durability\":\"{}\",\"tier\":\"{}\",\"batch\":{},\"write_s\":{:.4},\"read_s\":{:.4},\"write_ns\":{:.1},\"read_ns\":{:.1},\"write_cpu_s\":{:.4},\"read_cpu_s\":{:.4},\"profile_iops\":{},\"profile_burst_iops\":{}}}",
+            args.api, args.durability, args.tier, args.batch,
+            write.as_secs_f64(), read.as_secs_f64(), per(write, n), per(read, reads),
+            write_cpu, read_cpu, limits.iops, limits.burst_iops
+        );
+    } else {
+        println!(
+            "ringkv {} {} {} batch {}: write {n} in {:.3} s ({:.0} ns/item, cpu {:.3} s), read {reads} in {:.3} s ({:.0} ns/item, cpu {:.3} s)",
+            args.api, args.tier, args.durability, args.batch,
+            write.as_secs_f64(), per(write, n), write_cpu,
+            read.as_secs_f64(), per(read, reads), read_cpu
+        );
+    }
+}
 
+/// What one run measured.
+struct Run {
+    write: Duration,
+    read: Duration,
+    write_cpu: f64,
+    read_cpu: f64,
+}
+
+/// The write and read loops on the embedded API.
+fn run_db(args: &Args, config: tunables::Config) -> Run {
+    let db = Db::open_with(config).expect("open");
     let mut rng = Rng(args.seed.max(1));
     let n = args.items;
     let cpu0 = cpu_seconds();
@@ -118,14 +169,8 @@ fn main() {
         let mut i = 0;
         while i < n {
             let end = (i + args.batch as u64).min(n);
-            let ops = (i..end)
-                .map(|k| Op::Put {
-                    key: bytes::Bytes::copy_from_slice(&k.to_be_bytes()),
-                    value: bytes::Bytes::copy_from_slice(&value(&mut rng)),
-                })
-                .collect();
-            for r in db.batch(ops).expect("batch") {
-                assert_eq!(r, ringkv_engine::OpResult::Ok, "a put failed");
+            for r in db.batch(put_ops(i..end, &mut rng)).expect("batch") {
+                assert_eq!(r, OpResult::Ok, "a put failed");
             }
             i = end;
         }
@@ -156,20 +201,102 @@ fn main() {
         shard.checkpoint_last_duration_us
     );
     db.close().expect("close");
-    let per = |d: Duration, k: u64| d.as_nanos() as f64 / k.max(1) as f64;
-    if args.json {
-        println!(
-            "{{\"store\":\"ringkv\",\"items\":{n},\"reads\":{reads},\"durability\":\"{}\",\"tier\":\"{}\",\"batch\":{},\"write_s\":{:.4},\"read_s\":{:.4},\"write_ns\":{:.1},\"read_ns\":{:.1},\"write_cpu_s\":{:.4},\"read_cpu_s\":{:.4},\"profile_iops\":{},\"profile_burst_iops\":{}}}",
-            args.durability, args.tier, args.batch,
-            write.as_secs_f64(), read.as_secs_f64(), per(write, n), per(read, reads),
-            cpu1 - cpu0, cpu2 - cpu1, limits.iops, limits.burst_iops
-        );
-    } else {
-        println!(
-            "ringkv {} {} batch {}: write {n} in {:.3} s ({:.0} ns/item, cpu {:.3} s), read {reads} in {:.3} s ({:.0} ns/item, cpu {:.3} s)",
-            args.tier, args.durability, args.batch,
-            write.as_secs_f64(), per(write, n), cpu1 - cpu0,
-            read.as_secs_f64(), per(read, reads), cpu2 - cpu1
-        );
+    Run {
+        write,
+        read,
+        write_cpu: cpu1 - cpu0,
+        read_cpu: cpu2 - cpu1,
     }
+}
+
+fn put_ops(keys: std::ops::Range<u64>, rng: &mut Rng) -> Vec<Op> {
+    keys.map(|k| Op::Put {
+        key: bytes::Bytes::copy_from_slice(&k.to_be_bytes()),
+        value: bytes::Bytes::copy_from_slice(&value(rng)),
+    })
+    .collect()
+}
+
+/// The same loops through the engine's `Handle`, on the shard's thread
+/// (`--api shard`) or from this one (`--api thread`).
+fn run_handle(args: &Args, mut config: tunables::Config) -> Run {
+    config.shards = 1;
+    let engine = ringkv_engine::Engine::open(&config).expect("open");
+    let handle = engine.handle();
+    let (n, reads, batch, seed) = (
+        args.items,
+        args.reads.unwrap_or(args.items),
+        args.batch.max(1) as u64,
+        args.seed.max(1),
+    );
+    let loops = move |call: &mut dyn FnMut(Vec<Op>) -> Vec<OpResult>| {
+        let mut rng = Rng(seed);
+        let cpu0 = cpu_seconds();
+        let t0 = Instant::now();
+        let mut i = 0;
+        while i < n {
+            let end = (i + batch).min(n);
+            for r in call(put_ops(i..end, &mut rng)) {
+                assert_eq!(r, OpResult::Ok, "a put failed");
+            }
+            i = end;
+        }
+        let write = t0.elapsed();
+        let cpu1 = cpu_seconds();
+        let t1 = Instant::now();
+        for _ in 0..reads {
+            let k = rng.next() % n.max(1);
+            let key = bytes::Bytes::copy_from_slice(&k.to_be_bytes());
+            let r = call(vec![Op::Get { key }]);
+            assert!(matches!(r[0], OpResult::Value(_)), "every key read was written");
+        }
+        Run {
+            write,
+            read: t1.elapsed(),
+            write_cpu: cpu1 - cpu0,
+            read_cpu: cpu_seconds() - cpu1,
+        }
+    };
+    let run = if args.api == "thread" {
+        loops(&mut |ops| handle.batch_blocking(ops).expect("batch"))
+    } else {
+        // On the shard's thread, in a task there: `Handle::batch` runs
+        // inline, its future awaited by the loop.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = handle.clone();
+        engine.spawn_on(0, move || async move {
+            let mut rng = Rng(seed);
+            let cpu0 = cpu_seconds();
+            let t0 = Instant::now();
+            let mut i = 0;
+            while i < n {
+                let end = (i + batch).min(n);
+                for r in h.batch(put_ops(i..end, &mut rng)).await.expect("batch") {
+                    assert_eq!(r, OpResult::Ok, "a put failed");
+                }
+                i = end;
+            }
+            let write = t0.elapsed();
+            let cpu1 = cpu_seconds();
+            let t1 = Instant::now();
+            for _ in 0..reads {
+                let k = rng.next() % n.max(1);
+                let key = bytes::Bytes::copy_from_slice(&k.to_be_bytes());
+                let r = h.batch(vec![Op::Get { key }]).await.expect("batch");
+                assert!(
+                    matches!(r[0], OpResult::Value(_)),
+                    "every key read was written"
+                );
+            }
+            let _ = tx.send(Run {
+                write,
+                read: t1.elapsed(),
+                write_cpu: cpu1 - cpu0,
+                read_cpu: cpu_seconds() - cpu1,
+            });
+        });
+        rx.recv().expect("the loop's result")
+    };
+    engine.shutdown().expect("shutdown");
+    run
 }
