@@ -248,7 +248,10 @@ fn run_handle(args: &Args, mut config: tunables::Config) -> Run {
             let k = rng.next() % n.max(1);
             let key = bytes::Bytes::copy_from_slice(&k.to_be_bytes());
             let r = call(vec![Op::Get { key }]);
-            assert!(matches!(r[0], OpResult::Value(_)), "every key read was written");
+            assert!(
+                matches!(r[0], OpResult::Value(_)),
+                "every key read was written"
+            );
         }
         Run {
             write,
