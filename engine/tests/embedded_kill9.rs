@@ -39,8 +39,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-#[path = "common/embedded_writer_config.rs"]
-mod embedded_writer_config;
+#[path = "common/kill9_shape.rs"]
+#[allow(dead_code)]
+mod kill9_shape;
 
 const WRITER: &str = env!("CARGO_BIN_EXE_ringkv-embedded-writer");
 
@@ -355,11 +356,13 @@ fn round(
     *model = observed;
 
     // This process's view must be the same, key by key.
-    let db = Db::open_with(embedded_writer_config::config(
-        dir.to_path_buf(),
-        tier == "hybrid",
-    ))
-    .unwrap_or_else(|e| panic!("{ctx}: reopen in the test: {e}"));
+    let shape = if tier == "hybrid" {
+        kill9_shape::Shape::Hybrid
+    } else {
+        kill9_shape::Shape::Memory
+    };
+    let db = Db::open_with(kill9_shape::config(dir.to_path_buf(), 1, shape))
+        .unwrap_or_else(|e| panic!("{ctx}: reopen in the test: {e}"));
     for (key, state) in model.iter() {
         let got = db
             .get(key)

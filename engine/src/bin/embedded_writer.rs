@@ -40,8 +40,10 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-#[path = "../../tests/common/embedded_writer_config.rs"]
-mod embedded_writer_config;
+// The engine config the kill -9 writers and their tests share.
+#[path = "../../tests/common/kill9_shape.rs"]
+#[allow(dead_code)]
+mod kill9_shape;
 
 /// The value put `seq` writes to `key`.
 fn value(key: &str, seq: u64) -> Vec<u8> {
@@ -335,7 +337,12 @@ fn main() {
             &format!("--tier must be memory or hybrid, not {other:?}"),
         ),
     };
-    let config = embedded_writer_config::config(PathBuf::from(dir), hybrid);
+    let shape = if hybrid {
+        kill9_shape::Shape::Hybrid
+    } else {
+        kill9_shape::Shape::Memory
+    };
+    let config = kill9_shape::config(PathBuf::from(dir), 1, shape);
     let db = match Db::open_with(config) {
         Ok(db) => db,
         Err(e) => fail(1, &format!("open failed: {e}")),

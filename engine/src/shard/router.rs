@@ -70,7 +70,8 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
-    /// [`Limits::check`] of a PUT (`value: Some`) or a GET or DELETE.
+    /// The key's limits, and the value's when there is one (a PUT's, or
+    /// an update's argument).
     pub(crate) fn check_slices(&self, key: &[u8], value: Option<&[u8]>) -> Result<(), OpError> {
         if key.is_empty() {
             return Err(OpError::EmptyKey);
@@ -91,29 +92,15 @@ impl Limits {
     }
 
     pub(crate) fn check(&self, op: &Op) -> Result<(), OpError> {
-        let key = op.key();
-        if key.is_empty() {
-            return Err(OpError::EmptyKey);
-        }
-        if key.len() > self.key_bytes_max {
-            return Err(OpError::KeyTooLarge {
-                len: key.len(),
-                max: self.key_bytes_max,
-            });
-        }
-        if let Op::Put { value, .. }
-        | Op::Update {
-            update: crate::api::Update { arg: value, .. },
-            ..
-        } = op
-        {
-            if value.len() > self.value_bytes_max {
-                return Err(OpError::ValueTooLarge {
-                    len: value.len(),
-                    max: self.value_bytes_max,
-                });
-            }
-        }
+        let value = match op {
+            Op::Put { value, .. }
+            | Op::Update {
+                update: crate::api::Update { arg: value, .. },
+                ..
+            } => Some(&value[..]),
+            _ => None,
+        };
+        self.check_slices(op.key(), value)?;
         // An expiry-aware update may put a few bytes of options in front
         // of a value (the value it writes is checked on the shard).
         if let Op::UpdateTtl { update, .. } = op {

@@ -1,7 +1,9 @@
 //! What the kill -9 writer (`src/bin/crash_writer.rs`) and its test
 //! (`tests/kill9.rs`) must agree on: the key space, the value each batch
 //! writes to each key, and the engine config. One file, included by both
-//! with `#[path]`, so the two can never drift apart.
+//! with `#[path]`, so the two can never drift apart. The embedded writer
+//! (`src/bin/embedded_writer.rs`) and its test (`tests/embedded_kill9.rs`)
+//! open their directory with the same config.
 
 use std::path::PathBuf;
 

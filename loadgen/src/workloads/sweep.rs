@@ -503,6 +503,24 @@ impl Drop for StopOnDrop {
     }
 }
 
+/// The count of operations a phase's client loops have done, and the
+/// progress lines that print it while the guard lives.
+fn progress(
+    s: &Settings,
+    label: &str,
+) -> (
+    Arc<std::sync::atomic::AtomicU64>,
+    Option<crate::driver::TickerGuard>,
+) {
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let start = tokio::time::Instant::now();
+    let count = done.clone();
+    let lines = crate::driver::progress_lines(s.progress, label, start, start, move || {
+        count.load(std::sync::atomic::Ordering::Relaxed)
+    });
+    (done, lines)
+}
+
 /// One phase on the in-process engine: `s.threads` client loops on the
 /// engine's shard threads, merged into the driver's outcome shape.
 async fn engine_phase(
@@ -512,15 +530,7 @@ async fn engine_phase(
     works: Vec<SweepWork>,
 ) -> Result<crate::driver::PhaseOutcome, DriverError> {
     let before = ServerSnapshot::parse(&target.connect().await?.stats().await?)?;
-    // Operations done by all client loops, for the progress lines.
-    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let start = tokio::time::Instant::now();
-    let lines = {
-        let done = done.clone();
-        crate::driver::progress_lines(s.progress, label, start, start, move || {
-            done.load(std::sync::atomic::Ordering::Relaxed)
-        })
-    };
+    let (done, lines) = progress(s, label);
     let slots: Vec<std::sync::Mutex<Option<SweepWork>>> = works
         .into_iter()
         .map(|w| std::sync::Mutex::new(Some(w)))
@@ -572,14 +582,7 @@ async fn db_phase(
         })
     })?;
     let before = ServerSnapshot::parse(&target.stats().await?)?;
-    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let start = tokio::time::Instant::now();
-    let lines = {
-        let done = done.clone();
-        crate::driver::progress_lines(s.progress, label, start, start, move || {
-            done.load(std::sync::atomic::Ordering::Relaxed)
-        })
-    };
+    let (done, lines) = progress(s, label);
     // If this phase is dropped (SIGINT/SIGTERM), the loop stops at its
     // next call.
     let stop = StopOnDrop(Arc::new(std::sync::atomic::AtomicBool::new(false)));
