@@ -357,8 +357,11 @@ fn run_settings(args: &RunArgs, s: &Settings, machine: &Machine) -> RunSettings 
                 plan.distributions
                     .iter()
                     .map(|d| match d {
-                        ycsb::Distribution::Zipfian => "Zipfian (theta 0.99, scrambled: YCSB's)",
-                        _ => tiered::distribution_name(*d),
+                        ycsb::Distribution::Zipfian => "Zipfian (theta 0.99, scrambled: YCSB's)".to_string(),
+                        ycsb::Distribution::Hotspot { hot_set_percent, hot_ops_percent } => format!(
+                            "hotspot ({hot_set_percent}% of the records get {hot_ops_percent}% of the operations: YCSB's)"
+                        ),
+                        _ => tiered::distribution_name(*d).to_string(),
                     })
                     .collect::<Vec<_>>()
                     .join(", then "),

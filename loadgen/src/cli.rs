@@ -177,17 +177,25 @@ pub enum DistributionArg {
     Uniform,
     /// Zipfian, then uniform, on the same server (two measured phases).
     Both,
+    /// YCSB's hotspot: --hot-set-percent of the records get
+    /// --hot-ops-percent of the GETs and updates, the rest uniform.
+    Hotspot,
 }
 
 impl DistributionArg {
-    /// The distributions to measure, in order.
-    pub fn distributions(&self) -> Vec<ycsb::Distribution> {
+    /// The distributions to measure, in order (`hot`: the hotspot's hot
+    /// set and the share of operations it gets, in percent).
+    pub fn distributions(&self, hot: (u32, u32)) -> Vec<ycsb::Distribution> {
         match self {
             DistributionArg::Zipfian => vec![ycsb::Distribution::Zipfian],
             DistributionArg::Uniform => vec![ycsb::Distribution::Uniform],
             DistributionArg::Both => {
                 vec![ycsb::Distribution::Zipfian, ycsb::Distribution::Uniform]
             }
+            DistributionArg::Hotspot => vec![ycsb::Distribution::Hotspot {
+                hot_set_percent: hot.0,
+                hot_ops_percent: hot.1,
+            }],
         }
     }
 }
@@ -415,6 +423,16 @@ pub struct RunArgs {
     /// and then uniform on each layout's server.
     #[arg(long, value_enum, default_value = "both", value_name = "DIST", help_heading = heading::TIERED)]
     pub distribution: DistributionArg,
+
+    /// Tiered workload, `--distribution hotspot`: the hot set, as a percent
+    /// of the loaded records (1 to 99; YCSB's default is 20).
+    #[arg(long, default_value_t = 20, value_name = "PERCENT", help_heading = heading::TIERED)]
+    pub hot_set_percent: u32,
+
+    /// Tiered workload, `--distribution hotspot`: the percent of the GETs
+    /// and updates that go to the hot set (0 to 100; YCSB's default is 80).
+    #[arg(long, default_value_t = 80, value_name = "PERCENT", help_heading = heading::TIERED)]
+    pub hot_ops_percent: u32,
 
     /// Tiered workload: the hot device's size as a percent of the data set
     /// (records x value size), rounded up to whole 1 MiB segments and at
@@ -740,6 +758,12 @@ impl RunArgs {
         if !(1..=100).contains(&self.hot_move_percent) {
             return refuse("takes --hot-move-percent from 1 to 100");
         }
+        if !(1..=99).contains(&self.hot_set_percent) {
+            return refuse("takes --hot-set-percent from 1 to 99");
+        }
+        if self.hot_ops_percent > 100 {
+            return refuse("takes --hot-ops-percent from 0 to 100");
+        }
         for price in [self.price_nvme, self.price_sas, self.price_gpssd] {
             if !(price.is_finite() && price >= 0.0) {
                 return refuse("takes prices of zero or more dollars");
@@ -752,7 +776,9 @@ impl RunArgs {
     pub fn tiered_plan(&self) -> tiered::TieredPlan {
         tiered::TieredPlan {
             write_percent: self.write_percent.min(tiered::MAX_WRITE_PERCENT),
-            distributions: self.distribution.distributions(),
+            distributions: self
+                .distribution
+                .distributions((self.hot_set_percent, self.hot_ops_percent)),
             hot_percent: self.hot_percent.clamp(1, 100),
             promote_reads: self.hot_promote_reads.clamp(1, 15),
             move_percent: self.hot_move_percent.clamp(1, 100),
@@ -1223,11 +1249,33 @@ mod tests {
         assert_eq!(plan.distributions, vec![ycsb::Distribution::Uniform]);
         assert_eq!((plan.write_percent, plan.prices.sas), (50, 0.02));
         assert_eq!(r.storage().cache_bytes, Some(tunables::ByteSize(0)));
+        let r = parse(&[
+            "--workload",
+            "tiered",
+            "--distribution",
+            "hotspot",
+            "--hot-set-percent",
+            "10",
+            "--hot-ops-percent",
+            "90",
+        ])
+        .run;
+        assert!(r.settings(false).is_ok());
+        assert_eq!(
+            r.tiered_plan().distributions,
+            vec![ycsb::Distribution::Hotspot {
+                hot_set_percent: 10,
+                hot_ops_percent: 90
+            }]
+        );
         for args in [
             &["--write-percent", "51"][..],
             &["--hot-percent", "0"],
             &["--hot-promote-reads", "16"],
             &["--hot-move-percent", "0"],
+            &["--hot-set-percent", "0"],
+            &["--hot-set-percent", "100"],
+            &["--hot-ops-percent", "101"],
             &["--device", "sas"],
             &["--tier", "memory"],
             &["--durability", "none"],

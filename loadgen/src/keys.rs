@@ -254,6 +254,45 @@ impl Uniform {
     }
 }
 
+/// YCSB's hotspot: the first `hot_set_percent` of the records of
+/// `[min, min + items)` get `hot_ops_percent` of the draws, uniformly among
+/// them; the other draws go uniformly to the other records.
+#[derive(Debug, Clone)]
+pub struct Hotspot {
+    min: u64,
+    items: u64,
+    /// Records in the hot set (at least one, at most `items`).
+    hot: u64,
+    /// Chance that a draw goes to the hot set.
+    hot_ops: f64,
+}
+
+impl Hotspot {
+    pub fn new(min: u64, items: u64, hot_set_percent: u32, hot_ops_percent: u32) -> Hotspot {
+        assert!(items >= 1, "a hotspot distribution needs at least one item");
+        let hot = (u128::from(items) * u128::from(hot_set_percent.min(100)) / 100) as u64;
+        Hotspot {
+            min,
+            items,
+            hot: hot.clamp(1, items),
+            hot_ops: f64::from(hot_ops_percent.min(100)) / 100.0,
+        }
+    }
+
+    /// Records in the hot set (they are `[min, min + hot_records())`).
+    pub fn hot_records(&self) -> u64 {
+        self.hot
+    }
+
+    pub fn next(&mut self, rng: &mut Rng) -> u64 {
+        if self.hot == self.items || rng.next_f64() < self.hot_ops {
+            self.min + rng.below(self.hot)
+        } else {
+            self.min + self.hot + rng.below(self.items - self.hot)
+        }
+    }
+}
+
 /// The record numbers handed to inserts, and the highest number below which
 /// every insert has been acknowledged (YCSB's AcknowledgedCounterGenerator).
 /// Reads only target acknowledged records, so they never miss a key that a
@@ -338,6 +377,7 @@ pub enum KeyChooser {
     Uniform(Uniform),
     Zipfian(ScrambledZipfian),
     Latest(SkewedLatest),
+    Hotspot(Hotspot),
 }
 
 impl KeyChooser {
@@ -352,6 +392,7 @@ impl KeyChooser {
             KeyChooser::Latest(latest) => latest.next(sequence, rng),
             KeyChooser::Uniform(u) => redraw_within(last, || u.next(rng)),
             KeyChooser::Zipfian(z) => redraw_within(last, || z.next(rng)),
+            KeyChooser::Hotspot(h) => redraw_within(last, || h.next(rng)),
         }
     }
 }
@@ -370,6 +411,40 @@ fn redraw_within(last: u64, mut draw: impl FnMut() -> u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hot set gets its share of the draws, spread over it, and the
+    /// cold records the rest: 10% of 1,000 records with 90% of 1M draws.
+    #[test]
+    fn hotspot_sends_its_share_to_the_hot_set() {
+        let mut h = Hotspot::new(5, 1_000, 10, 90);
+        assert_eq!(h.hot_records(), 100);
+        let mut rng = Rng::new(7, 1);
+        let mut counts = vec![0u32; 1_000];
+        let draws = 1_000_000;
+        for _ in 0..draws {
+            let k = h.next(&mut rng);
+            assert!((5..1_005).contains(&k), "{k}");
+            counts[(k - 5) as usize] += 1;
+        }
+        let hot: u32 = counts[..100].iter().sum();
+        let share = f64::from(hot) / f64::from(draws);
+        assert!((0.88..0.92).contains(&share), "hot share {share}");
+        // Uniform within each part: no record far off its part's mean (a
+        // cold record's is 111 draws: half of it is five deviations).
+        let (hot_mean, cold_mean) = (0.9 * 1e6 / 100.0, 0.1 * 1e6 / 900.0);
+        for (i, &c) in counts.iter().enumerate() {
+            let mean = if i < 100 { hot_mean } else { cold_mean };
+            assert!(
+                f64::from(c) > mean * 0.5 && f64::from(c) < mean * 1.5,
+                "record {i}: {c} draws, mean {mean}"
+            );
+        }
+        // Edge cases: a hot set of every record, and one that rounds to none.
+        let mut all = Hotspot::new(0, 10, 100, 0);
+        assert_eq!(all.hot_records(), 10);
+        assert!(all.next(&mut rng) < 10);
+        assert_eq!(Hotspot::new(0, 10, 1, 50).hot_records(), 1);
+    }
 
     #[test]
     fn fnv64_matches_reference_values() {

@@ -415,12 +415,13 @@ fn aims_of(s: &TieredSummary) -> Vec<Aim> {
     ]
 }
 
-/// "zipfian" or "uniform".
+/// "zipfian", "uniform" or "hotspot".
 pub fn distribution_name(d: Distribution) -> &'static str {
     match d {
         Distribution::Uniform => "uniform",
         Distribution::Zipfian => "zipfian",
         Distribution::Latest => "latest",
+        Distribution::Hotspot { .. } => "hotspot",
     }
 }
 
@@ -430,6 +431,7 @@ pub fn mix(plan: &TieredPlan, distribution: Distribution) -> Mix {
     Mix {
         name: match distribution {
             Distribution::Uniform => "tiered-uniform",
+            Distribution::Hotspot { .. } => "tiered-hotspot",
             _ => "tiered-zipfian",
         },
         read: 1.0 - update,

@@ -16,7 +16,9 @@
 
 use super::{check_get, check_put, send};
 use crate::driver::{run_phase, DriverError, StepContext, StepOutcome, Work};
-use crate::keys::{InsertSequence, KeyChooser, Rng, ScrambledZipfian, SkewedLatest, Uniform};
+use crate::keys::{
+    Hotspot, InsertSequence, KeyChooser, Rng, ScrambledZipfian, SkewedLatest, Uniform,
+};
 use crate::record::ValuePool;
 use crate::report::{rows_from_phase, ResultRow};
 use crate::settings::{Measure, Settings};
@@ -31,6 +33,12 @@ pub enum Distribution {
     Uniform,
     Zipfian,
     Latest,
+    /// YCSB's hotspot: `hot_set_percent` of the records (the first ones)
+    /// get `hot_ops_percent` of the operations.
+    Hotspot {
+        hot_set_percent: u32,
+        hot_ops_percent: u32,
+    },
 }
 
 /// One core workload: proportions of each operation and the key distribution.
@@ -157,6 +165,10 @@ impl YcsbWork {
                 KeyChooser::Zipfian(ScrambledZipfian::new(0, s.records + expected_new))
             }
             Distribution::Latest => KeyChooser::Latest(SkewedLatest::new(&sequence)),
+            Distribution::Hotspot {
+                hot_set_percent,
+                hot_ops_percent,
+            } => KeyChooser::Hotspot(Hotspot::new(0, s.records, hot_set_percent, hot_ops_percent)),
         };
         let stream =
             10_000 + 100 * CORE.iter().position(|m| m.name == mix.name).unwrap_or(0) as u64 + task;
