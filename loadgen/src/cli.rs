@@ -787,6 +787,11 @@ impl RunArgs {
                 sas: self.price_sas,
                 gpssd: self.price_gpssd,
             },
+            cache_bytes: self
+                .storage()
+                .cache_bytes
+                .unwrap_or(tunables::Config::default().storage.cache_bytes)
+                .0,
         }
     }
 

@@ -132,6 +132,11 @@ impl StepContext<'_> {
         self.intended
     }
 
+    /// Whether this step falls in the measured window (not the warm-up).
+    pub fn measuring(&self) -> bool {
+        self.active
+    }
+
     /// Records `ops` operations of kind `op` whose step started at the
     /// intended time and completed now.
     pub fn complete(&mut self, op: &'static str, ops: u64) {

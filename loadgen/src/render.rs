@@ -148,7 +148,7 @@ pub fn tiered_section(summaries: &[TieredSummary]) -> String {
     }
     out.push_str(&t.render());
     out.push_str(
-        "\nTiered: where reads and bytes went (device reads of value segments in the measured window; segment bytes on each class after it, garbage and emptied segments not yet removed included; cost = GB (2^30 B) x the class's price per GB-month):\n\n",
+        "\nTiered: where reads and bytes went (device reads of value segments in the measured window; oracle hot share = the most the hot device could serve of them: from the window's own reads, a RAM cache holding the records read most often and the hot device the next ones, as many as their values fill; of oracle = hot share / oracle hot share; segment bytes on each class after the window, garbage and emptied segments not yet removed included; cost = GB (2^30 B) x the class's price per GB-month):\n\n",
     );
     let mut t = Table::new(&[
         ("Reads", Align::Left),
@@ -156,6 +156,8 @@ pub fn tiered_section(summaries: &[TieredSummary]) -> String {
         ("Hot device reads", Align::Right),
         ("Value device reads", Align::Right),
         ("Hot share", Align::Right),
+        ("Oracle hot share", Align::Right),
+        ("Of oracle", Align::Right),
         ("Bytes by class", Align::Left),
         ("On value device", Align::Right),
         ("Cost / month", Align::Right),
@@ -183,6 +185,8 @@ pub fn tiered_section(summaries: &[TieredSummary]) -> String {
             thousands(s.hot_device_reads),
             thousands(s.value_device_reads),
             percent(s.hot_read_percent()),
+            percent(s.oracle_hot_percent),
+            ratio(s.of_oracle()),
             classes.join(", "),
             percent(s.value_device_bytes_percent()),
             dollars(s.cost_per_month),

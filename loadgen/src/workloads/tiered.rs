@@ -20,7 +20,7 @@
 //! - The aims are measured and reported, met or not; nothing is asserted
 //!   about them.
 
-use super::ycsb::{Distribution, Mix, OPERATIONS};
+use super::ycsb::{Distribution, Mix, ReadTrace, OPERATIONS};
 use crate::driver::{DriverError, PhaseOutcome};
 use crate::hist::LatencySummary;
 use crate::keys::InsertSequence;
@@ -192,6 +192,8 @@ pub struct TieredPlan {
     pub promote_reads: u32,
     pub move_percent: u32,
     pub prices: Prices,
+    /// The server's RAM read cache (`storage.cache_bytes`), for the bound.
+    pub cache_bytes: u64,
 }
 
 /// The data set's bytes: records times the value size (keys and record
@@ -279,6 +281,11 @@ pub struct TieredSummary {
     pub hot_device_reads: u64,
     /// ... and by the value device.
     pub value_device_reads: u64,
+    /// The bound: the percent of the device reads an oracle placement
+    /// would serve from the hot device, from this window's own reads (see
+    /// [`oracle_hot_percent`]; None without a hot device or device reads).
+    #[serde(default)]
+    pub oracle_hot_percent: Option<f64>,
     /// Records copied up and moved down in the window.
     pub promotions: u64,
     pub demotions: u64,
@@ -325,6 +332,15 @@ impl TieredSummary {
     pub fn hot_read_percent(&self) -> Option<f64> {
         let all = self.hot_device_reads + self.value_device_reads;
         (all > 0).then(|| 100.0 * self.hot_device_reads as f64 / all as f64)
+    }
+
+    /// The measured hot share over the oracle's (1.0: as good as any
+    /// placement could be on these reads).
+    pub fn of_oracle(&self) -> Option<f64> {
+        match (self.hot_read_percent(), self.oracle_hot_percent) {
+            (Some(got), Some(best)) if best > 0.0 => Some(got / best),
+            _ => None,
+        }
     }
 
     /// Percent of the value segment bytes on the value device (None: no
@@ -415,6 +431,25 @@ fn aims_of(s: &TieredSummary) -> Vec<Aim> {
     ]
 }
 
+/// The bound on a placement, from a window's reads (`counts`, per record):
+/// a RAM cache that holds the `cache_records` records read most often, and
+/// a hot device that holds the next `hot_records`, serve the most device
+/// reads from the hot device that any placement of records could. Returns
+/// that share of the reads the cache misses, in percent (None: no read
+/// misses the cache). A record counts as its value's bytes; the tiers'
+/// own headers and the cache's per-entry RAM are left out, so the oracle
+/// is a little generous.
+pub fn oracle_hot_percent(counts: &[u32], cache_records: u64, hot_records: u64) -> Option<f64> {
+    let mut sorted = counts.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    let cache = (cache_records as usize).min(sorted.len());
+    let missed = &sorted[cache..];
+    let hot = (hot_records as usize).min(missed.len());
+    let device: u64 = missed.iter().map(|&c| u64::from(c)).sum();
+    let best: u64 = missed[..hot].iter().map(|&c| u64::from(c)).sum();
+    (device > 0).then(|| 100.0 * best as f64 / device as f64)
+}
+
 /// "zipfian", "uniform" or "hotspot".
 pub fn distribution_name(d: Distribution) -> &'static str {
     match d {
@@ -468,14 +503,33 @@ pub async fn run_layout<T: Target>(
     let mut summaries = Vec::new();
     for &distribution in &plan.distributions {
         let mix = mix(plan, distribution);
-        let out = super::ycsb::run_mix(target, s, mix, &sequence, &pool, label).await?;
+        let trace = Arc::new(ReadTrace::new(s.records));
+        let out = super::ycsb::run_mix_traced(
+            target,
+            s,
+            mix,
+            &sequence,
+            &pool,
+            label,
+            Some(trace.clone()),
+        )
+        .await?;
         let phase = rows_from_phase(mix.name, &out, &OPERATIONS, None, s.mode())?;
         let get = phase
             .iter()
             .find(|r| r.operation == "read")
             .map(|r| r.latency_us)
             .unwrap_or_default();
-        summaries.push(summary(layout, distribution, plan, s, hot_bytes, &out, get));
+        let mut one = summary(layout, distribution, plan, s, hot_bytes, &out, get);
+        if layout.hot_profile().is_some() {
+            let record = (s.shape.value_bytes() as u64).max(1);
+            one.oracle_hot_percent = oracle_hot_percent(
+                &trace.counts(),
+                plan.cache_bytes / record,
+                hot_bytes / record,
+            );
+        }
+        summaries.push(one);
         rows.extend(phase);
     }
     for r in &mut rows {
@@ -515,6 +569,7 @@ fn summary(
         get_latency_us: get,
         hot_device_reads: hot_reads,
         value_device_reads: all_reads.saturating_sub(hot_reads),
+        oracle_hot_percent: None,
         promotions: a.promotions.saturating_sub(b.promotions),
         demotions: a.demotions.saturating_sub(b.demotions),
         move_waits: a.move_waits.saturating_sub(b.move_waits),
@@ -551,6 +606,7 @@ pub mod tests {
             },
             hot_device_reads: hot,
             value_device_reads: value,
+            oracle_hot_percent: None,
             promotions: 0,
             demotions: 0,
             move_waits: 0,
@@ -680,6 +736,29 @@ pub mod tests {
     }
 
     #[test]
+    fn the_oracle_puts_the_most_read_records_after_the_cache_on_the_hot_device() {
+        // Record i read 10 - i times: the cache takes records 0 and 1 (10 + 9
+        // reads), the hot device the next three (8 + 7 + 6 of the 36 reads
+        // left: 58.3%).
+        let counts: Vec<u32> = (0..10).map(|i| 10 - i).collect();
+        let got = oracle_hot_percent(&counts, 2, 3).expect("reads miss the cache");
+        assert!((got - 100.0 * 21.0 / 36.0).abs() < 1e-9, "{got}");
+        // The order of the records does not matter, only their counts.
+        let mut shuffled = counts.clone();
+        shuffled.reverse();
+        assert_eq!(oracle_hot_percent(&shuffled, 2, 3), Some(got));
+        // A hot device that holds every record left serves them all; a
+        // cache that holds everything leaves no device read.
+        assert_eq!(oracle_hot_percent(&counts, 2, 100), Some(100.0));
+        assert_eq!(oracle_hot_percent(&counts, 10, 3), None);
+        assert_eq!(oracle_hot_percent(&counts, 0, 0), Some(0.0));
+        // The measured share over the bound.
+        let mut s = sample(Layout::Tiered, 1.0, 1.0, 40, 60);
+        s.oracle_hot_percent = Some(50.0);
+        assert_eq!(s.of_oracle(), Some(0.8));
+    }
+
+    #[test]
     fn the_mix_writes_the_asked_share() {
         let plan = TieredPlan {
             write_percent: 20,
@@ -688,6 +767,7 @@ pub mod tests {
             promote_reads: 2,
             move_percent: 20,
             prices: Prices::default(),
+            cache_bytes: 0,
         };
         let m = mix(&plan, Distribution::Uniform);
         assert_eq!(m.name, "tiered-uniform");

@@ -25,6 +25,37 @@ use crate::settings::{Measure, Settings};
 use crate::target::{Op, Reply, Session, Target, TargetError};
 use std::sync::Arc;
 
+/// How often each record was read: one counter per record number (reads
+/// of records beyond the counters are not counted).
+#[derive(Debug)]
+pub struct ReadTrace {
+    counts: Vec<std::sync::atomic::AtomicU32>,
+}
+
+impl ReadTrace {
+    pub fn new(records: u64) -> ReadTrace {
+        ReadTrace {
+            counts: (0..records)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
+        }
+    }
+
+    pub fn record(&self, keynum: u64) {
+        if let Some(c) = self.counts.get(keynum as usize) {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The counts, by record number.
+    pub fn counts(&self) -> Vec<u32> {
+        self.counts
+            .iter()
+            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+            .collect()
+    }
+}
+
 /// YCSB's maximum scan length (`maxscanlength`), lengths uniform in 1..=100.
 pub const SCAN_LENGTH_MAX: u64 = 100;
 
@@ -139,6 +170,8 @@ pub struct YcsbWork {
     mix: Mix,
     rng: Rng,
     chooser: KeyChooser,
+    /// Counts the records read in the measured window, when set.
+    trace: Option<Arc<ReadTrace>>,
     sequence: Arc<InsertSequence>,
     pool: Arc<ValuePool>,
     batch: usize,
@@ -176,6 +209,7 @@ impl YcsbWork {
             mix,
             rng: Rng::new(s.seed, stream),
             chooser,
+            trace: None,
             sequence,
             pool,
             batch: s.batch,
@@ -231,7 +265,12 @@ impl Work for YcsbWork {
         for ((&kind, &keynum), reply) in kinds.iter().zip(&keynums).zip(&replies) {
             counts[kind as usize] += 1;
             match kind {
-                Kind::Read => check_get(ctx, "read", &self.pool, keynum, reply),
+                Kind::Read => {
+                    check_get(ctx, "read", &self.pool, keynum, reply);
+                    if let Some(trace) = self.trace.as_ref().filter(|_| ctx.measuring()) {
+                        trace.record(keynum);
+                    }
+                }
                 Kind::Update => check_put(ctx, "update", reply),
                 Kind::Insert => {
                     check_put(ctx, "insert", reply);
@@ -286,8 +325,24 @@ pub async fn run_mix<T: Target>(
     pool: &Arc<ValuePool>,
     label: &str,
 ) -> Result<crate::driver::PhaseOutcome, DriverError> {
+    run_mix_traced(target, s, mix, sequence, pool, label, None).await
+}
+
+/// [`run_mix`], counting in `trace` the records read in the measured window.
+pub async fn run_mix_traced<T: Target>(
+    target: &T,
+    s: &Settings,
+    mix: Mix,
+    sequence: &Arc<InsertSequence>,
+    pool: &Arc<ValuePool>,
+    label: &str,
+    trace: Option<Arc<ReadTrace>>,
+) -> Result<crate::driver::PhaseOutcome, DriverError> {
     let works: Vec<YcsbWork> = (0..s.threads as u64)
-        .map(|t| YcsbWork::new(mix, s, t, sequence.clone(), pool.clone()))
+        .map(|t| YcsbWork {
+            trace: trace.clone(),
+            ..YcsbWork::new(mix, s, t, sequence.clone(), pool.clone())
+        })
         .collect();
     run_phase(
         target,
