@@ -503,5 +503,6 @@ async fn retire_covered<D: Disk>(
         .count();
     let ran_over = core.wal.checkpoint_ran_over(ran_over);
     let files_max = wal_files_max(core, files.segment_bytes(), ran_over);
-    Ok(files.remove_covered(keep_from, files_max).await?)
+    let durable = core.wal.durable_lsn();
+    Ok(files.remove_covered(keep_from, durable, files_max).await?)
 }

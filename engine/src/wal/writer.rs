@@ -686,7 +686,12 @@ impl<D: Disk> SegmentFiles<D> {
 
     /// Retires every segment all of whose records are at or below
     /// `covered_lsn` (the next live segment starts at or below
-    /// `covered_lsn + 1`). The shard's segment files (live, open, the
+    /// `covered_lsn + 1`) and whose next live segment has a durable record
+    /// (its first LSN at or below `durable_lsn`): until the next one's
+    /// first flush is on the device, a crash would leave that one without
+    /// its header, and a retired one before it would leave no segment in
+    /// use after the snapshot, which recovery refuses. The shard's segment
+    /// files (live, open, the
     /// spare ahead, the pool) stay at most `files_max`, or what is live and
     /// open if that is more: retired files get a prepared header and join
     /// the pool while there is room, the rest are removed, and so are
@@ -694,12 +699,16 @@ impl<D: Disk> SegmentFiles<D> {
     pub async fn remove_covered(
         &self,
         covered_lsn: u64,
+        durable_lsn: u64,
         files_max: usize,
     ) -> Result<usize, WalError> {
         let doomed: Vec<LiveSegment> = {
             let live = self.live.borrow();
             let mut n = 0;
-            while n + 1 < live.len() && live[n + 1].first_lsn <= covered_lsn + 1 {
+            while n + 1 < live.len()
+                && live[n + 1].first_lsn <= covered_lsn + 1
+                && live[n + 1].first_lsn <= durable_lsn
+            {
                 n += 1;
             }
             live[..n].to_vec()
