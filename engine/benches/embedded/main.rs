@@ -229,77 +229,70 @@ fn run_handle(args: &Args, mut config: tunables::Config) -> Run {
         args.batch.max(1) as u64,
         args.seed.max(1),
     );
-    let loops = move |call: &mut dyn FnMut(Vec<Op>) -> Vec<OpResult>| {
-        let mut rng = Rng(seed);
-        let cpu0 = cpu_seconds();
-        let t0 = Instant::now();
-        let mut i = 0;
-        while i < n {
-            let end = (i + batch).min(n);
-            for r in call(put_ops(i..end, &mut rng)) {
-                assert_eq!(r, OpResult::Ok, "a put failed");
-            }
-            i = end;
-        }
-        let write = t0.elapsed();
-        let cpu1 = cpu_seconds();
-        let t1 = Instant::now();
-        for _ in 0..reads {
-            let k = rng.next() % n.max(1);
-            let key = bytes::Bytes::copy_from_slice(&k.to_be_bytes());
-            let r = call(vec![Op::Get { key }]);
-            assert!(
-                matches!(r[0], OpResult::Value(_)),
-                "every key read was written"
-            );
-        }
-        Run {
-            write,
-            read: t1.elapsed(),
-            write_cpu: cpu1 - cpu0,
-            read_cpu: cpu_seconds() - cpu1,
-        }
-    };
     let run = if args.api == "thread" {
-        loops(&mut |ops| handle.batch_blocking(ops).expect("batch"))
+        pollster::block_on(handle_loops(handle.clone(), true, n, reads, batch, seed))
     } else {
         // On the shard's thread, in a task there: `Handle::batch` runs
         // inline, its future awaited by the loop.
         let (tx, rx) = std::sync::mpsc::channel();
         let h = handle.clone();
         engine.spawn_on(0, move || async move {
-            let mut rng = Rng(seed);
-            let cpu0 = cpu_seconds();
-            let t0 = Instant::now();
-            let mut i = 0;
-            while i < n {
-                let end = (i + batch).min(n);
-                for r in h.batch(put_ops(i..end, &mut rng)).await.expect("batch") {
-                    assert_eq!(r, OpResult::Ok, "a put failed");
-                }
-                i = end;
-            }
-            let write = t0.elapsed();
-            let cpu1 = cpu_seconds();
-            let t1 = Instant::now();
-            for _ in 0..reads {
-                let k = rng.next() % n.max(1);
-                let key = bytes::Bytes::copy_from_slice(&k.to_be_bytes());
-                let r = h.batch(vec![Op::Get { key }]).await.expect("batch");
-                assert!(
-                    matches!(r[0], OpResult::Value(_)),
-                    "every key read was written"
-                );
-            }
-            let _ = tx.send(Run {
-                write,
-                read: t1.elapsed(),
-                write_cpu: cpu1 - cpu0,
-                read_cpu: cpu_seconds() - cpu1,
-            });
+            let _ = tx.send(handle_loops(h, false, n, reads, batch, seed).await);
         });
         rx.recv().expect("the loop's result")
     };
     engine.shutdown().expect("shutdown");
     run
+}
+
+/// The write and read loops through `h`: `Handle::batch_blocking` when
+/// `blocking` (a plain thread), else `Handle::batch` awaited (on the
+/// shard's thread).
+async fn handle_loops(
+    h: ringkv_engine::Handle,
+    blocking: bool,
+    n: u64,
+    reads: u64,
+    batch: u64,
+    seed: u64,
+) -> Run {
+    let call = |ops: Vec<Op>| {
+        let h = h.clone();
+        async move {
+            if blocking {
+                h.batch_blocking(ops).expect("batch")
+            } else {
+                h.batch(ops).await.expect("batch")
+            }
+        }
+    };
+    let mut rng = Rng(seed);
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let end = (i + batch).min(n);
+        for r in call(put_ops(i..end, &mut rng)).await {
+            assert_eq!(r, OpResult::Ok, "a put failed");
+        }
+        i = end;
+    }
+    let write = t0.elapsed();
+    let cpu1 = cpu_seconds();
+    let t1 = Instant::now();
+    for _ in 0..reads {
+        let k = rng.next() % n.max(1);
+        let key = bytes::Bytes::copy_from_slice(&k.to_be_bytes());
+        let r = call(vec![Op::Get { key }]).await;
+        assert!(
+            matches!(r[0], OpResult::Value(_)),
+            "every key read was written"
+        );
+    }
+    Run {
+        write,
+        read: t1.elapsed(),
+        write_cpu: cpu1 - cpu0,
+        read_cpu: cpu_seconds() - cpu1,
+    }
 }
