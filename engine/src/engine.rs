@@ -872,6 +872,16 @@ async fn settle_manifest<D: Disk>(
         .into());
     }
     let existing = manifest::load(disk, data_dir).await?;
+    if existing.is_some() {
+        // A run killed between the manifest's rename and its directory
+        // fsync leaves a name only the page cache holds; make it durable
+        // before anything is written under it (see docs/wal.md, recovery
+        // step 3: what was read is made durable first).
+        use crate::error::IoFailure;
+        disk.sync_dir(data_dir)
+            .await
+            .map_err(crate::error::ManifestError::io("fsync directory", data_dir))?;
+    }
     if existing.is_none() {
         let first_shard = ShardPaths::new(wal_root, 0).dir;
         if disk.exists(&first_shard) {

@@ -8,10 +8,12 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use ringkv_engine::io::sim::{SimDisk, SimFile};
+use ringkv_engine::io::sim::{SimDisk, SimFaults, SimFile};
 use ringkv_engine::io::{AlignedBuf, Disk, DiskFile};
 use ringkv_engine::layout::ShardPaths;
-use ringkv_engine::wal::format::{record_size, RecordKind, BLOCK_BYTES};
+use ringkv_engine::wal::format::{
+    encode_segment_header, record_size, RecordKind, SegmentHeader, BLOCK_BYTES,
+};
 use ringkv_engine::wal::recovery::{recover, Recovered, RecoveryCase, RecoveryConfig};
 use ringkv_engine::wal::writer::{Reserve, WalAppender};
 use ringkv_engine::{Damage, Engine, EngineError, SnapshotError, WalError};
@@ -822,6 +824,77 @@ fn stale_records_of_a_recycled_segment_are_never_replayed() {
         assert!(r.cases.contains(&RecoveryCase::TornTail), "{:?}", r.cases);
         assert_eq!(r.last_lsn, 66);
         assert_eq!(get(&r, 100), None);
+    });
+}
+
+// Guards: recovery makes durable what it read before it builds on it. A
+// run killed inside `prepare_segment` (the prepared header written, its
+// fdatasync not done) leaves a file whose page cache says "spare" and
+// whose device still holds the header of the segment it was; recovery
+// renames that spare into the log, and after a power loss the renamed
+// file named its old segment, so the next start refused the directory.
+#[test]
+fn a_spare_prepared_but_not_synced_before_a_kill_survives_a_power_loss() {
+    block_on(async {
+        let disk = SimDisk::new(31);
+        // The log lives in segment 2 (LSN 1..=10).
+        let mut log = LogBuilder::new(&disk, 2, 1);
+        for k in 0..10 {
+            log.put(k, k + 1).await;
+        }
+        log.flush().await;
+        // Segment 1, retired by a checkpoint: its durable header is still
+        // the used one; the prepared header is only in the page cache.
+        let path = paths().segment(1);
+        let f = disk.open(&path, true).await.expect("create");
+        f.allocate_zeroed(SEG).await.expect("allocate");
+        let header = |h: &SegmentHeader| {
+            let mut block = AlignedBuf::with_capacity(BLOCK_BYTES);
+            block.set_len(BLOCK_BYTES);
+            encode_segment_header(h, block.as_mut_slice());
+            block
+        };
+        let used = SegmentHeader {
+            shard: 0,
+            seq: 1,
+            first_lsn: 1,
+            segment_bytes: SEG,
+            flags: 0,
+            dir_id: 0,
+        };
+        let (r, _) = f.write_at(header(&used), 0).await;
+        r.expect("write");
+        f.sync_data().await.expect("sync");
+        disk.sync_dir(&paths().wal_dir).await.expect("sync dir");
+        let (r, _) = f
+            .write_at(header(&SegmentHeader::prepared(0, SEG, 0)), 0)
+            .await;
+        r.expect("write prepared header");
+        drop(f);
+        // The restart takes segment 1 as a spare and renames it to 3.
+        let r = recover(&disk, &paths(), cfg()).await.expect("recover");
+        assert!(
+            r.cases.contains(&RecoveryCase::SegmentRecycled),
+            "{:?}",
+            r.cases
+        );
+        assert_eq!(r.next_segment_seq, 3);
+        assert_eq!(r.last_lsn, 10);
+        drop(r);
+        // Power loss, losing every write not synced: segment 3 must read
+        // as the spare it was renamed as.
+        disk.set_faults(SimFaults {
+            torn_write_on_crash: false,
+            ..SimFaults::default()
+        });
+        disk.crash();
+        let r = recover(&disk, &paths(), cfg())
+            .await
+            .expect("recover after the power loss");
+        assert_eq!(r.last_lsn, 10);
+        for k in 0..10 {
+            assert_eq!(get(&r, k), Some(value(k, k + 1)));
+        }
     });
 }
 

@@ -400,6 +400,7 @@ pub async fn recover_into<D: Disk>(
     let head_found = check_head(paths, head, &segments, replay.newest_used, &mut cases)?;
     let last_lsn = replay.last_lsn.unwrap_or(snapshot.lsn).max(snapshot.lsn);
     check_mark(paths, head, &segments, &replay, last_lsn, &mut cases)?;
+    make_durable_what_was_read(disk, paths, &segments).await?;
     let position =
         prepare_for_writes(disk, paths, config, &segments, max_seq, &replay, &mut cases).await?;
     let live_segments = replay.take_live_segments(&segments);
@@ -1123,6 +1124,42 @@ fn check_mark<D: Disk>(
             found: found.unwrap_or_else(|| "the log ends cleanly".into()),
         },
     ))
+}
+
+/// Phase: before recovery writes anything, makes durable what it read.
+/// A run killed between a write and its sync (a segment's prepared header
+/// before its fdatasync, a rename before its directory fsync) leaves bytes
+/// and names in the page cache that read back like durable ones but would
+/// not survive a power loss. Recovery decides from them: which files are
+/// spares to rename into the log, where the log ends, which snapshot
+/// covers it. Building on them unsynced, a later power loss could bring
+/// back what they replaced: a renamed spare with the header of the segment
+/// it was ("header says segment 5, but the file is segment 8"), or a log
+/// end that new flushes were appended after. So every segment file is
+/// fdatasync'ed and both directories fsync'ed first; after a clean stop
+/// nothing is dirty and each sync returns at once.
+async fn make_durable_what_was_read<D: Disk>(
+    disk: &D,
+    paths: &ShardPaths,
+    segments: &[Segment<D>],
+) -> Result<(), EngineError> {
+    for seg in segments {
+        seg.file.sync_data().await.map_err(WalError::io_at(
+            "fdatasync (recovery)",
+            &seg.path,
+            0,
+        ))?;
+    }
+    disk.sync_dir(&paths.wal_dir)
+        .await
+        .map_err(WalError::io_at("fsync directory", &paths.wal_dir, 0))?;
+    disk.sync_dir(&paths.snapshot_dir)
+        .await
+        .map_err(|source| EngineError::Io {
+            op: "fsync snapshot directory",
+            path: paths.snapshot_dir.clone(),
+            source,
+        })
 }
 
 /// Where new writes go once recovery is done.
