@@ -521,9 +521,11 @@ section! {
         /// cold one as GC comes to them) and writes go to the cold device.
         hot_bytes: ByteSize = ByteSize(0),
             kind None, check Check::Range(ByteSize(0), ByteSize::gib(1 << 20));
-        /// Reads of a key lately that copy its record from the cold device to the hot one
-        /// when a GET reads it there, and keep it on the hot device when GC comes to it
-        /// there ("lately": a count that halves as the shard reads other keys).
+        /// Reads of a key lately it needs at least to be copied from the cold device to the
+        /// hot one when a GET reads it there, or kept on the hot device when GC comes to it
+        /// there; past this floor it must also be read more often than the records at the
+        /// hot device's eviction end (TinyLFU's test, `docs/storage.md`, "Hot and cold
+        /// devices"; "lately": a count that halves as the shard reads other keys).
         hot_promote_reads: u32 = 2,
             kind None, check Check::Range(1, 15);
         /// The share (percent) of each device's IOPS and bandwidth that moves between the hot

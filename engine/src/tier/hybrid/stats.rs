@@ -369,7 +369,7 @@ impl<D: Disk> Inner<D> {
     /// RAM the tier holds ([`Tier::memory_bytes`]).
     pub(super) fn memory_bytes(&self) -> u64 {
         self.index.memory_bytes()
-            + self.tiering.as_ref().map_or(0, |t| t.sketch.memory_bytes())
+            + self.tiering.as_ref().map_or(0, |t| t.admission.memory_bytes())
             + self.cache.budget()
             + self.expiring.memory_bytes()
             + self.blind.memory_bytes()
