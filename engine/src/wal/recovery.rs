@@ -487,13 +487,7 @@ async fn choose_snapshot<D: Disk>(
         cases.push(RecoveryCase::DamagedSnapshotSkipped);
     }
     if dir_changed {
-        disk.sync_dir(&paths.snapshot_dir)
-            .await
-            .map_err(|source| EngineError::Io {
-                op: "fsync snapshot directory",
-                path: paths.snapshot_dir.clone(),
-                source,
-            })?;
+        sync_snapshot_dir(disk, paths).await?;
     }
     match chosen {
         Some(c) => {
@@ -1153,6 +1147,10 @@ async fn make_durable_what_was_read<D: Disk>(
     disk.sync_dir(&paths.wal_dir)
         .await
         .map_err(WalError::io_at("fsync directory", &paths.wal_dir, 0))?;
+    sync_snapshot_dir(disk, paths).await
+}
+
+async fn sync_snapshot_dir<D: Disk>(disk: &D, paths: &ShardPaths) -> Result<(), EngineError> {
     disk.sync_dir(&paths.snapshot_dir)
         .await
         .map_err(|source| EngineError::Io {
